@@ -43,7 +43,6 @@ _DIGEST_SHAPE_RE = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]
 _SUPPORTED_DIGESTS = {"sha256": 64}  # go-containerregistry only accepts sha256 with 64 lower-case hex digits
 _MAX_NAME_LENGTH = 255
 _GGCR_MAX_TAG_LENGTH = 127
-_GGCR_MIN_REPOSITORY_LENGTH = 2
 
 
 class InvalidReferenceError(ValueError):
@@ -176,6 +175,10 @@ def _parse_parts(text: str, default_registry: str, *, ggcr_rules: bool) -> _Part
     registry, path, implicit = _split_domain(text, default_registry)
     if not implicit and not _DOMAIN_RE.fullmatch(registry):
         raise InvalidReferenceError(original, f"registry {registry!r} is not a valid host[:port]")
+    if ggcr_rules and not implicit and registry != "localhost" and not any(ch in registry for ch in ".:"):
+        # distribution takes an upper-case first segment for a host; go-containerregistry sees a repository
+        # name with upper-case letters. Only a reference both accept is usable against a registry.
+        raise InvalidReferenceError(original, f"repository name {registry + '/' + path!r} must be lowercase")
     if path == "":
         raise InvalidReferenceError(original, "repository name is empty")
     if path.lower() != path and _PATH_RE.fullmatch(path.lower()):
@@ -189,10 +192,6 @@ def _parse_parts(text: str, default_registry: str, *, ggcr_rules: bool) -> _Part
     full_name = path if implicit and not registry else f"{registry}/{path}"
     if len(full_name) > _MAX_NAME_LENGTH:
         raise InvalidReferenceError(original, f"repository name is longer than {_MAX_NAME_LENGTH} characters")
-    if ggcr_rules:
-        api_path = f"library/{path}" if is_docker_hub(registry) and "/" not in path else path
-        if len(api_path) < _GGCR_MIN_REPOSITORY_LENGTH:
-            raise InvalidReferenceError(original, "repository name must be at least 2 characters")
     return _Parts(registry, path, tag, digest, implicit)
 
 
