@@ -13,6 +13,7 @@ Behaviour follows Kyverno rather than the pod-security-admission webhook where t
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Callable
 
 from ._checks import BASELINE, CHECKS, RESTRICTED, CheckFn, PodView
@@ -32,6 +33,7 @@ __all__ = [
     "FieldError",
     "PodSecurityResult",
     "PodSecurityVersionError",
+    "apply_pod_security_exclusions",
     "evaluate_pod_security",
     "parse_version",
     "validate_excludes",
@@ -40,6 +42,8 @@ __all__ = [
 
 PRIVILEGED = "privileged"
 _LEVELS = (PRIVILEGED, BASELINE, RESTRICTED)
+# An omitted level is not rejected by Kyverno; like `privileged`, it runs every check.
+_ACCEPTED_LEVELS = frozenset((*_LEVELS, ""))
 _VERSION = re.compile(r"v1\.([0-9]|[1-9][0-9]*)")
 # Container names listed in a check's detail; Kyverno reports their images with the failure.
 _DETAIL_CONTAINERS = re.compile(r"containers?\s*(.*?)\s*must")
@@ -49,9 +53,9 @@ class PodSecurityVersionError(ValueError):
     """The policy names a level or version Kyverno cannot parse."""
 
 
-def parse_version(version: str) -> tuple[int, int] | None:
+def parse_version(version: str | None) -> tuple[int, int] | None:
     """`latest` (or empty) gives None; otherwise `v1.<minor>` as (1, minor)."""
-    if version in ("", "latest"):
+    if not version or version == "latest":
         return None
     match = _VERSION.fullmatch(version)
     if match is None:
@@ -135,7 +139,7 @@ def evaluate_pod_security(
     failure. PolicyException `podSecurity` entries are applied by passing them after the rule's own
     excludes: Kyverno applies both lists one entry after the other.
     """
-    if level not in _LEVELS:
+    if level not in _ACCEPTED_LEVELS:
         raise PodSecurityVersionError(f"must be one of {', '.join(_LEVELS)}")
     parsed_version = parse_version(version)
     metadata = pod_metadata if isinstance(pod_metadata, dict) else {}
@@ -144,8 +148,9 @@ def evaluate_pod_security(
     outcomes = run(PodView(metadata, spec))
     if outcomes and exclude:
         outcomes = apply_exclusions(outcomes, exclude, metadata, spec, run)
+    printed_version = version if isinstance(version, str) else ""
     if not outcomes:
-        return PodSecurityResult(True, (), level, version, resource_kind)
+        return PodSecurityResult(True, (), level, printed_version, resource_kind)
     images_by_name = _images_by_container(spec)
     failures = tuple(
         CheckFailure(
@@ -162,7 +167,38 @@ def evaluate_pod_security(
         allowed=not failures,
         failures=failures,
         level=level,
-        version=version,
+        version=printed_version,
         resource_kind=resource_kind,
     )
+
+
+def apply_pod_security_exclusions(
+    result: PodSecurityResult, pod_metadata: dict, pod_spec: dict, exclude: list[dict]
+) -> PodSecurityResult:
+    """Drop further failures of an earlier evaluation, e.g. PolicyException `podSecurity` entries.
+
+    Kyverno applies exceptions only after the rule failed with its own excludes; when everything is
+    excluded here the rule is skipped rather than passed, which is why this is a separate step.
+    """
+    if result.allowed or not exclude:
+        return result
+    metadata = pod_metadata if isinstance(pod_metadata, dict) else {}
+    spec = pod_spec if isinstance(pod_spec, dict) else {}
+    by_id = {failure.check_id: failure for failure in result.failures}
+    outcomes = [
+        CheckOutcome(
+            failure.check_id,
+            failure.reason,
+            failure.detail,
+            list(failure.field_errors) if failure.field_errors else None,
+        )
+        for failure in result.failures
+    ]
+    run = _runner(_selected_checks(result.level, parse_version(result.version)))
+    remaining = apply_exclusions(outcomes, exclude, metadata, spec, run)
+    failures = tuple(
+        replace(by_id[outcome.check_id], field_errors=tuple(outcome.errors or ()))
+        for outcome in remaining
+    )
+    return replace(result, allowed=not failures, failures=failures)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from stockade.engine.podsecurity import (
+    apply_pod_security_exclusions,
     evaluate_pod_security,
     validate_excludes,
     wildcard_match,
@@ -198,3 +199,28 @@ def test_validate_excludes() -> None:
         "podSecurity.exclude[3].restrictedField: restrictedField is required",
         "podSecurity.exclude[4].controlName: Invalid control name defined at the given level",
     ]
+
+
+def test_exception_exclusions_apply_to_an_earlier_failure() -> None:
+    spec = {
+        "volumes": [{"name": "host", "hostPath": {"path": "/var/lib1"}}],
+        "containers": [{"name": "nginx", "image": "nginx", "livenessProbe": {"httpGet": {"host": "h", "port": 1}}}],
+    }
+    exception = [{"controlName": "HostPath Volumes", "restrictedField": "spec.volumes[*].hostPath", "values": ["/var/lib1"]}]
+    failed = evaluate_pod_security({}, spec, "baseline", "latest")
+    assert check_ids(failed) == ["hostPathVolumes", "hostProbesAndHostLifecycle"]
+    after = apply_pod_security_exclusions(failed, {}, spec, exception)
+    # The probe failure records no field errors, so it survives every exclusion.
+    assert check_ids(after) == ["hostProbesAndHostLifecycle"]
+    assert after.level == "baseline" and after.version == "latest"
+    del spec["containers"][0]["livenessProbe"]
+    skipped = apply_pod_security_exclusions(evaluate_pod_security({}, spec, "baseline", "latest"), {}, spec, exception)
+    assert skipped.allowed and skipped.failures == ()
+    other_path = [dict(exception[0], values=["/etc"])]
+    assert not apply_pod_security_exclusions(evaluate_pod_security({}, spec, "baseline"), {}, spec, other_path).allowed
+
+
+def test_omitted_level_runs_every_check_like_kyverno() -> None:
+    result = evaluate_pod_security({}, {"containers": [{"name": "a"}]}, "", None)  # type: ignore[arg-type]
+    assert "runAsNonRoot" in check_ids(result)
+    assert 'PodSecurity ":"' in result.message("r")
