@@ -714,6 +714,12 @@ class RegistryClient:
             previous_response = None
             try:
                 response = self._send_once(scheme, netloc, method, path, headers, body)
+            except ssl.SSLCertVerificationError as exc:  # retrying cannot fix trust; say how to fix it instead
+                raise RegistryError(
+                    f"{method} {url}: TLS certificate of {netloc} is not trusted ({exc.verify_message}); "
+                    "pass ca_file with its CA, or list the registry as insecure",
+                    registry=netloc,
+                ) from exc
             except (OSError, http.client.HTTPException) as exc:
                 last_error = exc
                 continue
