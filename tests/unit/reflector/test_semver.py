@@ -1,0 +1,186 @@
+"""Masterminds/semver v3 compatible versions and constraints."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stockade.reflector.semver import Constraint, SemverError, Version, parse_version
+
+VECTORS = json.loads((Path(__file__).parent / "data" / "go_oracle_vectors.json").read_text(encoding="utf-8"))
+
+
+def satisfies(constraint: str, version: str) -> bool:
+    return Constraint(constraint).check(parse_version(version))
+
+
+# --- parsing -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("1.2.3", (1, 2, 3, "", "")),
+        ("v1.2.3", (1, 2, 3, "", "")),
+        ("1.2.3-rc.1+build.5", (1, 2, 3, "rc.1", "build.5")),
+        ("0.0.0", (0, 0, 0, "", "")),
+        ("1.2.3+meta-with-dash", (1, 2, 3, "", "meta-with-dash")),
+        ("1.0.0-0a", (1, 0, 0, "0a", "")),
+    ],
+)
+def test_strict_parse_accepts_complete_versions(text: str, expected: tuple[object, ...]) -> None:
+    version = parse_version(text)
+    assert (version.major, version.minor, version.patch, version.prerelease, version.metadata) == expected
+    assert version.original == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["1.0", "v1", "1.2.3.4", "1.0.0p", "2022.04.1", "b1.2.3", "", "vv1.2.3", "V1.2.3", "1.2.3-01", "1.2.3+", "1.2.3-",
+     "1.2.3-a..b", "18446744073709551616.0.0", " 1.2.3", "1.2.3 "],
+)
+def test_strict_parse_rejects_what_flux_ignores(text: str) -> None:
+    with pytest.raises(SemverError):
+        parse_version(text)
+
+
+def test_loose_parse_coerces_missing_parts_and_leading_zeros() -> None:
+    assert str(parse_version("1", strict=False)) == "1.0.0"
+    assert str(parse_version("v1.2-beta", strict=False)) == "1.2.0-beta"
+    assert str(parse_version("01.02.03", strict=False)) == "1.2.3"
+    with pytest.raises(SemverError):
+        parse_version("1.2.3.4", strict=False)
+
+
+def test_semver_spec_precedence_chain() -> None:
+    chain = ["1.0.0-alpha", "1.0.0-alpha.1", "1.0.0-alpha.beta", "1.0.0-beta", "1.0.0-beta.2", "1.0.0-beta.11",
+             "1.0.0-rc.1", "1.0.0", "1.0.1", "1.1.0", "2.0.0"]
+    versions = [parse_version(text) for text in chain]
+    for lower, higher in zip(versions, versions[1:]):
+        assert lower < higher and higher > lower and lower.compare(higher) == -1
+    assert sorted(reversed(versions)) == versions
+
+
+def test_precedence_ignores_metadata_and_v_prefix_but_equality_is_structural() -> None:
+    plain, prefixed, with_meta = parse_version("1.0.0"), parse_version("v1.0.0"), parse_version("1.0.0+a")
+    assert plain.same_precedence(prefixed) and plain.same_precedence(with_meta)
+    assert plain != prefixed
+    assert isinstance(hash(plain), int)
+
+
+@pytest.mark.parametrize(
+    "lower, higher",
+    [("1.0.1-1-abcd", "1.0.1"), ("1.0.0-rc.9", "1.0.0-rc.10"), ("1.0.0-rc10", "1.0.0-rc9"),
+     ("1.0.0-1", "1.0.0-a"), ("1.0.0-SNAPSHOT.feature.a", "1.0.0-SNAPSHOT.feature.b")],
+)
+def test_prerelease_identifier_ordering(lower: str, higher: str) -> None:
+    assert parse_version(lower) < parse_version(higher)
+
+
+def test_version_is_immutable() -> None:
+    version = parse_version("1.2.3")
+    with pytest.raises(AttributeError):
+        version.major = 2  # type: ignore[misc]
+    assert isinstance(version, Version)
+
+
+# --- constraints -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "constraint, matching, not_matching",
+    [
+        ("~1.2.3", ["1.2.3", "1.2.9"], ["1.3.0", "1.2.2"]),
+        ("~1.2", ["1.2.0", "1.2.99"], ["1.3.0"]),
+        ("~1", ["1.0.0", "1.9.9"], ["2.0.0", "0.9.9"]),
+        ("~>2.0", ["2.0.5"], ["2.1.0"]),
+        ("^1.2.3", ["1.2.3", "1.9.0"], ["2.0.0", "1.2.2"]),
+        ("^0.2.3", ["0.2.3", "0.2.9"], ["0.3.0"]),
+        ("^0.0.3", ["0.0.3"], ["0.0.4"]),
+        ("^0.0", ["0.0.7"], ["0.1.0"]),
+        ("^0", ["0.9.9"], ["1.0.0"]),
+        ("1.2.x", ["1.2.0", "1.2.7"], ["1.3.0"]),
+        ("1.x", ["1.0.0", "1.99.0"], ["2.0.0"]),
+        ("*", ["0.0.1", "100.0.0"], ["1.0.0-rc.1"]),
+        ("=1.0.0", ["1.0.0", "v1.0.0", "1.0.0+build"], ["1.0.1"]),
+        ("!=1.2.3", ["1.2.4"], ["1.2.3"]),
+        ("!=1.2.x", ["1.3.0", "2.2.0"], ["1.2.5"]),
+        (">1.x", ["2.0.0"], ["1.9.0"]),
+        (">1.2", ["1.3.0"], ["1.2.9"]),
+        ("<=1.2", ["1.2.9", "0.1.0"], ["1.3.0"]),
+        ("<=*", ["0.0.5"], ["0.1.0", "1.0.0"]),
+        ("^*", ["0.0.0"], ["0.0.1", "1.0.0"]),
+        (">=1.0.0 <2.0.0", ["1.0.0", "1.9.9"], ["2.0.0", "0.9.9"]),
+        (">=1.0.0, <2.0.0", ["1.5.0"], ["2.0.0"]),
+        (">=1.0.0,<2.0.0", ["1.5.0"], ["2.5.0"]),
+        ("<1.0.0 || >=3.0.0", ["0.5.0", "3.1.0"], ["2.0.0"]),
+        ("1.2 - 1.4.5", ["1.2.0", "1.4.5"], ["1.4.6", "1.1.9"]),
+        ("1.2.3 - 2", ["2.0.0", "2.9.9"], ["3.0.0"]),
+        ("v1.0.x", ["1.0.1", "v1.0.2"], ["1.1.0"]),
+        ("=>1.0, =<1.1", ["1.0.5", "1.1.9"], ["1.2.0", "0.9.0"]),  # `<=1.1` covers all of 1.1.x
+    ],
+)
+def test_constraint_operators(constraint: str, matching: list[str], not_matching: list[str]) -> None:
+    for version in matching:
+        assert satisfies(constraint, version), (constraint, version)
+    for version in not_matching:
+        assert not satisfies(constraint, version), (constraint, version)
+
+
+def test_prereleases_need_a_prerelease_comparator_in_the_same_and_group() -> None:
+    assert not satisfies("1.0.x", "1.1.0-alpha")
+    assert not satisfies(">=1.0.0", "1.5.0-beta")
+    assert satisfies(">=1.0.0-0", "1.5.0-beta")
+    assert satisfies("^1.x-0", "1.2.0-rc.1")
+    assert satisfies("~3.3.x-0", "3.3.1-alpha")
+    # One prerelease comparator opens the whole AND group (Masterminds >= 3.4) ...
+    assert satisfies(">=1.0.0-0 <2.0.0", "1.5.0-beta")
+    # ... but never a different `||` branch.
+    assert not satisfies(">=5.0.0-0 || >=1.0.0 <2.0.0", "1.5.0-beta")
+    assert satisfies(">=5.0.0-0 || >=1.0.0 <2.0.0", "5.1.0-beta")
+
+
+@pytest.mark.parametrize("constraint", ["1.0.x", "^1.0", "=1.0.0", "~1.0", ">=1.0", ">0,<2.0", "v1.x", "x", "1.2.3-beta.1"])
+def test_valid_constraints_parse(constraint: str) -> None:
+    Constraint(constraint)
+
+
+@pytest.mark.parametrize("constraint", ["1.0.0p", "1x", "x1", "-1", "a", "", "*-*", ">=1.0<2.0", "1.0 ||", "1.2.3-01", "||"])
+def test_invalid_constraints_raise(constraint: str) -> None:
+    with pytest.raises(SemverError):
+        Constraint(constraint)
+
+
+def test_differential_vectors_from_masterminds() -> None:
+    """Every row was produced by running Masterminds/semver itself (see data/README.md)."""
+    mismatches = []
+    for constraint_text, versions, expected in VECTORS["checks"]:
+        try:
+            constraint = Constraint(constraint_text)
+        except SemverError:
+            actual: object = "error"
+        else:
+            actual = []
+            for text in versions:
+                try:
+                    actual.append(constraint.check(parse_version(text)))
+                except SemverError:
+                    actual.append(None)
+        if actual != expected:
+            mismatches.append((constraint_text, versions, expected, actual))
+    assert not mismatches, mismatches[:5]
+    assert len(VECTORS["checks"]) >= 600
+
+
+def test_differential_strict_parse_vectors() -> None:
+    def accepted(text: str) -> bool:
+        try:
+            parse_version(text)
+        except SemverError:
+            return False
+        return True
+
+    mismatches = [(text, expected) for text, expected in VECTORS["strict"] if accepted(text) != expected]
+    assert not mismatches, mismatches[:5]
