@@ -1,0 +1,264 @@
+"""The public CEL interface, backed by cel-expr-python (Google's cel-cpp).
+
+Usage pattern that keeps evaluation cheap: build one :class:`CelEnvironment` per policy kind, compile each policy
+expression once, build one :class:`CelActivation` per admission request / resource, then evaluate every compiled
+program against that activation.  The activation converts the Python data to CEL values once; each evaluation
+then costs a few microseconds.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+from cel_expr_python import cel
+from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_optional, ext_strings
+
+from stockade.cel.errors import CelCompileError, CelError, CelEvalError
+from stockade.cel.functions import ANY_KINDS, Library
+from stockade.cel.libs import LIBRARY_BUILDERS, authorizer_check_impl
+from stockade.cel.providers import PROVIDER_KEYS, provider_implementations, provider_library
+from stockade.cel.rewrite import rewrite_struct_literals
+
+# Kubernetes' PerCallLimit (1,000,000 cost units) is documented as roughly 0.1 s of CPU.  cel-cpp cannot be
+# interrupted from Python, so the guard checks wall time after evaluation and fails the call; the default is
+# generous because Python-implemented library functions are slower than Go's.
+DEFAULT_EVAL_TIME_LIMIT_SECONDS = 1.0
+
+_EXTENSIONS: dict[str, Callable[[], Any]] = {
+    "ext.strings": ext_strings.ExtStrings,
+    "ext.optional": ext_optional.ExtOptional,
+    "ext.math": ext_math.ExtMath,
+    "ext.encoders": ext_encoders.ExtEncoders,
+    "ext.bindings": ext_bindings.ExtBindings,
+}
+
+DEFAULT_LIBRARIES: tuple[str, ...] = (*_EXTENSIONS, *LIBRARY_BUILDERS, "providers")
+
+_SCALAR_TYPES: dict[str, Any] = {
+    "string": cel.Type.STRING,
+    "int": cel.Type.INT,
+    "uint": cel.Type.UINT,
+    "double": cel.Type.DOUBLE,
+    "bool": cel.Type.BOOL,
+    "bytes": cel.Type.BYTES,
+    "null": cel.Type.NULL,
+    "dyn": cel.Type.DYN,
+    "timestamp": cel.Type.TIMESTAMP,
+    "duration": cel.Type.DURATION,
+    "list": cel.Type.List(cel.Type.DYN),
+    "map": cel.Type.Map(cel.Type.DYN, cel.Type.DYN),
+}
+
+_POSITION_RE = re.compile(r"<input>:(\d+):(\d+):\s*(.*)")
+
+
+def _cel_type(name: str) -> Any:
+    try:
+        return _SCALAR_TYPES[name]
+    except KeyError:
+        raise ValueError(f"unknown CEL type name {name!r}") from None
+
+
+def _expand_any(params: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """Expand ``any`` parameters into concrete kinds (see stockade.cel.functions)."""
+    expanded: list[tuple[str, ...]] = [()]
+    for param in params:
+        choices = ANY_KINDS if param == "any" else (param,)
+        expanded = [prefix + (choice,) for prefix in expanded for choice in choices]
+    return expanded
+
+
+def _to_extension(library: Library) -> Any:
+    declarations = []
+    for function in library.functions:
+        overloads = []
+        for overload in function.overloads:
+            for params in _expand_any(overload.params):
+                suffix = "" if params == overload.params else "/" + "_".join(params)
+                overloads.append(
+                    cel.Overload(
+                        overload.overload_id + suffix,
+                        _cel_type(overload.result),
+                        [_cel_type(param) for param in params],
+                        is_member=overload.member,
+                        impl=overload.impl,
+                    )
+                )
+        declarations.append(cel.FunctionDecl(function.name, overloads))
+    return cel.CelExtension(library.name, declarations)
+
+
+_ENV_CACHE: dict[tuple[frozenset[str], tuple[str, ...]], Any] = {}
+_ENV_LOCK = threading.Lock()
+
+
+def _native_env(variables: frozenset[str], libraries: tuple[str, ...]) -> Any:
+    """Build (or reuse) the cel-expr-python environment; building one costs milliseconds, so share them."""
+    key = (variables, libraries)
+    with _ENV_LOCK:
+        cached = _ENV_CACHE.get(key)
+        if cached is not None:
+            return cached
+        extensions = []
+        for name in libraries:
+            if name in _EXTENSIONS:
+                extensions.append(_EXTENSIONS[name]())
+            elif name in LIBRARY_BUILDERS:
+                extensions.append(_to_extension(LIBRARY_BUILDERS[name]()))
+            elif name == "providers":
+                extensions.append(_to_extension(provider_library()))
+            else:
+                raise ValueError(f"unknown CEL library {name!r}; known: {sorted(DEFAULT_LIBRARIES)}")
+        env = cel.NewEnv(variables={name: cel.Type.DYN for name in variables}, extensions=extensions)
+        _ENV_CACHE[key] = env
+        return env
+
+
+# Activations are portable across cel-expr-python environments (variables are looked up by name), so a single
+# bare environment creates them all.
+_ACTIVATION_ENV = cel.NewEnv(variables={})
+
+
+def _compile_error(expression: str, message: str) -> CelCompileError:
+    match = _POSITION_RE.search(message)
+    if match:
+        line, column, detail = int(match.group(1)), int(match.group(2)), match.group(3)
+        detail = detail.split(" | ")[0].strip()
+        return CelCompileError(f"compilation failed: {detail}", expression, line, column + 1)
+    return CelCompileError(f"compilation failed: {message.strip()}", expression)
+
+
+def _clean_runtime_message(message: str) -> str:
+    # Backend messages look like "OUT_OF_RANGE: text" or "INVALID_ARGUMENT: text"; the status code is noise.
+    head, separator, rest = message.partition(": ")
+    if separator and re.fullmatch(r"[A-Z_]+", head):
+        return rest
+    return message
+
+
+class CelActivation:
+    """Variable values (plain Python) and provider objects for one resource/request.
+
+    Build it once and evaluate many programs against it: the conversion to CEL values happens here, not per
+    evaluation.  ``providers`` maps ``resource``, ``http``, ``globalContext``, ``image``, ``generator`` and
+    ``authorizer`` to objects implementing the protocols in :mod:`stockade.cel.providers`.
+    """
+
+    __slots__ = ("values", "providers", "_native")
+
+    def __init__(self, values: Mapping[str, Any], providers: Mapping[str, Any] | None = None) -> None:
+        self.values = dict(values)
+        self.providers = dict(providers or {})
+        unknown = set(self.providers) - set(PROVIDER_KEYS)
+        if unknown:
+            raise ValueError(f"unknown CEL providers {sorted(unknown)}; known: {list(PROVIDER_KEYS)}")
+        functions = [
+            cel.Function(name, [_cel_type(param) for param in params], member, impl, _cel_type(result))
+            for name, params, result, member, impl in provider_implementations(self.providers)
+        ]
+        authorizer = self.providers.get("authorizer")
+        if authorizer is not None:
+            map_type = _cel_type("map")
+            functions.append(
+                cel.Function("check", [map_type, cel.Type.STRING], True, authorizer_check_impl(authorizer), map_type)
+            )
+        try:
+            self._native = _ACTIVATION_ENV.Activation(self.values, functions)
+        except Exception as error:  # noqa: BLE001 - backend raises bare RuntimeError/TypeError
+            raise CelEvalError(f"cannot convert activation values to CEL: {error}") from error
+
+
+def _to_python(value: Any, expression: str) -> Any:
+    """Convert a backend value to plain Python without touching optionals (the backend crashes on those)."""
+    try:
+        type_name = value.type().name()
+    except TypeError:
+        raise CelEvalError("result is an optional value; use .orValue() or .value()", expression) from None
+    if type_name.startswith("MAP"):
+        return {key: _to_python(item, expression) for key, item in value.value().items()}
+    if type_name.startswith("LIST"):
+        return [_to_python(item, expression) for item in value.value()]
+    if type_name == "ERROR":
+        raise CelEvalError(_clean_runtime_message(str(value.value())), expression)
+    plain = value.value()
+    if isinstance(plain, bytearray):
+        return bytes(plain)
+    return plain
+
+
+class CelProgram:
+    """A compiled expression; immutable and safe to share between threads."""
+
+    __slots__ = ("expression", "_program", "_time_limit")
+
+    def __init__(self, expression: str, program: Any, time_limit: float | None) -> None:
+        self.expression = expression
+        self._program = program
+        self._time_limit = time_limit
+
+    def evaluate(self, activation: CelActivation) -> Any:
+        """Evaluate against ``activation`` and return plain Python; raise :class:`CelEvalError` on failure."""
+        started = time.perf_counter()
+        try:
+            result = self._program.eval(activation._native)
+            kind = result.type()
+        except CelError:
+            raise
+        except TypeError:
+            raise CelEvalError("result is an optional value; use .orValue() or .value()", self.expression) from None
+        except Exception as error:  # noqa: BLE001 - backend raises bare RuntimeError
+            raise CelEvalError(_clean_runtime_message(str(error)), self.expression) from error
+        if self._time_limit is not None and time.perf_counter() - started > self._time_limit:
+            raise CelEvalError("operation cancelled: actual cost limit exceeded", self.expression)
+        if kind == cel.Type.BOOL or kind == cel.Type.STRING or kind == cel.Type.INT or kind == cel.Type.DOUBLE:
+            return result.value()
+        return _to_python(result, self.expression)
+
+    def __repr__(self) -> str:
+        return f"CelProgram({self.expression!r})"
+
+
+class CelEnvironment:
+    """Declares variable names (all dynamically typed) and the libraries available to expressions."""
+
+    def __init__(
+        self,
+        variables: Iterable[str],
+        libraries: Iterable[str] = DEFAULT_LIBRARIES,
+        *,
+        time_limit_seconds: float | None = DEFAULT_EVAL_TIME_LIMIT_SECONDS,
+    ) -> None:
+        self.variables = frozenset(variables)
+        self.libraries = tuple(libraries)
+        self._time_limit = time_limit_seconds
+        self._env = _native_env(self.variables, self.libraries)
+        self._cache: dict[str, CelProgram] = {}
+        self._optional_wrapping = "ext.optional" in self.libraries
+
+    def compile(self, expression: str) -> CelProgram:
+        """Parse and type-check ``expression``; raise :class:`CelCompileError` naming the position on failure."""
+        cached = self._cache.get(expression)
+        if cached is not None:
+            return cached
+        if not isinstance(expression, str) or not expression.strip():
+            raise CelCompileError("compilation failed: empty expression", str(expression))
+        source = rewrite_struct_literals(expression)
+        try:
+            program = self._env.compile(source)
+            return_type = program.return_type().name()
+            if return_type.startswith("optional_type") and self._optional_wrapping:
+                # A top-level optional cannot cross into Python; like a JSON null, absence becomes None.
+                program = self._env.compile(f"({source}).orValue(dyn(null))")
+        except Exception as error:  # noqa: BLE001 - backend raises bare RuntimeError
+            raise _compile_error(expression, str(error)) from error
+        compiled = CelProgram(expression, program, self._time_limit)
+        if len(self._cache) < 10_000:
+            self._cache[expression] = compiled
+        return compiled
+
+    def evaluate(self, expression: str, values: Mapping[str, Any]) -> Any:
+        """Convenience for tests and one-off checks: compile (cached), build an activation, evaluate."""
+        return self.compile(expression).evaluate(CelActivation(values))

@@ -1,0 +1,30 @@
+"""Errors raised by the CEL layer; every message names the offending expression so policy authors can find it."""
+
+from __future__ import annotations
+
+
+class CelError(Exception):
+    """Base class: carries the expression text and, when the backend reports one, a 1-based line/column."""
+
+    def __init__(self, message: str, expression: str = "", line: int | None = None, column: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.expression = expression
+        self.line = line
+        self.column = column
+
+    def __str__(self) -> str:
+        where = ""
+        if self.line is not None and self.column is not None:
+            where = f" at {self.line}:{self.column}"
+        if not self.expression:
+            return self.message
+        return f"{self.message} (expression {self.expression!r}{where})"
+
+
+class CelCompileError(CelError):
+    """Syntax errors, type errors and references to unknown functions or variables."""
+
+
+class CelEvalError(CelError):
+    """Runtime failures: missing keys, division by zero, failing library calls, cost limits."""

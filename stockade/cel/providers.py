@@ -1,0 +1,153 @@
+"""Functions whose answers come from the caller: Kyverno's cluster, HTTP, global-context, image-metadata and
+generator libraries, and the Kubernetes authorizer.
+
+The engine answers them per activation (``CelActivation(values, providers={...})``), which lets ``kyverno test``
+serve them from mocks and the admission path from real clients, without the CEL layer doing any I/O itself.
+Namespaced policies use the shorter overloads (no namespace argument); the provider then receives
+``namespace=None`` and must fill in the policy's own namespace.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+
+from stockade.cel.functions import ANY_KINDS, Library
+
+
+@runtime_checkable
+class ResourceProvider(Protocol):
+    """Answers ``resource.Get/List/Post`` (Kyverno ``resource`` library)."""
+
+    def get(self, api_version: str, resource: str, namespace: str | None, name: str) -> Mapping[str, Any]: ...
+
+    def list(
+        self, api_version: str, resource: str, namespace: str | None, label_selector: Mapping[str, str] | None
+    ) -> Mapping[str, Any]: ...
+
+    def post(self, api_version: str, resource: str, namespace: str | None, payload: Mapping[str, Any]) -> Any: ...
+
+
+@runtime_checkable
+class HttpProvider(Protocol):
+    """Answers ``http.Get/Post``; the result is what the policy sees (usually the decoded JSON body)."""
+
+    def get(self, url: str, headers: Mapping[str, str]) -> Any: ...
+
+    def post(self, url: str, body: Any, headers: Mapping[str, str]) -> Any: ...
+
+
+@runtime_checkable
+class GlobalContextProvider(Protocol):
+    """Answers ``globalContext.Get(entry, projection)``; projection is "" when the policy omits it."""
+
+    def get(self, name: str, projection: str) -> Any: ...
+
+
+@runtime_checkable
+class ImageDataProvider(Protocol):
+    """Answers ``image.GetMetadata(ref)`` with the image's manifest/config metadata."""
+
+    def get_metadata(self, image: str) -> Mapping[str, Any]: ...
+
+
+@runtime_checkable
+class GeneratorProvider(Protocol):
+    """Receives ``generator.Apply(namespace, resources)`` calls of GeneratingPolicies."""
+
+    def apply(self, namespace: str, resources: list[Mapping[str, Any]]) -> None: ...
+
+
+@runtime_checkable
+class AuthorizerProvider(Protocol):
+    """Answers Kubernetes ``authorizer...check(verb)``; returns ``(decision, reason)`` with decision
+    ``"allow"``, ``"deny"`` or ``"noOpinion"``."""
+
+    def check(self, attributes: Mapping[str, Any]) -> tuple[str, str]: ...
+
+
+# Provider key -> list of (function name, parameter types, result type, adapter building the implementation).
+ProviderAdapter = Callable[[Any], Callable[..., Any]]
+_PROVIDER_FUNCTIONS: dict[str, list[tuple[str, tuple[str, ...], str, ProviderAdapter]]] = {}
+
+
+def _register(key: str, names: tuple[str, ...], params: tuple[str, ...], result: str, adapter: ProviderAdapter) -> None:
+    for name in names:
+        _PROVIDER_FUNCTIONS.setdefault(key, []).append((name, params, result, adapter))
+
+
+def _plain(value: Any) -> Any:
+    """Deep-copy bytearrays coming from the backend into bytes; everything else passes through."""
+    if isinstance(value, bytearray):
+        return bytes(value)
+    return value
+
+
+_S = "string"
+_register("resource", ("resource.Get", "resource.get"), (_S, _S, _S, _S), "map",
+          lambda p: lambda v, r, ns, n: p.get(v, r, ns, n))
+_register("resource", ("resource.Get", "resource.get"), (_S, _S, _S), "map",
+          lambda p: lambda v, r, n: p.get(v, r, None, n))
+_register("resource", ("resource.List", "resource.list"), (_S, _S, _S), "map",
+          lambda p: lambda v, r, ns: p.list(v, r, ns, None))
+_register("resource", ("resource.List", "resource.list"), (_S, _S, _S, "map"), "map",
+          lambda p: lambda v, r, ns, sel: p.list(v, r, ns, dict(sel)))
+_register("resource", ("resource.List", "resource.list"), (_S, _S), "map",
+          lambda p: lambda v, r: p.list(v, r, None, None))
+_register("resource", ("resource.List", "resource.list"), (_S, _S, "map"), "map",
+          lambda p: lambda v, r, sel: p.list(v, r, None, dict(sel)))
+_register("resource", ("resource.Post", "resource.post"), (_S, _S, _S, "map"), "map",
+          lambda p: lambda v, r, ns, body: p.post(v, r, ns, body))
+_register("resource", ("resource.Post", "resource.post"), (_S, _S, "map"), "map",
+          lambda p: lambda v, r, body: p.post(v, r, None, body))
+_register("http", ("http.Get", "http.get"), (_S,), "dyn", lambda p: lambda url: p.get(url, {}))
+_register("http", ("http.Get", "http.get"), (_S, "map"), "dyn", lambda p: lambda url, h: p.get(url, dict(h)))
+for _kind in ANY_KINDS:
+    _register("http", ("http.Post", "http.post"), (_S, _kind), "dyn",
+              lambda p: lambda url, body: p.post(url, _plain(body), {}))
+    _register("http", ("http.Post", "http.post"), (_S, _kind, "map"), "dyn",
+              lambda p: lambda url, body, h: p.post(url, _plain(body), dict(h)))
+_register("globalContext", ("globalContext.Get", "globalContext.get"), (_S,), "dyn", lambda p: lambda n: p.get(n, ""))
+_register("globalContext", ("globalContext.Get", "globalContext.get"), (_S, _S), "dyn",
+          lambda p: lambda n, proj: p.get(n, proj))
+_register("image", ("image.GetMetadata", "image.getMetadata"), (_S,), "dyn", lambda p: lambda ref: p.get_metadata(ref))
+
+
+def _apply(provider: GeneratorProvider) -> Callable[..., Any]:
+    def apply(namespace: str, resources: list[Any]) -> bool:
+        if not all(isinstance(item, dict) for item in resources):
+            raise ValueError("failed to generate resources: every resource must be a map")
+        provider.apply(namespace, resources)
+        return True
+
+    return apply
+
+
+_register("generator", ("generator.Apply", "generator.apply"), (_S, "list"), "bool", _apply)
+
+
+def provider_library() -> Library:
+    """Declarations (without implementations) of every provider-answered function."""
+    library = Library("providers")
+    for key, entries in _PROVIDER_FUNCTIONS.items():
+        for name, params, result, _ in entries:
+            library.add(name, params, result, None, overload_id=f"provider:{key}:{name}:{'_'.join(params)}")
+    return library
+
+
+def provider_implementations(
+    providers: Mapping[str, Any],
+) -> list[tuple[str, tuple[str, ...], str, bool, Callable[..., Any]]]:
+    """Bind provider objects to the late-bound functions: (name, params, result, is_member, impl)."""
+    bound: list[tuple[str, tuple[str, ...], str, bool, Callable[..., Any]]] = []
+    for key, provider in providers.items():
+        entries = _PROVIDER_FUNCTIONS.get(key)
+        if entries is None:
+            if key == "authorizer":
+                continue  # the authorizer library binds it itself
+            raise ValueError(f"unknown CEL provider {key!r}; known: {sorted(_PROVIDER_FUNCTIONS)} and 'authorizer'")
+        for name, params, result, adapter in entries:
+            bound.append((name, params, result, False, adapter(provider)))
+    return bound
+
+
+PROVIDER_KEYS: tuple[str, ...] = tuple(_PROVIDER_FUNCTIONS) + ("authorizer",)
