@@ -1,0 +1,319 @@
+"""Rewrite Flux `# {"$imagepolicy": "ns:name[:tag|:name|:digest]"}` setters in YAML text.
+
+Flux re-serialises every touched file through kyaml, which reflows block
+scalars and re-indents (fluxcd/image-automation-controller#68, #616). Here the
+YAML is only parsed to *locate* marked scalars; the new value is spliced into
+the original text at the parsed position, so a diff touches exactly the marked
+scalars and keeps comments, quoting style, indentation and line endings.
+
+Differences from Flux, on purpose: a `:digest` marker whose policy has no
+reflected digest, a malformed marker value, and an unparsable YAML file that
+contains a marker are errors instead of silently writing "" or skipping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import yaml
+
+__all__ = ["Change", "MarkerError", "MARKER_TOKEN", "update_text", "update_path"]
+
+MARKER_TOKEN = '"$imagepolicy"'
+_MARKER_KEY = "$imagepolicy"
+_FIELDS = ("tag", "name", "digest")
+
+Resolver = Callable[[str, str], "dict[str, object] | None"]
+
+_LINE_BREAK = re.compile("[\r\n\x85\u2028\u2029]")
+_LINE_COMMENT = re.compile(r"[ \t]+#(.*)")
+_WHOLE_LINE_COMMENT = re.compile(r"[ \t]*#(.*)")
+_NODE_PROPERTIES = re.compile(r"(?:[&!][^ \t\r\n]*[ \t\r\n]+)*")
+_SEQUENCE_INDENT = re.compile(r"[ \t]*(?:-[ \t]+)*")
+_PLAIN_FIRST = re.compile(r"[0-9A-Za-z_./]")
+_FLOW_INDICATORS = re.compile(r"[,\[\]{}]")
+
+
+@dataclass
+class Change:
+    """One rewritten scalar; `line` is 1-based, `old`/`new` are the scalar values."""
+
+    file: str
+    line: int
+    old: str
+    new: str
+    marker: str
+
+
+class MarkerError(ValueError):
+    """A marker that cannot be applied; the message names the file and line."""
+
+
+@dataclass(frozen=True)
+class _Edit:
+    start: int
+    end: int
+    replacement: str
+
+
+def _line_end(text: str, index: int) -> int:
+    found = _LINE_BREAK.search(text, index)
+    return found.start() if found else len(text)
+
+
+def _line_start(text: str, index: int) -> int:
+    start = index
+    while start > 0 and not _LINE_BREAK.match(text, start - 1):
+        start -= 1
+    return start
+
+
+def _marker_from_comment(comment: str) -> str | None:
+    """Decode a comment the way kyaml does: strip leading `#`, JSON map of strings."""
+    try:
+        decoded = json.loads(comment.lstrip("#"))
+    except ValueError:
+        return None
+    if not isinstance(decoded, dict) or not all(isinstance(v, str) for v in decoded.values()):
+        return None
+    value = decoded.get(_MARKER_KEY)
+    return value if isinstance(value, str) else None
+
+
+def _previous_line(text: str, line_start: int) -> tuple[int, str] | None:
+    """Return (start index, content) of the line before the one starting at `line_start`."""
+    if line_start == 0:
+        return None
+    end = line_start - 1
+    if end > 0 and text[end] == "\n" and text[end - 1] == "\r":
+        end -= 1
+    start = _line_start(text, end)
+    return start, text[start:end]
+
+
+def _find_marker(text: str, value_start: int, value_end: int) -> tuple[str, int] | None:
+    """Find a marker in the scalar's line comment, else in a one-line head comment.
+
+    Head comments count only where yaml.v3 attaches them to the value itself:
+    a sequence item or a value on its own line, never `key: value`.
+    """
+    rest = text[value_end:_line_end(text, value_end)]
+    line_comment = _LINE_COMMENT.fullmatch(rest)
+    if line_comment:
+        marker = _marker_from_comment(line_comment.group(1))
+        if marker is not None:
+            return marker, value_end
+    line_start = _line_start(text, value_start)
+    if not _SEQUENCE_INDENT.fullmatch(text[line_start:value_start]):
+        return None
+    previous = _previous_line(text, line_start)
+    if previous is None:
+        return None
+    head = _WHOLE_LINE_COMMENT.fullmatch(previous[1])
+    if head is None:
+        return None
+    before = _previous_line(text, previous[0])
+    if before is not None and _WHOLE_LINE_COMMENT.fullmatch(before[1]):
+        return None  # a multi-line head comment never decodes as one JSON object
+    marker = _marker_from_comment(head.group(1))
+    return (marker, previous[0]) if marker is not None else None
+
+
+def _scalar_values(node: yaml.Node, in_flow: bool = False) -> Iterator[tuple[yaml.ScalarNode, bool]]:
+    """Yield value scalars (never mapping keys) with whether they sit in a flow collection."""
+    seen: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(node, in_flow)]
+    while stack:
+        current, flow = stack.pop()
+        if id(current) in seen:
+            continue  # aliases share the anchored node; rewrite it once
+        seen.add(id(current))
+        if isinstance(current, yaml.ScalarNode):
+            yield current, flow
+        elif isinstance(current, yaml.MappingNode):
+            inner = flow or bool(current.flow_style)
+            stack.extend((value, inner) for _key, value in reversed(current.value))
+        elif isinstance(current, yaml.SequenceNode):
+            inner = flow or bool(current.flow_style)
+            stack.extend((item, inner) for item in reversed(current.value))
+
+
+def _is_plain_safe(value: str, in_flow: bool) -> bool:
+    if not value or not _PLAIN_FIRST.match(value) or value != value.strip():
+        return False
+    if ": " in value or " #" in value or value.endswith(":") or not value.isprintable():
+        return False
+    if in_flow and _FLOW_INDICATORS.search(value):
+        return False
+    try:
+        loaded = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return False
+    return isinstance(loaded, str) and loaded == value
+
+
+def _render(value: str, style: str | None, in_flow: bool) -> str:
+    """Keep the scalar's quoting style; quote plain values YAML would not read back as that string."""
+    if style == "'" and value.isprintable():
+        return "'" + value.replace("'", "''") + "'"
+    if style in (None, "") and _is_plain_safe(value, in_flow):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _parse_marker(marker: str, where: str) -> tuple[str, str, str]:
+    parts = marker.split(":")
+    if len(parts) == 2 and all(parts):
+        return parts[0], parts[1], "image"
+    if len(parts) == 3 and parts[0] and parts[1] and parts[2] in _FIELDS:
+        return parts[0], parts[1], parts[2]
+    raise MarkerError(
+        f"{where}: malformed $imagepolicy marker {marker!r}: expected 'namespace:name[:tag|:name|:digest]'"
+    )
+
+
+def _required(ref: dict[str, object], key: str, marker: str, where: str) -> str:
+    value = ref.get(key)
+    if not isinstance(value, str) or not value:
+        raise MarkerError(f"{where}: policy for marker {marker!r} has no {key} to set")
+    return value
+
+
+def _new_value(field: str, ref: dict[str, object], marker: str, where: str) -> str:
+    if field == "tag":
+        return _required(ref, "tag", marker, where)
+    if field == "name":
+        return _required(ref, "image", marker, where)
+    digest = ref.get("digest") or ""
+    if not isinstance(digest, str):
+        raise MarkerError(f"{where}: policy for marker {marker!r} has a non-string digest")
+    if field == "digest":
+        if not digest:
+            raise MarkerError(
+                f"{where}: marker {marker!r} asks for a digest but the policy has none reflected "
+                "(set spec.digestReflectionPolicy to IfNotPresent or Always)"
+            )
+        return digest
+    image = f"{_required(ref, 'image', marker, where)}:{_required(ref, 'tag', marker, where)}"
+    return f"{image}@{digest}" if digest else image
+
+
+def _parse_documents(text: str, label: str) -> list[yaml.Node]:
+    try:
+        # The pure-Python loader reports marks as character offsets into `text`.
+        return [doc for doc in yaml.compose_all(text, Loader=yaml.SafeLoader) if doc is not None]
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise MarkerError(f"{label}{line}: cannot parse YAML: {exc.problem or exc}") from None
+    except yaml.YAMLError as exc:
+        raise MarkerError(f"{label}: cannot parse YAML: {exc}") from None
+
+
+def update_text(text: str, resolve: Resolver, file_label: str = "") -> tuple[str, list[Change]]:
+    """Return `text` with every resolvable marked scalar set to its policy's latest ref.
+
+    `resolve(namespace, name)` gives {"image", "tag", "digest"} or None for a
+    policy this run does not know (such markers are left alone, as in Flux).
+    Values already equal to the target are not changes, so a rerun is a no-op.
+    """
+    label = file_label or "<text>"
+    if MARKER_TOKEN not in text:
+        return text, []
+    edits: list[_Edit] = []
+    changes: list[Change] = []
+    for document in _parse_documents(text, label):
+        for node, in_flow in _scalar_values(document):
+            if node.style in ("|", ">"):
+                continue
+            start = node.start_mark.index
+            start += _NODE_PROPERTIES.match(text, start).end() - start
+            end = node.end_mark.index
+            found = _find_marker(text, start, end)
+            if found is None:
+                continue
+            marker, marker_index = found
+            where = f"{label}:{_line_number(text, marker_index)}"
+            namespace, name, field = _parse_marker(marker, where)
+            ref = resolve(namespace, name)
+            if ref is None:
+                continue
+            new = _new_value(field, ref, marker, where)
+            if new == node.value:
+                continue
+            replacement = _render(new, node.style, in_flow)
+            if start == end and start > 0 and not text[start - 1].isspace():
+                replacement = " " + replacement  # `key:` with an empty value
+            edits.append(_Edit(start, end, replacement))
+            changes.append(Change(label, _line_number(text, start), node.value, new, marker))
+    for edit in sorted(edits, key=lambda e: e.start, reverse=True):
+        text = text[: edit.start] + edit.replacement + text[edit.end :]
+    changes.sort(key=lambda change: change.line)
+    return text, changes
+
+
+def _line_number(text: str, index: int) -> int:
+    """Count lines like PyYAML does, where CRLF is one break and a lone CR is one too."""
+    return len(re.findall("\r\n|[\r\n\x85\u2028\u2029]", text[:index])) + 1
+
+
+def _candidate_files(root: str) -> Iterator[str]:
+    if os.path.isfile(root):
+        yield root
+        return
+    for directory, subdirectories, files in os.walk(root):
+        subdirectories[:] = sorted(d for d in subdirectories if d != ".git")
+        for filename in sorted(files):
+            if filename.endswith((".yaml", ".yml")) or filename == "Kustomization":
+                path = os.path.join(directory, filename)
+                if not os.path.islink(path):  # never write through a link out of the tree
+                    yield path
+
+
+def _write_atomically(path: str, content: bytes) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(dir=directory, prefix=".stockade-", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(content)
+        os.chmod(temporary, os.stat(path).st_mode & 0o7777)
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
+
+
+def update_path(path: str, resolve: Resolver, dry_run: bool = False) -> list[Change]:
+    """Apply markers in a file, or in all *.yaml/*.yml/Kustomization files under a directory.
+
+    Every file is processed before anything is written, so one bad marker leaves
+    the whole tree untouched. `Change.file` is relative to `path` for directories.
+    Symlinks and `.git` are skipped; only files that change are rewritten.
+    """
+    root_is_dir = os.path.isdir(path)
+    pending: list[tuple[str, bytes]] = []
+    all_changes: list[Change] = []
+    for file_path in _candidate_files(path):
+        with open(file_path, "rb") as stream:
+            raw = stream.read()
+        if MARKER_TOKEN.encode() not in raw:
+            continue
+        label = os.path.relpath(file_path, path).replace(os.sep, "/") if root_is_dir else file_path
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise MarkerError(f"{label}: not UTF-8 text: {exc}") from None
+        new_text, changes = update_text(text, resolve, label)
+        if changes:
+            pending.append((file_path, new_text.encode("utf-8")))
+            all_changes.extend(changes)
+    if not dry_run:
+        for file_path, content in pending:
+            _write_atomically(file_path, content)
+    return all_changes
