@@ -203,10 +203,16 @@ def _new_value(field: str, ref: dict[str, object], marker: str, where: str) -> s
     return f"{image}@{digest}" if digest else image
 
 
+_TAB_BEFORE_COMMENT = re.compile(r"\t(?=[ \t]*#)")
+
+
 def _parse_documents(text: str, label: str) -> list[yaml.Node]:
+    # PyYAML rejects a tab before a comment although YAML allows it; a same-length
+    # substitution keeps every offset valid for splicing into the original text.
+    parseable = _TAB_BEFORE_COMMENT.sub(" ", text)
     try:
         # The pure-Python loader reports marks as character offsets into `text`.
-        return [doc for doc in yaml.compose_all(text, Loader=yaml.SafeLoader) if doc is not None]
+        return [doc for doc in yaml.compose_all(parseable, Loader=yaml.SafeLoader) if doc is not None]
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark is not None else ""

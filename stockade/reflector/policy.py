@@ -293,7 +293,7 @@ def parse_go_float(text: str) -> float:
 # --- policies --------------------------------------------------------------------
 
 
-def _normalise_order(kind: str, spec: Mapping[str, object] | None) -> str:
+def _normalise_order(spec: Mapping[str, object] | None) -> str:
     order = str((spec or {}).get("order") or "").upper()
     if order == "":
         return "ASC"
@@ -328,12 +328,12 @@ def _semver_selector(spec: Mapping[str, object] | None) -> Callable[[list[str]],
 
 
 def _alphabetical_selector(spec: Mapping[str, object] | None) -> Callable[[list[str]], str | None]:
-    order = _normalise_order("alphabetical", spec)
+    order = _normalise_order(spec)
     return lambda tags: min(tags) if order == "DESC" else max(tags)
 
 
 def _numerical_selector(spec: Mapping[str, object] | None) -> Callable[[list[str]], str | None]:
-    order = _normalise_order("numerical", spec)
+    order = _normalise_order(spec)
 
     def latest(tags: list[str]) -> str | None:
         chosen = ""

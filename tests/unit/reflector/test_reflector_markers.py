@@ -304,3 +304,18 @@ def test_update_path_skips_symlinks(tmp_path: Path) -> None:
     (repo / "link.yaml").symlink_to(outside)
     assert update_path(str(repo), resolve) == []
     assert outside.read_text().startswith("image: foo:1")
+
+
+def test_tagged_multiline_and_tab_separated_scalars() -> None:
+    source = (
+        'a: !!str "x:1" # {"$imagepolicy": "automation-ns:policy:tag"}\n'
+        'b: this is\n  folded # {"$imagepolicy": "automation-ns:policy:tag"}\n'
+        'c: x\t# {"$imagepolicy": "automation-ns:policy:tag"}\n'
+    )
+    result, changes = update_text(source, resolve)
+    assert result == (
+        'a: !!str "v1.0.1" # {"$imagepolicy": "automation-ns:policy:tag"}\n'
+        'b: v1.0.1 # {"$imagepolicy": "automation-ns:policy:tag"}\n'
+        'c: v1.0.1\t# {"$imagepolicy": "automation-ns:policy:tag"}\n'
+    )
+    assert [(c.line, c.old) for c in changes] == [(1, "x:1"), (2, "this is folded"), (4, "x")]
