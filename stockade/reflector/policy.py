@@ -84,9 +84,10 @@ def _translate_go_regexp(pattern: str) -> str:
                 raise InvalidPolicyError(
                     f"invalid regular expression pattern '{pattern}': Unicode classes are not supported"
                 )
-            if nxt in _GO_ONLY_ESCAPES and not (in_class and nxt == "z"):
-                replacement = _GO_ONLY_ESCAPES[nxt]
-                out.append(replacement[1:-1] if in_class and replacement.startswith("[") else replacement)
+            if nxt in _GO_ONLY_ESCAPES and not in_class:
+                out.append(_GO_ONLY_ESCAPES[nxt])
+            elif nxt == "s" and in_class:
+                out.append("\\t\\n\\f\\r ")
             else:
                 out.append(pattern[index : index + 2])
             index += 2
@@ -122,9 +123,10 @@ def _translate_go_regexp(pattern: str) -> str:
             continue
         if char == "(" and pattern.startswith("(?", index):
             rest = pattern[index + 2 :]
-            if rest.startswith(("=", "!", "<=", "<!")):
+            if rest.startswith(("=", "!", "<=", "<!", "P=", "#", "(")):
                 raise InvalidPolicyError(
-                    f"invalid regular expression pattern '{pattern}': look-around is not supported"
+                    f"invalid regular expression pattern '{pattern}': look-around, back-references, comments "
+                    "and conditionals are not supported"
                 )
             if rest.startswith("<"):
                 out.append("(?P<")
@@ -138,7 +140,8 @@ def _translate_go_regexp(pattern: str) -> str:
 def compile_tag_filter(pattern: str) -> re.Pattern[str]:
     """Compile a `filterTags.pattern` with Go RE2 semantics (unanchored search)."""
     try:
-        return re.compile(_translate_go_regexp(pattern))
+        # RE2's \d, \w and \b are ASCII-only.
+        return re.compile(_translate_go_regexp(pattern), re.ASCII)
     except re.error as exc:
         raise InvalidPolicyError(f"invalid regular expression pattern '{pattern}': {exc}") from None
 
