@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ._common import MISSING, PatchError, deep_copy, is_condition_anchor, parse_anchor
-from ._conditions import condition_holds, describe_mismatch
+from ._conditions import condition_failure
 
 
 class ConditionFailed(Exception):
@@ -136,8 +136,9 @@ def _check_anchors(pattern: dict[str, Any], resource: Any, test: AnchorTest) -> 
         expected = pattern[original]
         if _handle_add_if_not_present(expected, actual) > 0:
             continue
-        if not condition_holds(actual, expected):
-            raise _Mismatch(describe_mismatch(actual, expected))
+        failure = condition_failure(actual, expected)
+        if failure is not None:
+            raise _Mismatch(failure)
 
 
 def _walk(pattern: Any, resource: Any) -> None:

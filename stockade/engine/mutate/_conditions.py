@@ -140,14 +140,34 @@ def _match_list(resource: list[Any], pattern: list[Any]) -> Any:
     return all(_match(item, expected) is True for item, expected in zip(resource, pattern))
 
 
-def condition_holds(resource_value: Any, pattern_value: Any) -> bool:
-    """Whether the resource value satisfies the value written under a conditional anchor."""
+def _load_validate_pattern() -> Callable[[Any, Any], Any] | None:
+    try:
+        from stockade.engine.pattern import validate_pattern  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return validate_pattern  # type: ignore[no-any-return]
+
+
+def _as_checked(resource_value: Any, pattern_value: Any) -> tuple[Any, Any]:
     if not isinstance(resource_value, (dict, list)):
         resource_value = scalar_text(resource_value)
     if not isinstance(pattern_value, (dict, list)):
         pattern_value = scalar_text(pattern_value)
-    return _match(resource_value, pattern_value) is True
+    return resource_value, pattern_value
 
 
-def describe_mismatch(resource_value: Any, pattern_value: Any) -> str:
+def condition_failure(resource_value: Any, pattern_value: Any) -> str | None:
+    """None when the resource value satisfies the value under a conditional anchor,
+    otherwise the pattern matcher's explanation (Kyverno's MatchPattern wording)."""
+    resource_value, pattern_value = _as_checked(resource_value, pattern_value)
+    validate_pattern = _load_validate_pattern()
+    if validate_pattern is not None:
+        failure = validate_pattern(resource_value, pattern_value)
+        return None if failure is None else str(failure.message)
+    if _match(resource_value, pattern_value) is True:
+        return None
     return f"resource value '{scalar_text(resource_value)}' does not match '{scalar_text(pattern_value)}'"
+
+
+def condition_holds(resource_value: Any, pattern_value: Any) -> bool:
+    return condition_failure(resource_value, pattern_value) is None
