@@ -22,6 +22,7 @@ from stockade.cel.libs import LIBRARY_BUILDERS, authorizer_check_impl
 from stockade.cel.providers import PROVIDER_KEYS, provider_implementations, provider_library
 from stockade.cel.rewrite import rewrite_struct_literals
 
+# cel-cpp itself aborts an evaluation after 10,000 comprehension iterations (reported as a cost-limit error).
 # Kubernetes' PerCallLimit (1,000,000 cost units) is documented as roughly 0.1 s of CPU.  cel-cpp cannot be
 # interrupted from Python, so the guard checks wall time after evaluation and fails the call; the default is
 # generous because Python-implemented library functions are slower than Go's.
@@ -133,6 +134,10 @@ def _compile_error(expression: str, message: str) -> CelCompileError:
 
 def _clean_runtime_message(message: str) -> str:
     # Backend messages look like "OUT_OF_RANGE: text" or "INVALID_ARGUMENT: text"; the status code is noise.
+    if "Iteration budget exceeded" in message:
+        # cel-cpp stops comprehensions after 10,000 iterations per evaluation (not configurable from Python).
+        return "operation cancelled: actual cost limit exceeded (iteration budget)"
+    message = message.replace(" [INTERNAL]", "").replace(" [INVALID_ARGUMENT]", "")
     head, separator, rest = message.partition(": ")
     if separator and re.fullmatch(r"[A-Z_]+", head):
         return rest

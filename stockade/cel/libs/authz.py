@@ -1,8 +1,8 @@
 """Kubernetes' authorizer library, answered by an :class:`~stockade.cel.providers.AuthorizerProvider`.
 
 Builders (``authorizer.group('apps').resource('deployments').namespace('ns')``) accumulate attributes in tagged
-maps; ``check(verb)`` hands them to the provider bound to the activation.  ``authorizer.requestResource`` is an
-activation variable that the engine fills with :func:`request_resource_check`.
+maps; ``check(verb)`` hands them to the provider bound to the activation.  For ``authorizer.requestResource`` the
+engine declares the ``authorizer`` variable and binds it to ``{"requestResource": request_resource_check(...)}``.
 """
 
 from __future__ import annotations

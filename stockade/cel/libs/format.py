@@ -1,7 +1,8 @@
 """Kubernetes' format library: ``format.dns1123Label().validate(name)`` returns an optional list of problems.
 
 cel-expr-python cannot return optionals from Python, so ``validate`` and ``format.named`` return a tagged
-"pseudo-optional" map that answers ``hasValue()``, ``value()`` and ``orValue()`` like a real optional.
+"pseudo-optional" map that answers ``hasValue()`` and ``value()`` like a real optional (``orValue`` is reserved
+by the backend for real optionals and is not available on it).
 """
 
 from __future__ import annotations
@@ -173,11 +174,6 @@ def _value(optional: Any) -> Any:
     return items[0]
 
 
-def _or_value(optional: Any, default: Any) -> Any:
-    items = untag(optional, OPTIONAL_TYPE)
-    return items[0] if items else default
-
-
 def build_format() -> Library:
     library = Library("k8s.format")
     for name in FORMATS:
@@ -186,5 +182,4 @@ def build_format() -> Library:
     library.add("validate", ("map", "string"), "map", _validate, member=True)
     library.add("hasValue", ("map",), "bool", _has_value, member=True)
     library.add("value", ("map",), "dyn", _value, member=True)
-    library.add("orValue", ("map", "any"), "dyn", _or_value, member=True)
     return library

@@ -70,14 +70,15 @@ def _hex_digest(algorithm: str) -> Any:
     return lambda text: hashlib.new(algorithm, text.encode()).hexdigest()
 
 
-def _gzip_compress(value: Any) -> bytes:
+def _gzip_compress(value: Any) -> bytearray:
     if isinstance(value, (bytes, bytearray)):
         data = bytes(value)
     elif isinstance(value, str):
         data = value.encode()
     else:
         data = _json_marshal(value).encode()
-    return gzip.compress(data)
+    # cel-expr-python truncates ``bytes`` at the first NUL but copies ``bytearray`` faithfully.
+    return bytearray(gzip.compress(data))
 
 
 def _gzip_decompress(data: Any) -> str:

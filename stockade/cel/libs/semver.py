@@ -19,7 +19,7 @@ _SEMVER_RE = re.compile(
 
 def _normalize(text: str) -> str:
     text = text[1:] if text.startswith("v") else text
-    core, separator, suffix = re.match(r"^([0-9.]*)(.*)$", text, re.DOTALL).groups()  # type: ignore[union-attr]
+    core, suffix = re.match(r"^([0-9.]*)(.*)$", text, re.DOTALL).groups()  # type: ignore[union-attr]
     parts = core.split(".") if core else []
     if not parts or len(parts) > 3 or any(not part.isdigit() for part in parts):
         return text
