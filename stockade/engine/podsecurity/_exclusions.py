@@ -46,7 +46,7 @@ CONTAINER_LEVEL_CONTROLS = frozenset(
     {"Capabilities", "Privileged Containers", "Host Ports", "/proc Mount Type", "Privilege Escalation"}
 )
 
-_DIGITS = re.compile(r"\d+")
+_DIGITS = re.compile(r"[0-9]+")
 _WORDS = re.compile(r"[a-zA-Z]+")
 _CONTAINER_KINDS = frozenset({"containers", "initContainers", "ephemeralContainers"})
 
