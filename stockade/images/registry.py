@@ -475,7 +475,11 @@ class RegistryClient:
         if authorization:
             request_headers["Authorization"] = authorization
         scheme = self._scheme(target.host)
-        response = self._send_following_redirects(scheme, target.host, method, path, request_headers, body)
+        try:
+            response = self._send_following_redirects(scheme, target.host, method, path, request_headers, body)
+        except RegistryError as exc:
+            exc.repository = exc.repository or target.repository
+            raise
         if response.status != 401:
             return response
         challenges = parse_www_authenticate(response.headers.get_all("WWW-Authenticate") or [])

@@ -202,7 +202,9 @@ class TokenServer:
         server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
         server.daemon_threads = True
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="token-server", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="token-server", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -216,6 +218,8 @@ class TokenServer:
         token_server = self
 
         class Handler(BaseHTTPRequestHandler):
+            disable_nagle_algorithm = True  # headers and body go out in separate writes
+
             def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
                 return
 

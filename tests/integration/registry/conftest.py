@@ -81,6 +81,7 @@ def _start_fake() -> tuple[FakeRegistry, ThreadingHTTPServer]:
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        disable_nagle_algorithm = True  # headers and body go out in separate writes
 
         def log_message(self, format: str, *args: Any) -> None:
             return
@@ -108,7 +109,7 @@ def _start_fake() -> tuple[FakeRegistry, ThreadingHTTPServer]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     fake.port = int(server.server_address[1])
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     return fake, server
 
 
