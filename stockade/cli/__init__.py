@@ -1,1 +1,1 @@
-"""cli"""
+"""Command-line interface: ``stockade test``, ``stockade apply`` and friends."""

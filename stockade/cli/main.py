@@ -1,0 +1,58 @@
+"""Entry point. Sub-commands import their machinery lazily so ``stockade --version`` starts fast."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from stockade import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="stockade")
+def cli() -> None:
+    """Stockade: run Kyverno policies offline or as an admission controller."""
+
+
+@cli.command("test")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--file-name", "-f", default="kyverno-test.yaml", show_default=True, help="Test file name to look for.")
+@click.option("--fail-only", is_flag=True, help="Print only the failed expectations.")
+@click.option("--detailed-results", is_flag=True, help="Add the rule message to each row.")
+@click.option("--output-format", "-o", type=click.Choice(["table", "json", "junit"]), default="table", show_default=True)
+@click.option("--require-tests", is_flag=True, help="Fail when no test file is found.")
+@click.option("--remove-color", is_flag=True, help="Disable colours.")
+def test_command(paths: tuple[str, ...], file_name: str, fail_only: bool, detailed_results: bool, output_format: str, require_tests: bool, remove_color: bool) -> None:
+    """Run Kyverno CLI test files (kyverno-test.yaml) found under PATHS."""
+    from stockade.cli.test_cmd import run_tests
+
+    sys.exit(run_tests(list(paths), file_name, fail_only, detailed_results, output_format, require_tests, remove_color))
+
+
+@cli.command("apply")
+@click.argument("policies", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--resource", "-r", "resources", multiple=True, type=click.Path(exists=True), help="Resource file or directory (repeatable).")
+@click.option("--values-file", "-f", type=click.Path(exists=True), help="Values file (kind: Values).")
+@click.option("--set", "-s", "set_values", multiple=True, help="Variable values: key=value[,key=value].")
+@click.option("--userinfo", "-u", type=click.Path(exists=True), help="User info file (kind: UserInfo).")
+@click.option("--exception", "-e", "exceptions", multiple=True, type=click.Path(exists=True), help="PolicyException files.")
+@click.option("--policy-report", "-p", is_flag=True, help="Print a PolicyReport of the results.")
+@click.option("--output", "-o", "output_dir", type=click.Path(), help="Write mutated/generated resources to this file or directory.")
+@click.option("--output-format", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@click.option("--audit-warn", is_flag=True, help="Report failures of Audit rules as warn.")
+@click.option("--detailed-results", is_flag=True, help="Print every rule result, not only failures.")
+@click.option("--remove-color", is_flag=True, help="Disable colours.")
+def apply_command(**options: object) -> None:
+    """Apply POLICIES to resources and report the results."""
+    from stockade.cli.apply_cmd import run_apply
+
+    sys.exit(run_apply(**options))  # type: ignore[arg-type]
+
+
+def main() -> None:
+    cli(prog_name="stockade")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

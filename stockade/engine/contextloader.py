@@ -1,0 +1,187 @@
+"""Loading a rule's ``context`` entries into the engine context.
+
+The engine itself never does I/O: ConfigMaps, API calls, image metadata and global context come from providers the
+caller supplies (the CLI answers them from test files; the server from the cluster). An entry whose provider is
+missing is left out, as Kyverno's CLI does, so a policy referencing it fails with Kyverno's "Unknown key" error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from stockade.engine.context import EngineContext
+from stockade.engine.variables import SubstitutionError, substitute_all
+from stockade.jmespath import JMESPathError, compile_expression
+
+
+class ContextLoadError(Exception):
+    """A context entry could not be loaded."""
+
+
+ConfigMapResolver = Callable[[str, str], dict[str, Any] | None]
+APICallResolver = Callable[[dict[str, Any], EngineContext], Any]
+ImageDataResolver = Callable[[str, dict[str, Any]], Any]
+GlobalContextResolver = Callable[[str], Any]
+RuleValuesResolver = Callable[[str, str], dict[str, Any] | None]
+ForeachValuesResolver = Callable[[str, str], dict[str, list[Any]] | None]
+
+
+@dataclass
+class ContextProviders:
+    """Where context data comes from; ``None`` disables that entry type."""
+
+    configmaps: ConfigMapResolver | None = None
+    api_calls: APICallResolver | None = None
+    image_data: ImageDataResolver | None = None
+    global_context: GlobalContextResolver | None = None
+    rule_values: RuleValuesResolver | None = None
+    foreach_values: ForeachValuesResolver | None = None
+
+
+def _search(expression: str, data: Any) -> Any:
+    return compile_expression(expression).search(data)
+
+
+class ContextLoader:
+    """Loads context entries for one policy, honouring user-supplied values first (CLI ``values`` files)."""
+
+    def __init__(self, providers: ContextProviders | None = None, policy_name: str = "", policy_namespace: str = "") -> None:
+        self.providers = providers or ContextProviders()
+        self.policy_name = policy_name
+        self.policy_namespace = policy_namespace
+
+    def initialise(self, rule_name: str, ctx: EngineContext, foreach_index: int | None = None) -> set[str]:
+        """Apply rule values (and the current foreach element's values); return the names they provide."""
+        provided: set[str] = set()
+        if self.providers.rule_values is not None:
+            for key, value in (self.providers.rule_values(self.policy_name, rule_name) or {}).items():
+                ctx.add_variable(key, value)
+                provided.add(key.split(".", 1)[0])
+        if self.providers.foreach_values is not None:
+            values = self.providers.foreach_values(self.policy_name, rule_name) or {}
+            index = foreach_index or 0
+            for key, items in values.items():
+                if isinstance(items, list) and 0 <= index < len(items):
+                    ctx.add_variable(key, items[index])
+                    provided.add(key.split(".", 1)[0])
+        return provided
+
+    def load(
+        self,
+        entries: list[dict[str, Any]],
+        ctx: EngineContext,
+        rule_name: str,
+        *,
+        foreach_index: int | None = None,
+        is_delete: bool = False,
+    ) -> None:
+        provided = self.initialise(rule_name, ctx, foreach_index)
+        for entry in entries or []:
+            name = str(entry.get("name", ""))
+            if name in provided:
+                continue
+            self._load_entry(entry, name, ctx, is_delete)
+
+    def _load_entry(self, entry: dict[str, Any], name: str, ctx: EngineContext, is_delete: bool) -> None:
+        if "variable" in entry and entry["variable"] is not None:
+            self._load_variable(entry, name, ctx, is_delete)
+        elif entry.get("configMap") is not None:
+            if self.providers.configmaps is not None:
+                self._load_configmap(entry, name, ctx, is_delete)
+        elif entry.get("apiCall") is not None:
+            if self.providers.api_calls is not None:
+                self._load_api_call(entry, name, ctx, is_delete)
+        elif entry.get("imageRegistry") is not None:
+            if self.providers.image_data is not None:
+                self._load_image_data(entry, name, ctx, is_delete)
+        elif entry.get("globalReference") is not None:
+            if self.providers.global_context is not None:
+                self._load_global(entry, name, ctx, is_delete)
+        else:
+            raise ContextLoadError(f"missing ConfigMap|APICall|ImageRegistry|Variable in context entry {name}")
+
+    def _substitute(self, value: Any, ctx: EngineContext, name: str, is_delete: bool) -> Any:
+        try:
+            return substitute_all(value, ctx, is_delete=is_delete)
+        except SubstitutionError as exc:
+            raise ContextLoadError(f"failed to substitute variables in context entry {name}: {exc}") from None
+
+    def _load_variable(self, entry: dict[str, Any], name: str, ctx: EngineContext, is_delete: bool) -> None:
+        variable = entry["variable"] or {}
+        default = variable.get("default")
+        if default is not None:
+            default = self._substitute(default, ctx, name, is_delete)
+        value: Any = None
+        has_value = "value" in variable and variable["value"] is not None
+        if has_value:
+            value = self._substitute(variable["value"], ctx, name, is_delete)
+        expression = variable.get("jmesPath")
+        if expression:
+            expression = self._substitute(expression, ctx, name, is_delete)
+            try:
+                value = _search(expression, value) if has_value else ctx.query(expression)
+            except (JMESPathError, Exception) as exc:
+                if default is None:
+                    raise ContextLoadError(f'failed to apply jmespath "{expression}" to variable {name}: {exc}') from None
+                value = default
+        if value is None and default is not None:
+            value = default
+        if value is None and not has_value and not expression:
+            raise ContextLoadError(f"variable {name} has no value, jmesPath or default")
+        ctx.set(name, value)
+
+    def _load_configmap(self, entry: dict[str, Any], name: str, ctx: EngineContext, is_delete: bool) -> None:
+        spec = self._substitute(entry["configMap"], ctx, name, is_delete)
+        namespace = str(spec.get("namespace") or self.policy_namespace or "default")
+        assert self.providers.configmaps is not None
+        configmap = self.providers.configmaps(namespace, str(spec.get("name", "")))
+        if configmap is None:
+            raise ContextLoadError(f'failed to retrieve config map for context entry {name}: configmaps "{spec.get("name")}" not found')
+        ctx.set(name, configmap)
+
+    def _load_api_call(self, entry: dict[str, Any], name: str, ctx: EngineContext, is_delete: bool) -> None:
+        call = self._substitute(entry["apiCall"], ctx, name, is_delete)
+        assert self.providers.api_calls is not None
+        try:
+            data = self.providers.api_calls(call, ctx)
+        except ContextLoadError:
+            if call.get("default") is not None:
+                ctx.set(name, call["default"])
+                return
+            raise
+        expression = call.get("jmesPath")
+        if expression:
+            try:
+                data = _search(expression, data)
+            except JMESPathError as exc:
+                if call.get("default") is not None:
+                    data = call["default"]
+                else:
+                    raise ContextLoadError(f"failed to apply JMESPath {expression} for context entry {name}: {exc}") from None
+        ctx.set(name, data)
+
+    def _load_image_data(self, entry: dict[str, Any], name: str, ctx: EngineContext, is_delete: bool) -> None:
+        spec = self._substitute(entry["imageRegistry"], ctx, name, is_delete)
+        assert self.providers.image_data is not None
+        data = self.providers.image_data(str(spec.get("reference", "")), spec)
+        expression = spec.get("jmesPath")
+        if expression:
+            try:
+                data = _search(expression, data)
+            except JMESPathError as exc:
+                raise ContextLoadError(f"failed to apply JMESPath {expression} for context entry {name}: {exc}") from None
+        ctx.set(name, data)
+
+    def _load_global(self, entry: dict[str, Any], name: str, ctx: EngineContext, is_delete: bool) -> None:
+        spec = self._substitute(entry["globalReference"], ctx, name, is_delete)
+        assert self.providers.global_context is not None
+        data = self.providers.global_context(str(spec.get("name", "")))
+        expression = spec.get("jmesPath")
+        if expression:
+            try:
+                data = _search(expression, data)
+            except JMESPathError as exc:
+                raise ContextLoadError(f"failed to apply JMESPath {expression} for context entry {name}: {exc}") from None
+        ctx.set(name, data)

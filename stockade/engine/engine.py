@@ -1,0 +1,213 @@
+"""The engine: runs a policy's rules of one phase (mutate, validate, generate) against one resource.
+
+Mirrors Kyverno's flow: match/exclude → context → preconditions → exceptions → rule handler, with a JSON-context
+checkpoint around every rule so context entries never leak between rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from stockade.engine.context import ContextError
+from stockade.engine.contextloader import ContextLoader, ContextLoadError, ContextProviders
+from stockade.engine.exceptions import exception_keys, matching_exceptions
+from stockade.engine.handlers.generate import ResourceLookup, generate_rule
+from stockade.engine.handlers.mutate import mutate_resource_rule
+from stockade.engine.handlers.podsecurity import validate_pod_security_rule
+from stockade.engine.handlers.validate import validate_resource_rule
+from stockade.engine.match import RequestInfo, ResourceKind, match_reasons
+from stockade.engine.policycontext import PolicyContext, build_json_context
+from stockade.engine.preconditions import ConditionEvaluationError, evaluate_conditions
+from stockade.engine.response import FAIL, PASS, EngineResponse, RuleResponse, rule_error, rule_skip
+from stockade.engine.variables import SubstitutionError
+from stockade.jmespath import JMESPathError
+from stockade.policy.model import (
+    RULE_TYPE_GENERATION,
+    RULE_TYPE_MUTATION,
+    RULE_TYPE_VALIDATION,
+    KyvernoPolicy,
+    PolicyException,
+    Rule,
+)
+
+RuleHandler = Callable[[PolicyContext, Rule, dict[str, Any]], tuple[dict[str, Any], RuleResponse | None]]
+
+
+@dataclass
+class Request:
+    """An admission request reduced to what policies can see."""
+
+    resource: dict[str, Any]
+    operation: str = "CREATE"
+    old_resource: dict[str, Any] = field(default_factory=dict)
+    info: RequestInfo = field(default_factory=RequestInfo)
+    namespace_labels: dict[str, str] = field(default_factory=dict)
+    subresource: str = ""
+    values: dict[str, Any] = field(default_factory=dict)
+    gvk: ResourceKind | None = None
+    operation_forced: bool = False
+
+
+class Engine:
+    """Evaluates Kyverno ClusterPolicy/Policy rules. Stateless apart from configuration; safe to reuse."""
+
+    def __init__(
+        self,
+        *,
+        providers: ContextProviders | None = None,
+        exceptions: list[PolicyException] | None = None,
+        resource_lookup: ResourceLookup | None = None,
+        default_registry: str = "docker.io",
+    ) -> None:
+        self.providers = providers or ContextProviders()
+        self.exceptions = list(exceptions or [])
+        self.resource_lookup = resource_lookup
+        self.default_registry = default_registry
+
+    # -- policy context -------------------------------------------------------------------------------------------
+    def policy_context(self, policy: KyvernoPolicy, request: Request) -> PolicyContext:
+        new_resource = {} if request.operation == "DELETE" else request.resource
+        old_resource = request.old_resource
+        if request.operation == "DELETE" and not old_resource:
+            old_resource = request.resource
+        if request.operation == "UPDATE" and not old_resource:
+            old_resource = request.resource
+        gvk = request.gvk or ResourceKind.of(request.resource, request.subresource)
+        ctx = build_json_context(new_resource, old_resource, request.operation, request.info, gvk, default_registry=self.default_registry)
+        for key, value in request.values.items():
+            ctx.add_variable(key, value)
+        request_data = ctx.get("request") or {}
+        if request.values:
+            # values may rewrite the object under review (e.g. request.object.metadata.name)
+            new_resource = request_data.get("object") or {} if request.operation != "DELETE" else {}
+            old_resource = request_data.get("oldObject") or old_resource
+        loader = ContextLoader(self.providers, policy.name, policy.namespace)
+        return PolicyContext(
+            policy=policy,
+            new_resource=new_resource,
+            old_resource=old_resource,
+            operation=request.operation,
+            json_context=ctx,
+            gvk=gvk,
+            request_info=request.info,
+            namespace_labels=request.namespace_labels,
+            context_loader=loader,
+            exceptions=self.exceptions,
+        )
+
+    # -- shared rule driver ----------------------------------------------------------------------------------------
+    def _matches(self, pctx: PolicyContext, rule: Rule, resource: dict[str, Any]) -> bool:
+        kwargs = dict(info=pctx.request_info, namespace_labels=pctx.namespace_labels, operation=pctx.operation, policy_namespace=pctx.policy.namespace)
+        if resource and not match_reasons(rule.raw, resource, pctx.gvk, **kwargs):
+            return True
+        if pctx.old_resource and not match_reasons(rule.raw, pctx.old_resource, pctx.gvk, **kwargs):
+            return True
+        return False
+
+    def _run_rules(
+        self,
+        pctx: PolicyContext,
+        rule_type: str,
+        wants: Callable[[Rule], bool],
+        handler: RuleHandler,
+    ) -> EngineResponse:
+        ctx = pctx.json_context
+        resource = pctx.new_resource
+        response = EngineResponse(pctx.policy, pctx.new_resource or pctx.old_resource, resource, namespace_labels=pctx.namespace_labels)
+        applied = 0
+        ctx.checkpoint()
+        try:
+            for rule in pctx.policy.rules:
+                if not wants(rule):
+                    continue
+                if not self._matches(pctx, rule, resource):
+                    continue
+                ctx.checkpoint()
+                try:
+                    resource, rule_response = self._invoke(pctx, rule, rule_type, resource, handler)
+                finally:
+                    ctx.reset()
+                if rule_type == RULE_TYPE_MUTATION and resource is not pctx.new_resource:
+                    pctx.set_resource(resource)
+                if rule_response is None:
+                    continue
+                rule_response.failure_action = self._failure_action(pctx, rule)
+                response.rules.append(rule_response)
+                if rule_response.status in (PASS, FAIL):
+                    applied += 1
+                if pctx.policy.apply_rules == "One" and applied > 0:
+                    break
+        finally:
+            ctx.reset()
+        response.patched_resource = resource
+        return response
+
+    def _invoke(
+        self, pctx: PolicyContext, rule: Rule, rule_type: str, resource: dict[str, Any], handler: RuleHandler
+    ) -> tuple[dict[str, Any], RuleResponse | None]:
+        try:
+            pctx.context_loader.load(rule.context, pctx.json_context, rule.name, is_delete=pctx.is_delete)
+        except (ContextLoadError, JMESPathError, ContextError, SubstitutionError) as exc:
+            return resource, rule_error(rule.name, rule_type, "failed to load context", exc)
+        try:
+            ok, message = evaluate_conditions(rule.preconditions, pctx.json_context, is_delete=pctx.is_delete)
+        except ConditionEvaluationError as exc:
+            return resource, rule_error(rule.name, rule_type, "failed to evaluate preconditions", exc)
+        if not ok:
+            return resource, rule_skip(rule.name, rule_type, "; ".join(m for m in ("preconditions not met", message) if m))
+        exceptions = matching_exceptions(pctx, rule.name)
+        if exceptions:
+            pss_exceptions = [e for e in exceptions if e.pod_security]
+            if not (pss_exceptions and (rule.validate or {}).get("podSecurity") is not None):
+                keys = exception_keys(exceptions)
+                return resource, rule_skip(rule.name, rule_type, "rule is skipped due to policy exceptions" + ", ".join(keys), exceptions=keys)
+            extra = [control for e in pss_exceptions for control in e.pod_security]
+            return resource, validate_pod_security_rule(pctx, rule, extra)
+        return handler(pctx, rule, resource)
+
+    @staticmethod
+    def _failure_action(pctx: PolicyContext, rule: Rule) -> str:
+        action = (rule.validate or {}).get("failureAction")
+        if not action:
+            action = pctx.policy.validation_failure_action
+        for override in pctx.policy.validation_failure_action_overrides:
+            namespaces = override.get("namespaces") or []
+            namespace = str(((pctx.new_resource or pctx.old_resource).get("metadata") or {}).get("namespace") or "")
+            from stockade.engine.wildcard import match as wildcard_match
+
+            if any(wildcard_match(str(ns), namespace) for ns in namespaces):
+                action = override.get("action") or action
+        return "Enforce" if str(action).lower() == "enforce" else "Audit"
+
+    # -- phases ----------------------------------------------------------------------------------------------------
+    def mutate(self, pctx: PolicyContext) -> EngineResponse:
+        def wants(rule: Rule) -> bool:
+            return rule.has_mutate() and not rule.has_mutate_existing()
+
+        return self._run_rules(pctx, RULE_TYPE_MUTATION, wants, mutate_resource_rule)
+
+    def validate(self, pctx: PolicyContext) -> EngineResponse:
+        def handler(ctx: PolicyContext, rule: Rule, resource: dict[str, Any]) -> tuple[dict[str, Any], RuleResponse | None]:
+            validate = rule.validate or {}
+            if validate.get("podSecurity") is not None:
+                return resource, validate_pod_security_rule(ctx, rule)
+            if validate.get("manifests") is not None:
+                return resource, rule_error(rule.name, RULE_TYPE_VALIDATION, "validate.manifests (signed YAML manifests) is not supported yet")
+            if validate.get("cel") is not None:
+                return resource, self._validate_cel(ctx, rule)
+            return resource, validate_resource_rule(ctx, rule)
+
+        return self._run_rules(pctx, RULE_TYPE_VALIDATION, Rule.has_validate, handler)
+
+    def _validate_cel(self, pctx: PolicyContext, rule: Rule) -> RuleResponse | None:
+        return rule_error(rule.name, RULE_TYPE_VALIDATION, "validate.cel is not supported yet")
+
+    def generate(self, pctx: PolicyContext) -> EngineResponse:
+        lookup = self.resource_lookup
+
+        def handler(ctx: PolicyContext, rule: Rule, resource: dict[str, Any]) -> tuple[dict[str, Any], RuleResponse | None]:
+            return resource, generate_rule(ctx, rule, lookup)
+
+        return self._run_rules(pctx, RULE_TYPE_GENERATION, Rule.has_generate, handler)

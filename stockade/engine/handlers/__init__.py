@@ -1,0 +1,1 @@
+"""One handler per rule type, in the spirit of Kyverno's ``pkg/engine/handlers``."""

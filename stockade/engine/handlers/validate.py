@@ -1,0 +1,289 @@
+"""``validate`` rules: pattern, anyPattern, deny and foreach, with Kyverno's messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stockade.engine.context import ContextError
+from stockade.engine.contextloader import ContextLoadError
+from stockade.engine.pattern import validate_pattern
+from stockade.engine.policycontext import PolicyContext
+from stockade.engine.preconditions import ConditionEvaluationError, evaluate_conditions
+from stockade.engine.response import ERROR, PASS, SKIP, RuleResponse, rule_error, rule_fail, rule_pass, rule_skip
+from stockade.engine.variables import SubstitutionError, substitute_all
+from stockade.jmespath import JMESPathError
+from stockade.policy.model import RULE_TYPE_VALIDATION, Rule
+
+VALIDATION = RULE_TYPE_VALIDATION
+
+
+def evaluate_list(expression: str, pctx: PolicyContext) -> list[Any]:
+    """A foreach ``list`` as a list: non-list results become a one-element list, as in Kyverno."""
+    value = pctx.json_context.query(expression)
+    if isinstance(value, list):
+        return value
+    return [value]
+
+
+def add_element(pctx: PolicyContext, element: Any, index: int, nesting: int, element_scope: bool | None) -> None:
+    ctx = pctx.json_context
+    ctx.set("element", element)
+    ctx.set("elementIndex", index)
+    ctx.set(f"element{nesting}", element)
+    ctx.set(f"elementIndex{nesting}", index)
+    scoped = isinstance(element, dict)
+    if element_scope is not None:
+        if element_scope and not isinstance(element, dict):
+            raise ValueError(
+                "cannot use elementScope=true foreach rules for elements that are not maps, "
+                f"expected type=map got type={_go_type(element)}"
+            )
+        scoped = element_scope
+    pctx.element = element if scoped else None
+
+
+def _go_type(value: Any) -> str:
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "float64"
+    if isinstance(value, list):
+        return "[]interface {}"
+    return "<nil>" if value is None else type(value).__name__
+
+
+class Validator:
+    """Evaluates one validate block (the rule's, or a foreach level's)."""
+
+    def __init__(
+        self,
+        pctx: PolicyContext,
+        rule: Rule,
+        block: dict[str, Any],
+        *,
+        nesting: int = 0,
+        context_entries: list[dict[str, Any]] | None = None,
+        conditions: Any = None,
+        foreach_index: int | None = None,
+    ) -> None:
+        self.pctx = pctx
+        self.rule = rule
+        self.block = block
+        self.nesting = nesting
+        self.context_entries = context_entries or []
+        self.conditions = conditions
+        self.foreach_index = foreach_index
+
+    @property
+    def message_template(self) -> str:
+        return str((self.rule.validate or {}).get("message") or "")
+
+    def validate(self) -> RuleResponse | None:
+        pctx = self.pctx
+        name = self.rule.name
+        if self.nesting > 0:
+            try:
+                pctx.context_loader.load(
+                    self.context_entries, pctx.json_context, name, foreach_index=self.foreach_index, is_delete=pctx.is_delete
+                )
+            except (ContextLoadError, JMESPathError, ContextError, SubstitutionError) as exc:
+                return rule_error(name, VALIDATION, "failed to load context", exc)
+            try:
+                ok, message = evaluate_conditions(self.conditions, pctx.json_context, is_delete=pctx.is_delete)
+            except ConditionEvaluationError as exc:
+                return rule_error(name, VALIDATION, "failed to evaluate preconditions", exc)
+            if not ok:
+                return rule_skip(name, VALIDATION, "; ".join(m for m in ("preconditions not met", message) if m))
+        if self.block.get("deny") is not None:
+            return self._validate_deny()
+        if self.block.get("pattern") is not None or self.block.get("anyPattern") is not None:
+            return self._validate_patterns()
+        if self.block.get("foreach"):
+            return self._validate_foreach()
+        return None
+
+    # -- deny -----------------------------------------------------------------------------------------------------
+    def _validate_deny(self) -> RuleResponse:
+        deny = self.block.get("deny") or {}
+        conditions = deny.get("conditions") if isinstance(deny, dict) else None
+        try:
+            denied, message = evaluate_conditions(conditions, self.pctx.json_context, is_delete=self.pctx.is_delete) if conditions is not None else (True, "")
+        except ConditionEvaluationError as exc:
+            return rule_error(self.rule.name, VALIDATION, "failed to check deny conditions", exc)
+        if not denied:
+            return rule_pass(self.rule.name, VALIDATION, f"validation rule '{self.rule.name}' passed.")
+        return rule_fail(self.rule.name, VALIDATION, self._deny_message(message))
+
+    def _deny_message(self, condition_message: str) -> str:
+        template = self.message_template
+        if not template and not condition_message:
+            return f"validation error: rule {self.rule.name} failed"
+        text = "; ".join(m for m in (template, condition_message) if m)
+        try:
+            value = substitute_all(text, self.pctx.json_context, is_delete=self.pctx.is_delete)
+        except SubstitutionError:
+            return condition_message
+        if isinstance(value, str):
+            return value
+        return "the produced message didn't resolve to a string, check your policy definition."
+
+    # -- pattern / anyPattern ---------------------------------------------------------------------------------------
+    def _substituted(self, key: str) -> Any:
+        return substitute_all(self.block[key], self.pctx.json_context, is_delete=self.pctx.is_delete)
+
+    def _target(self) -> dict[str, Any] | None:
+        if self.pctx.element is not None:
+            return self.pctx.element
+        if self.pctx.is_delete:
+            return None
+        return self.pctx.new_resource
+
+    def _validate_patterns(self) -> RuleResponse | None:
+        name = self.rule.name
+        key = "pattern" if self.block.get("pattern") is not None else "anyPattern"
+        try:
+            pattern = self._substituted(key)
+        except SubstitutionError as exc:
+            return rule_error(name, VALIDATION, "variable substitution failed", exc)
+        resource = self._target()
+        if resource is None:
+            return None
+        if key == "pattern":
+            failure = validate_pattern(resource, pattern)
+            if failure is None:
+                return rule_pass(name, VALIDATION, f"validation rule '{name}' passed.")
+            if failure.skip:
+                return rule_skip(name, VALIDATION, failure.message)
+            if not failure.path:
+                return RuleResponse(name, VALIDATION, ERROR, self._error_message(failure.message, ""))
+            return rule_fail(name, VALIDATION, self._error_message(failure.message, failure.path))
+        if not isinstance(pattern, list):
+            return rule_error(name, VALIDATION, "failed to deserialize anyPattern, expected type array")
+        failed: list[str] = []
+        skipped: list[str] = []
+        for index, candidate in enumerate(pattern):
+            failure = validate_pattern(resource, candidate)
+            if failure is None:
+                return rule_pass(name, VALIDATION, f"validation rule '{name}' anyPattern[{index}] passed.")
+            if failure.skip:
+                skipped.append(f"rule {name}[{index}] skipped: {failure.message}")
+            elif not failure.path:
+                failed.append(f"rule {name}[{index}] failed: {failure.message}")
+            else:
+                failed.append(f"rule {name}[{index}] failed at path {failure.path}")
+        if skipped and not failed:
+            return rule_skip(name, VALIDATION, " ".join(skipped))
+        if failed:
+            return rule_fail(name, VALIDATION, self._any_pattern_message(failed))
+        return rule_pass(name, VALIDATION, self.message_template)
+
+    def _resolved_message(self) -> str | None:
+        try:
+            value = substitute_all(self.message_template, self.pctx.json_context, is_delete=self.pctx.is_delete)
+        except SubstitutionError:
+            return None
+        return value if isinstance(value, str) else str(value)
+
+    def _error_message(self, error: str, path: str) -> str:
+        name = self.rule.name
+        if not self.message_template:
+            if path:
+                return f"validation error: rule {name} failed at path {path}"
+            return f"validation error: rule {name} execution error: {error}"
+        message = self._resolved_message()
+        if message is None:
+            return f"validation error: variables substitution error in rule {name} execution error: {error}"
+        if not message.endswith("."):
+            message += "."
+        if path:
+            return f"validation error: {message} rule {name} failed at path {path}"
+        return f"validation error: {message} rule {name} execution error: {error}"
+
+    def _any_pattern_message(self, errors: list[str]) -> str:
+        joined = " ".join(errors)
+        if not self.message_template:
+            return f"validation error: {joined}"
+        message = self._resolved_message()
+        if message is None:
+            return f"validation error: variables substitution error in rule {self.rule.name} execution error: {joined}"
+        if message.endswith("."):
+            return f"validation error: {message} {joined}"
+        return f"validation error: {message}. {joined}"
+
+    # -- foreach ----------------------------------------------------------------------------------------------------
+    def _validate_foreach(self) -> RuleResponse | None:
+        apply_count = 0
+        list_error: Exception | None = None
+        for foreach in self.block.get("foreach") or []:
+            try:
+                elements = evaluate_list(str(foreach.get("list", "")), self.pctx)
+            except (JMESPathError, ContextError) as exc:
+                if "Unknown key" in str(exc):
+                    continue
+                list_error = exc
+                continue
+            response, count = self._validate_elements(foreach, elements)
+            if response.status != PASS:
+                return response
+            apply_count += count
+        if apply_count == 0:
+            if list_error is not None:
+                return rule_error(self.rule.name, VALIDATION, "failed to evaluate list", list_error)
+            return None
+        return rule_pass(self.rule.name, VALIDATION, "rule passed")
+
+    def _validate_elements(self, foreach: dict[str, Any], elements: list[Any]) -> tuple[RuleResponse, int]:
+        pctx = self.pctx
+        ctx = pctx.json_context
+        saved_element = pctx.element
+        ctx.checkpoint()
+        apply_count = 0
+        try:
+            for index, element in enumerate(elements):
+                if element is None:
+                    continue
+                ctx.restore()
+                try:
+                    add_element(pctx, element, index, self.nesting, foreach.get("elementScope"))
+                except ValueError as exc:
+                    return rule_error(self.rule.name, VALIDATION, "failed to process foreach", exc), apply_count
+                nested = Validator(
+                    pctx,
+                    self.rule,
+                    _foreach_block(foreach),
+                    nesting=self.nesting + 1,
+                    context_entries=foreach.get("context"),
+                    conditions=foreach.get("preconditions"),
+                    foreach_index=index,
+                )
+                response = nested.validate()
+                pctx.element = saved_element
+                if response is None or response.status == SKIP:
+                    continue
+                if response.status != PASS:
+                    if response.status == ERROR and "failed to evaluate preconditions" in response.message:
+                        continue
+                    return RuleResponse(self.rule.name, VALIDATION, response.status, f"validation failure: {response.message}"), apply_count
+                apply_count += 1
+        finally:
+            ctx.reset()
+            pctx.element = saved_element
+        return rule_pass(self.rule.name, VALIDATION, ""), apply_count
+
+
+def _foreach_block(foreach: dict[str, Any]) -> dict[str, Any]:
+    block: dict[str, Any] = {}
+    for key in ("pattern", "anyPattern", "deny"):
+        if foreach.get(key) is not None:
+            block[key] = foreach[key]
+    if foreach.get("foreach"):
+        block["foreach"] = foreach["foreach"]
+    return block
+
+
+def validate_resource_rule(pctx: PolicyContext, rule: Rule) -> RuleResponse | None:
+    """The standard validate handler (pattern/anyPattern/deny/foreach)."""
+    validate = rule.validate or {}
+    return Validator(pctx, rule, validate).validate()

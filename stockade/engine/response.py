@@ -1,0 +1,76 @@
+"""What the engine reports: one RuleResponse per evaluated rule, grouped per policy and resource."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from stockade.policy.model import KyvernoPolicy
+
+PASS = "pass"
+FAIL = "fail"
+WARN = "warn"
+ERROR = "error"
+SKIP = "skip"
+STATUSES = (PASS, FAIL, WARN, ERROR, SKIP)
+
+
+@dataclass
+class RuleResponse:
+    """The outcome of one rule on one resource."""
+
+    name: str
+    rule_type: str
+    status: str
+    message: str = ""
+    generated_resources: list[dict[str, Any]] = field(default_factory=list)
+    patched_target: dict[str, Any] | None = None
+    exceptions: list[str] = field(default_factory=list)
+    properties: dict[str, str] = field(default_factory=dict)
+    pod_security_checks: Any = None
+    failure_action: str = "Audit"
+
+    @property
+    def is_failure(self) -> bool:
+        return self.status in (FAIL, ERROR)
+
+
+def rule_pass(name: str, rule_type: str, message: str = "", **extra: Any) -> RuleResponse:
+    return RuleResponse(name, rule_type, PASS, message, **extra)
+
+
+def rule_fail(name: str, rule_type: str, message: str, **extra: Any) -> RuleResponse:
+    return RuleResponse(name, rule_type, FAIL, message, **extra)
+
+
+def rule_skip(name: str, rule_type: str, message: str, **extra: Any) -> RuleResponse:
+    return RuleResponse(name, rule_type, SKIP, message, **extra)
+
+
+def rule_error(name: str, rule_type: str, message: str, error: Exception | str | None = None, **extra: Any) -> RuleResponse:
+    text = f"{message}: {error}" if error not in (None, "") else message
+    return RuleResponse(name, rule_type, ERROR, text, **extra)
+
+
+@dataclass
+class EngineResponse:
+    """All rule responses of one policy for one resource, plus the resource before and after the policy ran."""
+
+    policy: KyvernoPolicy | Any
+    resource: dict[str, Any]
+    patched_resource: dict[str, Any]
+    rules: list[RuleResponse] = field(default_factory=list)
+    namespace_labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def policy_name(self) -> str:
+        return str(getattr(self.policy, "name", ""))
+
+    def is_empty(self) -> bool:
+        return not self.rules
+
+    def has_failures(self) -> bool:
+        return any(rule.status in (FAIL, ERROR) for rule in self.rules)
+
+    def failed_rules(self) -> list[RuleResponse]:
+        return [rule for rule in self.rules if rule.status in (FAIL, ERROR)]

@@ -1,0 +1,1 @@
+"""Kyverno CLI test files (``kyverno-test.yaml``): loading, running and judging them."""

@@ -1,0 +1,410 @@
+"""Running a Kyverno CLI test file and judging each expectation the way ``kyverno test`` does."""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from stockade.engine.contextloader import ContextLoadError, ContextProviders
+from stockade.engine.engine import Engine, Request
+from stockade.engine.match import RequestInfo
+from stockade.engine.processor import apply_policies
+from stockade.engine.response import EngineResponse, RuleResponse
+from stockade.kyvernotest.compare import compare_resources, find_resource
+from stockade.kyvernotest.schema import TestCase, TestResult
+from stockade.kyvernotest.values import Values, load_user_info, load_values, values_from_mapping
+from stockade.policy.loader import Document, LoadError, load_documents
+from stockade.policy.model import KyvernoPolicy
+from stockade.policy.resources import PolicySet, normalise_resource, resource_key, split_policies
+
+
+@dataclass
+class Row:
+    """One line of the results table."""
+
+    policy: str
+    rule: str
+    resource: str
+    ok: bool
+    reason: str
+    message: str = ""
+    expected: str = ""
+    skipped_count: bool = False
+
+    @property
+    def result(self) -> str:
+        return "Pass" if self.ok else "Fail"
+
+
+@dataclass
+class TestRun:
+    case: TestCase
+    rows: list[Row] = field(default_factory=list)
+    error: str = ""
+    warnings: list[str] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for row in self.rows if not row.ok) + (1 if self.error else 0)
+
+
+@dataclass
+class _Responses:
+    trigger: dict[str, list[EngineResponse]] = field(default_factory=dict)
+    by_operation: dict[str, dict[str, list[EngineResponse]]] = field(default_factory=dict)
+
+
+class _ClusterData:
+    """Objects a test supplies in place of a cluster: trigger resources, clone sources, clusterResources."""
+
+    def __init__(self, objects: list[dict[str, Any]]) -> None:
+        self.objects = objects
+
+    def lookup(self, api_version: str, kind: str, namespace: str, name: str | None) -> list[dict[str, Any]]:
+        found = []
+        for obj in self.objects:
+            metadata = obj.get("metadata") or {}
+            if kind and obj.get("kind") != kind:
+                continue
+            if api_version and obj.get("apiVersion") != api_version:
+                continue
+            if namespace and (metadata.get("namespace") or "") != namespace:
+                continue
+            if name is not None and metadata.get("name") != name:
+                continue
+            found.append(obj)
+        return found
+
+    def configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        matches = self.lookup("v1", "ConfigMap", namespace, name)
+        return matches[0] if matches else None
+
+
+def _load_resources(case: TestCase, paths: list[str]) -> list[dict[str, Any]]:
+    documents = load_documents([case.resolve(p) for p in paths])
+    return [normalise_resource(d.data) for d in documents]
+
+
+def _lookup_rule_responses(result: TestResult, rules: list[RuleResponse]) -> list[RuleResponse]:
+    names = (result.rule, "autogen-" + result.rule, "autogen-cronjob-" + result.rule)
+    return [rule for rule in rules if rule.name in names]
+
+
+def _display_resource(key: str) -> str:
+    api_version, kind, namespace, name = key.split(",")
+    parts = [api_version, kind, namespace, name]
+    return "/".join(p for p in parts if p != "" or False)
+
+
+class TestRunner:
+    """Evaluates one test case."""
+
+    def __init__(self, case: TestCase) -> None:
+        self.case = case
+        self.run = TestRun(case)
+
+    # -- loading -----------------------------------------------------------------------------------------------------
+    def _values(self) -> Values:
+        if self.case.variables:
+            return load_values(self.case.resolve(self.case.variables))
+        if self.case.values:
+            return values_from_mapping(self.case.values, self.case.path)
+        return Values()
+
+    def _policies(self) -> PolicySet:
+        return split_policies(load_documents([self.case.resolve(p) for p in self.case.policies]))
+
+    def execute(self) -> TestRun:
+        case = self.case
+        try:
+            values = self._values()
+            info = load_user_info(case.resolve(case.userinfo)) if case.userinfo else RequestInfo()
+            policies = self._policies()
+            resources = self._dedupe(_load_resources(case, case.resources))
+            exceptions = []
+            if case.exceptions:
+                exception_set = split_policies(load_documents([case.resolve(p) for p in case.exceptions]))
+                exceptions = exception_set.exceptions
+            cluster_objects = list(resources)
+            for path in case.cluster_resources:
+                cluster_objects.extend(self._cluster_resource_objects(path))
+        except LoadError as exc:
+            self.run.error = str(exc)
+            return self.run
+        responses = self._evaluate(policies, resources, values, info, exceptions + policies.exceptions, cluster_objects)
+        self._judge(responses, policies)
+        return self.run
+
+    def _cluster_resource_objects(self, path: str) -> list[dict[str, Any]]:
+        objects: list[dict[str, Any]] = []
+        for document in load_documents([self.case.resolve(path)], require_kind=False):
+            data = document.data
+            if data.get("kind") == "ClusterResource":
+                for obj in (data.get("spec") or {}).get("resources") or []:
+                    if isinstance(obj, dict):
+                        objects.append(normalise_resource(obj))
+            else:
+                objects.append(normalise_resource(data))
+        return objects
+
+    def _dedupe(self, resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        seen: dict[str, dict[str, Any]] = {}
+        for resource in resources:
+            key = resource_key(resource)
+            if key in seen:
+                self.run.warnings.append(f"found duplicated resource {resource.get('kind')} {key.split(',')[-1]}")
+            seen[key] = resource
+        return list(seen.values())
+
+    # -- evaluation --------------------------------------------------------------------------------------------------
+    def _clone_sources(self, policies: list[KyvernoPolicy]) -> list[dict[str, Any]]:
+        objects: list[dict[str, Any]] = []
+        for result in self.case.results:
+            if result.clone_source_resource:
+                try:
+                    for document in load_documents([self.case.resolve(result.clone_source_resource)]):
+                        objects.append(normalise_resource(document.data))
+                except LoadError as exc:
+                    self.run.warnings.append(str(exc))
+        return objects
+
+    def _evaluate(
+        self,
+        policies: PolicySet,
+        resources: list[dict[str, Any]],
+        values: Values,
+        info: RequestInfo,
+        exceptions: list[Any],
+        cluster_objects: list[dict[str, Any]],
+    ) -> _Responses:
+        cluster = _ClusterData(cluster_objects + self._clone_sources(policies.kyverno))
+        mocks = self.case.api_call_responses
+        providers = ContextProviders(
+            configmaps=cluster.configmap if self.case.cluster_resources else None,
+            api_calls=_api_call_resolver(mocks, cluster) if (mocks or self.case.cluster_resources) else None,
+            rule_values=lambda policy, rule: values.rule_values.get((policy, rule)),
+            foreach_values=lambda policy, rule: values.foreach_values.get((policy, rule)),
+            global_context=_global_context_resolver(self.case.global_context_entries) if self.case.global_context_entries else None,
+        )
+        engine = Engine(providers=providers, exceptions=exceptions, resource_lookup=cluster.lookup)
+        responses = _Responses()
+        operations = sorted({r.operation for r in self.case.results if r.operation})
+        for resource in resources:
+            key = resource_key(resource)
+            name = (resource.get("metadata") or {}).get("name", "")
+            namespace = (resource.get("metadata") or {}).get("namespace", "")
+            labels = values.namespace_labels.get(namespace, {})
+
+            def values_for(policy: KyvernoPolicy, _name: str = str(name)) -> dict[str, Any]:
+                return values.for_resource(policy.name, _name)
+
+            request = Request(resource=resource, info=info, namespace_labels=labels)
+            responses.trigger[key] = apply_policies(engine, policies.kyverno, request, values_for=values_for).responses
+            for operation in operations:
+                forced = Request(resource=resource, info=info, namespace_labels=labels, operation=operation, operation_forced=True)
+
+                def forced_values(policy: KyvernoPolicy, _name: str = str(name), _op: str = operation) -> dict[str, Any]:
+                    merged = values.for_resource(policy.name, _name)
+                    merged["request.operation"] = _op
+                    return merged
+
+                result = apply_policies(engine, policies.kyverno, forced, values_for=forced_values)
+                responses.by_operation.setdefault(operation, {})[key] = result.responses
+        return responses
+
+    # -- judging -----------------------------------------------------------------------------------------------------
+    def _judge(self, responses: _Responses, policies: PolicySet) -> None:
+        for result in self.case.results:
+            trigger = responses.by_operation.get(result.operation, {}) if result.operation else responses.trigger
+            keys = self._select_resources(result, trigger)
+            for key in keys:
+                self.run.rows.extend(self._rows_for(result, key, trigger))
+
+    def _select_resources(self, result: TestResult, trigger: dict[str, list[EngineResponse]]) -> list[str]:
+        selected: list[str] = []
+        for wanted in result.resources:
+            parts = wanted.split("/")
+            for key in trigger:
+                key_parts = key.split(",")
+                if len(parts) == 1 and parts[0] == key_parts[-1]:
+                    selected.append(key)
+                elif len(parts) == 2 and parts[0] == key_parts[-2] and parts[1] == key_parts[-1]:
+                    selected.append(key)
+        for spec in result.resource_specs:
+            group, version = str(spec.get("group") or ""), str(spec.get("version") or "")
+            api_version = f"{group}/{version}" if group else version
+            for key in trigger:
+                key_parts = key.split(",")
+                if key_parts[0] == api_version and key_parts[-2] == str(spec.get("namespace") or "") and key_parts[-1] == spec.get("name"):
+                    selected.append(key)
+        if result.resources and not selected:
+            self.run.warnings.append(
+                f"results[{result.index}] names resources {', '.join(result.resources)} that are not among the loaded resources; "
+                "checking every resource instead (as kyverno does)"
+            )
+        if not selected:
+            selected = list(trigger)
+        return selected
+
+    def _rows_for(self, result: TestResult, key: str, trigger: dict[str, list[EngineResponse]]) -> list[Row]:
+        rows: list[Row] = []
+        display = key.replace(",", "/")
+        skipped_missing = False
+        for response in trigger.get(key, []):
+            if response.policy_name != result.policy_name:
+                continue
+            rule_rows: list[Row] = []
+            for rule in _lookup_rule_responses(result, response.rules) if result.rule else response.rules:
+                if rule.rule_type == "Generation" and rule.generated_resources:
+                    for generated in rule.generated_resources:
+                        rule_rows.append(self._check(result, response, rule, generated, display))
+                    continue
+                actual = response.patched_resource if rule.rule_type == "Mutation" else response.resource
+                row = self._check(result, response, rule, actual, display)
+                if row is None:
+                    skipped_missing = True
+                    continue
+                rule_rows.append(row)
+            if not rule_rows and not skipped_missing:
+                rule_rows.append(Row(result.policy, result.rule, display, True, "Excluded", "Excluded", result.result, True))
+            rows.extend(rule_rows)
+        if not rows and not skipped_missing:
+            rows.append(Row(result.policy, result.rule, display, False, "Not found", "Not found", result.result))
+        return rows
+
+    def _check(self, result: TestResult, response: EngineResponse, rule: RuleResponse, actual: dict[str, Any], display: str) -> Row | None:
+        def row(ok: bool, reason: str, message: str) -> Row:
+            return Row(result.policy, rule.name, display, ok, reason, message, result.result, result.result == "skip")
+
+        if result.patched_resources:
+            outcome = self._compare_file(actual, result.patched_resources, "PatchedResources")
+            if outcome is not None:
+                ok, reason, message = outcome
+                if not ok and "not found in manifest" in message and not result.fail_on_missing_resources:
+                    return None
+                if not ok:
+                    return row(False, reason, message)
+        if result.generated_resources and rule.rule_type == "Generation":
+            failures = []
+            for expected in result.generated_resources:
+                outcome = self._compare_file(actual, expected, "GeneratedResource")
+                if outcome is None:
+                    break
+                failures.append(outcome)
+            else:
+                if failures:
+                    return row(False, failures[-1][1], failures[-1][2])
+        if rule.status != result.result:
+            return row(False, f"Want {result.result}, got {rule.status}", rule.message)
+        return row(True, "Ok", rule.message)
+
+    def _compare_file(self, actual: dict[str, Any], path: str, what: str) -> tuple[bool, str, str] | None:
+        """None when the file holds an equal resource; otherwise (ok, reason, message)."""
+        try:
+            expected = find_resource(self.case.resolve(path), actual)
+        except LoadError as exc:
+            return False, "Resource error", f"error: failed to load {what} resource ({exc.reason})"
+        if expected is None:
+            name = (actual.get("metadata") or {}).get("name", "")
+            return False, "Resource error", f"error: failed to load {what} resource (resource with name {name} not found in manifest)"
+        equal, diff = compare_resources(actual, expected)
+        if equal:
+            return None
+        return False, "Resource diff", f"{what} didn't match the expected resource in the test result\n{diff}"
+
+
+def _api_call_resolver(mocks: list[dict[str, Any]], cluster: _ClusterData) -> Any:
+    index: dict[str, dict[str, Any]] = {}
+    for mock in mocks:
+        url = str(mock.get("url") or mock.get("urlPath") or "")
+        method = str(mock.get("method") or "").strip().upper()
+        response = mock.get("response") or {}
+        payload = {"statusCode": int(response.get("statusCode") or 200), "body": response.get("body")}
+        index[f"{method}:{url}" if method else url] = payload
+
+    def resolve(call: dict[str, Any], _ctx: Any) -> Any:
+        url = str((call.get("service") or {}).get("url") or call.get("urlPath") or "")
+        method = str(call.get("method") or "GET").upper()
+        payload = index.get(f"{method}:{url}") or index.get(url)
+        if payload is not None:
+            if not 200 <= payload["statusCode"] < 300:
+                raise ContextLoadError(f"HTTP {payload['statusCode']} from apiCall mock (v1 apiCall treats non-2xx as failure)")
+            return copy.deepcopy(payload["body"])
+        if call.get("urlPath"):
+            return _fake_api_get(url, cluster)
+        raise ContextLoadError(f"no mocked response for {method} {url}")
+
+    return resolve
+
+
+def _fake_api_get(url_path: str, cluster: _ClusterData) -> Any:
+    """Answer Kubernetes API GETs (``/api/v1/namespaces/x/pods``) from the objects the test supplies."""
+    path = url_path.split("?", 1)[0].strip("/").split("/")
+    if not path or path[0] not in ("api", "apis"):
+        raise ContextLoadError(f"unsupported urlPath {url_path}")
+    if path[0] == "api":
+        api_version, rest = path[1] if len(path) > 1 else "v1", path[2:]
+    else:
+        api_version, rest = "/".join(path[1:3]), path[3:]
+    namespace = ""
+    if len(rest) >= 2 and rest[0] == "namespaces" and len(rest) != 2:
+        namespace, rest = rest[1], rest[2:]
+    if not rest:
+        raise ContextLoadError(f"unsupported urlPath {url_path}")
+    plural = rest[0]
+    name = rest[1] if len(rest) > 1 else None
+    items = [
+        obj
+        for obj in cluster.objects
+        if obj.get("apiVersion") == api_version and str(obj.get("kind", "")).lower() + "s" == plural.rstrip("/").lower().replace("ies", "ys")
+        or (obj.get("apiVersion") == api_version and _plural(str(obj.get("kind", ""))) == plural)
+    ]
+    if namespace:
+        items = [obj for obj in items if (obj.get("metadata") or {}).get("namespace") == namespace]
+    if name is not None:
+        for obj in items:
+            if (obj.get("metadata") or {}).get("name") == name:
+                return copy.deepcopy(obj)
+        raise ContextLoadError(f'{plural} "{name}" not found')
+    kind = items[0].get("kind") if items else ""
+    return {"apiVersion": api_version, "kind": f"{kind}List", "metadata": {}, "items": copy.deepcopy(items)}
+
+
+def _plural(kind: str) -> str:
+    lower = kind.lower()
+    if lower.endswith("y"):
+        return lower[:-1] + "ies"
+    if lower.endswith(("s", "x", "ch", "sh")):
+        return lower + "es"
+    return lower + "s"
+
+
+def _global_context_resolver(entries: list[dict[str, Any]]) -> Any:
+    data: dict[str, Any] = {}
+    for entry in entries:
+        name = str(entry.get("name", ""))
+        if entry.get("data") is not None:
+            data[name] = entry["data"]
+        elif entry.get("resources") is not None:
+            data[name] = entry["resources"]
+
+    def resolve(name: str) -> Any:
+        if name not in data:
+            raise ContextLoadError(f"global context entry {name} not found")
+        return copy.deepcopy(data[name])
+
+    return resolve
+
+
+def json_rows(run: TestRun) -> list[dict[str, Any]]:
+    return [
+        {"ID": i + 1, "POLICY": r.policy, "RULE": r.rule, "RESOURCE": r.resource, "RESULT": r.result, "REASON": r.reason, "MESSAGE": r.message}
+        for i, r in enumerate(run.rows)
+    ]
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, indent=2)
