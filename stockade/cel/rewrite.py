@@ -3,7 +3,8 @@
 Kubernetes MutatingAdmissionPolicy / Kyverno MutatingPolicy expressions build patches with typed object literals
 (``Object{spec: Object.spec{replicas: 3}}``, ``JSONPatch{op: "add", ...}``).  Without protobuf schemas those
 types cannot exist in cel-expr-python, so every ``Type.Name{field: value}`` literal is turned into the equivalent
-map literal ``{"field": value}`` — which is exactly the JSON the engine applies afterwards.
+map literal ``dyn({"field": value})`` — which is exactly the JSON the engine applies afterwards.  ``dyn`` keeps the
+literal as loosely typed as a message would be (``cond ? JSONPatch{...} : null`` must still type-check).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def rewrite_struct_literals(expression: str) -> str:
                     break
                 brace = _significant(tokens, cursor + 1, 1)
                 if brace < len(tokens) and tokens[brace].text == "{" and not expecting_field:
-                    output.append("{")
+                    output.append("dyn({")
                     brace_is_struct.append(True)
                     index = brace + 1
                     expecting_field = True
@@ -90,7 +91,10 @@ def rewrite_struct_literals(expression: str) -> str:
         if token.text in ("{", "(", "["):
             brace_is_struct.append(False)
         elif token.text in ("}", ")", "]") and brace_is_struct:
-            brace_is_struct.pop()
+            if brace_is_struct.pop() and token.text == "}":
+                output.append("})")
+                index += 1
+                continue
         elif token.text == "," and brace_is_struct and brace_is_struct[-1]:
             expecting_field = True
         output.append(token.text)

@@ -10,7 +10,7 @@ from stockade.cel.libs.compare import build_compare
 from stockade.cel.libs.format import build_format
 from stockade.cel.libs.image import build_image
 from stockade.cel.libs.kyverno import build_kyverno
-from stockade.cel.libs.lists import build_lists, build_sets
+from stockade.cel.libs.lists import build_jsonpatch, build_lists, build_sets
 from stockade.cel.libs.network import build_cidr, build_ip, build_urls
 from stockade.cel.libs.quantity import build_quantity
 from stockade.cel.libs.regex import build_regex
@@ -20,6 +20,7 @@ from stockade.cel.libs.x509 import build_x509
 LIBRARY_BUILDERS: dict[str, Callable[[], Library]] = {
     "k8s.lists": build_lists,
     "k8s.sets": build_sets,
+    "k8s.jsonpatch": build_jsonpatch,
     "k8s.regex": build_regex,
     "k8s.urls": build_urls,
     "k8s.ip": build_ip,

@@ -118,6 +118,13 @@ def build_lists() -> Library:
     return library
 
 
+def build_jsonpatch() -> Library:
+    """Kubernetes' ``jsonpatch.escapeKey`` for building JSON Pointer paths from map keys."""
+    library = Library("k8s.jsonpatch")
+    library.add("jsonpatch.escapeKey", ("string",), "string", lambda key: key.replace("~", "~0").replace("/", "~1"))
+    return library
+
+
 def build_sets() -> Library:
     library = Library("k8s.sets")
     library.add("sets.contains", ("list", "list"), "bool", _contains_all)

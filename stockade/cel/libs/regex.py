@@ -29,9 +29,22 @@ def _find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
     return found if limit < 0 else found[:limit]
 
 
+_GO_GROUP_RE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def _replace(text: str, pattern: str, replacement: str) -> str:
+    """Kyverno's ``regex.replace``: every match is replaced; ``$1``/``${name}`` (Go) and ``\\1`` expand groups."""
+    python_replacement = _GO_GROUP_RE.sub(lambda m: f"\\g<{m.group(1) or m.group(2)}>", replacement)
+    try:
+        return _compiled(pattern).sub(python_replacement, text)
+    except (re.error, IndexError) as error:
+        raise ValueError(f"regex.replace: {error}") from None
+
+
 def build_regex() -> Library:
     library = Library("k8s.regex")
     library.add("find", ("string", "string"), "string", _find, member=True)
     library.add("findAll", ("string", "string"), "list", _find_all, member=True)
     library.add("findAll", ("string", "string", "int"), "list", _find_all, member=True)
+    library.add("regex.replace", ("string", "string", "string"), "string", _replace)
     return library

@@ -119,3 +119,9 @@ def test_restricted_library_set() -> None:
     assert env.compile("'A'.lowerAscii()").evaluate(CelActivation({"object": {}})) == "a"
     with pytest.raises(CelCompileError):
         env.compile("quantity('1')")
+
+
+def test_struct_literals_mix_with_null_in_ternaries(ev: Any) -> None:
+    expression = "object.patch ? JSONPatch{op: 'add', path: '/a', value: {'x': {'y': 'z'}}} : null"
+    assert ev(expression, object={"patch": True}) == {"op": "add", "path": "/a", "value": {"x": {"y": "z"}}}
+    assert ev(expression, object={"patch": False}) is None

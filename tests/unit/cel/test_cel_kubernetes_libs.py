@@ -201,3 +201,14 @@ def test_authorizer_library(cel_env: CelEnvironment) -> None:
 def test_authorizer_without_provider_fails_at_runtime(ev: Any) -> None:
     with pytest.raises(CelEvalError, match="check"):
         ev("authorizer.path('/x').check('get').allowed()", authorizer={})
+
+
+def test_jsonpatch_escape_key(ev: Any) -> None:
+    assert ev("'/metadata/annotations/' + jsonpatch.escapeKey('example.com/a~b')") == (
+        "/metadata/annotations/example.com~1a~0b")
+
+
+def test_regex_replace_expands_groups(ev: Any) -> None:
+    assert ev("regex.replace('docker.io/nginx:latest', '^docker\\\\.io/(.*)', r'myregistry.io/\\1')") == (
+        "myregistry.io/nginx:latest")
+    assert ev("regex.replace('a-b-c', '-(\\\\w)', '_$1')") == "a_b_c"
