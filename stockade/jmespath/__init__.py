@@ -6,6 +6,22 @@ Usage::
 
     search("request.object.metadata.labels.app || 'none'", context)
     compile_expression("add('1Gi', '512Mi')").search({})  # -> "1536Mi"
+
+Known differences from Kyverno (Go):
+
+* Numbers stay Python ints where Go holds a float64; arithmetic results that Go would print without a fraction
+  come back as ints (``divide(`6`, `3`)`` is ``2``). Floats parsed from backtick literals (``1.0``) stay floats:
+  whoever renders results should print integral floats without ``.0`` as Go does.
+* The missing-key rules follow the kyverno/go-jmespath interpreter (see ``interpreter``); Kyverno pins a 2023
+  revision of the fork whose source was not available here, so they were taken from its 2021 interpreter.
+* ``'30m'`` is a quantity (30 milli), exactly as in Kyverno, so ``add('1h', '30m')`` is a type mismatch.
+* ``is_external_url`` does no DNS lookup (the engine does no I/O): install a resolver with
+  ``set_hostname_resolver``; without one, host names other than ``localhost`` count as external.
+* ``base64_decode`` replaces invalid UTF-8 with U+FFFD (Go keeps raw bytes in its string).
+* ``random`` is a small regex-driven generator, not goregen; ``x509_decode`` mirrors the fields of Go's
+  ``x509.Certificate`` JSON that cryptography exposes (constraint fields are always null).
+* Regular expressions are Go RE2 syntax translated to Python ``re``; Unicode classes (``\\p{L}``) are rejected.
+* Error texts follow Go where Kyverno users see them; JSON/YAML parse errors are reworded only for the common cases.
 """
 
 from __future__ import annotations

@@ -332,9 +332,37 @@ def _parse_json(arguments: list[Any]) -> Any:
     text = string_argument("parse_json", arguments, 0)
     try:
         return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as error:
+        raise JMESPathError(_go_json_message(text, error)) from None
     except ValueError as error:
-        message = error.msg if isinstance(error, json.JSONDecodeError) else str(error)
-        raise JMESPathError(message) from None
+        raise JMESPathError(str(error)) from None
+
+
+_GO_JSON_CONTEXT = {
+    "Expecting value": "looking for beginning of value",
+    "Extra data": "after top-level value",
+    "Expecting property name enclosed in double quotes": "looking for beginning of object key string",
+    "Expecting ':' delimiter": "after object key",
+    "Expecting ',' delimiter": "after object key:value pair",
+}
+
+
+def _go_json_message(text: str, error: json.JSONDecodeError) -> str:
+    """Reword Python's decoder errors the way encoding/json words the common ones."""
+    if error.pos >= len(text.rstrip()):
+        return "unexpected end of JSON input"
+    context = _GO_JSON_CONTEXT.get(error.msg)
+    if context is None:
+        return error.msg
+    return f"invalid character {_go_char(text[error.pos])} {context}"
+
+
+def _go_char(character: str) -> str:
+    if character == "'":
+        return "'\\''"
+    if character == '"':
+        return "'\"'"
+    return f"'{character}'"
 
 
 class _GoYamlLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
