@@ -6,6 +6,7 @@ it costs nothing — rules and foreach iterations checkpoint constantly on the h
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Callable
 from typing import Any
 
@@ -60,7 +61,7 @@ class EngineContext:
 
     def add_variable(self, dotted_key: str, value: Any) -> None:
         """Merge a value at a dotted path (``request.object.metadata.name``), creating maps along the way."""
-        keys = dotted_key.split(".")
+        keys = split_dotted_key(dotted_key)
         self._deferred.pop(keys[0], None)
         self._data = _set_path(self._data, keys, value)
 
@@ -86,6 +87,13 @@ class EngineContext:
     def reset(self) -> None:
         """Return to the last checkpoint and drop it."""
         self._data, self._deferred = self._checkpoints.pop()
+
+
+def split_dotted_key(key: str) -> list[str]:
+    """Split ``a.b."c.d"`` into ``[a, b, c.d]``: dots inside double quotes belong to the key, as in Kyverno."""
+    if '"' not in key:
+        return key.split(".")
+    return next(csv.reader([key], delimiter="."))
 
 
 def _set_path(root: dict[str, Any], keys: list[str], value: Any) -> dict[str, Any]:

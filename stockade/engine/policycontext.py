@@ -65,15 +65,17 @@ def build_json_context(
     request["object"] = new_resource if new_resource else None
     if old_resource:
         request["oldObject"] = old_resource
-    user_info = info.user_info_dict()
-    if user_info or not info.is_empty():
-        request["userInfo"] = user_info
-    request["roles"] = list(info.roles)
-    request["clusterRoles"] = list(info.cluster_roles)
+    resource = new_resource or old_resource or {}
+    request["namespace"] = str((resource.get("metadata") or {}).get("namespace") or "")
     data: dict[str, Any] = {"request": request}
-    sa_name, sa_namespace = service_account_parts(info.username)
-    data["serviceAccountName"] = sa_name
-    data["serviceAccountNamespace"] = sa_namespace
+    if not info.is_empty():
+        # Kyverno adds user details only when a request carries them; policies must not see an empty user.
+        request["userInfo"] = info.user_info_dict()
+        request["roles"] = list(info.roles)
+        request["clusterRoles"] = list(info.cluster_roles)
+        sa_name, sa_namespace = service_account_parts(info.username)
+        data["serviceAccountName"] = sa_name
+        data["serviceAccountNamespace"] = sa_namespace
     images = extract_images(new_resource or old_resource or {}, default_registry)
     if images:
         data["images"] = images

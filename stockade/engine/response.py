@@ -74,3 +74,15 @@ class EngineResponse:
 
     def failed_rules(self) -> list[RuleResponse]:
         return [rule for rule in self.rules if rule.status in (FAIL, ERROR)]
+
+
+def report_result(response: EngineResponse, rule: RuleResponse, audit_warn: bool = False) -> str:
+    """The PolicyReport result of a rule: a failure is a warning for unscored policies, or Audit ones with audit-warn."""
+    if rule.status != FAIL:
+        return rule.status
+    annotations = getattr(response.policy, "annotations", {}) or {}
+    if str(annotations.get("policies.kyverno.io/scored", "")) == "false":
+        return WARN
+    if audit_warn and rule.failure_action == "Audit":
+        return WARN
+    return FAIL

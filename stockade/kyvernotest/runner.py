@@ -11,7 +11,7 @@ from stockade.engine.contextloader import ContextLoadError, ContextProviders
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo
 from stockade.engine.processor import apply_policies
-from stockade.engine.response import EngineResponse, RuleResponse
+from stockade.engine.response import EngineResponse, RuleResponse, report_result
 from stockade.kyvernotest.compare import compare_resources, find_resource
 from stockade.kyvernotest.schema import TestCase, TestResult
 from stockade.kyvernotest.values import Values, load_user_info, load_values, values_from_mapping
@@ -297,8 +297,9 @@ class TestRunner:
             else:
                 if failures:
                     return row(False, failures[-1][1], failures[-1][2])
-        if rule.status != result.result:
-            return row(False, f"Want {result.result}, got {rule.status}", rule.message)
+        actual_result = report_result(response, rule)
+        if actual_result != result.result:
+            return row(False, f"Want {result.result}, got {actual_result}", rule.message)
         return row(True, "Ok", rule.message)
 
     def _compare_file(self, actual: dict[str, Any], path: str, what: str) -> tuple[bool, str, str] | None:

@@ -79,8 +79,8 @@ def _clean_clone(source: dict[str, Any]) -> dict[str, Any]:
 def _generate_one(spec: dict[str, Any], pctx: PolicyContext, rule: Rule, lookup: ResourceLookup | None) -> list[dict[str, Any]]:
     trigger = pctx.new_resource or pctx.old_resource
     labels = _downstream_labels(pctx, rule, trigger)
-    if spec.get("data") is not None:
-        data = spec["data"] if isinstance(spec["data"], dict) else {}
+    if not spec.get("clone") and not spec.get("cloneList"):
+        data = spec.get("data") if isinstance(spec.get("data"), dict) else {}
         obj = {"apiVersion": spec.get("apiVersion", ""), "kind": spec.get("kind", ""), **data}
         return [_with_identity(obj, spec, labels)]
     if spec.get("clone"):
@@ -106,7 +106,7 @@ def _generate_one(spec: dict[str, Any], pctx: PolicyContext, rule: Rule, lookup:
                 target = {"namespace": spec.get("namespace"), "name": (source.get("metadata") or {}).get("name")}
                 generated.append(_with_identity(_clean_clone(source), target, {**labels, "generate.kyverno.io/clone-source": ""}))
         return generated
-    return []
+    return []  # pragma: no cover - every branch above returns
 
 
 def _spec_of(generate: dict[str, Any]) -> dict[str, Any]:
