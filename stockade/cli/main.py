@@ -50,6 +50,43 @@ def apply_command(**options: object) -> None:
     sys.exit(run_apply(**options))  # type: ignore[arg-type]
 
 
+def _register_optional_groups() -> None:
+    """Sub-command groups living in their own modules (images, serve, sign/verify...), imported only when used."""
+    lazy = {
+        "images": ("stockade.cli.images_cmd", "images", "Scan registries, pick image policy tags, update manifests."),
+        "serve": ("stockade.cli.serve_cmd", "serve", "Run the HTTPS admission webhook."),
+        "cleanup": ("stockade.cli.serve_cmd", "cleanup", "Remove webhook configurations left behind."),
+        "sign": ("stockade.cli.sign_cmd", "sign", "Sign an image with a cosign-compatible key."),
+        "verify": ("stockade.cli.sign_cmd", "verify", "Verify an image signature with a public key."),
+    }
+    for name, (module, attribute, help_text) in lazy.items():
+        cli.add_command(_LazyCommand(name, module, attribute, help_text))
+
+
+class _LazyCommand(click.Command):
+    """A command whose implementation module is imported on first use, keeping start-up fast."""
+
+    def __init__(self, name: str, module: str, attribute: str, help_text: str) -> None:
+        super().__init__(name, help=help_text, context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []})
+        self._module = module
+        self._attribute = attribute
+
+    def _target(self) -> click.Command:
+        import importlib
+
+        try:
+            return getattr(importlib.import_module(self._module), self._attribute)
+        except (ImportError, AttributeError) as exc:
+            raise click.ClickException(f"'{self.name}' is not available in this build ({exc})") from None
+
+    def invoke(self, ctx: click.Context) -> object:
+        target = self._target()
+        return target.main(args=ctx.args, prog_name=f"stockade {self.name}", standalone_mode=False)
+
+
+_register_optional_groups()
+
+
 def main() -> None:
     cli(prog_name="stockade")
 
