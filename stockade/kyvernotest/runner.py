@@ -253,6 +253,7 @@ class TestRunner:
         rows: list[Row] = []
         display = key.replace(",", "/")
         skipped_missing = False
+        excluded = False
         for response in trigger.get(key, []):
             if response.policy_name != result.policy_name:
                 continue
@@ -269,8 +270,11 @@ class TestRunner:
                     continue
                 rule_rows.append(row)
             if not rule_rows and not skipped_missing:
-                rule_rows.append(Row(result.policy, result.rule, display, True, "Excluded", "Excluded", result.result, True))
+                excluded = True
             rows.extend(rule_rows)
+        if not rows and excluded:
+            # Kyverno prints one "Excluded" row per engine response (mutate and validate phases each); one is enough.
+            rows.append(Row(result.policy, result.rule, display, True, "Excluded", "Excluded", result.result, True))
         if not rows and not skipped_missing:
             rows.append(Row(result.policy, result.rule, display, False, "Not found", "Not found", result.result))
         return rows

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs everything the test suite needs on a fresh Debian machine: the venv with test extras, Debian's
+# docker-registry (a real OCI registry) and etcd, and the Go-built peers (cosign, kube-apiserver) when their
+# build scripts exist. Idempotent: re-running it only fills in what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ ! -x .venv/bin/python ]; then
+  python3 -m venv .venv
+fi
+.venv/bin/pip install --quiet --upgrade pip
+.venv/bin/pip install --quiet -e '.[test,server]'
+
+need=()
+command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
+command -v htpasswd >/dev/null 2>&1 || need+=(apache2-utils)
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+if [ ${#need[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+for builder in .ci/build-cosign.sh .ci/build-apiserver.sh; do
+  if [ -x "$builder" ]; then
+    "$builder"
+  fi
+done

@@ -1,0 +1,145 @@
+"""``stockade apply``: evaluate policies against resource files and summarise like ``kyverno apply``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from typing import Any
+
+import yaml
+
+from stockade.cli.output import colour_enabled, paint
+from stockade.engine.engine import Engine, Request
+from stockade.engine.match import RequestInfo
+from stockade.engine.processor import apply_policies
+from stockade.engine.response import EngineResponse, report_result
+from stockade.kyvernotest.values import Values, load_user_info, load_values, parse_set_values
+from stockade.policy.loader import LoadError, load_documents
+from stockade.policy.model import KyvernoPolicy
+from stockade.policy.resources import normalise_resource, split_policies
+
+
+def _policy_report(results: list[tuple[EngineResponse, Any, str]]) -> dict[str, Any]:
+    entries = []
+    summary: Counter[str] = Counter()
+    for response, rule, result in results:
+        metadata = (response.resource.get("metadata") or {})
+        summary[result] += 1
+        entries.append(
+            {
+                "policy": response.policy_name,
+                "rule": rule.name,
+                "result": result,
+                "message": rule.message,
+                "source": "kyverno",
+                "scored": True,
+                "resources": [
+                    {
+                        "apiVersion": response.resource.get("apiVersion", ""),
+                        "kind": response.resource.get("kind", ""),
+                        "name": metadata.get("name", ""),
+                        "namespace": metadata.get("namespace", ""),
+                    }
+                ],
+            }
+        )
+    return {
+        "apiVersion": "wgpolicyk8s.io/v1alpha2",
+        "kind": "ClusterPolicyReport",
+        "metadata": {"name": "merged"},
+        "results": entries,
+        "summary": {key: summary.get(key, 0) for key in ("pass", "fail", "warn", "error", "skip")},
+    }
+
+
+def _write_outputs(target: str, resources: list[dict[str, Any]], output_format: str) -> None:
+    def dump(resource: dict[str, Any]) -> str:
+        return json.dumps(resource, indent=2) + "\n" if output_format == "json" else yaml.safe_dump(resource, sort_keys=False)
+
+    if target.endswith((".yaml", ".yml", ".json")) and not os.path.isdir(target):
+        with open(target, "w", encoding="utf-8") as handle:
+            handle.write(("---\n" if output_format == "yaml" else "").join(dump(r) for r in resources))
+        return
+    os.makedirs(target, exist_ok=True)
+    for resource in resources:
+        metadata = resource.get("metadata") or {}
+        name = "-".join(str(p) for p in (resource.get("kind", ""), metadata.get("namespace") or "", metadata.get("name", "")) if p)
+        suffix = ".json" if output_format == "json" else ".yaml"
+        with open(os.path.join(target, name + suffix), "w", encoding="utf-8") as handle:
+            handle.write(dump(resource))
+
+
+def run_apply(
+    policies: tuple[str, ...],
+    resources: tuple[str, ...],
+    values_file: str | None,
+    set_values: tuple[str, ...],
+    userinfo: str | None,
+    exceptions: tuple[str, ...],
+    policy_report: bool,
+    output_dir: str | None,
+    output_format: str,
+    audit_warn: bool,
+    detailed_results: bool,
+    remove_color: bool,
+) -> int:
+    out = sys.stdout
+    colour = colour_enabled(out, remove_color)
+    try:
+        policy_set = split_policies(load_documents(list(policies)))
+        exception_list = policy_set.exceptions + (split_policies(load_documents(list(exceptions))).exceptions if exceptions else [])
+        loaded = [normalise_resource(d.data) for d in load_documents(list(resources))] if resources else []
+        values = load_values(values_file) if values_file else Values()
+        info = load_user_info(userinfo) if userinfo else RequestInfo()
+        extra_values = parse_set_values(list(set_values))
+    except (LoadError, ValueError) as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 2
+    if not loaded:
+        print("Error: no resources given (use --resource/-r)", file=sys.stderr)
+        return 2
+    if policy_set.cel or policy_set.admission:
+        print(paint(f"warning: {len(policy_set.cel) + len(policy_set.admission)} CEL/admission policy documents are not evaluated by apply yet", "yellow", colour), file=sys.stderr)
+    rule_count = sum(len(p.rules) for p in policy_set.kyverno)
+    print(f"Applying {rule_count} policy rule(s) to {len(loaded)} resource(s)...", file=out)
+    engine = Engine(exceptions=exception_list)
+    counts: Counter[str] = Counter()
+    report_rows: list[tuple[EngineResponse, Any, str]] = []
+    outputs: list[dict[str, Any]] = []
+    for resource in loaded:
+        name = str((resource.get("metadata") or {}).get("name", ""))
+        namespace = str((resource.get("metadata") or {}).get("namespace") or "")
+
+        def values_for(policy: KyvernoPolicy, _name: str = name) -> dict[str, Any]:
+            merged = values.for_resource(policy.name, _name)
+            merged.update(extra_values)
+            return merged
+
+        request = Request(resource=resource, info=info, namespace_labels=values.namespace_labels.get(namespace, {}))
+        result = apply_policies(engine, policy_set.kyverno, request, values_for=values_for)
+        if result.patched_resource != resource:
+            outputs.append(result.patched_resource)
+        for response in result.responses:
+            for rule in response.rules:
+                outcome = report_result(response, rule, audit_warn)
+                counts[outcome] += 1
+                report_rows.append((response, rule, outcome))
+                for generated in rule.generated_resources:
+                    outputs.append(generated)
+            failed = [(rule, report_result(response, rule, audit_warn)) for rule in response.rules]
+            failed = [(rule, outcome) for rule, outcome in failed if outcome in ("fail", "error") or (detailed_results and outcome != "pass")]
+            if failed:
+                metadata = response.resource.get("metadata") or {}
+                where = "/".join(p for p in (metadata.get("namespace") or "", response.resource.get("kind", ""), metadata.get("name", "")) if p)
+                print(f"\npolicy {response.policy_name} -> resource {where} failed:", file=out)
+                for index, (rule, outcome) in enumerate(failed, start=1):
+                    print(f"{index}. {rule.name}: {paint(outcome, 'red' if outcome in ('fail', 'error') else 'yellow', colour)} {rule.message}", file=out)
+    if output_dir and outputs:
+        _write_outputs(output_dir, outputs, output_format)
+    if policy_report:
+        report = _policy_report(report_rows)
+        print(json.dumps(report, indent=2) if output_format == "json" else yaml.safe_dump(report, sort_keys=False), file=out)
+    print(f"\npass: {counts['pass']}, fail: {counts['fail']}, warn: {counts['warn']}, error: {counts['error']}, skip: {counts['skip']}", file=out)
+    return 1 if counts["fail"] or counts["error"] else 0
