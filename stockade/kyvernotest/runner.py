@@ -217,7 +217,13 @@ class TestRunner:
 
     # -- judging -----------------------------------------------------------------------------------------------------
     def _judge(self, responses: _Responses, policies: PolicySet) -> None:
+        rules_by_policy = {policy.name: {rule.name for rule in policy.rules} for policy in policies.kyverno}
         for result in self.case.results:
+            known = rules_by_policy.get(result.policy_name)
+            if known is not None and result.rule and not ({result.rule, "autogen-" + result.rule, "autogen-cronjob-" + result.rule} & known):
+                self.run.warnings.append(
+                    f"results[{result.index}] names rule {result.rule!r}, which policy {result.policy_name!r} does not have"
+                )
             trigger = responses.by_operation.get(result.operation, {}) if result.operation else responses.trigger
             keys = self._select_resources(result, trigger)
             for key in keys:

@@ -1,0 +1,5 @@
+"""``python -m stockade`` runs the CLI."""
+
+from stockade.cli.main import main
+
+main()

@@ -1,0 +1,170 @@
+"""Rule handlers end to end through the Engine: results and messages users see."""
+
+from typing import Any
+
+from stockade.engine.engine import Engine, Request
+from stockade.engine.processor import apply_policies
+from stockade.policy.model import KyvernoPolicy, PolicyException
+
+
+def pod(name: str = "web", image: str = "nginx:1.25", labels: dict[str, str] | None = None, namespace: str = "default") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+        "spec": {"containers": [{"name": "c", "image": image}]},
+    }
+
+
+def cpol(*rules: dict[str, Any], **spec: Any) -> KyvernoPolicy:
+    return KyvernoPolicy({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"}, "spec": {"rules": list(rules), **spec}})
+
+
+MATCH_POD = {"any": [{"resources": {"kinds": ["Pod"]}}]}
+
+
+def validate(policy: KyvernoPolicy, resource: dict[str, Any], **request: Any) -> list[tuple[str, str, str]]:
+    engine = Engine(exceptions=request.pop("exceptions", None))
+    response = engine.validate(engine.policy_context(policy, Request(resource=resource, **request)))
+    return [(r.name, r.status, r.message) for r in response.rules]
+
+
+def test_pattern_pass_and_fail_messages() -> None:
+    policy = cpol({"name": "no-latest", "match": MATCH_POD, "validate": {"message": "no latest", "pattern": {"spec": {"containers": [{"image": "!*:latest"}]}}}})
+    assert validate(policy, pod()) == [("no-latest", "pass", "validation rule 'no-latest' passed.")]
+    assert validate(policy, pod(image="nginx:latest")) == [
+        ("no-latest", "fail", "validation error: no latest. rule no-latest failed at path /spec/containers/0/image/")
+    ]
+
+
+def test_deny_with_variables_in_message() -> None:
+    rule = {
+        "name": "deny-default",
+        "match": MATCH_POD,
+        "validate": {
+            "message": "{{ request.object.metadata.name }} may not run in default",
+            "deny": {"conditions": {"any": [{"key": "{{ request.object.metadata.namespace }}", "operator": "Equals", "value": "default"}]}},
+        },
+    }
+    assert validate(cpol(rule), pod()) == [("deny-default", "fail", "web may not run in default")]
+    assert validate(cpol(rule), pod(namespace="prod"))[0][1] == "pass"
+
+
+def test_preconditions_skip_and_unresolved_variable_is_error() -> None:
+    rule = {
+        "name": "r",
+        "match": MATCH_POD,
+        "preconditions": {"all": [{"key": "{{ request.object.metadata.labels.app || '' }}", "operator": "Equals", "value": "web"}]},
+        "validate": {"pattern": {"metadata": {"name": "?*"}}},
+    }
+    assert validate(cpol(rule), pod())[0][1] == "skip"
+    assert validate(cpol(rule), pod(labels={"app": "web"}))[0][1] == "pass"
+    broken = {**rule, "preconditions": {"all": [{"key": "{{ request.object.metadata.nope }}", "operator": "Equals", "value": "x"}]}}
+    name, status, message = validate(cpol(broken), pod())[0]
+    assert status == "error" and "failed to evaluate preconditions" in message
+
+
+def test_unmatched_rule_produces_no_response() -> None:
+    rule = {"name": "r", "match": {"any": [{"resources": {"kinds": ["Service"]}}]}, "validate": {"pattern": {"x": "y"}}}
+    assert validate(cpol(rule), pod()) == []
+
+
+def test_foreach_with_context_and_element() -> None:
+    rule = {
+        "name": "images",
+        "match": MATCH_POD,
+        "context": [{"name": "allowed", "variable": {"value": ["registry.io"]}}],
+        "validate": {
+            "message": "registry not allowed",
+            "foreach": [
+                {
+                    "list": "request.object.spec.containers",
+                    "deny": {"conditions": {"all": [{"key": "{{ images.containers.\"{{element.name}}\".registry }}", "operator": "AnyNotIn", "value": "{{ allowed }}"}]}},
+                }
+            ],
+        },
+    }
+    assert validate(cpol(rule), pod(image="registry.io/app:1"))[0][1] == "pass"
+    assert validate(cpol(rule), pod(image="docker.io/app:1")) == [("images", "fail", "validation failure: registry not allowed")]
+
+
+def test_apply_rules_one_stops_after_first_applied_rule() -> None:
+    first = {"name": "a", "match": MATCH_POD, "validate": {"pattern": {"metadata": {"name": "web"}}}}
+    second = {"name": "b", "match": MATCH_POD, "validate": {"pattern": {"metadata": {"name": "web"}}}}
+    assert [r[0] for r in validate(cpol(first, second, applyRules="One"), pod())] == ["a"]
+    assert [r[0] for r in validate(cpol(first, second), pod())] == ["a", "b"]
+
+
+def test_autogen_rule_validates_deployments() -> None:
+    rule = {"name": "no-latest", "match": MATCH_POD, "validate": {"pattern": {"spec": {"containers": [{"image": "!*:latest"}]}}}}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d", "namespace": "default"},
+        "spec": {"template": {"spec": {"containers": [{"name": "c", "image": "nginx:latest"}]}}},
+    }
+    assert validate(cpol(rule), deployment) == [
+        ("autogen-no-latest", "fail", "validation error: rule autogen-no-latest failed at path /spec/template/spec/containers/0/image/")
+    ]
+
+
+def test_policy_exception_skips_the_rule() -> None:
+    rule = {"name": "r", "match": MATCH_POD, "validate": {"pattern": {"metadata": {"labels": {"team": "?*"}}}}}
+    exception = PolicyException(
+        {
+            "apiVersion": "kyverno.io/v2",
+            "kind": "PolicyException",
+            "metadata": {"name": "allow-web", "namespace": "ops"},
+            "spec": {"exceptions": [{"policyName": "p", "ruleNames": ["r"]}], "match": {"any": [{"resources": {"names": ["web"]}}]}},
+        }
+    )
+    assert validate(cpol(rule), pod(), exceptions=[exception]) == [("r", "skip", "rule is skipped due to policy exceptionsops/allow-web")]
+    assert validate(cpol(rule), pod(name="api"), exceptions=[exception])[0][1] == "fail"
+
+
+def test_mutation_feeds_later_rules_and_validation() -> None:
+    add_label = {"name": "add", "match": MATCH_POD, "mutate": {"patchStrategicMerge": {"metadata": {"labels": {"team": "core"}}}}}
+    copy_label = {
+        "name": "copy",
+        "match": MATCH_POD,
+        "mutate": {"patchStrategicMerge": {"metadata": {"labels": {"owner": "{{ request.object.metadata.labels.team }}"}}}},
+    }
+    check = {"name": "check", "match": MATCH_POD, "validate": {"pattern": {"metadata": {"labels": {"owner": "core"}}}}}
+    result = apply_policies(Engine(), [cpol(add_label, copy_label, check)], Request(resource=pod()))
+    assert result.patched_resource["metadata"]["labels"] == {"team": "core", "owner": "core"}
+    statuses = [(r.name, r.status) for response in result.responses for r in response.rules]
+    assert statuses == [("add", "pass"), ("copy", "pass"), ("check", "pass")]
+
+
+def test_mutate_without_change_is_skip() -> None:
+    rule = {"name": "noop", "match": MATCH_POD, "mutate": {"patchStrategicMerge": {"metadata": {"name": "web"}}}}
+    engine = Engine()
+    response = engine.mutate(engine.policy_context(cpol(rule), Request(resource=pod())))
+    assert [(r.status, r.message) for r in response.rules] == [("skip", "no patches applied")]
+
+
+def test_generate_data_rule_produces_downstream_resource() -> None:
+    rule = {
+        "name": "gen",
+        "match": {"any": [{"resources": {"kinds": ["Namespace"]}}]},
+        "generate": {"apiVersion": "v1", "kind": "ConfigMap", "name": "defaults", "namespace": "{{ request.object.metadata.name }}", "data": {"data": {"k": "v"}}},
+    }
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}
+    engine = Engine()
+    response = engine.generate(engine.policy_context(cpol(rule), Request(resource=namespace)))
+    [generated] = response.rules[0].generated_resources
+    assert generated["kind"] == "ConfigMap"
+    assert generated["metadata"]["namespace"] == "team-a" and generated["data"] == {"k": "v"}
+    assert generated["metadata"]["labels"]["generate.kyverno.io/policy-name"] == "p"
+
+
+def test_update_values_make_old_object_visible() -> None:
+    rule = {
+        "name": "immutable",
+        "match": MATCH_POD,
+        "validate": {"deny": {"conditions": {"any": [{"key": "{{ request.oldObject.metadata.labels.app || '' }}", "operator": "NotEquals", "value": "{{ request.object.metadata.labels.app || '' }}"}]}}},
+    }
+    old = pod(labels={"app": "a"})
+    new = pod(labels={"app": "b"})
+    assert validate(cpol(rule), new, operation="UPDATE", old_resource=old)[0][1] == "fail"
+    assert validate(cpol(rule), new, operation="UPDATE", old_resource=new)[0][1] == "pass"
