@@ -1,0 +1,258 @@
+"""AdmissionReview v1 in, AdmissionReview v1 out: the HTTP-free core of the webhook.
+
+Kept apart from aiohttp so the decision logic (which rules block, which warn, what patch goes back) is testable
+with plain dictionaries and reusable by the benchmark.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from stockade.engine.engine import Engine, Request
+from stockade.engine.match import RequestInfo, ResourceKind
+from stockade.engine.mutate import diff_json_patch
+from stockade.engine.response import ERROR, FAIL, PASS, SKIP, EngineResponse
+from stockade.policy.model import KyvernoPolicy
+
+ADMISSION_API_VERSION = "admission.k8s.io/v1"
+FAILURE_POLICY_FAIL = "Fail"
+FAILURE_POLICY_IGNORE = "Ignore"
+
+
+class InvalidAdmissionReview(ValueError):
+    """The request body is not an AdmissionReview v1 we can answer; the server turns this into HTTP 400."""
+
+
+@dataclass(frozen=True)
+class AdmissionRequest:
+    """The fields of ``AdmissionReview.request`` the engine needs, validated once."""
+
+    uid: str
+    operation: str
+    kind: ResourceKind
+    resource: dict[str, str]
+    sub_resource: str
+    namespace: str
+    name: str
+    object: dict[str, Any]
+    old_object: dict[str, Any]
+    user_info: RequestInfo
+    dry_run: bool
+    api_version: str = ADMISSION_API_VERSION
+
+    @property
+    def subject(self) -> dict[str, Any]:
+        """The object policies look at: the new object, or the old one for DELETE."""
+        return self.object or self.old_object
+
+
+def parse_review(body: Any) -> AdmissionRequest:
+    """Validate a decoded AdmissionReview and extract its request; raises InvalidAdmissionReview with the reason."""
+    if not isinstance(body, dict):
+        raise InvalidAdmissionReview("body must be a JSON object (AdmissionReview)")
+    if body.get("kind") != "AdmissionReview":
+        raise InvalidAdmissionReview(f"kind must be AdmissionReview, got {body.get('kind')!r}")
+    api_version = body.get("apiVersion")
+    if api_version not in (ADMISSION_API_VERSION, "admission.k8s.io/v1beta1"):
+        raise InvalidAdmissionReview(f"unsupported apiVersion {api_version!r}; expected {ADMISSION_API_VERSION}")
+    request = body.get("request")
+    if not isinstance(request, dict):
+        raise InvalidAdmissionReview("request is missing")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise InvalidAdmissionReview("request.uid is missing")
+    operation = request.get("operation")
+    if operation not in ("CREATE", "UPDATE", "DELETE", "CONNECT"):
+        raise InvalidAdmissionReview(f"request.operation {operation!r} is not CREATE, UPDATE, DELETE or CONNECT")
+    kind = request.get("kind")
+    if not isinstance(kind, dict) or not kind.get("kind"):
+        raise InvalidAdmissionReview("request.kind must be an object with group, version and kind")
+    new_object = request.get("object") or {}
+    old_object = request.get("oldObject") or {}
+    if not isinstance(new_object, dict) or not isinstance(old_object, dict):
+        raise InvalidAdmissionReview("request.object and request.oldObject must be objects")
+    if not new_object and not old_object:
+        raise InvalidAdmissionReview("request carries neither object nor oldObject")
+    user = request.get("userInfo") or {}
+    if not isinstance(user, dict):
+        raise InvalidAdmissionReview("request.userInfo must be an object")
+    sub_resource = str(request.get("subResource") or "")
+    info = RequestInfo(
+        username=str(user.get("username") or ""),
+        uid=str(user.get("uid") or ""),
+        groups=tuple(str(g) for g in user.get("groups") or ()),
+        extra=dict(user.get("extra") or {}),
+    )
+    return AdmissionRequest(
+        uid=uid,
+        operation=operation,
+        kind=ResourceKind(str(kind.get("group") or ""), str(kind.get("version") or ""), str(kind["kind"]), sub_resource),
+        resource=dict(request.get("resource") or {}),
+        sub_resource=sub_resource,
+        namespace=str(request.get("namespace") or ""),
+        name=str(request.get("name") or ""),
+        object=new_object,
+        old_object=old_object,
+        user_info=info,
+        dry_run=bool(request.get("dryRun")),
+        api_version=str(api_version),
+    )
+
+
+@dataclass
+class AdmissionDecision:
+    """What goes back to the apiserver, plus the engine responses for metrics and reports."""
+
+    allowed: bool
+    message: str = ""
+    warnings: list[str] = field(default_factory=list)
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    responses: list[EngineResponse] = field(default_factory=list)
+
+
+def review_response(request: AdmissionRequest, decision: AdmissionDecision) -> dict[str, Any]:
+    """The AdmissionReview answer; a patch is sent base64-encoded as RFC 6902 JSONPatch."""
+    response: dict[str, Any] = {"uid": request.uid, "allowed": decision.allowed}
+    if not decision.allowed:
+        response["status"] = {"status": "Failure", "message": decision.message}
+    if decision.warnings:
+        response["warnings"] = decision.warnings
+    if decision.patch and decision.allowed:
+        response["patchType"] = "JSONPatch"
+        response["patch"] = base64.b64encode(json.dumps(decision.patch, separators=(",", ":")).encode()).decode()
+    return {"apiVersion": request.api_version, "kind": "AdmissionReview", "response": response}
+
+
+def failure_policy(policy: KyvernoPolicy) -> str:
+    """Kyverno's default is Fail; ``spec.failurePolicy: Ignore`` moves a policy to the ignore webhook."""
+    value = str(policy.spec.get("failurePolicy") or FAILURE_POLICY_FAIL)
+    return FAILURE_POLICY_IGNORE if value.lower() == "ignore" else FAILURE_POLICY_FAIL
+
+
+def resource_label(resource: dict[str, Any], request: AdmissionRequest) -> str:
+    """``Kind/namespace/name`` as Kyverno prints it in block messages (namespace empty for cluster objects)."""
+    metadata = resource.get("metadata") or {}
+    kind = resource.get("kind") or request.kind.kind
+    namespace = metadata.get("namespace") or request.namespace
+    name = metadata.get("name") or request.name or metadata.get("generateName") or ""
+    return f"{kind}/{namespace}/{name}"
+
+
+def blocking_rules(responses: Iterable[EngineResponse]) -> dict[str, dict[str, str]]:
+    """policy → rule → message for the rules that deny the request (Enforce failures, errors under Fail)."""
+    blocked: dict[str, dict[str, str]] = {}
+    for response in responses:
+        policy_failure = failure_policy(response.policy) if isinstance(response.policy, KyvernoPolicy) else FAILURE_POLICY_FAIL
+        for rule in response.rules:
+            denies = (rule.status == FAIL and rule.failure_action == "Enforce") or (rule.status == ERROR and policy_failure == FAILURE_POLICY_FAIL)
+            if denies:
+                blocked.setdefault(response.policy_name, {})[rule.name] = rule.message
+    return blocked
+
+
+def block_message(resource: str, blocked: dict[str, dict[str, str]]) -> str:
+    """Kyverno's denial text: a header line, then the policy → rule → message map as YAML."""
+    body = yaml.safe_dump(blocked, default_flow_style=False, sort_keys=True, width=80, allow_unicode=True)
+    return f"\n\nresource {resource} was blocked due to the following policies \n\n{body}"
+
+
+def warning_messages(responses: Iterable[EngineResponse]) -> list[str]:
+    """``policy <policy>.<rule>: <message>`` for every rule that neither passed nor was skipped."""
+    warnings: list[str] = []
+    for response in responses:
+        for rule in response.rules:
+            if rule.status not in (PASS, SKIP):
+                warnings.append(f"policy {response.policy_name}.{rule.name}: {rule.message}")
+    return warnings
+
+
+NamespaceLabels = Callable[[str], dict[str, str]]
+
+
+class AdmissionEvaluator:
+    """Runs loaded policies against admission requests; one instance per policy snapshot."""
+
+    def __init__(self, engine: Engine, policies: list[KyvernoPolicy], namespace_labels: NamespaceLabels | None = None) -> None:
+        self.engine = engine
+        self.policies = list(policies)
+        self._namespace_labels = namespace_labels
+        self._by_failure_policy = {
+            FAILURE_POLICY_FAIL: [p for p in self.policies if failure_policy(p) == FAILURE_POLICY_FAIL],
+            FAILURE_POLICY_IGNORE: [p for p in self.policies if failure_policy(p) == FAILURE_POLICY_IGNORE],
+        }
+
+    def policies_for(self, failure: str | None) -> list[KyvernoPolicy]:
+        """The policies served by one webhook variant; ``None`` means the catch-all endpoint."""
+        if failure is None:
+            return self.policies
+        return self._by_failure_policy[failure]
+
+    def engine_request(self, request: AdmissionRequest, resource: dict[str, Any] | None = None) -> Request:
+        labels: dict[str, str] = {}
+        if request.namespace and self._namespace_labels is not None and request.kind.kind != "Namespace":
+            labels = self._namespace_labels(request.namespace)
+        subject = resource if resource is not None else request.subject
+        return Request(
+            resource=subject,
+            operation=request.operation,
+            old_resource=request.old_object,
+            info=request.user_info,
+            namespace_labels=labels,
+            subresource=request.sub_resource,
+            gvk=request.kind,
+        )
+
+    def mutate(self, request: AdmissionRequest, failure: str | None = None) -> AdmissionDecision:
+        """Apply every mutate rule in order; the patch turns the submitted object into the mutated one."""
+        policies = [p for p in self.policies_for(failure) if p.has_mutate()]
+        if not policies or request.operation in ("DELETE", "CONNECT"):
+            return AdmissionDecision(allowed=True)
+        original = request.object
+        current = original
+        responses: list[EngineResponse] = []
+        for policy in policies:
+            response = self.engine.mutate(self.engine.policy_context(policy, self.engine_request(request, current)))
+            if response.rules:
+                responses.append(response)
+            if response.patched_resource:
+                current = response.patched_resource
+        blocked = blocking_rules_for_mutation(responses)
+        if blocked:
+            return AdmissionDecision(False, block_message(resource_label(original, request), blocked), responses=responses)
+        patch = diff_json_patch(original, current) if current is not original else []
+        return AdmissionDecision(True, warnings=warning_messages(responses), patch=patch, responses=responses)
+
+    def validate(self, request: AdmissionRequest, failure: str | None = None) -> AdmissionDecision:
+        """Deny on Enforce failures (and errors of Fail policies); report everything else as warnings."""
+        policies = [p for p in self.policies_for(failure) if p.has_validate()]
+        if not policies:
+            return AdmissionDecision(allowed=True)
+        # The object arriving here already went through the mutating webhook, so only validation runs.
+        engine_request = self.engine_request(request)
+        responses = []
+        for policy in policies:
+            response = self.engine.validate(self.engine.policy_context(policy, engine_request))
+            if response.rules:
+                responses.append(response)
+        blocked = blocking_rules(responses)
+        if blocked:
+            return AdmissionDecision(False, block_message(resource_label(request.subject, request), blocked), responses=responses)
+        return AdmissionDecision(True, warnings=warning_messages(responses), responses=responses)
+
+
+def blocking_rules_for_mutation(responses: Iterable[EngineResponse]) -> dict[str, dict[str, str]]:
+    """A mutate rule that errors under failurePolicy Fail denies the request; failed mutations never do."""
+    blocked: dict[str, dict[str, str]] = {}
+    for response in responses:
+        if isinstance(response.policy, KyvernoPolicy) and failure_policy(response.policy) != FAILURE_POLICY_FAIL:
+            continue
+        for rule in response.rules:
+            if rule.status == ERROR:
+                blocked.setdefault(response.policy_name, {})[rule.name] = rule.message
+    return blocked

@@ -1,0 +1,291 @@
+"""Serving certificates for the webhook: a self-signed CA plus a leaf, or files the user provides.
+
+The apiserver only trusts the CA put into the webhook configurations' ``caBundle``; the leaf is renewed well before
+it expires and swapped into the live ``ssl.SSLContext`` so running connections and the listener survive rotation.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import os
+import ssl
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+CA_VALIDITY = dt.timedelta(days=365)
+SERVING_VALIDITY = dt.timedelta(days=150)
+RENEW_BEFORE = dt.timedelta(days=15)
+
+
+@dataclass(frozen=True)
+class KeyPair:
+    """PEM certificate (chain) and PEM private key."""
+
+    cert_pem: bytes
+    key_pem: bytes
+
+    @property
+    def certificate(self) -> x509.Certificate:
+        return x509.load_pem_x509_certificate(self.cert_pem)
+
+    @property
+    def not_after(self) -> dt.datetime:
+        return self.certificate.not_valid_after_utc
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+
+
+def generate_ca(common_name: str = "stockade-ca", validity: dt.timedelta = CA_VALIDITY, now: dt.datetime | None = None) -> KeyPair:
+    """A self-signed P-256 CA that may only sign leaf certificates."""
+    now = now or _now()
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + validity)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
+        )
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def issue_serving_cert(
+    ca: KeyPair,
+    hosts: list[str],
+    validity: dt.timedelta = SERVING_VALIDITY,
+    now: dt.datetime | None = None,
+) -> KeyPair:
+    """A server certificate for ``hosts`` (DNS names or IP addresses) signed by ``ca``; never outlives the CA."""
+    if not hosts:
+        raise ValueError("a serving certificate needs at least one host name or IP address")
+    now = now or _now()
+    ca_cert = ca.certificate
+    ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
+    key = ec.generate_private_key(ec.SECP256R1())
+    names: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    not_after = min(now + validity, ca_cert.not_valid_after_utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(not_after)
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    )
+    return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
+
+
+def needs_renewal(pair: KeyPair, renew_before: dt.timedelta = RENEW_BEFORE, now: dt.datetime | None = None) -> bool:
+    return pair.not_after - renew_before <= (now or _now())
+
+
+def server_ssl_context() -> ssl.SSLContext:
+    """TLS 1.2+ server context; certificates are loaded separately so they can be replaced in place."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_ciphers("ECDHE+AESGCM:ECDHE+CHACHA20")
+    return context
+
+
+def load_pair_into(context: ssl.SSLContext, pair: KeyPair) -> None:
+    """``load_cert_chain`` only reads files, so the PEMs take a short trip through a private temp directory."""
+    with tempfile.TemporaryDirectory(prefix="stockade-tls-") as directory:
+        cert_path = Path(directory, "tls.crt")
+        key_path = Path(directory, "tls.key")
+        cert_path.write_bytes(pair.cert_pem)
+        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(pair.key_pem)
+        context.load_cert_chain(cert_path, key_path)
+
+
+def write_pair(pair: KeyPair, cert_path: Path, key_path: Path) -> None:
+    """Atomic writes so a concurrent reader never sees half a key."""
+    for path, data, mode in ((cert_path, pair.cert_pem, 0o644), (key_path, pair.key_pem, 0o600)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+
+
+class CertificateManager:
+    """Owns the serving ``SSLContext`` and keeps its certificate fresh.
+
+    Two modes: *managed* (self-signed CA persisted in ``directory``; leaf renewed ``renew_before`` expiry; CA renewed
+    the same way, old CA kept in the bundle until it expires) and *user files* (``cert_file``/``key_file``, reloaded
+    whenever their modification time changes).  ``on_ca_change`` is told the new bundle so webhook configurations
+    can be updated.
+    """
+
+    def __init__(
+        self,
+        *,
+        hosts: list[str] | None = None,
+        directory: Path | None = None,
+        cert_file: Path | None = None,
+        key_file: Path | None = None,
+        ca_file: Path | None = None,
+        renew_before: dt.timedelta = RENEW_BEFORE,
+        serving_validity: dt.timedelta = SERVING_VALIDITY,
+        ca_validity: dt.timedelta = CA_VALIDITY,
+        clock: Callable[[], dt.datetime] = _now,
+    ) -> None:
+        if (cert_file is None) != (key_file is None):
+            raise ValueError("--tls-cert-file and --tls-key-file go together")
+        self.hosts = hosts or ["localhost", "127.0.0.1"]
+        self.directory = directory
+        self.cert_file = cert_file
+        self.key_file = key_file
+        self.ca_file = ca_file
+        self.renew_before = renew_before
+        self.serving_validity = serving_validity
+        self.ca_validity = ca_validity
+        self.clock = clock
+        self.context = server_ssl_context()
+        self.ca: KeyPair | None = None
+        self.previous_ca_pem: bytes = b""
+        self.serving: KeyPair | None = None
+        self._user_stamp: tuple[float, float] | None = None
+        self.on_ca_change: Callable[[bytes], None] | None = None
+
+    @property
+    def user_provided(self) -> bool:
+        return self.cert_file is not None
+
+    @property
+    def ca_bundle(self) -> bytes:
+        """What the apiserver must trust: current CA plus the previous one while it is still valid."""
+        if self.user_provided:
+            if self.ca_file is not None:
+                return self.ca_file.read_bytes()
+            return self.serving.cert_pem if self.serving else b""
+        bundle = self.ca.cert_pem if self.ca else b""
+        if self.previous_ca_pem:
+            previous = x509.load_pem_x509_certificate(self.previous_ca_pem)
+            if previous.not_valid_after_utc > self.clock():
+                bundle += self.previous_ca_pem
+        return bundle
+
+    def start(self) -> ssl.SSLContext:
+        """Load or create the certificates and return the context to serve with."""
+        self.refresh()
+        return self.context
+
+    def refresh(self) -> bool:
+        """Reload or renew if needed; True when the serving certificate changed."""
+        if self.user_provided:
+            return self._reload_user_files()
+        return self._renew_managed()
+
+    def _reload_user_files(self) -> bool:
+        assert self.cert_file is not None and self.key_file is not None
+        stamp = (self.cert_file.stat().st_mtime_ns, self.key_file.stat().st_mtime_ns)
+        if stamp == self._user_stamp:
+            return False
+        self.context.load_cert_chain(self.cert_file, self.key_file)
+        self.serving = KeyPair(self.cert_file.read_bytes(), self.key_file.read_bytes())
+        self._user_stamp = stamp
+        return True
+
+    def _paths(self) -> dict[str, Path]:
+        assert self.directory is not None
+        return {
+            "ca_crt": self.directory / "ca.crt",
+            "ca_key": self.directory / "ca.key",
+            "prev_ca": self.directory / "ca-previous.crt",
+            "tls_crt": self.directory / "tls.crt",
+            "tls_key": self.directory / "tls.key",
+        }
+
+    def _load_persisted(self) -> None:
+        if self.directory is None or self.ca is not None:
+            return
+        paths = self._paths()
+        if paths["ca_crt"].exists() and paths["ca_key"].exists():
+            self.ca = KeyPair(paths["ca_crt"].read_bytes(), paths["ca_key"].read_bytes())
+            if paths["prev_ca"].exists():
+                self.previous_ca_pem = paths["prev_ca"].read_bytes()
+        if paths["tls_crt"].exists() and paths["tls_key"].exists():
+            serving = KeyPair(paths["tls_crt"].read_bytes(), paths["tls_key"].read_bytes())
+            if self.ca is not None and self._issued_by_ca(serving) and self._covers_hosts(serving):
+                self.serving = serving
+
+    def _issued_by_ca(self, pair: KeyPair) -> bool:
+        assert self.ca is not None
+        return pair.certificate.issuer == self.ca.certificate.subject and pair.certificate.verify_directly_issued_by(self.ca.certificate) is None
+
+    def _covers_hosts(self, pair: KeyPair) -> bool:
+        try:
+            san = pair.certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        except x509.ExtensionNotFound:
+            return False
+        present = {str(v) for v in san.get_values_for_type(x509.DNSName)} | {str(v) for v in san.get_values_for_type(x509.IPAddress)}
+        return set(self.hosts) <= present
+
+    def _renew_managed(self) -> bool:
+        self._load_persisted()
+        now = self.clock()
+        ca_changed = False
+        if self.ca is None or needs_renewal(self.ca, self.renew_before, now):
+            if self.ca is not None:
+                self.previous_ca_pem = self.ca.cert_pem
+            self.ca = generate_ca(validity=self.ca_validity, now=now)
+            ca_changed = True
+        changed = ca_changed or self.serving is None or needs_renewal(self.serving, self.renew_before, now)
+        if changed:
+            self.serving = issue_serving_cert(self.ca, self.hosts, self.serving_validity, now)
+            self._persist()
+        if changed or not self._loaded_once:
+            assert self.serving is not None
+            load_pair_into(self.context, self.serving)
+            self._loaded_once = True
+        if ca_changed and self.on_ca_change is not None:
+            self.on_ca_change(self.ca_bundle)
+        return changed
+
+    _loaded_once = False
+
+    def _persist(self) -> None:
+        if self.directory is None:
+            return
+        assert self.ca is not None and self.serving is not None
+        paths = self._paths()
+        write_pair(self.ca, paths["ca_crt"], paths["ca_key"])
+        write_pair(self.serving, paths["tls_crt"], paths["tls_key"])
+        if self.previous_ca_pem:
+            paths["prev_ca"].write_bytes(self.previous_ca_pem)

@@ -1,0 +1,78 @@
+"""Policies for the embedded mode: loaded from files and directories, reloaded when they change.
+
+A reload builds a complete new evaluator and swaps it in one assignment, so a request is always evaluated against
+one consistent snapshot; a broken edit keeps the previous snapshot and records the error for readiness.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from stockade.engine.engine import Engine
+from stockade.policy.loader import LoadError, expand_paths, load_documents
+from stockade.policy.model import KyvernoPolicy
+from stockade.policy.resources import split_policies
+from stockade.webhook.admission import AdmissionEvaluator, NamespaceLabels
+
+log = logging.getLogger("stockade.webhook")
+
+
+@dataclass(frozen=True)
+class PolicySnapshot:
+    policies: list[KyvernoPolicy]
+    evaluator: AdmissionEvaluator
+    fingerprint: tuple[tuple[str, int, int], ...]
+    unsupported: tuple[str, ...] = ()
+
+
+class PolicyStore:
+    """Holds the current PolicySnapshot for a set of paths."""
+
+    def __init__(self, paths: list[str], namespace_labels: NamespaceLabels | None = None, engine_factory: Callable[..., Engine] = Engine) -> None:
+        self.paths = list(paths)
+        self.namespace_labels = namespace_labels
+        self.engine_factory = engine_factory
+        self.snapshot: PolicySnapshot | None = None
+        self.last_error: str = ""
+        self.listeners: list[Callable[[PolicySnapshot], None]] = []
+
+    def _fingerprint(self) -> tuple[tuple[str, int, int], ...]:
+        entries = []
+        for path in expand_paths(self.paths):
+            stat = os.stat(path)
+            entries.append((path, stat.st_mtime_ns, stat.st_size))
+        return tuple(sorted(entries))
+
+    def load(self) -> PolicySnapshot:
+        """Load now; raises LoadError/OSError on the first load so `serve` fails fast with the file named."""
+        fingerprint = self._fingerprint()
+        policy_set = split_policies(load_documents(self.paths))
+        engine = self.engine_factory(exceptions=policy_set.exceptions)
+        unsupported = tuple(f"{d.kind}/{d.data.get('metadata', {}).get('name', '')}" for d in policy_set.cel + policy_set.admission)
+        snapshot = PolicySnapshot(
+            policies=policy_set.kyverno,
+            evaluator=AdmissionEvaluator(engine, policy_set.kyverno, self.namespace_labels),
+            fingerprint=fingerprint,
+            unsupported=unsupported,
+        )
+        self.snapshot = snapshot
+        self.last_error = ""
+        for listener in self.listeners:
+            listener(snapshot)
+        return snapshot
+
+    def reload_if_changed(self) -> bool:
+        """Poll the files; True when a new snapshot was installed."""
+        try:
+            if self.snapshot is not None and self._fingerprint() == self.snapshot.fingerprint:
+                return False
+            self.load()
+            log.info("policies reloaded: %d policies", len(self.snapshot.policies) if self.snapshot else 0)
+            return True
+        except (LoadError, OSError, ValueError) as exc:
+            self.last_error = str(exc)
+            log.error("policy reload failed, keeping the previous policies: %s", exc)
+            return False

@@ -1,0 +1,219 @@
+"""The HTTPS admission webhook: aiohttp routes around AdmissionEvaluator.
+
+Endpoints follow Kyverno's layout (``/validate``, ``/validate/fail``, ``/validate/ignore``, the same for
+``/mutate``), plus ``/health/liveness``, ``/health/readiness`` and ``/metrics``.  Policy evaluation is CPU-bound and
+fast (sub-millisecond to a few ms), so it runs on the event loop: a thread pool would only add GIL contention.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from stockade.webhook.admission import (
+    FAILURE_POLICY_FAIL,
+    FAILURE_POLICY_IGNORE,
+    AdmissionDecision,
+    AdmissionRequest,
+    InvalidAdmissionReview,
+    parse_review,
+    review_response,
+)
+from stockade.webhook.certs import CertificateManager
+from stockade.webhook.metrics import WebhookMetrics
+from stockade.webhook.policystore import PolicyStore
+
+try:
+    import orjson
+
+    def _dumps(value: Any) -> bytes:
+        return orjson.dumps(value)
+
+    def _loads(data: bytes) -> Any:
+        return orjson.loads(data)
+
+except ImportError:  # pragma: no cover - orjson is part of the server extra
+
+    def _dumps(value: Any) -> bytes:
+        return json.dumps(value, separators=(",", ":")).encode()
+
+    def _loads(data: bytes) -> Any:
+        return json.loads(data)
+
+
+log = logging.getLogger("stockade.webhook")
+
+MAX_BODY_BYTES = 8 * 1024 * 1024  # the apiserver caps objects at ~3 MiB; a review carries two of them
+WEBHOOK_PATHS: dict[str, tuple[str, str | None]] = {
+    "/validate": ("validate", None),
+    "/validate/fail": ("validate", FAILURE_POLICY_FAIL),
+    "/validate/ignore": ("validate", FAILURE_POLICY_IGNORE),
+    "/mutate": ("mutate", None),
+    "/mutate/fail": ("mutate", FAILURE_POLICY_FAIL),
+    "/mutate/ignore": ("mutate", FAILURE_POLICY_IGNORE),
+}
+
+
+@dataclass
+class ServerState:
+    """Everything the handlers share; ``ready`` flips once policies are loaded and the listener is up."""
+
+    store: PolicyStore
+    metrics: WebhookMetrics = field(default_factory=WebhookMetrics)
+    ready: bool = False
+    shutting_down: bool = False
+    readiness_checks: list[Callable[[], str]] = field(default_factory=list)
+
+
+def _bad_request(reason: str) -> web.Response:
+    return web.json_response({"error": "invalid AdmissionReview", "reason": reason}, status=400)
+
+
+def make_handler(state: ServerState, phase: str, failure: str | None, path: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def handle(http_request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        if http_request.content_type not in ("application/json", ""):
+            state.metrics.bad_requests.labels(path).inc()
+            return _bad_request(f"content type must be application/json, got {http_request.content_type}")
+        body = await http_request.read()
+        try:
+            review = parse_review(_loads(body))
+        except (InvalidAdmissionReview, ValueError, TypeError) as exc:
+            state.metrics.bad_requests.labels(path).inc()
+            return _bad_request(str(exc) if isinstance(exc, InvalidAdmissionReview) else f"body is not valid JSON: {exc}")
+        snapshot = state.store.snapshot
+        if snapshot is None:
+            return web.json_response({"error": "policies are not loaded yet"}, status=503)
+        engine_started = time.perf_counter()
+        try:
+            if phase == "mutate":
+                decision = snapshot.evaluator.mutate(review, failure)
+            else:
+                decision = snapshot.evaluator.validate(review, failure)
+        except Exception as exc:  # an engine bug must not take the webhook down; failurePolicy decides
+            log.exception("evaluation failed for %s", review.uid)
+            decision = _engine_failure(review, failure, exc)
+        engine_seconds = time.perf_counter() - engine_started
+        answer = review_response(review, decision)
+        kind = review.kind.kind
+        state.metrics.observe_rules(decision.responses, kind, review.operation, engine_seconds)
+        state.metrics.observe_request(path, kind, review.namespace, review.operation, decision.allowed, time.perf_counter() - started)
+        return web.Response(body=_dumps(answer), content_type="application/json")
+
+    return handle
+
+
+def _engine_failure(review: AdmissionRequest, failure: str | None, exc: Exception) -> AdmissionDecision:
+    if failure == FAILURE_POLICY_IGNORE:
+        return AdmissionDecision(True, warnings=[f"stockade: policy evaluation failed: {exc}"])
+    return AdmissionDecision(False, f"stockade: policy evaluation failed: {exc}")
+
+
+def build_app(state: ServerState) -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY_BYTES)
+    for path, (phase, failure) in WEBHOOK_PATHS.items():
+        app.router.add_post(path, make_handler(state, phase, failure, path))
+
+    async def liveness(_: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readiness(_: web.Request) -> web.Response:
+        problems = [] if state.ready and not state.shutting_down else ["not ready"]
+        if state.store.snapshot is None:
+            problems.append("policies not loaded")
+        problems.extend(p for p in (check() for check in state.readiness_checks) if p)
+        if problems:
+            return web.json_response({"status": "unready", "problems": problems}, status=503)
+        return web.json_response({"status": "ok", "policies": len(state.store.snapshot.policies) if state.store.snapshot else 0})
+
+    async def metrics(_: web.Request) -> web.Response:
+        return web.Response(body=state.metrics.exposition(), headers={"Content-Type": state.metrics.content_type})
+
+    app.router.add_get("/health/liveness", liveness)
+    app.router.add_get("/health/readiness", readiness)
+    app.router.add_get("/metrics", metrics)
+    return app
+
+
+@dataclass
+class ServerConfig:
+    host: str = "0.0.0.0"
+    port: int = 9443
+    metrics_port: int | None = None  # None: /metrics is served on the webhook port only
+    reload_interval: float = 5.0
+    cert_check_interval: float = 3600.0
+
+
+class WebhookServer:
+    """Runs the app on HTTPS and drives the periodic policy reload and certificate refresh."""
+
+    def __init__(self, state: ServerState, certs: CertificateManager, config: ServerConfig) -> None:
+        self.state = state
+        self.certs = certs
+        self.config = config
+        self.runner: web.AppRunner | None = None
+        self.port: int = config.port
+        self.metrics_port: int | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        context: ssl.SSLContext = self.certs.start()
+        if self.state.store.snapshot is None:
+            self.state.store.load()
+        app = build_app(self.state)
+        self.runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, self.config.host, self.config.port, ssl_context=context, backlog=512)
+        await site.start()
+        self.port = _bound_port(site, self.config.port)
+        if self.config.metrics_port is not None:
+            metrics_site = web.TCPSite(self.runner, self.config.host, self.config.metrics_port)
+            await metrics_site.start()
+            self.metrics_port = _bound_port(metrics_site, self.config.metrics_port)
+        self._tasks.append(asyncio.create_task(self._every(self.config.reload_interval, self.state.store.reload_if_changed)))
+        self._tasks.append(asyncio.create_task(self._every(self.config.cert_check_interval, self._refresh_certs)))
+        self.state.ready = True
+        log.info("webhook listening on https://%s:%d", self.config.host, self.port)
+
+    def _refresh_certs(self) -> None:
+        if self.certs.refresh():
+            log.info("serving certificate reloaded")
+
+    @staticmethod
+    async def _every(interval: float, action: Callable[[], object]) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                action()
+            except Exception:  # keep polling; a transient failure must not stop reloads for good
+                log.exception("periodic task failed")
+
+    async def stop(self) -> None:
+        self.state.shutting_down = True
+        self.state.ready = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if self.runner is not None:
+            await self.runner.cleanup()
+            self.runner = None
+
+
+def _bound_port(site: web.TCPSite, requested: int) -> int:
+    if requested:
+        return requested
+    server = site._server  # aiohttp exposes no public accessor for the bound address
+    assert server is not None and server.sockets
+    return int(server.sockets[0].getsockname()[1])
