@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import yaml
 
-__all__ = ["Change", "MarkerError", "MARKER_TOKEN", "update_text", "update_path"]
+__all__ = ["Change", "FileUpdate", "MarkerError", "MARKER_TOKEN", "plan_updates", "update_text", "update_path", "write_updates"]
 
 MARKER_TOKEN = '"$imagepolicy"'
 _MARKER_KEY = "$imagepolicy"
@@ -295,16 +295,21 @@ def _write_atomically(path: str, content: bytes) -> None:
         raise
 
 
-def update_path(path: str, resolve: Resolver, dry_run: bool = False) -> list[Change]:
-    """Apply markers in a file, or in all *.yaml/*.yml/Kustomization files under a directory.
+@dataclass
+class FileUpdate:
+    """A file whose markers change: `label` is relative to the scanned directory, texts are decoded UTF-8."""
 
-    Every file is processed before anything is written, so one bad marker leaves
-    the whole tree untouched. `Change.file` is relative to `path` for directories.
-    Symlinks and `.git` are skipped; only files that change are rewritten.
-    """
+    path: str
+    label: str
+    old_text: str
+    new_text: str
+    changes: list[Change]
+
+
+def plan_updates(path: str, resolve: Resolver) -> list[FileUpdate]:
+    """Compute every file's new text without writing anything (for dry runs and diffs)."""
     root_is_dir = os.path.isdir(path)
-    pending: list[tuple[str, bytes]] = []
-    all_changes: list[Change] = []
+    updates: list[FileUpdate] = []
     for file_path in _candidate_files(path):
         with open(file_path, "rb") as stream:
             raw = stream.read()
@@ -317,9 +322,24 @@ def update_path(path: str, resolve: Resolver, dry_run: bool = False) -> list[Cha
             raise MarkerError(f"{label}: not UTF-8 text: {exc}") from None
         new_text, changes = update_text(text, resolve, label)
         if changes:
-            pending.append((file_path, new_text.encode("utf-8")))
-            all_changes.extend(changes)
+            updates.append(FileUpdate(file_path, label, text, new_text, changes))
+    return updates
+
+
+def write_updates(updates: list[FileUpdate]) -> None:
+    """Write planned updates, each file atomically (keeping its permissions)."""
+    for update in updates:
+        _write_atomically(update.path, update.new_text.encode("utf-8"))
+
+
+def update_path(path: str, resolve: Resolver, dry_run: bool = False) -> list[Change]:
+    """Apply markers in a file, or in all *.yaml/*.yml/Kustomization files under a directory.
+
+    Every file is processed before anything is written, so one bad marker leaves
+    the whole tree untouched. `Change.file` is relative to `path` for directories.
+    Symlinks and `.git` are skipped; only files that change are rewritten.
+    """
+    updates = plan_updates(path, resolve)
     if not dry_run:
-        for file_path, content in pending:
-            _write_atomically(file_path, content)
-    return all_changes
+        write_updates(updates)
+    return [change for update in updates for change in update.changes]

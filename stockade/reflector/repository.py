@@ -1,0 +1,298 @@
+"""ImageRepository reconcile: list a repository's tags, store them, and report it in Flux's status shape.
+
+The registry is reached only through `RegistryClient` created by a factory, so unit tests can hand in a
+scripted client and the CLI a real one. Invalid configuration (image with scheme or tag, bad exclusion
+regexp, unparsable durations) stalls — retrying cannot fix it — while registry and credential failures
+leave Ready=False with a retry.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import json
+import zlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from stockade.images.auth import CredentialError, CredentialStore
+from stockade.images.reference import ImageReference, InvalidReferenceError, parse_reference
+from stockade.images.registry import RegistryClient, RegistryError
+from stockade.reflector import models
+from stockade.reflector.models import (
+    Event,
+    ObjectKey,
+    ReconcileResult,
+    SpecError,
+    duration_seconds,
+    format_time,
+    mark_not_ready,
+    mark_ready,
+    mark_stalled,
+    notify,
+    object_key,
+    parse_time,
+)
+from stockade.reflector.policy import InvalidPolicyError, compile_tag_filter
+from stockade.reflector.store import TagStore
+
+__all__ = [
+    "DEFAULT_EXCLUSION_LIST",
+    "ClientFactory",
+    "ImageRepositoryReconciler",
+    "RegistryAccess",
+    "SecretLookup",
+    "canonical_image_name",
+    "default_client_factory",
+    "parse_repository_image",
+    "registry_access",
+    "tags_revision",
+]
+
+DEFAULT_EXCLUSION_LIST = ["^.*\\.sig$"]
+LATEST_TAGS_COUNT = 10
+TAG_PAGE_SIZE = 1000
+DEFAULT_TIMEOUT_SECONDS = 60.0
+RECONCILE_REQUEST_ANNOTATION = "reconcile.fluxcd.io/requestedAt"
+
+SecretLookup = Callable[[str, str], "Mapping[str, Any] | None"]
+
+
+@dataclass(frozen=True)
+class RegistryAccess:
+    """How to reach one repository's registry: what a client factory needs."""
+
+    reference: ImageReference
+    credentials: CredentialStore
+    insecure: bool
+    timeout: float
+    ca_file: str | None = None
+
+
+class TagLister(Protocol):
+    def list_tags(self, repo_ref: ImageReference, page_size: int | None = None) -> list[str]: ...
+
+    def resolve_digest(self, ref: ImageReference) -> str: ...
+
+
+ClientFactory = Callable[[RegistryAccess], TagLister]
+
+
+def default_client_factory(access: RegistryAccess) -> RegistryClient:
+    return RegistryClient(
+        credentials=access.credentials,
+        insecure_registries=[access.reference.registry] if access.insecure else [],
+        ca_file=access.ca_file,
+        timeout=access.timeout,
+        retries=1,
+        backoff=0.2,
+    )
+
+
+def parse_repository_image(image: object) -> ImageReference:
+    """`spec.image` must name a repository: no URL scheme, no tag, no digest."""
+    if not isinstance(image, str) or not image:
+        raise InvalidReferenceError(str(image or ""), "spec.image is required")
+    if "://" in image:
+        raise InvalidReferenceError(image, "should not include URL scheme")
+    if "@" in image:
+        raise InvalidReferenceError(image, "should not include a digest")
+    if image.rfind(":") > image.rfind("/"):
+        raise InvalidReferenceError(image, "should not include a tag")
+    return parse_reference(image).repository()
+
+
+def canonical_image_name(ref: ImageReference) -> str:
+    """Fully qualified repository name as the registry API sees it (`index.docker.io/library/nginx`)."""
+    return f"{ref.api_registry()}/{ref.api_repository()}"
+
+
+def tags_revision(tags_descending: list[str]) -> str:
+    """Decimal Adler-32 of the JSON tag list, as Flux's default storage reports it; order-independent
+    because the list is always stored sorted."""
+    payload = json.dumps(tags_descending, separators=(",", ":"), ensure_ascii=False).encode()
+    return str(zlib.adler32(payload))
+
+
+def _interval_and_timeout(spec: Mapping[str, Any]) -> tuple[float | None, float]:
+    interval = duration_seconds(spec.get("interval"), "spec.interval")
+    timeout = duration_seconds(spec.get("timeout"), "spec.timeout")
+    if timeout is None:
+        timeout = interval if interval else DEFAULT_TIMEOUT_SECONDS
+    return interval, max(1.0, timeout)
+
+
+def registry_access(
+    repository: Mapping[str, Any],
+    secrets: SecretLookup | None,
+    ca_file: str | None = None,
+) -> RegistryAccess:
+    """Build the access settings of an ImageRepository; raises InvalidReferenceError, SpecError or CredentialError."""
+    spec = repository.get("spec") or {}
+    reference = parse_repository_image(spec.get("image"))
+    _interval, timeout = _interval_and_timeout(spec)
+    credentials = CredentialStore()
+    secret_ref = spec.get("secretRef")
+    if secret_ref:
+        key = object_key(repository)
+        name = str((secret_ref or {}).get("name") or "")
+        secret = secrets(key.namespace, name) if secrets is not None else None
+        if secret is None:
+            raise CredentialError(f"secret '{key.namespace}/{name}' not found")
+        credentials.add_pull_secret(secret)
+    return RegistryAccess(reference, credentials, bool(spec.get("insecure")), timeout, ca_file)
+
+
+def _utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+class ImageRepositoryReconciler:
+    """Scan ImageRepositories into a `TagStore`; one call per object, state lives in the object's status."""
+
+    def __init__(
+        self,
+        store: TagStore,
+        *,
+        secrets: SecretLookup | None = None,
+        client_factory: ClientFactory = default_client_factory,
+        ca_file: str | None = None,
+        clock: Callable[[], datetime.datetime] = _utcnow,
+        page_size: int | None = TAG_PAGE_SIZE,
+    ) -> None:
+        self.store = store
+        self.secrets = secrets
+        self.client_factory = client_factory
+        self.ca_file = ca_file
+        self.clock = clock
+        self.page_size = page_size
+
+    def reconcile(self, repository: Mapping[str, Any], *, force: bool = False) -> ReconcileResult:
+        """Scan when due (or `force`), else keep the status; never raises for registry or spec problems."""
+        obj: dict[str, Any] = copy.deepcopy(dict(repository))
+        before = copy.deepcopy(obj)
+        spec = obj.get("spec") or {}
+        result = ReconcileResult(obj)
+        if spec.get("suspend"):
+            result.events.append(Event(models.EVENT_TRACE, "Suspended", "reconciliation is suspended"))
+            return result
+        now = self.clock()
+        key = object_key(obj)
+        try:
+            interval, _timeout = _interval_and_timeout(spec)
+        except SpecError as exc:
+            return self._finish(result, before, stalled=(models.INVALID_SPEC, str(exc)), now=now)
+        try:
+            reference = parse_repository_image(spec.get("image"))
+        except InvalidReferenceError as exc:
+            return self._finish(result, before, stalled=(models.IMAGE_URL_INVALID, str(exc)), now=now)
+        exclusion_list = self._exclusion_list(spec)
+        try:
+            exclusions = [compile_tag_filter(pattern) for pattern in exclusion_list]
+        except InvalidPolicyError as exc:
+            return self._finish(
+                result, before, stalled=(models.INVALID_EXCLUSION_LIST, f"invalid exclusionList: {exc}"), now=now
+            )
+        canonical = canonical_image_name(reference)
+        scan, reason, next_in = self._should_scan(obj, canonical, exclusion_list, key, interval, now)
+        if not (scan or force):
+            result.requeue_after = next_in
+            result.events.append(
+                Event(models.EVENT_TRACE, models.SUCCEEDED, f"no change in repository configuration since last scan, next scan in {next_in:.0f}s")
+            )
+            return result
+        try:
+            access = registry_access(obj, self.secrets, self.ca_file)
+            client = self.client_factory(access)
+        except CredentialError as exc:
+            result.requeue_after = min(interval or 60.0, 60.0)
+            return self._finish(result, before, failed=(models.AUTHENTICATION_FAILED, str(exc)), now=now)
+        try:
+            listed = client.list_tags(reference, page_size=self.page_size)
+        except (RegistryError, OSError) as exc:
+            result.requeue_after = min(interval or 60.0, 60.0)
+            return self._finish(result, before, failed=(models.READ_OPERATION_FAILED, f"scan failed: {exc}"), now=now)
+        finally:
+            close = getattr(client, "close", None)
+            if callable(close):
+                close()
+        kept = sorted({tag for tag in listed if not any(rx.search(tag) for rx in exclusions)}, reverse=True)
+        self.store.set_tags(key, canonical, kept)
+        revision = tags_revision(kept)
+        status = obj.setdefault("status", {})
+        status["canonicalImageName"] = canonical
+        status["observedExclusionList"] = list(exclusion_list)
+        status["lastScanResult"] = {
+            "tagCount": len(kept),
+            "scanTime": format_time(now),
+            "latestTags": kept[:LATEST_TAGS_COUNT],
+            "revision": revision,
+        }
+        annotation = ((obj.get("metadata") or {}).get("annotations") or {}).get(RECONCILE_REQUEST_ANNOTATION)
+        if annotation:
+            status["lastHandledReconcileAt"] = annotation
+        mark_ready(obj, f"successful scan: found {len(kept)} tags with checksum {revision}", now)
+        result.requeue_after = interval
+        result.events.append(notify(before, obj))
+        result.detail = reason
+        return result
+
+    @staticmethod
+    def _exclusion_list(spec: Mapping[str, Any]) -> list[str]:
+        raw = spec.get("exclusionList")
+        if raw is None:
+            return list(DEFAULT_EXCLUSION_LIST)
+        return [str(pattern) for pattern in raw]
+
+    def _should_scan(
+        self,
+        obj: Mapping[str, Any],
+        canonical: str,
+        exclusion_list: list[str],
+        key: ObjectKey,
+        interval: float | None,
+        now: datetime.datetime,
+    ) -> tuple[bool, str, float]:
+        """(scan now?, why, seconds until the next scan is due) — Flux's shouldScan plus "last scan failed"."""
+        status = obj.get("status") or {}
+        last = status.get("lastScanResult") or {}
+        scan_time = parse_time(last.get("scanTime"))
+        if scan_time is None:
+            return True, "first scan", 0.0
+        annotation = ((obj.get("metadata") or {}).get("annotations") or {}).get(RECONCILE_REQUEST_ANNOTATION)
+        if annotation and annotation != status.get("lastHandledReconcileAt"):
+            return True, "reconcile requested", 0.0
+        if status.get("canonicalImageName") != canonical:
+            return True, "new image name", 0.0
+        if set(status.get("observedExclusionList") or []) != set(exclusion_list):
+            return True, "updated exclusion list", 0.0
+        if not self.store.tags(key):
+            return True, "no tags in database", 0.0
+        if not models.is_ready(obj):
+            return True, "last reconciliation failed", 0.0
+        if interval is None:
+            return False, "", float("inf")
+        remaining = interval - (now - scan_time).total_seconds()
+        if remaining < 1.0:
+            return True, "triggered by interval", 0.0
+        return False, "", remaining
+
+    @staticmethod
+    def _finish(
+        result: ReconcileResult,
+        before: Mapping[str, Any],
+        *,
+        now: datetime.datetime,
+        stalled: tuple[str, str] | None = None,
+        failed: tuple[str, str] | None = None,
+    ) -> ReconcileResult:
+        if stalled is not None:
+            mark_stalled(result.object, stalled[0], stalled[1], now)
+            result.error = stalled[1]
+            result.requeue_after = None
+        elif failed is not None:
+            mark_not_ready(result.object, failed[0], failed[1], now)
+            result.error = failed[1]
+        result.events.append(notify(before, result.object))
+        return result
