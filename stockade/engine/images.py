@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 _CONTAINER_KEYS = ("initContainers", "containers", "ephemeralContainers")
@@ -36,8 +37,6 @@ def extract_images(resource: dict[str, Any], default_registry: str = "docker.io"
     spec = _dig(resource, path)
     if not isinstance(spec, dict):
         return {}
-    from stockade.images.reference import InvalidReferenceError, image_info
-
     images: dict[str, dict[str, dict[str, Any]]] = {}
     for key in _CONTAINER_KEYS:
         containers = spec.get(key)
@@ -46,9 +45,18 @@ def extract_images(resource: dict[str, Any], default_registry: str = "docker.io"
         for index, container in enumerate(containers):
             if not isinstance(container, dict) or not isinstance(container.get("image"), str):
                 continue
-            try:
-                info = image_info(container["image"], f"{pointer}/{key}/{index}/image", default_registry)
-            except InvalidReferenceError:
-                continue
-            images.setdefault(key, {})[str(container.get("name", ""))] = info
+            info = _image_info(container["image"], f"{pointer}/{key}/{index}/image", default_registry)
+            if info is not None:
+                images.setdefault(key, {})[str(container.get("name", ""))] = info
     return images
+
+
+@lru_cache(maxsize=8192)
+def _image_info(image: str, pointer: str, default_registry: str) -> dict[str, Any] | None:
+    """Parsed image details; cached because the same images recur across requests (callers must not mutate)."""
+    from stockade.images.reference import InvalidReferenceError, image_info
+
+    try:
+        return image_info(image, pointer, default_registry)
+    except InvalidReferenceError:
+        return None

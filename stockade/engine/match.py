@@ -257,6 +257,8 @@ def match_reasons(
     metadata = resource.get("metadata") or {}
     if policy_namespace and policy_namespace != str(metadata.get("namespace") or ""):
         return ["policy and resource namespaces mismatch"]
+    if _rejected_by_kind(rule, gvk):
+        return ["no resource matched"]
     args = (resource, gvk, namespace_labels or {}, operation)
     reasons: list[str] = []
     mode, filters = _filters(rule.get("match") or {})
@@ -277,6 +279,33 @@ def match_reasons(
                 if _is_excluded_by(resource_filter, args, info):
                     reasons.append("resource excluded since one of the criteria excluded it")
     return reasons
+
+
+_KIND_GATES: dict[int, tuple[Any, tuple[tuple[str, ...], ...] | None]] = {}
+
+
+def _kind_gate(rule: dict[str, Any]) -> tuple[tuple[str, ...], ...] | None:
+    """Kinds lists of the match filters when every filter names kinds (so a kind mismatch alone rejects), else None.
+
+    Cached per rule object: rules are immutable once loaded and this check runs for every rule on every request.
+    """
+    cached = _KIND_GATES.get(id(rule))
+    if cached is not None and cached[0] is rule:
+        return cached[1]
+    mode, filters = _filters(rule.get("match") or {})
+    kinds = tuple(tuple((f.get("resources") or {}).get("kinds") or ()) for f in filters)
+    gate = kinds if kinds and all(kinds) else None
+    _KIND_GATES[id(rule)] = (rule, gate)
+    return gate
+
+
+def _rejected_by_kind(rule: dict[str, Any], gvk: ResourceKind) -> bool:
+    gate = _kind_gate(rule)
+    if gate is None:
+        return False
+    mode = "any" if (rule.get("match") or {}).get("any") else "every"
+    results = (check_kind(list(kinds), gvk) for kinds in gate)
+    return not any(results) if mode == "any" else not all(results)
 
 
 def _is_excluded_by(resource_filter: dict[str, Any], args: tuple[Any, ...], info: RequestInfo) -> bool:

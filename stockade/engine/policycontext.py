@@ -76,7 +76,13 @@ def build_json_context(
         sa_name, sa_namespace = service_account_parts(info.username)
         data["serviceAccountName"] = sa_name
         data["serviceAccountNamespace"] = sa_namespace
-    images = extract_images(new_resource or old_resource or {}, default_registry)
-    if images:
-        data["images"] = images
-    return EngineContext(data)
+    ctx = EngineContext(data)
+
+    def load_images(target: EngineContext) -> None:
+        images = extract_images(resource, default_registry)
+        if images:
+            target.set("images", images)
+
+    # Parsing every image costs more than most rules; do it only for policies that mention `images`.
+    ctx.add_deferred("images", load_images)
+    return ctx

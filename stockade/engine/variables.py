@@ -15,7 +15,6 @@ from stockade.engine.jsonutil import go_string
 from stockade.jmespath import JMESPathError
 
 VARIABLE_RE = re.compile(r"(^|[^\\])(\{\{(?:\{[^{}]*\}|[^{}])*\}\})")
-_REFERENCE_RE = re.compile(r"^\$\((.[^\ ]*)\)$")
 _MAX_ROUNDS = 64
 
 
@@ -23,13 +22,30 @@ class SubstitutionError(Exception):
     """A variable could not be resolved; ``str()`` reads like Kyverno's message."""
 
 
+_HAS_VARIABLES: dict[int, tuple[Any, bool]] = {}
+
+
 def has_variables(value: Any) -> bool:
+    """Whether any string (or key) in a document holds a ``{{ }}`` variable; cached for containers from policies."""
+    if isinstance(value, (dict, list)):
+        cached = _HAS_VARIABLES.get(id(value))
+        if cached is not None and cached[0] is value:
+            return cached[1]
+        result = _scan_for_variables(value)
+        if len(_HAS_VARIABLES) > 50_000:
+            _HAS_VARIABLES.clear()
+        _HAS_VARIABLES[id(value)] = (value, result)
+        return result
+    return _scan_for_variables(value)
+
+
+def _scan_for_variables(value: Any) -> bool:
     if isinstance(value, str):
         return "{{" in value and VARIABLE_RE.search(value) is not None
     if isinstance(value, dict):
-        return any(has_variables(k) or has_variables(v) for k, v in value.items())
+        return any(_scan_for_variables(k) or _scan_for_variables(v) for k, v in value.items())
     if isinstance(value, list):
-        return any(has_variables(v) for v in value)
+        return any(_scan_for_variables(v) for v in value)
     return False
 
 
