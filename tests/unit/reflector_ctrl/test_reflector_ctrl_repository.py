@@ -1,0 +1,210 @@
+"""ImageRepository reconcile: scan, status shape, when to rescan, and the failure conditions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stockade.images.registry import RegistryAuthError
+from stockade.reflector.models import condition
+from stockade.reflector.repository import ImageRepositoryReconciler, canonical_image_name, parse_repository_image, tags_revision
+
+import pytest
+
+
+def repo(image: str = "ghcr.io/org/app", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "image.toolkit.fluxcd.io/v1",
+        "kind": "ImageRepository",
+        "metadata": {"name": "app", "namespace": "flux-system", "generation": 1},
+        "spec": {"image": image, "interval": "5m", **spec},
+    }
+
+
+def reconciler(store, registry, clock, **kwargs) -> ImageRepositoryReconciler:  # type: ignore[no-untyped-def]
+    return ImageRepositoryReconciler(store, client_factory=registry.factory, clock=clock, **kwargs)
+
+
+def test_first_scan_stores_sorted_tags_and_reports_flux_status(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
+    registry.tags["org/app"] = ["1.0.0", "latest", "6.2.0", "sha256-abc.sig", "0.9.0"]
+    result = reconciler(store, registry, clock).reconcile(repo())
+    status = result.status
+    assert result.ready and result.error is None
+    assert status["canonicalImageName"] == "ghcr.io/org/app"
+    assert status["observedExclusionList"] == ["^.*\\.sig$"]
+    assert status["lastScanResult"]["tagCount"] == 4
+    assert status["lastScanResult"]["latestTags"] == ["latest", "6.2.0", "1.0.0", "0.9.0"]
+    assert status["lastScanResult"]["scanTime"] == "2025-05-27T12:00:00Z"
+    assert status["observedGeneration"] == 1
+    revision = status["lastScanResult"]["revision"]
+    assert condition(result.object, "Ready")["message"] == f"successful scan: found 4 tags with checksum {revision}"
+    assert store.tags(result_key()) == ["latest", "6.2.0", "1.0.0", "0.9.0"]
+    assert result.requeue_after == 300
+    assert [e.type for e in result.events] == ["Normal"]
+
+
+def result_key():  # type: ignore[no-untyped-def]
+    from stockade.reflector.models import ObjectKey
+
+    return ObjectKey("flux-system", "app")
+
+
+def test_latest_tags_are_capped_at_ten(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
+    registry.tags["org/app"] = list("abcdefghijk")
+    status = reconciler(store, registry, clock).reconcile(repo()).status
+    assert status["lastScanResult"]["latestTags"] == list("kjihgfedcb")
+    assert status["lastScanResult"]["tagCount"] == 11
+
+
+def test_revision_does_not_depend_on_registry_order() -> None:
+    assert tags_revision(sorted(["c", "d", "a", "b"], reverse=True)) == tags_revision(sorted(["c", "b", "a", "d"], reverse=True))
+    assert tags_revision(["b", "a"]) != tags_revision(["c", "a"])
+
+
+def test_custom_exclusion_list_replaces_the_default(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
+    registry.tags["org/app"] = ["1.0", "1.0-dev", "x.sig"]
+    result = reconciler(store, registry, clock).reconcile(repo(exclusionList=["-dev$", "^0"]))
+    assert result.status["lastScanResult"]["latestTags"] == ["x.sig", "1.0"]
+    assert result.status["observedExclusionList"] == ["-dev$", "^0"]
+
+
+def test_no_rescan_before_interval_then_rescan_after(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
+    registry.tags["org/app"] = ["1.0.0"]
+    rec = reconciler(store, registry, clock)
+    first = rec.reconcile(repo())
+    clock.advance(120)
+    registry.tags["org/app"].append("1.1.0")
+    second = rec.reconcile(first.object)
+    assert len(registry.list_calls) == 1
+    assert second.requeue_after == pytest.approx(180)
+    assert second.status["lastScanResult"]["tagCount"] == 1
+    assert second.events[0].type == "Trace"
+    clock.advance(180)
+    third = rec.reconcile(second.object)
+    assert len(registry.list_calls) == 2 and third.detail == "triggered by interval"
+    assert third.status["lastScanResult"]["tagCount"] == 2
+    assert third.events[0].type == "Normal"  # the message (tag count, checksum) changed
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda o: o["metadata"].setdefault("annotations", {}).update({"reconcile.fluxcd.io/requestedAt": "now"}), "reconcile requested"),
+        (lambda o: o["spec"].update(image="ghcr.io/org/other"), "new image name"),
+        (lambda o: o["spec"].update(exclusionList=["^x"]), "updated exclusion list"),
+    ],
+)
+def test_spec_changes_trigger_an_immediate_scan(store, registry, clock, change, reason) -> None:  # type: ignore[no-untyped-def]
+    registry.tags["org/app"] = ["1.0.0"]
+    registry.tags["org/other"] = ["2.0.0"]
+    rec = reconciler(store, registry, clock)
+    obj = rec.reconcile(repo()).object
+    change(obj)
+    result = rec.reconcile(obj)
+    assert result.detail == reason and len(registry.list_calls) == 2
+
+
+def test_handled_annotation_does_not_rescan_again(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
+    registry.tags["org/app"] = ["1.0.0"]
+    rec = reconciler(store, registry, clock)
+    obj = repo()
+    obj["metadata"]["annotations"] = {"reconcile.fluxcd.io/requestedAt": "t1"}
+    first = rec.reconcile(obj)
+    assert first.status["lastHandledReconcileAt"] == "t1"
+    rec.reconcile(first.object)
+    assert len(registry.list_calls) == 1
+
+
+def test_lost_tag_store_forces_a_rescan(store, registry, clock, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    registry.tags["org/app"] = ["1.0.0"]
+    obj = reconciler(store, registry, clock).reconcile(repo()).object
+    store.delete_tags(result_key())
+    result = reconciler(store, registry, clock).reconcile(obj)
+    assert result.detail == "no tags in database" and store.tags(result_key()) == ["1.0.0"]
+
+
+@pytest.mark.parametrize(
+    "image, problem",
+    [("oci://ghcr.io/org/app", "should not include URL scheme"), ("ghcr.io/org/app:1.0", "should not include a tag"), ("ghcr.io/Org/App", "lowercase")],
+)
+def test_invalid_image_stalls_without_contacting_the_registry(store, registry, clock, image, problem) -> None:  # type: ignore[no-untyped-def]
+    result = reconciler(store, registry, clock).reconcile(repo(image))
+    assert result.stalled and not result.ready
+    assert condition(result.object, "Stalled")["reason"] == "ImageURLInvalid"
+    assert problem in condition(result.object, "Ready")["message"]
+    assert result.requeue_after is None and registry.list_calls == []
+    assert result.events[0].type == "Warning" and result.events[0].reason == "ImageURLInvalid"
+
+
+def test_registry_host_with_port_is_a_repository_not_a_tag() -> None:
+    assert canonical_image_name(parse_repository_image("localhost:5000/app")) == "localhost:5000/app"
+    assert canonical_image_name(parse_repository_image("nginx")) == "index.docker.io/library/nginx"
+
+
+def test_invalid_exclusion_regexp_stalls(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
+    result = reconciler(store, registry, clock).reconcile(repo(exclusionList=["[="]))
+    assert result.stalled and condition(result.object, "Ready")["reason"] == "InvalidExclusionList"
+
+
+def test_scan_failure_keeps_last_result_and_retries(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
+    registry.tags["org/app"] = ["1.0.0"]
+    rec = reconciler(store, registry, clock)
+    good = rec.reconcile(repo()).object
+    registry.fail_with = RegistryAuthError("list tags of ghcr.io/org/app: HTTP 401")
+    clock.advance(301)
+    result = rec.reconcile(good)
+    assert not result.ready and not result.stalled
+    assert condition(result.object, "Ready")["reason"] == "ReadOperationFailed"
+    assert condition(result.object, "Ready")["message"].startswith("scan failed: ")
+    assert condition(result.object, "Reconciling")["status"] == "True"
+    assert result.status["lastScanResult"] == good["status"]["lastScanResult"]
+    assert store.tags(result_key()) == ["1.0.0"]
+    assert result.requeue_after is not None
+    # once the registry is back, the failed object scans at once (not only after the interval)
+    registry.fail_with = None
+    assert rec.reconcile(result.object).ready
+
+
+def test_missing_secret_is_an_authentication_failure(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
+    rec = reconciler(store, registry, clock, secrets=lambda ns, name: None)
+    result = rec.reconcile(repo(secretRef={"name": "pull"}))
+    assert condition(result.object, "Ready")["reason"] == "AuthenticationFailed"
+    assert "flux-system/pull" in condition(result.object, "Ready")["message"]
+
+
+def test_secret_credentials_insecure_and_timeout_reach_the_client(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
+    registry.tags["org/app"] = ["1"]
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "pull", "namespace": "flux-system"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": '{"auths": {"ghcr.io": {"username": "u", "password": "p"}}}'},
+    }
+    seen: list[tuple[str, str]] = []
+
+    def lookup(namespace: str, name: str):  # type: ignore[no-untyped-def]
+        seen.append((namespace, name))
+        return secret
+
+    rec = reconciler(store, registry, clock, secrets=lookup)
+    assert rec.reconcile(repo(secretRef={"name": "pull"}, insecure=True, timeout="20s")).ready
+    access = registry.accesses[0]
+    assert seen == [("flux-system", "pull")]
+    assert access.credentials.lookup("ghcr.io").username == "u"
+    assert access.insecure is True and access.timeout == 20
+
+
+def test_timeout_defaults_to_interval(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
+    registry.tags["org/app"] = ["1"]
+    reconciler(store, registry, clock).reconcile(repo(interval="45s"))
+    assert registry.accesses[0].timeout == 45
+
+
+def test_bad_interval_stalls(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
+    result = reconciler(store, registry, clock).reconcile(repo(interval="five minutes"))
+    assert result.stalled and registry.list_calls == []
+
+
+def test_suspended_repository_is_left_alone(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
+    result = reconciler(store, registry, clock).reconcile(repo(suspend=True))
+    assert registry.list_calls == [] and "conditions" not in result.status
