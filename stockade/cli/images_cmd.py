@@ -361,8 +361,8 @@ def update_command(path: str, policy_paths: tuple[str, ...], store_dir: str | No
                     difflib.unified_diff(
                         update.old_text.splitlines(keepends=True),
                         update.new_text.splitlines(keepends=True),
-                        fromfile=f"a/{update.label}",
-                        tofile=f"b/{update.label}",
+                        fromfile=update.label if update.label.startswith("/") else f"a/{update.label}",
+                        tofile=update.label if update.label.startswith("/") else f"b/{update.label}",
                     )
                 ),
                 nl=False,

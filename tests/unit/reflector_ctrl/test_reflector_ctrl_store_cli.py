@@ -108,7 +108,7 @@ def test_dry_run_prints_a_diff_and_writes_nothing(tmp_path: Path) -> None:
     policies = policy_file(tmp_path, {"latestRef": {"name": "ghcr.io/org/podinfo", "tag": "5.1.0", "digest": DIGEST}})
     result = CliRunner().invoke(images, ["update", str(tmp_path / "app.yaml"), "--policies", str(policies), "--dry-run"])
     assert result.exit_code == 0
-    assert "-    newTag: 5.0.0" in result.stdout and "+    newTag: 5.1.0" in result.stdout
+    assert "-  newTag: 5.0.0" in result.stdout and "+  newTag: 5.1.0" in result.stdout
     assert "would update 3 value(s)" in result.stderr
     assert (tmp_path / "app.yaml").read_text() == MANIFEST
 
