@@ -1,0 +1,197 @@
+"""`stockade serve` (the admission webhook) and `stockade cleanup` (remove webhook configurations left behind)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+DEFAULT_NAMESPACE = os.environ.get("STOCKADE_NAMESPACE", "stockade")
+DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
+
+
+@click.command("serve")
+@click.argument("policies", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option("--port", default=9443, show_default=True, type=int, help="HTTPS port (0 picks a free one).")
+@click.option("--metrics-port", type=int, default=None, help="Also serve /metrics over plain HTTP on this port.")
+@click.option("--cert-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="Where the self-signed CA and serving pair are kept (default: a temp dir).")
+@click.option("--tls-cert-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Serving certificate (PEM); reloaded when it changes.")
+@click.option("--tls-key-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Serving key (PEM).")
+@click.option("--tls-ca-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="CA bundle for caBundle when using --tls-cert-file.")
+@click.option("--san", "sans", multiple=True, help="Extra DNS name or IP for the self-signed certificate (repeatable).")
+@click.option("--register-webhooks/--no-register-webhooks", default=False, show_default=True, help="Create webhook configurations for the loaded policies and remove them on SIGTERM.")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False), default=None, help="Kubeconfig (default: in-cluster, then $KUBECONFIG / ~/.kube/config).")
+@click.option("--webhook-url", default="", help="Base URL the apiserver should call (instead of the Service), e.g. https://127.0.0.1:9443.")
+@click.option("--service-name", default=DEFAULT_SERVICE, show_default=True, help="Service fronting the webhook.")
+@click.option("--namespace", default=DEFAULT_NAMESPACE, show_default=True, help="Namespace we run in (excluded from webhooks).")
+@click.option("--exclude-namespace", "exclude_namespaces", multiple=True, help="More namespaces the webhooks skip (kube-system and --namespace always are).")
+@click.option("--webhook-timeout", default=10, show_default=True, type=click.IntRange(1, 30), help="timeoutSeconds of the webhooks.")
+@click.option("--reload-interval", default=5.0, show_default=True, type=float, help="Seconds between checks of policy files for changes.")
+@click.option("--cert-check-interval", default=3600.0, show_default=True, type=float, help="Seconds between certificate renewal/reload checks.")
+@click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
+def serve(policies: tuple[str, ...], **options: Any) -> None:
+    """Serve POLICIES (files or directories) as an HTTPS admission webhook."""
+    logging.basicConfig(level=options["log_level"].upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    sys.exit(run_serve(list(policies), **options))
+
+
+def run_serve(policies: list[str], **options: Any) -> int:
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    try:
+        return asyncio.run(_serve(policies, **options))
+    except _StartupError as exc:
+        click.echo(f"stockade serve: {exc}", err=True)
+        return 1
+
+
+class _StartupError(Exception):
+    pass
+
+
+async def _serve(policies: list[str], **options: Any) -> int:
+    import tempfile
+
+    from stockade.policy.loader import LoadError
+    from stockade.webhook.certs import CertificateManager
+    from stockade.webhook.policystore import PolicyStore
+    from stockade.webhook.server import ServerConfig, ServerState, WebhookServer
+
+    log = logging.getLogger("stockade.serve")
+    namespace = options["namespace"]
+    hosts = ["localhost", "127.0.0.1", *options["sans"]]
+    service = options["service_name"]
+    hosts += [service, f"{service}.{namespace}", f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
+    cert_dir = options["cert_dir"] or Path(tempfile.mkdtemp(prefix="stockade-certs-"))
+    certs = CertificateManager(
+        hosts=list(dict.fromkeys(hosts)),
+        directory=None if options["tls_cert_file"] else cert_dir,
+        cert_file=options["tls_cert_file"],
+        key_file=options["tls_key_file"],
+        ca_file=options["tls_ca_file"],
+    )
+
+    api_client = None
+    registration = None
+    if options["register_webhooks"]:
+        from stockade.controllers.registration import NamespaceLabelCache, load_api_client
+
+        try:
+            api_client = load_api_client(options["kubeconfig"])
+        except Exception as exc:
+            raise _StartupError(f"cannot reach Kubernetes: {exc}") from exc
+        namespace_labels = NamespaceLabelCache(api_client)
+    else:
+        namespace_labels = None
+
+    store = PolicyStore(policies, namespace_labels=namespace_labels)
+    try:
+        store.load()
+    except (LoadError, OSError, ValueError) as exc:
+        raise _StartupError(str(exc)) from exc
+    snapshot = store.snapshot
+    assert snapshot is not None
+    if snapshot.unsupported:
+        log.warning("not served by the webhook yet (CEL/admission policies): %s", ", ".join(snapshot.unsupported))
+
+    state = ServerState(store=store)
+    config = ServerConfig(
+        host=options["host"],
+        port=options["port"],
+        metrics_port=options["metrics_port"],
+        reload_interval=options["reload_interval"],
+        cert_check_interval=options["cert_check_interval"],
+    )
+    server = WebhookServer(state, certs, config)
+    try:
+        await server.start()
+    except OSError as exc:
+        raise _StartupError(f"cannot listen on {options['host']}:{options['port']}: {exc}") from exc
+    click.echo(f"stockade webhook serving {len(snapshot.policies)} policies on https://{options['host']}:{server.port}", err=True)
+
+    if api_client is not None:
+        registration = _Registration(api_client, certs, store, options, namespace)
+        try:
+            await asyncio.to_thread(registration.apply)
+        except Exception as exc:
+            await server.stop()
+            raise _StartupError(f"webhook registration failed: {exc}") from exc
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    if registration is not None:
+        try:
+            removed = await asyncio.to_thread(registration.remove)
+            log.info("removed %d webhook configurations", removed)
+        except Exception:
+            log.exception("could not remove webhook configurations; run `stockade cleanup`")
+    await server.stop()
+    return 0
+
+
+class _Registration:
+    """Keeps the webhook configurations in step with the loaded policies and the CA."""
+
+    def __init__(self, api_client: Any, certs: Any, store: Any, options: dict[str, Any], namespace: str) -> None:
+        from stockade.controllers.registration import WebhookRegistrar, discovery_resolver
+        from stockade.controllers.webhookconfig import WebhookTarget
+
+        self.registrar = WebhookRegistrar(api_client)
+        self.api_client = api_client
+        self.certs = certs
+        self.store = store
+        self.timeout = options["webhook_timeout"]
+        self.excluded = ["kube-system", namespace, *options["exclude_namespaces"]]
+        if options["webhook_url"]:
+            self.target = WebhookTarget(url=options["webhook_url"])
+        else:
+            self.target = WebhookTarget(service_name=options["service_name"], service_namespace=namespace)
+        self._discovery = discovery_resolver
+        store.listeners.append(lambda _snapshot: self.apply())
+        certs.on_ca_change = lambda _bundle: self.apply()
+
+    def apply(self) -> None:
+        from stockade.controllers.webhookconfig import build_configurations
+
+        snapshot = self.store.snapshot
+        mutating, validating = build_configurations(
+            snapshot.policies,
+            self.target,
+            self.certs.ca_bundle,
+            self._discovery(self.api_client),
+            excluded_namespaces=self.excluded,
+            timeout_seconds=self.timeout,
+        )
+        self.registrar.apply(mutating, validating)
+
+    def remove(self) -> int:
+        return self.registrar.remove_all()
+
+
+@click.command("cleanup")
+@click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False), default=None, help="Kubeconfig (default: in-cluster, then $KUBECONFIG / ~/.kube/config).")
+def cleanup(kubeconfig: str | None) -> None:
+    """Remove the webhook configurations stockade created (e.g. after a crash left them behind)."""
+    from stockade.controllers.registration import WebhookRegistrar, load_api_client
+
+    try:
+        removed = WebhookRegistrar(load_api_client(kubeconfig)).remove_all()
+    except Exception as exc:
+        click.echo(f"stockade cleanup: {exc}", err=True)
+        sys.exit(1)
+    click.echo(f"removed {removed} webhook configuration(s)")

@@ -1,0 +1,164 @@
+"""Talking to the Kubernetes API: discovery, webhook configuration create/update/delete, namespace labels.
+
+Uses the official ``kubernetes`` client (synchronous; callers in the event loop go through ``asyncio.to_thread``).
+Everything the server writes carries ``webhook.stockade.io/managed-by=stockade`` so cleanup can find leftovers even
+after a crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from stockade.controllers.webhookconfig import (
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    ApiResource,
+    Resolver,
+)
+
+log = logging.getLogger("stockade.controllers")
+
+
+def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
+    """An ApiClient from a kubeconfig (explicit, $KUBECONFIG, ~/.kube/config) or the in-cluster service account."""
+    from kubernetes import client, config
+
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig, context=context)
+    try:
+        config.load_incluster_config()
+        return client.ApiClient()
+    except config.ConfigException:
+        return config.new_client_from_config(context=context)
+
+
+def _get_json(api_client: Any, path: str) -> dict[str, Any]:
+    data = api_client.call_api(path, "GET", response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True)
+    return data if isinstance(data, dict) else {}
+
+
+def discover_resources(api_client: Any) -> list[ApiResource]:
+    """Every served (group, version, resource) with its kind, via /api and /apis discovery."""
+    resources: list[ApiResource] = []
+
+    def add_list(group: str, version: str, listing: dict[str, Any]) -> None:
+        for entry in listing.get("resources") or []:
+            name = str(entry.get("name", ""))
+            if not name or "/" in name:
+                continue
+            resources.append(ApiResource(group, version, name, str(entry.get("kind", "")), bool(entry.get("namespaced"))))
+
+    for version in _get_json(api_client, "/api").get("versions") or []:
+        add_list("", version, _get_json(api_client, f"/api/{version}"))
+    for group in _get_json(api_client, "/apis").get("groups") or []:
+        for version in group.get("versions") or []:
+            try:
+                add_list(str(group["name"]), str(version["version"]), _get_json(api_client, f"/apis/{version['groupVersion']}"))
+            except Exception as exc:  # an unavailable aggregated API must not stop registration
+                log.warning("discovery of %s failed: %s", version.get("groupVersion"), exc)
+    return resources
+
+
+def discovery_resolver(api_client: Any) -> Resolver:
+    from stockade.controllers.webhookconfig import static_resolver
+
+    return static_resolver(discover_resources(api_client))
+
+
+class WebhookRegistrar:
+    """Creates or replaces our webhook configurations and removes them again."""
+
+    def __init__(self, api_client: Any) -> None:
+        from kubernetes import client
+
+        self.api = client.AdmissionregistrationV1Api(api_client)
+
+    def apply(self, mutating: dict[str, Any], validating: dict[str, Any]) -> None:
+        for body, read, create, replace, delete in (
+            (
+                mutating,
+                self.api.read_mutating_webhook_configuration,
+                self.api.create_mutating_webhook_configuration,
+                self.api.replace_mutating_webhook_configuration,
+                self.api.delete_mutating_webhook_configuration,
+            ),
+            (
+                validating,
+                self.api.read_validating_webhook_configuration,
+                self.api.create_validating_webhook_configuration,
+                self.api.replace_validating_webhook_configuration,
+                self.api.delete_validating_webhook_configuration,
+            ),
+        ):
+            self._upsert(body, read, create, replace, delete)
+
+    @staticmethod
+    def _upsert(body: dict[str, Any], read: Any, create: Any, replace: Any, delete: Any) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        name = body["metadata"]["name"]
+        try:
+            existing = read(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            existing = None
+        if not body["webhooks"]:
+            if existing is not None:
+                delete(name)
+            return
+        if existing is None:
+            create(body)
+        else:
+            body = {**body, "metadata": {**body["metadata"], "resourceVersion": existing.metadata.resource_version}}
+            replace(name, body)
+        log.info("webhook configuration %s registered", name)
+
+    def remove_all(self) -> int:
+        """Delete every configuration carrying our label; returns how many were removed."""
+        from kubernetes.client.exceptions import ApiException
+
+        selector = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+        removed = 0
+        for listing, delete in (
+            (self.api.list_mutating_webhook_configuration, self.api.delete_mutating_webhook_configuration),
+            (self.api.list_validating_webhook_configuration, self.api.delete_validating_webhook_configuration),
+        ):
+            for item in listing(label_selector=selector).items:
+                try:
+                    delete(item.metadata.name)
+                    removed += 1
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+        return removed
+
+
+class NamespaceLabelCache:
+    """Namespace labels for ``namespaceSelector`` matching, cached briefly so admission stays fast."""
+
+    def __init__(self, api_client: Any, ttl_seconds: float = 30.0) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api_client)
+        self.ttl = ttl_seconds
+        self._cache: dict[str, tuple[float, dict[str, str]]] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, namespace: str) -> dict[str, str]:
+        now = time.monotonic()
+        with self._lock:
+            cached = self._cache.get(namespace)
+            if cached and now - cached[0] < self.ttl:
+                return cached[1]
+        try:
+            labels = dict(self.core.read_namespace(namespace, _request_timeout=2).metadata.labels or {})
+        except Exception as exc:  # unknown namespace or API hiccup: evaluate with the name label only
+            log.warning("could not read namespace %s: %s", namespace, exc)
+            labels = {"kubernetes.io/metadata.name": namespace}
+        with self._lock:
+            self._cache[namespace] = (now, labels)
+        return labels

@@ -1,0 +1,223 @@
+"""Mutating/ValidatingWebhookConfigurations computed from the loaded policies.
+
+Registering only the kinds and operations that some rule can match keeps the apiserver from calling us for
+everything (and keeps the cluster usable if we are down).  Pure functions here; talking to the API lives in
+``registration.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from stockade.engine.match import parse_kind_selector
+from stockade.policy.model import KyvernoPolicy, Rule
+from stockade.webhook.admission import FAILURE_POLICY_FAIL, FAILURE_POLICY_IGNORE, failure_policy
+
+MANAGED_BY_LABEL = "webhook.stockade.io/managed-by"
+MANAGED_BY_VALUE = "stockade"
+MUTATING_CONFIG_NAME = "stockade-resource-mutating-webhook-cfg"
+VALIDATING_CONFIG_NAME = "stockade-resource-validating-webhook-cfg"
+DEFAULT_TIMEOUT_SECONDS = 10
+MAX_TIMEOUT_SECONDS = 30
+ALL_OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+MUTATE_DEFAULT_OPERATIONS = ("CREATE", "UPDATE")
+
+
+@dataclass(frozen=True)
+class ApiResource:
+    """One served resource: what a webhook rule names (group, version, plural[/subresource])."""
+
+    group: str
+    version: str
+    resource: str
+    kind: str
+    namespaced: bool = True
+
+
+Resolver = Callable[[str, str, str], list[ApiResource]]
+"""(group selector, version selector, kind) → matching served resources; selectors may be ``*``."""
+
+# Fallback when no discovery is available: the built-in kinds policies name most often.
+BUILTIN_RESOURCES: tuple[ApiResource, ...] = (
+    ApiResource("", "v1", "pods", "Pod"),
+    ApiResource("", "v1", "services", "Service"),
+    ApiResource("", "v1", "configmaps", "ConfigMap"),
+    ApiResource("", "v1", "secrets", "Secret"),
+    ApiResource("", "v1", "serviceaccounts", "ServiceAccount"),
+    ApiResource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim"),
+    ApiResource("", "v1", "namespaces", "Namespace", namespaced=False),
+    ApiResource("", "v1", "nodes", "Node", namespaced=False),
+    ApiResource("", "v1", "replicationcontrollers", "ReplicationController"),
+    ApiResource("apps", "v1", "deployments", "Deployment"),
+    ApiResource("apps", "v1", "statefulsets", "StatefulSet"),
+    ApiResource("apps", "v1", "daemonsets", "DaemonSet"),
+    ApiResource("apps", "v1", "replicasets", "ReplicaSet"),
+    ApiResource("batch", "v1", "jobs", "Job"),
+    ApiResource("batch", "v1", "cronjobs", "CronJob"),
+    ApiResource("networking.k8s.io", "v1", "ingresses", "Ingress"),
+    ApiResource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy"),
+    ApiResource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
+    ApiResource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
+    ApiResource("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
+    ApiResource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False),
+)
+
+
+def static_resolver(resources: Iterable[ApiResource] = BUILTIN_RESOURCES) -> Resolver:
+    table = tuple(resources)
+
+    def resolve(group: str, version: str, kind: str) -> list[ApiResource]:
+        from stockade.engine.wildcard import match
+
+        return [r for r in table if match(group, r.group) and match(version, r.version) and match(kind, r.kind)]
+
+    return resolve
+
+
+@dataclass(frozen=True)
+class WebhookTarget:
+    """Where the apiserver sends reviews: a Service in the cluster, or a URL (out-of-cluster/dev/tests)."""
+
+    service_name: str = ""
+    service_namespace: str = ""
+    service_port: int = 443
+    url: str = ""
+
+    def client_config(self, path: str, ca_bundle: bytes) -> dict[str, Any]:
+        import base64
+
+        config: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode()}
+        if self.url:
+            config["url"] = self.url.rstrip("/") + path
+        else:
+            config["service"] = {"name": self.service_name, "namespace": self.service_namespace, "path": path, "port": self.service_port}
+        return config
+
+
+def _resource_blocks(rule: Rule) -> list[dict[str, Any]]:
+    match = rule.match or {}
+    blocks: list[dict[str, Any]] = []
+    for key in ("any", "all"):
+        for entry in match.get(key) or []:
+            blocks.append((entry or {}).get("resources") or {})
+    if match.get("resources"):
+        blocks.append(match["resources"])
+    return blocks
+
+
+def rule_operations(rule: Rule, phase: str) -> set[str]:
+    """Operations a rule can fire on: what ``resources.operations`` lists, else the phase's defaults."""
+    defaults = MUTATE_DEFAULT_OPERATIONS if phase == "mutate" else ALL_OPERATIONS
+    operations: set[str] = set()
+    for block in _resource_blocks(rule):
+        listed = [str(op).upper() for op in block.get("operations") or []]
+        operations.update(listed or defaults)
+    return operations or set(defaults)
+
+
+def rule_kinds(rule: Rule) -> list[str]:
+    kinds: list[str] = []
+    for block in _resource_blocks(rule):
+        kinds.extend(str(k) for k in block.get("kinds") or [])
+    return kinds
+
+
+def _rule_in_phase(rule: Rule, phase: str) -> bool:
+    if phase == "mutate":
+        return (rule.has_mutate() and not rule.has_mutate_existing()) or rule.has_verify_images()
+    return rule.has_validate() or rule.has_verify_images()
+
+
+def compute_rules(policies: Iterable[KyvernoPolicy], phase: str, resolver: Resolver) -> list[dict[str, Any]]:
+    """Deduplicated, sorted webhook rules: one entry per (group, version, operations) with its resources."""
+    wanted: dict[tuple[str, str, str], set[str]] = {}  # (group, version, resource) -> operations
+    for policy in policies:
+        for rule in policy.rules:
+            if not _rule_in_phase(rule, phase):
+                continue
+            operations = rule_operations(rule, phase)
+            for selector in rule_kinds(rule):
+                group, version, kind, subresource = parse_kind_selector(selector)
+                if kind == "*":
+                    targets = [("*", "*", "*/*" if subresource == "*" else "*")]
+                else:
+                    targets = []
+                    for resource in resolver(group or "*", version or "*", kind):
+                        name = f"{resource.resource}/{subresource}" if subresource else resource.resource
+                        targets.append((resource.group, resource.version, name))
+                for target in targets:
+                    wanted.setdefault(target, set()).update(operations)
+    grouped: dict[tuple[str, str, tuple[str, ...]], set[str]] = {}
+    for (group, version, resource), operations in wanted.items():
+        grouped.setdefault((group, version, tuple(sorted(operations))), set()).add(resource)
+    rules = []
+    for (group, version, operations), resources in sorted(grouped.items()):
+        rules.append(
+            {
+                "apiGroups": [group],
+                "apiVersions": [version],
+                "operations": list(operations),
+                "resources": sorted(resources),
+                "scope": "*",
+            }
+        )
+    return rules
+
+
+def excluded_namespaces_selector(namespaces: Iterable[str]) -> dict[str, Any]:
+    values = sorted({ns for ns in namespaces if ns})
+    return {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": values}]}
+
+
+def _timeout(policies: list[KyvernoPolicy], default: int) -> int:
+    timeouts = [int(p.spec.get("webhookTimeoutSeconds") or 0) for p in policies]
+    return min(max([default, *timeouts]), MAX_TIMEOUT_SECONDS)
+
+
+def build_configurations(
+    policies: list[KyvernoPolicy],
+    target: WebhookTarget,
+    ca_bundle: bytes,
+    resolver: Resolver,
+    *,
+    excluded_namespaces: Iterable[str] = ("kube-system",),
+    timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(MutatingWebhookConfiguration, ValidatingWebhookConfiguration); a variant with no rules is left out."""
+    selector = excluded_namespaces_selector(excluded_namespaces)
+    configurations = []
+    for phase, kind, name in (
+        ("mutate", "MutatingWebhookConfiguration", MUTATING_CONFIG_NAME),
+        ("validate", "ValidatingWebhookConfiguration", VALIDATING_CONFIG_NAME),
+    ):
+        webhooks = []
+        for failure, suffix in ((FAILURE_POLICY_FAIL, "fail"), (FAILURE_POLICY_IGNORE, "ignore")):
+            chosen = [p for p in policies if failure_policy(p) == failure]
+            rules = compute_rules(chosen, phase, resolver)
+            if not rules:
+                continue
+            webhook: dict[str, Any] = {
+                "name": f"{phase}.stockade.svc-{suffix}",
+                "clientConfig": target.client_config(f"/{phase}/{suffix}", ca_bundle),
+                "rules": rules,
+                "failurePolicy": failure,
+                "matchPolicy": "Equivalent",
+                "sideEffects": "NoneOnDryRun",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": _timeout(chosen, timeout_seconds),
+                "namespaceSelector": selector,
+            }
+            if phase == "mutate":
+                webhook["reinvocationPolicy"] = "IfNeeded"
+            webhooks.append(webhook)
+        configurations.append(
+            {
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": kind,
+                "metadata": {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE}},
+                "webhooks": webhooks,
+            }
+        )
+    return configurations[0], configurations[1]

@@ -1,0 +1,126 @@
+"""Webhook configurations list exactly what the loaded policies can match."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import yaml
+
+from stockade.controllers.webhookconfig import (
+    MANAGED_BY_LABEL,
+    WebhookTarget,
+    build_configurations,
+    compute_rules,
+    static_resolver,
+)
+from stockade.policy.model import KyvernoPolicy
+
+
+def policy(text: str) -> KyvernoPolicy:
+    return KyvernoPolicy(yaml.safe_load(text))
+
+
+VALIDATE_PODS = policy("""
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: pods}
+spec:
+  validationFailureAction: Enforce
+  rules:
+  - name: r
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    validate: {message: m, pattern: {metadata: {labels: {team: "?*"}}}}
+""")
+
+MUTATE_CM_IGNORE = policy("""
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: cm}
+spec:
+  failurePolicy: Ignore
+  webhookTimeoutSeconds: 20
+  rules:
+  - name: r
+    match:
+      resources:
+        kinds: [ConfigMap]
+        operations: [CREATE]
+    mutate: {patchStrategicMerge: {metadata: {labels: {x: "y"}}}}
+""")
+
+EXEC_DENY = policy("""
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: exec}
+spec:
+  validationFailureAction: Enforce
+  rules:
+  - name: r
+    match: {any: [{resources: {kinds: [Pod/exec], operations: [CONNECT]}}]}
+    validate: {message: m, deny: {}}
+""")
+
+
+def test_validate_rules_include_autogen_controllers_and_all_operations() -> None:
+    rules = compute_rules([VALIDATE_PODS], "validate", static_resolver())
+    by_group = {r["apiGroups"][0]: r for r in rules}
+    assert by_group[""]["resources"] == ["pods", "replicationcontrollers"]
+    assert by_group[""]["operations"] == ["CONNECT", "CREATE", "DELETE", "UPDATE"]
+    assert by_group["apps"]["resources"] == ["daemonsets", "deployments", "replicasets", "statefulsets"]
+    assert by_group["batch"]["resources"] == ["cronjobs", "jobs"]
+    assert compute_rules([VALIDATE_PODS], "mutate", static_resolver()) == []
+
+
+def test_listed_operations_and_subresources() -> None:
+    assert compute_rules([EXEC_DENY], "validate", static_resolver()) == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CONNECT"], "resources": ["pods/exec"], "scope": "*"}
+    ]
+    assert compute_rules([MUTATE_CM_IGNORE], "mutate", static_resolver())[0]["operations"] == ["CREATE"]
+
+
+def test_configurations_split_by_failure_policy_with_ca_and_exclusions() -> None:
+    mutating, validating = build_configurations(
+        [VALIDATE_PODS, MUTATE_CM_IGNORE],
+        WebhookTarget(service_name="stockade-svc", service_namespace="stockade"),
+        b"CA PEM",
+        static_resolver(),
+        excluded_namespaces=["kube-system", "stockade"],
+    )
+    assert mutating["kind"] == "MutatingWebhookConfiguration"
+    assert mutating["metadata"]["labels"][MANAGED_BY_LABEL] == "stockade"
+    assert [w["name"] for w in mutating["webhooks"]] == ["mutate.stockade.svc-ignore"]
+    hook: dict[str, Any] = mutating["webhooks"][0]
+    assert hook["failurePolicy"] == "Ignore" and hook["timeoutSeconds"] == 20 and hook["reinvocationPolicy"] == "IfNeeded"
+    assert hook["clientConfig"]["service"] == {"name": "stockade-svc", "namespace": "stockade", "path": "/mutate/ignore", "port": 443}
+    assert base64.b64decode(hook["clientConfig"]["caBundle"]) == b"CA PEM"
+    assert hook["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "stockade"]}
+    ]
+    assert [w["name"] for w in validating["webhooks"]] == ["validate.stockade.svc-fail"]
+    assert validating["webhooks"][0]["sideEffects"] == "NoneOnDryRun"
+    assert validating["webhooks"][0]["admissionReviewVersions"] == ["v1"]
+    assert "reinvocationPolicy" not in validating["webhooks"][0]
+
+
+def test_url_target_and_no_policies() -> None:
+    target = WebhookTarget(url="https://127.0.0.1:9443/")
+    assert target.client_config("/validate/fail", b"x")["url"] == "https://127.0.0.1:9443/validate/fail"
+    mutating, validating = build_configurations([], target, b"x", static_resolver())
+    assert mutating["webhooks"] == [] and validating["webhooks"] == []
+
+
+def test_wildcard_kind_registers_everything() -> None:
+    wildcard = policy("""
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: all}
+spec:
+  rules:
+  - name: r
+    match: {any: [{resources: {kinds: ["*"], operations: [CREATE]}}]}
+    validate: {message: m, pattern: {metadata: {name: "?*"}}}
+""")
+    assert compute_rules([wildcard], "validate", static_resolver()) == [
+        {"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["CREATE"], "resources": ["*"], "scope": "*"}
+    ]
