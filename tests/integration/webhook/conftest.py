@@ -1,0 +1,45 @@
+"""A session-wide etcd + kube-apiserver; skipped when the binaries are not there (see .ci/build-apiserver.sh)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from webhook_cluster import POLICIES, Kube, Serve
+
+from stockade.testing.apiserver import ControlPlane, ControlPlaneUnavailable
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    plane = ControlPlane(workdir=tmp_path_factory.mktemp("kube"))
+    try:
+        plane.start()
+    except ControlPlaneUnavailable as exc:
+        pytest.skip(str(exc))
+    yield plane
+    plane.stop()
+
+
+@pytest.fixture(scope="session")
+def kube(control_plane: ControlPlane) -> Kube:
+    return Kube(control_plane)
+
+
+@pytest.fixture()
+def policy_dir(tmp_path: Path) -> Path:
+    directory = tmp_path / "policies"
+    directory.mkdir()
+    (directory / "policies.yaml").write_text(POLICIES)
+    return directory
+
+
+@pytest.fixture()
+def serve(control_plane: ControlPlane, kube: Kube, policy_dir: Path, tmp_path: Path) -> Iterator[Serve]:
+    server = Serve(control_plane, policy_dir, tmp_path)
+    try:
+        server.wait_registered(kube)
+        yield server
+    finally:
+        server.stop()

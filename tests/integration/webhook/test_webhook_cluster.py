@@ -1,0 +1,79 @@
+"""Against a real kube-apiserver: denial, warnings, stored mutations, and cleanup on shutdown or after a crash."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import uuid
+
+from webhook_cluster import MUTATING, VALIDATING, Kube, Serve, deployment, pod
+
+from stockade.testing.apiserver import ControlPlane
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:6]}"
+
+
+def test_violating_deployment_is_denied_with_policy_message(serve: Serve, kube: Kube) -> None:
+    name = unique("web")
+    status, body, _ = kube.request("POST", "/apis/apps/v1/namespaces/default/deployments", deployment(name, {}))
+    assert status == 400, body
+    message = body["message"]
+    assert 'admission webhook "validate.stockade.svc-fail" denied the request' in message
+    assert f"resource Deployment/default/{name} was blocked due to the following policies" in message
+    assert "require-team-label:" in message and "autogen-check-team" in message
+    status, body, _ = kube.request("POST", "/apis/apps/v1/namespaces/default/deployments", deployment(unique("ok"), {"team": "a"}))
+    assert status == 201, body
+
+
+def test_audit_failure_is_admitted_with_warning(serve: Serve, kube: Kube) -> None:
+    status, body, warnings = kube.request("POST", "/api/v1/namespaces/default/pods", pod(unique("latest"), {"team": "a"}, "nginx:latest"))
+    assert status == 201, body
+    assert any("policy disallow-latest.no-latest:" in w and "the latest tag is not allowed" in w for w in warnings), warnings
+
+
+def test_mutation_is_visible_on_stored_object(serve: Serve, kube: Kube) -> None:
+    name = unique("cm")
+    status, body, _ = kube.request("POST", "/api/v1/namespaces/default/configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}})
+    assert status == 201, body
+    status, stored, _ = kube.request("GET", f"/api/v1/namespaces/default/configmaps/{name}")
+    assert stored["metadata"]["labels"] == {"stockade.io/managed": "true"}
+
+
+def test_excluded_namespace_is_not_sent_to_webhook(serve: Serve, kube: Kube) -> None:
+    kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "stockade-system"}})
+    status, body, _ = kube.request("POST", "/api/v1/namespaces/stockade-system/pods", pod(unique("unlabelled")))
+    assert status == 201, body
+
+
+def test_registered_rules_cover_only_needed_kinds(serve: Serve, kube: Kube) -> None:
+    _, validating, _ = kube.request("GET", f"{VALIDATING}/stockade-resource-validating-webhook-cfg")
+    resources = {r for rule in validating["webhooks"][0]["rules"] for r in rule["resources"]}
+    assert "pods" in resources and "deployments" in resources and "configmaps" not in resources
+    _, mutating, _ = kube.request("GET", f"{MUTATING}/stockade-resource-mutating-webhook-cfg")
+    assert {r for rule in mutating["webhooks"][0]["rules"] for r in rule["resources"]} == {"configmaps"}
+
+
+def test_sigterm_removes_webhook_configurations(serve: Serve, kube: Kube) -> None:
+    assert serve.signal(signal.SIGTERM) == 0, serve.log()
+    assert kube.names(VALIDATING) == [] and kube.names(MUTATING) == []
+    status, body, _ = kube.request("POST", "/api/v1/namespaces/default/pods", pod(unique("after-stop")))
+    assert status == 201, body
+
+
+def test_sigkill_then_cleanup_restores_cluster(serve: Serve, kube: Kube, control_plane: ControlPlane) -> None:
+    serve.signal(signal.SIGKILL)
+    assert kube.names(VALIDATING)
+    status, body, _ = kube.request("POST", "/api/v1/namespaces/default/pods", pod(unique("blocked"), {"team": "a"}))
+    assert status >= 500 and "failed calling webhook" in body["message"], body
+    result = subprocess.run(
+        [sys.executable, "-c", "from stockade.cli.main import main; main()", "cleanup", "--kubeconfig", str(control_plane.kubeconfig)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "removed 2 webhook configuration(s)" in result.stdout
+    assert kube.names(VALIDATING) == [] and kube.names(MUTATING) == []
+    status, body, _ = kube.request("POST", "/api/v1/namespaces/default/pods", pod(unique("restored")))
+    assert status == 201, body

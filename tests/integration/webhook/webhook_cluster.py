@@ -1,0 +1,168 @@
+"""Helpers for the webhook integration tests: raw API calls and a `stockade serve` subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from stockade.testing.apiserver import ControlPlane, free_port
+
+POLICIES = """
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: require-team-label
+spec:
+  validationFailureAction: Enforce
+  rules:
+  - name: check-team
+    match:
+      any:
+      - resources:
+          kinds: [Pod]
+    validate:
+      message: "label 'team' is required"
+      pattern:
+        metadata:
+          labels:
+            team: "?*"
+---
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: disallow-latest
+spec:
+  validationFailureAction: Audit
+  rules:
+  - name: no-latest
+    match:
+      any:
+      - resources:
+          kinds: [Pod]
+    validate:
+      message: "the latest tag is not allowed"
+      pattern:
+        spec:
+          containers:
+          - image: "!*:latest"
+---
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: add-managed-label
+spec:
+  rules:
+  - name: add-label
+    match:
+      any:
+      - resources:
+          kinds: [ConfigMap]
+    mutate:
+      patchStrategicMerge:
+        metadata:
+          labels:
+            stockade.io/managed: "true"
+"""
+
+MUTATING = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+VALIDATING = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+
+
+class Kube:
+    """Just enough of the Kubernetes REST API, with access to status, warnings and error messages."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self.context = ssl.create_default_context(cafile=str(plane.ca_file))
+
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any], list[str]]:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            self.plane.url + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {self.plane.token}", "Content-Type": "application/json", "Accept": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, context=self.context, timeout=30) as response:
+                return response.status, json.loads(response.read() or b"{}"), response.headers.get_all("Warning") or []
+        except urllib.error.HTTPError as error:
+            payload = error.read()
+            try:
+                parsed = json.loads(payload)
+            except ValueError:
+                parsed = {"message": payload.decode(errors="replace")}
+            return error.code, parsed, error.headers.get_all("Warning") or []
+
+    def names(self, collection: str) -> list[str]:
+        status, body, _ = self.request("GET", collection + "?labelSelector=webhook.stockade.io%2Fmanaged-by%3Dstockade")
+        assert status == 200, body
+        return [item["metadata"]["name"] for item in body.get("items", [])]
+
+
+def pod(name: str, labels: dict[str, str] | None = None, image: str = "nginx:1.27") -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name}
+    if labels:
+        metadata["labels"] = labels
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"containers": [{"name": "c", "image": image}]}}
+
+
+def deployment(name: str, pod_labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "selector": {"matchLabels": {"app": name}},
+            "template": {"metadata": {"labels": {"app": name, **pod_labels}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}},
+        },
+    }
+
+
+class Serve:
+    """`stockade serve --register-webhooks` as a child process, pointed at the test control plane."""
+
+    def __init__(self, plane: ControlPlane, policy_dir: Path, workdir: Path) -> None:
+        self.port = free_port()
+        self.log_path = workdir / "serve.log"
+        self.plane = plane
+        command = [
+            sys.executable, "-c", "from stockade.cli.main import main; main()",
+            "serve", str(policy_dir),
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--register-webhooks", "--kubeconfig", str(plane.kubeconfig),
+            "--webhook-url", f"https://127.0.0.1:{self.port}",
+            "--cert-dir", str(workdir / "certs"),
+            "--namespace", "stockade-system",
+        ]
+        self.process = subprocess.Popen(command, stdout=open(self.log_path, "wb"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})  # noqa: SIM115
+
+    def wait_registered(self, kube: Kube, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"stockade serve exited early:\n{self.log()}")
+            if kube.names(VALIDATING) and kube.names(MUTATING):
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"webhooks not registered in {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, signum: int, timeout: float = 30.0) -> int:
+        self.process.send_signal(signum)
+        return self.process.wait(timeout=timeout)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.signal(signal.SIGTERM)
