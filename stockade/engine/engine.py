@@ -202,7 +202,9 @@ class Engine:
         return self._run_rules(pctx, RULE_TYPE_VALIDATION, Rule.has_validate, handler)
 
     def _validate_cel(self, pctx: PolicyContext, rule: Rule) -> RuleResponse | None:
-        return rule_error(rule.name, RULE_TYPE_VALIDATION, "validate.cel is not supported yet")
+        from stockade.engine.handlers.validate_cel import validate_cel_rule
+
+        return validate_cel_rule(pctx, rule, self.resource_lookup)
 
     def generate(self, pctx: PolicyContext) -> EngineResponse:
         lookup = self.resource_lookup

@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from stockade.celpolicy import RULELESS_KINDS
+from stockade.celpolicy.testing import CelPolicyRun
 from stockade.engine.contextloader import ContextLoadError, ContextProviders
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo
@@ -125,16 +127,18 @@ class TestRunner:
             policies = self._policies()
             resources = self._dedupe(_load_resources(case, case.resources))
             exceptions = []
+            exception_set = PolicySet()
             if case.exceptions:
                 exception_set = split_policies(load_documents([case.resolve(p) for p in case.exceptions]))
                 exceptions = exception_set.exceptions
             cluster_objects = list(resources)
             for path in case.cluster_resources:
                 cluster_objects.extend(self._cluster_resource_objects(path))
+            cel_run = self._cel_run(policies, exception_set.cel if case.exceptions else [], values, cluster_objects)
         except LoadError as exc:
             self.run.error = str(exc)
             return self.run
-        responses = self._evaluate(policies, resources, values, info, exceptions + policies.exceptions, cluster_objects)
+        responses = self._evaluate(policies, resources, values, info, exceptions + policies.exceptions, cluster_objects, cel_run)
         self._judge(responses, policies)
         return self.run
 
@@ -179,6 +183,7 @@ class TestRunner:
         info: RequestInfo,
         exceptions: list[Any],
         cluster_objects: list[dict[str, Any]],
+        cel_run: CelPolicyRun | None = None,
     ) -> _Responses:
         cluster = _ClusterData(cluster_objects + self._clone_sources(policies.kyverno))
         mocks = self.case.api_call_responses
@@ -202,7 +207,13 @@ class TestRunner:
                 return values.for_resource(policy.name, _name)
 
             request = Request(resource=resource, info=info, namespace_labels=labels)
-            responses.trigger[key] = apply_policies(engine, policies.kyverno, request, values_for=values_for).responses
+            default = apply_policies(engine, policies.kyverno, request, values_for=values_for)
+            responses.trigger[key] = default.responses
+            if cel_run is not None:
+                global_operation = str(values.global_values.get("request.operation") or "").upper()
+                responses.trigger[key] = responses.trigger[key] + cel_run.responses(
+                    default.patched_resource or resource, global_operation, info, labels, default_run=True
+                )
             for operation in operations:
                 forced = Request(resource=resource, info=info, namespace_labels=labels, operation=operation, operation_forced=True)
 
@@ -212,8 +223,45 @@ class TestRunner:
                     return merged
 
                 result = apply_policies(engine, policies.kyverno, forced, values_for=forced_values)
-                responses.by_operation.setdefault(operation, {})[key] = result.responses
+                operation_responses = result.responses
+                if cel_run is not None:
+                    operation_responses = operation_responses + cel_run.responses(
+                        result.patched_resource or resource, operation, info, labels, default_run=False
+                    )
+                responses.by_operation.setdefault(operation, {})[key] = operation_responses
+        if cel_run is not None:
+            for name, payload in cel_run.json_payload_responses().items():
+                responses.trigger[name] = payload
         return responses
+
+    def _cel_run(self, policies: PolicySet, exception_documents: list[Document], values: Values, cluster_objects: list[dict[str, Any]]) -> CelPolicyRun | None:
+        """CEL policy kinds of the test, with providers answering from the test's context and mocks."""
+        if not policies.cel and not policies.admission:
+            return None
+        context_data: dict[str, Any] = {}
+        if self.case.context:
+            for document in load_documents([self.case.resolve(self.case.context)], require_kind=False):
+                if document.data.get("kind") == "Context":
+                    context_data = document.data.get("spec") or {}
+        params: list[dict[str, Any]] = []
+        if self.case.param_resources:
+            params = [normalise_resource(d.data) for d in load_documents([self.case.resolve(p) for p in self.case.param_resources])]
+        payloads: dict[str, Any] = {}
+        for path in self.case.json_payloads:
+            for document in load_documents([self.case.resolve(path)], require_kind=False):
+                payloads[path] = document.data
+        return CelPolicyRun(
+            documents=[d.data for d in policies.cel + policies.admission],
+            exception_documents=[d.data for d in exception_documents],
+            context_resources=[normalise_resource(r) for r in context_data.get("resources") or [] if isinstance(r, dict)],
+            context_images=list(context_data.get("images") or []),
+            cluster_objects=cluster_objects,
+            params=params,
+            api_call_responses=self.case.api_call_responses,
+            global_context_entries=self.case.global_context_entries,
+            namespaces=values.namespaces,
+            json_payloads=payloads,
+        )
 
     # -- judging -----------------------------------------------------------------------------------------------------
     def _judge(self, responses: _Responses, policies: PolicySet) -> None:
@@ -264,7 +312,8 @@ class TestRunner:
             if response.policy_name != result.policy_name:
                 continue
             rule_rows: list[Row] = []
-            for rule in _lookup_rule_responses(result, response.rules) if result.rule else response.rules:
+            ruleless = getattr(response.policy, "kind", "") in RULELESS_KINDS
+            for rule in _lookup_rule_responses(result, response.rules) if result.rule and not ruleless else response.rules:
                 if rule.rule_type == "Generation" and rule.generated_resources:
                     for generated in rule.generated_resources:
                         rule_rows.append(self._check(result, response, rule, generated, display))

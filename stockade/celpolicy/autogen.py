@@ -1,0 +1,93 @@
+"""Pod-controller variants of CEL policies that match Pods (Kyverno's ``autogen.podControllers``)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from typing import Any
+
+# controller resource -> (group, version, kind, replacement set)
+CONTROLLERS: dict[str, tuple[str, str, str, str]] = {
+    "daemonsets": ("apps", "v1", "DaemonSet", "defaults"),
+    "deployments": ("apps", "v1", "Deployment", "defaults"),
+    "replicasets": ("apps", "v1", "ReplicaSet", "defaults"),
+    "statefulsets": ("apps", "v1", "StatefulSet", "defaults"),
+    "jobs": ("batch", "v1", "Job", "defaults"),
+    "cronjobs": ("batch", "v1", "CronJob", "cronjobs"),
+}
+_REPLACEMENTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "defaults": (("spec", "spec.template.spec"), ("metadata", "spec.template.metadata")),
+    "cronjobs": (("spec", "spec.jobTemplate.spec.template.spec"), ("metadata", "spec.jobTemplate.spec.template.metadata")),
+}
+
+
+def can_autogen(constraints: dict[str, Any] | None) -> bool:
+    """Only a single rule on core/v1 pods without object selectors, exclusions or names qualifies."""
+    if not constraints:
+        return False
+    selector = constraints.get("objectSelector") or {}
+    if selector.get("matchLabels") or selector.get("matchExpressions"):
+        return False
+    if constraints.get("excludeResourceRules"):
+        return False
+    rules = constraints.get("resourceRules") or []
+    if len(rules) != 1:
+        return False
+    rule = rules[0]
+    return (
+        not rule.get("resourceNames")
+        and rule.get("apiGroups") == [""]
+        and rule.get("apiVersions") == ["v1"]
+        and rule.get("resources") == ["pods"]
+    )
+
+
+def _rewrite(text: str, source: str, target: str) -> str:
+    # object.metadata.namespace keeps meaning the controller's namespace, so it is not rewritten.
+    for root in ("object.", "oldObject."):
+        pattern = re.compile(re.escape(root + source) + r"(?!\.namespace(?![A-Za-z0-9_]))")
+        text = pattern.sub(root + target, text)
+    return text
+
+
+def controllers_of(spec: dict[str, Any]) -> list[str]:
+    configured = ((spec.get("autogen") or {}).get("podControllers") or {}).get("controllers")
+    if configured is None:
+        return sorted(CONTROLLERS)
+    return [c for c in configured if c in CONTROLLERS]
+
+
+def autogen_specs(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """Specs for the controllers the policy asks for, grouped by replacement set like Kyverno."""
+    if not can_autogen(spec.get("matchConstraints")):
+        return []
+    groups: dict[str, list[str]] = {}
+    for controller in controllers_of(spec):
+        groups.setdefault(CONTROLLERS[controller][3], []).append(controller)
+    variants = []
+    operations = spec["matchConstraints"]["resourceRules"][0].get("operations") or []
+    if not operations:
+        return []
+    for replacement_set in sorted(groups):
+        by_group_version: dict[tuple[str, str], list[str]] = {}
+        for controller in groups[replacement_set]:
+            group, version, _, _ = CONTROLLERS[controller]
+            by_group_version.setdefault((group, version), []).append(controller)
+        variant = copy.deepcopy(spec)
+        constraints: dict[str, Any] = {
+            "resourceRules": [
+                {"apiGroups": [g], "apiVersions": [v], "resources": sorted(resources), "operations": list(operations)}
+                for (g, v), resources in sorted(by_group_version.items())
+            ]
+        }
+        if spec["matchConstraints"].get("namespaceSelector") is not None:
+            constraints["namespaceSelector"] = copy.deepcopy(spec["matchConstraints"]["namespaceSelector"])
+        variant.pop("matchConstraints", None)
+        text = json.dumps(variant)
+        for source, target in _REPLACEMENTS[replacement_set]:
+            text = _rewrite(text, source, target)
+        variant = json.loads(text)
+        variant["matchConstraints"] = constraints
+        variants.append(variant)
+    return variants

@@ -1,0 +1,477 @@
+"""Evaluating CEL policy kinds against one admission request, producing engine responses.
+
+Responses reuse :mod:`stockade.engine.response` so the CLI reports them like ClusterPolicy results.  Ruleless kinds
+name their single rule response after the policy.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from stockade.cel import CelError, CelEvalError
+from stockade.celpolicy.autogen import autogen_specs
+from stockade.celpolicy.compiler import PolicyCompiler
+from stockade.celpolicy.errors import PolicyCompileError
+from stockade.celpolicy.matching import constraints_match, has_selector
+from stockade.celpolicy.model import CelPolicy
+from stockade.celpolicy.mutation import apply_configuration, apply_json_patch
+from stockade.celpolicy.request import AdmissionInput
+from stockade.celpolicy.scope import ConditionError, Scope
+from stockade.engine.response import EngineResponse, RuleResponse, rule_error, rule_fail, rule_pass, rule_skip
+
+VALIDATION = "Validation"
+MUTATION = "Mutation"
+GENERATION = "Generation"
+DELETION = "Deletion"
+
+
+@dataclass
+class _Outcome:
+    """What evaluating a policy's body produced; ``None`` status means the request was not matched."""
+
+    status: str | None
+    message: str = ""
+    patched: dict[str, Any] | None = None
+    generated: list[dict[str, Any]] = field(default_factory=list)
+    exceptions: list[str] = field(default_factory=list)
+
+
+class _GeneratorSink:
+    """Collects ``generator.Apply`` calls: the CLI reports generated resources instead of creating them."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, list[dict[str, Any]]]] = []
+
+    def apply(self, namespace: str, resources: list[Mapping[str, Any]]) -> None:
+        self.calls.append((namespace, [copy.deepcopy(dict(r)) for r in resources]))
+
+
+def _bool(value: Any, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise CelEvalError(f"{what} must evaluate to a bool, got {type(value).__name__}")
+    return value
+
+
+class CelPolicyEvaluator:
+    """Evaluates CEL policies; one instance per policy set, reused for every resource (compiled programs cached).
+
+    ``providers`` are the CEL provider objects (``resource``, ``http``, ``globalContext``, ``image``); ``exceptions``
+    are policies.kyverno.io PolicyException documents; ``params`` are the parameter objects VAPs and
+    ``validate.cel`` rules may refer to.
+    """
+
+    def __init__(
+        self,
+        *,
+        providers: Mapping[str, Any] | None = None,
+        exceptions: list[CelPolicy] | None = None,
+        params: list[dict[str, Any]] | None = None,
+        compiler: PolicyCompiler | None = None,
+    ) -> None:
+        self.providers = dict(providers or {})
+        self.exceptions = list(exceptions or [])
+        self.params = list(params or [])
+        self.compiler = compiler or PolicyCompiler()
+        self._variants: dict[str, list[dict[str, Any]]] = {}
+
+    # -- helpers ---------------------------------------------------------------------------------------------------
+    def _scope(self, key: str, request: AdmissionInput, extra: Mapping[str, Any] | None = None, providers: Mapping[str, Any] | None = None) -> Scope:
+        values: dict[str, Any] = {
+            "object": request.object,
+            "oldObject": request.old_object,
+            "request": request.request_map(),
+            "namespaceObject": request.namespace_map(),
+            "exceptions": {"allowedImages": [], "allowedValues": []},
+            "params": None,
+            "authorizer": {},
+        }
+        values.update(extra or {})
+        merged = dict(self.providers)
+        merged.update(providers or {})
+        return Scope(self.compiler, key, values, merged)
+
+    def _variants_of(self, policy: CelPolicy) -> list[dict[str, Any]]:
+        """The policy's spec followed by its pod-controller autogen variants (validating/mutating kinds)."""
+        cached = self._variants.get(policy.key)
+        if cached is None:
+            cached = [policy.spec]
+            if policy.base_kind in ("ValidatingPolicy", "MutatingPolicy"):
+                cached += autogen_specs(policy.spec)
+            self._variants[policy.key] = cached
+        return cached
+
+    def _matching_spec(self, policy: CelPolicy, request: AdmissionInput) -> tuple[int, dict[str, Any]] | None:
+        for index, spec in enumerate(self._variants_of(policy)):
+            if policy.is_namespaced and request.namespace != policy.namespace:
+                return None
+            if constraints_match(spec.get("matchConstraints"), request):
+                return index, spec
+        return None
+
+    def _policy_exceptions(self, policy: CelPolicy, scope: Scope) -> tuple[list[str], list[str], list[str], bool]:
+        """(matched keys, allowed images, allowed values, full exemption)."""
+        keys: list[str] = []
+        images: list[str] = []
+        values: list[str] = []
+        full = False
+        for exception in self.exceptions:
+            refs = exception.spec.get("policyRefs") or []
+            if not any(str(r.get("name")) == policy.name and (not r.get("kind") or str(r.get("kind")) == policy.kind) for r in refs):
+                continue
+            if exception.namespace and policy.is_namespaced and exception.namespace != policy.namespace:
+                continue
+            exception_scope = Scope(scope.compiler, exception.key, scope.values, scope.providers)
+            try:
+                if not exception_scope.conditions_hold(exception.spec.get("matchConditions"), "spec.matchConditions"):
+                    continue
+            except ConditionError:
+                if full:
+                    continue
+                raise
+            keys.append(f"{exception.namespace}/{exception.name}" if exception.namespace else exception.name)
+            exception_images = [str(i) for i in exception.spec.get("images") or []]
+            exception_values = [str(v) for v in exception.spec.get("allowedValues") or []]
+            if not exception_images and not exception_values:
+                full = True
+            else:
+                images += exception_images
+                values += exception_values
+        return keys, images, values, full
+
+    def _exception_outcome(self, keys: list[str]) -> _Outcome:
+        report = "skip"
+        for exception in self.exceptions:
+            key = f"{exception.namespace}/{exception.name}" if exception.namespace else exception.name
+            if key in keys and str(exception.spec.get("reportResult") or "") == "pass":
+                report = "pass"
+        verb = "passed" if report == "pass" else "skipped"
+        return _Outcome(report, f"rule is {verb} due to policy exception: {', '.join(keys)}", exceptions=keys)
+
+    @staticmethod
+    def _response(policy: CelPolicy, request: AdmissionInput, rule_type: str, outcome: _Outcome | None) -> EngineResponse:
+        resource = request.subject
+        patched = outcome.patched if outcome is not None and outcome.patched is not None else resource
+        response = EngineResponse(policy, resource, patched, namespace_labels=dict(request.namespace_labels))
+        if outcome is not None and outcome.status is not None:
+            rule = RuleResponse(policy.name, rule_type, outcome.status, outcome.message, exceptions=list(outcome.exceptions))
+            rule.generated_resources = list(outcome.generated)
+            response.rules.append(rule)
+        return response
+
+    # -- ValidatingPolicy -------------------------------------------------------------------------------------------
+    def validate(self, policy: CelPolicy, request: AdmissionInput) -> EngineResponse | None:
+        """A (Namespaced)ValidatingPolicy; ``None`` when Kyverno's CLI would drop the response (selector mismatch)."""
+        matched = self._matching_spec(policy, request)
+        if matched is None:
+            if has_selector(policy.spec.get("matchConstraints")):
+                return None
+            return self._response(policy, request, VALIDATION, None)
+        index, spec = matched
+        key = policy.key if index == 0 else f"{policy.key}#autogen{index}"
+        outcome = self._validate_body(policy, key, spec, request)
+        return self._response(policy, request, VALIDATION, outcome)
+
+    def validate_json(self, policy: CelPolicy, payload: Any) -> EngineResponse:
+        """JSON-mode ValidatingPolicy: ``object`` is the raw payload, no request or namespace."""
+        request = AdmissionInput(object=payload if isinstance(payload, dict) else {})
+        scope = Scope(self.compiler, policy.key, {"object": payload, "variables": {}}, self.providers)
+        outcome = self._run_validations(policy, policy.spec, scope)
+        return self._response(policy, request, VALIDATION, outcome)
+
+    def _validate_body(self, policy: CelPolicy, key: str, spec: dict[str, Any], request: AdmissionInput) -> _Outcome:
+        scope = self._scope(key, request)
+        ignore = str(spec.get("failurePolicy") or "Fail") == "Ignore"
+        try:
+            keys, images, values, full = self._policy_exceptions(policy, scope)
+            if full:
+                return self._exception_outcome(keys)
+            scope.set("exceptions", {"allowedImages": images, "allowedValues": values})
+            if not scope.conditions_hold(spec.get("matchConditions"), "spec.matchConditions", ignore):
+                return _Outcome("skip", "skip")
+        except (ConditionError, CelError) as error:
+            return _Outcome("error", f"failed to evaluate match conditions: {error}")
+        return self._run_validations(policy, spec, scope)
+
+    def _run_validations(self, policy: CelPolicy, spec: dict[str, Any], scope: Scope) -> _Outcome:
+        scope.bind_variables(spec.get("variables"))
+        for index, validation in enumerate(spec.get("validations") or []):
+            expression = str(validation.get("expression", ""))
+            try:
+                ok = _bool(scope.evaluate(f"spec.validations[{index}].expression", expression), "validation")
+            except CelError as error:
+                return _Outcome("error", f"error: {error}")
+            if ok:
+                continue
+            message = str(validation.get("message") or "")
+            if validation.get("messageExpression"):
+                try:
+                    value = scope.evaluate(f"spec.validations[{index}].messageExpression", str(validation["messageExpression"]))
+                    message = value if isinstance(value, str) else f"failed to convert message expression to string: {value!r}"
+                except CelError as error:
+                    message = f"failed to evaluate message expression: {error}"
+            if not message:
+                message = f"CEL expression validation failed at index {index}"
+            return _Outcome("fail", message)
+        return _Outcome("pass", "success")
+
+    # -- ValidatingAdmissionPolicy ---------------------------------------------------------------------------------
+    def validate_admission(self, policy: CelPolicy, bindings: list[CelPolicy], request: AdmissionInput) -> EngineResponse:
+        """A Kubernetes ValidatingAdmissionPolicy with its bindings (none: the policy alone decides)."""
+        if not bindings:
+            if not constraints_match(policy.spec.get("matchConstraints"), request):
+                return self._response(policy, request, VALIDATION, None)
+            return self._response(policy, request, VALIDATION, self._admission_validations(policy, request, None))
+        outcome: _Outcome | None = None
+        for binding in bindings:
+            binding_constraints = binding.spec.get("matchResources")
+            if binding_constraints and not constraints_match(_with_default_rules(binding_constraints, policy), request):
+                continue
+            if not constraints_match(policy.spec.get("matchConstraints"), request):
+                continue
+            params = None
+            param_ref = binding.spec.get("paramRef")
+            if param_ref:
+                params = self._select_params(policy.spec.get("paramKind"), param_ref, request)
+            outcome = self._admission_validations(policy, request, params)
+        return self._response(policy, request, VALIDATION, outcome)
+
+    def _select_params(self, param_kind: dict[str, Any] | None, param_ref: dict[str, Any], request: AdmissionInput) -> Any:
+        from stockade.engine.match import selector_matches
+
+        kind = str((param_kind or {}).get("kind") or "")
+        api_version = str((param_kind or {}).get("apiVersion") or "")
+        found = []
+        for param in self.params:
+            if kind and param.get("kind") != kind:
+                continue
+            if api_version and param.get("apiVersion") != api_version:
+                continue
+            metadata = param.get("metadata") or {}
+            if param_ref.get("name") and metadata.get("name") != param_ref["name"]:
+                continue
+            if param_ref.get("namespace") and (metadata.get("namespace") or "") != param_ref["namespace"]:
+                continue
+            if param_ref.get("selector") is not None and not selector_matches(param_ref["selector"], metadata.get("labels") or {}):
+                continue
+            if param_ref.get("selector") is None:
+                return param
+            found.append(param)
+        if not found:
+            return None
+        return {"apiVersion": "v1", "kind": "List", "items": found} if len(found) > 1 else found[0]
+
+    def _admission_validations(self, policy: CelPolicy, request: AdmissionInput, params: Any) -> _Outcome:
+        spec = policy.spec
+        scope = self._scope(policy.key, request, {"params": params})
+        ignore = str(spec.get("failurePolicy") or "Fail") == "Ignore"
+        try:
+            if not scope.conditions_hold(spec.get("matchConditions"), "spec.matchConditions", ignore):
+                return _Outcome("skip", "match conditions aren't met")
+        except (ConditionError, CelError) as error:
+            return _Outcome("error", str(error))
+        return self._k8s_validations(scope, spec.get("variables"), spec.get("validations"), ignore, "")
+
+    def _k8s_validations(self, scope: Scope, variables: Any, validations: Any, ignore: bool, default_message: str, deny_errors: bool = False) -> _Outcome:
+        """Kubernetes validator semantics: first denial wins; errors obey the failure policy."""
+        scope.bind_variables(variables)
+        for index, validation in enumerate(validations or []):
+            expression = str(validation.get("expression", ""))
+            try:
+                ok = _bool(scope.evaluate(f"spec.validations[{index}].expression", expression), "validation")
+            except CelError as error:
+                if ignore:
+                    continue
+                message = f"expression '{expression}' resulted in error: {error.message}"
+                return _Outcome("fail" if deny_errors else "error", message)
+            if ok:
+                continue
+            message = ""
+            if validation.get("messageExpression"):
+                try:
+                    value = scope.evaluate(f"spec.validations[{index}].messageExpression", str(validation["messageExpression"]))
+                    if isinstance(value, str) and value.strip():
+                        message = value
+                except CelError:
+                    message = ""
+            if not message:
+                message = str(validation.get("message") or default_message or "")
+            if not message:
+                message = f"failed expression: {expression}"
+            return _Outcome("fail", message)
+        return _Outcome("pass", "")
+
+    # -- validate.cel in ClusterPolicy/Policy ----------------------------------------------------------------------
+    def validate_cel_rule(
+        self,
+        policy_key: str,
+        rule: dict[str, Any],
+        request: AdmissionInput,
+        param_lookup: Callable[[dict[str, Any], dict[str, Any], str], list[Any]] | None = None,
+    ) -> tuple[str, str]:
+        """A ``validate.cel`` rule: returns (status, message) with Kyverno's wording."""
+        name = str(rule.get("name", ""))
+        validate = rule.get("validate") or {}
+        cel = validate.get("cel") or {}
+        key = f"{policy_key}/rules/{name}"
+        param_sets: list[Any] = [None]
+        if cel.get("paramKind") or cel.get("paramRef"):
+            if param_lookup is None:
+                return "error", "error in parameterized resource: no parameter resources available"
+            try:
+                param_sets = param_lookup(cel.get("paramKind") or {}, cel.get("paramRef") or {}, request.namespace)
+            except LookupError as error:
+                return "error", f"error in parameterized resource: {error}"
+        for params in param_sets:
+            scope = self._scope(key, request, {"params": params})
+            try:
+                if not scope.conditions_hold(rule.get("celPreconditions"), "celPreconditions"):
+                    return "skip", "cel preconditions not met"
+            except (ConditionError, CelError) as error:
+                return "fail", str(error)
+            outcome = self._k8s_validations(
+                scope, cel.get("variables"), cel.get("expressions"), False, str(validate.get("message") or ""), deny_errors=True
+            )
+            if outcome.status != "pass":
+                return str(outcome.status), outcome.message
+        return "pass", f"Validation rule '{name}' passed."
+
+    # -- MutatingPolicy / MutatingAdmissionPolicy ------------------------------------------------------------------
+    def mutate(self, policy: CelPolicy, request: AdmissionInput) -> EngineResponse | None:
+        matched = self._matching_spec(policy, request)
+        if matched is None:
+            if has_selector(policy.spec.get("matchConstraints")):
+                return None
+            return self._response(policy, request, MUTATION, None)
+        index, spec = matched
+        key = policy.key if index == 0 else f"{policy.key}#autogen{index}"
+        scope = self._scope(key, request)
+        ignore = str(spec.get("failurePolicy") or "Fail") == "Ignore"
+        try:
+            keys, images, values, full = self._policy_exceptions(policy, scope)
+            if full:
+                return self._response(policy, request, MUTATION, self._exception_outcome(keys))
+            scope.set("exceptions", {"allowedImages": images, "allowedValues": values})
+            if not scope.conditions_hold(spec.get("matchConditions"), "spec.matchConditions", ignore):
+                return self._response(policy, request, MUTATION, _Outcome("skip", "skip"))
+        except (ConditionError, CelError) as error:
+            return self._response(policy, request, MUTATION, _Outcome("error", f"failed to evaluate policy: {error}"))
+        outcome = self._run_mutations(scope, spec, request)
+        return self._response(policy, request, MUTATION, outcome)
+
+    def mutate_admission(self, policy: CelPolicy, bindings: list[CelPolicy], request: AdmissionInput) -> EngineResponse | None:
+        """A Kubernetes MutatingAdmissionPolicy; ``None`` when neither the policy nor a binding applies."""
+        if not constraints_match(policy.spec.get("matchConstraints"), request):
+            return None
+        params: Any = None
+        if bindings:
+            applicable = [b for b in bindings if not b.spec.get("matchResources") or constraints_match(_with_default_rules(b.spec["matchResources"], policy), request)]
+            if not applicable:
+                return None
+            ref = applicable[0].spec.get("paramRef")
+            if ref:
+                params = self._select_params(policy.spec.get("paramKind"), ref, request)
+        scope = self._scope(policy.key, request, {"params": params})
+        ignore = str(policy.spec.get("failurePolicy") or "Fail") == "Ignore"
+        try:
+            if not scope.conditions_hold(policy.spec.get("matchConditions"), "spec.matchConditions", ignore):
+                return self._response(policy, request, MUTATION, _Outcome("skip", "match conditions aren't met"))
+        except (ConditionError, CelError) as error:
+            return self._response(policy, request, MUTATION, _Outcome("error", str(error)))
+        return self._response(policy, request, MUTATION, self._run_mutations(scope, policy.spec, request))
+
+    def _run_mutations(self, scope: Scope, spec: dict[str, Any], request: AdmissionInput) -> _Outcome:
+        scope.bind_variables(spec.get("variables"))
+        current = copy.deepcopy(request.object or {})
+        for index, mutation in enumerate(spec.get("mutations") or []):
+            patch_type = str(mutation.get("patchType") or "")
+            try:
+                if patch_type == "ApplyConfiguration" or (not patch_type and mutation.get("applyConfiguration")):
+                    expression = str((mutation.get("applyConfiguration") or {}).get("expression", ""))
+                    value = scope.evaluate(f"spec.mutations[{index}].applyConfiguration.expression", expression)
+                    current = apply_configuration(current, value)
+                elif patch_type == "JSONPatch" or mutation.get("jsonPatch"):
+                    expression = str((mutation.get("jsonPatch") or {}).get("expression", ""))
+                    value = scope.evaluate(f"spec.mutations[{index}].jsonPatch.expression", expression)
+                    current = apply_json_patch(current, value)
+                else:
+                    return _Outcome("error", f"spec.mutations[{index}]: unsupported patchType {patch_type!r}")
+            except (CelError, ValueError) as error:
+                return _Outcome("error", f"failed to evaluate policy: {error}")
+            scope.set("object", current)
+        return _Outcome("pass", "success", patched=current)
+
+    # -- GeneratingPolicy -------------------------------------------------------------------------------------------
+    def generate(self, policy: CelPolicy, request: AdmissionInput) -> EngineResponse | None:
+        spec = policy.spec
+        if policy.is_namespaced and request.namespace != policy.namespace:
+            return None
+        if not constraints_match(spec.get("matchConstraints"), request):
+            return None
+        sink = _GeneratorSink()
+        scope = self._scope(policy.key, request, providers={"generator": sink})
+        try:
+            keys, images, values, full = self._policy_exceptions(policy, scope)
+            if full:
+                return self._response(policy, request, GENERATION, self._exception_outcome(keys))
+            scope.set("exceptions", {"allowedImages": images, "allowedValues": values})
+            if not scope.conditions_hold(spec.get("matchConditions"), "spec.matchConditions"):
+                return None
+        except (ConditionError, CelError) as error:
+            return self._response(policy, request, GENERATION, _Outcome("error", str(error)))
+        scope.bind_variables(spec.get("variables"))
+        for index, generate in enumerate(spec.get("generate") or []):
+            expression = generate.get("expression")
+            if not expression:
+                continue
+            try:
+                scope.evaluate(f"spec.generate[{index}].expression", str(expression))
+            except CelError as error:
+                return self._response(policy, request, GENERATION, _Outcome("error", f"failed to generate resources: {error}"))
+        generated: list[dict[str, Any]] = []
+        for namespace, resources in sink.calls:
+            for resource in resources:
+                metadata = resource.setdefault("metadata", {})
+                if namespace and not metadata.get("namespace"):
+                    metadata["namespace"] = namespace
+                generated.append(resource)
+        if not generated:
+            return self._response(policy, request, GENERATION, _Outcome("pass", "success"))
+        return self._response(policy, request, GENERATION, _Outcome("pass", "success", generated=generated))
+
+    # -- DeletingPolicy ---------------------------------------------------------------------------------------------
+    def delete(self, policy: CelPolicy, resource: dict[str, Any], namespace_object: dict[str, Any] | None = None) -> EngineResponse | None:
+        """A DeletingPolicy decides whether a resource would be deleted: pass = delete, skip/none = keep."""
+        request = AdmissionInput(object=resource, namespace_object=namespace_object)
+        if policy.is_namespaced and request.namespace != policy.namespace:
+            return None
+        spec = policy.spec
+        if not constraints_match(spec.get("matchConstraints"), request):
+            return None
+        scope = self._scope(policy.key, request, {"request": None, "oldObject": None})
+        try:
+            keys, images, values, full = self._policy_exceptions(policy, scope)
+            if full:
+                return self._response(policy, request, DELETION, self._exception_outcome(keys))
+            scope.set("exceptions", {"allowedImages": images, "allowedValues": values})
+            scope.bind_variables(spec.get("variables"))
+            if not scope.conditions_hold(spec.get("conditions"), "spec.conditions"):
+                return self._response(policy, request, DELETION, _Outcome("skip", "conditions not met"))
+        except (ConditionError, CelError) as error:
+            return self._response(policy, request, DELETION, _Outcome("error", str(error)))
+        return self._response(policy, request, DELETION, _Outcome("pass", "resource matched"))
+
+
+def _with_default_rules(binding_constraints: dict[str, Any], policy: CelPolicy) -> dict[str, Any]:
+    """A binding without resource rules narrows only by selectors; reuse the policy's rules for the check."""
+    if binding_constraints.get("resourceRules"):
+        return binding_constraints
+    merged = dict(binding_constraints)
+    merged["resourceRules"] = (policy.spec.get("matchConstraints") or {}).get("resourceRules") or [
+        {"apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"], "operations": ["*"]}
+    ]
+    return merged
+
+
+__all__ = ["CelPolicyEvaluator", "PolicyCompileError"]

@@ -1,0 +1,78 @@
+"""A thin view over a CEL policy document, so responses can carry kind/name/annotations like Kyverno policies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Policy kinds whose test results carry no rule name: every rule response of the policy is checked.
+RULELESS_KINDS = frozenset(
+    {
+        "ValidatingPolicy",
+        "NamespacedValidatingPolicy",
+        "ValidatingAdmissionPolicy",
+        "MutatingPolicy",
+        "NamespacedMutatingPolicy",
+        "MutatingAdmissionPolicy",
+        "ImageValidatingPolicy",
+        "NamespacedImageValidatingPolicy",
+        "GeneratingPolicy",
+        "NamespacedGeneratingPolicy",
+        "DeletingPolicy",
+        "NamespacedDeletingPolicy",
+    }
+)
+
+
+class CelPolicy:
+    """A policies.kyverno.io or admissionregistration document; identity is (kind, namespace, name)."""
+
+    def __init__(self, data: dict[str, Any], origin: str = "") -> None:
+        self.raw = data
+        self.origin = origin
+
+    @property
+    def kind(self) -> str:
+        return str(self.raw.get("kind", ""))
+
+    @property
+    def api_version(self) -> str:
+        return str(self.raw.get("apiVersion", ""))
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.raw.get("metadata") or {}
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("name", ""))
+
+    @property
+    def namespace(self) -> str:
+        return str(self.metadata.get("namespace") or "")
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        return self.metadata.get("annotations") or {}
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.metadata.get("labels") or {}
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return self.raw.get("spec") or {}
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+    @property
+    def is_namespaced(self) -> bool:
+        return self.kind.startswith("Namespaced")
+
+    @property
+    def base_kind(self) -> str:
+        return self.kind[len("Namespaced"):] if self.is_namespaced else self.kind
+
+    def __repr__(self) -> str:
+        return f"CelPolicy({self.key})"

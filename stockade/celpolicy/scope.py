@@ -1,0 +1,87 @@
+"""One evaluation: the CEL activation of a request plus the policy's variables, evaluated in declaration order."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from stockade.cel import CelActivation, CelError, CelEvalError
+from stockade.celpolicy.compiler import PolicyCompiler
+
+_VARIABLE_REF = re.compile(r"\bvariables\.([A-Za-z_][A-Za-z0-9_]*)")
+
+
+class ConditionError(Exception):
+    """A match condition could not be evaluated and the failure policy is Fail."""
+
+
+class Scope:
+    """Values visible to a policy's expressions for one request.
+
+    Kubernetes evaluates variables lazily; here they are evaluated in declaration order (each may use the earlier
+    ones) and a failing variable only surfaces when an expression actually refers to it.
+    """
+
+    def __init__(self, compiler: PolicyCompiler, policy_key: str, values: Mapping[str, Any], providers: Mapping[str, Any]) -> None:
+        self.compiler = compiler
+        self.policy_key = policy_key
+        self.values = dict(values)
+        self.providers = dict(providers)
+        self.values.setdefault("variables", {})
+        self.variable_errors: dict[str, CelError] = {}
+        self._activation: CelActivation | None = None
+
+    def set(self, name: str, value: Any) -> None:
+        self.values[name] = value
+        self._activation = None
+
+    @property
+    def activation(self) -> CelActivation:
+        if self._activation is None:
+            self._activation = CelActivation(self.values, self.providers)
+        return self._activation
+
+    def evaluate(self, field_path: str, expression: str) -> Any:
+        """Compile (cached per policy) and evaluate; a reference to a failed variable reports that failure."""
+        program = self.compiler.compile(self.policy_key, field_path, expression)
+        for name in _VARIABLE_REF.findall(expression):
+            failed = self.variable_errors.get(name)
+            if failed is not None:
+                raise CelEvalError(f"variable {name!r} failed: {failed.message}", expression)
+        return program.evaluate(self.activation)
+
+    def bind_variables(self, variables: list[dict[str, Any]] | None, field_prefix: str = "spec.variables") -> None:
+        bound: dict[str, Any] = {}
+        self.set("variables", bound)
+        for index, variable in enumerate(variables or []):
+            name = str(variable.get("name", ""))
+            expression = str(variable.get("expression", ""))
+            try:
+                value = self.evaluate(f"{field_prefix}[{index}].expression", expression)
+            except CelEvalError as error:
+                self.variable_errors[name] = error
+                continue
+            bound = dict(bound)
+            bound[name] = value
+            self.set("variables", bound)
+
+    def conditions_hold(self, conditions: list[dict[str, Any]] | None, field_prefix: str, ignore_errors: bool = False) -> bool:
+        """Kubernetes matchConditions: any false → no match; errors → no match (Ignore) or :class:`ConditionError`."""
+        errors: list[str] = []
+        for index, condition in enumerate(conditions or []):
+            expression = str(condition.get("expression", ""))
+            try:
+                result = self.evaluate(f"{field_prefix}[{index}].expression", expression)
+            except CelEvalError as error:
+                errors.append(f"{condition.get('name') or index}: {error}")
+                continue
+            if not isinstance(result, bool):
+                errors.append(f"{condition.get('name') or index}: expected a bool, got {type(result).__name__}")
+                continue
+            if not result:
+                return False
+        if errors:
+            if ignore_errors:
+                return False
+            raise ConditionError("; ".join(errors))
+        return True

@@ -1,0 +1,137 @@
+"""Running CEL policy kinds the way ``kyverno test``/``kyverno apply`` do, from data the caller already loaded."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stockade.celpolicy.evaluator import CelPolicyEvaluator
+from stockade.celpolicy.model import CelPolicy
+from stockade.celpolicy.providers import MockHttp, StaticGlobalContext, StaticImageData, StaticResources
+from stockade.celpolicy.request import AdmissionInput
+from stockade.engine.match import RequestInfo
+from stockade.engine.response import EngineResponse
+
+_VALIDATING = ("ValidatingPolicy", "NamespacedValidatingPolicy")
+_MUTATING = ("MutatingPolicy", "NamespacedMutatingPolicy")
+_GENERATING = ("GeneratingPolicy", "NamespacedGeneratingPolicy")
+_DELETING = ("DeletingPolicy", "NamespacedDeletingPolicy")
+
+
+def _user_info(info: RequestInfo) -> dict[str, Any]:
+    return info.user_info_dict()
+
+
+class CelPolicyRun:
+    """All CEL policies of one test/apply invocation; :meth:`responses` evaluates them for one resource."""
+
+    def __init__(
+        self,
+        *,
+        documents: list[dict[str, Any]],
+        exception_documents: list[dict[str, Any]] | None = None,
+        context_resources: list[dict[str, Any]] | None = None,
+        context_images: list[dict[str, Any]] | None = None,
+        cluster_objects: list[dict[str, Any]] | None = None,
+        params: list[dict[str, Any]] | None = None,
+        api_call_responses: list[dict[str, Any]] | None = None,
+        global_context_entries: list[dict[str, Any]] | None = None,
+        namespaces: dict[str, dict[str, Any]] | None = None,
+        json_payloads: dict[str, Any] | None = None,
+    ) -> None:
+        policies = [CelPolicy(d) for d in documents]
+        exceptions = [p for p in policies if p.kind == "PolicyException"]
+        exceptions += [CelPolicy(d) for d in exception_documents or [] if d.get("kind") == "PolicyException"]
+        self.validating = [p for p in policies if p.kind in _VALIDATING]
+        self.mutating = [p for p in policies if p.kind in _MUTATING]
+        self.generating = [p for p in policies if p.kind in _GENERATING]
+        self.deleting = [p for p in policies if p.kind in _DELETING]
+        self.vaps = [p for p in policies if p.kind == "ValidatingAdmissionPolicy"]
+        self.vap_bindings = [p for p in policies if p.kind == "ValidatingAdmissionPolicyBinding"]
+        self.maps = [p for p in policies if p.kind == "MutatingAdmissionPolicy"]
+        self.map_bindings = [p for p in policies if p.kind == "MutatingAdmissionPolicyBinding"]
+        self.namespaces = dict(namespaces or {})
+        self.json_payloads = dict(json_payloads or {})
+        resources = StaticResources(list(context_resources or []) + list(cluster_objects or []))
+        providers: dict[str, Any] = {"resource": resources}
+        if api_call_responses:
+            providers["http"] = MockHttp(api_call_responses)
+        if global_context_entries:
+            providers["globalContext"] = StaticGlobalContext(global_context_entries)
+        if context_images:
+            providers["image"] = StaticImageData(context_images)
+        self.evaluator = CelPolicyEvaluator(providers=providers, exceptions=exceptions, params=params)
+
+    def _bindings(self, bindings: list[CelPolicy], policy: CelPolicy) -> list[CelPolicy]:
+        return [b for b in bindings if str(b.spec.get("policyName", "")) == policy.name]
+
+    def responses(
+        self,
+        resource: dict[str, Any],
+        operation: str,
+        info: RequestInfo,
+        namespace_labels: dict[str, str],
+        *,
+        default_run: bool = True,
+    ) -> list[EngineResponse]:
+        """Kyverno's order: MAP, MutatingPolicy (chained), VAP, ValidatingPolicy, GeneratingPolicy, DeletingPolicy."""
+        operation = (operation or "CREATE").upper()
+        namespace = str((resource.get("metadata") or {}).get("namespace") or "")
+        namespace_object = self.namespaces.get(namespace)
+
+        def request_for(current: dict[str, Any]) -> AdmissionInput:
+            old = current if operation in ("UPDATE", "DELETE") else None
+            new = None if operation == "DELETE" else current
+            return AdmissionInput(
+                object=new,
+                old_object=old,
+                operation=operation,
+                user_info=_user_info(info),
+                namespace_object=namespace_object,
+                namespace_labels=dict(namespace_labels),
+            )
+
+        out: list[EngineResponse] = []
+        current = resource
+        for policy in self.maps:
+            response = self.evaluator.mutate_admission(policy, self._bindings(self.map_bindings, policy), request_for(current))
+            if response is None:
+                continue
+            out.append(response)
+            current = response.patched_resource or current
+        for policy in self.mutating:
+            response = self.evaluator.mutate(policy, request_for(current))
+            if response is None:
+                continue
+            out.append(response)
+            current = response.patched_resource or current
+        for policy in self.vaps:
+            vap_request = AdmissionInput(object=current, user_info=_user_info(info), namespace_labels=dict(namespace_labels))
+            out.append(self.evaluator.validate_admission(policy, self._bindings(self.vap_bindings, policy), vap_request))
+        for policy in self.validating:
+            if (policy.spec.get("evaluation") or {}).get("mode") == "JSON":
+                out.append(self.evaluator.validate_json(policy, current))
+                continue
+            response = self.evaluator.validate(policy, request_for(current))
+            if response is not None:
+                out.append(response)
+        for policy in self.generating:
+            response = self.evaluator.generate(policy, request_for(current))
+            if response is not None:
+                out.append(response)
+        if default_run:
+            for policy in self.deleting:
+                response = self.evaluator.delete(policy, resource, namespace_object)
+                if response is not None:
+                    out.append(response)
+        return out
+
+    def json_payload_responses(self) -> dict[str, list[EngineResponse]]:
+        """JSON-mode ValidatingPolicies applied to each JSON payload, keyed by payload path."""
+        results: dict[str, list[EngineResponse]] = {}
+        for name, payload in self.json_payloads.items():
+            results[name] = [
+                self.evaluator.validate_json(policy, payload)
+                for policy in self.validating
+                if (policy.spec.get("evaluation") or {}).get("mode") == "JSON"
+            ]
+        return results
