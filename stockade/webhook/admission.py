@@ -20,6 +20,8 @@ from stockade.engine.mutate import diff_json_patch
 from stockade.engine.response import ERROR, FAIL, PASS, SKIP, EngineResponse
 from stockade.policy.model import KyvernoPolicy
 
+_YamlDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: ~10x faster on denial-heavy traffic
+
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 FAILURE_POLICY_FAIL = "Fail"
 FAILURE_POLICY_IGNORE = "Ignore"
@@ -158,7 +160,7 @@ def blocking_rules(responses: Iterable[EngineResponse]) -> dict[str, dict[str, s
 
 def block_message(resource: str, blocked: dict[str, dict[str, str]]) -> str:
     """Kyverno's denial text: a header line, then the policy → rule → message map as YAML."""
-    body = yaml.safe_dump(blocked, default_flow_style=False, sort_keys=True, width=80, allow_unicode=True)
+    body = yaml.dump(blocked, Dumper=_YamlDumper, default_flow_style=False, sort_keys=True, width=80, allow_unicode=True)
     return f"\n\nresource {resource} was blocked due to the following policies \n\n{body}"
 
 

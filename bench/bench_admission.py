@@ -1,0 +1,167 @@
+"""Admission webhook throughput: Pod CREATE reviews against the Pod Security restricted set over HTTPS keep-alive.
+
+Usage: .venv/bin/python bench/bench_admission.py [--requests 5000] [--connections 8] [--max-seconds 60]
+       [--policies bench/policies/pss-restricted.yaml] [--endpoint /validate/fail]
+Starts `stockade serve` on 127.0.0.1 (a free port) as a child process pinned to CPU 0 when taskset exists, drives it
+from this process (pinned to CPU 1) with a bounded number of requests, prints p50/p99 latency and requests/s, and
+stops the server.  Traffic never leaves the loopback interface.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from bench_engine import generate_pods  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def review_for(pod: dict[str, Any]) -> bytes:
+    metadata = pod.get("metadata") or {}
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": str(uuid.uuid4()),
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": metadata.get("namespace", "default"),
+                "name": metadata.get("name", ""),
+                "operation": "CREATE",
+                "userInfo": {"username": "bench", "groups": ["system:authenticated"]},
+                "object": pod,
+                "dryRun": False,
+            },
+        }
+    ).encode()
+
+
+def start_server(policies: str, port: int, cert_dir: Path) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-c", "from stockade.cli.main import main; main()", "serve", policies, "--host", "127.0.0.1", "--port", str(port), "--cert-dir", str(cert_dir), "--log-level", "warning"]
+    if shutil.which("taskset") and (os.cpu_count() or 1) > 1:
+        command = ["taskset", "-c", "0", *command]
+        os.sched_setaffinity(0, {1})
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+async def wait_ready(port: int, context: ssl.SSLContext, process: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
+    import aiohttp
+
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise SystemExit(f"server exited: {process.stderr.read().decode() if process.stderr else ''}")
+            try:
+                async with session.get(f"https://127.0.0.1:{port}/health/readiness", ssl=context) as response:
+                    if response.status == 200:
+                        return
+            except (aiohttp.ClientError, OSError):
+                pass
+            await asyncio.sleep(0.2)
+    raise SystemExit("server did not become ready")
+
+
+async def drive(port: int, context: ssl.SSLContext, bodies: list[bytes], connections: int, max_seconds: float, endpoint: str) -> tuple[list[float], int, int, float]:
+    import aiohttp
+
+    latencies: list[float] = []
+    denied = 0
+    errors = 0
+    next_index = 0
+    deadline = time.monotonic() + max_seconds
+    connector = aiohttp.TCPConnector(limit=connections, ssl=context, force_close=False)
+    url = f"https://127.0.0.1:{port}{endpoint}"
+
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def worker() -> None:
+            nonlocal next_index, denied, errors
+            while next_index < len(bodies) and time.monotonic() < deadline:
+                body = bodies[next_index]
+                next_index += 1
+                started = time.perf_counter()
+                async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as response:
+                    payload = await response.read()
+                latencies.append(time.perf_counter() - started)
+                if response.status != 200:
+                    errors += 1
+                elif not json.loads(payload)["response"]["allowed"]:
+                    denied += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(connections)))
+        elapsed = time.perf_counter() - started
+    return latencies, denied, errors, elapsed
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=5000)
+    parser.add_argument("--connections", type=int, default=8)
+    parser.add_argument("--max-seconds", type=float, default=60.0)
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--policies", default=str(HERE / "policies" / "pss-restricted.yaml"))
+    parser.add_argument("--endpoint", default="/validate/fail")
+    args = parser.parse_args()
+
+    pods = generate_pods(args.requests + args.warmup)
+    bodies = [review_for(p) for p in pods]
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="stockade-bench-") as scratch:
+        cert_dir = Path(scratch)
+        process = start_server(args.policies, port, cert_dir)
+        try:
+            deadline = time.monotonic() + 30
+            while not (cert_dir / "ca.crt").exists() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            context = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
+            asyncio.run(wait_ready(port, context, process))
+            asyncio.run(drive(port, context, bodies[: args.warmup], args.connections, args.max_seconds, args.endpoint))
+            latencies, denied, errors, elapsed = asyncio.run(
+                drive(port, context, bodies[args.warmup :], args.connections, args.max_seconds, args.endpoint)
+            )
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=30)
+    count = len(latencies)
+    print(f"policies: {args.policies}")
+    print(f"requests: {count} over {args.connections} keep-alive connections in {elapsed:.2f}s ({denied} denied, {errors} errors)")
+    print(f"throughput: {count / elapsed:.0f} req/s")
+    print(
+        f"latency: p50 {percentile(latencies, 0.50) * 1000:.2f} ms, p99 {percentile(latencies, 0.99) * 1000:.2f} ms, "
+        f"mean {statistics.fmean(latencies) * 1000:.2f} ms"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""The HTTP-free decision logic: block message text, warnings, which rule outcomes deny."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from stockade.engine.response import EngineResponse, RuleResponse
+from stockade.policy.model import KyvernoPolicy
+from stockade.webhook.admission import (
+    InvalidAdmissionReview,
+    block_message,
+    blocking_rules,
+    parse_review,
+    review_response,
+    warning_messages,
+    AdmissionDecision,
+)
+
+
+def policy(name: str, failure_policy: str | None = None) -> KyvernoPolicy:
+    spec: dict[str, object] = {"rules": []}
+    if failure_policy:
+        spec["failurePolicy"] = failure_policy
+    return KyvernoPolicy(yaml.safe_load(f"{{apiVersion: kyverno.io/v1, kind: ClusterPolicy, metadata: {{name: {name}}}}}") | {"spec": spec})
+
+
+def rule(name: str, status: str, action: str = "Enforce", message: str = "msg") -> RuleResponse:
+    return RuleResponse(name, "Validation", status, message, failure_action=action)
+
+
+def test_block_message_matches_kyverno_layout_and_wraps_long_messages() -> None:
+    # the same text Kyverno prints for this policy (YAML folded near 80 columns, single-quoted)
+    long = "validation error: The label `app.kubernetes.io/name` is required. Rule autogen-check-for-labels failed at path /spec/template/metadata/labels/app.kubernetes.io/name/"
+    text = block_message("Deployment/default/inflate", {"require-labels": {"autogen-check-for-labels": long}})
+    assert text == (
+        "\n\nresource Deployment/default/inflate was blocked due to the following policies \n\n"
+        "require-labels:\n"
+        "  autogen-check-for-labels: 'validation error: The label `app.kubernetes.io/name`\n"
+        "    is required. Rule autogen-check-for-labels failed at path /spec/template/metadata/labels/app.kubernetes.io/name/'\n"
+    )
+
+
+def test_only_enforce_failures_and_fail_policy_errors_block() -> None:
+    responses = [
+        EngineResponse(policy("enforced"), {}, {}, [rule("a", "fail"), rule("b", "pass")]),
+        EngineResponse(policy("audited"), {}, {}, [rule("c", "fail", "Audit")]),
+        EngineResponse(policy("erroring"), {}, {}, [rule("d", "error", "Audit")]),
+        EngineResponse(policy("ignored-errors", "Ignore"), {}, {}, [rule("e", "error")]),
+    ]
+    assert blocking_rules(responses) == {"enforced": {"a": "msg"}, "erroring": {"d": "msg"}}
+    assert warning_messages(responses) == [
+        "policy enforced.a: msg",
+        "policy audited.c: msg",
+        "policy erroring.d: msg",
+        "policy ignored-errors.e: msg",
+    ]
+
+
+def test_review_response_shape() -> None:
+    request = parse_review(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {"uid": "u1", "operation": "CREATE", "kind": {"group": "apps", "version": "v1", "kind": "Deployment"}, "object": {"kind": "Deployment"}, "subResource": ""},
+        }
+    )
+    assert request.kind.group == "apps"
+    denied = review_response(request, AdmissionDecision(False, "nope", patch=[{"op": "add", "path": "/x", "value": 1}]))
+    assert denied == {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "u1", "allowed": False, "status": {"status": "Failure", "message": "nope"}}}
+    allowed = review_response(request, AdmissionDecision(True, warnings=["w"]))
+    assert allowed["response"] == {"uid": "u1", "allowed": True, "warnings": ["w"]}
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ([], "JSON object"),
+        ({"kind": "AdmissionReview", "apiVersion": "v1"}, "unsupported apiVersion"),
+        ({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"}, "request is missing"),
+        ({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": {"uid": "u", "operation": "PATCH"}}, "operation"),
+        ({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1", "request": {"uid": "u", "operation": "CREATE", "kind": {"kind": "Pod"}}}, "neither object nor oldObject"),
+    ],
+)
+def test_invalid_reviews_name_the_problem(body: object, reason: str) -> None:
+    with pytest.raises(InvalidAdmissionReview, match=reason):
+        parse_review(body)
