@@ -179,7 +179,8 @@ class WebhookServer:
             metrics_site = web.TCPSite(self.runner, self.config.host, self.config.metrics_port)
             await metrics_site.start()
             self.metrics_port = _bound_port(metrics_site, self.config.metrics_port)
-        self._tasks.append(asyncio.create_task(self._every(self.config.reload_interval, self.state.store.reload_if_changed)))
+        # policy reloads parse YAML and may re-register webhooks over the network: keep them off the event loop
+        self._tasks.append(asyncio.create_task(self._every(self.config.reload_interval, self.state.store.reload_if_changed, in_thread=True)))
         self._tasks.append(asyncio.create_task(self._every(self.config.cert_check_interval, self._refresh_certs)))
         self.state.ready = True
         log.info("webhook listening on https://%s:%d", self.config.host, self.port)
@@ -189,11 +190,14 @@ class WebhookServer:
             log.info("serving certificate reloaded")
 
     @staticmethod
-    async def _every(interval: float, action: Callable[[], object]) -> None:
+    async def _every(interval: float, action: Callable[[], object], in_thread: bool = False) -> None:
         while True:
             await asyncio.sleep(interval)
             try:
-                action()
+                if in_thread:
+                    await asyncio.to_thread(action)
+                else:
+                    action()
             except Exception:  # keep polling; a transient failure must not stop reloads for good
                 log.exception("periodic task failed")
 
