@@ -39,9 +39,14 @@ class PolicyStore:
         self.last_error: str = ""
         self.listeners: list[Callable[[PolicySnapshot], None]] = []
 
+    def policy_files(self) -> list[str]:
+        """Files under the paths, minus the ``..<timestamp>`` copies a mounted ConfigMap keeps beside its symlinks
+        (loading those too would register every policy twice)."""
+        return [path for path in expand_paths(self.paths) if not any(part.startswith("..") and part != ".." for part in path.split(os.sep))]
+
     def _fingerprint(self) -> tuple[tuple[str, int, int], ...]:
         entries = []
-        for path in expand_paths(self.paths):
+        for path in self.policy_files():
             stat = os.stat(path)
             entries.append((path, stat.st_mtime_ns, stat.st_size))
         return tuple(sorted(entries))
@@ -49,7 +54,7 @@ class PolicyStore:
     def load(self) -> PolicySnapshot:
         """Load now; raises LoadError/OSError on the first load so `serve` fails fast with the file named."""
         fingerprint = self._fingerprint()
-        policy_set = split_policies(load_documents(self.paths))
+        policy_set = split_policies(load_documents(self.policy_files()))
         engine = self.engine_factory(exceptions=policy_set.exceptions)
         unsupported = tuple(f"{d.kind}/{d.data.get('metadata', {}).get('name', '')}" for d in policy_set.cel + policy_set.admission)
         snapshot = PolicySnapshot(

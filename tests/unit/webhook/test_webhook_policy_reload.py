@@ -32,3 +32,15 @@ def test_reload_swaps_policies_and_keeps_old_on_error(policy_dir: Path, webhook:
 
 async def _reload(store: PolicyStore) -> bool:
     return store.reload_if_changed()
+
+
+def test_configmap_mount_layout_loads_each_policy_once(tmp_path: Path) -> None:
+    # kubelet layout: ..<timestamp>/file, ..data -> ..<timestamp>, file -> ..data/file
+    mount = tmp_path / "policies"
+    versioned = mount / "..2026_11_21_00_00_00.000000001"
+    versioned.mkdir(parents=True)
+    (versioned / "policies.yaml").write_text(POLICIES)
+    (mount / "..data").symlink_to(versioned.name)
+    (mount / "policies.yaml").symlink_to("..data/policies.yaml")
+    snapshot = PolicyStore([str(mount)]).load()
+    assert sorted(p.name for p in snapshot.policies) == ["add-managed-label", "disallow-latest", "require-team-label"]
