@@ -135,13 +135,17 @@ def build_app(state: ServerState) -> web.Application:
             return web.json_response({"status": "unready", "problems": problems}, status=503)
         return web.json_response({"status": "ok", "policies": len(state.store.snapshot.policies) if state.store.snapshot else 0})
 
+    app.router.add_get("/health/liveness", liveness)
+    app.router.add_get("/health/readiness", readiness)
+    app.router.add_get("/metrics", metrics_handler(state))
+    return app
+
+
+def metrics_handler(state: ServerState) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def metrics(_: web.Request) -> web.Response:
         return web.Response(body=state.metrics.exposition(), headers={"Content-Type": state.metrics.content_type})
 
-    app.router.add_get("/health/liveness", liveness)
-    app.router.add_get("/health/readiness", readiness)
-    app.router.add_get("/metrics", metrics)
-    return app
+    return metrics
 
 
 @dataclass
@@ -161,6 +165,7 @@ class WebhookServer:
         self.certs = certs
         self.config = config
         self.runner: web.AppRunner | None = None
+        self.metrics_runner: web.AppRunner | None = None
         self.port: int = config.port
         self.metrics_port: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -176,7 +181,12 @@ class WebhookServer:
         await site.start()
         self.port = _bound_port(site, self.config.port)
         if self.config.metrics_port is not None:
-            metrics_site = web.TCPSite(self.runner, self.config.host, self.config.metrics_port)
+            # plain HTTP for scrapers, and nothing but /metrics on it: admission stays TLS-only
+            metrics_app = web.Application()
+            metrics_app.router.add_get("/metrics", metrics_handler(self.state))
+            self.metrics_runner = web.AppRunner(metrics_app, access_log=None, handle_signals=False)
+            await self.metrics_runner.setup()
+            metrics_site = web.TCPSite(self.metrics_runner, self.config.host, self.config.metrics_port)
             await metrics_site.start()
             self.metrics_port = _bound_port(metrics_site, self.config.metrics_port)
         # policy reloads parse YAML and may re-register webhooks over the network: keep them off the event loop
@@ -210,9 +220,10 @@ class WebhookServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        if self.runner is not None:
-            await self.runner.cleanup()
-            self.runner = None
+        for runner in (self.runner, self.metrics_runner):
+            if runner is not None:
+                await runner.cleanup()
+        self.runner = self.metrics_runner = None
 
 
 def _bound_port(site: web.TCPSite, requested: int) -> int:

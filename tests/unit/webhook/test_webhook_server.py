@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import base64
+import http.client as hc
 import json
+from pathlib import Path
 
 import jsonpatch
-from webhook_helpers import WebhookClient, pod, review
+from webhook_helpers import WebhookClient, pod, review, start_server
+
+from stockade.webhook.certs import CertificateManager
 
 
 def test_enforce_failure_denies_with_kyverno_block_message(client: WebhookClient) -> None:
@@ -102,3 +106,18 @@ def test_metrics_count_requests_and_rule_results(client: WebhookClient) -> None:
     fail_line = [line for line in text.splitlines() if line.startswith("kyverno_policy_results_total") and 'rule_name="check-team"' in line and 'rule_result="fail"' in line]
     assert fail_line and fail_line[0].endswith(" 1.0")
     assert "kyverno_policy_execution_duration_seconds_count" in text
+
+
+def test_separate_metrics_port_serves_only_metrics(policy_dir: Path, tmp_path: Path) -> None:
+    running = start_server(policy_dir, CertificateManager(hosts=["127.0.0.1"], directory=tmp_path / "c"), metrics_port=0)
+    try:
+        port = running.server.metrics_port
+        assert port
+        plain = hc.HTTPConnection("127.0.0.1", port, timeout=10)
+        plain.request("GET", "/metrics")
+        assert plain.getresponse().read().startswith(b"# HELP")
+        plain.request("POST", "/validate", body=b"{}", headers={"Content-Type": "application/json"})
+        assert plain.getresponse().status == 404
+        plain.close()
+    finally:
+        running.stop()
