@@ -19,6 +19,7 @@ from stockade.celpolicy.model import CelPolicy
 from stockade.celpolicy.mutation import apply_configuration, apply_json_patch
 from stockade.celpolicy.request import AdmissionInput
 from stockade.celpolicy.scope import ConditionError, Scope
+from stockade.celpolicy.template import render_template
 from stockade.engine.response import EngineResponse, RuleResponse, rule_error, rule_fail, rule_pass, rule_skip
 
 VALIDATION = "Validation"
@@ -225,10 +226,9 @@ class CelPolicyEvaluator:
             return self._response(policy, request, VALIDATION, self._admission_validations(policy, request, None))
         outcome: _Outcome | None = None
         for binding in bindings:
+            # Like Kyverno's CLI without a cluster: only the binding's own matchResources narrow the request.
             binding_constraints = binding.spec.get("matchResources")
-            if binding_constraints and not constraints_match(_with_default_rules(binding_constraints, policy), request):
-                continue
-            if not constraints_match(policy.spec.get("matchConstraints"), request):
+            if binding_constraints and not constraints_match(binding_constraints, request):
                 continue
             params = None
             param_ref = binding.spec.get("paramRef")
@@ -366,7 +366,7 @@ class CelPolicyEvaluator:
             return None
         params: Any = None
         if bindings:
-            applicable = [b for b in bindings if not b.spec.get("matchResources") or constraints_match(_with_default_rules(b.spec["matchResources"], policy), request)]
+            applicable = [b for b in bindings if not b.spec.get("matchResources") or constraints_match(b.spec["matchResources"], request)]
             if not applicable:
                 return None
             ref = applicable[0].spec.get("paramRef")
@@ -422,18 +422,36 @@ class CelPolicyEvaluator:
             return self._response(policy, request, GENERATION, _Outcome("error", str(error)))
         scope.bind_variables(spec.get("variables"))
         for index, generate in enumerate(spec.get("generate") or []):
-            expression = generate.get("expression")
-            if not expression:
-                continue
             try:
-                scope.evaluate(f"spec.generate[{index}].expression", str(expression))
-            except CelError as error:
+                if generate.get("template") is not None:
+                    rendered = render_template(scope, f"spec.generate[{index}].template", generate["template"])
+                    by_namespace: dict[str, list[dict[str, Any]]] = {}
+                    for resource in rendered:
+                        namespace = str((resource.get("metadata") or {}).get("namespace") or "")
+                        if policy.is_namespaced:
+                            if not namespace:
+                                namespace = policy.namespace
+                            elif namespace != policy.namespace:
+                                raise CelEvalError(
+                                    f"cross-namespace generation denied: a policy in namespace {policy.namespace!r} "
+                                    f"cannot generate resources into namespace {namespace!r}"
+                                )
+                        by_namespace.setdefault(namespace, []).append(resource)
+                    for namespace, resources in by_namespace.items():
+                        sink.apply(namespace, resources)
+                    continue
+                expression = generate.get("expression")
+                if expression:
+                    scope.evaluate(f"spec.generate[{index}].expression", str(expression))
+            except (CelError, ValueError) as error:
                 return self._response(policy, request, GENERATION, _Outcome("error", f"failed to generate resources: {error}"))
         generated: list[dict[str, Any]] = []
         for namespace, resources in sink.calls:
-            for resource in resources:
+            for resource in _expand_lists(resources):
                 metadata = resource.setdefault("metadata", {})
-                if namespace and not metadata.get("namespace"):
+                for transient in ("resourceVersion", "uid", "creationTimestamp", "managedFields", "generation", "selfLink"):
+                    metadata.pop(transient, None)
+                if namespace:
                     metadata["namespace"] = namespace
                 generated.append(resource)
         if not generated:
@@ -447,7 +465,7 @@ class CelPolicyEvaluator:
         if policy.is_namespaced and request.namespace != policy.namespace:
             return None
         spec = policy.spec
-        if not constraints_match(spec.get("matchConstraints"), request):
+        if not constraints_match(spec.get("matchConstraints"), request, ignore_operations=True):
             return None
         scope = self._scope(policy.key, request, {"request": None, "oldObject": None})
         try:
@@ -457,21 +475,22 @@ class CelPolicyEvaluator:
             scope.set("exceptions", {"allowedImages": images, "allowedValues": values})
             scope.bind_variables(spec.get("variables"))
             if not scope.conditions_hold(spec.get("conditions"), "spec.conditions"):
-                return self._response(policy, request, DELETION, _Outcome("skip", "conditions not met"))
+                return self._response(policy, request, DELETION, _Outcome("fail", "resource did not match"))
         except (ConditionError, CelError) as error:
             return self._response(policy, request, DELETION, _Outcome("error", str(error)))
         return self._response(policy, request, DELETION, _Outcome("pass", "resource matched"))
 
 
-def _with_default_rules(binding_constraints: dict[str, Any], policy: CelPolicy) -> dict[str, Any]:
-    """A binding without resource rules narrows only by selectors; reuse the policy's rules for the check."""
-    if binding_constraints.get("resourceRules"):
-        return binding_constraints
-    merged = dict(binding_constraints)
-    merged["resourceRules"] = (policy.spec.get("matchConstraints") or {}).get("resourceRules") or [
-        {"apiGroups": ["*"], "apiVersions": ["*"], "resources": ["*"], "operations": ["*"]}
-    ]
-    return merged
+def _expand_lists(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``generator.Apply`` accepts List objects (e.g. a ``resource.List`` result) and generates their items."""
+    expanded: list[dict[str, Any]] = []
+    for resource in resources:
+        items = resource.get("items")
+        if isinstance(items, list) and str(resource.get("kind", "")).endswith("List") or (isinstance(items, list) and not resource.get("metadata", {}).get("name")):
+            expanded.extend(copy.deepcopy(item) for item in items if isinstance(item, dict))
+        else:
+            expanded.append(resource)
+    return expanded
 
 
 __all__ = ["CelPolicyEvaluator", "PolicyCompileError"]

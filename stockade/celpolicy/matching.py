@@ -28,10 +28,10 @@ def _resource_listed(resources: list[Any] | None, resource: str, subresource: st
     return False
 
 
-def rule_matches(rule: dict[str, Any], request: AdmissionInput) -> bool:
-    """One ``NamedRuleWithOperations``."""
+def rule_matches(rule: dict[str, Any], request: AdmissionInput, ignore_operations: bool = False) -> bool:
+    """One ``NamedRuleWithOperations``; background kinds (DeletingPolicy) have no operation to match."""
     group, version = request.group_version
-    if not _listed(rule.get("operations"), request.operation):
+    if not ignore_operations and not _listed(rule.get("operations"), request.operation):
         return False
     if not _listed(rule.get("apiGroups"), group) or not _listed(rule.get("apiVersions"), version):
         return False
@@ -54,16 +54,17 @@ def _selector(selector: Any, labels: dict[str, Any]) -> bool:
     return selector_matches(selector, labels)
 
 
-def constraints_match(constraints: dict[str, Any] | None, request: AdmissionInput) -> bool:
+def constraints_match(constraints: dict[str, Any] | None, request: AdmissionInput, ignore_operations: bool = False) -> bool:
     """Whether ``constraints`` select the request; a policy without constraints matches nothing."""
     if not constraints:
         return False
-    if not any(rule_matches(rule, request) for rule in constraints.get("resourceRules") or []):
+    rules = constraints.get("resourceRules") or []
+    if rules and not any(rule_matches(rule, request, ignore_operations) for rule in rules):
         return False
-    if any(rule_matches(rule, request) for rule in constraints.get("excludeResourceRules") or []):
+    if any(rule_matches(rule, request, ignore_operations) for rule in constraints.get("excludeResourceRules") or []):
         return False
     namespace_selector = constraints.get("namespaceSelector")
-    if namespace_selector and (request.namespace or request.kind == "Namespace"):
+    if namespace_selector and (request.namespace or request.resource == "namespaces"):
         if not _selector(namespace_selector, request.labels_for_namespace_selector()):
             return False
     object_selector = constraints.get("objectSelector")

@@ -75,16 +75,14 @@ class MockHttp:
         response = self.index.get((method, url))
         if response is None:
             raise ProviderError(f"no mocked response for {method} {url}")
-        status = int(response.get("statusCode") or 200)
         body = response.get("body")
         if isinstance(body, str):
             try:
                 body = json.loads(body)
             except ValueError:
                 pass
-        if not 200 <= status < 300:
-            raise ProviderError(f"HTTP {status} from {method} {url}")
-        return copy.deepcopy(body)
+        # Kyverno's CLI wraps mocked bodies the way its HTTP library reports real responses.
+        return {"body": copy.deepcopy(body), "statusCode": int(response.get("statusCode") or 200)}
 
     def get(self, url: str, headers: Mapping[str, str]) -> Any:
         return self._answer("GET", url)
@@ -93,28 +91,37 @@ class MockHttp:
         return self._answer("POST", url)
 
 
+def resolve_global_context_entry(entry: Mapping[str, Any]) -> Any:
+    """A test's ``globalContextEntries`` item as Kyverno stores it: ``fieldPath`` applied, then projections
+    (when present) turn the value into a map of projection name to projected value."""
+    root = entry.get("resources") if entry.get("resources") is not None else entry.get("data")
+    if root is None:
+        return None
+    root = copy.deepcopy(root)
+    if entry.get("fieldPath"):
+        root = jmespath_search(str(entry["fieldPath"]), root)
+    projections = entry.get("projections") or []
+    if not projections:
+        return root
+    return {str(p.get("name", "")): jmespath_search(str(p.get("path") or p.get("jmesPath") or "@"), root) for p in projections}
+
+
 class StaticGlobalContext:
     """Answers ``globalContext.Get(name, projection)`` from test-supplied entries."""
 
     def __init__(self, entries: list[dict[str, Any]]) -> None:
-        self.data: dict[str, Any] = {}
-        self.projections: dict[tuple[str, str], str] = {}
-        for entry in entries:
-            name = str(entry.get("name", ""))
-            value = entry.get("data") if entry.get("data") is not None else entry.get("resources")
-            self.data[name] = value
-            for projection in entry.get("projections") or []:
-                self.projections[(name, str(projection.get("name", "")))] = str(projection.get("jmesPath") or projection.get("path") or "")
+        self.data: dict[str, Any] = {str(e.get("name", "")): resolve_global_context_entry(e) for e in entries}
 
     def get(self, name: str, projection: str) -> Any:
         if name not in self.data:
-            raise ProviderError(f"global context entry {name} not found")
+            return None
         value = copy.deepcopy(self.data[name])
         if projection:
-            path = self.projections.get((name, projection))
-            if path is None:
-                raise ProviderError(f"projection {projection} of global context entry {name} not found")
-            return jmespath_search(path, value)
+            if not isinstance(value, dict):
+                raise ProviderError(f"projection {projection!r} not found in global context entry {name!r}: stored value is not an object")
+            if projection not in value:
+                raise ProviderError(f"projection {projection!r} not found in global context entry {name!r}")
+            return value[projection]
         return value
 
 

@@ -46,6 +46,8 @@ class AdmissionInput:
     namespace_object: dict[str, Any] | None = None
     namespace_labels: dict[str, str] = field(default_factory=dict)
     dry_run: bool = False
+    # (group, version, kind, resource) of the parent when the object is a subresource (values-file ``subresources``)
+    parent: tuple[str, str, str, str] | None = None
 
     @property
     def subject(self) -> dict[str, Any]:
@@ -62,10 +64,14 @@ class AdmissionInput:
 
     @property
     def group_version(self) -> tuple[str, str]:
+        if self.parent is not None:
+            return self.parent[0], self.parent[1]
         return split_api_version(self.api_version)
 
     @property
     def resource(self) -> str:
+        if self.parent is not None:
+            return self.parent[3]
         return kind_to_resource(self.kind)
 
     @property
@@ -80,7 +86,7 @@ class AdmissionInput:
 
     def request_map(self) -> dict[str, Any]:
         group, version = self.group_version
-        kind = {"group": group, "version": version, "kind": self.kind}
+        kind = {"group": group, "version": version, "kind": self.parent[2] if self.parent else self.kind}
         resource = {"group": group, "version": version, "resource": self.resource}
         return {
             "uid": "",
@@ -113,4 +119,7 @@ class AdmissionInput:
             return dict(((self.subject.get("metadata") or {}).get("labels")) or {})
         if self.namespace_object is not None:
             return dict(((self.namespace_object.get("metadata") or {}).get("labels")) or {})
-        return dict(self.namespace_labels)
+        # Without a Namespace object Kyverno assumes one carrying only the well-known name label.
+        labels = {"kubernetes.io/metadata.name": self.namespace}
+        labels.update(self.namespace_labels)
+        return labels

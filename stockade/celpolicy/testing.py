@@ -37,7 +37,9 @@ class CelPolicyRun:
         global_context_entries: list[dict[str, Any]] | None = None,
         namespaces: dict[str, dict[str, Any]] | None = None,
         json_payloads: dict[str, Any] | None = None,
+        subresources: list[dict[str, Any]] | None = None,
     ) -> None:
+        self.subresources = list(subresources or [])
         policies = [CelPolicy(d) for d in documents]
         exceptions = [p for p in policies if p.kind == "PolicyException"]
         exceptions += [CelPolicy(d) for d in exception_documents or [] if d.get("kind") == "PolicyException"]
@@ -61,6 +63,24 @@ class CelPolicyRun:
             providers["image"] = StaticImageData(context_images)
         self.evaluator = CelPolicyEvaluator(providers=providers, exceptions=exceptions, params=params)
 
+    def _parent_of(self, resource: dict[str, Any]) -> tuple[str, str, str, str, str] | None:
+        """Values-file ``subresources``: an object of a subresource kind is admitted as its parent's subresource."""
+        api_version = str(resource.get("apiVersion", ""))
+        for entry in self.subresources:
+            sub = entry.get("subresource") or {}
+            parent = entry.get("parentResource") or {}
+            group, version = str(sub.get("group") or ""), str(sub.get("version") or "")
+            if sub.get("kind") == resource.get("kind") and (f"{group}/{version}" if group else version) == api_version:
+                name = str(sub.get("name") or "")
+                return (
+                    str(parent.get("group") or ""),
+                    str(parent.get("version") or ""),
+                    str(parent.get("kind") or ""),
+                    str(parent.get("name") or ""),
+                    name.split("/", 1)[1] if "/" in name else "",
+                )
+        return None
+
     def _bindings(self, bindings: list[CelPolicy], policy: CelPolicy) -> list[CelPolicy]:
         return [b for b in bindings if str(b.spec.get("policyName", "")) == policy.name]
 
@@ -78,6 +98,8 @@ class CelPolicyRun:
         namespace = str((resource.get("metadata") or {}).get("namespace") or "")
         namespace_object = self.namespaces.get(namespace)
 
+        parent = self._parent_of(resource)
+
         def request_for(current: dict[str, Any]) -> AdmissionInput:
             old = current if operation in ("UPDATE", "DELETE") else None
             new = None if operation == "DELETE" else current
@@ -88,6 +110,8 @@ class CelPolicyRun:
                 user_info=_user_info(info),
                 namespace_object=namespace_object,
                 namespace_labels=dict(namespace_labels),
+                subresource=parent[4] if parent else "",
+                parent=parent[:4] if parent else None,
             )
 
         out: list[EngineResponse] = []

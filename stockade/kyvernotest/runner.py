@@ -261,6 +261,7 @@ class TestRunner:
             global_context_entries=self.case.global_context_entries,
             namespaces=values.namespaces,
             json_payloads=payloads,
+            subresources=values.subresources,
         )
 
     # -- judging -----------------------------------------------------------------------------------------------------
@@ -443,13 +444,11 @@ def _plural(kind: str) -> str:
 
 
 def _global_context_resolver(entries: list[dict[str, Any]]) -> Any:
+    from stockade.celpolicy.providers import resolve_global_context_entry
+
     data: dict[str, Any] = {}
     for entry in entries:
-        name = str(entry.get("name", ""))
-        if entry.get("data") is not None:
-            data[name] = entry["data"]
-        elif entry.get("resources") is not None:
-            data[name] = entry["resources"]
+        data[str(entry.get("name", ""))] = resolve_global_context_entry(entry)
 
     def resolve(name: str) -> Any:
         if name not in data:
