@@ -36,7 +36,16 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
 
 
 def _get_json(api_client: Any, path: str) -> dict[str, Any]:
-    data = api_client.call_api(path, "GET", response_type="object", auth_settings=["BearerToken"], _return_http_data_only=True)
+    """A raw GET through the client's auth and TLS settings (discovery documents have no generated model)."""
+    import json
+
+    method, url, headers, body, _ = api_client.param_serialize(
+        "GET", path, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
+    )
+    response = api_client.call_api(method, url, header_params=headers, body=body, _request_timeout=10)
+    if response.status != 200:
+        raise RuntimeError(f"GET {path}: HTTP {response.status}")
+    data = json.loads(response.read())
     return data if isinstance(data, dict) else {}
 
 
