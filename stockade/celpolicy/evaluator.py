@@ -75,7 +75,6 @@ class CelPolicyEvaluator:
         self.exceptions = list(exceptions or [])
         self.params = list(params or [])
         self.compiler = compiler or PolicyCompiler()
-        self._variants: dict[str, list[dict[str, Any]]] = {}
 
     # -- helpers ---------------------------------------------------------------------------------------------------
     def _scope(self, key: str, request: AdmissionInput, extra: Mapping[str, Any] | None = None, providers: Mapping[str, Any] | None = None) -> Scope:
@@ -95,12 +94,12 @@ class CelPolicyEvaluator:
 
     def _variants_of(self, policy: CelPolicy) -> list[dict[str, Any]]:
         """The policy's spec followed by its pod-controller autogen variants (validating/mutating kinds)."""
-        cached = self._variants.get(policy.key)
+        cached = policy.variants
         if cached is None:
             cached = [policy.spec]
             if policy.base_kind in ("ValidatingPolicy", "MutatingPolicy"):
                 cached += autogen_specs(policy.spec)
-            self._variants[policy.key] = cached
+            policy.variants = cached
         return cached
 
     def _matching_spec(self, policy: CelPolicy, request: AdmissionInput) -> tuple[int, dict[str, Any]] | None:

@@ -29,6 +29,8 @@ class CelPolicy:
     def __init__(self, data: dict[str, Any], origin: str = "") -> None:
         self.raw = data
         self.origin = origin
+        # the spec plus pod-controller autogen variants, computed once by the evaluator
+        self.variants: list[dict[str, Any]] | None = None
 
     @property
     def kind(self) -> str:
