@@ -70,7 +70,10 @@ def run_tests(paths: list[str], file_name: str, fail_only: bool, detailed: bool,
             continue
         if output_format == "table":
             print(f"Loading test {case.name} ( {case.path} ) ...", file=out)
-        run = TestRunner(case).execute()
+        try:
+            run = TestRunner(case).execute()
+        except Exception as exc:  # keep going: one broken test must not hide the others' results
+            run = TestRun(case, error=f"internal error while running the test: {exc.__class__.__name__}: {exc}")
         runs.append(run)
         if output_format != "table":
             continue
