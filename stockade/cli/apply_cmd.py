@@ -84,6 +84,8 @@ def run_apply(
     audit_warn: bool,
     detailed_results: bool,
     remove_color: bool,
+    registry: bool = False,
+    insecure_registries: tuple[str, ...] = (),
 ) -> int:
     out = sys.stdout
     colour = colour_enabled(out, remove_color)
@@ -104,7 +106,12 @@ def run_apply(
         print(paint(f"warning: {len(policy_set.cel) + len(policy_set.admission)} CEL/admission policy documents are not evaluated by apply yet", "yellow", colour), file=sys.stderr)
     rule_count = sum(len(p.rules) for p in policy_set.kyverno)
     print(f"Applying {rule_count} policy rule(s) to {len(loaded)} resource(s)...", file=out)
-    engine = Engine(exceptions=exception_list)
+    verifier = cache = None
+    if registry:
+        from stockade.cli.registry_access import make_image_verifier
+
+        verifier, cache = make_image_verifier(insecure_registries)
+    engine = Engine(exceptions=exception_list, image_verifier=verifier, verification_cache=cache)
     counts: Counter[str] = Counter()
     report_rows: list[tuple[EngineResponse, Any, str]] = []
     outputs: list[dict[str, Any]] = []

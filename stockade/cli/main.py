@@ -23,11 +23,12 @@ def cli() -> None:
 @click.option("--output-format", "-o", type=click.Choice(["table", "json", "junit"]), default="table", show_default=True)
 @click.option("--require-tests", is_flag=True, help="Fail when no test file is found.")
 @click.option("--remove-color", is_flag=True, help="Disable colours.")
-def test_command(paths: tuple[str, ...], file_name: str, fail_only: bool, detailed_results: bool, output_format: str, require_tests: bool, remove_color: bool) -> None:
+@click.option("--registry", is_flag=True, help="Allow registry access (verifyImages rules verify signatures).")
+def test_command(paths: tuple[str, ...], file_name: str, fail_only: bool, detailed_results: bool, output_format: str, require_tests: bool, remove_color: bool, registry: bool) -> None:
     """Run Kyverno CLI test files (kyverno-test.yaml) found under PATHS."""
     from stockade.cli.test_cmd import run_tests
 
-    sys.exit(run_tests(list(paths), file_name, fail_only, detailed_results, output_format, require_tests, remove_color))
+    sys.exit(run_tests(list(paths), file_name, fail_only, detailed_results, output_format, require_tests, remove_color, registry))
 
 
 @cli.command("apply")
@@ -43,6 +44,8 @@ def test_command(paths: tuple[str, ...], file_name: str, fail_only: bool, detail
 @click.option("--audit-warn", is_flag=True, help="Report failures of Audit rules as warn.")
 @click.option("--detailed-results", is_flag=True, help="Print every rule result, not only failures.")
 @click.option("--remove-color", is_flag=True, help="Disable colours.")
+@click.option("--registry", is_flag=True, help="Allow registry access (verifyImages rules verify signatures).")
+@click.option("--insecure-registry", "insecure_registries", multiple=True, help="Registry host allowed over plain HTTP/untrusted TLS.")
 def apply_command(**options: object) -> None:
     """Apply POLICIES to resources and report the results."""
     from stockade.cli.apply_cmd import run_apply

@@ -52,7 +52,9 @@ def _junit(runs: list[TestRun]) -> str:
     return "\n".join(out)
 
 
-def run_tests(paths: list[str], file_name: str, fail_only: bool, detailed: bool, output_format: str, require_tests: bool, remove_color: bool) -> int:
+def run_tests(
+    paths: list[str], file_name: str, fail_only: bool, detailed: bool, output_format: str, require_tests: bool, remove_color: bool, registry: bool = False
+) -> int:
     out = sys.stdout
     colour = colour_enabled(out, remove_color)
     files = discover(paths, file_name)
@@ -71,7 +73,12 @@ def run_tests(paths: list[str], file_name: str, fail_only: bool, detailed: bool,
         if output_format == "table":
             print(f"Loading test {case.name} ( {case.path} ) ...", file=out)
         try:
-            run = TestRunner(case).execute()
+            runner = TestRunner(case)
+            if registry:
+                from stockade.cli.registry_access import make_image_verifier
+
+                runner.image_verifier, runner.verification_cache = make_image_verifier()
+            run = runner.execute()
         except Exception as exc:  # keep going: one broken test must not hide the others' results
             run = TestRun(case, error=f"internal error while running the test: {exc.__class__.__name__}: {exc}")
         runs.append(run)

@@ -25,6 +25,7 @@ from stockade.engine.variables import SubstitutionError
 from stockade.jmespath import JMESPathError
 from stockade.policy.model import (
     RULE_TYPE_GENERATION,
+    RULE_TYPE_IMAGE_VERIFY,
     RULE_TYPE_MUTATION,
     RULE_TYPE_VALIDATION,
     KyvernoPolicy,
@@ -60,7 +61,11 @@ class Engine:
         exceptions: list[PolicyException] | None = None,
         resource_lookup: ResourceLookup | None = None,
         default_registry: str = "docker.io",
+        image_verifier: Any = None,
+        verification_cache: Any = None,
     ) -> None:
+        self.image_verifier = image_verifier
+        self.verification_cache = verification_cache
         self.providers = providers or ContextProviders()
         self.exceptions = list(exceptions or [])
         self.resource_lookup = resource_lookup
@@ -129,7 +134,7 @@ class Engine:
                     resource, rule_response = self._invoke(pctx, rule, rule_type, resource, handler)
                 finally:
                     ctx.reset()
-                if rule_type == RULE_TYPE_MUTATION and resource is not pctx.new_resource:
+                if rule_type in (RULE_TYPE_MUTATION, RULE_TYPE_IMAGE_VERIFY) and resource is not pctx.new_resource:
                     pctx.set_resource(resource)
                 if rule_response is None:
                     continue
@@ -188,8 +193,31 @@ class Engine:
 
         return self._run_rules(pctx, RULE_TYPE_MUTATION, wants, mutate_resource_rule)
 
-    def validate(self, pctx: PolicyContext) -> EngineResponse:
+    def verify_images(self, pctx: PolicyContext) -> tuple[EngineResponse, Any]:
+        """Mutate phase of verifyImages rules: verify signatures, pin digests, record results (needs a verifier)."""
+        from stockade.engine.handlers.verify_images import VerificationRecord, verify_and_patch
+
+        record = VerificationRecord.from_resource({})
+        verifier, cache = self.image_verifier, self.verification_cache
+
         def handler(ctx: PolicyContext, rule: Rule, resource: dict[str, Any]) -> tuple[dict[str, Any], RuleResponse | None]:
+            nonlocal record
+            ctx.new_resource = resource
+            outcome = verify_and_patch(ctx, rule, verifier, cache)
+            record = outcome.record
+            return outcome.resource, outcome.rule_response
+
+        response = self._run_rules(pctx, RULE_TYPE_IMAGE_VERIFY, Rule.has_verify_images, handler)
+        return response, record
+
+    def validate(self, pctx: PolicyContext, verification_record: Any = None) -> EngineResponse:
+        def handler(ctx: PolicyContext, rule: Rule, resource: dict[str, Any]) -> tuple[dict[str, Any], RuleResponse | None]:
+            if rule.has_verify_images() and not rule.has_validate():
+                from stockade.engine.handlers.verify_images import VerificationRecord, validate_verified_images
+
+                # Trust only what this process verified, never an annotation found on the object.
+                record = verification_record if verification_record is not None else VerificationRecord.from_resource({})
+                return resource, validate_verified_images(ctx, rule, record)
             validate = rule.validate or {}
             if validate.get("podSecurity") is not None:
                 return resource, validate_pod_security_rule(ctx, rule)
@@ -199,7 +227,10 @@ class Engine:
                 return resource, self._validate_cel(ctx, rule)
             return resource, validate_resource_rule(ctx, rule)
 
-        return self._run_rules(pctx, RULE_TYPE_VALIDATION, Rule.has_validate, handler)
+        def wants(rule: Rule) -> bool:
+            return rule.has_validate() or rule.has_verify_images()
+
+        return self._run_rules(pctx, RULE_TYPE_VALIDATION, wants, handler)
 
     def _validate_cel(self, pctx: PolicyContext, rule: Rule) -> RuleResponse | None:
         from stockade.engine.handlers.validate_cel import validate_cel_rule

@@ -54,10 +54,20 @@ def apply_policies(
         result.responses.append(response)
         if response.patched_resource:
             resource = response.patched_resource
+    records: dict[str, object] = {}
+    if engine.image_verifier is not None:
+        for policy in policies:
+            if not policy.has_verify_images():
+                continue
+            response, record = engine.verify_images(engine.policy_context(policy, request_for(policy)))
+            records[policy.key] = record
+            result.responses.append(response)
+            if response.patched_resource:
+                resource = response.patched_resource
     for policy in policies:
-        if not policy.has_validate():
+        if not (policy.has_validate() or policy.has_verify_images()):
             continue
-        response = engine.validate(engine.policy_context(policy, request_for(policy)))
+        response = engine.validate(engine.policy_context(policy, request_for(policy)), records.get(policy.key))
         result.responses.append(response)
     for policy in policies:
         if not policy.has_generate():

@@ -107,6 +107,8 @@ class TestRunner:
     def __init__(self, case: TestCase) -> None:
         self.case = case
         self.run = TestRun(case)
+        self.image_verifier: Any = None  # set by `--registry`: verifyImages rules then verify signatures
+        self.verification_cache: Any = None
 
     # -- loading -----------------------------------------------------------------------------------------------------
     def _values(self) -> Values:
@@ -194,7 +196,13 @@ class TestRunner:
             foreach_values=lambda policy, rule: values.foreach_values.get((policy, rule)),
             global_context=_global_context_resolver(self.case.global_context_entries) if self.case.global_context_entries else None,
         )
-        engine = Engine(providers=providers, exceptions=exceptions, resource_lookup=cluster.lookup)
+        engine = Engine(
+            providers=providers,
+            exceptions=exceptions,
+            resource_lookup=cluster.lookup,
+            image_verifier=self.image_verifier,
+            verification_cache=self.verification_cache,
+        )
         responses = _Responses()
         operations = sorted({r.operation for r in self.case.results if r.operation})
         for resource in resources:
