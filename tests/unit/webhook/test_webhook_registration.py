@@ -1,0 +1,154 @@
+"""WebhookRegistrar and discovery through the real kubernetes client, against a small in-memory API server."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+
+from stockade.controllers.registration import WebhookRegistrar, discover_resources, load_api_client
+from stockade.controllers.webhookconfig import WebhookTarget, build_configurations, static_resolver
+from stockade.policy.model import KyvernoPolicy
+
+GROUP_PATH = "/apis/admissionregistration.k8s.io/v1"
+
+
+class FakeApiServer:
+    """Discovery for core/v1 and apps/v1 plus CRUD on webhook configurations; records bearer tokens seen."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, dict[str, dict[str, Any]]] = {"mutatingwebhookconfigurations": {}, "validatingwebhookconfigurations": {}}
+        self.tokens: set[str] = set()
+        self.version = 0
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/api", self._static({"kind": "APIVersions", "versions": ["v1"]}))
+        app.router.add_get("/api/v1", self._static({"resources": [
+            {"name": "pods", "kind": "Pod", "namespaced": True}, {"name": "pods/exec", "kind": "PodExecOptions", "namespaced": True},
+            {"name": "namespaces", "kind": "Namespace", "namespaced": False}]}))
+        app.router.add_get("/apis", self._static({"groups": [{"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}]}]}))
+        app.router.add_get("/apis/apps/v1", self._static({"resources": [{"name": "deployments", "kind": "Deployment", "namespaced": True}]}))
+        for plural in self.objects:
+            app.router.add_get(f"{GROUP_PATH}/{plural}", self._list(plural))
+            app.router.add_post(f"{GROUP_PATH}/{plural}", self._create(plural))
+            app.router.add_get(f"{GROUP_PATH}/{plural}/{{name}}", self._read(plural))
+            app.router.add_put(f"{GROUP_PATH}/{plural}/{{name}}", self._replace(plural))
+            app.router.add_delete(f"{GROUP_PATH}/{plural}/{{name}}", self._delete(plural))
+        return app
+
+    def _static(self, body: dict[str, Any]) -> Any:
+        async def handler(request: web.Request) -> web.Response:
+            return self._json(request, body)
+        return handler
+
+    def _json(self, request: web.Request, body: dict[str, Any], status: int = 200) -> web.Response:
+        self.tokens.add(request.headers.get("Authorization", ""))
+        return web.json_response(body, status=status)
+
+    def _not_found(self, request: web.Request) -> web.Response:
+        return self._json(request, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}, 404)
+
+    def _list(self, plural: str) -> Any:
+        async def handler(request: web.Request) -> web.Response:
+            key, _, value = request.query.get("labelSelector", "").partition("=")
+            items = [o for o in self.objects[plural].values() if not key or o["metadata"].get("labels", {}).get(key) == value]
+            return self._json(request, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items})
+        return handler
+
+    def _read(self, plural: str) -> Any:
+        async def handler(request: web.Request) -> web.Response:
+            found = self.objects[plural].get(request.match_info["name"])
+            return self._json(request, found) if found else self._not_found(request)
+        return handler
+
+    def _store(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
+        self.version += 1
+        body["metadata"]["resourceVersion"] = str(self.version)
+        self.objects[plural][body["metadata"]["name"]] = body
+        return body
+
+    def _create(self, plural: str) -> Any:
+        async def handler(request: web.Request) -> web.Response:
+            return self._json(request, self._store(plural, await request.json()), 201)
+        return handler
+
+    def _replace(self, plural: str) -> Any:
+        async def handler(request: web.Request) -> web.Response:
+            body = await request.json()
+            current = self.objects[plural].get(request.match_info["name"])
+            if current is None:
+                return self._not_found(request)
+            assert body["metadata"]["resourceVersion"] == current["metadata"]["resourceVersion"]
+            return self._json(request, self._store(plural, body))
+        return handler
+
+    def _delete(self, plural: str) -> Any:
+        async def handler(request: web.Request) -> web.Response:
+            if self.objects[plural].pop(request.match_info["name"], None) is None:
+                return self._not_found(request)
+            return self._json(request, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+        return handler
+
+
+@pytest.fixture()
+def fake_api(tmp_path: Path) -> Iterator[tuple[FakeApiServer, Any]]:
+    fake = FakeApiServer()
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    runner = web.AppRunner(fake.app())
+    asyncio.run_coroutine_threadsafe(runner.setup(), loop).result(10)
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    asyncio.run_coroutine_threadsafe(site.start(), loop).result(10)
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        f"apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'http://127.0.0.1:{port}'}}\n"
+        "users:\n- name: u\n  user: {token: secret-token}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n"
+    )
+    yield fake, load_api_client(str(kubeconfig))
+    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
+
+
+POLICY = KyvernoPolicy(yaml.safe_load("""
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: p}
+spec:
+  rules:
+  - name: r
+    match: {any: [{resources: {kinds: [Deployment]}}]}
+    validate: {message: m, pattern: {metadata: {name: "?*"}}}
+"""))
+
+
+def test_discovery_lists_resources_without_subresources(fake_api: tuple[FakeApiServer, Any]) -> None:
+    fake, client = fake_api
+    found = {(r.group, r.version, r.resource, r.kind, r.namespaced) for r in discover_resources(client)}
+    assert found == {("", "v1", "pods", "Pod", True), ("", "v1", "namespaces", "Namespace", False), ("apps", "v1", "deployments", "Deployment", True)}
+    assert fake.tokens == {"Bearer secret-token"}
+
+
+def test_apply_creates_then_replaces_and_remove_all_deletes(fake_api: tuple[FakeApiServer, Any]) -> None:
+    fake, client = fake_api
+    registrar = WebhookRegistrar(client)
+    mutating, validating = build_configurations([POLICY], WebhookTarget(url="https://127.0.0.1:9443"), b"CA1", static_resolver())
+    registrar.apply(mutating, validating)
+    assert list(fake.objects["validatingwebhookconfigurations"]) == ["stockade-resource-validating-webhook-cfg"]
+    assert fake.objects["mutatingwebhookconfigurations"] == {}  # no mutate rules, nothing registered
+    _, validating = build_configurations([POLICY], WebhookTarget(url="https://127.0.0.1:9443"), b"CA2", static_resolver())
+    registrar.apply(mutating, validating)
+    stored = fake.objects["validatingwebhookconfigurations"]["stockade-resource-validating-webhook-cfg"]
+    assert stored["webhooks"][0]["clientConfig"]["caBundle"] == "Q0Ey"  # base64("CA2")
+    fake.objects["validatingwebhookconfigurations"]["someone-else"] = {"metadata": {"name": "someone-else", "labels": {}}, "webhooks": []}
+    assert registrar.remove_all() == 1
+    assert list(fake.objects["validatingwebhookconfigurations"]) == ["someone-else"]
