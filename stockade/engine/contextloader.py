@@ -44,6 +44,16 @@ def _search(expression: str, data: Any) -> Any:
     return compile_expression(expression).search(data)
 
 
+def _project(expression: str | None, data: Any, name: str) -> Any:
+    """Apply an entry's optional ``jmesPath`` to the data a provider returned."""
+    if not expression:
+        return data
+    try:
+        return _search(expression, data)
+    except JMESPathError as exc:
+        raise ContextLoadError(f"failed to apply JMESPath {expression} for context entry {name}: {exc}") from None
+
+
 class ContextLoader:
     """Loads context entries for one policy, honouring user-supplied values first (CLI ``values`` files)."""
 
@@ -166,22 +176,10 @@ class ContextLoader:
         spec = self._substitute(entry["imageRegistry"], ctx, name, is_delete)
         assert self.providers.image_data is not None
         data = self.providers.image_data(str(spec.get("reference", "")), spec)
-        expression = spec.get("jmesPath")
-        if expression:
-            try:
-                data = _search(expression, data)
-            except JMESPathError as exc:
-                raise ContextLoadError(f"failed to apply JMESPath {expression} for context entry {name}: {exc}") from None
-        ctx.set(name, data)
+        ctx.set(name, _project(spec.get("jmesPath"), data, name))
 
     def _load_global(self, entry: dict[str, Any], name: str, ctx: EngineContext, is_delete: bool) -> None:
         spec = self._substitute(entry["globalReference"], ctx, name, is_delete)
         assert self.providers.global_context is not None
         data = self.providers.global_context(str(spec.get("name", "")))
-        expression = spec.get("jmesPath")
-        if expression:
-            try:
-                data = _search(expression, data)
-            except JMESPathError as exc:
-                raise ContextLoadError(f"failed to apply JMESPath {expression} for context entry {name}: {exc}") from None
-        ctx.set(name, data)
+        ctx.set(name, _project(spec.get("jmesPath"), data, name))
