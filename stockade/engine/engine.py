@@ -169,7 +169,7 @@ class Engine:
                 keys = exception_keys(exceptions)
                 return resource, rule_skip(rule.name, rule_type, "rule is skipped due to policy exceptions" + ", ".join(keys), exceptions=keys)
             extra = [control for e in pss_exceptions for control in e.pod_security]
-            return resource, validate_pod_security_rule(pctx, rule, extra)
+            return resource, validate_pod_security_rule(pctx, rule, extra, exception_keys(pss_exceptions))
         return handler(pctx, rule, resource)
 
     @staticmethod

@@ -6,7 +6,7 @@ from typing import Any
 
 from stockade.engine.images import pod_spec_paths
 from stockade.engine.policycontext import PolicyContext
-from stockade.engine.response import RuleResponse, rule_error, rule_fail, rule_pass
+from stockade.engine.response import RuleResponse, rule_error, rule_fail, rule_pass, rule_skip
 from stockade.policy.model import RULE_TYPE_VALIDATION, Rule
 
 
@@ -25,8 +25,11 @@ def _pod_parts(resource: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
     return template.get("metadata") or {}, template.get("spec") or {}
 
 
-def validate_pod_security_rule(pctx: PolicyContext, rule: Rule, extra_excludes: list[dict[str, Any]] | None = None) -> RuleResponse | None:
-    from stockade.engine.podsecurity import evaluate_pod_security
+def validate_pod_security_rule(
+    pctx: PolicyContext, rule: Rule, exception_excludes: list[dict[str, Any]] | None = None, exception_keys: list[str] | None = None
+) -> RuleResponse | None:
+    """Evaluate the rule's level/version; PolicyException controls apply afterwards and turn a cleared failure into skip."""
+    from stockade.engine.podsecurity import apply_pod_security_exclusions, evaluate_pod_security
 
     settings = (rule.validate or {}).get("podSecurity") or {}
     resource = pctx.new_resource
@@ -36,22 +39,18 @@ def validate_pod_security_rule(pctx: PolicyContext, rule: Rule, extra_excludes: 
     if parts is None:
         return rule_error(rule.name, RULE_TYPE_VALIDATION, f"failed to extract pod spec from {resource.get('kind')}")
     metadata, spec = parts
-    level = str(settings.get("level") or "baseline")
-    version = str(settings.get("version") or "latest")
-    excludes = list(settings.get("exclude") or []) + list(extra_excludes or [])
+    level = str(settings.get("level") or "")
+    version = str(settings.get("version") or "")
     try:
-        result = evaluate_pod_security(metadata, spec, level, version, excludes)
+        result = evaluate_pod_security(metadata, spec, level, version or "latest", list(settings.get("exclude") or []), resource_kind=str(resource.get("kind", "Pod")))
     except ValueError as exc:
         return rule_error(rule.name, RULE_TYPE_VALIDATION, "failed to evaluate pod security", exc)
     if result.allowed:
-        return rule_pass(rule.name, RULE_TYPE_VALIDATION, f"Validation rule '{rule.name}' passed.", pod_security_checks=result)
-    return rule_fail(rule.name, RULE_TYPE_VALIDATION, result.message(rule.name, level, version) if _takes_args(result) else result.message(), pod_security_checks=result)
-
-
-def _takes_args(result: Any) -> bool:
-    import inspect
-
-    try:
-        return len(inspect.signature(result.message).parameters) >= 3
-    except (TypeError, ValueError):
-        return False
+        return rule_pass(rule.name, RULE_TYPE_VALIDATION, result.message(rule.name), pod_security_checks=result)
+    if exception_excludes:
+        remaining = apply_pod_security_exclusions(result, metadata, spec, exception_excludes)
+        if remaining.allowed:
+            keys = ", ".join(exception_keys or [])
+            return rule_skip(rule.name, RULE_TYPE_VALIDATION, "rule is skipped due to policy exceptions" + keys, exceptions=list(exception_keys or []))
+        result = remaining
+    return rule_fail(rule.name, RULE_TYPE_VALIDATION, result.message(rule.name), pod_security_checks=result)
