@@ -11,7 +11,7 @@ from stockade.celpolicy import RULELESS_KINDS
 from stockade.celpolicy.testing import CelPolicyRun
 from stockade.engine.contextloader import ContextLoadError, ContextProviders
 from stockade.engine.engine import Engine, Request
-from stockade.engine.match import RequestInfo
+from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.processor import apply_policies
 from stockade.engine.response import EngineResponse, RuleResponse, report_result
 from stockade.kyvernotest.compare import compare_resources, find_resource
@@ -214,7 +214,8 @@ class TestRunner:
             def values_for(policy: KyvernoPolicy, _name: str = str(name)) -> dict[str, Any]:
                 return values.for_resource(policy.name, _name)
 
-            request = Request(resource=resource, info=info, namespace_labels=labels)
+            gvk = subresource_kind(resource, values.subresources)
+            request = Request(resource=resource, info=info, namespace_labels=labels, gvk=gvk)
             default = apply_policies(engine, policies.kyverno, request, values_for=values_for)
             responses.trigger[key] = default.responses
             if cel_run is not None:
@@ -223,7 +224,7 @@ class TestRunner:
                     default.patched_resource or resource, global_operation, info, labels, default_run=True
                 )
             for operation in operations:
-                forced = Request(resource=resource, info=info, namespace_labels=labels, operation=operation, operation_forced=True)
+                forced = Request(resource=resource, info=info, namespace_labels=labels, operation=operation, operation_forced=True, gvk=gvk)
 
                 def forced_values(policy: KyvernoPolicy, _name: str = str(name), _op: str = operation) -> dict[str, Any]:
                     merged = values.for_resource(policy.name, _name)
@@ -383,6 +384,18 @@ class TestRunner:
         if equal:
             return None
         return False, "Resource diff", f"{what} didn't match the expected resource in the test result\n{diff}"
+
+
+def subresource_kind(resource: dict[str, Any], subresources: list[dict[str, Any]]) -> ResourceKind | None:
+    """A values file may declare a kind as a subresource of a parent (Scale of Deployment): match it as such."""
+    own = ResourceKind.of(resource)
+    for entry in subresources:
+        sub = entry.get("subresource") or {}
+        parent = entry.get("parentResource") or {}
+        if (str(sub.get("group") or ""), str(sub.get("version") or ""), str(sub.get("kind") or "")) == (own.group, own.version, own.kind):
+            name = str(sub.get("name") or "")
+            return ResourceKind(str(parent.get("group") or ""), str(parent.get("version") or ""), str(parent.get("kind") or ""), name.split("/", 1)[1] if "/" in name else "")
+    return None
 
 
 def _api_call_resolver(mocks: list[dict[str, Any]], cluster: _ClusterData) -> Any:
