@@ -38,6 +38,10 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
 def serve(policies: tuple[str, ...], **options: Any) -> None:
     """Serve POLICIES (files or directories) as an HTTPS admission webhook."""
+    if (options["tls_cert_file"] is None) != (options["tls_key_file"] is None):
+        raise click.UsageError("--tls-cert-file and --tls-key-file go together")
+    if options["tls_ca_file"] is not None and options["tls_cert_file"] is None:
+        raise click.UsageError("--tls-ca-file only applies with --tls-cert-file/--tls-key-file")
     logging.basicConfig(level=options["log_level"].upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sys.exit(run_serve(list(policies), **options))
 
