@@ -5,6 +5,8 @@ Each server gets its own registry: tests start several servers in one process an
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -51,12 +53,18 @@ class WebhookMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        # labels() validates and hashes on every call; admission traffic repeats the same few label sets
+        self._rule_children: dict[tuple[str, ...], tuple[Any, Any]] = {}
+        self._request_children: dict[tuple[str, ...], tuple[Any, Any]] = {}
         self.bad_requests = Counter("kyverno_admission_invalid_requests", "Request bodies that were not AdmissionReviews.", ["webhook"], registry=self.registry)
 
     def observe_request(self, webhook: str, kind: str, namespace: str, operation: str, allowed: bool, seconds: float) -> None:
         labels = (webhook, kind, namespace, operation, "true" if allowed else "false")
-        self.admission_requests.labels(*labels).inc()
-        self.admission_duration.labels(*labels).observe(seconds)
+        children = self._request_children.get(labels)
+        if children is None:
+            children = self._request_children[labels] = (self.admission_requests.labels(*labels), self.admission_duration.labels(*labels))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def observe_rules(self, responses: list[EngineResponse], kind: str, operation: str, seconds: float) -> None:
         """Engine time is measured per review, so every rule of that review is attributed the same duration."""
@@ -75,8 +83,11 @@ class WebhookMetrics:
                     operation,
                     "admission_request",
                 )
-                self.policy_results.labels(*labels).inc()
-                self.policy_duration.labels(*labels).observe(seconds)
+                children = self._rule_children.get(labels)
+                if children is None:
+                    children = self._rule_children[labels] = (self.policy_results.labels(*labels), self.policy_duration.labels(*labels))
+                children[0].inc()
+                children[1].observe(seconds)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)
