@@ -20,7 +20,6 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 
 k8s_version="$(awk '/^require k8s.io\/kubernetes /{print $3}' "$module_dir/go.mod")"
-stamp="$(sha256sum "$module_dir/go.mod" | cut -c1-16)-$(go env GOVERSION)"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   targets=(kube-apiserver kubectl)
@@ -37,6 +36,7 @@ if [ ! -s go.sum ]; then
   go mod tidy
 fi
 
+stamp="$(sha256sum go.mod | cut -c1-16)-$(go env GOVERSION)"
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=${k8s_version} -X k8s.io/client-go/pkg/version.gitVersion=${k8s_version}"
 for target in "${targets[@]}"; do
   out="$bin_dir/$target"
