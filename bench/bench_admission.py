@@ -1,7 +1,7 @@
 """Admission webhook throughput: Pod CREATE reviews against the Pod Security restricted set over HTTPS keep-alive.
 
 Usage: .venv/bin/python bench/bench_admission.py [--requests 5000] [--connections 8] [--max-seconds 60]
-       [--policies bench/policies/pss-restricted.yaml] [--endpoint /validate/fail]
+       [--policies bench/policies/pss-restricted.yaml] [--endpoint /validate/fail] [--workers 1]
 Starts `stockade serve` on 127.0.0.1 (a free port) as a child process pinned to CPU 0 when taskset exists, drives it
 from this process (pinned to CPU 1) with a bounded number of requests, prints p50/p99 latency and requests/s, and
 stops the server.  Traffic never leaves the loopback interface.
@@ -60,9 +60,9 @@ def review_for(pod: dict[str, Any]) -> bytes:
     ).encode()
 
 
-def start_server(policies: str, port: int, cert_dir: Path) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-c", "from stockade.cli.main import main; main()", "serve", policies, "--host", "127.0.0.1", "--port", str(port), "--cert-dir", str(cert_dir), "--log-level", "warning"]
-    if shutil.which("taskset") and (os.cpu_count() or 1) > 1:
+def start_server(policies: str, port: int, cert_dir: Path, workers: int) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-c", "from stockade.cli.main import main; main()", "serve", policies, "--host", "127.0.0.1", "--port", str(port), "--cert-dir", str(cert_dir), "--log-level", "warning", "--workers", str(workers)]
+    if workers == 1 and shutil.which("taskset") and (os.cpu_count() or 1) > 1:
         command = ["taskset", "-c", "0", *command]
         os.sched_setaffinity(0, {1})
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -132,6 +132,7 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=200)
     parser.add_argument("--policies", default=str(HERE / "policies" / "pss-restricted.yaml"))
     parser.add_argument("--endpoint", default="/validate/fail")
+    parser.add_argument("--workers", type=int, default=1, help="server processes (>1: not pinned, shares cores with the client)")
     args = parser.parse_args()
 
     pods = generate_pods(args.requests + args.warmup)
@@ -139,7 +140,7 @@ def main() -> None:
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="stockade-bench-") as scratch:
         cert_dir = Path(scratch)
-        process = start_server(args.policies, port, cert_dir)
+        process = start_server(args.policies, port, cert_dir, args.workers)
         try:
             deadline = time.monotonic() + 30
             while not (cert_dir / "ca.crt").exists() and time.monotonic() < deadline:

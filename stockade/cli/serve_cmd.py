@@ -35,6 +35,8 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--webhook-timeout", default=10, show_default=True, type=click.IntRange(1, 30), help="timeoutSeconds of the webhooks.")
 @click.option("--reload-interval", default=5.0, show_default=True, type=float, help="Seconds between checks of policy files for changes.")
 @click.option("--cert-check-interval", default=3600.0, show_default=True, type=float, help="Seconds between certificate renewal/reload checks.")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="Processes answering admission requests on the same port (policy evaluation is CPU-bound).")
+@click.option("--worker", "worker_mode", is_flag=True, hidden=True, help="Internal: run as a worker of a primary `serve`.")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
 def serve(policies: tuple[str, ...], **options: Any) -> None:
     """Serve POLICIES (files or directories) as an HTTPS admission webhook."""
@@ -42,6 +44,8 @@ def serve(policies: tuple[str, ...], **options: Any) -> None:
         raise click.UsageError("--tls-cert-file and --tls-key-file go together")
     if options["tls_ca_file"] is not None and options["tls_cert_file"] is None:
         raise click.UsageError("--tls-ca-file only applies with --tls-cert-file/--tls-key-file")
+    if options["workers"] > 1 and options["port"] == 0:
+        raise click.UsageError("--workers needs a fixed --port")
     logging.basicConfig(level=options["log_level"].upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sys.exit(run_serve(list(policies), **options))
 
@@ -88,6 +92,8 @@ async def _serve(policies: list[str], **options: Any) -> int:
 
     api_client = None
     registration = None
+    if options["worker_mode"]:
+        options = {**options, "register_webhooks": False, "metrics_port": None}
     if options["register_webhooks"]:
         from stockade.controllers.registration import NamespaceLabelCache, load_api_client
 
@@ -116,6 +122,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
         metrics_port=options["metrics_port"],
         reload_interval=options["reload_interval"],
         cert_check_interval=options["cert_check_interval"],
+        reuse_port=options["workers"] > 1 or options["worker_mode"],
     )
     server = WebhookServer(state, certs, config)
     try:
@@ -124,11 +131,14 @@ async def _serve(policies: list[str], **options: Any) -> int:
         raise _StartupError(f"cannot listen on {options['host']}:{options['port']}: {exc}") from exc
     click.echo(f"stockade webhook serving {len(snapshot.policies)} policies on https://{options['host']}:{server.port}", err=True)
 
+    workers = _start_workers(policies, options, certs, cert_dir) if options["workers"] > 1 else []
+
     if api_client is not None:
         registration = _Registration(api_client, certs, store, options, namespace)
         try:
             await asyncio.to_thread(registration.apply)
         except Exception as exc:
+            _stop_workers(workers)
             await server.stop()
             raise _StartupError(f"webhook registration failed: {exc}") from exc
 
@@ -144,8 +154,42 @@ async def _serve(policies: list[str], **options: Any) -> int:
             log.info("removed %d webhook configurations", removed)
         except Exception:
             log.exception("could not remove webhook configurations; run `stockade cleanup`")
+    await asyncio.to_thread(_stop_workers, workers)
     await server.stop()
     return 0
+
+
+def _start_workers(policies: list[str], options: dict[str, Any], certs: Any, cert_dir: Path) -> list[Any]:
+    """Extra processes bound to the same port; they read the serving pair the primary keeps in files and reload it
+    when it changes, so rotation reaches them without a restart."""
+    import subprocess
+
+    if certs.user_provided:
+        tls = ["--tls-cert-file", str(options["tls_cert_file"]), "--tls-key-file", str(options["tls_key_file"])]
+    else:
+        tls = ["--tls-cert-file", str(cert_dir / "tls.crt"), "--tls-key-file", str(cert_dir / "tls.key")]
+    command = [
+        sys.executable, "-c", "from stockade.cli.main import main; main()", "serve", *policies, "--worker",
+        "--host", options["host"], "--port", str(options["port"]), *tls,
+        "--reload-interval", str(options["reload_interval"]),
+        "--cert-check-interval", str(min(options["cert_check_interval"], 60.0)),
+        "--log-level", options["log_level"],
+    ]
+    return [subprocess.Popen(command) for _ in range(options["workers"] - 1)]
+
+
+def _stop_workers(workers: list[Any]) -> None:
+    import subprocess
+
+    for worker in workers:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+    for worker in workers:
+        try:
+            worker.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
 
 
 class _Registration:

@@ -155,6 +155,7 @@ class ServerConfig:
     metrics_port: int | None = None  # None: /metrics is served on the webhook port only
     reload_interval: float = 5.0
     cert_check_interval: float = 3600.0
+    reuse_port: bool = False  # lets worker processes share the listening port (the kernel spreads connections)
 
 
 class WebhookServer:
@@ -177,7 +178,7 @@ class WebhookServer:
         app = build_app(self.state)
         self.runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, self.config.host, self.config.port, ssl_context=context, backlog=512)
+        site = web.TCPSite(self.runner, self.config.host, self.config.port, ssl_context=context, backlog=512, reuse_port=self.config.reuse_port or None)
         await site.start()
         self.port = _bound_port(site, self.config.port)
         if self.config.metrics_port is not None:
