@@ -157,6 +157,12 @@ class NamespaceLabelCache:
         self._cache: dict[str, tuple[float, dict[str, str]]] = {}
         self._lock = threading.Lock()
 
+    def needs_fetch(self, namespace: str) -> bool:
+        """True when a call would go to the API server, so async callers can make it from a thread."""
+        with self._lock:
+            cached = self._cache.get(namespace)
+        return cached is None or time.monotonic() - cached[0] >= self.ttl
+
     def __call__(self, namespace: str) -> dict[str, str]:
         now = time.monotonic()
         with self._lock:

@@ -93,6 +93,9 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
         snapshot = state.store.snapshot
         if snapshot is None:
             return web.json_response({"error": "policies are not loaded yet"}, status=503)
+        labels = state.store.namespace_labels
+        if review.namespace and labels is not None and getattr(labels, "needs_fetch", lambda _ns: False)(review.namespace):
+            await asyncio.to_thread(labels, review.namespace)  # warm the cache off the event loop
         engine_started = time.perf_counter()
         try:
             if phase == "mutate":
