@@ -35,6 +35,7 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--webhook-timeout", default=10, show_default=True, type=click.IntRange(1, 30), help="timeoutSeconds of the webhooks.")
 @click.option("--reload-interval", default=5.0, show_default=True, type=float, help="Seconds between checks of policy files for changes.")
 @click.option("--cert-check-interval", default=3600.0, show_default=True, type=float, help="Seconds between certificate renewal/reload checks.")
+@click.option("--tracing-endpoint", default="", help="OTLP/HTTP collector base URL (e.g. http://otel-collector:4318); one span per admission request.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="Processes answering admission requests on the same port (policy evaluation is CPU-bound).")
 @click.option("--worker", "worker_mode", is_flag=True, hidden=True, help="Internal: run as a worker of a primary `serve`.")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
@@ -116,6 +117,10 @@ async def _serve(policies: list[str], **options: Any) -> int:
         log.warning("not served by the webhook yet (CEL/admission policies): %s", ", ".join(snapshot.unsupported))
 
     state = ServerState(store=store)
+    if options["tracing_endpoint"]:
+        from stockade.webhook.tracing import Tracing
+
+        state.tracing = Tracing(options["tracing_endpoint"])
     config = ServerConfig(
         host=options["host"],
         port=options["port"],
@@ -174,6 +179,7 @@ def _start_workers(policies: list[str], options: dict[str, Any], certs: Any, cer
         "--reload-interval", str(options["reload_interval"]),
         "--cert-check-interval", str(min(options["cert_check_interval"], 60.0)),
         "--log-level", options["log_level"],
+        *(["--tracing-endpoint", options["tracing_endpoint"]] if options["tracing_endpoint"] else []),
     ]
     return [subprocess.Popen(command) for _ in range(options["workers"] - 1)]
 

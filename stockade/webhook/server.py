@@ -72,6 +72,7 @@ class ServerState:
     ready: bool = False
     shutting_down: bool = False
     readiness_checks: list[Callable[[], str]] = field(default_factory=list)
+    tracing: Any = None  # stockade.webhook.tracing.Tracing when --tracing-endpoint is set
 
 
 def _bad_request(reason: str) -> web.Response:
@@ -97,14 +98,28 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
         if review.namespace and labels is not None and getattr(labels, "needs_fetch", lambda _ns: False)(review.namespace):
             await asyncio.to_thread(labels, review.namespace)  # warm the cache off the event loop
         engine_started = time.perf_counter()
-        try:
-            if phase == "mutate":
-                decision = snapshot.evaluator.mutate(review, failure)
-            else:
-                decision = snapshot.evaluator.validate(review, failure)
-        except Exception as exc:  # an engine bug must not take the webhook down; failurePolicy decides
-            log.exception("evaluation failed for %s", review.uid)
-            decision = _engine_failure(review, failure, exc)
+        span = contextlib.nullcontext() if state.tracing is None else state.tracing.span(
+            f"admission {path}",
+            {
+                "admission.uid": review.uid,
+                "admission.operation": review.operation,
+                "resource.kind": review.kind.kind,
+                "resource.namespace": review.namespace,
+                "resource.name": review.name,
+            },
+        )
+        with span as active:
+            try:
+                if phase == "mutate":
+                    decision = snapshot.evaluator.mutate(review, failure)
+                else:
+                    decision = snapshot.evaluator.validate(review, failure)
+            except Exception as exc:  # an engine bug must not take the webhook down; failurePolicy decides
+                log.exception("evaluation failed for %s", review.uid)
+                decision = _engine_failure(review, failure, exc)
+            if active is not None:
+                active.set_attribute("admission.allowed", decision.allowed)
+                active.set_attribute("admission.policies", sorted({r.policy_name for r in decision.responses}))
         engine_seconds = time.perf_counter() - engine_started
         answer = review_response(review, decision)
         kind = review.kind.kind
@@ -228,6 +243,8 @@ class WebhookServer:
             if runner is not None:
                 await runner.cleanup()
         self.runner = self.metrics_runner = None
+        if self.state.tracing is not None:
+            await asyncio.to_thread(self.state.tracing.shutdown)  # flushes buffered spans
 
 
 def _bound_port(site: web.TCPSite, requested: int) -> int:
