@@ -230,6 +230,7 @@ class _Registration:
             self._discovery(self.api_client),
             excluded_namespaces=self.excluded,
             timeout_seconds=self.timeout,
+            cel_policies=snapshot.cel_policies,
         )
         self.registrar.apply(mutating, validating)
 

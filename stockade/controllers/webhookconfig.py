@@ -131,9 +131,33 @@ def _rule_in_phase(rule: Rule, phase: str) -> bool:
     return rule.has_validate()
 
 
-def compute_rules(policies: Iterable[KyvernoPolicy], phase: str, resolver: Resolver) -> list[dict[str, Any]]:
+def cel_resource_rules(policy: Any) -> list[tuple[str, str, str, set[str]]]:
+    """(group, version, resource, operations) a ValidatingPolicy's matchConstraints (and autogen variants) name."""
+    from stockade.celpolicy.autogen import autogen_specs
+
+    specs = [policy.spec]
+    if policy.base_kind in ("ValidatingPolicy", "MutatingPolicy"):
+        specs += autogen_specs(policy.spec)
+    found = []
+    for spec in specs:
+        for rule in (spec.get("matchConstraints") or {}).get("resourceRules") or []:
+            operations = {str(op) for op in rule.get("operations") or ["*"]}
+            if "*" in operations:
+                operations = set(ALL_OPERATIONS)
+            for group in rule.get("apiGroups") or ["*"]:
+                for version in rule.get("apiVersions") or ["*"]:
+                    for resource in rule.get("resources") or []:
+                        found.append((str(group), str(version), str(resource), operations))
+    return found
+
+
+def compute_rules(policies: Iterable[KyvernoPolicy], phase: str, resolver: Resolver, cel_policies: Iterable[Any] = ()) -> list[dict[str, Any]]:
     """Deduplicated, sorted webhook rules: one entry per (group, version, operations) with its resources."""
     wanted: dict[tuple[str, str, str], set[str]] = {}  # (group, version, resource) -> operations
+    if phase == "validate":
+        for cel_policy in cel_policies:
+            for group, version, resource, operations in cel_resource_rules(cel_policy):
+                wanted.setdefault((group, version, resource), set()).update(operations)
     for policy in policies:
         for rule in policy.rules:
             if not _rule_in_phase(rule, phase):
@@ -172,8 +196,8 @@ def excluded_namespaces_selector(namespaces: Iterable[str]) -> dict[str, Any]:
     return {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": values}]}
 
 
-def _timeout(policies: list[KyvernoPolicy], default: int) -> int:
-    timeouts = [int(p.spec.get("webhookTimeoutSeconds") or 0) for p in policies]
+def _timeout(policies: list[Any], default: int) -> int:
+    timeouts = [int(p.spec.get("webhookTimeoutSeconds") or (p.spec.get("webhookConfiguration") or {}).get("timeoutSeconds") or 0) for p in policies]
     return min(max([default, *timeouts]), MAX_TIMEOUT_SECONDS)
 
 
@@ -185,9 +209,11 @@ def build_configurations(
     *,
     excluded_namespaces: Iterable[str] = ("kube-system",),
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
+    cel_policies: Iterable[Any] = (),
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(MutatingWebhookConfiguration, ValidatingWebhookConfiguration); a variant with no rules is left out."""
     selector = excluded_namespaces_selector(excluded_namespaces)
+    cel_policies = list(cel_policies)
     configurations = []
     for phase, kind, name in (
         ("mutate", "MutatingWebhookConfiguration", MUTATING_CONFIG_NAME),
@@ -196,7 +222,8 @@ def build_configurations(
         webhooks = []
         for failure, suffix in ((FAILURE_POLICY_FAIL, "fail"), (FAILURE_POLICY_IGNORE, "ignore")):
             chosen = [p for p in policies if failure_policy(p) == failure]
-            rules = compute_rules(chosen, phase, resolver)
+            chosen_cel = [p for p in cel_policies if failure_policy(p) == failure]
+            rules = compute_rules(chosen, phase, resolver, chosen_cel)
             if not rules:
                 continue
             webhook: dict[str, Any] = {
@@ -207,7 +234,7 @@ def build_configurations(
                 "matchPolicy": "Equivalent",
                 "sideEffects": "NoneOnDryRun",
                 "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": _timeout(chosen, timeout_seconds),
+                "timeoutSeconds": _timeout([*chosen, *chosen_cel], timeout_seconds),
                 "namespaceSelector": selector,
             }
             if phase == "mutate":

@@ -131,7 +131,7 @@ def review_response(request: AdmissionRequest, decision: AdmissionDecision) -> d
     return {"apiVersion": request.api_version, "kind": "AdmissionReview", "response": response}
 
 
-def failure_policy(policy: KyvernoPolicy) -> str:
+def failure_policy(policy: Any) -> str:
     """Kyverno's default is Fail; ``spec.failurePolicy: Ignore`` moves a policy to the ignore webhook."""
     value = str(policy.spec.get("failurePolicy") or FAILURE_POLICY_FAIL)
     return FAILURE_POLICY_IGNORE if value.lower() == "ignore" else FAILURE_POLICY_FAIL
@@ -150,7 +150,7 @@ def blocking_rules(responses: Iterable[EngineResponse]) -> dict[str, dict[str, s
     """policy → rule → message for the rules that deny the request (Enforce failures, errors under Fail)."""
     blocked: dict[str, dict[str, str]] = {}
     for response in responses:
-        policy_failure = failure_policy(response.policy) if isinstance(response.policy, KyvernoPolicy) else FAILURE_POLICY_FAIL
+        policy_failure = failure_policy(response.policy) if hasattr(response.policy, "spec") else FAILURE_POLICY_FAIL
         for rule in response.rules:
             denies = (rule.status == FAIL and rule.failure_action == "Enforce") or (rule.status == ERROR and policy_failure == FAILURE_POLICY_FAIL)
             if denies:
@@ -177,17 +177,74 @@ def warning_messages(responses: Iterable[EngineResponse]) -> list[str]:
 NamespaceLabels = Callable[[str], dict[str, str]]
 
 
-class AdmissionEvaluator:
-    """Runs loaded policies against admission requests; one instance per policy snapshot."""
+VALIDATING_POLICY_KINDS = ("ValidatingPolicy", "NamespacedValidatingPolicy")
 
-    def __init__(self, engine: Engine, policies: list[KyvernoPolicy], namespace_labels: NamespaceLabels | None = None) -> None:
+
+def validation_actions(policy: Any) -> set[str]:
+    """A ValidatingPolicy's ``validationActions``: Deny blocks, Warn answers with warnings, Audit only records."""
+    return {str(a) for a in (policy.spec.get("validationActions") or ["Deny"])}
+
+
+class AdmissionEvaluator:
+    """Runs loaded policies against admission requests; one instance per policy snapshot.
+
+    ``cel_policies`` are (Namespaced)ValidatingPolicy documents as ``stockade.celpolicy.CelPolicy`` evaluated by
+    ``cel_evaluator``; Kyverno ClusterPolicy/Policy go through ``engine``.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        policies: list[KyvernoPolicy],
+        namespace_labels: NamespaceLabels | None = None,
+        *,
+        cel_policies: list[Any] | None = None,
+        cel_evaluator: Any = None,
+    ) -> None:
         self.engine = engine
         self.policies = list(policies)
+        self.cel_policies = [p for p in cel_policies or [] if p.kind in VALIDATING_POLICY_KINDS]
+        self.cel_evaluator = cel_evaluator
         self._namespace_labels = namespace_labels
         self._by_failure_policy = {
             FAILURE_POLICY_FAIL: [p for p in self.policies if failure_policy(p) == FAILURE_POLICY_FAIL],
             FAILURE_POLICY_IGNORE: [p for p in self.policies if failure_policy(p) == FAILURE_POLICY_IGNORE],
         }
+
+    def cel_policies_for(self, failure: str | None) -> list[Any]:
+        if failure is None:
+            return self.cel_policies
+        return [p for p in self.cel_policies if failure_policy(p) == failure]
+
+    def _validate_cel(self, request: AdmissionRequest, failure: str | None, labels: dict[str, str]) -> tuple[list[EngineResponse], list[str]]:
+        """ValidatingPolicy results with each rule's failure_action set from validationActions, plus Warn warnings."""
+        from stockade.celpolicy import AdmissionInput
+
+        policies = self.cel_policies_for(failure)
+        if not policies or self.cel_evaluator is None:
+            return [], []
+        cel_request = AdmissionInput(
+            object=request.object or None,
+            old_object=request.old_object or None,
+            operation=request.operation,
+            subresource=request.sub_resource,
+            user_info=request.user_info.user_info_dict(),
+            namespace_labels=labels,
+            dry_run=request.dry_run,
+        )
+        responses: list[EngineResponse] = []
+        warnings: list[str] = []
+        for policy in policies:
+            response = self.cel_evaluator.validate(policy, cel_request)
+            if response is None or not response.rules:
+                continue
+            actions = validation_actions(policy)
+            for rule in response.rules:
+                rule.failure_action = "Enforce" if "Deny" in actions else "Audit"
+                if "Warn" in actions and rule.status not in (PASS, SKIP):
+                    warnings.append(f"policy {response.policy_name}.{rule.name}: {rule.message}")
+            responses.append(response)
+        return responses, warnings
 
     def policies_for(self, failure: str | None) -> list[KyvernoPolicy]:
         """The policies served by one webhook variant; ``None`` means the catch-all endpoint."""
@@ -195,10 +252,13 @@ class AdmissionEvaluator:
             return self.policies
         return self._by_failure_policy[failure]
 
-    def engine_request(self, request: AdmissionRequest, resource: dict[str, Any] | None = None) -> Request:
-        labels: dict[str, str] = {}
+    def namespace_labels(self, request: AdmissionRequest) -> dict[str, str]:
         if request.namespace and self._namespace_labels is not None and request.kind.kind != "Namespace":
-            labels = self._namespace_labels(request.namespace)
+            return self._namespace_labels(request.namespace)
+        return {}
+
+    def engine_request(self, request: AdmissionRequest, resource: dict[str, Any] | None = None) -> Request:
+        labels = self.namespace_labels(request)
         subject = resource if resource is not None else request.subject
         return Request(
             resource=subject,
@@ -233,7 +293,7 @@ class AdmissionEvaluator:
     def validate(self, request: AdmissionRequest, failure: str | None = None) -> AdmissionDecision:
         """Deny on Enforce failures (and errors of Fail policies); report everything else as warnings."""
         policies = [p for p in self.policies_for(failure) if p.has_validate()]
-        if not policies:
+        if not policies and not self.cel_policies_for(failure):
             return AdmissionDecision(allowed=True)
         # The object arriving here already went through the mutating webhook, so only validation runs.
         engine_request = self.engine_request(request)
@@ -242,10 +302,11 @@ class AdmissionEvaluator:
             response = self.engine.validate(self.engine.policy_context(policy, engine_request))
             if response.rules:
                 responses.append(response)
-        blocked = blocking_rules(responses)
+        cel_responses, cel_warnings = self._validate_cel(request, failure, engine_request.namespace_labels)
+        blocked = blocking_rules(responses + cel_responses)
         if blocked:
-            return AdmissionDecision(False, block_message(resource_label(request.subject, request), blocked), responses=responses)
-        return AdmissionDecision(True, warnings=warning_messages(responses), responses=responses)
+            return AdmissionDecision(False, block_message(resource_label(request.subject, request), blocked), responses=responses + cel_responses)
+        return AdmissionDecision(True, warnings=warning_messages(responses) + cel_warnings, responses=responses + cel_responses)
 
 
 def blocking_rules_for_mutation(responses: Iterable[EngineResponse]) -> dict[str, dict[str, str]]:

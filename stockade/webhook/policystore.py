@@ -9,13 +9,15 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from stockade.engine.engine import Engine
 from stockade.policy.loader import LoadError, expand_paths, load_documents
 from stockade.policy.model import KyvernoPolicy
 from stockade.policy.resources import split_policies
-from stockade.webhook.admission import AdmissionEvaluator, NamespaceLabels
+from stockade.policy.loader import Document
+from stockade.webhook.admission import VALIDATING_POLICY_KINDS, AdmissionEvaluator, NamespaceLabels
 
 log = logging.getLogger("stockade.webhook")
 
@@ -26,6 +28,7 @@ class PolicySnapshot:
     evaluator: AdmissionEvaluator
     fingerprint: tuple[tuple[str, int, int], ...]
     unsupported: tuple[str, ...] = ()
+    cel_policies: list[Any] = field(default_factory=list)
 
 
 class PolicyStore:
@@ -56,12 +59,19 @@ class PolicyStore:
         fingerprint = self._fingerprint()
         policy_set = split_policies(load_documents(self.policy_files()))
         engine = self.engine_factory(exceptions=policy_set.exceptions)
-        unsupported = tuple(f"{d.kind}/{d.data.get('metadata', {}).get('name', '')}" for d in policy_set.cel + policy_set.admission)
+        cel_policies, cel_evaluator = _cel_validating(policy_set.cel)
+        served = {id(p.raw) for p in cel_policies}
+        unsupported = tuple(
+            f"{d.kind}/{d.data.get('metadata', {}).get('name', '')}"
+            for d in policy_set.cel + policy_set.admission
+            if id(d.data) not in served and d.kind != "PolicyException"
+        )
         snapshot = PolicySnapshot(
             policies=policy_set.kyverno,
-            evaluator=AdmissionEvaluator(engine, policy_set.kyverno, self.namespace_labels),
+            evaluator=AdmissionEvaluator(engine, policy_set.kyverno, self.namespace_labels, cel_policies=cel_policies, cel_evaluator=cel_evaluator),
             fingerprint=fingerprint,
             unsupported=unsupported,
+            cel_policies=cel_policies,
         )
         self.snapshot = snapshot
         self.last_error = ""
@@ -81,3 +91,17 @@ class PolicyStore:
             self.last_error = str(exc)
             log.error("policy reload failed, keeping the previous policies: %s", exc)
             return False
+
+
+def _cel_validating(documents: list[Document]) -> tuple[list[Any], Any]:
+    """(Namespaced)ValidatingPolicy documents and an evaluator with the CEL PolicyExceptions loaded beside them.
+
+    CEL providers that need the cluster (``resource.*``, ``http.*``, global context) are not wired yet, so policies
+    using them evaluate to errors (and deny under failurePolicy Fail)."""
+    wanted = [d for d in documents if d.kind in VALIDATING_POLICY_KINDS]
+    if not wanted:
+        return [], None
+    from stockade.celpolicy import CelPolicy, CelPolicyEvaluator
+
+    exceptions = [CelPolicy(d.data, d.origin) for d in documents if d.kind == "PolicyException"]
+    return [CelPolicy(d.data, d.origin) for d in wanted], CelPolicyEvaluator(exceptions=exceptions)

@@ -1,0 +1,77 @@
+"""policies.kyverno.io ValidatingPolicy served by the same webhook: Deny blocks, Warn warns, Audit stays quiet."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from webhook_helpers import RunningServer, WebhookClient, pod, review, start_server
+
+from stockade.controllers.webhookconfig import WebhookTarget, build_configurations, static_resolver
+from stockade.webhook.certs import CertificateManager
+from stockade.webhook.policystore import PolicyStore
+
+VPOL = """
+apiVersion: policies.kyverno.io/v1beta1
+kind: ValidatingPolicy
+metadata:
+  name: {name}
+spec:
+  validationActions: [{action}]
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE, UPDATE]
+      resources: [pods]
+  validations:
+  - expression: "has(object.metadata.labels) && '{label}' in object.metadata.labels"
+    message: "label '{label}' is required"
+"""
+
+
+@pytest.fixture()
+def vpol_server(tmp_path: Path) -> Iterator[tuple[RunningServer, WebhookClient]]:
+    directory = tmp_path / "vpol"
+    directory.mkdir()
+    (directory / "deny.yaml").write_text(VPOL.format(name="need-team", action="Deny", label="team"))
+    (directory / "warn.yaml").write_text(VPOL.format(name="want-owner", action="Warn", label="owner"))
+    (directory / "audit.yaml").write_text(VPOL.format(name="track-cost", action="Audit", label="cost"))
+    running = start_server(directory, CertificateManager(hosts=["127.0.0.1"], directory=tmp_path / "c"))
+    client = running.client()
+    yield running, client
+    client.close()
+    running.stop()
+
+
+def test_deny_action_blocks_with_policy_message(vpol_server: tuple[RunningServer, WebhookClient]) -> None:
+    _, client = vpol_server
+    response = client.post_review("/validate/fail", review(pod(labels={"app": "x"})))["response"]
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert "resource Pod/default/web was blocked due to the following policies" in message
+    assert message.endswith("need-team:\n  need-team: label 'team' is required\n")
+
+
+def test_warn_action_warns_and_audit_is_silent(vpol_server: tuple[RunningServer, WebhookClient]) -> None:
+    _, client = vpol_server
+    response = client.post_review("/validate", review(pod(labels={"team": "a"})))["response"]
+    assert response["allowed"] is True
+    assert len(response["warnings"]) == 1
+    assert response["warnings"][0].startswith("policy want-owner.") and "label 'owner' is required" in response["warnings"][0]
+    compliant = client.post_review("/validate", review(pod(labels={"team": "a", "owner": "b", "cost": "c"})))["response"]
+    assert compliant["allowed"] is True and "warnings" not in compliant
+
+
+def test_validating_policies_are_registered_with_autogen_controllers(tmp_path: Path) -> None:
+    (tmp_path / "deny.yaml").write_text(VPOL.format(name="need-team", action="Deny", label="team"))
+    snapshot = PolicyStore([str(tmp_path)]).load()
+    assert snapshot.unsupported == ()
+    _, validating = build_configurations(
+        snapshot.policies, WebhookTarget(url="https://127.0.0.1:1"), b"x", static_resolver(), cel_policies=snapshot.cel_policies
+    )
+    rules = validating["webhooks"][0]["rules"]
+    resources = {(r["apiGroups"][0], res) for r in rules for res in r["resources"]}
+    assert ("", "pods") in resources and ("apps", "deployments") in resources and ("batch", "cronjobs") in resources
+    assert all(r["operations"] == ["CREATE", "UPDATE"] for r in rules)
