@@ -28,6 +28,14 @@ def test_violating_deployment_is_denied_with_policy_message(serve: Serve, kube: 
     assert status == 201, body
 
 
+def test_validating_policy_denies_pod(serve: Serve, kube: Kube) -> None:
+    name = unique("forbidden")
+    status, body, _ = kube.request("POST", "/api/v1/namespaces/default/pods", pod(name, {"team": "a", "forbidden": "yes"}))
+    assert status == 400, body
+    assert f"resource Pod/default/{name} was blocked" in body["message"]
+    assert "no-forbidden-label:\n  no-forbidden-label: the forbidden label is forbidden" in body["message"]
+
+
 def test_audit_failure_is_admitted_with_warning(serve: Serve, kube: Kube) -> None:
     status, body, warnings = kube.request("POST", "/api/v1/namespaces/default/pods", pod(unique("latest"), {"team": "a"}, "nginx:latest"))
     assert status == 201, body

@@ -73,6 +73,25 @@ spec:
             stockade.io/managed: "true"
 """
 
+POLICIES += """
+---
+apiVersion: policies.kyverno.io/v1beta1
+kind: ValidatingPolicy
+metadata:
+  name: no-forbidden-label
+spec:
+  validationActions: [Deny]
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [pods]
+  validations:
+  - expression: "!has(object.metadata.labels) || !('forbidden' in object.metadata.labels)"
+    message: "the forbidden label is forbidden"
+"""
+
 MUTATING = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 VALIDATING = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 
