@@ -154,10 +154,12 @@ def cel_resource_rules(policy: Any) -> list[tuple[str, str, str, set[str]]]:
 def compute_rules(policies: Iterable[KyvernoPolicy], phase: str, resolver: Resolver, cel_policies: Iterable[Any] = ()) -> list[dict[str, Any]]:
     """Deduplicated, sorted webhook rules: one entry per (group, version, operations) with its resources."""
     wanted: dict[tuple[str, str, str], set[str]] = {}  # (group, version, resource) -> operations
-    if phase == "validate":
-        for cel_policy in cel_policies:
-            for group, version, resource, operations in cel_resource_rules(cel_policy):
-                wanted.setdefault((group, version, resource), set()).update(operations)
+    wanted_kinds = ("ValidatingPolicy",) if phase == "validate" else ("MutatingPolicy",)
+    for cel_policy in cel_policies:
+        if cel_policy.base_kind not in wanted_kinds:
+            continue
+        for group, version, resource, operations in cel_resource_rules(cel_policy):
+            wanted.setdefault((group, version, resource), set()).update(operations)
     for policy in policies:
         for rule in policy.rules:
             if not _rule_in_phase(rule, phase):

@@ -178,6 +178,7 @@ NamespaceLabels = Callable[[str], dict[str, str]]
 
 
 VALIDATING_POLICY_KINDS = ("ValidatingPolicy", "NamespacedValidatingPolicy")
+MUTATING_POLICY_KINDS = ("MutatingPolicy", "NamespacedMutatingPolicy")
 
 
 def validation_actions(policy: Any) -> set[str]:
@@ -204,6 +205,7 @@ class AdmissionEvaluator:
         self.engine = engine
         self.policies = list(policies)
         self.cel_policies = [p for p in cel_policies or [] if p.kind in VALIDATING_POLICY_KINDS]
+        self.cel_mutating = [p for p in cel_policies or [] if p.kind in MUTATING_POLICY_KINDS]
         self.cel_evaluator = cel_evaluator
         self._namespace_labels = namespace_labels
         self._by_failure_policy = {
@@ -216,15 +218,12 @@ class AdmissionEvaluator:
             return self.cel_policies
         return [p for p in self.cel_policies if failure_policy(p) == failure]
 
-    def _validate_cel(self, request: AdmissionRequest, failure: str | None, labels: dict[str, str]) -> tuple[list[EngineResponse], list[str]]:
-        """ValidatingPolicy results with each rule's failure_action set from validationActions, plus Warn warnings."""
+    @staticmethod
+    def _cel_input(request: AdmissionRequest, labels: dict[str, str], new_object: dict[str, Any] | None = None) -> Any:
         from stockade.celpolicy import AdmissionInput
 
-        policies = self.cel_policies_for(failure)
-        if not policies or self.cel_evaluator is None:
-            return [], []
-        cel_request = AdmissionInput(
-            object=request.object or None,
+        return AdmissionInput(
+            object=(new_object if new_object is not None else request.object) or None,
             old_object=request.old_object or None,
             operation=request.operation,
             subresource=request.sub_resource,
@@ -232,6 +231,29 @@ class AdmissionEvaluator:
             namespace_labels=labels,
             dry_run=request.dry_run,
         )
+
+    def _mutate_cel(self, request: AdmissionRequest, failure: str | None, current: dict[str, Any]) -> tuple[list[EngineResponse], dict[str, Any]]:
+        """MutatingPolicies in order, each seeing the previous one's output."""
+        policies = [p for p in self.cel_mutating if failure is None or failure_policy(p) == failure]
+        if not policies or self.cel_evaluator is None:
+            return [], current
+        labels = self.namespace_labels(request)
+        responses: list[EngineResponse] = []
+        for policy in policies:
+            response = self.cel_evaluator.mutate(policy, self._cel_input(request, labels, current))
+            if response is None or not response.rules:
+                continue
+            responses.append(response)
+            if response.patched_resource:
+                current = response.patched_resource
+        return responses, current
+
+    def _validate_cel(self, request: AdmissionRequest, failure: str | None, labels: dict[str, str]) -> tuple[list[EngineResponse], list[str]]:
+        """ValidatingPolicy results with each rule's failure_action set from validationActions, plus Warn warnings."""
+        policies = self.cel_policies_for(failure)
+        if not policies or self.cel_evaluator is None:
+            return [], []
+        cel_request = self._cel_input(request, labels)
         responses: list[EngineResponse] = []
         warnings: list[str] = []
         for policy in policies:
@@ -273,7 +295,7 @@ class AdmissionEvaluator:
     def mutate(self, request: AdmissionRequest, failure: str | None = None) -> AdmissionDecision:
         """Apply every mutate rule in order; the patch turns the submitted object into the mutated one."""
         policies = [p for p in self.policies_for(failure) if p.has_mutate()]
-        if not policies or request.operation in ("DELETE", "CONNECT"):
+        if request.operation in ("DELETE", "CONNECT") or not (policies or self.cel_mutating):
             return AdmissionDecision(allowed=True)
         original = request.object
         current = original
@@ -284,6 +306,8 @@ class AdmissionEvaluator:
                 responses.append(response)
             if response.patched_resource:
                 current = response.patched_resource
+        cel_responses, current = self._mutate_cel(request, failure, current)
+        responses += cel_responses
         blocked = blocking_rules_for_mutation(responses)
         if blocked:
             return AdmissionDecision(False, block_message(resource_label(original, request), blocked), responses=responses)
@@ -313,7 +337,7 @@ def blocking_rules_for_mutation(responses: Iterable[EngineResponse]) -> dict[str
     """A mutate rule that errors under failurePolicy Fail denies the request; failed mutations never do."""
     blocked: dict[str, dict[str, str]] = {}
     for response in responses:
-        if isinstance(response.policy, KyvernoPolicy) and failure_policy(response.policy) != FAILURE_POLICY_FAIL:
+        if hasattr(response.policy, "spec") and failure_policy(response.policy) != FAILURE_POLICY_FAIL:
             continue
         for rule in response.rules:
             if rule.status == ERROR:

@@ -17,7 +17,7 @@ from stockade.policy.loader import LoadError, expand_paths, load_documents
 from stockade.policy.model import KyvernoPolicy
 from stockade.policy.resources import split_policies
 from stockade.policy.loader import Document
-from stockade.webhook.admission import VALIDATING_POLICY_KINDS, AdmissionEvaluator, NamespaceLabels
+from stockade.webhook.admission import MUTATING_POLICY_KINDS, VALIDATING_POLICY_KINDS, AdmissionEvaluator, NamespaceLabels
 
 log = logging.getLogger("stockade.webhook")
 
@@ -94,11 +94,11 @@ class PolicyStore:
 
 
 def _cel_validating(documents: list[Document]) -> tuple[list[Any], Any]:
-    """(Namespaced)ValidatingPolicy documents and an evaluator with the CEL PolicyExceptions loaded beside them.
+    """(Namespaced)Validating/MutatingPolicy documents and an evaluator with the CEL PolicyExceptions loaded beside them.
 
     CEL providers that need the cluster (``resource.*``, ``http.*``, global context) are not wired yet, so policies
     using them evaluate to errors (and deny under failurePolicy Fail)."""
-    wanted = [d for d in documents if d.kind in VALIDATING_POLICY_KINDS]
+    wanted = [d for d in documents if d.kind in VALIDATING_POLICY_KINDS + MUTATING_POLICY_KINDS]
     if not wanted:
         return [], None
     from stockade.celpolicy import CelPolicy, CelPolicyEvaluator

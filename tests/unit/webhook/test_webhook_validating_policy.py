@@ -75,3 +75,51 @@ def test_validating_policies_are_registered_with_autogen_controllers(tmp_path: P
     resources = {(r["apiGroups"][0], res) for r in rules for res in r["resources"]}
     assert ("", "pods") in resources and ("apps", "deployments") in resources and ("batch", "cronjobs") in resources
     assert all(r["operations"] == ["CREATE", "UPDATE"] for r in rules)
+
+
+MPOL = """
+apiVersion: policies.kyverno.io/v1beta1
+kind: MutatingPolicy
+metadata:
+  name: add-tier
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [pods]
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: |
+        [JSONPatch{op: "add", path: "/metadata/labels/tier", value: "gold"}]
+"""
+
+
+def test_mutating_policy_patch_comes_back_and_is_registered(tmp_path: Path) -> None:
+    import base64
+    import json
+
+    import jsonpatch
+
+    directory = tmp_path / "mpol"
+    directory.mkdir()
+    (directory / "mpol.yaml").write_text(MPOL)
+    running = start_server(directory, CertificateManager(hosts=["127.0.0.1"], directory=tmp_path / "c"))
+    try:
+        client = running.client()
+        original = pod(labels={"team": "a"})
+        response = client.post_review("/mutate/fail", review(original))["response"]
+        client.close()
+    finally:
+        running.stop()
+    patched = jsonpatch.apply_patch(original, json.loads(base64.b64decode(response["patch"])))
+    assert patched["metadata"]["labels"] == {"team": "a", "tier": "gold"}
+
+    snapshot = PolicyStore([str(directory)]).load()
+    mutating, validating = build_configurations(
+        snapshot.policies, WebhookTarget(url="https://127.0.0.1:1"), b"x", static_resolver(), cel_policies=snapshot.cel_policies
+    )
+    assert validating["webhooks"] == []
+    assert mutating["webhooks"][0]["rules"][0]["resources"] == ["pods"]
