@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -217,7 +218,14 @@ class _Registration:
             self.target = WebhookTarget(service_name=options["service_name"], service_namespace=namespace)
         self._discovery = discovery_resolver
         store.listeners.append(lambda _snapshot: self.apply())
-        certs.on_ca_change = lambda _bundle: self.apply()
+        # called from the event loop during certificate refresh: talk to the API server from a thread instead
+        certs.on_ca_change = lambda _bundle: threading.Thread(target=self._apply_logged, name="webhook-ca-update", daemon=True).start()
+
+    def _apply_logged(self) -> None:
+        try:
+            self.apply()
+        except Exception:
+            logging.getLogger("stockade.serve").exception("updating caBundle in webhook configurations failed")
 
     def apply(self) -> None:
         from stockade.controllers.webhookconfig import build_configurations
