@@ -36,6 +36,7 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--webhook-timeout", default=10, show_default=True, type=click.IntRange(1, 30), help="timeoutSeconds of the webhooks.")
 @click.option("--reload-interval", default=5.0, show_default=True, type=float, help="Seconds between checks of policy files for changes.")
 @click.option("--cert-check-interval", default=3600.0, show_default=True, type=float, help="Seconds between certificate renewal/reload checks.")
+@click.option("--policy-reports/--no-policy-reports", default=True, show_default=True, help="With --register-webhooks: write a PolicyReport per admitted resource (needs the wgpolicyk8s.io CRDs).")
 @click.option("--tracing-endpoint", default="", help="OTLP/HTTP collector base URL (e.g. http://otel-collector:4318); one span per admission request.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="Processes answering admission requests on the same port (policy evaluation is CPU-bound).")
 @click.option("--worker", "worker_mode", is_flag=True, hidden=True, help="Internal: run as a worker of a primary `serve`.")
@@ -95,7 +96,8 @@ async def _serve(policies: list[str], **options: Any) -> int:
     api_client = None
     registration = None
     if options["worker_mode"]:
-        options = {**options, "register_webhooks": False, "metrics_port": None}
+        # workers use the cluster (namespace labels, reports) but leave registration to the primary
+        options = {**options, "metrics_port": None}
     if options["register_webhooks"]:
         from stockade.controllers.registration import NamespaceLabelCache, load_api_client
 
@@ -118,6 +120,10 @@ async def _serve(policies: list[str], **options: Any) -> int:
         log.warning("not served by the webhook yet (CEL/admission policies): %s", ", ".join(snapshot.unsupported))
 
     state = ServerState(store=store)
+    if api_client is not None and options["policy_reports"]:
+        from stockade.controllers.reports import ReportWriter
+
+        state.reports = ReportWriter(api_client)
     if options["tracing_endpoint"]:
         from stockade.webhook.tracing import Tracing
 
@@ -139,7 +145,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
 
     workers = _start_workers(policies, options, certs, cert_dir) if options["workers"] > 1 else []
 
-    if api_client is not None:
+    if api_client is not None and not options["worker_mode"]:
         registration = _Registration(api_client, certs, store, options, namespace)
         try:
             await asyncio.to_thread(registration.apply)
@@ -162,6 +168,8 @@ async def _serve(policies: list[str], **options: Any) -> int:
             log.exception("could not remove webhook configurations; run `stockade cleanup`")
     await asyncio.to_thread(_stop_workers, workers)
     await server.stop()
+    if state.reports is not None:
+        await asyncio.to_thread(state.reports.close)
     return 0
 
 
@@ -181,6 +189,9 @@ def _start_workers(policies: list[str], options: dict[str, Any], certs: Any, cer
         "--cert-check-interval", str(min(options["cert_check_interval"], 60.0)),
         "--log-level", options["log_level"],
         *(["--tracing-endpoint", options["tracing_endpoint"]] if options["tracing_endpoint"] else []),
+        *(["--register-webhooks"] if options["register_webhooks"] else []),
+        *(["--kubeconfig", options["kubeconfig"]] if options["kubeconfig"] else []),
+        *([] if options["policy_reports"] else ["--no-policy-reports"]),
     ]
     return [subprocess.Popen(command) for _ in range(options["workers"] - 1)]
 

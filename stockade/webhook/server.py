@@ -73,6 +73,7 @@ class ServerState:
     shutting_down: bool = False
     readiness_checks: list[Callable[[], str]] = field(default_factory=list)
     tracing: Any = None  # stockade.webhook.tracing.Tracing when --tracing-endpoint is set
+    reports: Any = None  # stockade.controllers.reports.ReportWriter when reporting to a cluster
 
 
 def _bad_request(reason: str) -> web.Response:
@@ -121,6 +122,8 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
                 active.set_attribute("admission.allowed", decision.allowed)
                 active.set_attribute("admission.policies", sorted({r.policy_name for r in decision.responses}))
         engine_seconds = time.perf_counter() - engine_started
+        if state.reports is not None and phase == "validate" and decision.allowed and decision.responses and not review.dry_run and review.operation in ("CREATE", "UPDATE"):
+            state.reports.submit(review.object, decision.responses)
         answer = review_response(review, decision)
         kind = review.kind.kind
         state.metrics.observe_rules(decision.responses, kind, review.operation, engine_seconds)

@@ -42,6 +42,28 @@ def test_audit_failure_is_admitted_with_warning(serve: Serve, kube: Kube) -> Non
     assert any("policy disallow-latest.no-latest:" in w and "the latest tag is not allowed" in w for w in warnings), warnings
 
 
+def test_admitted_resource_gets_a_policy_report(policy_report_crd: None, serve: Serve, kube: Kube) -> None:
+    import time
+
+    status, created, _ = kube.request("POST", "/api/v1/namespaces/default/pods", pod(unique("reported"), {"team": "a"}, "nginx:latest"))
+    assert status == 201, created
+    uid = created["metadata"]["uid"]
+    deadline = time.monotonic() + 30
+    report: dict = {}
+    while time.monotonic() < deadline:
+        status, report, _ = kube.request("GET", f"/apis/wgpolicyk8s.io/v1alpha2/namespaces/default/policyreports/{uid}")
+        if status == 200:
+            break
+        time.sleep(0.2)
+    assert status == 200, serve.log()
+    assert report["scope"]["uid"] == uid and report["metadata"]["ownerReferences"][0]["uid"] == uid
+    results = {(r["policy"], r["rule"]): r["result"] for r in report["results"]}
+    assert results[("disallow-latest", "no-latest")] == "fail"
+    assert results[("require-team-label", "check-team")] == "pass"
+    assert results[("no-forbidden-label", "no-forbidden-label")] == "pass"
+    assert report["summary"]["fail"] == 1
+
+
 def test_mutation_is_visible_on_stored_object(serve: Serve, kube: Kube) -> None:
     name = unique("cm")
     status, body, _ = kube.request("POST", "/api/v1/namespaces/default/configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}})

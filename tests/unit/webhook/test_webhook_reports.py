@@ -1,0 +1,62 @@
+"""PolicyReport documents built from admission results."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import yaml
+
+from stockade.controllers.reports import build_report, merge_into
+from stockade.engine.response import EngineResponse, RuleResponse
+from stockade.policy.model import KyvernoPolicy
+
+NOW = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+
+
+def policy(name: str, namespace: str = "", annotations: dict[str, str] | None = None) -> KyvernoPolicy:
+    metadata: dict[str, object] = {"name": name, "annotations": annotations or {}}
+    if namespace:
+        metadata["namespace"] = namespace
+    return KyvernoPolicy({"apiVersion": "kyverno.io/v1", "kind": "Policy" if namespace else "ClusterPolicy", "metadata": metadata, "spec": {"rules": []}})
+
+
+POD = yaml.safe_load("{apiVersion: v1, kind: Pod, metadata: {name: web, namespace: default, uid: 1234-abcd}}")
+
+
+def test_report_is_named_after_and_owned_by_the_resource() -> None:
+    responses = [
+        EngineResponse(policy("audit", annotations={"policies.kyverno.io/severity": "high", "policies.kyverno.io/category": "Best Practices"}), POD, POD, [RuleResponse("r1", "Validation", "fail", "bad", failure_action="Audit")]),
+        EngineResponse(policy("local", namespace="default"), POD, POD, [RuleResponse("r2", "Validation", "pass", "ok")]),
+        EngineResponse(policy("unscored", annotations={"policies.kyverno.io/scored": "false"}), POD, POD, [RuleResponse("r3", "Validation", "fail", "meh")]),
+    ]
+    report = build_report(POD, responses, NOW)
+    assert report is not None
+    assert report["kind"] == "PolicyReport" and report["metadata"]["name"] == "1234-abcd" and report["metadata"]["namespace"] == "default"
+    assert report["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": "1234-abcd"}]
+    assert report["scope"] == {"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": "1234-abcd", "namespace": "default"}
+    first, second, third = report["results"]
+    assert first == {
+        "source": "kyverno", "policy": "audit", "rule": "r1", "result": "fail", "message": "bad", "scored": True,
+        "timestamp": {"seconds": int(NOW.timestamp()), "nanos": 0}, "properties": {"process": "admission review"},
+        "severity": "high", "category": "Best Practices",
+    }
+    assert second["policy"] == "default/local" and second["result"] == "pass"
+    assert third["result"] == "warn" and third["scored"] is False
+    assert report["summary"] == {"pass": 1, "fail": 1, "warn": 1, "error": 0, "skip": 0}
+
+
+def test_cluster_scoped_resources_get_cluster_reports_and_uidless_ones_none() -> None:
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a", "uid": "u-1"}}
+    response = EngineResponse(policy("p"), namespace, namespace, [RuleResponse("r", "Validation", "pass")])
+    report = build_report(namespace, [response], NOW)
+    assert report is not None and report["kind"] == "ClusterPolicyReport" and "namespace" not in report["metadata"]
+    assert build_report({"kind": "Pod", "metadata": {"name": "x"}}, [response], NOW) is None
+
+
+def test_merge_keeps_other_policies_and_replaces_reevaluated_ones() -> None:
+    old = {"metadata": {"resourceVersion": "7"}, "results": [{"policy": "a", "result": "fail"}, {"policy": "b", "result": "pass"}]}
+    new = {"metadata": {"name": "x"}, "results": [{"policy": "a", "result": "pass"}]}
+    merge_into(new, old)
+    assert new["results"] == [{"policy": "b", "result": "pass"}, {"policy": "a", "result": "pass"}]
+    assert new["summary"]["pass"] == 2 and new["summary"]["fail"] == 0
+    assert new["metadata"]["resourceVersion"] == "7"
