@@ -36,6 +36,18 @@ def test_validating_policy_denies_pod(serve: Serve, kube: Kube) -> None:
     assert "no-forbidden-label:\n  no-forbidden-label: the forbidden label is forbidden" in body["message"]
 
 
+def test_namespace_selector_uses_live_namespace_labels(serve: Serve, kube: Kube) -> None:
+    strict = unique("strict")
+    status, body, _ = kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": strict, "labels": {"stockade-test/strict": "true"}}})
+    assert status == 201, body
+    status, body, _ = kube.request("POST", f"/api/v1/namespaces/{strict}/pods", pod("no-owner", {"team": "a"}))
+    assert status == 400 and "strict-namespaces-need-owner" in body["message"], body
+    status, body, _ = kube.request("POST", f"/api/v1/namespaces/{strict}/pods", pod("with-owner", {"team": "a", "owner": "me"}))
+    assert status == 201, body
+    status, body, _ = kube.request("POST", "/api/v1/namespaces/default/pods", pod(unique("relaxed"), {"team": "a"}))
+    assert status == 201, body
+
+
 def test_audit_failure_is_admitted_with_warning(serve: Serve, kube: Kube) -> None:
     status, body, warnings = kube.request("POST", "/api/v1/namespaces/default/pods", pod(unique("latest"), {"team": "a"}, "nginx:latest"))
     assert status == 201, body

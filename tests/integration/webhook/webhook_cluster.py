@@ -92,6 +92,31 @@ spec:
     message: "the forbidden label is forbidden"
 """
 
+POLICIES += """
+---
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: strict-namespaces-need-owner
+spec:
+  validationFailureAction: Enforce
+  rules:
+  - name: check-owner
+    match:
+      any:
+      - resources:
+          kinds: [Pod]
+          namespaceSelector:
+            matchLabels:
+              stockade-test/strict: "true"
+    validate:
+      message: "pods in strict namespaces need an owner label"
+      pattern:
+        metadata:
+          labels:
+            owner: "?*"
+"""
+
 MUTATING = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 VALIDATING = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
 
