@@ -36,6 +36,8 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--webhook-timeout", default=10, show_default=True, type=click.IntRange(1, 30), help="timeoutSeconds of the webhooks.")
 @click.option("--reload-interval", default=5.0, show_default=True, type=float, help="Seconds between checks of policy files for changes.")
 @click.option("--cert-check-interval", default=3600.0, show_default=True, type=float, help="Seconds between certificate renewal/reload checks.")
+@click.option("--insecure-registry", "insecure_registries", multiple=True, help="Registry (host[:port]) reached without TLS verification for verifyImages (repeatable).")
+@click.option("--registry-ca-file", type=click.Path(exists=True, dir_okay=False), default=None, help="Extra CA bundle for registries (verifyImages).")
 @click.option("--policy-reports/--no-policy-reports", default=True, show_default=True, help="With --register-webhooks: write a PolicyReport per admitted resource (needs the wgpolicyk8s.io CRDs).")
 @click.option("--tracing-endpoint", default="", help="OTLP/HTTP collector base URL (e.g. http://otel-collector:4318); one span per admission request.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="Processes answering admission requests on the same port (policy evaluation is CPU-bound).")
@@ -109,7 +111,10 @@ async def _serve(policies: list[str], **options: Any) -> int:
     else:
         namespace_labels = None
 
-    store = PolicyStore(policies, namespace_labels=namespace_labels)
+    from stockade.cli.registry_access import make_image_verifier
+
+    verifier, verification_cache = make_image_verifier(tuple(options["insecure_registries"]), options["registry_ca_file"])
+    store = PolicyStore(policies, namespace_labels=namespace_labels, image_verifier=verifier, verification_cache=verification_cache)
     try:
         store.load()
     except (LoadError, OSError, ValueError) as exc:
@@ -192,6 +197,8 @@ def _start_workers(policies: list[str], options: dict[str, Any], certs: Any, cer
         *(["--register-webhooks"] if options["register_webhooks"] else []),
         *(["--kubeconfig", options["kubeconfig"]] if options["kubeconfig"] else []),
         *([] if options["policy_reports"] else ["--no-policy-reports"]),
+        *[arg for registry in options["insecure_registries"] for arg in ("--insecure-registry", registry)],
+        *(["--registry-ca-file", options["registry_ca_file"]] if options["registry_ca_file"] else []),
     ]
     return [subprocess.Popen(command) for _ in range(options["workers"] - 1)]
 

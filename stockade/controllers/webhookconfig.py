@@ -125,10 +125,10 @@ def rule_kinds(rule: Rule) -> list[str]:
 
 
 def _rule_in_phase(rule: Rule, phase: str) -> bool:
-    # verifyImages rules are not served by the webhook yet, so they must not route requests to it either
+    # verifyImages rules verify and pin digests while mutating, then check the results while validating
     if phase == "mutate":
-        return rule.has_mutate() and not rule.has_mutate_existing()
-    return rule.has_validate()
+        return (rule.has_mutate() and not rule.has_mutate_existing()) or rule.has_verify_images()
+    return rule.has_validate() or rule.has_verify_images()
 
 
 def cel_resource_rules(policy: Any) -> list[tuple[str, str, str, set[str]]]:

@@ -213,6 +213,16 @@ class AdmissionEvaluator:
             FAILURE_POLICY_IGNORE: [p for p in self.policies if failure_policy(p) == FAILURE_POLICY_IGNORE],
         }
 
+    @property
+    def needs_network(self) -> bool:
+        """True when evaluation may call registries (verifyImages), so callers keep it off their event loop."""
+        return bool(self._verifying(None))
+
+    def _verifying(self, failure: str | None) -> list[KyvernoPolicy]:
+        if getattr(self.engine, "image_verifier", None) is None:
+            return []
+        return [p for p in self.policies_for(failure) if p.has_verify_images()]
+
     def cel_policies_for(self, failure: str | None) -> list[Any]:
         if failure is None:
             return self.cel_policies
@@ -295,7 +305,8 @@ class AdmissionEvaluator:
     def mutate(self, request: AdmissionRequest, failure: str | None = None) -> AdmissionDecision:
         """Apply every mutate rule in order; the patch turns the submitted object into the mutated one."""
         policies = [p for p in self.policies_for(failure) if p.has_mutate()]
-        if request.operation in ("DELETE", "CONNECT") or not (policies or self.cel_mutating):
+        verifying = self._verifying(failure)
+        if request.operation in ("DELETE", "CONNECT") or not (policies or self.cel_mutating or verifying):
             return AdmissionDecision(allowed=True)
         original = request.object
         current = original
@@ -309,6 +320,16 @@ class AdmissionEvaluator:
         cel_responses, current = self._mutate_cel(request, failure, current)
         responses += cel_responses
         blocked = blocking_rules_for_mutation(responses)
+        # verifyImages: verify signatures, pin digests, record results; an Enforce failure denies here, as in Kyverno
+        for policy in verifying:
+            response, _record = self.engine.verify_images(self.engine.policy_context(policy, self.engine_request(request, current)))
+            apply_verify_images_actions(policy, response)
+            if response.rules:
+                responses.append(response)
+                for name, rules in blocking_rules([response]).items():
+                    blocked.setdefault(name, {}).update(rules)
+            if response.patched_resource:
+                current = response.patched_resource
         if blocked:
             return AdmissionDecision(False, block_message(resource_label(original, request), blocked), responses=responses)
         patch = diff_json_patch(original, current) if current is not original else []
@@ -316,14 +337,20 @@ class AdmissionEvaluator:
 
     def validate(self, request: AdmissionRequest, failure: str | None = None) -> AdmissionDecision:
         """Deny on Enforce failures (and errors of Fail policies); report everything else as warnings."""
-        policies = [p for p in self.policies_for(failure) if p.has_validate()]
+        verifying = self._verifying(failure)
+        verifying_ids = {id(p) for p in verifying}
+        policies = [p for p in self.policies_for(failure) if p.has_validate() or id(p) in verifying_ids]
         if not policies and not self.cel_policies_for(failure):
             return AdmissionDecision(allowed=True)
         # The object arriving here already went through the mutating webhook, so only validation runs.
         engine_request = self.engine_request(request)
+        # verifyImages results are trusted only when this process verified them; the cache makes this a lookup
+        records = {policy.key: self.engine.verify_images(self.engine.policy_context(policy, engine_request))[1] for policy in verifying}
         responses = []
         for policy in policies:
-            response = self.engine.validate(self.engine.policy_context(policy, engine_request))
+            response = self.engine.validate(self.engine.policy_context(policy, engine_request), records.get(policy.key))
+            if id(policy) in verifying_ids:
+                apply_verify_images_actions(policy, response)
             if response.rules:
                 responses.append(response)
         cel_responses, cel_warnings = self._validate_cel(request, failure, engine_request.namespace_labels)
@@ -331,6 +358,21 @@ class AdmissionEvaluator:
         if blocked:
             return AdmissionDecision(False, block_message(resource_label(request.subject, request), blocked), responses=responses + cel_responses)
         return AdmissionDecision(True, warnings=warning_messages(responses) + cel_warnings, responses=responses + cel_responses)
+
+
+def apply_verify_images_actions(policy: KyvernoPolicy, response: EngineResponse) -> None:
+    """verifyImages entries carry their own ``failureAction`` (falling back to the policy's
+    validationFailureAction); the engine only knows validate's, so verifyImages rule results are corrected here."""
+    for rule in policy.rules:
+        if not rule.has_verify_images():
+            continue
+        actions = {str(entry.get("failureAction") or "") for entry in rule.verify_images if isinstance(entry, dict)} - {""}
+        if not actions:
+            actions = {policy.validation_failure_action or "Audit"}
+        action = "Enforce" if any(a.lower() == "enforce" for a in actions) else "Audit"
+        for result in response.rules:
+            if result.name == rule.name:
+                result.failure_action = action
 
 
 def blocking_rules_for_mutation(responses: Iterable[EngineResponse]) -> dict[str, dict[str, str]]:

@@ -34,8 +34,17 @@ class PolicySnapshot:
 class PolicyStore:
     """Holds the current PolicySnapshot for a set of paths."""
 
-    def __init__(self, paths: list[str], namespace_labels: NamespaceLabels | None = None, engine_factory: Callable[..., Engine] = Engine) -> None:
+    def __init__(
+        self,
+        paths: list[str],
+        namespace_labels: NamespaceLabels | None = None,
+        engine_factory: Callable[..., Engine] = Engine,
+        image_verifier: Any = None,
+        verification_cache: Any = None,
+    ) -> None:
         self.paths = list(paths)
+        self.image_verifier = image_verifier
+        self.verification_cache = verification_cache
         self.namespace_labels = namespace_labels
         self.engine_factory = engine_factory
         self.snapshot: PolicySnapshot | None = None
@@ -58,7 +67,9 @@ class PolicyStore:
         """Load now; raises LoadError/OSError on the first load so `serve` fails fast with the file named."""
         fingerprint = self._fingerprint()
         policy_set = split_policies(load_documents(self.policy_files()))
-        engine = self.engine_factory(exceptions=policy_set.exceptions)
+        engine = self.engine_factory(
+            exceptions=policy_set.exceptions, image_verifier=self.image_verifier, verification_cache=self.verification_cache
+        )
         cel_policies, cel_evaluator = _cel_validating(policy_set.cel)
         served = {id(p.raw) for p in cel_policies}
         unsupported = tuple(

@@ -111,10 +111,11 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
         )
         with span as active:
             try:
-                if phase == "mutate":
-                    decision = snapshot.evaluator.mutate(review, failure)
+                evaluate = snapshot.evaluator.mutate if phase == "mutate" else snapshot.evaluator.validate
+                if snapshot.evaluator.needs_network:
+                    decision = await asyncio.to_thread(evaluate, review, failure)  # registry calls must not stall other reviews
                 else:
-                    decision = snapshot.evaluator.validate(review, failure)
+                    decision = evaluate(review, failure)
             except Exception as exc:  # an engine bug must not take the webhook down; failurePolicy decides
                 log.exception("evaluation failed for %s", review.uid)
                 decision = _engine_failure(review, failure, exc)
