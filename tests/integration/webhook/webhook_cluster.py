@@ -175,7 +175,7 @@ def deployment(name: str, pod_labels: dict[str, str]) -> dict[str, Any]:
 class Serve:
     """`stockade serve --register-webhooks` as a child process, pointed at the test control plane."""
 
-    def __init__(self, plane: ControlPlane, policy_dir: Path, workdir: Path) -> None:
+    def __init__(self, plane: ControlPlane, policy_dir: Path, workdir: Path, extra_args: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.log_path = workdir / "serve.log"
         self.plane = plane
@@ -187,6 +187,7 @@ class Serve:
             "--webhook-url", f"https://127.0.0.1:{self.port}",
             "--cert-dir", str(workdir / "certs"),
             "--namespace", "stockade-system",
+            *extra_args,
         ]
         self.process = subprocess.Popen(command, stdout=open(self.log_path, "wb"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})  # noqa: SIM115
 

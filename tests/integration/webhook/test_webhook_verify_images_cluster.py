@@ -1,0 +1,86 @@
+"""verifyImages end to end: a local OCI registry with a cosign-style signature, `stockade serve`, a real apiserver."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
+from webhook_cluster import Kube, Serve, pod
+
+from stockade.images.cosign import sign_image
+from stockade.images.keys import public_key_pem
+from stockade.images.reference import parse_reference
+from stockade.images.registry import RegistryClient
+from stockade.testing.apiserver import ControlPlane
+from stockade.testing.registry import LocalRegistry
+
+
+@pytest.fixture(scope="module")
+def signed_registry() -> Iterator[tuple[LocalRegistry, str, str, str, str]]:
+    """(registry, signed image, its digest, unsigned image, public key PEM)."""
+    with LocalRegistry() as registry, RegistryClient(**registry.client_options(), retries=0) as client:
+        key = ec.generate_private_key(ec.SECP256R1())
+        signed = f"{registry.host}/team/signed:v1"
+        unsigned = f"{registry.host}/team/unsigned:v1"
+        digest = client.push_image(parse_reference(signed), [b"signed layer"])
+        client.push_image(parse_reference(unsigned), [b"unsigned layer"])
+        sign_image(client, parse_reference(signed), key)
+        yield registry, signed, digest, unsigned, public_key_pem(key).decode()
+
+
+@pytest.fixture()
+def verifying_serve(control_plane: ControlPlane, kube: Kube, signed_registry: tuple[LocalRegistry, str, str, str, str], tmp_path: Path) -> Iterator[Serve]:
+    registry, _, _, _, public_key = signed_registry
+    key_block = "".join(f"              {line}\n" for line in public_key.strip().splitlines())
+    policies = tmp_path / "policies"
+    policies.mkdir()
+    (policies / "verify.yaml").write_text(
+        f"""apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: signed-images
+spec:
+  webhookTimeoutSeconds: 20
+  rules:
+  - name: verify-signature
+    match:
+      any:
+      - resources:
+          kinds: [Pod]
+    verifyImages:
+    - imageReferences: ["{registry.host}/*"]
+      failureAction: Enforce
+      attestors:
+      - entries:
+        - keys:
+            publicKeys: |-
+{key_block}"""
+    )
+    server = Serve(control_plane, policies, tmp_path, extra_args=("--insecure-registry", registry.host, "--no-policy-reports"))
+    try:
+        server.wait_registered(kube)
+        yield server
+    finally:
+        server.stop()
+
+
+def test_signed_image_is_admitted_and_pinned(verifying_serve: Serve, kube: Kube, signed_registry: tuple[LocalRegistry, str, str, str, str]) -> None:
+    _, signed, digest, _, _ = signed_registry
+    name = f"signed-{uuid.uuid4().hex[:6]}"
+    status, body, _ = kube.request("POST", "/api/v1/namespaces/default/pods", pod(name, image=signed))
+    assert status == 201, (body, verifying_serve.log())
+    assert body["spec"]["containers"][0]["image"] == f"{signed}@{digest}"
+    assert "kyverno.io/verify-images" in body["metadata"]["annotations"]
+
+
+def test_unsigned_image_is_denied_by_mutating_webhook(verifying_serve: Serve, kube: Kube, signed_registry: tuple[LocalRegistry, str, str, str, str]) -> None:
+    _, _, _, unsigned, _ = signed_registry
+    name = f"unsigned-{uuid.uuid4().hex[:6]}"
+    status, body, _ = kube.request("POST", "/api/v1/namespaces/default/pods", pod(name, image=unsigned))
+    assert status == 400, body
+    assert 'admission webhook "mutate.stockade.svc-fail" denied the request' in body["message"]
+    assert f"resource Pod/default/{name} was blocked due to the following policies" in body["message"]
+    assert "signed-images:" in body["message"] and "verify-signature" in body["message"]
