@@ -189,8 +189,9 @@ def validation_actions(policy: Any) -> set[str]:
 class AdmissionEvaluator:
     """Runs loaded policies against admission requests; one instance per policy snapshot.
 
-    ``cel_policies`` are (Namespaced)ValidatingPolicy documents as ``stockade.celpolicy.CelPolicy`` evaluated by
-    ``cel_evaluator``; Kyverno ClusterPolicy/Policy go through ``engine``.
+    ``cel_policies`` are (Namespaced)Validating/MutatingPolicy documents as ``stockade.celpolicy.CelPolicy``
+    evaluated by ``cel_evaluator``; Kyverno ClusterPolicy/Policy go through ``engine``.  Per-variant policy lists are
+    computed once here, not per request.
     """
 
     def __init__(
@@ -212,6 +213,11 @@ class AdmissionEvaluator:
             FAILURE_POLICY_FAIL: [p for p in self.policies if failure_policy(p) == FAILURE_POLICY_FAIL],
             FAILURE_POLICY_IGNORE: [p for p in self.policies if failure_policy(p) == FAILURE_POLICY_IGNORE],
         }
+        can_verify = getattr(engine, "image_verifier", None) is not None
+        self._verifying_by_failure: dict[str | None, list[KyvernoPolicy]] = {
+            failure: [p for p in self.policies_for(failure) if can_verify and p.has_verify_images()]
+            for failure in (None, FAILURE_POLICY_FAIL, FAILURE_POLICY_IGNORE)
+        }
 
     @property
     def needs_network(self) -> bool:
@@ -219,9 +225,7 @@ class AdmissionEvaluator:
         return bool(self._verifying(None))
 
     def _verifying(self, failure: str | None) -> list[KyvernoPolicy]:
-        if getattr(self.engine, "image_verifier", None) is None:
-            return []
-        return [p for p in self.policies_for(failure) if p.has_verify_images()]
+        return self._verifying_by_failure[failure]
 
     def cel_policies_for(self, failure: str | None) -> list[Any]:
         if failure is None:
