@@ -26,6 +26,7 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--tls-cert-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Serving certificate (PEM); reloaded when it changes.")
 @click.option("--tls-key-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Serving key (PEM).")
 @click.option("--tls-ca-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="CA bundle for caBundle when using --tls-cert-file.")
+@click.option("--tls-secret", default="", help="With --register-webhooks: share the self-signed CA and serving pair through this Secret in --namespace (needed for several replicas).")
 @click.option("--san", "sans", multiple=True, help="Extra DNS name or IP for the self-signed certificate (repeatable).")
 @click.option("--register-webhooks/--no-register-webhooks", default=False, show_default=True, help="Create webhook configurations for the loaded policies and remove them on SIGTERM.")
 @click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False), default=None, help="Kubeconfig (default: in-cluster, then $KUBECONFIG / ~/.kube/config).")
@@ -49,6 +50,8 @@ def serve(policies: tuple[str, ...], **options: Any) -> None:
         raise click.UsageError("--tls-cert-file and --tls-key-file go together")
     if options["tls_ca_file"] is not None and options["tls_cert_file"] is None:
         raise click.UsageError("--tls-ca-file only applies with --tls-cert-file/--tls-key-file")
+    if options["tls_secret"] and not options["register_webhooks"]:
+        raise click.UsageError("--tls-secret needs --register-webhooks (it is stored in the cluster)")
     if options["workers"] > 1 and options["port"] == 0:
         raise click.UsageError("--workers needs a fixed --port")
     logging.basicConfig(level=options["log_level"].upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -108,6 +111,10 @@ async def _serve(policies: list[str], **options: Any) -> int:
         except Exception as exc:
             raise _StartupError(f"cannot reach Kubernetes: {exc}") from exc
         namespace_labels = NamespaceLabelCache(api_client)
+        if options["tls_secret"] and not certs.user_provided and not options["worker_mode"]:
+            from stockade.controllers.tlssecret import SecretStore
+
+            certs.store = SecretStore(api_client, namespace, options["tls_secret"])
     else:
         namespace_labels = None
 

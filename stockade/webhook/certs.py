@@ -11,14 +11,18 @@ import ipaddress
 import os
 import ssl
 import tempfile
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+log = logging.getLogger("stockade.webhook")
 
 CA_VALIDITY = dt.timedelta(days=365)
 SERVING_VALIDITY = dt.timedelta(days=150)
@@ -146,7 +150,8 @@ def write_pair(pair: KeyPair, cert_path: Path, key_path: Path) -> None:
 class CertificateManager:
     """Owns the serving ``SSLContext`` and keeps its certificate fresh.
 
-    Two modes: *managed* (self-signed CA persisted in ``directory``; leaf renewed ``renew_before`` expiry; CA renewed
+    Two modes: *managed* (self-signed CA persisted in ``store`` (shared by replicas, e.g. a Secret) and/or
+    ``directory``; on each refresh a pair another replica stored is adopted; leaf renewed ``renew_before`` expiry; CA renewed
     the same way, old CA kept in the bundle until it expires) and *user files* (``cert_file``/``key_file``, reloaded
     whenever their modification time changes).  ``on_ca_change`` is told the new bundle so webhook configurations
     can be updated.
@@ -164,11 +169,13 @@ class CertificateManager:
         serving_validity: dt.timedelta = SERVING_VALIDITY,
         ca_validity: dt.timedelta = CA_VALIDITY,
         clock: Callable[[], dt.datetime] = _now,
+        store: CertStore | None = None,
     ) -> None:
         if (cert_file is None) != (key_file is None):
             raise ValueError("--tls-cert-file and --tls-key-file go together")
         self.hosts = hosts or ["localhost", "127.0.0.1"]
         self.directory = directory
+        self.store = store
         self.cert_file = cert_file
         self.key_file = key_file
         self.ca_file = ca_file
@@ -222,28 +229,34 @@ class CertificateManager:
         self._user_stamp = stamp
         return True
 
-    def _paths(self) -> dict[str, Path]:
-        assert self.directory is not None
-        return {
-            "ca_crt": self.directory / "ca.crt",
-            "ca_key": self.directory / "ca.key",
-            "prev_ca": self.directory / "ca-previous.crt",
-            "tls_crt": self.directory / "tls.crt",
-            "tls_key": self.directory / "tls.key",
-        }
+    def _stored(self) -> dict[str, bytes]:
+        """What the shared store holds, falling back to the local directory."""
+        for store in (self.store, DirectoryStore(self.directory) if self.directory is not None else None):
+            if store is not None:
+                items = store.load()
+                if items.get(CA_CRT) and items.get(CA_KEY):
+                    return items
+        return {}
 
-    def _load_persisted(self) -> None:
-        if self.directory is None or self.ca is not None:
-            return
-        paths = self._paths()
-        if paths["ca_crt"].exists() and paths["ca_key"].exists():
-            self.ca = KeyPair(paths["ca_crt"].read_bytes(), paths["ca_key"].read_bytes())
-            if paths["prev_ca"].exists():
-                self.previous_ca_pem = paths["prev_ca"].read_bytes()
-        if paths["tls_crt"].exists() and paths["tls_key"].exists():
-            serving = KeyPair(paths["tls_crt"].read_bytes(), paths["tls_key"].read_bytes())
-            if self.ca is not None and self._issued_by_ca(serving) and self._covers_hosts(serving):
+    def _adopt_stored(self) -> tuple[bool, bool]:
+        """Take over a CA/pair another replica (or an earlier run) stored; returns (ca changed, serving changed)."""
+        items = self._stored()
+        if not items:
+            return False, False
+        ca = KeyPair(items[CA_CRT], items[CA_KEY])
+        ca_changed = self.ca is None or ca.cert_pem != self.ca.cert_pem
+        if ca_changed:
+            self.ca = ca
+            self.previous_ca_pem = items.get(PREVIOUS_CA_CRT, b"")
+        serving_changed = False
+        if items.get(TLS_CRT) and items.get(TLS_KEY):
+            serving = KeyPair(items[TLS_CRT], items[TLS_KEY])
+            if (self.serving is None or serving.cert_pem != self.serving.cert_pem) and self._issued_by_ca(serving) and self._covers_hosts(serving):
                 self.serving = serving
+                serving_changed = True
+        if ca_changed and not serving_changed:
+            self.serving = None  # issued by another CA: re-issue below
+        return ca_changed, serving_changed
 
     def _issued_by_ca(self, pair: KeyPair) -> bool:
         assert self.ca is not None
@@ -258,34 +271,96 @@ class CertificateManager:
         return set(self.hosts) <= present
 
     def _renew_managed(self) -> bool:
-        self._load_persisted()
+        for attempt in range(3):
+            try:
+                return self._renew_managed_once()
+            except StoreConflict:
+                if attempt == 2:
+                    raise
+                log.info("certificate store changed concurrently; reloading")
+        return False
+
+    def _renew_managed_once(self) -> bool:
+        previous_ca = self.ca.cert_pem if self.ca else None
+        previous_serving = self.serving.cert_pem if self.serving else None
+        self._adopt_stored()
         now = self.clock()
-        ca_changed = False
+        renewed = False
         if self.ca is None or needs_renewal(self.ca, self.renew_before, now):
             if self.ca is not None:
                 self.previous_ca_pem = self.ca.cert_pem
             self.ca = generate_ca(validity=self.ca_validity, now=now)
-            ca_changed = True
-        changed = ca_changed or self.serving is None or needs_renewal(self.serving, self.renew_before, now)
-        if changed:
+            self.serving = None
+            renewed = True
+        if self.serving is None or needs_renewal(self.serving, self.renew_before, now):
             self.serving = issue_serving_cert(self.ca, self.hosts, self.serving_validity, now)
+            renewed = True
+        if renewed or self._needs_mirror:
             self._persist()
+        changed = self.serving.cert_pem != previous_serving
         if changed or not self._loaded_once:
-            assert self.serving is not None
             load_pair_into(self.context, self.serving)
             self._loaded_once = True
-        if ca_changed and self.on_ca_change is not None:
+        if previous_ca is not None and self.ca.cert_pem != previous_ca and self.on_ca_change is not None:
             self.on_ca_change(self.ca_bundle)
         return changed
 
     _loaded_once = False
 
+    @property
+    def _needs_mirror(self) -> bool:
+        """The local directory must hold the current pair (worker processes read it from there)."""
+        if self.directory is None or self.serving is None:
+            return False
+        stored = DirectoryStore(self.directory).load()
+        return stored.get(TLS_CRT) != self.serving.cert_pem
+
     def _persist(self) -> None:
-        if self.directory is None:
-            return
         assert self.ca is not None and self.serving is not None
-        paths = self._paths()
-        write_pair(self.ca, paths["ca_crt"], paths["ca_key"])
-        write_pair(self.serving, paths["tls_crt"], paths["tls_key"])
+        items = {CA_CRT: self.ca.cert_pem, CA_KEY: self.ca.key_pem, TLS_CRT: self.serving.cert_pem, TLS_KEY: self.serving.key_pem}
         if self.previous_ca_pem:
-            paths["prev_ca"].write_bytes(self.previous_ca_pem)
+            items[PREVIOUS_CA_CRT] = self.previous_ca_pem
+        if self.store is not None:
+            self.store.save(items)  # may raise StoreConflict: another replica renewed first
+        if self.directory is not None:
+            DirectoryStore(self.directory).save(items)
+
+
+CA_CRT = "ca.crt"
+CA_KEY = "ca.key"
+PREVIOUS_CA_CRT = "ca-previous.crt"
+TLS_CRT = "tls.crt"
+TLS_KEY = "tls.key"
+
+
+class StoreConflict(Exception):
+    """Someone else wrote the store since we read it; reload and decide again."""
+
+
+class CertStore(Protocol):
+    """Where a managed CA and serving pair are shared (a directory, a Kubernetes Secret)."""
+
+    def load(self) -> dict[str, bytes]: ...
+
+    def save(self, items: dict[str, bytes]) -> None: ...
+
+
+class DirectoryStore:
+    """Files named after the keys, private keys mode 0600."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def load(self) -> dict[str, bytes]:
+        items = {}
+        for name in (CA_CRT, CA_KEY, PREVIOUS_CA_CRT, TLS_CRT, TLS_KEY):
+            path = self.directory / name
+            if path.exists():
+                items[name] = path.read_bytes()
+        return items
+
+    def save(self, items: dict[str, bytes]) -> None:
+        for cert, key in ((CA_CRT, CA_KEY), (TLS_CRT, TLS_KEY)):
+            write_pair(KeyPair(items[cert], items[key]), self.directory / cert, self.directory / key)
+        if items.get(PREVIOUS_CA_CRT):
+            (self.directory / PREVIOUS_CA_CRT).write_bytes(items[PREVIOUS_CA_CRT])

@@ -137,6 +137,8 @@ def test_install_manifest_passes_server_side_dry_run(kube: Kube) -> None:
         "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
         "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
         "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+        "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
     }
     # the namespace must exist for namespaced dry runs
     kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "stockade"}})
@@ -145,3 +147,27 @@ def test_install_manifest_passes_server_side_dry_run(kube: Kube) -> None:
         path = collections[document["kind"]].format(ns=document["metadata"].get("namespace", ""))
         status, body, _ = kube.request("POST", path + "?dryRun=All&fieldValidation=Strict", document)
         assert status in (201, 409), (document["kind"], body)  # 409: the Namespace created above
+
+
+def test_replicas_share_the_ca_through_a_secret(control_plane: ControlPlane, kube: Kube) -> None:
+    from stockade.controllers.registration import load_api_client
+    from stockade.controllers.tlssecret import SecretStore
+    from stockade.webhook.certs import CertificateManager
+
+    client = load_api_client(str(control_plane.kubeconfig))
+    name = unique("tls")
+    first = CertificateManager(hosts=["127.0.0.1"], store=SecretStore(client, "default", name))
+    first.start()
+    second = CertificateManager(hosts=["127.0.0.1"], store=SecretStore(client, "default", name))
+    second.start()
+    assert first.ca_bundle and second.ca_bundle == first.ca_bundle
+    status, secret, _ = kube.request("GET", f"/api/v1/namespaces/default/secrets/{name}")
+    assert status == 200 and set(secret["data"]) == {"ca.crt", "ca.key", "tls.crt", "tls.key"}
+    assert secret["metadata"]["labels"] == {"webhook.stockade.io/managed-by": "stockade"}
+    import datetime as dt
+
+    first.renew_before = dt.timedelta(days=400)  # force a leaf renewal: a replace with resourceVersion
+    assert first.refresh() is True
+    first.renew_before = second.renew_before
+    assert second.refresh() is True  # the other replica adopts it from the Secret
+    assert second.serving is not None and first.serving is not None and second.serving.cert_pem == first.serving.cert_pem

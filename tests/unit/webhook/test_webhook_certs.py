@@ -109,3 +109,53 @@ def test_user_cert_files_reload_on_change(tmp_path: Path, policy_dir: Path) -> N
         assert certs.ca_bundle == ca.cert_pem
     finally:
         running.stop()
+
+
+class MemoryStore:
+    """A shared store with optimistic concurrency, like a Secret's resourceVersion."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, bytes] = {}
+        self.version = 0
+
+    def load(self) -> dict[str, bytes]:
+        return dict(self.items)
+
+    def save(self, items: dict[str, bytes]) -> None:
+        self.items = dict(items)
+        self.version += 1
+
+
+def test_replicas_sharing_a_store_serve_one_ca_and_adopt_renewals(tmp_path: Path) -> None:
+    store = MemoryStore()
+    first = CertificateManager(hosts=["127.0.0.1"], store=store, serving_validity=dt.timedelta(days=30))
+    first.start()
+    second = CertificateManager(hosts=["127.0.0.1"], store=store, serving_validity=dt.timedelta(days=30))
+    second.start()
+    assert second.ca_bundle == first.ca_bundle
+    assert second.serving is not None and first.serving is not None and second.serving.cert_pem == first.serving.cert_pem
+    first.renew_before = dt.timedelta(days=31)  # the first replica renews the leaf...
+    assert first.refresh() is True
+    assert second.refresh() is True  # ...and the second adopts it instead of issuing its own
+    assert second.serving.cert_pem == first.serving.cert_pem
+    assert second.ca_bundle == first.ca_bundle
+
+
+def test_lost_race_rereads_the_store(tmp_path: Path) -> None:
+    from stockade.webhook.certs import StoreConflict
+
+    winner = CertificateManager(hosts=["127.0.0.1"])
+    winner.start()
+    assert winner.ca is not None and winner.serving is not None
+    winning_items = {"ca.crt": winner.ca.cert_pem, "ca.key": winner.ca.key_pem, "tls.crt": winner.serving.cert_pem, "tls.key": winner.serving.key_pem}
+
+    class RacingStore(MemoryStore):
+        def save(self, items: dict[str, bytes]) -> None:
+            if not self.items:  # someone else got there between our load and our save
+                self.items = dict(winning_items)
+                raise StoreConflict("changed")
+            super().save(items)
+
+    loser = CertificateManager(hosts=["127.0.0.1"], store=RacingStore())
+    loser.start()
+    assert loser.ca_bundle == winner.ca_bundle

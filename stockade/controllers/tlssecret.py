@@ -1,0 +1,61 @@
+"""A Kubernetes Secret as the shared certificate store of several webhook replicas.
+
+Every replica must serve a certificate the one ``caBundle`` in the webhook configurations trusts, so the CA (and the
+serving pair) live in one Secret; writes carry the resourceVersion they were based on, and a lost race surfaces as
+``StoreConflict`` so the loser re-reads and adopts the winner's certificates.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from stockade.controllers.webhookconfig import MANAGED_BY_LABEL, MANAGED_BY_VALUE
+from stockade.webhook.certs import StoreConflict
+
+
+class SecretStore:
+    def __init__(self, api_client: Any, namespace: str, name: str) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api_client)
+        self.namespace = namespace
+        self.name = name
+        self._resource_version: str | None = None
+
+    def load(self) -> dict[str, bytes]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            secret = self.core.read_namespaced_secret(self.name, self.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                self._resource_version = None
+                return {}
+            raise
+        self._resource_version = secret.metadata.resource_version
+        return {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
+
+    def save(self, items: dict[str, bytes]) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace, "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE}}
+        body = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "Opaque",
+            "metadata": metadata,
+            "data": {key: base64.b64encode(value).decode() for key, value in items.items()},
+        }
+        try:
+            if self._resource_version is None:
+                created = self.core.create_namespaced_secret(self.namespace, body)
+                self._resource_version = created.metadata.resource_version
+            else:
+                metadata["resourceVersion"] = self._resource_version
+                replaced = self.core.replace_namespaced_secret(self.name, self.namespace, body)
+                self._resource_version = replaced.metadata.resource_version
+        except ApiException as exc:
+            if exc.status == 409:
+                raise StoreConflict(f"secret {self.namespace}/{self.name} changed concurrently") from exc
+            raise
