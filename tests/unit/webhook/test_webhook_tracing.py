@@ -6,11 +6,15 @@ import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+import pytest
 from webhook_helpers import pod, review, start_server
 
 from stockade.webhook.certs import CertificateManager
 from stockade.webhook.tracing import Tracing
+
+# tracing is optional (opentelemetry-sdk + opentelemetry-exporter-otlp-proto-http); the rest of the server is not
+trace_service = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
+pytest.importorskip("opentelemetry.exporter.otlp.proto.http.trace_exporter")
 
 
 def test_admission_request_exports_a_span(policy_dir: Path, tmp_path: Path) -> None:
@@ -40,7 +44,7 @@ def test_admission_request_exports_a_span(policy_dir: Path, tmp_path: Path) -> N
         running.stop()
         collector.shutdown()
     assert received and received[0][0] == "/v1/traces"
-    request = ExportTraceServiceRequest()
+    request = trace_service.ExportTraceServiceRequest()
     request.ParseFromString(received[0][1])
     spans = [s for rs in request.resource_spans for ss in rs.scope_spans for s in ss.spans]
     assert [s.name for s in spans] == ["admission /validate/fail"]
