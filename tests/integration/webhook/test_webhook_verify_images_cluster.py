@@ -19,10 +19,15 @@ from stockade.testing.registry import LocalRegistry
 
 
 @pytest.fixture(scope="module")
-def signed_registry() -> Iterator[tuple[LocalRegistry, str, str, str, str]]:
+def signing_key() -> ec.EllipticCurvePrivateKey:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+@pytest.fixture(scope="module")
+def signed_registry(signing_key: ec.EllipticCurvePrivateKey) -> Iterator[tuple[LocalRegistry, str, str, str, str]]:
     """(registry, signed image, its digest, unsigned image, public key PEM)."""
     with LocalRegistry() as registry, RegistryClient(**registry.client_options(), retries=0) as client:
-        key = ec.generate_private_key(ec.SECP256R1())
+        key = signing_key
         signed = f"{registry.host}/team/signed:v1"
         unsigned = f"{registry.host}/team/unsigned:v1"
         digest = client.push_image(parse_reference(signed), [b"signed layer"])
@@ -84,3 +89,54 @@ def test_unsigned_image_is_denied_by_mutating_webhook(verifying_serve: Serve, ku
     assert 'admission webhook "mutate.stockade.svc-fail" denied the request' in body["message"]
     assert f"resource Pod/default/{name} was blocked due to the following policies" in body["message"]
     assert "signed-images:" in body["message"] and "verify-signature" in body["message"]
+
+
+@pytest.fixture(scope="module")
+def deployment_images(signed_registry: tuple[LocalRegistry, str, str, str, str], signing_key: ec.EllipticCurvePrivateKey) -> dict[str, str]:
+    """Three more signed images for a two-container Deployment: app v1, app v2 and a sidecar."""
+    registry = signed_registry[0]
+    images = {"app-v1": f"{registry.host}/team/app:v1", "app-v2": f"{registry.host}/team/app:v2", "sidecar": f"{registry.host}/team/sidecar:v1"}
+    with RegistryClient(**registry.client_options(), retries=0) as client:
+        for label, image in images.items():
+            client.push_image(parse_reference(image), [f"{label} layer".encode()])
+            sign_image(client, parse_reference(image), signing_key)
+    return images
+
+
+def _deployment(name: str, app_image: str, sidecar_image: str) -> dict[str, object]:
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {"containers": [{"name": "app", "image": app_image}, {"name": "sidecar", "image": sidecar_image}]},
+            },
+        },
+    }
+
+
+def test_updating_one_image_of_a_two_container_deployment_is_admitted(
+    verifying_serve: Serve, kube: Kube, deployment_images: dict[str, str]
+) -> None:
+    """Kyverno issue 7651: the unchanged, previously verified image must not turn the update into a denial."""
+    name = f"two-{uuid.uuid4().hex[:6]}"
+    status, created, _ = kube.request("POST", "/apis/apps/v1/namespaces/default/deployments", _deployment(name, deployment_images["app-v1"], deployment_images["sidecar"]))
+    assert status == 201, (created, verifying_serve.log())
+    containers = created["spec"]["template"]["spec"]["containers"]
+    assert [c["image"].split("@")[0] for c in containers] == [deployment_images["app-v1"], deployment_images["sidecar"]]
+    assert all("@sha256:" in c["image"] for c in containers)
+
+    updated = dict(created)
+    updated["spec"]["template"]["spec"]["containers"][0]["image"] = deployment_images["app-v2"]
+    status, body, _ = kube.request("PUT", f"/apis/apps/v1/namespaces/default/deployments/{name}", updated)
+    assert status == 200, (body, verifying_serve.log())
+    images = [c["image"] for c in body["spec"]["template"]["spec"]["containers"]]
+    assert images[0].startswith(deployment_images["app-v2"] + "@sha256:")
+    assert images[1].startswith(deployment_images["sidecar"] + "@sha256:")
+    recorded = body["metadata"]["annotations"]["kyverno.io/verify-images"]
+    assert deployment_images["app-v2"].split(":v")[0] in recorded and "team/sidecar" in recorded
