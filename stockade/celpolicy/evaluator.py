@@ -20,7 +20,7 @@ from stockade.celpolicy.mutation import apply_configuration, apply_json_patch
 from stockade.celpolicy.request import AdmissionInput
 from stockade.celpolicy.scope import ConditionError, Scope
 from stockade.celpolicy.template import render_template
-from stockade.engine.response import EngineResponse, RuleResponse, rule_error, rule_fail, rule_pass, rule_skip
+from stockade.engine.response import EngineResponse, RuleResponse
 
 VALIDATION = "Validation"
 MUTATION = "Mutation"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,12 +92,6 @@ def _load_resources(case: TestCase, paths: list[str]) -> list[dict[str, Any]]:
 def _lookup_rule_responses(result: TestResult, rules: list[RuleResponse]) -> list[RuleResponse]:
     names = (result.rule, "autogen-" + result.rule, "autogen-cronjob-" + result.rule)
     return [rule for rule in rules if rule.name in names]
-
-
-def _display_resource(key: str) -> str:
-    api_version, kind, namespace, name = key.split(",")
-    parts = [api_version, kind, namespace, name]
-    return "/".join(p for p in parts if p != "" or False)
 
 
 class TestRunner:
@@ -438,12 +431,7 @@ def _fake_api_get(url_path: str, cluster: _ClusterData) -> Any:
         raise ContextLoadError(f"unsupported urlPath {url_path}")
     plural = rest[0]
     name = rest[1] if len(rest) > 1 else None
-    items = [
-        obj
-        for obj in cluster.objects
-        if obj.get("apiVersion") == api_version and str(obj.get("kind", "")).lower() + "s" == plural.rstrip("/").lower().replace("ies", "ys")
-        or (obj.get("apiVersion") == api_version and _plural(str(obj.get("kind", ""))) == plural)
-    ]
+    items = [obj for obj in cluster.objects if obj.get("apiVersion") == api_version and _plural(str(obj.get("kind", ""))) == plural]
     if namespace:
         items = [obj for obj in items if (obj.get("metadata") or {}).get("namespace") == namespace]
     if name is not None:
@@ -477,14 +465,3 @@ def _global_context_resolver(entries: list[dict[str, Any]]) -> Any:
         return copy.deepcopy(data[name])
 
     return resolve
-
-
-def json_rows(run: TestRun) -> list[dict[str, Any]]:
-    return [
-        {"ID": i + 1, "POLICY": r.policy, "RULE": r.rule, "RESOURCE": r.resource, "RESULT": r.result, "REASON": r.reason, "MESSAGE": r.message}
-        for i, r in enumerate(run.rows)
-    ]
-
-
-def dumps(value: Any) -> str:
-    return json.dumps(value, indent=2)
