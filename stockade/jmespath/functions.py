@@ -18,7 +18,7 @@ import yaml
 
 from stockade.jmespath.errors import JMESPathError
 from stockade.jmespath.golang import deep_equal, format_float, format_float_g, is_number
-from stockade.jmespath.goregex import GoRegexError, compile_go_regex, replace_all
+from stockade.goregex import GoRegexError, compile_go_regex, replace_all
 from stockade.jmespath.registry import (
     ANY,
     ARRAY,

@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 
+from stockade.goregex import GoRegexError, compile_go_regex, expand_template
 from stockade.reflector.semver import Constraint, SemverError, Version, parse_version
 
 __all__ = [
@@ -40,160 +41,12 @@ class InvalidPolicyError(PolicyError):
     """The ImagePolicy spec itself is unusable; Flux stalls with reason InvalidPolicy."""
 
 
-# --- Go regexp compatibility ------------------------------------------------------
-
-_POSIX_CLASSES = {
-    "alnum": "0-9A-Za-z",
-    "alpha": "A-Za-z",
-    "ascii": "\\x00-\\x7F",
-    "blank": "\\t ",
-    "cntrl": "\\x00-\\x1F\\x7F",
-    "digit": "0-9",
-    "graph": "!-~",
-    "lower": "a-z",
-    "print": " -~",
-    "punct": "!-/:-@\\[-`{-~",
-    "space": "\\t\\n\\v\\f\\r ",
-    "upper": "A-Z",
-    "word": "0-9A-Za-z_",
-    "xdigit": "0-9A-Fa-f",
-}
-_GO_ONLY_ESCAPES = {"z": "\\Z", "s": "[\\t\\n\\f\\r ]", "S": "[^\\t\\n\\f\\r ]"}
-
-
-def _translate_go_regexp(pattern: str) -> str:
-    """Rewrite the RE2 syntax Python spells differently; reject what RE2 refuses.
-
-    RE2 has no look-around or back-references, so patterns using them fail in
-    Flux; they must fail here too rather than silently select different tags.
-    """
-    out: list[str] = []
-    index = 0
-    in_class = False
-    while index < len(pattern):
-        char = pattern[index]
-        if char == "\\":
-            if index + 1 >= len(pattern):
-                raise InvalidPolicyError(f"invalid regular expression pattern '{pattern}': trailing backslash")
-            nxt = pattern[index + 1]
-            if nxt.isdigit() and nxt != "0" and not in_class:
-                raise InvalidPolicyError(
-                    f"invalid regular expression pattern '{pattern}': back-references are not supported"
-                )
-            if nxt in ("p", "P"):
-                raise InvalidPolicyError(
-                    f"invalid regular expression pattern '{pattern}': Unicode classes are not supported"
-                )
-            if nxt in _GO_ONLY_ESCAPES and not in_class:
-                out.append(_GO_ONLY_ESCAPES[nxt])
-            elif nxt == "s" and in_class:
-                out.append("\\t\\n\\f\\r ")
-            else:
-                out.append(pattern[index : index + 2])
-            index += 2
-            continue
-        if in_class:
-            if char == "[" and pattern.startswith("[:", index):
-                end = pattern.find(":]", index + 2)
-                name = pattern[index + 2 : end] if end != -1 else ""
-                negated = name.startswith("^")
-                if end != -1 and name.lstrip("^") in _POSIX_CLASSES and not negated:
-                    out.append(_POSIX_CLASSES[name])
-                    index = end + 2
-                    continue
-                raise InvalidPolicyError(
-                    f"invalid regular expression pattern '{pattern}': unsupported character class"
-                )
-            if char == "]":
-                in_class = False
-            out.append(char)
-            index += 1
-            continue
-        if char == "[":
-            in_class = True
-            out.append(char)
-            index += 1
-            # A leading `]` (or `^]`) is a literal member, not the end of the class.
-            if pattern.startswith("^", index):
-                out.append("^")
-                index += 1
-            if pattern.startswith("]", index):
-                out.append("\\]")
-                index += 1
-            continue
-        if char == "(" and pattern.startswith("(?", index):
-            rest = pattern[index + 2 :]
-            if rest.startswith(("=", "!", "<=", "<!", "P=", "#", "(")):
-                raise InvalidPolicyError(
-                    f"invalid regular expression pattern '{pattern}': look-around, back-references, comments "
-                    "and conditionals are not supported"
-                )
-            if rest.startswith("<"):
-                out.append("(?P<")
-                index += 3
-                continue
-        out.append(char)
-        index += 1
-    return "".join(out)
-
-
 def compile_tag_filter(pattern: str) -> re.Pattern[str]:
     """Compile a `filterTags.pattern` with Go RE2 semantics (unanchored search)."""
     try:
-        # RE2's \d, \w and \b are ASCII-only.
-        return re.compile(_translate_go_regexp(pattern), re.ASCII)
-    except re.error as exc:
+        return compile_go_regex(pattern)
+    except GoRegexError as exc:
         raise InvalidPolicyError(f"invalid regular expression pattern '{pattern}': {exc}") from None
-
-
-def _name_length(template: str) -> int:
-    length = 0
-    while length < len(template) and (template[length].isalnum() or template[length] == "_"):
-        length += 1
-    return length
-
-
-def _group_number(name: str) -> int:
-    """Go only treats a name as a group number when it is all digits without a leading 0."""
-    if not name.isascii() or not name.isdigit() or (name[0] == "0" and len(name) > 1):
-        return -1
-    return int(name) if len(name) <= 8 else -1
-
-
-def expand_template(template: str, match: re.Match[str]) -> str:
-    """Expand `$1`, `$name`, `${name}` and `$$` exactly like Go's Regexp.ExpandString.
-
-    Names are greedy (`$1x` refers to group `1x`), unknown or non-participating
-    groups expand to "", and a malformed `$` reference is kept literally.
-    """
-    out: list[str] = []
-    rest = template
-    while True:
-        dollar = rest.find("$")
-        if dollar < 0:
-            out.append(rest)
-            break
-        out.append(rest[:dollar])
-        rest = rest[dollar + 1 :]
-        if rest.startswith("$"):
-            out.append("$")
-            rest = rest[1:]
-            continue
-        braced = rest.startswith("{")
-        body = rest[1:] if braced else rest
-        length = _name_length(body)
-        if length == 0 or (braced and not body[length:].startswith("}")):
-            out.append("$")
-            continue
-        name = body[:length]
-        rest = body[length + 1 :] if braced else body[length:]
-        number = _group_number(name)
-        if number >= 0:
-            if number <= (match.re.groups or 0) and match.group(number) is not None:
-                out.append(match.group(number))
-        elif name in match.re.groupindex and match.group(name) is not None:
-            out.append(match.group(name))
-    return "".join(out)
 
 
 def apply_tag_filter(tags: Iterable[str], pattern: str, extract: str = "") -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Go RE2 regular expressions on top of Python's ``re``.
+"""Go RE2 regular expressions on top of Python's ``re``: one translator for JMESPath functions and Flux tag filters.
 
 Policies are written for Go's ``regexp`` package. The syntax mostly overlaps; the differences that change results
 are handled here: ASCII-only ``\\d \\w \\s \\b``, ``$`` meaning end of text, ``\\z``, ``\\Q…\\E``, POSIX classes,
@@ -121,7 +121,7 @@ def _translate(pattern: str) -> str:
                 position += 1
             continue
         if character == "(" and pattern.startswith("(?", position):
-            for construct in ("(?=", "(?!", "(?<=", "(?<!"):
+            for construct in ("(?=", "(?!", "(?<=", "(?<!", "(?P=", "(?#", "(?("):
                 if pattern.startswith(construct, position):
                     raise _unsupported(construct)
             if pattern.startswith("(?<", position):
@@ -148,26 +148,54 @@ def compile_go_regex(pattern: str) -> re.Pattern[str]:
         raise GoRegexError(f"error parsing regexp: {error.msg}: `{pattern}`") from None
 
 
-_TEMPLATE_REFERENCE = re.compile(r"\$(?:\$|\{([A-Za-z0-9_]+)\}|([A-Za-z0-9_]+))")
+def _name_length(template: str) -> int:
+    length = 0
+    while length < len(template) and (template[length].isalnum() or template[length] == "_"):
+        length += 1
+    return length
+
+
+def _group_number(name: str) -> int:
+    """Go only treats a name as a group number when it is all digits without a leading 0."""
+    if not name.isascii() or not name.isdigit() or (name[0] == "0" and len(name) > 1):
+        return -1
+    return int(name) if len(name) <= 8 else -1
 
 
 def expand_template(template: str, match: re.Match[str]) -> str:
-    """Go's ``Regexp.Expand``: ``$1``, ``${1}``, ``$name``, ``${name}``, ``$$``; unknown groups expand to nothing."""
-    if "$" not in template:
-        return template
+    """Expand `$1`, `$name`, `${name}` and `$$` exactly like Go's Regexp.ExpandString.
 
-    def substitute(reference: re.Match[str]) -> str:
-        name = reference.group(1) or reference.group(2)
-        if name is None:
-            return "$"
-        try:
-            group = match.group(int(name)) if name.isdigit() else match.group(name)
-        except IndexError:
-            return ""
-        return group or ""
-
-    return _TEMPLATE_REFERENCE.sub(substitute, template)
-
+    Names are greedy (`$1x` refers to group `1x`), unknown or non-participating
+    groups expand to "", and a malformed `$` reference is kept literally.
+    """
+    out: list[str] = []
+    rest = template
+    while True:
+        dollar = rest.find("$")
+        if dollar < 0:
+            out.append(rest)
+            break
+        out.append(rest[:dollar])
+        rest = rest[dollar + 1 :]
+        if rest.startswith("$"):
+            out.append("$")
+            rest = rest[1:]
+            continue
+        braced = rest.startswith("{")
+        body = rest[1:] if braced else rest
+        length = _name_length(body)
+        if length == 0 or (braced and not body[length:].startswith("}")):
+            out.append("$")
+            continue
+        name = body[:length]
+        rest = body[length + 1 :] if braced else body[length:]
+        number = _group_number(name)
+        if number >= 0:
+            if number <= (match.re.groups or 0) and match.group(number) is not None:
+                out.append(match.group(number))
+        elif name in match.re.groupindex and match.group(name) is not None:
+            out.append(match.group(name))
+    return "".join(out)
 
 
 def replace_all(pattern: re.Pattern[str], source: str, replacement: str, literal: bool) -> str:
