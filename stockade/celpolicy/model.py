@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from stockade.policy.model import ObjectView
+
 # Policy kinds whose test results carry no rule name: every rule response of the policy is checked.
 RULELESS_KINDS = frozenset(
     {
@@ -23,7 +25,7 @@ RULELESS_KINDS = frozenset(
 )
 
 
-class CelPolicy:
+class CelPolicy(ObjectView):
     """A policies.kyverno.io or admissionregistration document; identity is (kind, namespace, name)."""
 
     def __init__(self, data: dict[str, Any], origin: str = "") -> None:
@@ -31,38 +33,6 @@ class CelPolicy:
         self.origin = origin
         # the spec plus pod-controller autogen variants, computed once by the evaluator
         self.variants: list[dict[str, Any]] | None = None
-
-    @property
-    def kind(self) -> str:
-        return str(self.raw.get("kind", ""))
-
-    @property
-    def api_version(self) -> str:
-        return str(self.raw.get("apiVersion", ""))
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        return self.raw.get("metadata") or {}
-
-    @property
-    def name(self) -> str:
-        return str(self.metadata.get("name", ""))
-
-    @property
-    def namespace(self) -> str:
-        return str(self.metadata.get("namespace") or "")
-
-    @property
-    def annotations(self) -> dict[str, str]:
-        return self.metadata.get("annotations") or {}
-
-    @property
-    def labels(self) -> dict[str, str]:
-        return self.metadata.get("labels") or {}
-
-    @property
-    def spec(self) -> dict[str, Any]:
-        return self.raw.get("spec") or {}
 
     @property
     def key(self) -> str:

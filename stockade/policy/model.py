@@ -57,6 +57,44 @@ def is_policy_exception(document: dict[str, Any]) -> bool:
     return document.get("kind") == "PolicyException" and api_group(str(document.get("apiVersion", ""))) == KYVERNO_GROUP
 
 
+class ObjectView:
+    """Read-only accessors every Kubernetes-style document shares; ``raw`` stays the source of truth."""
+
+    raw: dict[str, Any]
+
+    @property
+    def kind(self) -> str:
+        return str(self.raw.get("kind", ""))
+
+    @property
+    def api_version(self) -> str:
+        return str(self.raw.get("apiVersion", ""))
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self.raw.get("metadata") or {}
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("name", ""))
+
+    @property
+    def namespace(self) -> str:
+        return str(self.metadata.get("namespace") or "")
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        return self.metadata.get("annotations") or {}
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return self.metadata.get("labels") or {}
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return self.raw.get("spec") or {}
+
+
 @dataclass(frozen=True)
 class Rule:
     """One rule of a ClusterPolicy/Policy; ``raw`` is the rule as written (or as autogen rewrote it)."""
@@ -128,24 +166,12 @@ class Rule:
 
 
 @dataclass
-class KyvernoPolicy:
+class KyvernoPolicy(ObjectView):
     """A ClusterPolicy or Policy plus its autogen-expanded rule list."""
 
     raw: dict[str, Any]
     source: str = ""
     _rules: list[Rule] | None = field(default=None, repr=False)
-
-    @property
-    def kind(self) -> str:
-        return str(self.raw.get("kind", ""))
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        return self.raw.get("metadata") or {}
-
-    @property
-    def name(self) -> str:
-        return str(self.metadata.get("name", ""))
 
     @property
     def namespace(self) -> str:
@@ -157,14 +183,6 @@ class KyvernoPolicy:
     def key(self) -> str:
         """``ns/name`` for a Policy, ``name`` for a ClusterPolicy, as PolicyExceptions and reports refer to them."""
         return f"{self.namespace}/{self.name}" if self.namespace else self.name
-
-    @property
-    def annotations(self) -> dict[str, str]:
-        return self.metadata.get("annotations") or {}
-
-    @property
-    def spec(self) -> dict[str, Any]:
-        return self.raw.get("spec") or {}
 
     @property
     def uid(self) -> str:
@@ -232,23 +250,11 @@ class KyvernoPolicy:
 
 
 @dataclass
-class PolicyException:
+class PolicyException(ObjectView):
     """A kyverno.io/v2 PolicyException: rules it exempts, and for which resources."""
 
     raw: dict[str, Any]
     source: str = ""
-
-    @property
-    def name(self) -> str:
-        return str((self.raw.get("metadata") or {}).get("name", ""))
-
-    @property
-    def namespace(self) -> str:
-        return str((self.raw.get("metadata") or {}).get("namespace", ""))
-
-    @property
-    def spec(self) -> dict[str, Any]:
-        return self.raw.get("spec") or {}
 
     @property
     def exceptions(self) -> list[dict[str, Any]]:
