@@ -1,4 +1,4 @@
-"""A session-wide etcd + kube-apiserver. Missing binaries fail the run: build them with .ci/build-apiserver.sh."""
+"""Fixtures of the webhook tests; the shared control plane comes from tests/integration/conftest.py."""
 
 from __future__ import annotations
 
@@ -8,18 +8,7 @@ from pathlib import Path
 import pytest
 from webhook_cluster import POLICIES, Kube, Serve
 
-from stockade.testing.apiserver import ControlPlane, ControlPlaneUnavailable
-
-
-@pytest.fixture(scope="session")
-def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    plane = ControlPlane(workdir=tmp_path_factory.mktemp("kube"))
-    try:
-        plane.start()
-    except ControlPlaneUnavailable as exc:
-        pytest.fail(f"{exc} (run scripts/test-setup.sh, which builds kube-apiserver with .ci/build-apiserver.sh)")
-    yield plane
-    plane.stop()
+from stockade.testing.apiserver import ControlPlane
 
 
 @pytest.fixture(scope="session")
