@@ -33,7 +33,8 @@ from stockade.policy.model import (
     Rule,
 )
 
-RuleHandler = Callable[[PolicyContext, Rule, dict[str, Any]], tuple[dict[str, Any], RuleResponse | None]]
+# A handler may answer with several responses for one rule (mutate.targets: one per target object).
+RuleHandler = Callable[[PolicyContext, Rule, dict[str, Any]], tuple[dict[str, Any], "RuleResponse | list[RuleResponse] | None"]]
 
 
 @dataclass
@@ -138,10 +139,11 @@ class Engine:
                     pctx.set_resource(resource)
                 if rule_response is None:
                     continue
-                rule_response.failure_action = self._failure_action(pctx, rule)
-                response.rules.append(rule_response)
-                if rule_response.status in (PASS, FAIL):
-                    applied += 1
+                for single in rule_response if isinstance(rule_response, list) else [rule_response]:
+                    single.failure_action = self._failure_action(pctx, rule)
+                    response.rules.append(single)
+                    if single.status in (PASS, FAIL):
+                        applied += 1
                 if pctx.policy.apply_rules == "One" and applied > 0:
                     break
         finally:
@@ -187,11 +189,22 @@ class Engine:
         return "Enforce" if str(action).lower() == "enforce" else "Audit"
 
     # -- phases ----------------------------------------------------------------------------------------------------
-    def mutate(self, pctx: PolicyContext) -> EngineResponse:
-        def wants(rule: Rule) -> bool:
-            return rule.has_mutate() and not rule.has_mutate_existing()
+    def mutate(self, pctx: PolicyContext, include_existing: bool = False) -> EngineResponse:
+        """Mutate the resource under review; with ``include_existing`` also compute ``mutate.targets`` patches of
+        other objects (offline runs; admission leaves those to a background worker, never to the request)."""
+        lookup = self.resource_lookup
 
-        return self._run_rules(pctx, RULE_TYPE_MUTATION, wants, mutate_resource_rule)
+        def wants(rule: Rule) -> bool:
+            return rule.has_mutate() and (include_existing or not rule.has_mutate_existing())
+
+        def handler(ctx: PolicyContext, rule: Rule, resource: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+            if rule.has_mutate_existing():
+                from stockade.engine.handlers.mutate_existing import mutate_existing_rule
+
+                return resource, mutate_existing_rule(ctx, rule, lookup)
+            return mutate_resource_rule(ctx, rule, resource)
+
+        return self._run_rules(pctx, RULE_TYPE_MUTATION, wants, handler)
 
     def verify_images(self, pctx: PolicyContext) -> tuple[EngineResponse, Any]:
         """Mutate phase of verifyImages rules: verify signatures, pin digests, record results (needs a verifier)."""

@@ -26,8 +26,11 @@ def apply_policies(
     request: Request,
     *,
     values_for: Any = None,
+    mutate_existing: bool = True,
 ) -> ProcessorResult:
-    """Run mutate → validate → generate for every policy; ``values_for(policy)`` supplies per-policy values."""
+    """Run mutate → validate → generate for every policy; ``values_for(policy)`` supplies per-policy values.
+
+    ``mutate_existing`` also computes ``mutate.targets`` patches (from the engine's resource lookup)."""
     result = ProcessorResult()
     resource = request.resource
 
@@ -50,7 +53,7 @@ def apply_policies(
     for policy in policies:
         if not policy.has_mutate():
             continue
-        response = engine.mutate(engine.policy_context(policy, request_for(policy)))
+        response = engine.mutate(engine.policy_context(policy, request_for(policy)), include_existing=mutate_existing)
         result.responses.append(response)
         if response.patched_resource:
             resource = response.patched_resource
