@@ -1,9 +1,12 @@
-"""PolicyReports (wgpolicyk8s.io/v1alpha2) for admitted resources, written in the background.
+"""PolicyReports (wgpolicyk8s.io/v1alpha2) for admitted and background-scanned resources, written in the background.
 
 One report per resource, named after its UID and owned by it (so garbage collection removes it with the resource),
 as Kyverno's reports controller ends up doing.  Writing never delays an admission answer: results go into a
 bounded queue drained by a thread; when the queue is full or the PolicyReport CRD is not installed, results are
 dropped (and counted) rather than retried forever.
+
+Admission and background scans write the same report: each write replaces the results of the policies it
+evaluated and keeps the others, and a background write also drops results of policies that no longer exist.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import logging
 import queue
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from stockade.engine.response import STATUSES, EngineResponse, report_result
@@ -24,10 +28,27 @@ GROUP = "wgpolicyk8s.io"
 VERSION = "v1alpha2"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "stockade"}
 CRD_RETRY_SECONDS = 300.0
+PROCESS_ADMISSION = "admission review"
+PROCESS_BACKGROUND = "background scan"
 
 
-def build_report(resource: dict[str, Any], responses: list[EngineResponse], now: dt.datetime | None = None) -> dict[str, Any] | None:
-    """The PolicyReport (or ClusterPolicyReport for cluster-scoped resources); None when nothing was evaluated."""
+def report_policy_name(policy: Any) -> str:
+    """How a report result names its policy: ``namespace/name`` for namespaced policies, else the name."""
+    namespace = str(getattr(policy, "namespace", "") or "")
+    name = str(getattr(policy, "name", "") or "")
+    return f"{namespace}/{name}" if namespace else name
+
+
+def build_report(
+    resource: dict[str, Any],
+    responses: list[EngineResponse],
+    now: dt.datetime | None = None,
+    *,
+    process: str = PROCESS_ADMISSION,
+    allow_empty: bool = False,
+) -> dict[str, Any] | None:
+    """The PolicyReport (or ClusterPolicyReport for cluster-scoped resources); None when nothing was evaluated
+    (unless ``allow_empty``, which a background scan uses to clear results that no longer apply)."""
     metadata = resource.get("metadata") or {}
     uid = str(metadata.get("uid") or "")
     if not uid:
@@ -43,20 +64,20 @@ def build_report(resource: dict[str, Any], responses: list[EngineResponse], now:
             summary[result] += 1
             entry: dict[str, Any] = {
                 "source": "kyverno" if isinstance(policy, KyvernoPolicy) else str(getattr(policy, "base_kind", "kyverno")),
-                "policy": f"{policy.namespace}/{policy.name}" if getattr(policy, "namespace", "") else response.policy_name,
+                "policy": report_policy_name(policy) or response.policy_name,
                 "rule": rule.name,
                 "result": result,
                 "message": rule.message,
                 "scored": str(annotations.get("policies.kyverno.io/scored", "")) != "false",
                 "timestamp": {"seconds": int(now.timestamp()), "nanos": 0},
-                "properties": {"process": "admission review"},
+                "properties": {"process": process},
             }
             if annotations.get("policies.kyverno.io/severity"):
                 entry["severity"] = annotations["policies.kyverno.io/severity"]
             if annotations.get("policies.kyverno.io/category"):
                 entry["category"] = annotations["policies.kyverno.io/category"]
             results.append(entry)
-    if not results:
+    if not results and not allow_empty:
         return None
     namespace = str(metadata.get("namespace") or "")
     api_version = str(resource.get("apiVersion", ""))
@@ -80,6 +101,18 @@ def build_report(resource: dict[str, Any], responses: list[EngineResponse], now:
     }
 
 
+@dataclass
+class ReportUpdate:
+    """One queued write: the new report plus which existing results it replaces.
+
+    ``replace`` names the policies whose old results give way (default: the policies in ``report``); ``live``,
+    when set, names every policy that still exists, so results of any other policy are dropped."""
+
+    report: dict[str, Any]
+    replace: frozenset[str] | None = None
+    live: frozenset[str] | None = None
+
+
 class ReportWriter:
     """Background upserts of reports through the kubernetes client."""
 
@@ -87,23 +120,50 @@ class ReportWriter:
         from kubernetes import client
 
         self.api = client.CustomObjectsApi(api_client)
-        self.queue: queue.Queue[dict[str, Any] | None] = queue.Queue(maxsize=capacity)
+        self.queue: queue.Queue[ReportUpdate | None] = queue.Queue(maxsize=capacity)
         self.dropped = 0
         self.written = 0
+        self.deleted = 0
         self._crd_missing_until = 0.0
         self._thread = threading.Thread(target=self._run, name="policy-reports", daemon=True)
         self._thread.start()
 
-    def submit(self, resource: dict[str, Any], responses: list[EngineResponse]) -> None:
-        if time.monotonic() < self._crd_missing_until:
+    @property
+    def crd_missing(self) -> bool:
+        return time.monotonic() < self._crd_missing_until
+
+    def submit(
+        self,
+        resource: dict[str, Any],
+        responses: list[EngineResponse],
+        *,
+        process: str = PROCESS_ADMISSION,
+        replace_policies: set[str] | frozenset[str] | None = None,
+        live_policies: set[str] | frozenset[str] | None = None,
+    ) -> None:
+        """Queue a report for ``resource``; with ``replace_policies`` an empty result list still clears those
+        policies' old results (a background scan re-evaluated them and they no longer apply)."""
+        if self.crd_missing:
             return
-        report = build_report(resource, responses)
+        report = build_report(resource, responses, process=process, allow_empty=replace_policies is not None)
         if report is None:
             return
+        update = ReportUpdate(
+            report,
+            frozenset(replace_policies) if replace_policies is not None else None,
+            frozenset(live_policies) if live_policies is not None else None,
+        )
         try:
-            self.queue.put_nowait(report)
+            self.queue.put_nowait(update)
         except queue.Full:
             self.dropped += 1
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until everything queued so far is written; False when ``timeout`` ran out first."""
+        deadline = time.monotonic() + timeout
+        while self.queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return not self.queue.unfinished_tasks
 
     def close(self, timeout: float = 5.0) -> None:
         """Write what is queued (bounded by ``timeout``), then stop the thread."""
@@ -115,53 +175,141 @@ class ReportWriter:
 
     def _run(self) -> None:
         while True:
-            report = self.queue.get()
-            if report is None:
-                return
+            update = self.queue.get()
             try:
-                self._upsert(report)
-                self.written += 1
+                if update is None:
+                    return
+                self._upsert(update)
             except Exception as exc:  # keep draining; one bad write must not stop reporting
-                log.warning("writing %s %s failed: %s", report["kind"], report["metadata"]["name"], exc)
+                assert update is not None
+                log.warning("writing %s %s failed: %s", update.report["kind"], update.report["metadata"]["name"], exc)
+            finally:
+                self.queue.task_done()
 
-    def _upsert(self, report: dict[str, Any]) -> None:
+    def _crd_missing(self) -> None:
+        self._crd_missing_until = time.monotonic() + CRD_RETRY_SECONDS
+        log.warning("PolicyReport CRD (%s/%s) is not installed; reports are off for %ds", GROUP, VERSION, CRD_RETRY_SECONDS)
+
+    def _upsert(self, update: ReportUpdate | dict[str, Any]) -> None:
         from kubernetes.client.exceptions import ApiException
 
+        if isinstance(update, dict):
+            update = ReportUpdate(update)
+        report = update.report
         name = report["metadata"]["name"]
         namespace = report["metadata"].get("namespace")
         plural = "policyreports" if namespace else "clusterpolicyreports"
+        if report["results"]:
+            try:
+                if namespace:
+                    self.api.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, report)
+                else:
+                    self.api.create_cluster_custom_object(GROUP, VERSION, plural, report)
+                self.written += 1
+                return
+            except ApiException as exc:
+                if exc.status == 404:
+                    self._crd_missing()
+                    return
+                if exc.status != 409:
+                    raise
         try:
             if namespace:
-                self.api.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, report)
+                current = self.api.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
             else:
-                self.api.create_cluster_custom_object(GROUP, VERSION, plural, report)
-            return
+                current = self.api.get_cluster_custom_object(GROUP, VERSION, plural, name)
         except ApiException as exc:
             if exc.status == 404:
-                self._crd_missing_until = time.monotonic() + CRD_RETRY_SECONDS
-                log.warning("PolicyReport CRD (%s/%s) is not installed; reports are off for %ds", GROUP, VERSION, CRD_RETRY_SECONDS)
-                return
-            if exc.status != 409:
-                raise
+                return  # nothing to clear (or the CRD is missing)
+            raise
+        merge_into(report, current, replace=update.replace, live=update.live)
+        if not report["results"]:
+            self._delete(namespace, plural, name)
+            return
+        if report["results"] == current.get("results") and report["summary"] == current.get("summary"):
+            return
         if namespace:
-            current = self.api.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
-            merge_into(report, current)
             self.api.replace_namespaced_custom_object(GROUP, VERSION, namespace, plural, name, report)
         else:
-            current = self.api.get_cluster_custom_object(GROUP, VERSION, plural, name)
-            merge_into(report, current)
             self.api.replace_cluster_custom_object(GROUP, VERSION, plural, name, report)
+        self.written += 1
+
+    def _delete(self, namespace: str | None, plural: str, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            if namespace:
+                self.api.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+            else:
+                self.api.delete_cluster_custom_object(GROUP, VERSION, plural, name)
+            self.deleted += 1
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def prune(self, live_policies: set[str] | frozenset[str]) -> int:
+        """Drop results of policies that no longer exist from every report we manage (synchronously); reports left
+        empty are deleted.  Returns how many reports changed."""
+        from kubernetes.client.exceptions import ApiException
+
+        selector = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+        changed = 0
+        for plural in ("policyreports", "clusterpolicyreports"):
+            try:
+                listing = self.api.list_cluster_custom_object(GROUP, VERSION, plural, label_selector=selector)  # every namespace
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue
+                raise
+            for current in listing.get("items") or []:
+                results = current.get("results") or []
+                kept = stale_results_removed(results, live_policies)
+                if len(kept) == len(results):
+                    continue
+                metadata = current.get("metadata") or {}
+                namespace = metadata.get("namespace")
+                try:
+                    if not kept:
+                        self._delete(namespace, plural, metadata["name"])
+                    else:
+                        current["results"] = kept
+                        current["summary"] = summarise(kept)
+                        if namespace:
+                            self.api.replace_namespaced_custom_object(GROUP, VERSION, namespace, plural, metadata["name"], current)
+                        else:
+                            self.api.replace_cluster_custom_object(GROUP, VERSION, plural, metadata["name"], current)
+                    changed += 1
+                except ApiException as exc:
+                    if exc.status not in (404, 409):  # gone or changed meanwhile: the next scan prunes again
+                        raise
+        return changed
 
 
-def merge_into(report: dict[str, Any], current: dict[str, Any]) -> None:
-    """Keep results of policies this admission did not evaluate (the fail and ignore webhooks each see only their
-    own policies); results of re-evaluated policies are replaced."""
-    fresh = {r["policy"] for r in report["results"]}
-    kept = [r for r in current.get("results") or [] if r.get("policy") not in fresh]
-    report["results"] = kept + report["results"]
+def stale_results_removed(results: list[dict[str, Any]], live_policies: set[str] | frozenset[str]) -> list[dict[str, Any]]:
+    return [r for r in results if r.get("policy") in live_policies]
+
+
+def summarise(results: list[dict[str, Any]]) -> dict[str, int]:
     summary = {status: 0 for status in STATUSES}
-    for result in report["results"]:
+    for result in results:
         if result.get("result") in summary:
             summary[result["result"]] += 1
-    report["summary"] = summary
+    return summary
+
+
+def merge_into(
+    report: dict[str, Any],
+    current: dict[str, Any],
+    *,
+    replace: set[str] | frozenset[str] | None = None,
+    live: set[str] | frozenset[str] | None = None,
+) -> None:
+    """Keep results of policies this evaluation did not cover (the fail and ignore webhooks each see only their
+    own policies; admission-only policies are not background-scanned); results of re-evaluated policies
+    (``replace``, default: those in ``report``) are replaced, and with ``live`` results of vanished policies go."""
+    fresh = set(replace) if replace is not None else set()
+    fresh |= {r["policy"] for r in report["results"]}
+    kept = [r for r in current.get("results") or [] if r.get("policy") not in fresh and (live is None or r.get("policy") in live)]
+    report["results"] = kept + report["results"]
+    report["summary"] = summarise(report["results"])
     report["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]

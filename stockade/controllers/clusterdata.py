@@ -1,0 +1,303 @@
+"""Cluster-backed data for the engine: clone sources, ``configMap`` and ``apiCall`` context entries.
+
+The engine never does I/O; offline the CLI answers these lookups from test files.  In a cluster the same
+interfaces (``ResourceLookup``, ``ContextProviders``) are answered here from the API server through the kubernetes
+client's authenticated connection, with a short cache so a burst of admissions does not turn into a burst of GETs.
+Writes used by the generate controller go through the same small raw-REST layer (``request``), so every controller
+sees objects as plain dictionaries, exactly as the engine does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import ssl
+import threading
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterable
+from typing import Any
+
+from stockade.controllers.webhookconfig import ApiResource
+from stockade.engine.contextloader import ContextLoadError, ContextProviders
+
+log = logging.getLogger("stockade.clusterdata")
+
+DEFAULT_TTL_SECONDS = 2.0
+DISCOVERY_TTL_SECONDS = 300.0
+DISCOVERY_MISS_RETRY_SECONDS = 15.0
+SERVICE_CALL_TIMEOUT_SECONDS = 10.0
+
+
+class ApiError(Exception):
+    """A non-2xx answer from the API server; ``status`` 0 means the server could not be reached."""
+
+    def __init__(self, method: str, path: str, status: int, message: str) -> None:
+        super().__init__(f"{method} {path}: HTTP {status}: {message}")
+        self.status = status
+        self.method = method
+        self.path = path
+
+
+def split_api_version(api_version: str) -> tuple[str, str]:
+    """``apps/v1`` → (``apps``, ``v1``); ``v1`` → (``""``, ``v1``); ``""`` → (``""``, ``""``)."""
+    group, _, version = api_version.rpartition("/")
+    return group, version
+
+
+def api_version_of(resource: ApiResource) -> str:
+    return f"{resource.group}/{resource.version}" if resource.group else resource.version
+
+
+def collection_path(resource: ApiResource, namespace: str = "") -> str:
+    """The REST path of a resource collection (all namespaces when ``namespace`` is empty)."""
+    prefix = f"/apis/{resource.group}/{resource.version}" if resource.group else f"/api/{resource.version}"
+    if resource.namespaced and namespace:
+        return f"{prefix}/namespaces/{urllib.parse.quote(namespace)}/{resource.resource}"
+    return f"{prefix}/{resource.resource}"
+
+
+def object_path(resource: ApiResource, namespace: str, name: str) -> str:
+    return f"{collection_path(resource, namespace)}/{urllib.parse.quote(name)}"
+
+
+class ClusterData:
+    """Raw, cached reads (and uncached writes) against the API server as plain dictionaries."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+        discovery_ttl_seconds: float = DISCOVERY_TTL_SECONDS,
+        request_timeout: float = 10.0,
+        resources: Iterable[ApiResource] | None = None,
+    ) -> None:
+        self.api_client = api_client
+        self.ttl = ttl_seconds
+        self.discovery_ttl = discovery_ttl_seconds
+        self.request_timeout = request_timeout
+        self._cache: dict[str, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+        self._resources: list[ApiResource] | None = list(resources) if resources is not None else None
+        self._discovered_at = time.monotonic() if resources is not None else 0.0
+        self._pinned_resources = resources is not None
+
+    # -- raw REST ----------------------------------------------------------------------------------------------------
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        query: dict[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        """One REST call; returns the decoded JSON body, raises ApiError for non-2xx answers."""
+        from kubernetes.client.exceptions import ApiException
+
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+            if not isinstance(body, (str, bytes)):
+                body = json.dumps(body)
+        method_, url, headers, serialized, _ = self.api_client.param_serialize(
+            method, path, query_params=list((query or {}).items()), header_params=headers, body=body, auth_settings=["BearerToken"]
+        )
+        try:
+            response = self.api_client.call_api(method_, url, header_params=headers, body=serialized, _request_timeout=self.request_timeout)
+        except ApiException as exc:
+            raise ApiError(method, path, int(exc.status or 0), _status_message(exc.body) or str(exc.reason or "")) from None
+        except Exception as exc:  # connection refused, TLS, timeouts
+            raise ApiError(method, path, 0, str(exc)) from None
+        raw = response.read() if hasattr(response, "read") else response.data
+        if not raw:
+            return {}
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+
+    def get(self, path: str, *, query: dict[str, str] | None = None, cached: bool = True) -> Any:
+        """A GET, answered from the cache when it is younger than the TTL."""
+        key = path + ("?" + urllib.parse.urlencode(sorted(query.items())) if query else "")
+        now = time.monotonic()
+        if cached and self.ttl > 0:
+            with self._lock:
+                hit = self._cache.get(key)
+            if hit is not None and now - hit[0] < self.ttl:
+                return hit[1]
+        data = self.request("GET", path, query=query)
+        if self.ttl > 0:
+            with self._lock:
+                self._cache[key] = (now, data)
+                if len(self._cache) > 4096:
+                    self._cache.clear()
+        return data
+
+    def invalidate(self) -> None:
+        with self._lock:
+            self._cache.clear()
+
+    # -- discovery -------------------------------------------------------------------------------------------------
+    def api_resources(self, refresh: bool = False) -> list[ApiResource]:
+        """Served resources from discovery, refreshed every ``discovery_ttl`` seconds."""
+        from stockade.controllers.registration import discover_resources
+
+        now = time.monotonic()
+        stale = self._resources is None or now - self._discovered_at >= self.discovery_ttl
+        if not self._pinned_resources and (stale or refresh):
+            try:
+                self._resources = discover_resources(self.api_client)
+                self._discovered_at = now
+            except Exception as exc:
+                if self._resources is None:
+                    raise ApiError("GET", "/apis", 0, f"discovery failed: {exc}") from None
+                log.warning("discovery refresh failed, keeping the previous list: %s", exc)
+        return list(self._resources or [])
+
+    def resolve_kind(self, api_version: str, kind: str) -> ApiResource | None:
+        """The served resource for a kind (the preferred version when ``api_version`` is empty)."""
+        group, version = split_api_version(api_version)
+
+        def find(resources: list[ApiResource]) -> ApiResource | None:
+            for resource in resources:
+                if resource.kind != kind:
+                    continue
+                if api_version and (resource.group != group or resource.version != version):
+                    continue
+                return resource
+            return None
+
+        found = find(self.api_resources())
+        if found is None and not self._pinned_resources and time.monotonic() - self._discovered_at >= DISCOVERY_MISS_RETRY_SECONDS:
+            found = find(self.api_resources(refresh=True))  # a CRD installed since the last discovery
+        return found
+
+    def resolve_resource(self, group: str, version: str, plural: str) -> ApiResource | None:
+        for resource in self.api_resources():
+            if resource.group == group and (not version or resource.version == version) and resource.resource == plural:
+                return resource
+        return None
+
+    # -- object access ---------------------------------------------------------------------------------------------
+    def list_objects(
+        self, api_version: str, kind: str, namespace: str = "", *, label_selector: str = "", cached: bool = True
+    ) -> list[dict[str, Any]]:
+        """Objects of a kind (in one namespace, or everywhere), each carrying its apiVersion and kind."""
+        resource = self.resolve_kind(api_version, kind)
+        if resource is None:
+            raise ApiError("GET", f"{api_version}/{kind}", 404, f"the server does not serve kind {kind!r} ({api_version or 'any version'})")
+        return self.list_resource(resource, namespace, label_selector=label_selector, cached=cached)
+
+    def list_resource(self, resource: ApiResource, namespace: str = "", *, label_selector: str = "", cached: bool = True) -> list[dict[str, Any]]:
+        query = {"labelSelector": label_selector} if label_selector else None
+        listing = self.get(collection_path(resource, namespace), query=query, cached=cached)
+        items = listing.get("items") or [] if isinstance(listing, dict) else []
+        api_version = api_version_of(resource)
+        return [{**item, "apiVersion": api_version, "kind": resource.kind} for item in items if isinstance(item, dict)]
+
+    def get_object(self, api_version: str, kind: str, namespace: str, name: str, *, cached: bool = True) -> dict[str, Any] | None:
+        resource = self.resolve_kind(api_version, kind)
+        if resource is None:
+            raise ApiError("GET", f"{api_version}/{kind}", 404, f"the server does not serve kind {kind!r} ({api_version or 'any version'})")
+        try:
+            obj = self.get(object_path(resource, namespace, name), cached=cached)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return obj if isinstance(obj, dict) else None
+
+    # -- engine interfaces -----------------------------------------------------------------------------------------
+    def lookup(self, api_version: str, kind: str, namespace: str, name: str | None) -> list[dict[str, Any]]:
+        """``ResourceLookup`` for generate clone/cloneList sources and CEL resource lookups."""
+        try:
+            if name is not None:
+                found = self.get_object(api_version, kind, namespace, name)
+                return [found] if found is not None else []
+            return self.list_objects(api_version, kind, namespace)
+        except ApiError as exc:
+            if exc.status == 404:
+                return []
+            raise
+
+    def configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """``configMap`` context entries: the ConfigMap as an object (its ``data`` is what policies read)."""
+        try:
+            return self.get_object("v1", "ConfigMap", namespace, name)
+        except ApiError as exc:
+            raise ContextLoadError(f"failed to read ConfigMap {namespace}/{name}: {exc}") from None
+
+    def api_call(self, call: dict[str, Any], _ctx: Any = None) -> Any:
+        """``apiCall`` context entries: ``urlPath`` goes to the API server, ``service`` to an in-cluster URL.
+
+        The entry's ``jmesPath`` and ``default`` are applied by the engine's context loader."""
+        method = str(call.get("method") or "GET").upper()
+        if call.get("service"):
+            return self._service_call(call, method)
+        url_path = str(call.get("urlPath") or "")
+        if not url_path:
+            raise ContextLoadError("apiCall needs urlPath or service")
+        path, _, raw_query = url_path.partition("?")
+        query = dict(urllib.parse.parse_qsl(raw_query)) if raw_query else None
+        try:
+            if method == "GET":
+                return self.get(path, query=query)
+            if method == "POST":
+                return self.request("POST", path, _call_body(call), query=query)
+        except ApiError as exc:
+            raise ContextLoadError(f"failed to call {method} {url_path}: {exc}") from None
+        raise ContextLoadError(f"apiCall method {method} is not supported (GET or POST)")
+
+    def _service_call(self, call: dict[str, Any], method: str) -> Any:
+        service = call.get("service") or {}
+        url = str(service.get("url") or "")
+        if not url:
+            raise ContextLoadError("apiCall service needs a url")
+        if method not in ("GET", "POST"):
+            raise ContextLoadError(f"apiCall method {method} is not supported (GET or POST)")
+        context: ssl.SSLContext | None = None
+        if url.startswith("https://"):
+            context = ssl.create_default_context(cadata=str(service["caBundle"])) if service.get("caBundle") else ssl.create_default_context()
+        headers = {"Accept": "application/json"}
+        for header in service.get("headers") or call.get("headers") or []:
+            if isinstance(header, dict) and header.get("key"):
+                headers[str(header["key"])] = str(header.get("value", ""))
+        data = None
+        if method == "POST":
+            headers["Content-Type"] = "application/json"
+            data = json.dumps(_call_body(call)).encode()
+        request = urllib.request.Request(url, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=SERVICE_CALL_TIMEOUT_SECONDS, context=context) as response:
+                raw = response.read()
+        except Exception as exc:
+            raise ContextLoadError(f"failed to call service {url}: {exc}") from None
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError as exc:
+            raise ContextLoadError(f"service {url} answered with invalid JSON: {exc}") from None
+
+    def providers(self) -> ContextProviders:
+        return ContextProviders(configmaps=self.configmap, api_calls=self.api_call)
+
+
+def _call_body(call: dict[str, Any]) -> dict[str, Any]:
+    """apiCall ``data`` is a list of ``key``/``value`` pairs forming the JSON request body."""
+    body: dict[str, Any] = {}
+    for item in call.get("data") or []:
+        if isinstance(item, dict) and "key" in item:
+            body[str(item["key"])] = item.get("value")
+    return body
+
+
+def _status_message(body: Any) -> str:
+    if not body:
+        return ""
+    try:
+        data = json.loads(body)
+    except (TypeError, ValueError):
+        return str(body)[:200]
+    return str(data.get("message") or "") if isinstance(data, dict) else ""
