@@ -56,6 +56,8 @@ class TestRun:
 class _Responses:
     trigger: dict[str, list[EngineResponse]] = field(default_factory=dict)
     by_operation: dict[str, dict[str, list[EngineResponse]]] = field(default_factory=dict)
+    # targetResources key -> responses holding a patched copy of it (mutate.targets)
+    target: dict[str, list[EngineResponse]] = field(default_factory=dict)
 
 
 class _ClusterData:
@@ -87,6 +89,16 @@ class _ClusterData:
 def _load_resources(case: TestCase, paths: list[str]) -> list[dict[str, Any]]:
     documents = load_documents([case.resolve(p) for p in paths])
     return [normalise_resource(d.data) for d in documents]
+
+
+def _responses_by_target(targets: list[dict[str, Any]], trigger: dict[str, list[EngineResponse]]) -> dict[str, list[EngineResponse]]:
+    wanted = {resource_key(target) for target in targets}
+    found: dict[str, list[EngineResponse]] = {}
+    for responses in trigger.values():
+        for response in responses:
+            for key in {resource_key(r.patched_target) for r in response.rules if r.patched_target is not None} & wanted:
+                found.setdefault(key, []).append(response)
+    return found
 
 
 def _lookup_rule_responses(result: TestResult, rules: list[RuleResponse]) -> list[RuleResponse]:
@@ -129,11 +141,14 @@ class TestRunner:
             cluster_objects = list(resources)
             for path in case.cluster_resources:
                 cluster_objects.extend(self._cluster_resource_objects(path))
+            targets = _load_resources(case, case.target_resources)
+            cluster_objects.extend(targets)
             cel_run = self._cel_run(policies, exception_set.cel if case.exceptions else [], values, cluster_objects)
         except LoadError as exc:
             self.run.error = str(exc)
             return self.run
         responses = self._evaluate(policies, resources, values, info, exceptions + policies.exceptions, cluster_objects, cel_run)
+        responses.target = _responses_by_target(targets, responses.trigger)
         self._judge(responses, policies)
         return self.run
 
@@ -276,9 +291,13 @@ class TestRunner:
                     f"results[{result.index}] names rule {result.rule!r}, which policy {result.policy_name!r} does not have"
                 )
             trigger = responses.by_operation.get(result.operation, {}) if result.operation else responses.trigger
-            keys = self._select_resources(result, trigger)
+            keys = self._select_resources(result, {**responses.target, **trigger})
             for key in keys:
-                self.run.rows.extend(self._rows_for(result, key, trigger))
+                rows = self._rows_for(result, key, trigger) if key in trigger else []
+                rows += self._target_rows(result, key, responses.target.get(key, []))
+                if not rows and key not in trigger:
+                    rows.append(Row(result.policy, result.rule, key.replace(",", "/"), False, "Not found", "Not found", result.result))
+                self.run.rows.extend(rows)
 
     def _select_resources(self, result: TestResult, trigger: dict[str, list[EngineResponse]]) -> list[str]:
         selected: list[str] = []
@@ -335,6 +354,20 @@ class TestRunner:
             rows.append(Row(result.policy, result.rule, display, True, "Excluded", "Excluded", result.result, True))
         if not rows and not skipped_missing:
             rows.append(Row(result.policy, result.rule, display, False, "Not found", "Not found", result.result))
+        return rows
+
+    def _target_rows(self, result: TestResult, key: str, responses: list[EngineResponse]) -> list[Row]:
+        """Rows for a targetResources object: judged on the patched copy a mutate.targets rule produced."""
+        rows: list[Row] = []
+        for response in responses:
+            if response.policy_name != result.policy_name:
+                continue
+            for rule in response.rules:
+                if rule.patched_target is not None and resource_key(rule.patched_target) == key:
+                    row = self._check(result, response, rule, rule.patched_target, key.replace(",", "/"))
+                    if row is not None:
+                        rows.append(row)
+                    break
         return rows
 
     def _check(self, result: TestResult, response: EngineResponse, rule: RuleResponse, actual: dict[str, Any], display: str) -> Row | None:
