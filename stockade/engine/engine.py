@@ -235,7 +235,9 @@ class Engine:
             if validate.get("podSecurity") is not None:
                 return resource, validate_pod_security_rule(ctx, rule)
             if validate.get("manifests") is not None:
-                return resource, rule_error(rule.name, RULE_TYPE_VALIDATION, "validate.manifests (signed YAML manifests) is not supported yet")
+                from stockade.engine.handlers.validate_manifests import validate_manifests_rule
+
+                return resource, validate_manifests_rule(ctx, rule)
             if validate.get("cel") is not None:
                 return resource, self._validate_cel(ctx, rule)
             return resource, validate_resource_rule(ctx, rule)
