@@ -175,6 +175,33 @@ class ClusterData:
             found = find(self.api_resources(refresh=True))  # a CRD installed since the last discovery
         return found
 
+    def resources_for_selector(self, selector: str) -> list[ApiResource]:
+        """Listable resources a policy ``kinds`` entry names (``Pod``, ``apps/v1/Deployment``, ``*/Secret``):
+        one per (group, kind), the first served version winning; subresource selectors name nothing listable."""
+        from stockade.engine.match import parse_kind_selector
+        from stockade.engine.wildcard import match
+
+        group, version, kind, subresource = parse_kind_selector(selector)
+        if subresource or not kind:
+            return []
+        chosen: dict[tuple[str, str], ApiResource] = {}
+        for resource in self.api_resources():
+            if match(group, resource.group) and match(version, resource.version) and match(kind, resource.kind):
+                chosen.setdefault((resource.group, resource.kind), resource)
+        return list(chosen.values())
+
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        """Labels of a namespace for ``namespaceSelector`` matching (just the name label when it cannot be read)."""
+        if not namespace:
+            return {}
+        try:
+            found = self.get_object("v1", "Namespace", "", namespace)
+        except ApiError as exc:
+            log.warning("could not read namespace %s: %s", namespace, exc)
+            found = None
+        labels = ((found or {}).get("metadata") or {}).get("labels") or {}
+        return dict(labels) or {"kubernetes.io/metadata.name": namespace}
+
     def resolve_resource(self, group: str, version: str, plural: str) -> ApiResource | None:
         for resource in self.api_resources():
             if resource.group == group and (not version or resource.version == version) and resource.resource == plural:

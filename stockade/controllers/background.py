@@ -1,0 +1,326 @@
+"""Background scans: evaluate the loaded policies against resources that already exist and report the results.
+
+Admission only sees what changes; a scan catches what was there before a policy arrived (Kyverno's
+``background: true``, the default).  For every eligible policy the scanner lists the kinds its rules match, runs
+validate rules (patterns, deny, podSecurity, CEL) and ValidatingPolicies on each object, and writes one
+PolicyReport per resource through ``ReportWriter`` (a ClusterPolicyReport for cluster-scoped resources).  Each
+write replaces the results of the policies the scan evaluated and drops results of policies that no longer exist;
+results of admission-only policies are left alone.
+
+Like Kyverno, a policy is not scanned when it depends on the admission request beyond the object: variables
+such as ``request.userInfo``, ``request.roles``, ``serviceAccountName``, or ``roles``/``clusterRoles``/``subjects``
+in match/exclude (there is no requester in a background scan).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from stockade.controllers.clusterdata import ApiError, ClusterData
+from stockade.controllers.reports import PROCESS_BACKGROUND, report_policy_name
+from stockade.engine.engine import Engine, Request
+from stockade.engine.match import ResourceKind
+from stockade.engine.response import STATUSES, EngineResponse, report_result
+from stockade.policy.model import KyvernoPolicy, Rule
+
+log = logging.getLogger("stockade.background")
+
+# Kyverno's variables that only exist during admission (pkg/validation/policy/background.go, same meaning)
+_REQUEST_ONLY_VARIABLES = tuple(
+    re.compile(pattern)
+    for pattern in (
+        r"[^.](serviceAccountName)\b",
+        r"[^.](serviceAccountNamespace)\b",
+        r"[^.](request\.userInfo)\b",
+        r"[^.](request\.roles)\b",
+        r"[^.](request\.clusterRoles)\b",
+    )
+)
+_VARIABLE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
+_USER_MATCH_FIELDS = ("roles", "clusterRoles", "subjects")
+
+
+def background_blocker(policy: KyvernoPolicy) -> str:
+    """Why a policy cannot be evaluated in the background ('' when it can)."""
+    if not policy.background:
+        return "spec.background is false"
+    for index, rule in enumerate(policy.rules):
+        field_path = _user_match_field(rule)
+        if field_path:
+            return f"rule {rule.name} (spec/rules[{index}]) selects requesters with {field_path}"
+    if any(rule.has_mutate_existing() for rule in policy.declared_rules):
+        return ""
+    for rule in policy.rules:
+        for variable in _VARIABLE.findall(json.dumps(rule.raw)):
+            text = " " + variable.strip()
+            for pattern in _REQUEST_ONLY_VARIABLES:
+                found = pattern.search(text)
+                if found:
+                    return f"rule {rule.name} uses {found.group(1)}, which only exists during admission"
+    return ""
+
+
+def _user_match_field(rule: Rule) -> str:
+    blocks: list[tuple[str, dict[str, Any]]] = []
+    for section_name, section in (("match", rule.match), ("exclude", rule.exclude)):
+        blocks.append((section_name, section))
+        for key in ("any", "all"):
+            for index, entry in enumerate(section.get(key) or []):
+                blocks.append((f"{section_name}/{key}[{index}]", entry or {}))
+    for path, block in blocks:
+        for name in _USER_MATCH_FIELDS:
+            if block.get(name):
+                return f"{path}/{name}"
+    return ""
+
+
+def scanned_rules_only(response: EngineResponse) -> EngineResponse:
+    """Drop verifyImages-only results: their outcome needs this process's own verification of the admission."""
+    policy = response.policy
+    verify_only = {rule.name for rule in getattr(policy, "rules", []) if rule.has_verify_images() and not rule.has_validate()}
+    if verify_only:
+        response.rules = [r for r in response.rules if r.name not in verify_only]
+    return response
+
+
+def cel_background_enabled(policy: Any) -> bool:
+    evaluation = policy.spec.get("evaluation") or {}
+    background = evaluation.get("background") or {}
+    return bool(background.get("enabled", True))
+
+
+@dataclass
+class ScanSummary:
+    """What one scan did; ``as_metrics()`` flattens it for gauges."""
+
+    started: float = 0.0
+    duration_seconds: float = 0.0
+    policies: int = 0
+    skipped_policies: dict[str, str] = field(default_factory=dict)
+    resources: int = 0
+    reports_submitted: int = 0
+    results: dict[str, int] = field(default_factory=lambda: {status: 0 for status in STATUSES})
+    errors: list[str] = field(default_factory=list)
+    pruned_reports: int = 0
+
+    def as_metrics(self) -> dict[str, float]:
+        metrics: dict[str, float] = {
+            "duration_seconds": self.duration_seconds,
+            "policies": float(self.policies),
+            "skipped_policies": float(len(self.skipped_policies)),
+            "resources": float(self.resources),
+            "reports_submitted": float(self.reports_submitted),
+            "errors": float(len(self.errors)),
+            "pruned_reports": float(self.pruned_reports),
+        }
+        for status, count in self.results.items():
+            metrics[f"results_{status}"] = float(count)
+        return metrics
+
+
+class BackgroundScanner:
+    """Periodic (leader-only) background scans writing PolicyReports."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        store: Any,
+        report_writer: Any,
+        interval: float = 3600.0,
+        is_leader: Callable[[], bool] = lambda: True,
+        *,
+        cluster_data: ClusterData | None = None,
+    ) -> None:
+        self.api_client = api_client
+        self.store = store
+        self.reports = report_writer
+        self.interval = interval
+        self.is_leader = is_leader
+        self.cluster = cluster_data or ClusterData(api_client, ttl_seconds=30.0)
+        self.last_summary: ScanSummary | None = None
+        self.scans = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Scan shortly after start, then every ``interval`` seconds (0 disables)."""
+        if self.interval <= 0 or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._run, name="background-scan", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def _run(self) -> None:
+        delay = 5.0  # let policies load and the lease settle
+        while not self._stop.wait(delay):
+            delay = self.interval
+            try:
+                if self.is_leader():
+                    self.scan_once()
+            except Exception:  # a failed scan must not end the schedule
+                log.exception("background scan failed")
+
+    # -- scanning --------------------------------------------------------------------------------------------------
+    def scan_once(self) -> ScanSummary:
+        summary = ScanSummary(started=time.time())
+        began = time.monotonic()
+        snapshot = self.store.snapshot
+        if snapshot is None:
+            summary.errors.append("policies are not loaded")
+            return self._finish(summary, began)
+        self.cluster.invalidate()
+        policies: list[KyvernoPolicy] = []
+        for policy in snapshot.policies:
+            if not policy.has_validate():
+                continue
+            reason = background_blocker(policy)
+            if reason:
+                summary.skipped_policies[policy.key] = reason
+                continue
+            policies.append(policy)
+        cel_evaluator = getattr(snapshot.evaluator, "cel_evaluator", None)
+        cel_policies = [p for p in getattr(snapshot.evaluator, "cel_policies", []) or [] if cel_background_enabled(p)] if cel_evaluator else []
+        summary.policies = len(policies) + len(cel_policies)
+        live = {report_policy_name(p) for p in snapshot.policies} | {report_policy_name(p) for p in getattr(snapshot, "cel_policies", []) or []}
+        scanned = frozenset(report_policy_name(p) for p in policies + cel_policies)
+
+        targets = self._targets(policies, cel_policies, summary)
+        exceptions = list(getattr(getattr(snapshot.evaluator, "engine", None), "exceptions", []) or [])
+        engine = Engine(providers=self.cluster.providers(), exceptions=exceptions, resource_lookup=self.cluster.lookup)
+        for resource_objects, kyverno_policies, cel_for_kind in targets:
+            for obj in resource_objects:
+                summary.resources += 1
+                responses = self._evaluate(engine, obj, kyverno_policies, cel_for_kind, cel_evaluator, summary)
+                for response in responses:
+                    for rule in response.rules:
+                        summary.results[report_result(response, rule)] += 1
+                if self.reports is not None and (obj.get("metadata") or {}).get("uid"):
+                    self.reports.submit(obj, responses, process=PROCESS_BACKGROUND, replace_policies=scanned, live_policies=live)
+                    summary.reports_submitted += 1
+        if self.reports is not None and hasattr(self.reports, "prune"):
+            if hasattr(self.reports, "flush"):
+                self.reports.flush()
+            try:
+                summary.pruned_reports = self.reports.prune(live)
+            except Exception as exc:
+                summary.errors.append(f"pruning reports failed: {exc}")
+        return self._finish(summary, began)
+
+    def _finish(self, summary: ScanSummary, began: float) -> ScanSummary:
+        summary.duration_seconds = time.monotonic() - began
+        self.last_summary = summary
+        self.scans += 1
+        log.info(
+            "background scan: %d policies, %d resources, results %s, %d errors in %.1fs",
+            summary.policies, summary.resources, summary.results, len(summary.errors), summary.duration_seconds,
+        )
+        return summary
+
+    def _targets(self, policies: list[KyvernoPolicy], cel_policies: list[Any], summary: ScanSummary) -> list[tuple[list[dict[str, Any]], list[KyvernoPolicy], list[Any]]]:
+        """Objects to scan grouped by listed resource, each with the policies that may match it."""
+        from stockade.controllers.webhookconfig import cel_resource_rules, rule_kinds
+
+        by_resource: dict[tuple[str, str, str], tuple[Any, list[KyvernoPolicy], list[Any], set[str]]] = {}
+
+        def add(resource: Any, namespace: str, policy: Any, cel: bool) -> None:
+            key = (resource.group, resource.version, resource.resource)
+            entry = by_resource.setdefault(key, (resource, [], [], set()))
+            bucket = entry[2] if cel else entry[1]
+            if all(p is not policy for p in bucket):
+                bucket.append(policy)
+            entry[3].add(namespace)
+
+        for policy in policies:
+            for rule in policy.rules:
+                if not rule.has_validate():
+                    continue
+                for selector in rule_kinds(rule):
+                    if selector.split("/")[-1] == "*":
+                        summary.errors.append(f"policy {policy.key} rule {rule.name}: wildcard kind {selector!r} is not scanned")
+                        continue
+                    try:
+                        for resource in self.cluster.resources_for_selector(selector):
+                            add(resource, policy.namespace, policy, False)
+                    except ApiError as exc:
+                        summary.errors.append(f"discovery for {selector}: {exc}")
+        for policy in cel_policies:
+            for group, version, plural, _operations in cel_resource_rules(policy):
+                if "/" in plural or plural == "*":
+                    continue
+                for resource in self.cluster.api_resources():
+                    if (group in ("*", resource.group)) and (version in ("*", resource.version)) and resource.resource == plural:
+                        add(resource, str(getattr(policy, "namespace", "") or ""), policy, True)
+                        break
+
+        targets = []
+        for resource, kyverno_policies, cel_for_kind, namespaces in by_resource.values():
+            # one cluster-wide listing unless every interested policy is namespaced
+            listing_namespaces = [""] if "" in namespaces or not resource.namespaced else sorted(namespaces)
+            objects: list[dict[str, Any]] = []
+            for namespace in listing_namespaces:
+                try:
+                    objects.extend(self.cluster.list_resource(resource, namespace, cached=False))
+                except ApiError as exc:
+                    summary.errors.append(f"listing {resource.resource}: {exc}")
+            targets.append((objects, kyverno_policies, cel_for_kind))
+        return targets
+
+    def _evaluate(
+        self,
+        engine: Engine,
+        obj: dict[str, Any],
+        policies: list[KyvernoPolicy],
+        cel_policies: list[Any],
+        cel_evaluator: Any,
+        summary: ScanSummary,
+    ) -> list[EngineResponse]:
+        metadata = obj.get("metadata") or {}
+        namespace = str(metadata.get("namespace") or "")
+        labels = self.cluster.namespace_labels(namespace) if namespace and obj.get("kind") != "Namespace" else {}
+        responses: list[EngineResponse] = []
+        for policy in policies:
+            if policy.namespace and policy.namespace != namespace:
+                continue
+            try:
+                request = Request(resource=obj, operation="CREATE", namespace_labels=labels, gvk=ResourceKind.of(obj))
+                response = scanned_rules_only(engine.validate(engine.policy_context(policy, request)))
+            except Exception as exc:  # one broken evaluation must not end the scan
+                summary.errors.append(f"policy {policy.key} on {_describe(obj)}: {exc}")
+                continue
+            if response.rules:
+                responses.append(response)
+        if cel_policies and cel_evaluator is not None:
+            from stockade.celpolicy import AdmissionInput
+
+            cel_input = AdmissionInput(object=obj, operation="CREATE", namespace_labels=labels)
+            for policy in cel_policies:
+                policy_namespace = str(getattr(policy, "namespace", "") or "")
+                if policy_namespace and policy_namespace != namespace:
+                    continue
+                try:
+                    response = cel_evaluator.validate(policy, cel_input)
+                except Exception as exc:
+                    summary.errors.append(f"policy {getattr(policy, 'name', '')} on {_describe(obj)}: {exc}")
+                    continue
+                if response is not None and response.rules:
+                    responses.append(response)
+        return responses
+
+
+def _describe(obj: dict[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    namespace = metadata.get("namespace") or ""
+    return f"{obj.get('kind', '')}/{namespace + '/' if namespace else ''}{metadata.get('name', '')}"

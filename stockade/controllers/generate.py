@@ -1,0 +1,640 @@
+"""Generate rules in a cluster: create and keep in step the downstream resources the engine computes.
+
+The engine (``Engine.generate``) only says *what* a trigger should produce; this controller makes it so, the way
+Kyverno's background controller does:
+
+* ``submit(review)`` after an allowed admission queues the trigger; a worker thread evaluates the policies' generate
+  rules on it and creates the downstream objects (data, clone, cloneList), labelled like Kyverno's
+  (``generate.kyverno.io/policy-name``, ``…/rule-name``, ``…/trigger-*``, ``app.kubernetes.io/managed-by``).
+* ``synchronize: true`` keeps them in step: an UPDATE re-applies the rule (or, when the trigger no longer matches,
+  deletes its downstream), a DELETE of the trigger deletes them, and ``resync()`` (leader only) restores deleted or
+  edited downstream objects and follows clone-source changes.
+* When a policy (or one of its generate rules) disappears, synchronized downstream objects are deleted unless the
+  rule sets ``orphanDownstreamOnPolicyDelete``; when one appears with ``generateExisting``, it is applied to the
+  triggers that already exist.
+
+Work never crashes the thread: failures are logged with policy, rule and resource and retried with backoff.
+"""
+
+from __future__ import annotations
+
+import copy
+import heapq
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from stockade.controllers.clusterdata import ApiError, ClusterData, api_version_of, collection_path, object_path
+from stockade.engine.engine import Engine, Request
+from stockade.engine.match import RequestInfo, ResourceKind
+from stockade.engine.response import ERROR, PASS, EngineResponse
+from stockade.policy.model import KyvernoPolicy, Rule
+
+log = logging.getLogger("stockade.generate")
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY_VALUE = "kyverno"  # Kyverno's value: downstream objects stay recognisable to Kyverno tooling
+POLICY_NAME_LABEL = "generate.kyverno.io/policy-name"
+POLICY_NAMESPACE_LABEL = "generate.kyverno.io/policy-namespace"
+RULE_NAME_LABEL = "generate.kyverno.io/rule-name"
+TRIGGER_UID_LABEL = "generate.kyverno.io/trigger-uid"
+TRIGGER_NAMESPACE_LABEL = "generate.kyverno.io/trigger-namespace"
+TRIGGER_KIND_LABEL = "generate.kyverno.io/trigger-kind"
+TRIGGER_GROUP_LABEL = "generate.kyverno.io/trigger-group"
+TRIGGER_VERSION_LABEL = "generate.kyverno.io/trigger-version"
+FIELD_MANAGER = "stockade-generate"
+
+APPLY = "apply"
+DELETE = "delete"
+NOTHING = "none"
+
+
+# -- pure decisions (unit-tested) ------------------------------------------------------------------------------------
+def label_selector(labels: dict[str, str]) -> str:
+    """``k=v,…`` (an empty value selects objects whose label is present and empty, as Kubernetes does)."""
+    return ",".join(f"{key}={value}" for key, value in sorted(labels.items()))
+
+
+def downstream_selector(policy_name: str, policy_namespace: str, rule_name: str | None = None, trigger_uid: str | None = None) -> dict[str, str]:
+    """Labels that find the downstream objects of a policy, optionally narrowed to one rule and one trigger."""
+    selector = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, POLICY_NAME_LABEL: policy_name, POLICY_NAMESPACE_LABEL: policy_namespace}
+    if rule_name is not None:
+        selector[RULE_NAME_LABEL] = rule_name
+    if trigger_uid is not None:
+        selector[TRIGGER_UID_LABEL] = trigger_uid
+    return selector
+
+
+def synchronize(rule: Rule) -> bool:
+    return bool((rule.generate or {}).get("synchronize", False))
+
+
+def orphan_on_policy_delete(rule: Rule) -> bool:
+    return bool((rule.generate or {}).get("orphanDownstreamOnPolicyDelete", False))
+
+
+def generate_existing(policy: KyvernoPolicy, rule: Rule) -> bool:
+    """The rule's ``generateExisting`` wins over the policy's (and its legacy ``generateExistingOnPolicyUpdate``)."""
+    value = (rule.generate or {}).get("generateExisting")
+    if value is not None:
+        return bool(value)
+    return bool(policy.spec.get("generateExisting", policy.spec.get("generateExistingOnPolicyUpdate", False)))
+
+
+def trigger_action(operation: str, rule_applies: bool, synchronized: bool) -> str:
+    """What a trigger event does to one rule's downstream objects.
+
+    CREATE/UPDATE of a matching trigger applies the rule; an UPDATE after which the trigger no longer matches (or
+    its preconditions fail) and a DELETE of the trigger remove synchronized downstream objects; otherwise nothing."""
+    if operation in ("CREATE", "UPDATE") and rule_applies:
+        return APPLY
+    if operation in ("UPDATE", "DELETE") and synchronized:
+        return DELETE
+    return NOTHING
+
+
+def should_update(desired: dict[str, Any], current: dict[str, Any], synchronized: bool) -> bool:
+    """An existing downstream object is rewritten only for synchronized rules, and only when it drifted.
+
+    Drift means a field we set has another value (the server's defaults and other managers' additions are
+    tolerated), or a key was added to a ConfigMap/Secret's ``data``."""
+    if not synchronized:
+        return False
+    if not _contains(current, _comparable(desired)):
+        return True
+    for key in ("data", "binaryData", "stringData"):
+        if isinstance(desired.get(key), dict) and isinstance(current.get(key), dict) and set(current[key]) - set(desired[key]):
+            return True
+    return False
+
+
+def _comparable(desired: dict[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in desired.items() if k not in ("status", "apiVersion", "kind")}
+    metadata = desired.get("metadata") or {}
+    out["metadata"] = {k: metadata[k] for k in ("labels", "annotations") if metadata.get(k)}
+    return out
+
+
+def _contains(actual: Any, wanted: Any) -> bool:
+    if isinstance(wanted, dict):
+        return isinstance(actual, dict) and all(key in actual and _contains(actual[key], value) for key, value in wanted.items())
+    if isinstance(wanted, list):
+        return isinstance(actual, list) and len(actual) == len(wanted) and all(_contains(a, w) for a, w in zip(actual, wanted))
+    if wanted is None:
+        return actual is None
+    return actual == wanted or (isinstance(wanted, (int, float)) and not isinstance(wanted, bool) and actual == wanted)
+
+
+def downstream_kinds(rule: Rule) -> list[tuple[str, str]]:
+    """(apiVersion, kind) of everything a generate rule can produce, to find its downstream objects by label."""
+    generate = rule.generate or {}
+    kinds: list[tuple[str, str]] = []
+    for spec in [generate, *(generate.get("foreach") or [])]:
+        if not isinstance(spec, dict):
+            continue
+        if spec.get("kind"):
+            kinds.append((str(spec.get("apiVersion") or ""), str(spec["kind"])))
+        for entry in (spec.get("cloneList") or {}).get("kinds") or []:
+            api_version, _, kind = str(entry).rpartition("/")
+            kinds.append((api_version, kind))
+    unique: list[tuple[str, str]] = []
+    for item in kinds:
+        if item not in unique and "{{" not in item[1]:
+            unique.append(item)
+    return unique
+
+
+def generate_rules(policy: KyvernoPolicy) -> dict[str, Rule]:
+    return {rule.name: rule for rule in policy.rules if rule.has_generate()}
+
+
+# -- work items ------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TriggerEvent:
+    """An admitted change of a (potential) trigger."""
+
+    operation: str
+    resource: dict[str, Any]
+    old_resource: dict[str, Any] = field(default_factory=dict)
+    info: RequestInfo = field(default_factory=RequestInfo)
+    gvk: ResourceKind | None = None
+
+    @property
+    def subject(self) -> dict[str, Any]:
+        return self.resource or self.old_resource
+
+    def describe(self) -> str:
+        metadata = self.subject.get("metadata") or {}
+        namespace = metadata.get("namespace") or ""
+        return f"{self.subject.get('kind', '')}/{namespace + '/' if namespace else ''}{metadata.get('name', '')}"
+
+
+@dataclass(order=True)
+class _Retry:
+    due: float
+    seq: int
+    event: TriggerEvent = field(compare=False)
+    attempt: int = field(compare=False, default=0)
+
+
+class GenerateFailure(Exception):
+    def __init__(self, policy: str, rule: str, resource: str, message: str) -> None:
+        super().__init__(f"policy {policy} rule {rule} on {resource}: {message}")
+        self.policy = policy
+        self.rule = rule
+        self.resource = resource
+
+
+@dataclass
+class GenerateStats:
+    """Counters for metrics and tests."""
+
+    created: int = 0
+    updated: int = 0
+    deleted: int = 0
+    failures: int = 0
+    retries: int = 0
+    dropped: int = 0
+    processed: int = 0
+    resyncs: int = 0
+
+
+class GenerateController:
+    """Applies generate rules in the cluster from admission events and periodic resyncs."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        store: Any,
+        *,
+        cluster_data: ClusterData | None = None,
+        resync_interval: float = 300.0,
+        is_leader: Callable[[], bool] = lambda: True,
+        capacity: int = 2000,
+        max_attempts: int = 6,
+        backoff_seconds: float = 0.5,
+        max_backoff_seconds: float = 60.0,
+    ) -> None:
+        self.api_client = api_client
+        self.store = store
+        # uncached reads: the controller compares against the live objects it is about to write
+        self.cluster = cluster_data or ClusterData(api_client, ttl_seconds=0.0)
+        self.resync_interval = resync_interval
+        self.is_leader = is_leader
+        self.max_attempts = max_attempts
+        self.backoff_seconds = backoff_seconds
+        self.max_backoff_seconds = max_backoff_seconds
+        self.stats = GenerateStats()
+        self._queue: queue.Queue[TriggerEvent | None] = queue.Queue(maxsize=capacity)
+        self._retries: list[_Retry] = []
+        self._seq = itertools.count()
+        self._lock = threading.Lock()
+        self._known_rules: dict[str, tuple[KyvernoPolicy, dict[str, Rule]]] | None = None
+        self._policies_changed = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._busy = threading.Lock()
+
+    # -- lifecycle -------------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self.store.listeners.append(self._on_snapshot)
+        self._policies_changed.set()  # first pass: generateExisting for the policies loaded at start
+        self._thread = threading.Thread(target=self._run, name="generate", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        try:
+            self._queue.put_nowait(None)
+        except queue.Full:
+            pass
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+        try:
+            self.store.listeners.remove(self._on_snapshot)
+        except ValueError:
+            pass
+
+    def _on_snapshot(self, _snapshot: Any) -> None:
+        self._policies_changed.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            self._queue.put_nowait(None) if not self._stop.is_set() else None
+        except queue.Full:
+            pass
+
+    # -- input -----------------------------------------------------------------------------------------------------
+    def submit(self, review: Any) -> None:
+        """Queue an allowed, non-dryRun admission (a ``stockade.webhook.admission.AdmissionRequest``); never blocks."""
+        if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE") or review.sub_resource:
+            return
+        snapshot = self.store.snapshot
+        if snapshot is None or not any(p.has_generate() for p in snapshot.policies):
+            return
+        event = TriggerEvent(review.operation, review.object, review.old_object, review.user_info, review.kind)
+        self.submit_event(event)
+
+    def submit_event(self, event: TriggerEvent) -> None:
+        try:
+            self._queue.put_nowait(event)
+        except queue.Full:
+            self.stats.dropped += 1
+            log.warning("generate queue full, dropping %s %s (the next resync catches up on synchronized rules)", event.operation, event.describe())
+
+    def wait_idle(self, timeout: float = 30.0) -> bool:
+        """For tests and shutdown: True once the queue and pending retries are drained."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                pending = bool(self._retries)
+            if self._queue.unfinished_tasks == 0 and not pending and not self._busy.locked() and not self._policies_changed.is_set():
+                return True
+            time.sleep(0.05)
+        return False
+
+    # -- worker ----------------------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        next_resync = time.monotonic() + self.resync_interval
+        while not self._stop.is_set():
+            timeout = max(0.0, min(next_resync, self._next_retry_due()) - time.monotonic())
+            got = True
+            try:
+                event = self._queue.get(timeout=min(timeout, 1.0))
+            except queue.Empty:
+                event, got = None, False
+            with self._busy:
+                try:
+                    if self._policies_changed.is_set() and self._leader():
+                        self._policies_changed.clear()
+                        self.reconcile_policies()
+                    elif self._policies_changed.is_set() and not self._leader():
+                        self._policies_changed.clear()  # the leader reacts; we re-check when we lead
+                    if event is not None:
+                        self._process(event, 0)
+                    for retry in self._due_retries():
+                        self._process(retry.event, retry.attempt)
+                    if self.resync_interval > 0 and time.monotonic() >= next_resync:
+                        next_resync = time.monotonic() + self.resync_interval
+                        if self._leader():
+                            self.resync()
+                except Exception:  # never let the thread die
+                    log.exception("generate worker iteration failed")
+                finally:
+                    if got:
+                        self._queue.task_done()
+
+    def _leader(self) -> bool:
+        try:
+            return bool(self.is_leader())
+        except Exception:
+            return False
+
+    def _next_retry_due(self) -> float:
+        with self._lock:
+            return self._retries[0].due if self._retries else float("inf")
+
+    def _due_retries(self) -> list[_Retry]:
+        now = time.monotonic()
+        due: list[_Retry] = []
+        with self._lock:
+            while self._retries and self._retries[0].due <= now:
+                due.append(heapq.heappop(self._retries))
+        return due
+
+    def _schedule_retry(self, event: TriggerEvent, attempt: int, reason: str) -> None:
+        if attempt + 1 >= self.max_attempts:
+            log.error("giving up on %s %s after %d attempts: %s", event.operation, event.describe(), attempt + 1, reason)
+            return
+        delay = min(self.backoff_seconds * (2**attempt), self.max_backoff_seconds)
+        self.stats.retries += 1
+        with self._lock:
+            heapq.heappush(self._retries, _Retry(time.monotonic() + delay, next(self._seq), event, attempt + 1))
+
+    def _process(self, event: TriggerEvent, attempt: int) -> None:
+        try:
+            failures = self.process_event(event)
+        except ApiError as exc:
+            failures = [GenerateFailure("*", "*", event.describe(), str(exc))]
+        except _TriggerPending as exc:
+            self._schedule_retry(event, attempt, str(exc))
+            return
+        self.stats.processed += 1
+        if failures:
+            self.stats.failures += len(failures)
+            for failure in failures:
+                log.warning("generate failed (attempt %d): %s", attempt + 1, failure)
+            self._schedule_retry(event, attempt, "; ".join(str(f) for f in failures))
+
+    # -- engine ----------------------------------------------------------------------------------------------------
+    def _engine(self) -> Engine:
+        snapshot = self.store.snapshot
+        exceptions = list(getattr(getattr(getattr(snapshot, "evaluator", None), "engine", None), "exceptions", []) or [])
+        return Engine(providers=self.cluster.providers(), exceptions=exceptions, resource_lookup=self.cluster.lookup)
+
+    def _policies(self) -> list[KyvernoPolicy]:
+        snapshot = self.store.snapshot
+        return [p for p in (snapshot.policies if snapshot is not None else []) if p.has_generate()]
+
+    def _evaluate(self, engine: Engine, policy: KyvernoPolicy, trigger: dict[str, Any], operation: str, info: RequestInfo, gvk: ResourceKind | None) -> EngineResponse:
+        namespace = str((trigger.get("metadata") or {}).get("namespace") or "")
+        labels = self.cluster.namespace_labels(namespace) if namespace else {}
+        # old_resource left empty: an UPDATE is judged on the new object alone, so "no longer matches" is visible
+        request = Request(resource=trigger, operation=operation, info=info, namespace_labels=labels, gvk=gvk)
+        pctx = engine.policy_context(policy, request)
+        pctx.old_resource = {} if operation != "DELETE" else pctx.old_resource
+        return engine.generate(pctx)
+
+    # -- trigger events --------------------------------------------------------------------------------------------
+    def process_event(self, event: TriggerEvent) -> list[GenerateFailure]:
+        """Apply every generate rule to one trigger event; returns the failures (empty when all went well)."""
+        policies = self._policies()
+        if not policies:
+            return []
+        trigger = event.subject
+        if event.operation in ("CREATE", "UPDATE"):
+            stored = self._stored_trigger(event)
+            if stored is None:
+                if event.operation == "CREATE":
+                    raise _TriggerPending(f"trigger {event.describe()} is not stored yet")
+                return []  # deleted since; its DELETE event cleans up
+            trigger = event.resource
+        engine = self._engine()
+        failures: list[GenerateFailure] = []
+        uid = str((trigger.get("metadata") or {}).get("uid") or "")
+        for policy in policies:
+            rules = generate_rules(policy)
+            responses: dict[str, Any] = {}
+            if event.operation != "DELETE":
+                response = self._evaluate(engine, policy, trigger, event.operation, event.info, event.gvk)
+                responses = {r.name: r for r in response.rules}
+            for name, rule in rules.items():
+                result = responses.get(name)
+                if result is not None and result.status == ERROR:
+                    failures.append(GenerateFailure(policy.key, name, event.describe(), result.message))
+                    continue
+                applies = result is not None and result.status == PASS
+                action = trigger_action(event.operation, applies, synchronize(rule))
+                try:
+                    if action == APPLY:
+                        self.apply_downstream(policy, rule, result.generated_resources)
+                    elif action == DELETE and uid:
+                        self.delete_downstream(policy, rule, trigger_uid=uid)
+                except ApiError as exc:
+                    failures.append(GenerateFailure(policy.key, name, event.describe(), str(exc)))
+        return failures
+
+    def _stored_trigger(self, event: TriggerEvent) -> dict[str, Any] | None:
+        """The trigger as stored, or None while/after it is not (a CREATE is validated before it is persisted)."""
+        trigger = event.resource
+        metadata = trigger.get("metadata") or {}
+        api_version = str(trigger.get("apiVersion") or "")
+        if event.gvk is not None and event.gvk.version:
+            api_version = f"{event.gvk.group}/{event.gvk.version}" if event.gvk.group else event.gvk.version
+        stored = self.cluster.get_object(api_version, str(trigger.get("kind") or (event.gvk.kind if event.gvk else "")), str(metadata.get("namespace") or ""), str(metadata.get("name") or ""), cached=False)
+        if stored is None:
+            return None
+        if metadata.get("uid") and (stored.get("metadata") or {}).get("uid") != metadata.get("uid"):
+            return None
+        return stored
+
+    # -- downstream objects ----------------------------------------------------------------------------------------
+    def apply_downstream(self, policy: KyvernoPolicy, rule: Rule, generated: Iterable[dict[str, Any]]) -> None:
+        """Create missing downstream objects; rewrite drifted ones of synchronized rules."""
+        server_side = bool(policy.spec.get("useServerSideApply", False))
+        for desired in generated:
+            desired = copy.deepcopy(desired)
+            resource = self.cluster.resolve_kind(str(desired.get("apiVersion") or ""), str(desired.get("kind") or ""))
+            if resource is None:
+                raise ApiError("GET", str(desired.get("kind")), 404, f"kind {desired.get('apiVersion')}/{desired.get('kind')} is not served")
+            metadata = desired.setdefault("metadata", {})
+            desired["apiVersion"] = api_version_of(resource)
+            if resource.namespaced:
+                metadata["namespace"] = metadata.get("namespace") or "default"
+            else:
+                metadata.pop("namespace", None)
+            namespace = str(metadata.get("namespace") or "")
+            name = str(metadata.get("name") or "")
+            clone = (rule.generate or {}).get("clone") or {}
+            if clone and (str(clone.get("namespace") or ""), str(clone.get("name") or "")) == (namespace, name):
+                continue  # Kyverno skips cloning an object onto itself
+            path = object_path(resource, namespace, name)
+            if server_side:
+                self.cluster.request(
+                    "PATCH", path, desired, query={"fieldManager": FIELD_MANAGER, "force": "true"}, content_type="application/apply-patch+yaml"
+                )
+                self.stats.updated += 1
+                continue
+            current = self.cluster.get_object(desired["apiVersion"], str(desired.get("kind")), namespace, name, cached=False)
+            if current is None:
+                try:
+                    self.cluster.request("POST", collection_path(resource, namespace), desired)
+                    self.stats.created += 1
+                    log.info("generated %s %s/%s (policy %s, rule %s)", resource.kind, namespace, name, policy.key, rule.name)
+                    continue
+                except ApiError as exc:
+                    if exc.status != 409:
+                        raise
+                    current = self.cluster.get_object(desired["apiVersion"], str(desired.get("kind")), namespace, name, cached=False)
+                    if current is None:
+                        raise
+            if not should_update(desired, current, synchronize(rule)):
+                continue
+            desired["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
+            self.cluster.request("PUT", path, desired)
+            self.stats.updated += 1
+            log.info("synchronized %s %s/%s (policy %s, rule %s)", resource.kind, namespace, name, policy.key, rule.name)
+
+    def find_downstream(self, policy_name: str, policy_namespace: str, rule: Rule, trigger_uid: str | None = None) -> list[dict[str, Any]]:
+        selector = label_selector(downstream_selector(policy_name, policy_namespace, rule.name, trigger_uid))
+        found: list[dict[str, Any]] = []
+        for api_version, kind in downstream_kinds(rule):
+            try:
+                found.extend(self.cluster.list_objects(api_version, kind, "", label_selector=selector, cached=False))
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+        return found
+
+    def delete_downstream(self, policy: KyvernoPolicy, rule: Rule, *, trigger_uid: str | None = None, keep_uids: set[str] | None = None) -> int:
+        """Delete a rule's downstream objects (of one trigger, or all but those of ``keep_uids`` triggers)."""
+        deleted = 0
+        for obj in self.find_downstream(policy.name, policy.namespace, rule, trigger_uid):
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            if keep_uids is not None and labels.get(TRIGGER_UID_LABEL) in keep_uids:
+                continue
+            deleted += self._delete_object(obj)
+        if deleted:
+            log.info("deleted %d downstream object(s) of policy %s rule %s", deleted, policy.key, rule.name)
+        return deleted
+
+    def _delete_object(self, obj: dict[str, Any]) -> int:
+        metadata = obj.get("metadata") or {}
+        resource = self.cluster.resolve_kind(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
+        if resource is None:
+            return 0
+        try:
+            self.cluster.request("DELETE", object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or "")))
+        except ApiError as exc:
+            if exc.status == 404:
+                return 0
+            raise
+        self.stats.deleted += 1
+        return 1
+
+    # -- policy changes and resync ---------------------------------------------------------------------------------
+    def reconcile_policies(self) -> None:
+        """React to loaded policies changing: clean up after vanished generate rules, run generateExisting for new ones."""
+        current = {policy.key: (policy, generate_rules(policy)) for policy in self._policies()}
+        previous = self._known_rules or {}
+        for key, (old_policy, old_rules) in previous.items():
+            new_rules = current.get(key, (None, {}))[1]
+            for name, rule in old_rules.items():
+                if name in new_rules or not synchronize(rule) or orphan_on_policy_delete(rule):
+                    continue
+                try:
+                    self.delete_downstream(old_policy, rule)
+                except ApiError as exc:
+                    log.warning("cleaning up downstream of removed rule %s/%s failed: %s", key, name, exc)
+        for key, (policy, rules) in current.items():
+            old_rules = previous.get(key, (None, {}))[1]
+            wanted = [rule for name, rule in rules.items() if generate_existing(policy, rule) and (name not in old_rules or old_rules[name].raw != rule.raw)]
+            if wanted:
+                self._apply_to_existing(policy, wanted, prune=False)
+        self._known_rules = current
+
+    def resync(self) -> None:
+        """Leader-only reconciliation of synchronized rules against the triggers that exist now."""
+        self.stats.resyncs += 1
+        if self._known_rules is None:
+            self.reconcile_policies()
+        for policy in self._policies():
+            rules = [rule for rule in generate_rules(policy).values() if synchronize(rule)]
+            if rules:
+                self._apply_to_existing(policy, rules, prune=True)
+
+    def _apply_to_existing(self, policy: KyvernoPolicy, rules: list[Rule], *, prune: bool) -> None:
+        """Evaluate ``rules`` on every existing trigger and apply them; with ``prune``, delete downstream objects
+        whose trigger is gone or no longer matches."""
+        engine = self._engine()
+        for rule in rules:
+            applied_uids: set[str] = set()
+            triggers, complete = self._list_triggers(policy, rule)
+            for trigger in triggers:
+                uid = str((trigger.get("metadata") or {}).get("uid") or "")
+                try:
+                    response = self._evaluate(engine, _single_rule(policy, rule), trigger, "CREATE", RequestInfo(), None)
+                except Exception as exc:
+                    log.warning("evaluating policy %s rule %s on %s failed: %s", policy.key, rule.name, _describe(trigger), exc)
+                    applied_uids.add(uid)  # unknown: keep its downstream
+                    continue
+                for result in response.rules:
+                    if result.name != rule.name:
+                        continue
+                    if result.status == ERROR:
+                        applied_uids.add(uid)
+                        log.warning("policy %s rule %s on %s: %s", policy.key, rule.name, _describe(trigger), result.message)
+                    elif result.status == PASS:
+                        applied_uids.add(uid)
+                        try:
+                            self.apply_downstream(policy, rule, result.generated_resources)
+                        except ApiError as exc:
+                            self.stats.failures += 1
+                            log.warning("policy %s rule %s on %s: %s", policy.key, rule.name, _describe(trigger), exc)
+            if prune and complete:  # an incomplete listing must not look like vanished triggers
+                try:
+                    self.delete_downstream(policy, rule, keep_uids=applied_uids)
+                except ApiError as exc:
+                    log.warning("pruning downstream of policy %s rule %s failed: %s", policy.key, rule.name, exc)
+
+    def _list_triggers(self, policy: KyvernoPolicy, rule: Rule) -> tuple[list[dict[str, Any]], bool]:
+        """Existing objects of the kinds a rule matches (in the policy's namespace for a Policy); False when some
+        listing failed."""
+        from stockade.controllers.webhookconfig import rule_kinds
+
+        complete = True
+        triggers: list[dict[str, Any]] = []
+        seen: set[tuple[str, str]] = set()
+        for selector in rule_kinds(rule):
+            try:
+                resources = self.cluster.resources_for_selector(selector)
+            except ApiError as exc:
+                log.warning("discovery for %s failed: %s", selector, exc)
+                complete = False
+                continue
+            for resource in resources:
+                if (resource.group, resource.kind) in seen:
+                    continue
+                seen.add((resource.group, resource.kind))
+                try:
+                    triggers.extend(self.cluster.list_resource(resource, policy.namespace, cached=False))
+                except ApiError as exc:
+                    complete = False
+                    log.warning("listing %s for policy %s failed: %s", resource.kind, policy.key, exc)
+        return triggers, complete
+
+
+class _TriggerPending(Exception):
+    pass
+
+
+def _single_rule(policy: KyvernoPolicy, rule: Rule) -> KyvernoPolicy:
+    """A view of the policy with just one rule, so ``applyRules: One`` elsewhere cannot hide it."""
+    view = KyvernoPolicy(policy.raw, policy.source)
+    view._rules = [rule]
+    return view
+
+
+def _describe(obj: dict[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    namespace = metadata.get("namespace") or ""
+    return f"{obj.get('kind', '')}/{namespace + '/' if namespace else ''}{metadata.get('name', '')}"
