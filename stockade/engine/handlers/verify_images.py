@@ -538,7 +538,7 @@ def validate_verified_images(pctx: PolicyContext, rule: Rule, record: Verificati
             image = str(info["reference"])
             if entry.get("verifyDigest", True) and not info.get("digest"):
                 return rule_fail(rule.name, RULE_TYPE_IMAGE_VERIFY, f"missing digest for {image}")
-            if entry.get("required", True) and (entry.get("attestors") or entry.get("attestations")):
+            if entry.get("required", True):
                 status = record.status(key, rule.name, image)
                 if status in (None, STATUS_FAIL):
                     return rule_fail(rule.name, RULE_TYPE_IMAGE_VERIFY, f"unverified image {image}")
