@@ -305,3 +305,13 @@ def test_verify_digest_false_and_required_false() -> None:
 def test_record_parsing_ignores_garbage() -> None:
     assert VerificationRecord.from_resource({"metadata": {"annotations": {SCOPED_ANNOTATION: "[1,2"}}}).policies == {}
     assert VerificationRecord.from_resource({"metadata": {"annotations": {SCOPED_ANNOTATION: '{"policies": {"p": {"r": {"i": 3}}}}'}}}).policies == {"p": {"r": {}}}
+
+
+def test_required_without_attestors_can_never_be_satisfied() -> None:
+    verifier = FakeVerifier()
+    required = policy({"attestors": [], "mutateDigest": False, "verifyDigest": False})
+    _, validation = run(required, pod("ghcr.io/acme/app:1.0"), verifier)
+    assert validation is not None and validation.status == "fail" and validation.message == "unverified image ghcr.io/acme/app:1.0"
+    optional = policy({"attestors": [], "mutateDigest": False, "verifyDigest": False, "required": False})
+    _, validation = run(optional, pod("ghcr.io/acme/app:1.0"), verifier)
+    assert validation is not None and validation.status == "pass"
