@@ -85,7 +85,11 @@ class WebhookRegistrar:
 
         self.api = client.AdmissionregistrationV1Api(api_client)
 
-    def apply(self, mutating: dict[str, Any], validating: dict[str, Any]) -> None:
+    def apply(self, mutating: dict[str, Any], validating: dict[str, Any], policy_validation: dict[str, Any] | None = None) -> None:
+        """Upsert both resource webhook configurations (an empty one is deleted), plus the policy-validation one
+        when given (``webhookconfig.build_policy_validation_configuration``)."""
+        if policy_validation is not None:
+            self.apply_validating(policy_validation)
         for body, read, create, replace, delete in (
             (
                 mutating,
@@ -103,6 +107,16 @@ class WebhookRegistrar:
             ),
         ):
             self._upsert(body, read, create, replace, delete)
+
+    def apply_validating(self, body: dict[str, Any]) -> None:
+        """Upsert one ValidatingWebhookConfiguration (deleted when it has no webhooks)."""
+        self._upsert(
+            body,
+            self.api.read_validating_webhook_configuration,
+            self.api.create_validating_webhook_configuration,
+            self.api.replace_validating_webhook_configuration,
+            self.api.delete_validating_webhook_configuration,
+        )
 
     @staticmethod
     def _upsert(body: dict[str, Any], read: Any, create: Any, replace: Any, delete: Any) -> None:

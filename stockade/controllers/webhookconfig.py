@@ -7,6 +7,7 @@ everything (and keeps the cluster usable if we are down).  Pure functions here; 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +20,25 @@ MANAGED_BY_LABEL = "webhook.stockade.io/managed-by"
 MANAGED_BY_VALUE = "stockade"
 MUTATING_CONFIG_NAME = "stockade-resource-mutating-webhook-cfg"
 VALIDATING_CONFIG_NAME = "stockade-resource-validating-webhook-cfg"
+POLICY_VALIDATING_CONFIG_NAME = "stockade-policy-validating-webhook-cfg"
+POLICY_VALIDATION_PATH = "/policyvalidate"
+# The policy kinds the /policyvalidate endpoint checks, as webhook rules name them (plural resources).
+POLICY_RESOURCES: dict[str, tuple[str, ...]] = {
+    "kyverno.io": ("clusterpolicies", "policies", "policyexceptions"),
+    "policies.kyverno.io": (
+        "validatingpolicies",
+        "namespacedvalidatingpolicies",
+        "mutatingpolicies",
+        "namespacedmutatingpolicies",
+        "generatingpolicies",
+        "namespacedgeneratingpolicies",
+        "deletingpolicies",
+        "namespaceddeletingpolicies",
+        "imagevalidatingpolicies",
+        "namespacedimagevalidatingpolicies",
+        "policyexceptions",
+    ),
+}
 DEFAULT_TIMEOUT_SECONDS = 10
 MAX_TIMEOUT_SECONDS = 30
 ALL_OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
@@ -200,8 +220,38 @@ def excluded_namespaces_selector(namespaces: Iterable[str]) -> dict[str, Any]:
 
 
 def _timeout(policies: list[Any], default: int) -> int:
-    timeouts = [int(p.spec.get("webhookTimeoutSeconds") or (p.spec.get("webhookConfiguration") or {}).get("timeoutSeconds") or 0) for p in policies]
-    return min(max([default, *timeouts]), MAX_TIMEOUT_SECONDS)
+    """The apiserver must wait at least as long as the slowest policy of a webhook may take."""
+    from stockade.webhook.admission import policy_timeout
+
+    timeouts = [math.ceil(policy_timeout(p, 0)) for p in policies]
+    return max(1, min(max([default, *timeouts]), MAX_TIMEOUT_SECONDS))
+
+
+def build_policy_validation_configuration(target: WebhookTarget, ca_bundle: bytes, *, timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS) -> dict[str, Any]:
+    """The ValidatingWebhookConfiguration that sends policy CREATE/UPDATE to ``/policyvalidate``.
+
+    failurePolicy Ignore: a stopped server must never block policy management (including removing a bad policy);
+    no namespaceSelector: Policies live in any namespace, ours and kube-system included."""
+    rules = [
+        {"apiGroups": [group], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"], "resources": list(resources), "scope": "*"}
+        for group, resources in POLICY_RESOURCES.items()
+    ]
+    webhook = {
+        "name": "validate-policy.stockade.svc",
+        "clientConfig": target.client_config(POLICY_VALIDATION_PATH, ca_bundle),
+        "rules": rules,
+        "failurePolicy": FAILURE_POLICY_IGNORE,
+        "matchPolicy": "Equivalent",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": max(1, min(timeout_seconds, MAX_TIMEOUT_SECONDS)),
+    }
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": POLICY_VALIDATING_CONFIG_NAME, "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE}},
+        "webhooks": [webhook],
+    }
 
 
 def build_configurations(

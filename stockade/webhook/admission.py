@@ -7,7 +7,9 @@ with plain dictionaries and reusable by the benchmark.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +19,7 @@ import yaml
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.mutate import diff_json_patch
-from stockade.engine.response import ERROR, FAIL, PASS, SKIP, EngineResponse
+from stockade.engine.response import ERROR, FAIL, PASS, SKIP, EngineResponse, RuleResponse
 from stockade.policy.model import KyvernoPolicy
 
 _YamlDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: ~10x faster on denial-heavy traffic
@@ -25,6 +27,7 @@ _YamlDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: ~10x fas
 ADMISSION_API_VERSION = "admission.k8s.io/v1"
 FAILURE_POLICY_FAIL = "Fail"
 FAILURE_POLICY_IGNORE = "Ignore"
+DEFAULT_POLICY_TIMEOUT_SECONDS = 10.0  # Kyverno's default webhookTimeoutSeconds
 
 
 class InvalidAdmissionReview(ValueError):
@@ -132,9 +135,45 @@ def review_response(request: AdmissionRequest, decision: AdmissionDecision) -> d
 
 
 def failure_policy(policy: Any) -> str:
-    """Kyverno's default is Fail; ``spec.failurePolicy: Ignore`` moves a policy to the ignore webhook."""
-    value = str(policy.spec.get("failurePolicy") or FAILURE_POLICY_FAIL)
-    return FAILURE_POLICY_IGNORE if value.lower() == "ignore" else FAILURE_POLICY_FAIL
+    """Kyverno's default is Fail; ``spec.failurePolicy: Ignore`` (or the newer
+    ``spec.webhookConfiguration.failurePolicy``) moves a policy to the ignore webhook."""
+    spec = policy.spec
+    configuration = spec.get("webhookConfiguration")
+    value = spec.get("failurePolicy") or (configuration.get("failurePolicy") if isinstance(configuration, dict) else None)
+    return FAILURE_POLICY_IGNORE if str(value or FAILURE_POLICY_FAIL).lower() == "ignore" else FAILURE_POLICY_FAIL
+
+
+def policy_timeout(policy: Any, default: float = DEFAULT_POLICY_TIMEOUT_SECONDS) -> float:
+    """Seconds a policy may take per request: ``spec.webhookConfiguration.timeoutSeconds``, then the older
+    ``spec.webhookTimeoutSeconds`` (ClusterPolicy/Policy), else ``default``; nonsense values fall back too."""
+    spec = policy.spec
+    configuration = spec.get("webhookConfiguration")
+    for value in ((configuration or {}).get("timeoutSeconds") if isinstance(configuration, dict) else None, spec.get("webhookTimeoutSeconds")):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            return float(value)
+    return float(default)
+
+
+def timed_out_response(policy: Any, response: EngineResponse | None, resource: dict[str, Any], budget: float, rule_type: str) -> EngineResponse:
+    """The policy's result replaced by an error per rule it ran (or one entry named after the policy when it never
+    ran), so failurePolicy decides: Fail denies, Ignore admits with a warning.  Its patch is dropped."""
+    message = f"policy {getattr(policy, 'name', '')} timed out: evaluation exceeded its {budget:g}s budget"
+    names = [rule.name for rule in response.rules] if response is not None and response.rules else [str(getattr(policy, "name", ""))]
+    types = [rule.rule_type for rule in response.rules] if response is not None and response.rules else [rule_type]
+    timed_out = EngineResponse(policy, resource, resource)
+    timed_out.rules = [RuleResponse(name, kind, ERROR, message, failure_action="Enforce") for name, kind in zip(names, types)]
+    return timed_out
+
+
+RoleLookup = Callable[[RequestInfo, str], tuple[tuple[str, ...], tuple[str, ...]]]
+"""(user, request namespace) → (Roles as ``namespace:name``, ClusterRoles) bound to that user."""
+
+
+def uses_roles(policy: Any) -> bool:
+    """Whether a policy needs the requester's RBAC roles: roles/clusterRoles in match/exclude, or the
+    ``request.roles``/``request.clusterRoles`` variables anywhere."""
+    text = json.dumps(getattr(policy, "raw", {}), separators=(",", ":"), default=str)
+    return '"roles"' in text or '"clusterRoles"' in text or "request.roles" in text or "request.clusterRoles" in text
 
 
 def resource_label(resource: dict[str, Any], request: AdmissionRequest) -> str:
@@ -202,6 +241,9 @@ class AdmissionEvaluator:
         *,
         cel_policies: list[Any] | None = None,
         cel_evaluator: Any = None,
+        role_resolver: RoleLookup | None = None,
+        default_timeout_seconds: float = DEFAULT_POLICY_TIMEOUT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.engine = engine
         self.policies = list(policies)
@@ -209,6 +251,12 @@ class AdmissionEvaluator:
         self.cel_mutating = [p for p in cel_policies or [] if p.kind in MUTATING_POLICY_KINDS]
         self.cel_evaluator = cel_evaluator
         self._namespace_labels = namespace_labels
+        self.role_resolver = role_resolver
+        self.default_timeout_seconds = default_timeout_seconds
+        self.clock = clock
+        self._timeouts: dict[int, float] = {}
+        # roles cost API lookups: resolved only when some loaded policy can look at them
+        self.needs_roles = any(uses_roles(p) for p in self.policies)
         self._by_failure_policy = {
             FAILURE_POLICY_FAIL: [p for p in self.policies if failure_policy(p) == FAILURE_POLICY_FAIL],
             FAILURE_POLICY_IGNORE: [p for p in self.policies if failure_policy(p) == FAILURE_POLICY_IGNORE],
@@ -246,7 +294,7 @@ class AdmissionEvaluator:
             dry_run=request.dry_run,
         )
 
-    def _mutate_cel(self, request: AdmissionRequest, failure: str | None, current: dict[str, Any]) -> tuple[list[EngineResponse], dict[str, Any]]:
+    def _mutate_cel(self, request: AdmissionRequest, failure: str | None, current: dict[str, Any], started: float) -> tuple[list[EngineResponse], dict[str, Any]]:
         """MutatingPolicies in order, each seeing the previous one's output."""
         policies = [p for p in self.cel_mutating if failure is None or failure_policy(p) == failure]
         if not policies or self.cel_evaluator is None:
@@ -254,15 +302,21 @@ class AdmissionEvaluator:
         labels = self.namespace_labels(request)
         responses: list[EngineResponse] = []
         for policy in policies:
+            if self._expired(policy, started):
+                responses.append(timed_out_response(policy, None, current, self._budget(policy), "Mutation"))
+                continue
             response = self.cel_evaluator.mutate(policy, self._cel_input(request, labels, current))
             if response is None or not response.rules:
+                continue
+            if self._expired(policy, started):
+                responses.append(timed_out_response(policy, response, current, self._budget(policy), "Mutation"))
                 continue
             responses.append(response)
             if response.patched_resource:
                 current = response.patched_resource
         return responses, current
 
-    def _validate_cel(self, request: AdmissionRequest, failure: str | None, labels: dict[str, str]) -> tuple[list[EngineResponse], list[str]]:
+    def _validate_cel(self, request: AdmissionRequest, failure: str | None, labels: dict[str, str], started: float) -> tuple[list[EngineResponse], list[str]]:
         """ValidatingPolicy results with each rule's failure_action set from validationActions, plus Warn warnings."""
         policies = self.cel_policies_for(failure)
         if not policies or self.cel_evaluator is None:
@@ -271,8 +325,14 @@ class AdmissionEvaluator:
         responses: list[EngineResponse] = []
         warnings: list[str] = []
         for policy in policies:
+            if self._expired(policy, started):
+                responses.append(timed_out_response(policy, None, request.subject, self._budget(policy), "Validation"))
+                continue
             response = self.cel_evaluator.validate(policy, cel_request)
             if response is None or not response.rules:
+                continue
+            if self._expired(policy, started):
+                responses.append(timed_out_response(policy, response, request.subject, self._budget(policy), "Validation"))
                 continue
             actions = validation_actions(policy)
             for rule in response.rules:
@@ -281,6 +341,30 @@ class AdmissionEvaluator:
                     warnings.append(f"policy {response.policy_name}.{rule.name}: {rule.message}")
             responses.append(response)
         return responses, warnings
+
+    def _budget(self, policy: Any) -> float:
+        budget = self._timeouts.get(id(policy))
+        if budget is None:
+            budget = self._timeouts[id(policy)] = policy_timeout(policy, self.default_timeout_seconds)
+        return budget
+
+    def _expired(self, policy: Any, started: float) -> bool:
+        """A policy's budget counts from the request's arrival, like the apiserver's timeout for its webhook."""
+        return self.clock() - started > self._budget(policy)
+
+    def remaining(self, policy: Any, started: float) -> float:
+        """Seconds left of a policy's budget (for calls that take a timeout, e.g. registry lookups)."""
+        return max(0.0, self._budget(policy) - (self.clock() - started))
+
+    def with_roles(self, request: AdmissionRequest) -> AdmissionRequest:
+        """The request with the requester's Roles/ClusterRoles filled in, when a policy can look at them."""
+        if not self.needs_roles or self.role_resolver is None or request.user_info.roles or request.user_info.cluster_roles:
+            return request
+        roles, cluster_roles = self.role_resolver(request.user_info, request.namespace)
+        if not roles and not cluster_roles:
+            return request
+        info = dataclasses.replace(request.user_info, roles=tuple(roles), cluster_roles=tuple(cluster_roles))
+        return dataclasses.replace(request, user_info=info)
 
     def policies_for(self, failure: str | None) -> list[KyvernoPolicy]:
         """The policies served by one webhook variant; ``None`` means the catch-all endpoint."""
@@ -306,28 +390,44 @@ class AdmissionEvaluator:
             gvk=request.kind,
         )
 
-    def mutate(self, request: AdmissionRequest, failure: str | None = None) -> AdmissionDecision:
-        """Apply every mutate rule in order; the patch turns the submitted object into the mutated one."""
+    def mutate(self, request: AdmissionRequest, failure: str | None = None, started: float | None = None) -> AdmissionDecision:
+        """Apply every mutate rule in order; the patch turns the submitted object into the mutated one.
+
+        ``started`` is when the request arrived (``clock()`` time); each policy's timeout counts from it."""
         policies = [p for p in self.policies_for(failure) if p.has_mutate()]
         verifying = self._verifying(failure)
         if request.operation in ("DELETE", "CONNECT") or not (policies or self.cel_mutating or verifying):
             return AdmissionDecision(allowed=True)
+        started = self.clock() if started is None else started
+        request = self.with_roles(request)
         original = request.object
         current = original
         responses: list[EngineResponse] = []
         for policy in policies:
+            if self._expired(policy, started):
+                responses.append(timed_out_response(policy, None, current, self._budget(policy), "Mutation"))
+                continue
             response = self.engine.mutate(self.engine.policy_context(policy, self.engine_request(request, current)))
+            if self._expired(policy, started):
+                responses.append(timed_out_response(policy, response, current, self._budget(policy), "Mutation"))
+                continue
             if response.rules:
                 responses.append(response)
             if response.patched_resource:
                 current = response.patched_resource
-        cel_responses, current = self._mutate_cel(request, failure, current)
+        cel_responses, current = self._mutate_cel(request, failure, current, started)
         responses += cel_responses
         blocked = blocking_rules_for_mutation(responses)
         # verifyImages: verify signatures, pin digests, record results; an Enforce failure denies here, as in Kyverno
         for policy in verifying:
-            response, _record = self.engine.verify_images(self.engine.policy_context(policy, self.engine_request(request, current)))
-            apply_verify_images_actions(policy, response)
+            if self._expired(policy, started):
+                response = timed_out_response(policy, None, current, self._budget(policy), "ImageVerify")
+            else:
+                response, _record = self.engine.verify_images(self.engine.policy_context(policy, self.engine_request(request, current)))
+                if self._expired(policy, started):
+                    response = timed_out_response(policy, response, current, self._budget(policy), "ImageVerify")
+                else:
+                    apply_verify_images_actions(policy, response)
             if response.rules:
                 responses.append(response)
                 for name, rules in blocking_rules([response]).items():
@@ -339,25 +439,38 @@ class AdmissionEvaluator:
         patch = diff_json_patch(original, current) if current is not original else []
         return AdmissionDecision(True, warnings=warning_messages(responses), patch=patch, responses=responses)
 
-    def validate(self, request: AdmissionRequest, failure: str | None = None) -> AdmissionDecision:
-        """Deny on Enforce failures (and errors of Fail policies); report everything else as warnings."""
+    def validate(self, request: AdmissionRequest, failure: str | None = None, started: float | None = None) -> AdmissionDecision:
+        """Deny on Enforce failures (and errors of Fail policies, timeouts included); report everything else as
+        warnings.  ``started`` is when the request arrived; each policy's timeout counts from it."""
         verifying = self._verifying(failure)
         verifying_ids = {id(p) for p in verifying}
         policies = [p for p in self.policies_for(failure) if p.has_validate() or id(p) in verifying_ids]
         if not policies and not self.cel_policies_for(failure):
             return AdmissionDecision(allowed=True)
+        started = self.clock() if started is None else started
+        request = self.with_roles(request)
         # The object arriving here already went through the mutating webhook, so only validation runs.
         engine_request = self.engine_request(request)
         # verifyImages results are trusted only when this process verified them; the cache makes this a lookup
-        records = {policy.key: self.engine.verify_images(self.engine.policy_context(policy, engine_request))[1] for policy in verifying}
+        records = {
+            policy.key: self.engine.verify_images(self.engine.policy_context(policy, engine_request))[1]
+            for policy in verifying
+            if not self._expired(policy, started)
+        }
         responses = []
         for policy in policies:
+            if self._expired(policy, started):
+                responses.append(timed_out_response(policy, None, request.subject, self._budget(policy), "Validation"))
+                continue
             response = self.engine.validate(self.engine.policy_context(policy, engine_request), records.get(policy.key))
+            if self._expired(policy, started):
+                responses.append(timed_out_response(policy, response, request.subject, self._budget(policy), "Validation"))
+                continue
             if id(policy) in verifying_ids:
                 apply_verify_images_actions(policy, response)
             if response.rules:
                 responses.append(response)
-        cel_responses, cel_warnings = self._validate_cel(request, failure, engine_request.namespace_labels)
+        cel_responses, cel_warnings = self._validate_cel(request, failure, engine_request.namespace_labels, started)
         blocked = blocking_rules(responses + cel_responses)
         if blocked:
             return AdmissionDecision(False, block_message(resource_label(request.subject, request), blocked), responses=responses + cel_responses)

@@ -1,7 +1,8 @@
 """The HTTPS admission webhook: aiohttp routes around AdmissionEvaluator.
 
 Endpoints follow Kyverno's layout (``/validate``, ``/validate/fail``, ``/validate/ignore``, the same for
-``/mutate``), plus ``/health/liveness``, ``/health/readiness`` and ``/metrics``.  Policy evaluation is CPU-bound and
+``/mutate``, and ``/policyvalidate`` for policy documents themselves), plus ``/health/liveness``,
+``/health/readiness`` and ``/metrics``.  Policy evaluation is CPU-bound and
 fast (sub-millisecond to a few ms), so it runs on the event loop: a thread pool would only add GIL contention.
 """
 
@@ -61,6 +62,7 @@ WEBHOOK_PATHS: dict[str, tuple[str, str | None]] = {
     "/mutate/fail": ("mutate", FAILURE_POLICY_FAIL),
     "/mutate/ignore": ("mutate", FAILURE_POLICY_IGNORE),
 }
+POLICY_VALIDATION_PATH = "/policyvalidate"
 
 
 @dataclass
@@ -74,6 +76,8 @@ class ServerState:
     readiness_checks: list[Callable[[], str]] = field(default_factory=list)
     tracing: Any = None  # stockade.webhook.tracing.Tracing when --tracing-endpoint is set
     reports: Any = None  # stockade.controllers.reports.ReportWriter when reporting to a cluster
+    events: Any = None  # stockade.controllers.events.EventRecorder (record_denial) unless --no-events
+    generator: Any = None  # anything with submit(AdmissionRequest): called for allowed, non-dry-run validations
 
 
 def _bad_request(reason: str) -> web.Response:
@@ -95,9 +99,14 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
         snapshot = state.store.snapshot
         if snapshot is None:
             return web.json_response({"error": "policies are not loaded yet"}, status=503)
+        arrived = time.monotonic()  # policy timeouts count from here
         labels = state.store.namespace_labels
         if review.namespace and labels is not None and getattr(labels, "needs_fetch", lambda _ns: False)(review.namespace):
             await asyncio.to_thread(labels, review.namespace)  # warm the cache off the event loop
+        evaluator = snapshot.evaluator
+        roles = evaluator.role_resolver
+        if roles is not None and evaluator.needs_roles and getattr(roles, "needs_fetch", lambda _ns: False)(review.namespace):
+            await asyncio.to_thread(roles, review.user_info, review.namespace)  # list bindings off the event loop
         engine_started = time.perf_counter()
         span = contextlib.nullcontext() if state.tracing is None else state.tracing.span(
             f"admission {path}",
@@ -111,11 +120,11 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
         )
         with span as active:
             try:
-                evaluate = snapshot.evaluator.mutate if phase == "mutate" else snapshot.evaluator.validate
-                if snapshot.evaluator.needs_network:
-                    decision = await asyncio.to_thread(evaluate, review, failure)  # registry calls must not stall other reviews
+                evaluate = evaluator.mutate if phase == "mutate" else evaluator.validate
+                if evaluator.needs_network:
+                    decision = await asyncio.to_thread(evaluate, review, failure, arrived)  # registry calls must not stall other reviews
                 else:
-                    decision = evaluate(review, failure)
+                    decision = evaluate(review, failure, arrived)
             except Exception as exc:  # an engine bug must not take the webhook down; failurePolicy decides
                 log.exception("evaluation failed for %s", review.uid)
                 decision = _engine_failure(review, failure, exc)
@@ -125,6 +134,10 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
         engine_seconds = time.perf_counter() - engine_started
         if state.reports is not None and phase == "validate" and decision.allowed and decision.responses and not review.dry_run and review.operation in ("CREATE", "UPDATE"):
             state.reports.submit(review.object, decision.responses)
+        if not decision.allowed and state.events is not None and not review.dry_run:  # sideEffects: NoneOnDryRun
+            state.events.record_denial(review, decision)
+        if state.generator is not None and phase == "validate" and decision.allowed and not review.dry_run:
+            state.generator.submit(review)
         answer = review_response(review, decision)
         kind = review.kind.kind
         state.metrics.observe_rules(decision.responses, kind, review.operation, engine_seconds)
@@ -132,6 +145,40 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
         return web.Response(body=_dumps(answer), content_type="application/json")
 
     return handle
+
+
+def make_policy_validation_handler(state: ServerState, path: str = POLICY_VALIDATION_PATH) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """``/policyvalidate``: reject invalid policies at ``kubectl apply`` with the field and the reason."""
+
+    async def handle(http_request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        body = await http_request.read()
+        try:
+            review = parse_review(_loads(body))
+        except (InvalidAdmissionReview, ValueError, TypeError) as exc:
+            state.metrics.bad_requests.labels(path).inc()
+            return _bad_request(str(exc) if isinstance(exc, InvalidAdmissionReview) else f"body is not valid JSON: {exc}")
+        decision = policy_validation_decision(review)
+        state.metrics.observe_request(path, review.kind.kind, review.namespace, review.operation, decision.allowed, time.perf_counter() - started)
+        return web.Response(body=_dumps(review_response(review, decision)), content_type="application/json")
+
+    return handle
+
+
+def policy_validation_decision(review: AdmissionRequest) -> AdmissionDecision:
+    """Deny CREATE/UPDATE of an invalid policy; anything else (DELETE, unknown kinds) is allowed."""
+    from stockade.policy.validation import validate_policy_document
+
+    if review.operation not in ("CREATE", "UPDATE") or not review.object:
+        return AdmissionDecision(True)
+    try:
+        result = validate_policy_document(review.object)
+    except Exception as exc:  # a checker bug must not block policy management
+        log.exception("policy validation failed for %s", review.uid)
+        return AdmissionDecision(True, warnings=[f"stockade: policy validation failed: {exc}"])
+    if not result.ok:
+        return AdmissionDecision(False, result.message(), warnings=list(result.warnings))
+    return AdmissionDecision(True, warnings=list(result.warnings))
 
 
 def _engine_failure(review: AdmissionRequest, failure: str | None, exc: Exception) -> AdmissionDecision:
@@ -144,6 +191,7 @@ def build_app(state: ServerState) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY_BYTES)
     for path, (phase, failure) in WEBHOOK_PATHS.items():
         app.router.add_post(path, make_handler(state, phase, failure, path))
+    app.router.add_post(POLICY_VALIDATION_PATH, make_policy_validation_handler(state))
 
     async def liveness(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

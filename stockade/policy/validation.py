@@ -1,0 +1,670 @@
+"""Static checks of policy documents: what an admission-time policy validator rejects before a policy is stored.
+
+Pure (no I/O, no server imports) so the webhook's ``/policyvalidate`` endpoint and a CLI can share it.  Every
+problem names the field path (``spec.rules[0].validate.pattern``) and, for rule fields, the rule, because the
+author reads the message in the ``kubectl apply`` output and has to find the spot to fix.
+
+The checks target the mistakes that otherwise surface only at evaluation time, per request: malformed ``{{ }}``
+variables and JMESPath, CEL that does not compile, unknown condition operators, rules with no or several rule
+types, malformed anchors, and out-of-range webhook settings.  Anything the CRD schema already rejects is left to
+the apiserver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from stockade.policy.model import CEL_POLICY_GROUP, CEL_POLICY_KINDS, KYVERNO_GROUP, api_group
+
+MAX_RULE_NAME_LENGTH = 63
+MIN_TIMEOUT_SECONDS = 1
+MAX_TIMEOUT_SECONDS = 30
+FAILURE_POLICIES = ("Fail", "Ignore")
+FAILURE_ACTIONS = ("Enforce", "Audit", "enforce", "audit")
+RULE_TYPES = ("validate", "mutate", "generate", "verifyImages")
+VALIDATE_TYPES = ("pattern", "anyPattern", "deny", "foreach", "podSecurity", "cel", "manifests", "assert")
+MUTATE_TYPES = ("patchStrategicMerge", "patchesJson6902", "foreach")
+JSON_PATCH_OPERATIONS = ("add", "remove", "replace", "move", "copy", "test")
+CONTEXT_SOURCES = ("configMap", "apiCall", "imageRegistry", "variable", "globalReference")
+# Names the engine fills itself: a context entry with one of these names would shadow it.
+RESERVED_CONTEXT_NAMES = ("request", "serviceAccountName", "serviceAccountNamespace", "element", "elementIndex", "@", "images", "image", "target")
+CEL_EXPRESSION_KEYS = ("expression", "messageExpression", "valueExpression")
+VALIDATION_ACTIONS = ("Deny", "Warn", "Audit")
+ANCHOR_PREFIXES = ("(", "X(", "+(", "<(", "=(", "^(")
+IMAGE_POLICY_VARIABLES = ("images", "attestors", "attestations")
+
+
+@dataclass(frozen=True)
+class PolicyProblem:
+    """One reason a policy is invalid; ``path`` is the field as written in the document."""
+
+    path: str
+    message: str
+    rule: str = ""
+
+    def __str__(self) -> str:
+        where = f'rule "{self.rule}": ' if self.rule else ""
+        return f"{where}{self.path}: {self.message}"
+
+
+@dataclass
+class ValidationResult:
+    """Errors reject the policy; warnings are shown to the author but let it through."""
+
+    kind: str
+    name: str
+    errors: list[PolicyProblem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def message(self) -> str:
+        """One line per problem under a header naming the policy, as ``kubectl apply`` prints it."""
+        header = f'{self.kind} "{self.name}" is invalid'
+        if not self.errors:
+            return ""
+        if len(self.errors) == 1:
+            return f"{header}: {self.errors[0]}"
+        return header + ":\n" + "\n".join(f"- {problem}" for problem in self.errors)
+
+
+def is_policy_document(document: dict[str, Any]) -> bool:
+    """Whether ``validate_policy_document`` knows this kind (kyverno.io and policies.kyverno.io policy kinds)."""
+    group = api_group(str(document.get("apiVersion", "")))
+    kind = str(document.get("kind", ""))
+    if group == KYVERNO_GROUP:
+        return kind in ("ClusterPolicy", "Policy", "PolicyException")
+    return group == CEL_POLICY_GROUP and (kind in CEL_POLICY_KINDS or kind == "PolicyException")
+
+
+def validate_policy_document(document: dict[str, Any]) -> ValidationResult:
+    """Check one policy document; unknown kinds pass (the webhook is only registered for policy kinds)."""
+    metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
+    kind = str(document.get("kind", ""))
+    result = ValidationResult(kind, str(metadata.get("name") or metadata.get("generateName") or ""))
+    spec = document.get("spec")
+    if not is_policy_document(document):
+        return result
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, dict):
+        result.errors.append(PolicyProblem("spec", f"must be a mapping, found {type(spec).__name__}"))
+        return result
+    group = api_group(str(document.get("apiVersion", "")))
+    checker = _Checker(result)
+    if group == KYVERNO_GROUP and kind in ("ClusterPolicy", "Policy"):
+        checker.kyverno_policy(kind, metadata, spec)
+    elif group == KYVERNO_GROUP:
+        checker.kyverno_exception(spec)
+    else:
+        checker.cel_policy(kind, spec)
+    return result
+
+
+# --------------------------------------------------------------------------------------------------------------
+# helpers
+
+
+def _walk_strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """(path, text) for every string value and key in a document, paths in Kubernetes field notation."""
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            child = f"{path}.{key}" if path else str(key)
+            if isinstance(key, str):
+                yield child, key
+            yield from _walk_strings(item, child)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _walk_strings(item, f"{path}[{index}]")
+
+
+def variables_in(text: str) -> list[str]:
+    """The JMESPath expressions of the ``{{ }}`` variables in a string (escaped ``\\{{`` ignored)."""
+    if "{{" not in text:
+        return []
+    from stockade.engine.variables import VARIABLE_RE
+
+    return [match.group(2)[2:-2].strip() for match in VARIABLE_RE.finditer(text)]
+
+
+def jmespath_problem(expression: str) -> str:
+    """Why a JMESPath expression (Kyverno dialect) cannot be used, or "" when it parses and its functions exist."""
+    from stockade.jmespath import JMESPathError, compile_expression, function_names
+
+    try:
+        compile_expression(expression)
+    except JMESPathError as error:
+        return f"invalid JMESPath {expression!r}: {error}"
+    except Exception as error:  # the parser must never take admission down; report instead
+        return f"invalid JMESPath {expression!r}: {error}"
+    unknown = sorted(set(_function_names(expression)) - set(function_names()))
+    if unknown:
+        return f"invalid JMESPath {expression!r}: unknown function: {', '.join(unknown)}()"
+    return ""
+
+
+def _function_names(expression: str) -> list[str]:
+    """Function names called in an expression, from the reference parser's AST (grammar is the same)."""
+    try:
+        from jmespath.parser import Parser
+
+        tree = Parser().parse(expression).parsed
+    except Exception:  # the dialect accepts something the reference parser does not: skip the function check
+        return []
+    names: list[str] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("type") == "function_expression":
+                names.append(str(node.get("value")))
+            stack.extend(node.get("children") or [])
+            if isinstance(node.get("value"), dict):
+                stack.append(node["value"])
+    return names
+
+
+_compilers: dict[tuple[str, ...], Any] = {}
+
+
+def cel_problem(expression: str, field_path: str, extra_variables: tuple[str, ...] = ()) -> str:
+    """Why a CEL expression does not compile in the policy environment, or ""."""
+    from stockade.celpolicy.compiler import POLICY_VARIABLES, PolicyCompiler
+    from stockade.celpolicy.errors import PolicyCompileError
+
+    compiler = _compilers.get(extra_variables)
+    if compiler is None:
+        from stockade.cel import CelEnvironment
+
+        compiler = PolicyCompiler(CelEnvironment(POLICY_VARIABLES + extra_variables)) if extra_variables else PolicyCompiler()
+        _compilers[extra_variables] = compiler
+    try:
+        compiler.compile("validation", field_path, expression)
+    except PolicyCompileError as error:
+        message = error.error.message
+        if error.error.line is not None and error.error.column is not None:
+            message += f" at line {error.error.line}, column {error.error.column}"
+        return f"CEL expression {expression!r} does not compile: {message}"
+    except Exception as error:
+        return f"CEL expression {expression!r} does not compile: {error}"
+    return ""
+
+
+def _int_in_range(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and MIN_TIMEOUT_SECONDS <= value <= MAX_TIMEOUT_SECONDS
+
+
+class _Checker:
+    """Collects problems into one ValidationResult; one method per document area."""
+
+    def __init__(self, result: ValidationResult) -> None:
+        self.result = result
+
+    def error(self, path: str, message: str, rule: str = "") -> None:
+        self.result.errors.append(PolicyProblem(path, message, rule))
+
+    # ---- shared ------------------------------------------------------------------------------------------------
+    def webhook_settings(self, spec: dict[str, Any], legacy: bool) -> None:
+        configuration = spec.get("webhookConfiguration")
+        if configuration is not None and not isinstance(configuration, dict):
+            self.error("spec.webhookConfiguration", "must be a mapping")
+            configuration = {}
+        configuration = configuration or {}
+        if legacy and spec.get("webhookTimeoutSeconds") is not None:
+            if not _int_in_range(spec["webhookTimeoutSeconds"]):
+                self.error("spec.webhookTimeoutSeconds", f"the timeout value must be between {MIN_TIMEOUT_SECONDS} and {MAX_TIMEOUT_SECONDS} seconds, got {spec['webhookTimeoutSeconds']!r}")
+            if configuration.get("timeoutSeconds") is not None:
+                self.error("spec.webhookTimeoutSeconds", "remove the deprecated field and use spec.webhookConfiguration.timeoutSeconds instead")
+        if configuration.get("timeoutSeconds") is not None and not _int_in_range(configuration["timeoutSeconds"]):
+            self.error("spec.webhookConfiguration.timeoutSeconds", f"the timeout value must be between {MIN_TIMEOUT_SECONDS} and {MAX_TIMEOUT_SECONDS} seconds, got {configuration['timeoutSeconds']!r}")
+        for path, value in (("spec.failurePolicy", spec.get("failurePolicy")), ("spec.webhookConfiguration.failurePolicy", configuration.get("failurePolicy"))):
+            if value is not None and value not in FAILURE_POLICIES:
+                self.error(path, f"unsupported value {value!r}: must be Fail or Ignore")
+        if legacy and spec.get("failurePolicy") is not None and configuration.get("failurePolicy") is not None:
+            self.error("spec.failurePolicy", "remove the deprecated field and use spec.webhookConfiguration.failurePolicy instead")
+        for index, condition in enumerate(configuration.get("matchConditions") or []):
+            self.cel_expressions(condition, f"spec.webhookConfiguration.matchConditions[{index}]")
+
+    def cel_expressions(self, node: Any, path: str, rule: str = "", extra_variables: tuple[str, ...] = ()) -> None:
+        """Compile every ``expression``/``messageExpression``/``valueExpression`` string below ``node``."""
+        if isinstance(node, dict):
+            for key, value in node.items():
+                child = f"{path}.{key}"
+                if key in CEL_EXPRESSION_KEYS and isinstance(value, str):
+                    problem = cel_problem(value, child, extra_variables)
+                    if problem:
+                        self.error(child, problem, rule)
+                else:
+                    self.cel_expressions(value, child, rule, extra_variables)
+        elif isinstance(node, list):
+            for index, item in enumerate(node):
+                self.cel_expressions(item, f"{path}[{index}]", rule, extra_variables)
+
+    def variables(self, node: Any, path: str, rule: str = "") -> None:
+        for where, text in _walk_strings(node, path):
+            for expression in variables_in(text):
+                problem = jmespath_problem(expression) if expression else "empty variable {{ }}"
+                if problem:
+                    self.error(where, problem, rule)
+
+    def jmespath_field(self, value: Any, path: str, rule: str) -> None:
+        if isinstance(value, str) and value and not variables_in(value):
+            problem = jmespath_problem(value)
+            if problem:
+                self.error(path, problem, rule)
+
+    def conditions(self, block: Any, path: str, rule: str) -> None:
+        """``[{key, operator, value}]`` or ``{any: [...], all: [...]}``."""
+        if block is None:
+            return
+        if isinstance(block, list):
+            entries = [(f"{path}[{i}]", c) for i, c in enumerate(block)]
+        elif isinstance(block, dict):
+            unknown = sorted(set(block) - {"any", "all"})
+            if unknown:
+                self.error(path, f"unknown field(s) {', '.join(unknown)}: conditions are a list or have only 'any' and 'all'", rule)
+            entries = []
+            for key in ("any", "all"):
+                items = block.get(key) or []
+                if not isinstance(items, list):
+                    self.error(f"{path}.{key}", "must be a list of conditions", rule)
+                    continue
+                entries += [(f"{path}.{key}[{i}]", c) for i, c in enumerate(items)]
+        else:
+            self.error(path, "must be a list of conditions or have 'any'/'all' lists", rule)
+            return
+        from stockade.engine.conditions import CONDITION_OPERATORS
+
+        known = {op.lower() for op in CONDITION_OPERATORS}
+        for where, condition in entries:
+            if not isinstance(condition, dict):
+                self.error(where, "a condition must be a mapping with key, operator and value", rule)
+                continue
+            if "key" not in condition or "operator" not in condition:
+                self.error(where, "entered value of `key`, `value` or `operator` is missing or misspelled", rule)
+                continue
+            operator = condition.get("operator")
+            if not isinstance(operator, str) or operator.lower() not in known:
+                self.error(f"{where}.operator", f"unknown operator {operator!r}; valid operators: {', '.join(CONDITION_OPERATORS)}", rule)
+
+    # ---- kyverno.io ClusterPolicy / Policy ------------------------------------------------------------------------
+    def kyverno_policy(self, kind: str, metadata: dict[str, Any], spec: dict[str, Any]) -> None:
+        if kind == "ClusterPolicy" and metadata.get("namespace"):
+            self.error("metadata.namespace", "a ClusterPolicy should not have the namespace defined")
+        action = spec.get("validationFailureAction")
+        if action is not None and action not in FAILURE_ACTIONS:
+            self.error("spec.validationFailureAction", f"unsupported value {action!r}: must be Enforce or Audit")
+        if kind == "Policy" and spec.get("validationFailureActionOverrides"):
+            self.error("spec.validationFailureActionOverrides", "use of validationFailureActionOverrides is supported only with ClusterPolicy")
+        self.webhook_settings(spec, legacy=True)
+        if spec.get("admission") is False and spec.get("background") is False:
+            self.error("spec", "disabling both admission and background processing is not allowed")
+        rules = spec.get("rules")
+        if rules is None:
+            rules = []
+        if not isinstance(rules, list):
+            self.error("spec.rules", "must be a list of rules")
+            return
+        seen: set[str] = set()
+        for index, rule in enumerate(rules):
+            path = f"spec.rules[{index}]"
+            if not isinstance(rule, dict):
+                self.error(path, "a rule must be a mapping")
+                continue
+            name = str(rule.get("name") or "")
+            if not name:
+                self.error(f"{path}.name", "a rule needs a name")
+            elif len(name) > MAX_RULE_NAME_LENGTH:
+                self.error(f"{path}.name", f"rule name must be at most {MAX_RULE_NAME_LENGTH} characters", name)
+            elif name in seen:
+                self.error(f"{path}.name", f"duplicate rule name: '{name}'", name)
+            seen.add(name)
+            self.rule(rule, path, name)
+
+    def rule(self, rule: dict[str, Any], path: str, name: str) -> None:
+        present = [t for t in RULE_TYPES if rule.get(t)]
+        if not present:
+            self.error(path, f"no operation defined in the rule '{name}' (supported operations: mutate, validate, generate, verifyImages)", name)
+        elif len(present) > 1:
+            self.error(path, f"multiple operations defined in the rule '{name}' ({', '.join(present)}); only one of mutate, validate, generate, verifyImages is allowed per rule", name)
+        if rule.get("imageExtractors") and not rule.get("verifyImages"):
+            self.error(f"{path}.imageExtractors", "imageExtractors can only be defined for verifyImages rules", name)
+        self.match_block(rule.get("match"), f"{path}.match", name, required=True, rule=rule)
+        if rule.get("exclude") is not None:
+            self.match_block(rule.get("exclude"), f"{path}.exclude", name, required=False, rule=rule)
+        for section in ("match", "exclude"):
+            for where, text in _walk_strings(rule.get(section), f"{path}.{section}"):
+                if variables_in(text):
+                    self.error(where, f"variables are not allowed in the {section} section", name)
+        self.context(rule.get("context"), f"{path}.context", name, uses_cel=bool((rule.get("validate") or {}).get("cel")))
+        self.conditions(rule.get("preconditions"), f"{path}.preconditions", name)
+        if isinstance(rule.get("validate"), dict):
+            self.validate(rule["validate"], f"{path}.validate", name)
+        if isinstance(rule.get("mutate"), dict):
+            self.mutate(rule["mutate"], f"{path}.mutate", name)
+        if isinstance(rule.get("generate"), dict):
+            self.generate(rule["generate"], f"{path}.generate", name)
+        if rule.get("verifyImages"):
+            self.verify_images(rule["verifyImages"], f"{path}.verifyImages", name)
+        checked = {k: v for k, v in rule.items() if k not in ("match", "exclude")}
+        self.variables(checked, path, name)
+
+    def match_block(self, block: Any, path: str, name: str, *, required: bool, rule: dict[str, Any]) -> None:
+        if block is None or block == {}:
+            if required:
+                self.error(path, "match resources not specified", name)
+            return
+        if not isinstance(block, dict):
+            self.error(path, "must be a mapping", name)
+            return
+        has_any, has_all = bool(block.get("any")), bool(block.get("all"))
+        direct = {k: v for k, v in block.items() if k not in ("any", "all") and v}
+        if has_any and has_all:
+            self.error(path, "can't specify any and all together", name)
+        if (has_any or has_all) and direct:
+            self.error(path, "can't specify any/all together with resources or user fields", name)
+        if has_any or has_all:
+            for key in ("any", "all"):
+                entries = block.get(key) or []
+                if not isinstance(entries, list):
+                    self.error(f"{path}.{key}", "must be a list", name)
+                    continue
+                for index, entry in enumerate(entries):
+                    self.resource_filter(entry, f"{path}.{key}[{index}]", name, required, rule)
+        else:
+            self.resource_filter(block, path, name, required, rule)
+
+    def resource_filter(self, entry: Any, path: str, name: str, is_match: bool, rule: dict[str, Any]) -> None:
+        if not isinstance(entry, dict):
+            self.error(path, "must be a mapping with resources and/or subjects, roles, clusterRoles", name)
+            return
+        resources = entry.get("resources")
+        if resources is not None and not isinstance(resources, dict):
+            self.error(f"{path}.resources", "must be a mapping", name)
+            return
+        resources = resources or {}
+        if not any(entry.get(k) for k in ("resources", "subjects", "roles", "clusterRoles")):
+            self.error(path, "match resources not specified" if is_match else "exclude resources not specified", name)
+            return
+        kinds = resources.get("kinds")
+        if kinds is not None and not isinstance(kinds, list):
+            self.error(f"{path}.resources.kinds", "must be a list of kinds", name)
+        elif is_match and resources and not kinds and not _only_metadata(rule):
+            self.error(f"{path}.resources.kinds", "at least one kind is required unless the rule deals only with metadata", name)
+        for index, kind in enumerate(kinds or []):
+            if not isinstance(kind, str) or not kind.strip():
+                self.error(f"{path}.resources.kinds[{index}]", "a kind must be a non-empty string", name)
+            elif kind.count("/") > 2:
+                self.error(f"{path}.resources.kinds[{index}]", f"invalid kind {kind!r}: expected Kind, group/version/Kind or Kind/subresource", name)
+        operations = resources.get("operations") or []
+        for index, operation in enumerate(operations if isinstance(operations, list) else [operations]):
+            if operation not in ("CREATE", "UPDATE", "DELETE", "CONNECT"):
+                self.error(f"{path}.resources.operations[{index}]", f"unsupported operation {operation!r}: must be CREATE, UPDATE, DELETE or CONNECT", name)
+
+    def context(self, entries: Any, path: str, name: str, uses_cel: bool) -> None:
+        if entries is None:
+            return
+        if not isinstance(entries, list):
+            self.error(path, "must be a list of context entries", name)
+            return
+        if entries and uses_cel:
+            self.error(path, "context variables are not supported for CEL expressions in validate rules", name)
+        for index, entry in enumerate(entries):
+            where = f"{path}[{index}]"
+            if not isinstance(entry, dict):
+                self.error(where, "a context entry must be a mapping", name)
+                continue
+            entry_name = entry.get("name")
+            if not entry_name:
+                self.error(f"{where}.name", "a name is required for context entries", name)
+            elif entry_name in RESERVED_CONTEXT_NAMES:
+                self.error(f"{where}.name", f"entry name {entry_name} conflicts with a pre-defined variable", name)
+            sources = [s for s in CONTEXT_SOURCES if entry.get(s) is not None]
+            if len(sources) != 1:
+                self.error(where, f"exactly one of {', '.join(CONTEXT_SOURCES)} is required for context entries", name)
+                continue
+            source = sources[0]
+            body = entry[source] if isinstance(entry[source], dict) else {}
+            if source == "variable":
+                if "value" not in body and not body.get("jmesPath"):
+                    self.error(f"{where}.variable", "a variable must define a value or a jmesPath expression", name)
+                if "default" in body and not body.get("jmesPath"):
+                    self.error(f"{where}.variable.default", "a variable may define a default value only together with a jmesPath expression", name)
+            elif source == "configMap":
+                for required in ("name", "namespace"):
+                    if not body.get(required):
+                        self.error(f"{where}.configMap.{required}", f"a {required} is required for configMap context entries", name)
+            elif source == "imageRegistry":
+                if not body.get("reference"):
+                    self.error(f"{where}.imageRegistry.reference", "a reference is required for imageRegistry context entries", name)
+            elif source == "globalReference":
+                if not body.get("name"):
+                    self.error(f"{where}.globalReference.name", "a name is required for globalReference context entries", name)
+            elif source == "apiCall":
+                if body.get("service") and body.get("urlPath"):
+                    self.error(f"{where}.apiCall", "a urlPath cannot be used for service API calls", name)
+            self.jmespath_field(body.get("jmesPath"), f"{where}.{source}.jmesPath", name)
+
+    def validate(self, validate: dict[str, Any], path: str, name: str) -> None:
+        action = validate.get("failureAction")
+        if action is not None and action not in FAILURE_ACTIONS:
+            self.error(f"{path}.failureAction", f"unsupported value {action!r}: must be Enforce or Audit", name)
+        present = [t for t in VALIDATE_TYPES if validate.get(t) is not None]
+        if not present:
+            self.error(path, f"a validate rule needs one of {', '.join(VALIDATE_TYPES)}", name)
+        elif len(present) > 1:
+            self.error(path, f"only one type of validation is allowed per rule, found {', '.join(present)}", name)
+        if validate.get("pattern") is not None:
+            self.pattern(validate["pattern"], f"{path}.pattern", name, "validate")
+        if validate.get("anyPattern") is not None:
+            if not isinstance(validate["anyPattern"], list):
+                self.error(f"{path}.anyPattern", "must be a list of patterns", name)
+            else:
+                for index, pattern in enumerate(validate["anyPattern"]):
+                    self.pattern(pattern, f"{path}.anyPattern[{index}]", name, "validate")
+        deny = validate.get("deny")
+        if isinstance(deny, dict):
+            self.conditions(deny.get("conditions"), f"{path}.deny.conditions", name)
+        for index, each in enumerate(validate.get("foreach") or []):
+            self.foreach(each, f"{path}.foreach[{index}]", name, "validate")
+        if isinstance(validate.get("cel"), dict):
+            self.cel_expressions(validate["cel"], f"{path}.cel", name)
+
+    def foreach(self, each: Any, path: str, name: str, phase: str) -> None:
+        if not isinstance(each, dict):
+            self.error(path, "a foreach entry must be a mapping", name)
+            return
+        if not each.get("list"):
+            self.error(f"{path}.list", "a foreach entry needs a list expression", name)
+        else:
+            self.jmespath_field(each.get("list"), f"{path}.list", name)
+        self.context(each.get("context"), f"{path}.context", name, uses_cel=False)
+        self.conditions(each.get("preconditions"), f"{path}.preconditions", name)
+        if phase == "validate":
+            if each.get("pattern") is not None:
+                self.pattern(each["pattern"], f"{path}.pattern", name, "validate")
+            if isinstance(each.get("deny"), dict):
+                self.conditions(each["deny"].get("conditions"), f"{path}.deny.conditions", name)
+            for index, nested in enumerate(each.get("foreach") or []):
+                self.foreach(nested, f"{path}.foreach[{index}]", name, phase)
+        else:
+            if each.get("patchStrategicMerge") is not None:
+                self.pattern(each["patchStrategicMerge"], f"{path}.patchStrategicMerge", name, "mutate")
+            if each.get("patchesJson6902") is not None:
+                self.json_patch(each["patchesJson6902"], f"{path}.patchesJson6902", name, allow_path_variables=True)
+            for index, nested in enumerate(each.get("foreach") or []):
+                self.foreach(nested, f"{path}.foreach[{index}]", name, phase)
+
+    def pattern(self, pattern: Any, path: str, name: str, phase: str) -> None:
+        """Anchors must be balanced, and only the anchors the phase understands may appear."""
+        if isinstance(pattern, list):
+            for index, item in enumerate(pattern):
+                self.pattern(item, f"{path}[{index}]", name, phase)
+            return
+        if not isinstance(pattern, dict):
+            return
+        from stockade.engine.pattern.anchors import parse_anchor
+
+        for key, value in pattern.items():
+            child = f"{path}.{key}"
+            text = str(key).strip()
+            if text.startswith(ANCHOR_PREFIXES) or (text.endswith(")") and "(" in text):
+                anchor = parse_anchor(text)
+                if anchor is None or not text.endswith(")"):
+                    self.error(child, f"malformed anchor {text!r}: an anchored key looks like (key), X(key), +(key), <(key), =(key) or ^(key)", name)
+                elif phase == "validate" and anchor.modifier == "+":
+                    self.error(child, f"the add-if-not-present anchor {text!r} is only allowed in mutate patterns", name)
+                elif phase == "mutate" and anchor.modifier in ("X", "^", "="):
+                    self.error(child, f"the anchor {text!r} is only allowed in validate patterns", name)
+                elif anchor.modifier == "^" and not isinstance(value, list):
+                    self.error(child, f"the existence anchor {text!r} must hold a list", name)
+            self.pattern(value, child, name, phase)
+
+    def json_patch(self, patch: Any, path: str, name: str, allow_path_variables: bool = False) -> None:
+        if isinstance(patch, str):
+            try:
+                operations = yaml.safe_load(patch)
+            except yaml.YAMLError as error:
+                if not variables_in(patch):  # unquoted {{ }} is legal YAML only after substitution
+                    self.error(path, f"not a YAML/JSON list of operations: {error}", name)
+                return
+        else:
+            operations = patch
+        if not isinstance(operations, list):
+            self.error(path, "must be a list of JSON patch operations", name)
+            return
+        for index, operation in enumerate(operations):
+            where = f"{path}[{index}]"
+            if not isinstance(operation, dict):
+                self.error(where, "a JSON patch operation must be a mapping", name)
+                continue
+            if operation.get("op") not in JSON_PATCH_OPERATIONS:
+                self.error(f"{where}.op", f"unsupported operation {operation.get('op')!r}: must be one of {', '.join(JSON_PATCH_OPERATIONS)}", name)
+            target = operation.get("path")
+            if not isinstance(target, str) or not target.startswith("/"):
+                self.error(f"{where}.path", f"path must begin with a forward slash, got {target!r}", name)
+            elif variables_in(target) and not allow_path_variables:
+                self.error(f"{where}.path", "variables are forbidden in the path of a JSON patch", name)
+
+    def mutate(self, mutate: dict[str, Any], path: str, name: str) -> None:
+        present = [t for t in MUTATE_TYPES if mutate.get(t) is not None]
+        if not present and not mutate.get("targets"):
+            self.error(path, f"a mutate rule needs one of {', '.join(MUTATE_TYPES)}", name)
+        elif len(present) > 1:
+            self.error(path, f"only one type of mutation is allowed per rule, found {', '.join(present)}", name)
+        if mutate.get("patchStrategicMerge") is not None:
+            self.pattern(mutate["patchStrategicMerge"], f"{path}.patchStrategicMerge", name, "mutate")
+        if mutate.get("patchesJson6902") is not None:
+            self.json_patch(mutate["patchesJson6902"], f"{path}.patchesJson6902", name)
+        for index, each in enumerate(mutate.get("foreach") or []):
+            self.foreach(each, f"{path}.foreach[{index}]", name, "mutate")
+        for index, target in enumerate(mutate.get("targets") or []):
+            if isinstance(target, dict):
+                self.conditions(target.get("preconditions"), f"{path}.targets[{index}].preconditions", name)
+                self.context(target.get("context"), f"{path}.targets[{index}].context", name, uses_cel=False)
+
+    def generate(self, generate: dict[str, Any], path: str, name: str) -> None:
+        sources = [s for s in ("data", "clone", "cloneList") if generate.get(s) is not None]
+        if len(sources) > 1:
+            self.error(path, f"only one of data, clone, cloneList is allowed, found {', '.join(sources)}", name)
+        if generate.get("foreach") is None and generate.get("cloneList") is None:
+            for required in ("kind", "name"):
+                if not generate.get(required):
+                    self.error(f"{path}.{required}", f"a generate rule needs the {required} of the resource to generate", name)
+
+    def verify_images(self, entries: Any, path: str, name: str) -> None:
+        if not isinstance(entries, list):
+            self.error(path, "must be a list", name)
+            return
+        for index, entry in enumerate(entries):
+            where = f"{path}[{index}]"
+            if not isinstance(entry, dict):
+                self.error(where, "must be a mapping", name)
+                continue
+            references = entry.get("imageReferences") or ([entry["image"]] if entry.get("image") else [])
+            if not references:
+                self.error(f"{where}.imageReferences", "at least one image reference is required", name)
+            for ref_index, reference in enumerate(references if isinstance(references, list) else [references]):
+                if isinstance(reference, str) and variables_in(reference):
+                    self.error(f"{where}.imageReferences[{ref_index}]", "variables are not allowed in image references", name)
+            action = entry.get("failureAction")
+            if action is not None and action not in FAILURE_ACTIONS:
+                self.error(f"{where}.failureAction", f"unsupported value {action!r}: must be Enforce or Audit", name)
+            for att_index, attestation in enumerate(entry.get("attestations") or []):
+                for cond_index, condition in enumerate((attestation or {}).get("conditions") or []):
+                    self.conditions(condition, f"{where}.attestations[{att_index}].conditions[{cond_index}]", name)
+
+    # ---- kyverno.io PolicyException ----------------------------------------------------------------------------
+    def kyverno_exception(self, spec: dict[str, Any]) -> None:
+        exceptions = spec.get("exceptions")
+        if not isinstance(exceptions, list) or not exceptions:
+            self.error("spec.exceptions", "at least one exception (policyName and ruleNames) is required")
+        else:
+            for index, entry in enumerate(exceptions):
+                where = f"spec.exceptions[{index}]"
+                if not isinstance(entry, dict) or not entry.get("policyName"):
+                    self.error(f"{where}.policyName", "the policy name is required")
+                    continue
+                rule_names = entry.get("ruleNames")
+                if not isinstance(rule_names, list) or not rule_names:
+                    self.error(f"{where}.ruleNames", "at least one rule name is required")
+        match = spec.get("match")
+        if not match:
+            self.error("spec.match", "match resources not specified")
+        else:
+            self.match_block(match, "spec.match", "", required=True, rule={"validate": {"pattern": {"metadata": {}}}})
+        self.conditions(spec.get("conditions"), "spec.conditions", "")
+        self.variables({k: v for k, v in spec.items() if k != "match"}, "spec")
+
+    # ---- policies.kyverno.io ------------------------------------------------------------------------------------
+    def cel_policy(self, kind: str, spec: dict[str, Any]) -> None:
+        if kind == "PolicyException":
+            if not spec.get("policyRefs"):
+                self.error("spec.policyRefs", "at least one policy reference is required")
+            self.cel_expressions(spec, "spec")
+            return
+        self.webhook_settings(spec, legacy=False)
+        actions = spec.get("validationActions")
+        if actions is not None:
+            if not isinstance(actions, list):
+                self.error("spec.validationActions", "must be a list of Deny, Warn or Audit")
+            else:
+                unknown = [a for a in actions if a not in VALIDATION_ACTIONS]
+                if unknown:
+                    self.error("spec.validationActions", f"unsupported value(s) {', '.join(map(repr, unknown))}: must be Deny, Warn or Audit")
+                if "Deny" in actions and "Warn" in actions:
+                    self.error("spec.validationActions", "Deny and Warn may not be used together")
+                if len(set(map(str, actions))) != len(actions):
+                    self.error("spec.validationActions", "must not contain duplicates")
+        names: set[str] = set()
+        for index, variable in enumerate(spec.get("variables") or []):
+            variable_name = (variable or {}).get("name") if isinstance(variable, dict) else None
+            if not variable_name:
+                self.error(f"spec.variables[{index}].name", "a variable needs a name")
+            elif variable_name in names:
+                self.error(f"spec.variables[{index}].name", f"duplicate variable name {variable_name!r}")
+            names.add(str(variable_name))
+        mode = str((spec.get("evaluation") or {}).get("mode") or "Kubernetes") if isinstance(spec.get("evaluation"), dict) else "Kubernetes"
+        if mode != "Kubernetes":
+            # Envoy/HTTP authorization policies compile against libraries (envoy, http, jwt) of their own mode
+            self.result.warnings.append(f"CEL expressions of evaluation mode {mode} are not checked")
+            return
+        extra = IMAGE_POLICY_VARIABLES if "ImageValidatingPolicy" in kind else ()
+        self.cel_expressions(spec, "spec", extra_variables=extra)
+
+
+def _only_metadata(rule: dict[str, Any]) -> bool:
+    """A rule whose pattern or overlay touches nothing but metadata may match every kind."""
+    validate = rule.get("validate") or {}
+    mutate = rule.get("mutate") or {}
+    patterns = [validate.get("pattern"), mutate.get("patchStrategicMerge"), *(validate.get("anyPattern") or [])]
+    patterns = [p for p in patterns if p is not None]
+    return bool(patterns) and all(isinstance(p, dict) and set(p) <= {"metadata"} for p in patterns)
