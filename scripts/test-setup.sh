@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian machine: the venv with test extras, Debian's
-# docker-registry (a real OCI registry) and etcd, and the Go-built peers (cosign, kube-apiserver) when their
+# docker-registry (a real OCI registry) and etcd, and the Go-built peers (cosign, kube-apiserver, kubectl, helm) when their
 # build scripts exist. Idempotent: re-running it only fills in what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,7 +22,7 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-for builder in .ci/build-cosign.sh .ci/build-apiserver.sh; do
+for builder in .ci/build-cosign.sh .ci/build-apiserver.sh .ci/build-helm.sh; do
   if [ -x "$builder" ]; then
     "$builder"
   fi
