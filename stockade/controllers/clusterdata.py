@@ -99,9 +99,7 @@ class ClusterData:
 
         headers = {"Accept": "application/json"}
         if body is not None:
-            headers["Content-Type"] = content_type
-            if not isinstance(body, (str, bytes)):
-                body = json.dumps(body)
+            headers["Content-Type"] = content_type  # the client serialises dict bodies for JSON and YAML types
         method_, url, headers, serialized, _ = self.api_client.param_serialize(
             method, path, query_params=list((query or {}).items()), header_params=headers, body=body, auth_settings=["BearerToken"]
         )
@@ -112,6 +110,9 @@ class ClusterData:
         except Exception as exc:  # connection refused, TLS, timeouts
             raise ApiError(method, path, 0, str(exc)) from None
         raw = response.read() if hasattr(response, "read") else response.data
+        status = int(getattr(response, "status", 200) or 200)
+        if not 200 <= status < 300:
+            raise ApiError(method, path, status, _status_message(raw) or str(getattr(response, "reason", "") or ""))
         if not raw:
             return {}
         try:

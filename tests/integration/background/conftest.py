@@ -1,0 +1,99 @@
+"""Fixtures for the background controllers against the shared real kube-apiserver.
+
+Controllers are built directly (no `stockade serve`): an ApiClient from the control plane's kubeconfig, a
+PolicyStore over a temporary policy directory, and ClusterData for raw reads and writes."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stockade.controllers.clusterdata import ApiError, ClusterData
+from stockade.controllers.registration import load_api_client
+from stockade.testing.apiserver import ControlPlane
+from stockade.webhook.policystore import PolicyStore
+
+
+@pytest.fixture(scope="session")
+def api_client(control_plane: ControlPlane) -> Any:
+    return load_api_client(str(control_plane.kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def cluster(api_client: Any) -> ClusterData:
+    return ClusterData(api_client, ttl_seconds=0.0, discovery_ttl_seconds=5.0)
+
+
+@pytest.fixture()
+def suffix() -> str:
+    return uuid.uuid4().hex[:6]
+
+
+@pytest.fixture()
+def namespaces(cluster: ClusterData) -> Iterator[Callable[..., dict[str, Any]]]:
+    """Creates namespaces (deleted afterwards; without a namespace controller they stay Terminating, unnamed reuse)."""
+    created: list[str] = []
+
+    def make(name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels or {}}}
+        obj = cluster.request("POST", "/api/v1/namespaces", body)
+        created.append(name)
+        return {**obj, "apiVersion": "v1", "kind": "Namespace"}
+
+    yield make
+    for name in created:
+        try:
+            cluster.request("DELETE", f"/api/v1/namespaces/{name}")
+        except ApiError:
+            pass
+
+
+@pytest.fixture()
+def policy_store(tmp_path: Path) -> Callable[[str], PolicyStore]:
+    directory = tmp_path / "policies"
+    directory.mkdir()
+
+    def make(text: str) -> PolicyStore:
+        (directory / "policies.yaml").write_text(text)
+        store = PolicyStore([str(directory)])
+        store.load()
+        return store
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def policy_report_crds(cluster: ClusterData) -> None:
+    """Schema-less stand-ins for the wgpolicyk8s.io report CRDs, created once and left for other tests to share."""
+    for kind, plural, scope in (("PolicyReport", "policyreports", "Namespaced"), ("ClusterPolicyReport", "clusterpolicyreports", "Cluster")):
+        body = {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.wgpolicyk8s.io"},
+            "spec": {
+                "group": "wgpolicyk8s.io",
+                "scope": scope,
+                "names": {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": f"{kind}List"},
+                "versions": [
+                    {"name": "v1alpha2", "served": True, "storage": True, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}
+                ],
+            },
+        }
+        try:
+            cluster.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body)
+        except ApiError as exc:
+            assert exc.status == 409, exc
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            cluster.request("GET", "/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports")
+            cluster.request("GET", "/apis/wgpolicyk8s.io/v1alpha2/policyreports")
+            return
+        except ApiError:
+            time.sleep(0.3)
+    raise AssertionError("PolicyReport CRDs not served")
