@@ -9,6 +9,18 @@ from stockade.cel import CelActivation, CelError, CelEvalError
 from stockade.celpolicy.compiler import PolicyCompiler
 
 _VARIABLE_REF = re.compile(r"\bvariables\.([A-Za-z_][A-Za-z0-9_]*)")
+_REFERENCED_VARIABLES: dict[str, tuple[str, ...]] = {}
+
+
+def _referenced_variables(expression: str) -> tuple[str, ...]:
+    """Variable names an expression mentions; memoised because scanning every evaluation costs as much as a
+    cheap evaluation itself."""
+    names = _REFERENCED_VARIABLES.get(expression)
+    if names is None:
+        names = tuple(dict.fromkeys(_VARIABLE_REF.findall(expression)))
+        if len(_REFERENCED_VARIABLES) < 50_000:
+            _REFERENCED_VARIABLES[expression] = names
+    return names
 
 
 class ConditionError(Exception):
@@ -30,24 +42,35 @@ class Scope:
         self.values.setdefault("variables", {})
         self.variable_errors: dict[str, CelError] = {}
         self._activation: CelActivation | None = None
+        # The activation is current except, possibly, for ``variables``: binding variables one by one would
+        # otherwise rebuild (and re-convert the whole object) before every variable that ignores the others.
+        self._variables_stale = False
 
     def set(self, name: str, value: Any) -> None:
         self.values[name] = value
-        self._activation = None
+        if name == "variables" and self._activation is not None:
+            self._variables_stale = True
+        else:
+            self._activation = None
 
     @property
     def activation(self) -> CelActivation:
         if self._activation is None:
             self._activation = CelActivation(self.values, self.providers)
+            self._variables_stale = False
         return self._activation
 
     def evaluate(self, field_path: str, expression: str) -> Any:
         """Compile (cached per policy) and evaluate; a reference to a failed variable reports that failure."""
         program = self.compiler.compile(self.policy_key, field_path, expression)
-        for name in _VARIABLE_REF.findall(expression):
-            failed = self.variable_errors.get(name)
-            if failed is not None:
-                raise CelEvalError(f"variable {name!r} failed: {failed.message}", expression)
+        if self.variable_errors:
+            for name in _referenced_variables(expression):
+                failed = self.variable_errors.get(name)
+                if failed is not None:
+                    raise CelEvalError(f"variable {name!r} failed: {failed.message}", expression)
+        if self._variables_stale and "variables" in expression:
+            self._activation = None
+            self._variables_stale = False
         return program.evaluate(self.activation)
 
     def bind_variables(self, variables: list[dict[str, Any]] | None, field_prefix: str = "spec.variables") -> None:
