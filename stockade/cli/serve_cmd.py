@@ -18,7 +18,7 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 
 
 @click.command("serve")
-@click.argument("policies", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("policies", nargs=-1, required=False, type=click.Path(exists=True))
 @click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
 @click.option("--port", default=9443, show_default=True, type=int, help="HTTPS port (0 picks a free one).")
 @click.option("--metrics-port", type=int, default=None, help="Also serve /metrics over plain HTTP on this port.")
@@ -28,6 +28,7 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--tls-ca-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="CA bundle for caBundle when using --tls-cert-file.")
 @click.option("--tls-secret", default="", help="With --register-webhooks: share the self-signed CA and serving pair through this Secret in --namespace (needed for several replicas).")
 @click.option("--san", "sans", multiple=True, help="Extra DNS name or IP for the self-signed certificate (repeatable).")
+@click.option("--from-cluster", is_flag=True, default=False, help="Also serve the policies stored in the cluster (ClusterPolicy, Policy, PolicyException and the policies.kyverno.io kinds), kept current by a watch; their status is written back.")
 @click.option("--register-webhooks/--no-register-webhooks", default=False, show_default=True, help="Create webhook configurations for the loaded policies and remove them on SIGTERM.")
 @click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False), default=None, help="Kubeconfig (default: in-cluster, then $KUBECONFIG / ~/.kube/config).")
 @click.option("--webhook-url", default="", help="Base URL the apiserver should call (instead of the Service), e.g. https://127.0.0.1:9443.")
@@ -45,7 +46,9 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--worker", "worker_mode", is_flag=True, hidden=True, help="Internal: run as a worker of a primary `serve`.")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
 def serve(policies: tuple[str, ...], **options: Any) -> None:
-    """Serve POLICIES (files or directories) as an HTTPS admission webhook."""
+    """Serve POLICIES (files or directories) and/or the cluster's policies (--from-cluster) as an HTTPS admission webhook."""
+    if not policies and not options["from_cluster"]:
+        raise click.UsageError("nothing to serve: give POLICIES (files or directories) and/or --from-cluster")
     if (options["tls_cert_file"] is None) != (options["tls_key_file"] is None):
         raise click.UsageError("--tls-cert-file and --tls-key-file go together")
     if options["tls_ca_file"] is not None and options["tls_cert_file"] is None:
@@ -99,17 +102,22 @@ async def _serve(policies: list[str], **options: Any) -> int:
     )
 
     api_client = None
+    cluster_client = None
     registration = None
     if options["worker_mode"]:
         # workers use the cluster (namespace labels, reports) but leave registration to the primary
         options = {**options, "metrics_port": None}
-    if options["register_webhooks"]:
-        from stockade.controllers.registration import NamespaceLabelCache, load_api_client
+    if options["register_webhooks"] or options["from_cluster"]:
+        from stockade.controllers.registration import load_api_client
 
         try:
-            api_client = load_api_client(options["kubeconfig"])
+            cluster_client = load_api_client(options["kubeconfig"])
         except Exception as exc:
             raise _StartupError(f"cannot reach Kubernetes: {exc}") from exc
+    if options["register_webhooks"]:
+        from stockade.controllers.registration import NamespaceLabelCache
+
+        api_client = cluster_client
         namespace_labels = NamespaceLabelCache(api_client)
         if options["tls_secret"] and not certs.user_provided and not options["worker_mode"]:
             from stockade.controllers.tlssecret import SecretStore
@@ -121,10 +129,21 @@ async def _serve(policies: list[str], **options: Any) -> int:
     from stockade.cli.registry_access import make_image_verifier
 
     verifier, verification_cache = make_image_verifier(tuple(options["insecure_registries"]), options["registry_ca_file"])
-    store = PolicyStore(policies, namespace_labels=namespace_labels, image_verifier=verifier, verification_cache=verification_cache)
+    cluster_source = _start_cluster_source(cluster_client, options) if options["from_cluster"] else None
+    store = PolicyStore(
+        policies,
+        namespace_labels=namespace_labels,
+        image_verifier=verifier,
+        verification_cache=verification_cache,
+        sources=[cluster_source] if cluster_source is not None else [],
+    )
+    if cluster_source is not None:
+        store.listeners.append(cluster_source.publish_status)
     try:
         store.load()
     except (LoadError, OSError, ValueError) as exc:
+        if cluster_source is not None:
+            cluster_source.stop()
         raise _StartupError(str(exc)) from exc
     snapshot = store.snapshot
     assert snapshot is not None
@@ -180,9 +199,26 @@ async def _serve(policies: list[str], **options: Any) -> int:
             log.exception("could not remove webhook configurations; run `stockade cleanup`")
     await asyncio.to_thread(_stop_workers, workers)
     await server.stop()
+    if cluster_source is not None:
+        await asyncio.to_thread(cluster_source.stop)
     if state.reports is not None:
         await asyncio.to_thread(state.reports.close)
     return 0
+
+
+def _start_cluster_source(api_client: Any, options: dict[str, Any]) -> Any:
+    """Watch the cluster's policies and wait for the first complete listing, so the first snapshot has them all.
+    Workers only read: the primary writes status."""
+    from stockade.controllers.policywatch import ClusterPolicySource
+
+    source = ClusterPolicySource(api_client, write_status=not options["worker_mode"])
+    source.start()
+    if not source.wait_synced(timeout=60):
+        source.stop()
+        raise _StartupError("policies from the cluster were not listed within 60s (is the API server reachable, and may we list the policy CRDs?)")
+    if source.missing_kinds:
+        logging.getLogger("stockade.serve").info("policy kinds not installed in the cluster: %s", ", ".join(source.missing_kinds))
+    return source
 
 
 def _start_workers(policies: list[str], options: dict[str, Any], certs: Any, cert_dir: Path) -> list[Any]:
@@ -202,6 +238,7 @@ def _start_workers(policies: list[str], options: dict[str, Any], certs: Any, cer
         "--log-level", options["log_level"],
         *(["--tracing-endpoint", options["tracing_endpoint"]] if options["tracing_endpoint"] else []),
         *(["--register-webhooks"] if options["register_webhooks"] else []),
+        *(["--from-cluster"] if options["from_cluster"] else []),
         *(["--kubeconfig", options["kubeconfig"]] if options["kubeconfig"] else []),
         *([] if options["policy_reports"] else ["--no-policy-reports"]),
         *[arg for registry in options["insecure_registries"] for arg in ("--insecure-registry", registry)],

@@ -1,0 +1,507 @@
+"""Policies from the cluster: list + watch of Kyverno's policy CRDs, and the status each policy gets back.
+
+`ClusterPolicySource` is a `PolicySource` for `stockade.webhook.policystore.PolicyStore`: one daemon thread per
+kind lists the objects, then watches from the list's resourceVersion (re-listing after 410 Gone or any error, with
+backoff).  Every change that matters bumps a counter, which is the source's fingerprint, so the store's periodic
+`reload_if_changed()` rebuilds the snapshot within one reload interval.  Changes to `status` alone (our own
+write-back, or Kyverno's) do not bump it: otherwise every status write would trigger a reload, which would write
+status again.
+
+Kinds whose CRD is not installed are skipped with one log line and looked for again every `rediscover_interval`.
+
+`publish_status` (a store listener) writes each policy's status through the status subresource, only when it
+differs from what the object already carries: ClusterPolicy/Policy get `status.conditions[type=Ready]`,
+`status.rulecount` and `status.autogen.rules` as Kyverno writes them; the policies.kyverno.io kinds get
+`status.conditionStatus` (`ready`, `message`, a `Ready` condition).
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from stockade.policy.loader import Document
+from stockade.webhook.policystore import PolicyIdentity, PolicySnapshot, describe_identity, policy_identity
+
+log = logging.getLogger("stockade.controllers.policywatch")
+
+STATUS_KYVERNO = "kyverno"  # status.conditions / rulecount / autogen (kyverno.io ClusterPolicy, Policy)
+STATUS_CEL = "conditionStatus"  # status.conditionStatus (policies.kyverno.io policy kinds)
+READY = "Ready"
+MAX_MESSAGE = 32768  # metav1.Condition.message limit
+
+
+@dataclass(frozen=True)
+class WatchedKind:
+    """A policy kind and the API versions to watch it under, most preferred first (one is enough: a CRD serves the
+    same objects under every version)."""
+
+    group: str
+    kind: str
+    plural: str
+    namespaced: bool
+    versions: tuple[str, ...]
+    status: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}.{self.group}"
+
+
+_CEL_VERSIONS = ("v1", "v1beta1", "v1alpha1")
+WATCHED_KINDS: tuple[WatchedKind, ...] = (
+    WatchedKind("kyverno.io", "ClusterPolicy", "clusterpolicies", False, ("v1", "v2beta1"), STATUS_KYVERNO),
+    WatchedKind("kyverno.io", "Policy", "policies", True, ("v1", "v2beta1"), STATUS_KYVERNO),
+    WatchedKind("kyverno.io", "PolicyException", "policyexceptions", True, ("v2", "v2beta1")),
+    WatchedKind("policies.kyverno.io", "ValidatingPolicy", "validatingpolicies", False, _CEL_VERSIONS, STATUS_CEL),
+    WatchedKind("policies.kyverno.io", "NamespacedValidatingPolicy", "namespacedvalidatingpolicies", True, _CEL_VERSIONS, STATUS_CEL),
+    WatchedKind("policies.kyverno.io", "MutatingPolicy", "mutatingpolicies", False, _CEL_VERSIONS, STATUS_CEL),
+    WatchedKind("policies.kyverno.io", "NamespacedMutatingPolicy", "namespacedmutatingpolicies", True, _CEL_VERSIONS, STATUS_CEL),
+    WatchedKind("policies.kyverno.io", "GeneratingPolicy", "generatingpolicies", False, _CEL_VERSIONS, STATUS_CEL),
+    WatchedKind("policies.kyverno.io", "NamespacedGeneratingPolicy", "namespacedgeneratingpolicies", True, _CEL_VERSIONS, STATUS_CEL),
+    WatchedKind("policies.kyverno.io", "DeletingPolicy", "deletingpolicies", False, _CEL_VERSIONS, STATUS_CEL),
+    WatchedKind("policies.kyverno.io", "NamespacedDeletingPolicy", "namespaceddeletingpolicies", True, _CEL_VERSIONS, STATUS_CEL),
+    WatchedKind("policies.kyverno.io", "ImageValidatingPolicy", "imagevalidatingpolicies", False, _CEL_VERSIONS, STATUS_CEL),
+    WatchedKind("policies.kyverno.io", "NamespacedImageValidatingPolicy", "namespacedimagevalidatingpolicies", True, _CEL_VERSIONS, STATUS_CEL),
+    WatchedKind("policies.kyverno.io", "PolicyException", "policyexceptions", True, _CEL_VERSIONS),
+)
+
+
+@dataclass(frozen=True)
+class ClusterDocument(Document):
+    """A document read from the cluster; it remembers which kind/version it was watched under, for status writes."""
+
+    watched: WatchedKind | None = None
+    version: str = ""
+
+    @property
+    def origin(self) -> str:
+        return self.source
+
+
+_VOLATILE_METADATA = ("resourceVersion", "managedFields", "generation")
+
+
+def _content(obj: dict[str, Any]) -> dict[str, Any]:
+    """What a policy means: everything but status and bookkeeping metadata (status writes change only those)."""
+    content = {key: value for key, value in obj.items() if key != "status"}
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict):
+        content["metadata"] = {key: value for key, value in metadata.items() if key not in _VOLATILE_METADATA}
+    return content
+
+
+def _generation(obj: dict[str, Any]) -> Any:
+    return (obj.get("metadata") or {}).get("generation")
+
+
+class ClusterPolicySource:
+    """Policy documents from the cluster, kept current by watches; start() before the store's first load()."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        kinds: tuple[WatchedKind, ...] = WATCHED_KINDS,
+        write_status: bool = True,
+        watch_timeout: int = 300,
+        rediscover_interval: float = 60.0,
+        max_backoff: float = 30.0,
+        status_retry_interval: float = 10.0,
+    ) -> None:
+        self.api_client = api_client
+        self.kinds = tuple(kinds)
+        self.write_status = write_status
+        self.watch_timeout = watch_timeout
+        self.rediscover_interval = rediscover_interval
+        self.max_backoff = max_backoff
+        self.status_retry_interval = status_retry_interval
+        self._lock = threading.Lock()
+        self._objects: dict[tuple[WatchedKind, str, str], tuple[str, dict[str, Any]]] = {}
+        self._generation = 0
+        self._synced: set[WatchedKind] = set()
+        self._synced_event = threading.Event()
+        self._missing: set[WatchedKind] = set()
+        self._stopping = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._watches: dict[WatchedKind, Any] = {}
+        self._pending_snapshot: PolicySnapshot | None = None
+        self._status_wakeup = threading.Event()
+        self.status_writes = 0
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        for watched in self.kinds:
+            thread = threading.Thread(target=self._run_kind, args=(watched,), name=f"policywatch-{watched.plural}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+        if self.write_status:
+            thread = threading.Thread(target=self._run_status_writer, name="policywatch-status", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stopping.set()
+        self._status_wakeup.set()
+        with self._lock:
+            watches = list(self._watches.values())
+        for active in watches:
+            active.stop()
+        for thread in self._threads:
+            thread.join(timeout=timeout / max(len(self._threads), 1))
+
+    def wait_synced(self, timeout: float | None = None) -> bool:
+        """True once every kind has been listed (or found not installed)."""
+        return self._synced_event.wait(timeout)
+
+    @property
+    def missing_kinds(self) -> list[str]:
+        with self._lock:
+            return sorted(watched.label for watched in self._missing)
+
+    # -- PolicySource ---------------------------------------------------------------------------------------------------
+    def fingerprint(self) -> int:
+        with self._lock:
+            return self._generation
+
+    def documents(self) -> list[Document]:
+        with self._lock:
+            entries = sorted(self._objects.items(), key=lambda item: (item[0][0].group, item[0][0].kind, item[0][1], item[0][2]))
+        documents: list[Document] = []
+        for (watched, namespace, name), (version, obj) in entries:
+            where = f"{namespace}/{name}" if namespace else name
+            # a deep copy: the snapshot must not change under a request when the watch updates the cache
+            documents.append(ClusterDocument(copy.deepcopy(obj), f"cluster {watched.kind}/{where}", 0, watched, version))
+        return documents
+
+    # -- cache ----------------------------------------------------------------------------------------------------------
+    @staticmethod
+    def _clean(watched: WatchedKind, version: str, obj: dict[str, Any]) -> dict[str, Any]:
+        obj = dict(obj)
+        obj.setdefault("apiVersion", f"{watched.group}/{version}")
+        obj.setdefault("kind", watched.kind)
+        metadata = dict(obj.get("metadata") or {})
+        metadata.pop("managedFields", None)
+        obj["metadata"] = metadata
+        return obj
+
+    @staticmethod
+    def _key(watched: WatchedKind, obj: dict[str, Any]) -> tuple[WatchedKind, str, str]:
+        metadata = obj.get("metadata") or {}
+        return watched, str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+
+    def apply_event(self, watched: WatchedKind, version: str, event_type: str, obj: dict[str, Any]) -> bool:
+        """Fold one watch event into the cache; True when it changed what the policies mean (and bumped the counter)."""
+        obj = self._clean(watched, version, obj)
+        key = self._key(watched, obj)
+        with self._lock:
+            previous = self._objects.get(key)
+            if event_type == "DELETED":
+                if previous is None:
+                    return False
+                del self._objects[key]
+                self._generation += 1
+                return True
+            self._objects[key] = (version, obj)
+            if previous is not None and _content(previous[1]) == _content(obj):
+                return False  # status or bookkeeping only
+            self._generation += 1
+            return True
+
+    def replace_kind(self, watched: WatchedKind, version: str, items: list[dict[str, Any]]) -> bool:
+        """Install a fresh list of one kind; True when anything that matters differs from the cache."""
+        fresh = {}
+        for item in items:
+            obj = self._clean(watched, version, item)
+            fresh[self._key(watched, obj)] = (version, obj)
+        with self._lock:
+            current = {key: value for key, value in self._objects.items() if key[0] == watched}
+            changed = current.keys() != fresh.keys() or any(_content(current[key][1]) != _content(fresh[key][1]) for key in fresh)
+            for key in current:
+                del self._objects[key]
+            self._objects.update(fresh)
+            if changed:
+                self._generation += 1
+            return changed
+
+    def _mark_synced(self, watched: WatchedKind) -> None:
+        with self._lock:
+            self._synced.add(watched)
+            if len(self._synced) == len(self.kinds):
+                self._synced_event.set()
+
+    # -- watch loop -----------------------------------------------------------------------------------------------------
+    def _custom_objects(self) -> Any:
+        from kubernetes import client
+
+        return client.CustomObjectsApi(self.api_client)
+
+    def served_version(self, watched: WatchedKind) -> str | None:
+        """The most preferred version under which the API server serves this kind, None when no CRD provides it."""
+        from kubernetes.client.exceptions import ApiException
+
+        api = self._custom_objects()
+        for version in watched.versions:
+            try:
+                listing = api.get_api_resources(watched.group, version)
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue
+                raise
+            if any(resource.name == watched.plural for resource in listing.resources or []):
+                return version
+        return None
+
+    def _run_kind(self, watched: WatchedKind) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        backoff = 1.0
+        while not self._stopping.is_set():
+            try:
+                version = self.served_version(watched)
+                if version is None:
+                    self._kind_missing(watched)
+                    self._stopping.wait(self.rediscover_interval)
+                    continue
+                self._kind_found(watched, version)
+                resource_version = self._list(watched, version)
+                self._mark_synced(watched)
+                backoff = 1.0
+                self._watch(watched, version, resource_version)
+            except ApiException as exc:
+                if exc.status == 410:
+                    log.debug("%s: watch expired (410 Gone), listing again", watched.label)
+                    continue
+                log.warning("%s: list/watch failed (HTTP %s: %s), retrying in %.0fs", watched.label, exc.status, exc.reason, backoff)
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, self.max_backoff)
+            except Exception as exc:
+                if self._stopping.is_set():
+                    return
+                log.warning("%s: list/watch failed (%s), retrying in %.0fs", watched.label, exc, backoff)
+                self._stopping.wait(backoff)
+                backoff = min(backoff * 2, self.max_backoff)
+
+    def _kind_missing(self, watched: WatchedKind) -> None:
+        with self._lock:
+            first = watched not in self._missing
+            self._missing.add(watched)
+        if first:
+            log.info("%s is not served by the API server (CRD not installed): skipped", watched.label)
+        self.replace_kind(watched, "", [])  # a CRD deleted while we ran takes its policies with it
+        self._mark_synced(watched)
+
+    def _kind_found(self, watched: WatchedKind, version: str) -> None:
+        with self._lock:
+            was_missing = watched in self._missing
+            self._missing.discard(watched)
+        if was_missing:
+            log.info("%s is now served (%s): watching it", watched.label, version)
+
+    def _list(self, watched: WatchedKind, version: str) -> str:
+        listing = self._custom_objects().list_cluster_custom_object(watched.group, version, watched.plural, _request_timeout=60)
+        items = [item for item in listing.get("items") or [] if isinstance(item, dict)]
+        if self.replace_kind(watched, version, items):
+            log.info("%s: %d listed", watched.label, len(items))
+        return str((listing.get("metadata") or {}).get("resourceVersion") or "")
+
+    def _watch(self, watched: WatchedKind, version: str, resource_version: str) -> None:
+        """Watch until stopped; each server-side timeout resumes from the last seen resourceVersion; 410 raises."""
+        from kubernetes import watch
+
+        api = self._custom_objects()
+        while not self._stopping.is_set():
+            stream = watch.Watch()
+            with self._lock:
+                self._watches[watched] = stream
+            try:
+                for event in stream.stream(
+                    api.list_cluster_custom_object,
+                    watched.group,
+                    version,
+                    watched.plural,
+                    resource_version=resource_version,
+                    allow_watch_bookmarks=True,
+                    timeout_seconds=self.watch_timeout,
+                    _request_timeout=self.watch_timeout + 30,
+                ):
+                    if self._stopping.is_set():
+                        stream.stop()
+                        break
+                    event_type = event.get("type")
+                    obj = event.get("raw_object")
+                    if event_type in ("ADDED", "MODIFIED", "DELETED") and isinstance(obj, dict):
+                        if self.apply_event(watched, version, event_type, obj):
+                            log.info("%s %s/%s %s", watched.label, obj.get("metadata", {}).get("namespace") or "-", obj.get("metadata", {}).get("name"), event_type.lower())
+            finally:
+                with self._lock:
+                    self._watches.pop(watched, None)
+            resource_version = stream.resource_version or resource_version
+
+    # -- status write-back ------------------------------------------------------------------------------------------------
+    def publish_status(self, snapshot: PolicySnapshot) -> None:
+        """Store listener: hand the snapshot to the status writer thread (no network calls on the caller's thread)."""
+        if not self.write_status:
+            return
+        with self._lock:
+            self._pending_snapshot = snapshot
+        self._status_wakeup.set()
+
+    def _run_status_writer(self) -> None:
+        retry: float | None = None
+        while not self._stopping.is_set():
+            self._status_wakeup.wait(retry)
+            self._status_wakeup.clear()
+            if self._stopping.is_set():
+                return
+            with self._lock:
+                snapshot = self._pending_snapshot
+            if snapshot is None:
+                continue
+            try:
+                failures = self.write_statuses(snapshot)
+            except Exception:
+                log.exception("writing policy status failed")
+                failures = 1
+            retry = self.status_retry_interval if failures else None
+
+    def write_statuses(self, snapshot: PolicySnapshot) -> int:
+        """Write every changed status for the cluster documents of ``snapshot``; returns the number of failed writes."""
+        from kubernetes.client.exceptions import ApiException
+
+        failures = 0
+        for document in snapshot.documents:
+            if not isinstance(document, ClusterDocument) or document.watched is None or not document.watched.status:
+                continue
+            watched = document.watched
+            identity = policy_identity(document.data)
+            key = self._key(watched, document.data)
+            with self._lock:
+                cached = self._objects.get(key)
+            if cached is None or _generation(cached[1]) != _generation(document.data):
+                continue  # deleted or changed since this snapshot: the next snapshot writes its status
+            version, current = cached
+            patch = status_patch(watched, document.data, snapshot, identity, current.get("status"))
+            if patch is None:
+                continue
+            try:
+                updated = self._patch_status(watched, version, key[1], key[2], patch)
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue
+                failures += 1
+                log.warning("status of %s not written: HTTP %s %s", describe_identity(identity), exc.status, exc.reason)
+                continue
+            self.status_writes += 1
+            if isinstance(updated, dict):
+                self.apply_event(watched, version, "MODIFIED", updated)
+        return failures
+
+    def _patch_status(self, watched: WatchedKind, version: str, namespace: str, name: str, patch: dict[str, Any]) -> Any:
+        api = self._custom_objects()
+        body = {"status": patch}
+        if watched.namespaced:
+            return api.patch_namespaced_custom_object_status(watched.group, version, namespace, watched.plural, name, body, _request_timeout=30)
+        return api.patch_cluster_custom_object_status(watched.group, version, watched.plural, name, body, _request_timeout=30)
+
+
+# -- desired status ---------------------------------------------------------------------------------------------------------
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _readiness(snapshot: PolicySnapshot, identity: PolicyIdentity) -> tuple[bool, str, str]:
+    """(ready, reason, message) of one policy in this snapshot."""
+    error = snapshot.errors.get(identity)
+    if error is not None:
+        return False, "Failed", error[:MAX_MESSAGE]
+    if identity in snapshot.unsupported_identities:
+        return False, "Unsupported", f"{identity[1]} is not enforced by the stockade admission webhook yet"
+    return True, "Succeeded", "Ready"
+
+
+def _ready_condition(conditions: Any, ready: bool, reason: str, message: str, generation: Any) -> list[dict[str, Any]]:
+    """``conditions`` with the Ready condition set; lastTransitionTime moves only when its status changes."""
+    existing = [c for c in conditions if isinstance(c, dict)] if isinstance(conditions, list) else []
+    previous = next((c for c in existing if c.get("type") == READY), None)
+    status = "True" if ready else "False"
+    condition: dict[str, Any] = {"type": READY, "status": status, "reason": reason, "message": message}
+    if isinstance(generation, int):
+        condition["observedGeneration"] = generation
+    if previous is not None and previous.get("status") == status and previous.get("lastTransitionTime"):
+        condition["lastTransitionTime"] = previous["lastTransitionTime"]
+    else:
+        condition["lastTransitionTime"] = _now()
+    return [condition if c.get("type") == READY else c for c in existing] if previous is not None else [*existing, condition]
+
+
+def _same_condition(left: list[dict[str, Any]], right: list[dict[str, Any]]) -> bool:
+    def essence(conditions: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+        return [(c.get("type"), c.get("status"), c.get("reason"), c.get("message"), c.get("observedGeneration")) for c in conditions]
+
+    return essence(left) == essence(right)
+
+
+def rule_count(data: dict[str, Any]) -> dict[str, int]:
+    """Kyverno's ``status.rulecount``: declared (non-autogen) rules by type; a rule may count under several."""
+    from stockade.policy.model import KyvernoPolicy
+
+    counts = {"validate": 0, "generate": 0, "mutate": 0, "verifyimages": 0}
+    for rule in KyvernoPolicy(data).declared_rules:
+        if rule.name.startswith("autogen-"):
+            continue
+        counts["validate"] += rule.has_validate()
+        counts["generate"] += rule.has_generate()
+        counts["mutate"] += rule.has_mutate()
+        counts["verifyimages"] += rule.has_verify_images()
+    return counts
+
+
+def _autogen_rules(data: dict[str, Any]) -> list[dict[str, Any]]:
+    from stockade.policy.model import KyvernoPolicy
+
+    return [copy.deepcopy(rule.raw) for rule in KyvernoPolicy(data).rules if rule.name.startswith("autogen-")]
+
+
+def status_patch(
+    watched: WatchedKind, data: dict[str, Any], snapshot: PolicySnapshot, identity: PolicyIdentity, current: Any
+) -> dict[str, Any] | None:
+    """The merge patch for ``status`` that makes it say what this snapshot knows, or None when it already does."""
+    current = current if isinstance(current, dict) else {}
+    ready, reason, message = _readiness(snapshot, identity)
+    generation = _generation(data)
+    if watched.status == STATUS_KYVERNO:
+        conditions = _ready_condition(current.get("conditions"), ready, reason, message, generation)
+        try:
+            counts = rule_count(data)
+        except Exception:
+            counts = {"validate": 0, "generate": 0, "mutate": 0, "verifyimages": 0}
+        autogen = _autogen_rules(data) if ready else []
+        current_autogen = (current.get("autogen") or {}).get("rules") or []
+        if (
+            _same_condition(conditions, current.get("conditions") or [])
+            and current.get("rulecount") == counts
+            and current_autogen == autogen
+        ):
+            return None
+        return {"conditions": conditions, "rulecount": counts, "autogen": {"rules": autogen or None}}
+    if watched.status == STATUS_CEL:
+        previous = current.get("conditionStatus") if isinstance(current.get("conditionStatus"), dict) else {}
+        conditions = _ready_condition(previous.get("conditions"), ready, reason, message, generation)
+        if (
+            previous.get("ready") == ready
+            and previous.get("message") == message
+            and _same_condition(conditions, previous.get("conditions") or [])
+        ):
+            return None
+        return {"conditionStatus": {"ready": ready, "message": message, "conditions": conditions}}
+    return None
+
+
+__all__ = ["ClusterDocument", "ClusterPolicySource", "WATCHED_KINDS", "WatchedKind", "rule_count", "status_patch"]

@@ -1,0 +1,404 @@
+"""Policy sources behind PolicyStore: directories, the cluster watch cache, per-policy errors and status write-back."""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from kubernetes.client.exceptions import ApiException
+
+from stockade.controllers.policywatch import WATCHED_KINDS, ClusterDocument, ClusterPolicySource, WatchedKind, rule_count, status_patch
+from stockade.policy.loader import Document
+from stockade.webhook.admission import parse_review
+from stockade.webhook.policystore import DirectorySource, PolicyStore, document_problem, policy_identity
+
+CLUSTER_POLICY = {
+    "apiVersion": "kyverno.io/v1",
+    "kind": "ClusterPolicy",
+    "metadata": {"name": "require-team", "generation": 1, "resourceVersion": "10"},
+    "spec": {
+        "validationFailureAction": "Enforce",
+        "rules": [
+            {
+                "name": "check-team",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "validate": {"message": "label team is required", "pattern": {"metadata": {"labels": {"team": "?*"}}}},
+            }
+        ],
+    },
+}
+
+VALIDATING_POLICY = {
+    "apiVersion": "policies.kyverno.io/v1",
+    "kind": "ValidatingPolicy",
+    "metadata": {"name": "no-forbidden", "generation": 3},
+    "spec": {
+        "validationActions": ["Deny"],
+        "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+        "validations": [{"expression": "!has(object.metadata.labels) || !('forbidden' in object.metadata.labels)", "message": "forbidden"}],
+    },
+}
+
+CLUSTER_POLICY_KIND = next(k for k in WATCHED_KINDS if k.kind == "ClusterPolicy")
+POLICY_KIND = next(k for k in WATCHED_KINDS if k.kind == "Policy")
+VALIDATING_KIND = next(k for k in WATCHED_KINDS if k.kind == "ValidatingPolicy")
+
+
+def with_changes(document: dict[str, Any], **paths: Any) -> dict[str, Any]:
+    """A deep copy with dotted-path fields replaced (``metadata__name='x'`` sets metadata.name)."""
+    result = copy.deepcopy(document)
+    for dotted, value in paths.items():
+        parts = dotted.split("__")
+        target = result
+        for part in parts[:-1]:
+            target = target.setdefault(part, {})
+        target[parts[-1]] = value
+    return result
+
+
+class MemorySource:
+    """A PolicySource whose documents a test sets directly."""
+
+    def __init__(self, *documents: dict[str, Any]) -> None:
+        self.generation = 0
+        self.items = list(documents)
+
+    def set(self, *documents: dict[str, Any]) -> None:
+        self.items = list(documents)
+        self.generation += 1
+
+    def fingerprint(self) -> int:
+        return self.generation
+
+    def documents(self) -> list[Document]:
+        return [Document(item, "memory", index) for index, item in enumerate(self.items)]
+
+
+def pod_review(labels: dict[str, str] | None = None, namespace: str = "default") -> Any:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": namespace, "labels": labels or {}}, "spec": {"containers": [{"name": "c", "image": "nginx:1"}]}}
+    return parse_review(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u1",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": namespace,
+                "name": "p",
+                "operation": "CREATE",
+                "userInfo": {"username": "alice"},
+                "object": pod,
+            },
+        }
+    )
+
+
+# -- store and sources -----------------------------------------------------------------------------------------------------
+
+
+def test_directory_source_fingerprint_follows_file_changes(tmp_path: Path) -> None:
+    policy_file = tmp_path / "policy.yaml"
+    policy_file.write_text("apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: a}\nspec: {rules: []}\n")
+    source = DirectorySource([str(tmp_path)])
+    before = source.fingerprint()
+    assert before == source.fingerprint()
+    policy_file.write_text("apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: b}\nspec: {rules: []}\n")
+    os.utime(policy_file, ns=(1, 1))
+    assert source.fingerprint() != before
+    assert [d.data["metadata"]["name"] for d in source.documents()] == ["b"]
+
+
+def test_store_reloads_when_a_source_fingerprint_changes() -> None:
+    source = MemorySource(CLUSTER_POLICY)
+    store = PolicyStore(sources=[source])
+    seen: list[int] = []
+    store.listeners.append(lambda snapshot: seen.append(len(snapshot.policies)))
+    store.load()
+    assert store.reload_if_changed() is False
+    source.set(CLUSTER_POLICY, with_changes(CLUSTER_POLICY, metadata__name="second"))
+    assert store.reload_if_changed() is True
+    assert sorted(p.name for p in store.snapshot.policies) == ["require-team", "second"]
+    assert seen == [1, 2]
+
+
+def test_paths_and_sources_are_served_together(tmp_path: Path) -> None:
+    (tmp_path / "file.yaml").write_text(
+        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: from-file}\nspec:\n  rules:\n"
+        "  - name: r\n    match: {any: [{resources: {kinds: [ConfigMap]}}]}\n    validate: {pattern: {data: {a: '?*'}}}\n"
+    )
+    store = PolicyStore([str(tmp_path)], sources=[MemorySource(CLUSTER_POLICY)])
+    assert sorted(p.name for p in store.load().policies) == ["from-file", "require-team"]
+
+
+def test_an_invalid_policy_is_skipped_and_the_others_keep_working() -> None:
+    duplicate = with_changes(CLUSTER_POLICY, metadata__name="duplicate-rules")
+    duplicate["spec"]["rules"].append(copy.deepcopy(duplicate["spec"]["rules"][0]))
+    bad_cel = with_changes(VALIDATING_POLICY, metadata__name="bad-cel")
+    bad_cel["spec"]["validations"][0]["expression"] = "object.metadata.name =="
+    store = PolicyStore(sources=[MemorySource(CLUSTER_POLICY, duplicate, bad_cel, VALIDATING_POLICY)])
+    snapshot = store.load()
+    assert [p.name for p in snapshot.policies] == ["require-team"]
+    assert [p.name for p in snapshot.cel_policies] == ["no-forbidden"]
+    errors = {identity[3]: message for identity, message in snapshot.errors.items()}
+    assert set(errors) == {"duplicate-rules", "bad-cel"}
+    assert "duplicate rule name 'check-team'" in errors["duplicate-rules"]
+    assert errors["bad-cel"].startswith("spec.validations[0].expression:")
+    decision = snapshot.evaluator.validate(pod_review(), None)
+    assert decision.allowed is False and "label team is required" in decision.message
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}, "mutate": {"patchStrategicMerge": {}}}]}, "exactly one of validate, mutate, generate or verifyImages (found validate, mutate)"),
+        ({"spec__rules": [{"name": "r", "validate": {"deny": {}}}]}, "spec.rules[0].match: match resources not specified"),
+        ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}], "all": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}}]}, "any and all cannot be used together"),
+        ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {"conditions": {"any": [{"key": "a", "operator": "Bigger", "value": "b"}]}}}}]}, "spec.rules[0].validate.deny.conditions.any[0].operator: invalid operator 'Bigger'"),
+        ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "context": [{"name": "x", "variable": {"jmesPath": "a.["}}], "validate": {"deny": {}}}]}, "spec.rules[0].context[0].variable.jmesPath: invalid JMESPath"),
+        ({"spec__rules": [{"match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}}]}, "spec.rules[0].name is required"),
+    ],
+)
+def test_policy_problems_name_the_field(change: dict[str, Any], expected: str) -> None:
+    document = Document(with_changes(CLUSTER_POLICY, **change), "memory", 0)
+    problem = document_problem(document)
+    assert problem is not None and expected in problem
+
+
+def test_valid_documents_have_no_problem() -> None:
+    for data in (CLUSTER_POLICY, VALIDATING_POLICY):
+        assert document_problem(Document(data, "memory", 0)) is None
+    exception = {
+        "apiVersion": "kyverno.io/v2",
+        "kind": "PolicyException",
+        "metadata": {"name": "e", "namespace": "team"},
+        "spec": {"exceptions": [{"policyName": "require-team", "ruleNames": ["check-team"]}], "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}},
+    }
+    assert document_problem(Document(exception, "memory", 0)) is None
+    assert "policyName" in (document_problem(Document(with_changes(exception, spec__exceptions=[{}]), "memory", 0)) or "")
+
+
+def test_unreadable_directory_keeps_the_previous_snapshot(tmp_path: Path) -> None:
+    policy_file = tmp_path / "p.yaml"
+    policy_file.write_text(_yaml(CLUSTER_POLICY))
+    store = PolicyStore([str(tmp_path)])
+    store.load()
+    policy_file.write_text("kind: [broken\n")
+    os.utime(policy_file, ns=(1, 1))
+    assert store.reload_if_changed() is False
+    assert store.last_error and [p.name for p in store.snapshot.policies] == ["require-team"]
+
+
+def _yaml(data: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(data)
+
+
+# -- the cluster source's cache ----------------------------------------------------------------------------------------------
+
+
+def test_status_only_changes_do_not_bump_the_fingerprint() -> None:
+    source = ClusterPolicySource(api_client=None)
+    assert source.apply_event(CLUSTER_POLICY_KIND, "v1", "ADDED", CLUSTER_POLICY) is True
+    before = source.fingerprint()
+    status_written = with_changes(CLUSTER_POLICY, status={"conditions": [{"type": "Ready", "status": "True"}]}, metadata__resourceVersion="11")
+    assert source.apply_event(CLUSTER_POLICY_KIND, "v1", "MODIFIED", status_written) is False
+    assert source.fingerprint() == before
+    # the cache still follows the object, so the next status comparison sees what we wrote
+    assert source.documents()[0].data["status"]["conditions"][0]["status"] == "True"
+    annotated = with_changes(status_written, metadata__annotations={"pod-policies.kyverno.io/autogen-controllers": "none"}, metadata__resourceVersion="12")
+    assert source.apply_event(CLUSTER_POLICY_KIND, "v1", "MODIFIED", annotated) is True
+    edited = with_changes(annotated, spec__validationFailureAction="Audit", metadata__generation=2)
+    assert source.apply_event(CLUSTER_POLICY_KIND, "v1", "MODIFIED", edited) is True
+    assert source.apply_event(CLUSTER_POLICY_KIND, "v1", "DELETED", edited) is True
+    assert source.documents() == [] and source.fingerprint() == before + 3
+
+
+def test_relist_bumps_only_on_real_differences() -> None:
+    source = ClusterPolicySource(api_client=None)
+    listed = [with_changes(CLUSTER_POLICY, metadata__managedFields=[{"manager": "kubectl"}])]
+    assert source.replace_kind(CLUSTER_POLICY_KIND, "v1", listed) is True
+    assert source.replace_kind(CLUSTER_POLICY_KIND, "v1", [with_changes(CLUSTER_POLICY, metadata__resourceVersion="99")]) is False
+    assert source.replace_kind(CLUSTER_POLICY_KIND, "v1", []) is True
+    assert source.documents() == []
+
+
+def test_documents_are_independent_copies_with_kind_and_origin() -> None:
+    source = ClusterPolicySource(api_client=None)
+    namespaced = {"metadata": {"name": "local", "namespace": "team-a", "generation": 1}, "spec": copy.deepcopy(CLUSTER_POLICY["spec"])}
+    source.apply_event(POLICY_KIND, "v1", "ADDED", namespaced)  # watch objects normally carry apiVersion/kind; fill them in if not
+    (document,) = source.documents()
+    assert isinstance(document, ClusterDocument)
+    assert document.kind == "Policy" and document.api_version == "kyverno.io/v1"
+    assert document.origin == "cluster Policy/team-a/local"
+    document.data["spec"]["rules"].clear()
+    assert source.documents()[0].data["spec"]["rules"], "the cache must not share objects with a snapshot"
+
+
+def test_namespaced_policy_from_the_source_applies_only_in_its_namespace() -> None:
+    source = ClusterPolicySource(api_client=None)
+    policy = with_changes(CLUSTER_POLICY, kind="Policy", metadata__namespace="team-a")
+    source.apply_event(POLICY_KIND, "v1", "ADDED", policy)
+    snapshot = PolicyStore(sources=[source]).load()
+    assert snapshot.evaluator.validate(pod_review(namespace="team-a"), None).allowed is False
+    assert snapshot.evaluator.validate(pod_review(namespace="team-b"), None).allowed is True
+
+
+# -- status ----------------------------------------------------------------------------------------------------------------
+
+
+def _snapshot_of(*documents: dict[str, Any]) -> Any:
+    return PolicyStore(sources=[MemorySource(*documents)]).load()
+
+
+def test_ready_status_with_rule_count_and_autogen_rules() -> None:
+    snapshot = _snapshot_of(CLUSTER_POLICY)
+    patch = status_patch(CLUSTER_POLICY_KIND, CLUSTER_POLICY, snapshot, policy_identity(CLUSTER_POLICY), None)
+    assert patch is not None
+    (ready,) = patch["conditions"]
+    assert (ready["type"], ready["status"], ready["reason"], ready["message"]) == ("Ready", "True", "Succeeded", "Ready")
+    assert ready["observedGeneration"] == 1 and ready["lastTransitionTime"].endswith("Z")
+    assert patch["rulecount"] == {"validate": 1, "generate": 0, "mutate": 0, "verifyimages": 0}
+    assert [rule["name"] for rule in patch["autogen"]["rules"]] == ["autogen-check-team", "autogen-cronjob-check-team"]
+    # what is already there is not written again
+    assert status_patch(CLUSTER_POLICY_KIND, CLUSTER_POLICY, snapshot, policy_identity(CLUSTER_POLICY), copy.deepcopy(patch)) is None
+
+
+def test_failed_status_carries_the_error_and_a_new_transition_time() -> None:
+    broken = with_changes(CLUSTER_POLICY, spec__rules=[{"name": "r", "validate": {"deny": {}}}])
+    snapshot = _snapshot_of(broken)
+    was_ready = {"conditions": [{"type": "Ready", "status": "True", "reason": "Succeeded", "message": "Ready", "lastTransitionTime": "2020-01-01T00:00:00Z"}, {"type": "Other", "status": "True"}]}
+    patch = status_patch(CLUSTER_POLICY_KIND, broken, snapshot, policy_identity(broken), was_ready)
+    assert patch is not None
+    ready, other = patch["conditions"]
+    assert other == {"type": "Other", "status": "True"}
+    assert ready["status"] == "False" and ready["reason"] == "Failed"
+    assert "match resources not specified" in ready["message"]
+    assert ready["lastTransitionTime"] != "2020-01-01T00:00:00Z"
+    assert patch["autogen"] == {"rules": None}
+
+
+def test_rule_count_counts_declared_rules_by_type() -> None:
+    policy = with_changes(
+        CLUSTER_POLICY,
+        spec__rules=[
+            {"name": "v", "validate": {"deny": {}}},
+            {"name": "m", "mutate": {"patchStrategicMerge": {}}},
+            {"name": "g", "generate": {"kind": "ConfigMap"}},
+            {"name": "i", "verifyImages": [{"imageReferences": ["*"]}]},
+            {"name": "m2", "mutate": {"patchStrategicMerge": {}}},
+        ],
+    )
+    assert rule_count(policy) == {"validate": 1, "generate": 1, "mutate": 2, "verifyimages": 1}
+
+
+def test_cel_policy_status_uses_condition_status() -> None:
+    snapshot = _snapshot_of(VALIDATING_POLICY)
+    patch = status_patch(VALIDATING_KIND, VALIDATING_POLICY, snapshot, policy_identity(VALIDATING_POLICY), {})
+    assert patch is not None
+    status = patch["conditionStatus"]
+    assert status["ready"] is True and status["conditions"][0]["type"] == "Ready"
+    assert status_patch(VALIDATING_KIND, VALIDATING_POLICY, snapshot, policy_identity(VALIDATING_POLICY), copy.deepcopy(patch)) is None
+    generating = {"apiVersion": "policies.kyverno.io/v1", "kind": "GeneratingPolicy", "metadata": {"name": "gen"}, "spec": {}}
+    generating_kind = next(k for k in WATCHED_KINDS if k.kind == "GeneratingPolicy")
+    snapshot = _snapshot_of(generating)
+    patch = status_patch(generating_kind, generating, snapshot, policy_identity(generating), {})
+    assert patch is not None and patch["conditionStatus"]["ready"] is False
+    assert patch["conditionStatus"]["conditions"][0]["reason"] == "Unsupported"
+
+
+class RecordingSource(ClusterPolicySource):
+    """Status writes go to a list and come back as the apiserver would answer them."""
+
+    def __init__(self) -> None:
+        super().__init__(api_client=None)
+        self.patches: list[tuple[str, str, dict[str, Any]]] = []
+
+    def _patch_status(self, watched: WatchedKind, version: str, namespace: str, name: str, patch: dict[str, Any]) -> Any:
+        self.patches.append((watched.kind, name, patch))
+        with self._lock:
+            _, current = self._objects[(watched, namespace, name)]
+        updated = copy.deepcopy(current)
+        updated["status"] = {**(updated.get("status") or {}), **patch}
+        return updated
+
+
+def test_statuses_are_written_once_and_not_again_for_the_same_snapshot() -> None:
+    source = RecordingSource()
+    source.apply_event(CLUSTER_POLICY_KIND, "v1", "ADDED", CLUSTER_POLICY)
+    source.apply_event(VALIDATING_KIND, "v1", "ADDED", VALIDATING_POLICY)
+    store = PolicyStore(sources=[source])
+    snapshot = store.load()
+    fingerprint = source.fingerprint()
+    assert source.write_statuses(snapshot) == 0
+    assert sorted((kind, name) for kind, name, _ in source.patches) == [("ClusterPolicy", "require-team"), ("ValidatingPolicy", "no-forbidden")]
+    assert source.fingerprint() == fingerprint, "our own status write must not trigger a reload"
+    assert store.reload_if_changed() is False
+    source.write_statuses(snapshot)
+    assert len(source.patches) == 2
+
+
+def test_status_of_a_policy_changed_since_the_snapshot_is_left_for_the_next_one() -> None:
+    source = RecordingSource()
+    source.apply_event(CLUSTER_POLICY_KIND, "v1", "ADDED", CLUSTER_POLICY)
+    snapshot = PolicyStore(sources=[source]).load()
+    source.apply_event(CLUSTER_POLICY_KIND, "v1", "MODIFIED", with_changes(CLUSTER_POLICY, metadata__generation=2, spec__background=False))
+    assert source.write_statuses(snapshot) == 0 and source.patches == []
+
+
+# -- the watch loop ---------------------------------------------------------------------------------------------------------
+
+
+class FakeResources:
+    def __init__(self, names: list[str]) -> None:
+        self.resources = [type("Resource", (), {"name": name})() for name in names]
+
+
+class FakeCustomObjects:
+    """Serves ClusterPolicy under v1 only; every other kind is missing."""
+
+    def __init__(self) -> None:
+        self.lists = 0
+
+    def get_api_resources(self, group: str, version: str) -> FakeResources:
+        if (group, version) == ("kyverno.io", "v1"):
+            return FakeResources(["clusterpolicies"])
+        raise ApiException(status=404, reason="Not Found")
+
+    def list_cluster_custom_object(self, group: str, version: str, plural: str, **_: Any) -> dict[str, Any]:
+        self.lists += 1
+        return {"metadata": {"resourceVersion": str(self.lists)}, "items": [CLUSTER_POLICY]}
+
+
+def test_missing_kinds_are_skipped_and_gone_watches_relist(monkeypatch: pytest.MonkeyPatch) -> None:
+    api = FakeCustomObjects()
+    source = ClusterPolicySource(api_client=None, kinds=(CLUSTER_POLICY_KIND, VALIDATING_KIND), write_status=False, rediscover_interval=3600)
+    monkeypatch.setattr(source, "_custom_objects", lambda: api)
+    watched_from: list[str] = []
+
+    def fake_watch(watched: WatchedKind, version: str, resource_version: str) -> None:
+        watched_from.append(resource_version)
+        if len(watched_from) == 1:
+            raise ApiException(status=410, reason="Gone")
+        source._stopping.wait()  # a healthy watch runs until stop()
+
+    monkeypatch.setattr(source, "_watch", fake_watch)
+    source.start()
+    assert source.wait_synced(timeout=10)
+    source.stop()
+    assert source.missing_kinds == ["ValidatingPolicy.policies.kyverno.io"]
+    assert watched_from == ["1", "2"], "after 410 Gone the kind is listed again and watched from the new list"
+    assert [d.data["metadata"]["name"] for d in source.documents()] == ["require-team"]
+
+
+def test_serve_needs_policies_or_from_cluster() -> None:
+    from stockade.cli.serve_cmd import serve
+
+    result = CliRunner().invoke(serve, [])
+    assert result.exit_code == 2
+    assert "give POLICIES (files or directories) and/or --from-cluster" in result.output
