@@ -116,7 +116,9 @@ def should_update(desired: dict[str, Any], current: dict[str, Any], synchronized
 def _comparable(desired: dict[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in desired.items() if k not in ("status", "apiVersion", "kind")}
     metadata = desired.get("metadata") or {}
-    out["metadata"] = {k: metadata[k] for k in ("labels", "annotations") if metadata.get(k)}
+    kept = {k: metadata[k] for k in ("labels", "annotations") if metadata.get(k)}
+    if kept:
+        out["metadata"] = kept
     return out
 
 

@@ -1,0 +1,79 @@
+"""ClusterData against a fake ApiClient: apiCall/configMap providers, clone lookups, caching and errors."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from stockade.controllers.clusterdata import ApiError, ClusterData
+from stockade.controllers.webhookconfig import ApiResource
+from stockade.engine.contextloader import ContextLoadError
+
+
+class _Response:
+    def __init__(self, status: int, body: Any) -> None:
+        self.status = status
+        self.reason = "x"
+        self._body = json.dumps(body).encode()
+
+    def read(self) -> bytes:
+        return self._body
+
+
+class FakeApiClient:
+    def __init__(self, objects: dict[str, Any]) -> None:
+        self.objects = objects
+        self.calls: list[tuple[str, str]] = []
+
+    def param_serialize(self, method: str, path: str, query_params: Any = None, header_params: Any = None, body: Any = None, auth_settings: Any = None) -> tuple:
+        query = "&".join(f"{k}={v}" for k, v in query_params or [])
+        return method, path + ("?" + query if query else ""), header_params, body, None
+
+    def call_api(self, method: str, url: str, header_params: Any = None, body: Any = None, _request_timeout: Any = None) -> _Response:
+        self.calls.append((method, url))
+        if url in self.objects:
+            return _Response(200, self.objects[url])
+        return _Response(404, {"kind": "Status", "message": f"{url} not found"})
+
+
+RESOURCES = [ApiResource("", "v1", "configmaps", "ConfigMap"), ApiResource("", "v1", "namespaces", "Namespace", namespaced=False)]
+
+
+def make(objects: dict[str, Any], ttl: float = 60.0) -> tuple[ClusterData, FakeApiClient]:
+    client = FakeApiClient(objects)
+    return ClusterData(client, ttl_seconds=ttl, resources=RESOURCES), client
+
+
+def test_configmap_and_lookup_and_list_kinds() -> None:
+    cm = {"metadata": {"name": "c", "namespace": "ns"}, "data": {"k": "v"}}
+    data, _ = make({"/api/v1/namespaces/ns/configmaps/c": cm, "/api/v1/namespaces/ns/configmaps": {"items": [cm]}})
+    assert data.configmap("ns", "c") == cm
+    assert data.configmap("ns", "missing") is None
+    assert data.lookup("v1", "ConfigMap", "ns", "c") == [cm]
+    listed = data.lookup("", "ConfigMap", "ns", None)
+    assert listed[0]["kind"] == "ConfigMap" and listed[0]["apiVersion"] == "v1"
+    assert data.lookup("v1", "Unknown", "ns", "c") == []
+
+
+def test_api_call_url_path_with_query_and_errors() -> None:
+    data, client = make({"/api/v1/namespaces?labelSelector=a=b": {"items": [1, 2]}})
+    assert data.api_call({"urlPath": "/api/v1/namespaces?labelSelector=a=b"}) == {"items": [1, 2]}
+    data.api_call({"urlPath": "/api/v1/namespaces?labelSelector=a=b"})
+    assert len(client.calls) == 1  # cached within the TTL
+    with pytest.raises(ContextLoadError, match="404"):
+        data.api_call({"urlPath": "/api/v1/nothing"})
+    with pytest.raises(ContextLoadError, match="not supported"):
+        data.api_call({"urlPath": "/api/v1/x", "method": "DELETE"})
+    with pytest.raises(ApiError) as info:
+        data.request("GET", "/api/v1/nothing")
+    assert info.value.status == 404
+
+
+def test_resources_for_selector_and_namespace_labels() -> None:
+    data, _ = make({"/api/v1/namespaces/team": {"metadata": {"name": "team", "labels": {"env": "prod"}}}})
+    assert [r.kind for r in data.resources_for_selector("ConfigMap")] == ["ConfigMap"]
+    assert data.resources_for_selector("v1/Pod/status") == []
+    assert data.namespace_labels("team") == {"env": "prod"}
+    assert data.namespace_labels("other") == {"kubernetes.io/metadata.name": "other"}

@@ -1,0 +1,117 @@
+"""Pure decisions of the generate controller and background scanner: selectors, synchronize, drift, eligibility."""
+
+from __future__ import annotations
+
+from stockade.controllers.background import background_blocker, scanned_rules_only
+from stockade.controllers.generate import (
+    APPLY,
+    DELETE,
+    NOTHING,
+    downstream_kinds,
+    downstream_selector,
+    generate_existing,
+    label_selector,
+    orphan_on_policy_delete,
+    should_update,
+    synchronize,
+    trigger_action,
+)
+from stockade.engine.response import EngineResponse, RuleResponse
+from stockade.policy.model import KyvernoPolicy, Rule
+
+
+def policy(spec: dict, kind: str = "ClusterPolicy", namespace: str | None = None) -> KyvernoPolicy:
+    metadata = {"name": "p"}
+    if namespace:
+        metadata["namespace"] = namespace
+    return KyvernoPolicy({"apiVersion": "kyverno.io/v1", "kind": kind, "metadata": metadata, "spec": spec})
+
+
+def test_selector_narrows_to_rule_and_trigger() -> None:
+    selector = downstream_selector("p", "", "r", "uid-1")
+    assert selector == {
+        "app.kubernetes.io/managed-by": "kyverno",
+        "generate.kyverno.io/policy-name": "p",
+        "generate.kyverno.io/policy-namespace": "",
+        "generate.kyverno.io/rule-name": "r",
+        "generate.kyverno.io/trigger-uid": "uid-1",
+    }
+    assert "generate.kyverno.io/rule-name" not in downstream_selector("p", "ns")
+    assert label_selector({"b": "2", "a": ""}) == "a=,b=2"
+
+
+def test_trigger_actions_follow_synchronize() -> None:
+    assert trigger_action("CREATE", True, False) == APPLY
+    assert trigger_action("CREATE", False, True) == NOTHING
+    assert trigger_action("UPDATE", True, True) == APPLY
+    assert trigger_action("UPDATE", False, True) == DELETE
+    assert trigger_action("UPDATE", False, False) == NOTHING
+    assert trigger_action("DELETE", False, True) == DELETE
+    assert trigger_action("DELETE", False, False) == NOTHING
+
+
+def test_rule_flags() -> None:
+    rule = Rule({"name": "r", "generate": {"synchronize": True, "orphanDownstreamOnPolicyDelete": True, "kind": "ConfigMap"}})
+    assert synchronize(rule) and orphan_on_policy_delete(rule)
+    plain = Rule({"name": "r", "generate": {"kind": "ConfigMap"}})
+    assert not synchronize(plain) and not orphan_on_policy_delete(plain)
+    assert generate_existing(policy({"generateExisting": True}), plain)
+    assert not generate_existing(policy({"generateExisting": True}), Rule({"name": "r", "generate": {"generateExisting": False}}))
+    assert generate_existing(policy({"generateExistingOnPolicyUpdate": True}), plain)
+    assert not generate_existing(policy({}), plain)
+
+
+def test_drift_detection_tolerates_defaults_but_not_edits() -> None:
+    desired = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"x": "1"}}, "data": {"a": "1"}}
+    current = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "uid": "u", "labels": {"x": "1", "other": "y"}}, "data": {"a": "1"}}
+    assert not should_update(desired, current, True)
+    assert should_update(desired, {**current, "data": {"a": "2"}}, True)
+    assert should_update(desired, {**current, "data": {"a": "1", "extra": "3"}}, True)
+    assert should_update(desired, {**current, "metadata": {"name": "c"}}, True)  # our labels were removed
+    assert not should_update(desired, {**current, "data": {"a": "2"}}, False)  # no synchronize: never rewritten
+    netpol = {"spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}
+    assert not should_update(netpol, {"spec": {"podSelector": {}, "policyTypes": ["Ingress"], "extra": 1}}, True)
+    assert should_update(netpol, {"spec": {"podSelector": {}, "policyTypes": ["Egress"]}}, True)
+
+
+def test_downstream_kinds_cover_foreach_and_clone_list() -> None:
+    rule = Rule(
+        {
+            "name": "r",
+            "generate": {
+                "foreach": [{"list": "x", "apiVersion": "v1", "kind": "Secret"}],
+                "cloneList": {"kinds": ["v1/ConfigMap", "networking.k8s.io/v1/NetworkPolicy"]},
+            },
+        }
+    )
+    assert downstream_kinds(rule) == [("v1", "ConfigMap"), ("networking.k8s.io/v1", "NetworkPolicy"), ("v1", "Secret")]
+
+
+def _validate_rule(extra: dict) -> dict:
+    return {"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"pattern": {"x": "y"}}, **extra}
+
+
+def test_background_eligibility_mirrors_kyverno() -> None:
+    assert background_blocker(policy({"rules": [_validate_rule({})]})) == ""
+    assert "background" in background_blocker(policy({"background": False, "rules": [_validate_rule({})]}))
+    uses_user = _validate_rule({"validate": {"message": "{{ request.userInfo.username }}", "pattern": {"x": "y"}}})
+    assert "request.userInfo" in background_blocker(policy({"rules": [uses_user]}))
+    uses_sa = _validate_rule({"validate": {"message": "{{serviceAccountName}}", "pattern": {"x": "y"}}})
+    assert "serviceAccountName" in background_blocker(policy({"rules": [uses_sa]}))
+    object_only = _validate_rule({"validate": {"message": "{{ request.object.metadata.name }}", "pattern": {"x": "y"}}})
+    assert background_blocker(policy({"rules": [object_only]})) == ""
+    by_role = {"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}, "clusterRoles": ["admin"]}]}, "validate": {"pattern": {"x": "y"}}}
+    assert "clusterRoles" in background_blocker(policy({"rules": [by_role]}))
+
+
+def test_verify_images_only_results_are_not_scanned() -> None:
+    pol = policy(
+        {
+            "rules": [
+                _validate_rule({}),
+                {"name": "sig", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "verifyImages": [{"imageReferences": ["*"]}]},
+            ]
+        }
+    )
+    response = EngineResponse(pol, {}, {}, rules=[RuleResponse("r", "Validation", "pass"), RuleResponse("sig", "ImageVerify", "fail")])
+    assert [r.name for r in scanned_rules_only(response).rules] == ["r"]

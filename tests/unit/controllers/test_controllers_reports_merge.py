@@ -1,0 +1,60 @@
+"""Report merging for background scans: replaced policies, vanished policies, empty background reports."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from stockade.controllers.reports import PROCESS_BACKGROUND, build_report, merge_into, report_policy_name, stale_results_removed, summarise
+from stockade.engine.response import EngineResponse, RuleResponse
+from stockade.policy.model import KyvernoPolicy
+
+NOW = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
+POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}
+
+
+def _policy(name: str, kind: str = "ClusterPolicy", namespace: str = "") -> KyvernoPolicy:
+    metadata = {"name": name, **({"namespace": namespace} if namespace else {})}
+    return KyvernoPolicy({"apiVersion": "kyverno.io/v1", "kind": kind, "metadata": metadata, "spec": {}})
+
+
+def _result(policy: str, result: str) -> dict:
+    return {"policy": policy, "rule": "r", "result": result}
+
+
+def _current(*results: dict) -> dict:
+    return {"metadata": {"name": "u1", "resourceVersion": "7"}, "results": list(results)}
+
+
+def test_background_report_marks_its_process_and_may_be_empty() -> None:
+    response = EngineResponse(_policy("a"), POD, POD, rules=[RuleResponse("r", "Validation", "fail", "bad")])
+    report = build_report(POD, [response], NOW, process=PROCESS_BACKGROUND)
+    assert report is not None and report["results"][0]["properties"] == {"process": PROCESS_BACKGROUND}
+    assert build_report(POD, [], NOW) is None
+    empty = build_report(POD, [], NOW, allow_empty=True)
+    assert empty is not None and empty["results"] == [] and empty["kind"] == "PolicyReport"
+
+
+def test_merge_replaces_scanned_policies_keeps_admission_only_and_drops_vanished() -> None:
+    report = build_report(POD, [EngineResponse(_policy("a"), POD, POD, rules=[RuleResponse("r", "Validation", "pass")])], NOW)
+    assert report is not None
+    current = _current(_result("a", "fail"), _result("b", "fail"), _result("admission-only", "pass"), _result("gone", "fail"))
+    merge_into(report, current, replace={"a", "b"}, live={"a", "b", "admission-only"})
+    assert sorted((r["policy"], r["result"]) for r in report["results"]) == [("a", "pass"), ("admission-only", "pass")]
+    assert report["summary"]["pass"] == 2 and report["summary"]["fail"] == 0
+    assert report["metadata"]["resourceVersion"] == "7"
+
+
+def test_merge_without_sets_keeps_other_policies() -> None:
+    report = build_report(POD, [EngineResponse(_policy("a"), POD, POD, rules=[RuleResponse("r", "Validation", "pass")])], NOW)
+    assert report is not None
+    merge_into(report, _current(_result("a", "fail"), _result("gone", "fail")))
+    assert sorted(r["policy"] for r in report["results"]) == ["a", "gone"]
+
+
+def test_prune_helpers_and_policy_names() -> None:
+    results = [_result("a", "pass"), _result("ns/b", "fail"), _result("c", "warn")]
+    kept = stale_results_removed(results, {"a", "ns/b"})
+    assert [r["policy"] for r in kept] == ["a", "ns/b"]
+    assert summarise(kept) == {"pass": 1, "fail": 1, "warn": 0, "error": 0, "skip": 0}
+    assert report_policy_name(_policy("x")) == "x"
+    assert report_policy_name(_policy("x", "Policy", "team")) == "team/x"
