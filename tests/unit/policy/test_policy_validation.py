@@ -1,0 +1,193 @@
+"""Static policy checks: each test feeds one common authoring mistake and expects the field and reason named."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from stockade.policy.validation import is_policy_document, validate_policy_document
+
+
+def cluster_policy(rule: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    rule = rule or {
+        "name": "check-team",
+        "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+        "validate": {"message": "team label required", "pattern": {"metadata": {"labels": {"team": "?*"}}}},
+    }
+    return {"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "require-team"}, "spec": {"rules": [rule], **spec}}
+
+
+def with_rule(**changes: Any) -> dict[str, Any]:
+    policy = cluster_policy()
+    rule = policy["spec"]["rules"][0]
+    for key, value in changes.items():
+        if value is None:
+            rule.pop(key, None)
+        else:
+            rule[key] = value
+    return policy
+
+
+def errors_of(document: dict[str, Any]) -> list[str]:
+    return [str(problem) for problem in validate_policy_document(document).errors]
+
+
+def test_a_valid_policy_passes() -> None:
+    result = validate_policy_document(cluster_policy())
+    assert result.ok and result.errors == [] and result.message() == ""
+
+
+def test_bad_jmespath_in_a_variable_names_rule_and_field() -> None:
+    policy = with_rule(validate={"message": "name {{ request.object.metadata.name[ }}", "pattern": {"metadata": {"name": "?*"}}})
+    result = validate_policy_document(policy)
+    assert not result.ok
+    message = result.message()
+    assert message.startswith('ClusterPolicy "require-team" is invalid: rule "check-team": spec.rules[0].validate.message: invalid JMESPath')
+    assert "request.object.metadata.name[" in message
+
+
+def test_unknown_jmespath_function_is_rejected() -> None:
+    policy = with_rule(validate={"deny": {"conditions": {"any": [{"key": "{{ lenght(request.object.spec.containers) }}", "operator": "GreaterThan", "value": 1}]}}})
+    assert any("unknown function: lenght()" in e for e in errors_of(policy))
+
+
+def test_unknown_condition_operator_names_the_path() -> None:
+    policy = with_rule(validate={"deny": {"conditions": {"all": [{"key": "a", "operator": "Equalz", "value": "b"}]}}})
+    (error,) = errors_of(policy)
+    assert "spec.rules[0].validate.deny.conditions.all[0].operator: unknown operator 'Equalz'" in error
+
+
+def test_condition_without_key_is_rejected() -> None:
+    policy = with_rule(preconditions={"any": [{"operator": "Equals", "value": "x"}]})
+    assert any("preconditions.any[0]" in e and "missing or misspelled" in e for e in errors_of(policy))
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"validate": None}, "no operation defined in the rule 'check-team'"),
+        ({"mutate": {"patchStrategicMerge": {"metadata": {"labels": {"a": "b"}}}}}, "multiple operations defined in the rule 'check-team'"),
+    ],
+)
+def test_rule_needs_exactly_one_type(change: dict[str, Any], expected: str) -> None:
+    assert any(expected in e for e in errors_of(with_rule(**change)))
+
+
+def test_duplicate_rule_names() -> None:
+    policy = cluster_policy()
+    policy["spec"]["rules"].append(copy.deepcopy(policy["spec"]["rules"][0]))
+    assert any("spec.rules[1].name: duplicate rule name: 'check-team'" in e for e in errors_of(policy))
+
+
+def test_validate_with_two_validation_types() -> None:
+    policy = with_rule(validate={"pattern": {"metadata": {}}, "deny": {}})
+    assert any("only one type of validation" in e for e in errors_of(policy))
+
+
+def test_malformed_anchor_in_pattern() -> None:
+    policy = with_rule(validate={"pattern": {"spec": {"=(hostNetwork": False}}})
+    (error,) = errors_of(policy)
+    assert "spec.rules[0].validate.pattern.spec.=(hostNetwork: malformed anchor" in error
+
+
+def test_add_anchor_is_not_allowed_in_validate_patterns() -> None:
+    policy = with_rule(validate={"pattern": {"metadata": {"+(labels)": {"a": "b"}}}})
+    assert any("only allowed in mutate patterns" in e for e in errors_of(policy))
+
+
+def test_variables_are_not_allowed_in_match() -> None:
+    policy = with_rule(match={"any": [{"resources": {"kinds": ["Pod"], "names": ["{{ request.object.metadata.name }}"]}}]})
+    assert any("match.any[0].resources.names[0]: variables are not allowed in the match section" in e for e in errors_of(policy))
+
+
+def test_any_and_all_together() -> None:
+    policy = with_rule(match={"any": [{"resources": {"kinds": ["Pod"]}}], "all": [{"resources": {"kinds": ["Pod"]}}]})
+    assert any("can't specify any and all together" in e for e in errors_of(policy))
+
+
+def test_missing_match() -> None:
+    assert any("spec.rules[0].match: match resources not specified" in e for e in errors_of(with_rule(match=None)))
+
+
+def test_json_patch_path_must_start_with_slash() -> None:
+    policy = with_rule(validate=None, mutate={"patchesJson6902": "- op: add\n  path: metadata/labels/a\n  value: b\n"})
+    assert any("patchesJson6902[0].path: path must begin with a forward slash" in e for e in errors_of(policy))
+
+
+def test_context_entry_problems() -> None:
+    policy = with_rule(context=[{"name": "request", "variable": {"value": 1}}, {"name": "cm", "configMap": {"name": "x"}}, {"name": "v", "variable": {"jmesPath": "a.["}}])
+    errors = errors_of(policy)
+    assert any("context[0].name: entry name request conflicts with a pre-defined variable" in e for e in errors)
+    assert any("context[1].configMap.namespace: a namespace is required" in e for e in errors)
+    assert any("context[2].variable.jmesPath: invalid JMESPath 'a.['" in e for e in errors)
+
+
+def test_cel_rule_expression_must_compile() -> None:
+    policy = with_rule(validate={"cel": {"expressions": [{"expression": "object.spec.replicas <"}]}})
+    (error,) = errors_of(policy)
+    assert "spec.rules[0].validate.cel.expressions[0].expression: CEL expression 'object.spec.replicas <' does not compile" in error
+
+
+def test_timeout_out_of_range_and_unknown_failure_policy() -> None:
+    errors = errors_of(cluster_policy(webhookTimeoutSeconds=45, failurePolicy="Sometimes"))
+    assert any("spec.webhookTimeoutSeconds: the timeout value must be between 1 and 30 seconds" in e for e in errors)
+    assert any("spec.failurePolicy: unsupported value 'Sometimes'" in e for e in errors)
+
+
+def test_cluster_policy_with_namespace() -> None:
+    policy = cluster_policy()
+    policy["metadata"]["namespace"] = "default"
+    assert errors_of(policy) == ["metadata.namespace: a ClusterPolicy should not have the namespace defined"]
+
+
+def test_several_errors_are_listed_one_per_line() -> None:
+    policy = cluster_policy(webhookTimeoutSeconds=0)
+    policy["metadata"]["namespace"] = "x"
+    message = validate_policy_document(policy).message()
+    assert message.startswith('ClusterPolicy "require-team" is invalid:\n- ') and message.count("\n- ") == 2
+
+
+def test_escaped_variables_are_not_checked() -> None:
+    policy = with_rule(validate={"message": r"literal \{{ not[ a variable }}", "pattern": {"metadata": {"name": "?*"}}})
+    assert errors_of(policy) == []
+
+
+def test_policy_exception_requires_exceptions_and_match() -> None:
+    document = {"apiVersion": "kyverno.io/v2", "kind": "PolicyException", "metadata": {"name": "e", "namespace": "x"}, "spec": {"exceptions": [{"policyName": "p"}]}}
+    errors = errors_of(document)
+    assert any("spec.exceptions[0].ruleNames" in e for e in errors)
+    assert any("spec.match: match resources not specified" in e for e in errors)
+
+
+def validating_policy(expression: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "policies.kyverno.io/v1",
+        "kind": "ValidatingPolicy",
+        "metadata": {"name": "vp"},
+        "spec": {
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+            "validations": [{"expression": expression}],
+            **spec,
+        },
+    }
+
+
+def test_validating_policy_cel_compile_error_names_the_field() -> None:
+    (error,) = errors_of(validating_policy("objekt.metadata.name != ''"))
+    assert error.startswith("spec.validations[0].expression: CEL expression")
+    assert "undeclared reference to 'objekt.metadata.name'" in error
+
+
+def test_validating_policy_valid_and_bad_actions() -> None:
+    assert errors_of(validating_policy("object.metadata.name != ''")) == []
+    errors = errors_of(validating_policy("true", validationActions=["Deny", "Warn", "Block"]))
+    assert any("unsupported value(s) 'Block'" in e for e in errors)
+    assert any("Deny and Warn may not be used together" in e for e in errors)
+
+
+def test_unknown_kinds_are_not_judged() -> None:
+    document = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "{{ broken[ }}"}}
+    assert not is_policy_document(document)
+    assert validate_policy_document(document).ok
