@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import CHART, INSTALL_YAML, REPO_ROOT, Tools, documents, find
+from install_tools import CHART, INSTALL_YAML, REPO_ROOT, Tools, documents, find
 
 PSS_RESTRICTED = REPO_ROOT / "bench" / "policies" / "pss-restricted.yaml"
 

@@ -7,7 +7,7 @@ import uuid
 from pathlib import Path
 
 import yaml
-from conftest import CHART, INSTALL_YAML, Tools, documents
+from install_tools import CHART, INSTALL_YAML, Tools, documents
 
 
 def listable_resources(tools: Tools, namespaced: bool) -> str:
