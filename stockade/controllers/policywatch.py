@@ -113,8 +113,9 @@ class ClusterPolicySource:
         max_backoff: float = 30.0,
         status_retry_interval: float = 10.0,
     ) -> None:
-        self.api_client = api_client
         self.kinds = tuple(kinds)
+        # every installed kind keeps one watch connection open: a client of our own, with a pool that fits them
+        self.api_client = _dedicated_client(api_client, len(self.kinds) + 4) if api_client is not None else None
         self.write_status = write_status
         self.watch_timeout = watch_timeout
         self.rediscover_interval = rediscover_interval
@@ -153,6 +154,8 @@ class ClusterPolicySource:
             active.stop()
         for thread in self._threads:
             thread.join(timeout=timeout / max(len(self._threads), 1))
+        if self.api_client is not None and not any(thread.is_alive() for thread in self._threads):
+            self.api_client.close()
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         """True once every kind has been listed (or found not installed)."""
@@ -407,6 +410,14 @@ class ClusterPolicySource:
         if watched.namespaced:
             return api.patch_namespaced_custom_object_status(watched.group, version, namespace, watched.plural, name, body, _request_timeout=30)
         return api.patch_cluster_custom_object_status(watched.group, version, watched.plural, name, body, _request_timeout=30)
+
+
+def _dedicated_client(api_client: Any, connections: int) -> Any:
+    from kubernetes import client
+
+    configuration = copy.deepcopy(api_client.configuration)
+    configuration.connection_pool_maxsize = connections
+    return client.ApiClient(configuration)
 
 
 # -- desired status ---------------------------------------------------------------------------------------------------------

@@ -1,0 +1,52 @@
+"""Fixtures of the policies-from-the-cluster tests; the shared control plane comes from tests/integration/conftest.py.
+
+The CRDs are applied idempotently and left installed (other areas may use them); every policy, namespace and
+webhook configuration created here is removed again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from policies_cluster import CRDS, Api, Serve, eventually
+
+from stockade.testing.apiserver import ControlPlane
+
+POLICY_RESOURCES = (
+    "clusterpolicies.kyverno.io",
+    "policies.kyverno.io",
+    "validatingpolicies.policies.kyverno.io",
+)
+
+
+@pytest.fixture(scope="module")
+def api(control_plane: ControlPlane) -> Api:
+    api = Api(control_plane)
+    result = api.kubectl("apply", "-f", str(CRDS))
+    assert result.returncode == 0, result.stderr
+    result = api.kubectl("wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{name}" for name in POLICY_RESOURCES])
+    assert result.returncode == 0, result.stderr
+    return api
+
+
+@pytest.fixture(scope="module")
+def serve(api: Api, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
+    server = Serve(api.plane, tmp_path_factory.mktemp("serve"))
+    try:
+        server.wait_serving()
+        yield server
+    finally:
+        code = server.stop()
+        eventually(lambda: not api.managed_webhooks() or None, "webhook configurations removed on shutdown", details=server.log)
+        assert code == 0, server.log()
+
+
+@pytest.fixture()
+def cleanup(api: Api) -> Iterator[list[tuple[str, ...]]]:
+    """Objects to delete after the test, as kubectl delete arguments (kind, name[, -n, namespace])."""
+    created: list[tuple[str, ...]] = []
+    yield created
+    for args in reversed(created):
+        result = api.kubectl("delete", "--ignore-not-found", "--wait=false", *args)
+        assert result.returncode == 0, result.stderr
