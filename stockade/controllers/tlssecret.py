@@ -22,6 +22,10 @@ class SecretStore:
         self.namespace = namespace
         self.name = name
         self._resource_version: str | None = None
+        # what others (Helm, the chart) put on the Secret survives our writes: labels, annotations, type
+        self._labels: dict[str, str] = {}
+        self._annotations: dict[str, str] = {}
+        self._type = "Opaque"
 
     def load(self) -> dict[str, bytes]:
         from kubernetes.client.exceptions import ApiException
@@ -34,16 +38,25 @@ class SecretStore:
                 return {}
             raise
         self._resource_version = secret.metadata.resource_version
+        self._labels = dict(secret.metadata.labels or {})
+        self._annotations = dict(secret.metadata.annotations or {})
+        self._type = secret.type or "Opaque"
         return {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
 
     def save(self, items: dict[str, bytes]) -> None:
         from kubernetes.client.exceptions import ApiException
 
-        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace, "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE}}
+        metadata: dict[str, Any] = {
+            "name": self.name,
+            "namespace": self.namespace,
+            "labels": {**self._labels, MANAGED_BY_LABEL: MANAGED_BY_VALUE},
+        }
+        if self._annotations:
+            metadata["annotations"] = dict(self._annotations)
         body = {
             "apiVersion": "v1",
             "kind": "Secret",
-            "type": "Opaque",
+            "type": self._type,
             "metadata": metadata,
             "data": {key: base64.b64encode(value).decode() for key, value in items.items()},
         }

@@ -171,3 +171,22 @@ def test_replicas_share_the_ca_through_a_secret(control_plane: ControlPlane, kub
     first.renew_before = second.renew_before
     assert second.refresh() is True  # the other replica adopts it from the Secret
     assert second.serving is not None and first.serving is not None and second.serving.cert_pem == first.serving.cert_pem
+
+
+def test_certificate_writes_keep_the_labels_and_annotations_of_a_precreated_secret(control_plane: ControlPlane, kube: Kube) -> None:
+    """The chart creates the (empty) TLS Secret so uninstall deletes it; our writes must not strip Helm's metadata."""
+    from stockade.controllers.registration import load_api_client
+    from stockade.controllers.tlssecret import SecretStore
+    from stockade.webhook.certs import CertificateManager
+
+    name = unique("tls")
+    metadata = {"name": name, "labels": {"app.kubernetes.io/managed-by": "Helm"}, "annotations": {"meta.helm.sh/release-name": "stockade"}}
+    status, _, _ = kube.request("POST", "/api/v1/namespaces/default/secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": metadata, "type": "Opaque"})
+    assert status == 201
+    manager = CertificateManager(hosts=["127.0.0.1"], store=SecretStore(load_api_client(str(control_plane.kubeconfig)), "default", name))
+    manager.start()
+    status, secret, _ = kube.request("GET", f"/api/v1/namespaces/default/secrets/{name}")
+    assert status == 200 and {"ca.crt", "tls.crt"} <= set(secret["data"])
+    assert secret["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "Helm", "webhook.stockade.io/managed-by": "stockade"}
+    assert secret["metadata"]["annotations"] == {"meta.helm.sh/release-name": "stockade"}
+    kube.request("DELETE", f"/api/v1/namespaces/default/secrets/{name}")
