@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from stockade.engine.conditions import CONDITION_OPERATORS
 from stockade.engine.engine import Engine
 from stockade.policy.loader import Document, LoadError, expand_paths, load_documents
-from stockade.policy.model import CEL_POLICY_GROUP, KYVERNO_GROUP, KyvernoPolicy, api_group, is_kyverno_policy, is_policy_exception
+from stockade.policy.model import CEL_POLICY_GROUP, KyvernoPolicy, api_group, is_kyverno_policy, is_policy_exception
 from stockade.policy.resources import split_policies
 from stockade.webhook.admission import MUTATING_POLICY_KINDS, VALIDATING_POLICY_KINDS, AdmissionEvaluator, NamespaceLabels
 
@@ -210,18 +210,24 @@ def document_problem(document: Document, compiler: Any = None) -> str | None:
     """Why this document cannot be served, or None; never raises."""
     data = document.data
     try:
-        metadata = data.get("metadata")
-        if not isinstance(metadata, dict) or not metadata.get("name"):
-            return "metadata.name is required"
         if is_kyverno_policy(data):
-            return _kyverno_policy_problem(data)
-        if is_policy_exception(data):
-            return _exception_problem(data)
-        if api_group(document.api_version) == CEL_POLICY_GROUP and document.kind in VALIDATING_POLICY_KINDS + MUTATING_POLICY_KINDS:
-            return _cel_policy_problem(data, compiler)
-        return None
+            check = _kyverno_policy_problem
+        elif is_policy_exception(data):
+            check = _exception_problem
+        elif api_group(document.api_version) == CEL_POLICY_GROUP and document.kind in VALIDATING_POLICY_KINDS + MUTATING_POLICY_KINDS:
+            return _name_problem(data) or _cel_policy_problem(data, compiler)
+        else:
+            return None  # other kinds are not checked here (split_policies sets them aside or another part serves them)
+        return _name_problem(data) or check(data)
     except Exception as exc:  # a check tripping over an unexpected shape is itself a reason not to serve the policy
         return f"cannot be read: {type(exc).__name__}: {exc}"
+
+
+def _name_problem(data: dict[str, Any]) -> str | None:
+    metadata = data.get("metadata")
+    if not isinstance(metadata, dict) or not metadata.get("name"):
+        return "metadata.name is required"
+    return None
 
 
 def _kyverno_policy_problem(data: dict[str, Any]) -> str | None:
@@ -389,7 +395,6 @@ def _cel_policy_problem(data: dict[str, Any], compiler: Any) -> str | None:
 
 __all__ = [
     "DirectorySource",
-    "KYVERNO_GROUP",
     "PolicyIdentity",
     "PolicySnapshot",
     "PolicySource",
