@@ -1,5 +1,5 @@
 """Kyverno's pure CEL libraries (kyverno/sdk ``extensions/cel/libs``): json, yaml, hash, gzip, x509, math, time,
-user, transform and random.  Both the unprefixed (pre-1.18) and the ``namespace.`` prefixed names exist."""
+user, transform, random, the string-based ``time_*`` functions and ``jmespath``.  Both the unprefixed (pre-1.18) and the ``namespace.`` prefixed names exist."""
 
 from __future__ import annotations
 
@@ -202,6 +202,33 @@ def _pick_from_class(members: list[Any]) -> str:
     return _generator.choice(candidates)
 
 
+def _via_jmespath(function: str, arity: int) -> Any:
+    """Kyverno's string-based ``time_*`` CEL functions behave exactly like its JMESPath functions of the same
+    name, so they share the JMESPath implementation (compiled once)."""
+    from stockade.jmespath import JMESPathError, compile_expression
+
+    arguments = ", ".join(f"@[{index}]" for index in range(arity))
+    compiled = compile_expression(f"{function}({arguments})")
+
+    def call(*values: Any) -> Any:
+        try:
+            return compiled.search(list(values))
+        except JMESPathError as error:
+            raise ValueError(f"{function}: {error}") from None
+
+    return call
+
+
+def _jmespath(query: str, data: Any) -> Any:
+    """``jmespath(query, data)``: Kyverno's JMESPath dialect over CEL data."""
+    from stockade.jmespath import JMESPathError, search
+
+    try:
+        return search(query, data)
+    except JMESPathError as error:
+        raise ValueError(f"jmespath evaluation failed: {error}") from None
+
+
 def build_kyverno() -> Library:
     library = Library("kyverno")
     library.add("json.unmarshal", ("string",), "dyn", _json_unmarshal)
@@ -216,6 +243,13 @@ def build_kyverno() -> Library:
     library.add("time.now", (), "timestamp", _now)
     library.add("time.toCron", ("timestamp",), "string", _to_cron)
     library.add("time.truncate", ("timestamp", "duration"), "timestamp", _truncate)
+    for name in ("time_now", "time_now_utc"):
+        library.add(name, (), "string", _via_jmespath(name, 0))
+    for name in ("time_parse", "time_add", "time_diff"):
+        library.add(name, ("string", "string"), "string", _via_jmespath(name, 2))
+    for name in ("time_before", "time_after"):
+        library.add(name, ("string", "string"), "bool", _via_jmespath(name, 2))
+    library.add("jmespath", ("string", "any"), "dyn", _jmespath)
     for name in ("parseServiceAccount", "user.parseServiceAccount"):
         library.add(name, ("string",), "map", _parse_service_account)
     for name in ("listObjToMap", "transform.listObjToMap"):

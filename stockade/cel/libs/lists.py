@@ -16,6 +16,8 @@ def _is_sorted(items: list[Any]) -> bool:
 
 def _sum(items: list[Any]) -> Any:
     kind = comparable_key(items)
+    if kind == "duration":
+        raise ValueError("sum() over durations is not supported by stockade's CEL backend")
     if kind not in ("number", "none"):
         raise ValueError("no such overload: sum() needs a list of numbers")
     if any(isinstance(item, float) for item in items):
@@ -23,18 +25,30 @@ def _sum(items: list[Any]) -> Any:
     return check_int(sum(items))
 
 
-def _min(items: list[Any]) -> Any:
+def _extreme(name: str, items: list[Any], pick: Any) -> Any:
     if not items:
-        raise ValueError("min called on empty list")
-    comparable_key(items)
-    return min(items)
+        raise ValueError(f"{name} called on empty list")
+    kind = comparable_key(items)
+    if kind in ("timestamp", "duration"):
+        # cel-expr-python cannot hand a timestamp/duration back from a dyn-typed Python function.
+        raise ValueError(f"{name}() over {kind}s is not supported by stockade's CEL backend; compare with a "
+                         f"comprehension instead, e.g. list.exists(x, list.all(y, x <= y))")
+    return pick(items)
+
+
+def _min(items: list[Any]) -> Any:
+    return _extreme("min", items, min)
 
 
 def _max(items: list[Any]) -> Any:
-    if not items:
-        raise ValueError("max called on empty list")
-    comparable_key(items)
-    return max(items)
+    return _extreme("max", items, max)
+
+
+def _includes(target: Any, wanted: Any) -> bool:
+    """Kubernetes lists v1 ``includes``: membership for lists, equality for anything else."""
+    if isinstance(target, list):
+        return any(cel_equals(item, wanted) for item in target)
+    return cel_equals(target, wanted)
 
 
 def _index_of(items: list[Any], wanted: Any) -> int:
@@ -108,6 +122,7 @@ def build_lists() -> Library:
     library.add("max", ("list",), "dyn", _max, member=True)
     library.add("indexOf", ("list", "any"), "int", _index_of, member=True)
     library.add("lastIndexOf", ("list", "any"), "int", _last_index_of, member=True)
+    library.add("includes", ("any", "any"), "bool", _includes, member=True)
     library.add("slice", ("list", "int", "int"), "list", _slice, member=True)
     library.add("flatten", ("list",), "list", _flatten, member=True)
     library.add("flatten", ("list", "int"), "list", _flatten, member=True)

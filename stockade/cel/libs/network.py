@@ -68,7 +68,10 @@ def _validate_host(text: str, host: str) -> None:
 
 
 def _url(text: str) -> dict[str, Any]:
-    _split_url(text)
+    try:
+        _split_url(text)
+    except ValueError as error:
+        raise ValueError(f"URL parse error during conversion from string: {error}") from None
     return tagged(URL_TYPE, text)
 
 

@@ -71,6 +71,8 @@ def build_quantity() -> Library:
     library.add("quantity", ("string",), "map", _quantity)
     library.add("isQuantity", ("string",), "bool", _is_quantity)
     library.add("sign", ("map",), "int", lambda q: (_value(q) > 0) - (_value(q) < 0), member=True)
+    # Kubernetes declares sign as a global overload although its docs show the member form; accept both.
+    library.add("sign", ("map",), "int", lambda q: (_value(q) > 0) - (_value(q) < 0))
     library.add("isInteger", ("map",), "bool", _is_integer, member=True)
     library.add("asInteger", ("map",), "int", _as_integer, member=True)
     library.add("asApproximateFloat", ("map",), "double", lambda q: float(_value(q)), member=True)

@@ -1,20 +1,22 @@
-"""Kubernetes' regex library: ``'abc 123'.find('[0-9]+')`` and ``findAll`` (RE2 syntax; Python's ``re`` accepts
-the RE2 subset policies use)."""
+"""Kubernetes' regex library (``'abc 123'.find('[0-9]+')``, ``findAll``) and Kyverno's ``regex.replace``.
+
+Patterns are Go RE2 syntax, translated by :mod:`stockade.goregex` so that ``\\d``, ``$`` and friends mean what
+they mean in Go, and empty matches right after a match are skipped as Go's ``FindAllString`` does.
+"""
 
 from __future__ import annotations
 
-import functools
 import re
 
 from stockade.cel.functions import Library
+from stockade.goregex import GoRegexError, compile_go_regex, replace_all
 
 
-@functools.lru_cache(maxsize=512)
 def _compiled(pattern: str) -> re.Pattern[str]:
     try:
-        return re.compile(pattern)
-    except re.error as error:
-        raise ValueError(f"error parsing regexp: {error}") from None
+        return compile_go_regex(pattern)
+    except GoRegexError as error:
+        raise ValueError(str(error)) from None
 
 
 def _find(text: str, pattern: str) -> str:
@@ -25,20 +27,26 @@ def _find(text: str, pattern: str) -> str:
 def _find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
     if limit == 0:
         return []
-    found = [match.group(0) for match in _compiled(pattern).finditer(text)]
-    return found if limit < 0 else found[:limit]
+    found: list[str] = []
+    previous_end = -1
+    for match in _compiled(pattern).finditer(text):
+        start, end = match.span()
+        if start == end and start == previous_end:
+            continue  # Go ignores an empty match abutting the preceding match
+        found.append(match.group(0))
+        previous_end = end
+        if 0 < limit <= len(found):
+            break
+    return found
 
 
-_GO_GROUP_RE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+_BACKSLASH_GROUP_RE = re.compile(r"\\(\d)")
 
 
 def _replace(text: str, pattern: str, replacement: str) -> str:
     """Kyverno's ``regex.replace``: every match is replaced; ``$1``/``${name}`` (Go) and ``\\1`` expand groups."""
-    python_replacement = _GO_GROUP_RE.sub(lambda m: f"\\g<{m.group(1) or m.group(2)}>", replacement)
-    try:
-        return _compiled(pattern).sub(python_replacement, text)
-    except (re.error, IndexError) as error:
-        raise ValueError(f"regex.replace: {error}") from None
+    template = _BACKSLASH_GROUP_RE.sub(lambda m: "${" + m.group(1) + "}", replacement)
+    return replace_all(_compiled(pattern), text, template, literal=False)
 
 
 def build_regex() -> Library:

@@ -35,7 +35,9 @@ def _parse(text: str, normalize: bool = False) -> str:
 
 
 def _semver(text: str, normalize: bool = False) -> dict[str, Any]:
-    return tagged(SEMVER_TYPE, _parse(text, normalize))
+    # Build metadata never takes part in comparisons or equality (SemVer 2.0 section 10), and no function exposes
+    # it, so the tagged value drops it: ``semver('1.0.0+a') == semver('1.0.0+b')`` like Kubernetes.
+    return tagged(SEMVER_TYPE, _parse(text, normalize).split("+", 1)[0])
 
 
 def _is_semver(text: str, normalize: bool = False) -> bool:
