@@ -121,34 +121,6 @@ def test_sigkill_then_cleanup_restores_cluster(serve: Serve, kube: Kube, control
     assert status == 201, body
 
 
-def test_install_manifest_passes_server_side_dry_run(kube: Kube) -> None:
-    """deploy/install.yaml is accepted by a real API server (schema, RBAC references, selectors)."""
-    from pathlib import Path
-
-    import yaml
-
-    manifest = Path(__file__).resolve().parents[3] / "deploy" / "install.yaml"
-    documents = [d for d in yaml.safe_load_all(manifest.read_text()) if d]
-    collections = {
-        "Namespace": "/api/v1/namespaces",
-        "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
-        "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
-        "Service": "/api/v1/namespaces/{ns}/services",
-        "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
-        "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-        "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-        "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
-        "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
-    }
-    # the namespace must exist for namespaced dry runs
-    kube.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "stockade"}})
-    assert {d["kind"] for d in documents} == set(collections)
-    for document in documents:
-        path = collections[document["kind"]].format(ns=document["metadata"].get("namespace", ""))
-        status, body, _ = kube.request("POST", path + "?dryRun=All&fieldValidation=Strict", document)
-        assert status in (201, 409), (document["kind"], body)  # 409: the Namespace created above
-
-
 def test_replicas_share_the_ca_through_a_secret(control_plane: ControlPlane, kube: Kube) -> None:
     from stockade.controllers.registration import load_api_client
     from stockade.controllers.tlssecret import SecretStore
