@@ -17,10 +17,9 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from stockade.engine.conditions import CONDITION_OPERATORS
 from stockade.engine.engine import Engine
 from stockade.policy.loader import Document, LoadError, expand_paths, load_documents
-from stockade.policy.model import CEL_POLICY_GROUP, KyvernoPolicy, api_group, is_kyverno_policy, is_policy_exception
+from stockade.policy.model import CEL_POLICY_GROUP, KyvernoPolicy, api_group, is_kyverno_policy
 from stockade.policy.resources import split_policies
 from stockade.webhook.admission import MUTATING_POLICY_KINDS, VALIDATING_POLICY_KINDS, AdmissionEvaluator, NamespaceLabels
 
@@ -29,8 +28,6 @@ log = logging.getLogger("stockade.webhook")
 # (API group, kind, namespace, name): how a policy is named in ``snapshot.errors`` and by the cluster source.
 PolicyIdentity = tuple[str, str, str, str]
 
-RULE_TYPES = ("validate", "mutate", "generate", "verifyImages")
-_KNOWN_OPERATORS = frozenset(operator.lower() for operator in CONDITION_OPERATORS)
 
 
 def policy_identity(data: dict[str, Any]) -> PolicyIdentity:
@@ -201,148 +198,33 @@ def _cel_validating(documents: list[Document], compiler: Any = None) -> tuple[li
 
 
 # -- per-document checks ------------------------------------------------------------------------------------------
-# Kyverno rejects invalid policies in its own admission webhook before they are stored; a policy read from files or
-# from CRDs that preserve unknown fields has had no such check, so the obvious mistakes are caught here and the policy
-# is left out instead of failing (or silently misbehaving) at request time.
+# Kyverno rejects invalid policies in its own admission webhook before they are stored; a policy read from files, or
+# stored while our /policyvalidate webhook was not registered, has had no such check.  The same static checks run
+# here (stockade.policy.validation), so such a policy is left out with its reason instead of failing (or silently
+# misbehaving) at request time.
 
 
 def document_problem(document: Document, compiler: Any = None) -> str | None:
-    """Why this document cannot be served, or None; never raises."""
+    """Why this policy document cannot be served, or None (also for documents that are not policies); never raises."""
+    from stockade.policy.validation import is_policy_document, validate_policy_document
+
     data = document.data
+    if not is_policy_document(data):
+        return None
     try:
+        metadata = data.get("metadata")
+        if not isinstance(metadata, dict) or not metadata.get("name"):
+            return "metadata.name: a name is required"
+        result = validate_policy_document(data)
+        if not result.ok:
+            return "; ".join(str(problem) for problem in result.errors)
         if is_kyverno_policy(data):
-            check = _kyverno_policy_problem
-        elif is_policy_exception(data):
-            check = _exception_problem
+            KyvernoPolicy(data).rules  # autogen must be computable: the engine and webhook registration both need it
         elif api_group(document.api_version) == CEL_POLICY_GROUP and document.kind in VALIDATING_POLICY_KINDS + MUTATING_POLICY_KINDS:
-            return _name_problem(data) or _cel_policy_problem(data, compiler)
-        else:
-            return None  # other kinds are not checked here (split_policies sets them aside or another part serves them)
-        return _name_problem(data) or check(data)
+            return _cel_policy_problem(data, compiler)
+        return None
     except Exception as exc:  # a check tripping over an unexpected shape is itself a reason not to serve the policy
         return f"cannot be read: {type(exc).__name__}: {exc}"
-
-
-def _name_problem(data: dict[str, Any]) -> str | None:
-    metadata = data.get("metadata")
-    if not isinstance(metadata, dict) or not metadata.get("name"):
-        return "metadata.name is required"
-    return None
-
-
-def _kyverno_policy_problem(data: dict[str, Any]) -> str | None:
-    spec = data.get("spec")
-    if not isinstance(spec, dict):
-        return "spec must be a mapping"
-    rules = spec.get("rules")
-    if rules is None:
-        rules = []
-    if not isinstance(rules, list):
-        return "spec.rules must be a list"
-    seen: set[str] = set()
-    for index, rule in enumerate(rules):
-        where = f"spec.rules[{index}]"
-        if not isinstance(rule, dict):
-            return f"{where} must be a mapping"
-        name = rule.get("name")
-        if not isinstance(name, str) or not name:
-            return f"{where}.name is required"
-        if name in seen:
-            return f"{where}: duplicate rule name {name!r}"
-        seen.add(name)
-        present = [key for key in RULE_TYPES if rule.get(key)]
-        if len(present) != 1:
-            found = ", ".join(present) if present else "none"
-            return f"{where} ({name}): a rule needs exactly one of validate, mutate, generate or verifyImages (found {found})"
-        problem = _match_problem(rule.get("match"), f"{where}.match", required=True) or _match_problem(rule.get("exclude"), f"{where}.exclude", required=False)
-        if problem:
-            return problem
-        problem = _context_problem(rule.get("context"), f"{where}.context")
-        if problem:
-            return problem
-        problem = _conditions_problem(rule.get("preconditions"), f"{where}.preconditions")
-        if problem:
-            return problem
-        validate = rule.get("validate")
-        if isinstance(validate, dict) and isinstance(validate.get("deny"), dict):
-            problem = _conditions_problem(validate["deny"].get("conditions"), f"{where}.validate.deny.conditions")
-            if problem:
-                return problem
-    KyvernoPolicy(data).rules  # autogen must be computable: the engine and webhook registration both need it
-    return None
-
-
-def _match_problem(block: Any, where: str, required: bool) -> str | None:
-    if block is None or block == {}:
-        return f"{where}: match resources not specified" if required else None
-    if not isinstance(block, dict):
-        return f"{where} must be a mapping"
-    has_any, has_all = bool(block.get("any")), bool(block.get("all"))
-    if has_any and has_all:
-        return f"{where}: any and all cannot be used together"
-    if (has_any or has_all) and (block.get("resources") or block.get("subjects") or block.get("roles") or block.get("clusterRoles")):
-        return f"{where}: any/all cannot be combined with resources, subjects or roles"
-    for key in ("any", "all"):
-        filters = block.get(key)
-        if filters is not None and not isinstance(filters, list):
-            return f"{where}.{key} must be a list"
-    return None
-
-
-def _context_problem(entries: Any, where: str) -> str | None:
-    if entries is None:
-        return None
-    if not isinstance(entries, list):
-        return f"{where} must be a list"
-    from stockade.jmespath import JMESPathError, compile_expression
-
-    for index, entry in enumerate(entries):
-        if not isinstance(entry, dict) or not entry.get("name"):
-            return f"{where}[{index}]: a name is required for context entries"
-        for kind in ("variable", "apiCall", "globalReference", "imageRegistry"):
-            body = entry.get(kind)
-            expression = body.get("jmesPath") if isinstance(body, dict) else None
-            if isinstance(expression, str) and expression and "{{" not in expression:
-                try:
-                    compile_expression(expression)
-                except JMESPathError as exc:
-                    return f"{where}[{index}].{kind}.jmesPath: invalid JMESPath {expression!r}: {exc}"
-    return None
-
-
-def _conditions_problem(conditions: Any, where: str) -> str | None:
-    """Unknown operators; Kyverno's own validation rejects them with the list of valid ones."""
-    if conditions is None:
-        return None
-    if isinstance(conditions, dict):
-        groups = [(f"{where}.{key}", conditions.get(key)) for key in ("any", "all")]
-    else:
-        groups = [(where, conditions)]
-    for path, items in groups:
-        if items is None:
-            continue
-        if not isinstance(items, list):
-            return f"{path} must be a list"
-        for index, condition in enumerate(items):
-            if not isinstance(condition, dict):
-                return f"{path}[{index}] must be a mapping"
-            operator = condition.get("operator")
-            if not isinstance(operator, str) or operator.lower() not in _KNOWN_OPERATORS:
-                return f"{path}[{index}].operator: invalid operator {operator!r}"
-    return None
-
-
-def _exception_problem(data: dict[str, Any]) -> str | None:
-    spec = data.get("spec")
-    if not isinstance(spec, dict):
-        return "spec must be a mapping"
-    exceptions = spec.get("exceptions")
-    if not isinstance(exceptions, list) or not exceptions:
-        return "spec.exceptions must list at least one policy"
-    for index, entry in enumerate(exceptions):
-        if not isinstance(entry, dict) or not entry.get("policyName"):
-            return f"spec.exceptions[{index}].policyName is required"
-    return _match_problem(spec.get("match"), "spec.match", required=True)
 
 
 _CEL_EXPRESSION_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (

@@ -6,6 +6,7 @@ webhook configuration created here is removed again.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -31,7 +32,44 @@ def api(control_plane: ControlPlane) -> Api:
 
 
 @pytest.fixture(scope="module")
-def serve(api: Api, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
+def invalid_policy(api: Api) -> Iterator[str]:
+    """A ClusterPolicy stored before stockade starts, so no policy-validating webhook of ours could have rejected it
+    (as with policies kept from an earlier Kyverno install): a rule with two operations."""
+    name = f"invalid-{uuid.uuid4().hex[:6]}"
+    api.apply(
+        f"""
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: {name}
+spec:
+  validationFailureAction: Enforce
+  rules:
+  - name: check-owner
+    match:
+      any:
+      - resources:
+          kinds: [Pod]
+          namespaces: [nowhere-{name}]
+    mutate:
+      patchStrategicMerge: {{metadata: {{labels: {{x: y}}}}}}
+    validate:
+      message: never served
+      pattern:
+        metadata:
+          labels:
+            owner: "?*"
+"""
+    )
+    try:
+        yield name
+    finally:
+        result = api.kubectl("delete", "--ignore-not-found", "clusterpolicy", name)
+        assert result.returncode == 0, result.stderr
+
+
+@pytest.fixture(scope="module")
+def serve(api: Api, invalid_policy: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
     server = Serve(api.plane, tmp_path_factory.mktemp("serve"))
     try:
         server.wait_serving()

@@ -146,8 +146,8 @@ def test_an_invalid_policy_is_skipped_and_the_others_keep_working() -> None:
     assert [p.name for p in snapshot.cel_policies] == ["no-forbidden"]
     errors = {identity[3]: message for identity, message in snapshot.errors.items()}
     assert set(errors) == {"duplicate-rules", "bad-cel"}
-    assert "duplicate rule name 'check-team'" in errors["duplicate-rules"]
-    assert errors["bad-cel"].startswith("spec.validations[0].expression:")
+    assert "spec.rules[1].name: duplicate rule name: 'check-team'" in errors["duplicate-rules"]
+    assert errors["bad-cel"].startswith("spec.validations[0].expression:") and "does not compile" in errors["bad-cel"]
     decision = snapshot.evaluator.validate(pod_review(), None)
     assert decision.allowed is False and "label team is required" in decision.message
 
@@ -155,12 +155,12 @@ def test_an_invalid_policy_is_skipped_and_the_others_keep_working() -> None:
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}, "mutate": {"patchStrategicMerge": {}}}]}, "exactly one of validate, mutate, generate or verifyImages (found validate, mutate)"),
+        ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}, "mutate": {"patchStrategicMerge": {}}}]}, "spec.rules[0]: multiple operations defined in the rule 'r' (validate, mutate)"),
         ({"spec__rules": [{"name": "r", "validate": {"deny": {}}}]}, "spec.rules[0].match: match resources not specified"),
-        ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}], "all": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}}]}, "any and all cannot be used together"),
-        ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {"conditions": {"any": [{"key": "a", "operator": "Bigger", "value": "b"}]}}}}]}, "spec.rules[0].validate.deny.conditions.any[0].operator: invalid operator 'Bigger'"),
+        ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}], "all": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}}]}, "spec.rules[0].match: can't specify any and all together"),
+        ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {"conditions": {"any": [{"key": "a", "operator": "Bigger", "value": "b"}]}}}}]}, "spec.rules[0].validate.deny.conditions.any[0].operator: unknown operator 'Bigger'"),
         ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "context": [{"name": "x", "variable": {"jmesPath": "a.["}}], "validate": {"deny": {}}}]}, "spec.rules[0].context[0].variable.jmesPath: invalid JMESPath"),
-        ({"spec__rules": [{"match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}}]}, "spec.rules[0].name is required"),
+        ({"spec__rules": [{"match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}}]}, "spec.rules[0].name: a rule needs a name"),
     ],
 )
 def test_policy_problems_name_the_field(change: dict[str, Any], expected: str) -> None:
