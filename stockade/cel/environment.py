@@ -123,12 +123,22 @@ def _native_env(variables: frozenset[str], libraries: tuple[str, ...]) -> Any:
 _ACTIVATION_ENV = cel.NewEnv(variables={})
 
 
-def _compile_error(expression: str, message: str) -> CelCompileError:
+def _compile_error(expression: str, source: str, message: str) -> CelCompileError:
+    """Turn a backend message into an error with a 1-based line/column into ``expression``.
+
+    cel-cpp already reports 1-based columns.  When the struct-literal rewrite changed the text, a position after
+    the first change would point into the rewritten source, so it is dropped rather than reported wrongly.
+    """
     match = _POSITION_RE.search(message)
     if match:
         line, column, detail = int(match.group(1)), int(match.group(2)), match.group(3)
         detail = detail.split(" | ")[0].strip()
-        return CelCompileError(f"compilation failed: {detail}", expression, line, column + 1)
+        if source != expression:
+            offset = sum(len(text) + 1 for text in source.split("\n")[: line - 1]) + column - 1
+            unchanged = next((i for i, (a, b) in enumerate(zip(source, expression)) if a != b), min(len(source), len(expression)))
+            if offset >= unchanged:
+                return CelCompileError(f"compilation failed: {detail}", expression)
+        return CelCompileError(f"compilation failed: {detail}", expression, line, column)
     return CelCompileError(f"compilation failed: {message.strip()}", expression)
 
 
@@ -258,7 +268,7 @@ class CelEnvironment:
                 # A top-level optional cannot cross into Python; like a JSON null, absence becomes None.
                 program = self._env.compile(f"({source}).orValue(dyn(null))")
         except Exception as error:  # noqa: BLE001 - backend raises bare RuntimeError
-            raise _compile_error(expression, str(error)) from error
+            raise _compile_error(expression, source, str(error)) from error
         compiled = CelProgram(expression, program, self._time_limit)
         if len(self._cache) < 10_000:
             self._cache[expression] = compiled

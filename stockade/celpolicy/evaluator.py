@@ -280,6 +280,8 @@ class CelPolicyEvaluator:
             try:
                 ok = _bool(scope.evaluate(f"spec.validations[{index}].expression", expression), "validation")
             except CelError as error:
+                if deny_errors and isinstance(error, PolicyCompileError):
+                    raise
                 if ignore:
                     continue
                 message = f"expression '{expression}' resulted in error: {error.message}"
@@ -327,6 +329,8 @@ class CelPolicyEvaluator:
             try:
                 if not scope.conditions_hold(rule.get("celPreconditions"), "celPreconditions"):
                     return "skip", "cel preconditions not met"
+            except PolicyCompileError:
+                raise  # the engine reports rule compile errors with Kyverno's own wording
             except (ConditionError, CelError) as error:
                 return "fail", str(error)
             outcome = self._k8s_validations(

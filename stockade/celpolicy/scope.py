@@ -71,7 +71,13 @@ class Scope:
         if self._variables_stale and "variables" in expression:
             self._activation = None
             self._variables_stale = False
-        return program.evaluate(self.activation)
+        try:
+            return program.evaluate(self.activation)
+        except CelEvalError as error:
+            if "cost limit" not in error.message:
+                raise
+            # A runaway expression is a policy-authoring problem: say which policy and field it is.
+            raise CelEvalError(f"policy {self.policy_key}: {field_path}: {error.message}", expression) from error
 
     def bind_variables(self, variables: list[dict[str, Any]] | None, field_prefix: str = "spec.variables") -> None:
         bound: dict[str, Any] = {}
@@ -81,7 +87,7 @@ class Scope:
             expression = str(variable.get("expression", ""))
             try:
                 value = self.evaluate(f"{field_prefix}[{index}].expression", expression)
-            except CelEvalError as error:
+            except CelError as error:  # incl. compile errors: surfaced by the expressions that use the variable
                 self.variable_errors[name] = error
                 continue
             bound = dict(bound)

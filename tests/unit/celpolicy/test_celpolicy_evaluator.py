@@ -120,10 +120,12 @@ def test_namespace_selector_uses_metadata_name_label_by_default() -> None:
 
 def test_compile_error_names_policy_field_and_position() -> None:
     policy = vpol(validations=[{"expression": "object.spec.containers.all(c, "}])
-    with pytest.raises(PolicyCompileError) as caught:
-        CelPolicyEvaluator().validate(policy, AdmissionInput(pod()))
-    text = str(caught.value)
+    response = CelPolicyEvaluator().validate(policy, AdmissionInput(pod()))
+    assert response is not None and status(response) == "error"
+    text = response.rules[0].message
     assert "ValidatingPolicy//vp" in text and "spec.validations[0].expression" in text and "column" in text
+    with pytest.raises(PolicyCompileError):
+        PolicyCompiler().compile("ValidatingPolicy//vp", "spec.validations[0].expression", "object.spec.containers.all(c, ")
 
 
 def test_programs_are_compiled_once_per_policy() -> None:
