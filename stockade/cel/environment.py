@@ -20,7 +20,7 @@ from stockade.cel.errors import CelCompileError, CelError, CelEvalError
 from stockade.cel.functions import ANY_KINDS, Library
 from stockade.cel.libs import LIBRARY_BUILDERS, authorizer_check_impl
 from stockade.cel.providers import PROVIDER_KEYS, provider_implementations, provider_library
-from stockade.cel.rewrite import rewrite_struct_literals
+from stockade.cel.rewrite import rewrite_null_safety, rewrite_struct_literals
 
 # cel-cpp itself aborts an evaluation after 10,000 comprehension iterations (reported as a cost-limit error).
 # Kubernetes' PerCallLimit (1,000,000 cost units) is documented as roughly 0.1 s of CPU.  cel-cpp cannot be
@@ -252,6 +252,9 @@ class CelEnvironment:
         self._env = _native_env(self.variables, self.libraries)
         self._cache: dict[str, CelProgram] = {}
         self._optional_wrapping = "ext.optional" in self.libraries
+        # cel-go semantics for ``?.`` on null and ``orValue`` on plain values need optionals, cel.bind and the
+        # compat orValue declaration.
+        self._null_safety = {"ext.optional", "ext.bindings", "compat"} <= set(self.libraries)
 
     def compile(self, expression: str) -> CelProgram:
         """Parse and type-check ``expression``; raise :class:`CelCompileError` naming the position on failure."""
@@ -261,6 +264,8 @@ class CelEnvironment:
         if not isinstance(expression, str) or not expression.strip():
             raise CelCompileError("compilation failed: empty expression", str(expression))
         source = rewrite_struct_literals(expression)
+        if self._null_safety:
+            source = rewrite_null_safety(source)
         try:
             program = self._env.compile(source)
             return_type = program.return_type().name()

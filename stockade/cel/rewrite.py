@@ -100,3 +100,166 @@ def rewrite_struct_literals(expression: str) -> str:
         output.append(token.text)
         index += 1
     return "".join(output)
+
+
+# -- cel-go null and orValue semantics -------------------------------------------------------------------------------
+#
+# Kyverno evaluates with cel-go, where an optional selection on null is simply absent (``oldObject.?spec`` on a
+# CREATE, ``template.metadata.?labels`` when the YAML says ``metadata:``), and where ``list.orValue([])`` without a
+# preceding ``?.`` yields the list itself.  cel-cpp fails both with "no matching overloads".  The rewrite wraps such
+# sites so they evaluate the receiver once (``cel.bind``) and branch on null / on the receiver's type:
+#
+#   R.?f          ->  cel.bind(__stk_opt_N, R, __stk_opt_N == null ? optional.none() : __stk_opt_N.?f)
+#   R[?k]         ->  the same with [?k]
+#   O.?f (O optional) ->  cel.bind(__stk_opt_N, O, !__stk_opt_N.hasValue() || __stk_opt_N.value() == null
+#                           ? optional.none() : __stk_opt_N.value().?f)
+#   R.orValue(d)  ->  cel.bind(__stk_val_N, R, type(__stk_val_N) == optional_type ? __stk_val_N.orValue(d)
+#                           : __stk_val_N)            (only when R is not syntactically optional)
+
+_OPTIONAL_FUNCTIONS = frozenset({"of", "none", "ofNonZeroValue", "or", "optMap", "optFlatMap"})
+_LITERAL_KEYWORDS = frozenset({"true", "false", "null"})
+_PREFIX = "__stk_"
+
+
+def _is_primary_end(token: _Token) -> bool:
+    if token.kind == "ident":
+        return token.text not in _KEYWORDS or token.text in _LITERAL_KEYWORDS
+    return token.kind in ("string", "number") or token.text in (")", "]", "}")
+
+
+def _matching_open(sig: list[_Token], close: int) -> int:
+    pairs = {")": "(", "]": "[", "}": "{"}
+    depth = 0
+    for index in range(close, -1, -1):
+        text = sig[index].text
+        if text in pairs:
+            depth += 1
+        elif text in ("(", "[", "{"):
+            depth -= 1
+            if depth == 0:
+                return index
+    return -1
+
+
+def _matching_close(sig: list[_Token], opening: int) -> int:
+    depth = 0
+    for index in range(opening, len(sig)):
+        text = sig[index].text
+        if text in ("(", "[", "{"):
+            depth += 1
+        elif text in (")", "]", "}"):
+            depth -= 1
+            if depth == 0:
+                return index
+    return -1
+
+
+def _receiver_start(sig: list[_Token], last: int) -> int:
+    """Index of the first token of the member-access chain ending at ``last`` (-1 if unparseable)."""
+    index = last
+    while index >= 0:
+        token = sig[index]
+        if token.text in (")", "]", "}"):
+            opening = _matching_open(sig, index)
+            if opening < 0:
+                return -1
+            if token.text == "]":
+                if opening > 0 and _is_primary_end(sig[opening - 1]):
+                    index = opening - 1  # an index: its receiver ends just before "["
+                    continue
+                return opening  # a list literal
+            if opening > 0 and sig[opening - 1].kind == "ident" and sig[opening - 1].text not in _KEYWORDS:
+                index = opening - 1  # a call (or struct literal): continue at the name
+            else:
+                return opening  # parenthesised expression or map literal
+        elif not (token.kind in ("ident", "string", "number")):
+            return -1
+        if index >= 1 and sig[index - 1].text == ".":
+            index -= 2
+            continue
+        if index >= 2 and sig[index - 1].text == "?" and sig[index - 2].text == ".":
+            index -= 3
+            continue
+        return index
+    return -1
+
+
+def _is_optional_receiver(sig: list[_Token], start: int, last: int) -> bool:
+    """Whether the chain ``sig[start..last]`` syntactically yields an optional."""
+    token = sig[last]
+    if token.kind == "ident":
+        return last >= 2 and sig[last - 1].text == "?" and sig[last - 2].text == "."
+    if token.text == "]":
+        opening = _matching_open(sig, last)
+        return opening >= 0 and opening + 1 <= last and sig[opening + 1].text == "?"
+    if token.text == ")":
+        opening = _matching_open(sig, last)
+        if opening <= start:
+            return False
+        name = sig[opening - 1].text
+        if name == "bind" and opening + 1 < last and sig[opening + 1].text.startswith(_PREFIX + "opt"):
+            return True
+        return name in _OPTIONAL_FUNCTIONS
+    return False
+
+
+def _find_site(sig: list[_Token]) -> tuple[str, int, int, int] | None:
+    """The first site to rewrite: (kind, receiver start, receiver end, site end), kinds "select"/"index"/"orValue"."""
+    for index, token in enumerate(sig):
+        kind = ""
+        if token.text == "." and index + 2 < len(sig) and sig[index + 1].text == "?" and sig[index + 2].kind == "ident":
+            kind, site_end = "select", index + 2
+        elif (token.text == "[" and index + 1 < len(sig) and sig[index + 1].text == "?" and index > 0
+              and _is_primary_end(sig[index - 1])):
+            kind, site_end = "index", _matching_close(sig, index)
+        elif (token.text == "." and index + 2 < len(sig) and sig[index + 1].text == "orValue"
+              and sig[index + 2].text == "("):
+            kind, site_end = "orValue", _matching_close(sig, index + 2)
+        if not kind or site_end < 0 or index == 0:
+            continue
+        start = _receiver_start(sig, index - 1)
+        if start < 0:
+            continue
+        if sig[start].text.startswith(_PREFIX):
+            continue  # the inside of a site already rewritten
+        if kind == "orValue" and _is_optional_receiver(sig, start, index - 1):
+            continue
+        return kind, start, index - 1, site_end
+    return None
+
+
+def rewrite_null_safety(expression: str) -> str:
+    """Give ``?.``/``[?]`` on null and ``orValue`` on non-optionals cel-go's results (see above)."""
+    if ".?" not in expression.replace(" ", "") and "[?" not in expression.replace(" ", "") and "orValue" not in expression:
+        return expression
+    counter = 0
+    text = expression
+    for _ in range(500):
+        tokens = _tokenize(text)
+        positions = [index for index, token in enumerate(tokens) if token.kind not in ("space", "comment")]
+        sig = [tokens[index] for index in positions]
+        site = _find_site(sig)
+        if site is None:
+            return text
+        kind, start, receiver_end, site_end = site
+
+        def joined(first: int, stop: int) -> str:
+            return "".join(token.text for token in tokens[first:stop])
+
+        before = joined(0, positions[start])
+        receiver = joined(positions[start], positions[receiver_end] + 1)
+        access = joined(positions[receiver_end] + 1, positions[site_end] + 1)
+        after = joined(positions[site_end] + 1, len(tokens))
+        if kind == "orValue":
+            name = f"{_PREFIX}val_{counter}"
+            wrapped = f"cel.bind({name}, {receiver}, type({name}) == optional_type ? {name}{access} : {name})"
+        else:
+            name = f"{_PREFIX}opt_{counter}"
+            if _is_optional_receiver(sig, start, receiver_end):
+                wrapped = (f"cel.bind({name}, {receiver}, !{name}.hasValue() || {name}.value() == null "
+                           f"? optional.none() : {name}.value(){access})")
+            else:
+                wrapped = f"cel.bind({name}, {receiver}, {name} == null ? optional.none() : {name}{access})"
+        counter += 1
+        text = before + wrapped + after
+    return text

@@ -31,7 +31,7 @@ class Scope:
     """Values visible to a policy's expressions for one request.
 
     Kubernetes evaluates variables lazily; here they are evaluated in declaration order (each may use the earlier
-    ones) and a failing variable only surfaces when an expression actually refers to it.
+    ones) and a failing variable only surfaces when an evaluation actually reaches it.
     """
 
     def __init__(self, compiler: PolicyCompiler, policy_key: str, values: Mapping[str, Any], providers: Mapping[str, Any]) -> None:
@@ -63,17 +63,21 @@ class Scope:
     def evaluate(self, field_path: str, expression: str) -> Any:
         """Compile (cached per policy) and evaluate; a reference to a failed variable reports that failure."""
         program = self.compiler.compile(self.policy_key, field_path, expression)
+        failed_references: list[str] = []
         if self.variable_errors:
-            for name in _referenced_variables(expression):
-                failed = self.variable_errors.get(name)
-                if failed is not None:
-                    raise CelEvalError(f"variable {name!r} failed: {failed.message}", expression)
+            failed_references = [name for name in _referenced_variables(expression) if name in self.variable_errors]
         if self._variables_stale and "variables" in expression:
             self._activation = None
             self._variables_stale = False
         try:
             return program.evaluate(self.activation)
         except CelEvalError as error:
+            # Failed variables are left out of ``variables``: like Kubernetes' lazy variables, a failure only
+            # matters when the evaluation actually reaches it (``cond ? variables.a : variables.b``).
+            for name in failed_references:
+                if f'"{name}"' in error.message or f"'{name}'" in error.message:
+                    failed = self.variable_errors[name]
+                    raise CelEvalError(f"variable {name!r} failed: {failed.message}", expression) from error
             if "cost limit" not in error.message:
                 raise
             # A runaway expression is a policy-authoring problem: say which policy and field it is.

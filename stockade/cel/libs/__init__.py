@@ -7,6 +7,7 @@ from typing import Callable
 from stockade.cel.functions import Library
 from stockade.cel.libs.authz import authorizer_check_impl, build_authz, request_resource_check
 from stockade.cel.libs.compare import build_compare
+from stockade.cel.libs.compat import build_compat
 from stockade.cel.libs.format import build_format
 from stockade.cel.libs.image import build_image
 from stockade.cel.libs.kyverno import build_kyverno
@@ -33,6 +34,7 @@ LIBRARY_BUILDERS: dict[str, Callable[[], Library]] = {
     "kyverno": build_kyverno,
     "kyverno.image": build_image,
     "kyverno.x509": build_x509,
+    "compat": build_compat,
 }
 
 __all__ = ["LIBRARY_BUILDERS", "authorizer_check_impl", "request_resource_check"]

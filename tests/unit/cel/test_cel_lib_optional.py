@@ -39,3 +39,37 @@ def test_optional_examples(ev: Any, expression: str, expected: Any) -> None:
 def test_explicit_null_field_is_present_but_null(ev: Any) -> None:
     assert ev("has(object.spec.nodeName)", object=POD) is True
     assert ev("object.spec.?nodeName.orValue('x') == null", object=POD) is True
+
+
+# cel-go (Kyverno) semantics that cel-cpp lacks, provided by rewriting the expression.
+NULLS = {"metadata": None, "spec": {"volumes": [{"name": "v"}], "template": {"metadata": None}}}
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        # an optional selection on null is absent, as in cel-go
+        ("oldObject.?spec.orValue('absent')", "absent"),
+        ("object.metadata.?labels.orValue({})", {}),
+        ("object.spec.template.metadata.?annotations[?'a'].orValue('')", ""),
+        ("object.?metadata.?labels.?app.orValue('none')", "none"),
+        ("object.spec.?template.?metadata.?name.hasValue()", False),
+        ("object.metadata[?'x'].hasValue()", False),
+        # present-but-null stays present
+        ("object.?metadata.hasValue()", True),
+        # orValue on a plain (non-optional) value yields the value itself, as Kyverno evaluates it
+        ("object.spec.volumes.orValue([]).size()", 1),
+        ("object.spec.volumes.orValue([]).map(v, v.name)", ["v"]),
+        ("object.spec.?volumes.orValue([]).size()", 1),
+        ("object.spec.?missing.orValue([]).size()", 0),
+    ],
+)
+def test_cel_go_null_and_or_value_semantics(ev: Any, expression: str, expected: Any) -> None:
+    assert ev(expression, object=NULLS, oldObject=None) == expected
+
+
+def test_plain_selection_on_null_is_still_an_error(ev: Any) -> None:
+    from stockade.cel import CelEvalError
+
+    with pytest.raises(CelEvalError):
+        ev("object.metadata.labels", object=NULLS)

@@ -18,3 +18,16 @@ def test_map_literals_strings_and_in_operator_are_untouched() -> None:
 def test_ternaries_inside_struct_fields_keep_their_colons() -> None:
     source = "JSONPatch{op: 'add', value: [p, q ? 1 : 2]}"
     assert rewrite_struct_literals(source) == "dyn({\"op\": 'add', \"value\": [p, q ? 1 : 2]})"
+
+
+def test_null_safety_rewrite_evaluates_receivers_once_and_leaves_plain_code_alone() -> None:
+    from stockade.cel.rewrite import rewrite_null_safety
+
+    assert rewrite_null_safety("object.spec.replicas > 1") == "object.spec.replicas > 1"
+    rewritten = rewrite_null_safety("f(x).?a")
+    assert rewritten.count("f(x)") == 1 and "optional.none()" in rewritten
+    # optional receivers of orValue are not wrapped; optional list elements are not selections
+    assert rewrite_null_safety("[?optional.none(), 1]") == "[?optional.none(), 1]"
+    assert "type(" not in rewrite_null_safety("optional.of(1).orValue(2)")
+    # strings are never rewritten
+    assert rewrite_null_safety("'a.?b' + 'x.orValue(1)'") == "'a.?b' + 'x.orValue(1)'"

@@ -104,3 +104,19 @@ def test_expressions_are_compiled_once_per_policy_not_per_resource() -> None:
         response = evaluator.validate(policy, AdmissionInput(object=pod))
         assert response is not None and response.rules[0].status == "pass"
     assert compiler.compiled_count == 2
+
+
+def test_variables_fail_lazily_like_kubernetes() -> None:
+    # isController errors for a Pod (no spec.template), but the ternary never reaches it for Pods.
+    variables = [
+        {"name": "isPod", "expression": "object.kind == 'Pod'"},
+        {"name": "isController", "expression": "has(object.spec.template.spec)"},
+        {"name": "podSpec", "expression": "variables.isPod ? object.spec : variables.isController ? object.spec.template.spec : {}"},
+    ]
+    pod = dict(POD, kind="Pod")
+    policy = _validating(["variables.podSpec.containers.size() == 1"], variables=variables)
+    response = CelPolicyEvaluator().validate(policy, AdmissionInput(object=pod))
+    assert response is not None and response.rules[0].status == "pass"
+    reaching = _validating(["variables.isController"], variables=variables)
+    message = _error_message(reaching)
+    assert "variable 'isController' failed" in message and "template" in message
