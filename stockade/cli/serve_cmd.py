@@ -7,7 +7,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,12 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--insecure-registry", "insecure_registries", multiple=True, help="Registry (host[:port]) reached without TLS verification for verifyImages (repeatable).")
 @click.option("--registry-ca-file", type=click.Path(exists=True, dir_okay=False), default=None, help="Extra CA bundle for registries (verifyImages).")
 @click.option("--policy-reports/--no-policy-reports", default=True, show_default=True, help="With --register-webhooks: write a PolicyReport per admitted resource (needs the wgpolicyk8s.io CRDs).")
+@click.option("--leader-election/--no-leader-election", default=True, show_default=True, help="With --register-webhooks: replicas elect a leader (a Lease in --namespace) for registration, policy status, background scans and generate resync; webhooks are removed only by the last replica to stop.")
+@click.option("--lease-name", default="stockade-leader", show_default=True, help="Name of the leader election Lease.")
+@click.option("--background-scan-interval", default=3600.0, show_default=True, type=click.FloatRange(min=0), help="With --register-webhooks: seconds between background scans of existing resources into PolicyReports (0 disables).")
+@click.option("--generate/--no-generate", default=True, show_default=True, help="With --register-webhooks: apply generate rules in the cluster (create and synchronise downstream resources).")
+@click.option("--events/--no-events", default=True, show_default=True, help="With --register-webhooks: record a Kubernetes Event for each denial.")
+@click.option("--exception-namespace", "exception_namespaces", multiple=True, help="Honour PolicyExceptions only in these namespaces (repeatable; default: every namespace).")
 @click.option("--tracing-endpoint", default="", help="OTLP/HTTP collector base URL (e.g. http://otel-collector:4318); one span per admission request.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="Processes answering admission requests on the same port (policy evaluation is CPU-bound).")
 @click.option("--worker", "worker_mode", is_flag=True, hidden=True, help="Internal: run as a worker of a primary `serve`.")
@@ -103,7 +108,6 @@ async def _serve(policies: list[str], **options: Any) -> int:
 
     api_client = None
     cluster_client = None
-    registration = None
     if options["worker_mode"]:
         # workers use the cluster (namespace labels, reports) but leave registration to the primary
         options = {**options, "metrics_port": None}
@@ -130,15 +134,30 @@ async def _serve(policies: list[str], **options: Any) -> int:
 
     verifier, verification_cache = make_image_verifier(tuple(options["insecure_registries"]), options["registry_ca_file"])
     cluster_source = _start_cluster_source(cluster_client, options) if options["from_cluster"] else None
+    engine_factory: Any = None
+    evaluator_options: dict[str, Any] = {"default_timeout_seconds": float(options["webhook_timeout"])}
+    if api_client is not None:
+        from functools import partial
+
+        from stockade.controllers.clusterdata import ClusterData
+        from stockade.controllers.userroles import RoleResolver
+        from stockade.engine.engine import Engine
+
+        # configMap/apiCall context entries and clone sources answered by the API server
+        cluster_data = ClusterData(api_client)
+        engine_factory = partial(Engine, providers=cluster_data.providers(), resource_lookup=cluster_data.lookup)
+        evaluator_options["role_resolver"] = RoleResolver(api_client)
     store = PolicyStore(
         policies,
         namespace_labels=namespace_labels,
         image_verifier=verifier,
         verification_cache=verification_cache,
         sources=[cluster_source] if cluster_source is not None else [],
+        evaluator_options=evaluator_options,
+        exception_namespaces=list(options["exception_namespaces"]) or None,
+        **({"engine_factory": engine_factory} if engine_factory is not None else {}),
     )
-    if cluster_source is not None:
-        store.listeners.append(cluster_source.publish_status)
+    services = _cluster_services(api_client, certs, store, cluster_source, options, namespace)
     try:
         store.load()
     except (LoadError, OSError, ValueError) as exc:
@@ -151,10 +170,8 @@ async def _serve(policies: list[str], **options: Any) -> int:
         log.warning("not served by the webhook yet (CEL/admission policies): %s", ", ".join(snapshot.unsupported))
 
     state = ServerState(store=store)
-    if api_client is not None and options["policy_reports"]:
-        from stockade.controllers.reports import ReportWriter
-
-        state.reports = ReportWriter(api_client)
+    if api_client is not None:
+        _attach_cluster_workers(state, services, api_client, store, options)
     if options["tracing_endpoint"]:
         from stockade.webhook.tracing import Tracing
 
@@ -176,10 +193,9 @@ async def _serve(policies: list[str], **options: Any) -> int:
 
     workers = _start_workers(policies, options, certs, cert_dir) if options["workers"] > 1 else []
 
-    if api_client is not None and not options["worker_mode"]:
-        registration = _Registration(api_client, certs, store, options, namespace)
+    if services is not None:
         try:
-            await asyncio.to_thread(registration.apply)
+            await asyncio.to_thread(services.start)
         except Exception as exc:
             _stop_workers(workers)
             await server.stop()
@@ -191,9 +207,9 @@ async def _serve(policies: list[str], **options: Any) -> int:
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     log.info("shutting down")
-    if registration is not None:
+    if services is not None:
         try:
-            removed = await asyncio.to_thread(registration.remove)
+            removed = await asyncio.to_thread(services.stop)
             log.info("removed %d webhook configurations", removed)
         except Exception:
             log.exception("could not remove webhook configurations; run `stockade cleanup`")
@@ -201,9 +217,65 @@ async def _serve(policies: list[str], **options: Any) -> int:
     await server.stop()
     if cluster_source is not None:
         await asyncio.to_thread(cluster_source.stop)
-    if state.reports is not None:
-        await asyncio.to_thread(state.reports.close)
+    for closable in (state.events, state.reports):
+        if closable is not None:
+            await asyncio.to_thread(closable.close)
     return 0
+
+
+def _cluster_services(api_client: Any, certs: Any, store: Any, cluster_source: Any, options: dict[str, Any], namespace: str) -> Any:
+    """Leadership and registration for the primary process; None for workers and runs without --register-webhooks."""
+    if api_client is None or options["worker_mode"]:
+        if cluster_source is not None and not options["worker_mode"]:
+            store.listeners.append(cluster_source.publish_status)
+        return None
+    from stockade.controllers.manager import ClusterServices, LeadershipOptions, WebhookRegistration
+    from stockade.controllers.webhookconfig import WebhookTarget
+
+    leadership = LeadershipOptions(namespace=namespace, leader_election=options["leader_election"], lease_name=options["lease_name"])
+    services = ClusterServices(api_client, leadership, status_publisher=cluster_source, store=store)
+    if options["webhook_url"]:
+        target = WebhookTarget(url=options["webhook_url"])
+    else:
+        target = WebhookTarget(service_name=options["service_name"], service_namespace=namespace)
+    services.registration = WebhookRegistration(
+        api_client,
+        certs,
+        store,
+        target,
+        excluded_namespaces=["kube-system", namespace, *options["exclude_namespaces"]],
+        timeout_seconds=options["webhook_timeout"],
+        is_leader=services.is_leader,
+    )
+    if cluster_source is not None:
+        store.listeners.append(services.publish_status_if_leader)
+    return services
+
+
+def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: Any, options: dict[str, Any]) -> None:
+    """Reports, events and (on the primary) generate and background scans."""
+    if options["policy_reports"]:
+        from stockade.controllers.reports import ReportWriter
+
+        state.reports = ReportWriter(api_client)
+    if options["events"]:
+        from stockade.controllers.events import EventRecorder
+
+        state.events = EventRecorder(api_client)
+    if services is None:
+        return
+    if options["generate"]:
+        from stockade.controllers.generate import GenerateController
+        from stockade.controllers.manager import DeduplicatingSubmitter
+
+        generator = GenerateController(api_client, store, is_leader=services.is_leader)
+        services.background.append(generator)
+        state.generator = DeduplicatingSubmitter(generator)
+    if options["background_scan_interval"] > 0:
+        from stockade.controllers.background import BackgroundScanner
+
+        scanner = BackgroundScanner(api_client, store, state.reports, interval=options["background_scan_interval"], is_leader=services.is_leader)
+        services.background.append(scanner)
 
 
 def _start_cluster_source(api_client: Any, options: dict[str, Any]) -> Any:
@@ -259,53 +331,6 @@ def _stop_workers(workers: list[Any]) -> None:
         except subprocess.TimeoutExpired:
             worker.kill()
             worker.wait()
-
-
-class _Registration:
-    """Keeps the webhook configurations in step with the loaded policies and the CA."""
-
-    def __init__(self, api_client: Any, certs: Any, store: Any, options: dict[str, Any], namespace: str) -> None:
-        from stockade.controllers.registration import WebhookRegistrar, discovery_resolver
-        from stockade.controllers.webhookconfig import WebhookTarget
-
-        self.registrar = WebhookRegistrar(api_client)
-        self.api_client = api_client
-        self.certs = certs
-        self.store = store
-        self.timeout = options["webhook_timeout"]
-        self.excluded = ["kube-system", namespace, *options["exclude_namespaces"]]
-        if options["webhook_url"]:
-            self.target = WebhookTarget(url=options["webhook_url"])
-        else:
-            self.target = WebhookTarget(service_name=options["service_name"], service_namespace=namespace)
-        self._discovery = discovery_resolver
-        store.listeners.append(lambda _snapshot: self.apply())
-        # called from the event loop during certificate refresh: talk to the API server from a thread instead
-        certs.on_ca_change = lambda _bundle: threading.Thread(target=self._apply_logged, name="webhook-ca-update", daemon=True).start()
-
-    def _apply_logged(self) -> None:
-        try:
-            self.apply()
-        except Exception:
-            logging.getLogger("stockade.serve").exception("updating caBundle in webhook configurations failed")
-
-    def apply(self) -> None:
-        from stockade.controllers.webhookconfig import build_configurations
-
-        snapshot = self.store.snapshot
-        mutating, validating = build_configurations(
-            snapshot.policies,
-            self.target,
-            self.certs.ca_bundle,
-            self._discovery(self.api_client),
-            excluded_namespaces=self.excluded,
-            timeout_seconds=self.timeout,
-            cel_policies=snapshot.cel_policies,
-        )
-        self.registrar.apply(mutating, validating)
-
-    def remove(self) -> int:
-        return self.registrar.remove_all()
 
 
 @click.command("cleanup")

@@ -164,6 +164,24 @@ class ControlPlane:
             time.sleep(0.5)
         raise RuntimeError(f"kube-apiserver not ready after {self.startup_timeout}s ({last_error}):\n{self.log_tail()}")
 
+    def ensure_namespace(self, name: str) -> None:
+        """Create a namespace unless it exists (stockade keeps its Leases in its own namespace)."""
+        import json
+
+        body = json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}).encode()
+        request = urllib.request.Request(
+            f"{self.url}/api/v1/namespaces",
+            data=body,
+            method="POST",
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, context=ssl.create_default_context(cafile=str(self.ca_file)), timeout=30):
+                return
+        except urllib.error.HTTPError as error:
+            if error.code != 409:
+                raise
+
     def log_tail(self, lines: int = 30) -> str:
         out = []
         for name in ("etcd", "kube-apiserver"):

@@ -103,8 +103,14 @@ class PolicyStore:
         image_verifier: Any = None,
         verification_cache: Any = None,
         sources: list[PolicySource] | None = None,
+        evaluator_options: dict[str, Any] | None = None,
+        exception_namespaces: list[str] | None = None,
     ) -> None:
+        """``evaluator_options`` go to every AdmissionEvaluator built (role resolver, default timeout), so no snapshot
+        is ever served without them; ``exception_namespaces`` limits which PolicyExceptions count (None: all)."""
         self.paths = list(paths or [])
+        self.evaluator_options = dict(evaluator_options or {})
+        self.exception_namespaces = None if exception_namespaces is None else set(exception_namespaces)
         self.sources: list[PolicySource] = ([DirectorySource(self.paths)] if self.paths else []) + list(sources or [])
         self.image_verifier = image_verifier
         self.verification_cache = verification_cache
@@ -151,6 +157,9 @@ class PolicyStore:
             identity = policy_identity(document.data)
             errors[identity] = problem
             log.error("policy %s (%s) is not served: %s", describe_identity(identity), document.origin, problem)
+        if self.exception_namespaces is not None:
+            # an exception outside the allowed namespaces would let its author exempt themselves from cluster policies
+            accepted = [d for d in accepted if d.kind != "PolicyException" or self._exception_allowed(d)]
         policy_set = split_policies(accepted)
         engine = self.engine_factory(
             exceptions=policy_set.exceptions, image_verifier=self.image_verifier, verification_cache=self.verification_cache
@@ -160,7 +169,9 @@ class PolicyStore:
         unsupported_documents = [d for d in policy_set.cel + policy_set.admission if id(d.data) not in served and d.kind != "PolicyException"]
         return PolicySnapshot(
             policies=policy_set.kyverno,
-            evaluator=AdmissionEvaluator(engine, policy_set.kyverno, self.namespace_labels, cel_policies=cel_policies, cel_evaluator=cel_evaluator),
+            evaluator=AdmissionEvaluator(
+                engine, policy_set.kyverno, self.namespace_labels, cel_policies=cel_policies, cel_evaluator=cel_evaluator, **self.evaluator_options
+            ),
             fingerprint=fingerprint,
             unsupported=tuple(f"{d.kind}/{d.data.get('metadata', {}).get('name', '')}" for d in unsupported_documents),
             cel_policies=cel_policies,
@@ -168,6 +179,14 @@ class PolicyStore:
             errors=errors,
             unsupported_identities=frozenset(policy_identity(d.data) for d in unsupported_documents),
         )
+
+    def _exception_allowed(self, document: Document) -> bool:
+        namespace = str((document.data.get("metadata") or {}).get("namespace") or "")
+        if self.exception_namespaces is not None and namespace not in self.exception_namespaces:
+            log.warning("PolicyException %s/%s ignored: exceptions are only honoured in %s", namespace,
+                        (document.data.get("metadata") or {}).get("name", ""), ", ".join(sorted(self.exception_namespaces)))
+            return False
+        return True
 
     def reload_if_changed(self) -> bool:
         """Poll the sources; True when a new snapshot was installed."""

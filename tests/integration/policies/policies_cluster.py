@@ -101,6 +101,7 @@ class Serve:
     def __init__(self, plane: ControlPlane, workdir: Path) -> None:
         self.port = free_port()
         self.log_path = workdir / "serve.log"
+        plane.ensure_namespace("stockade-system")  # leader election keeps its Leases there
         command = [
             sys.executable, "-c", "from stockade.cli.main import main; main()",
             "serve", "--from-cluster",

@@ -5,7 +5,10 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 import uuid
+from pathlib import Path
+from typing import Any
 
 from webhook_cluster import MUTATING, VALIDATING, Kube, Serve, deployment, pod
 
@@ -115,7 +118,7 @@ def test_sigkill_then_cleanup_restores_cluster(serve: Serve, kube: Kube, control
         capture_output=True, text=True, timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert "removed 2 webhook configuration(s)" in result.stdout
+    assert "removed 3 webhook configuration(s)" in result.stdout  # resource mutating + validating, policy validation
     assert kube.names(VALIDATING) == [] and kube.names(MUTATING) == []
     status, body, _ = kube.request("POST", "/api/v1/namespaces/default/pods", pod(unique("restored")))
     assert status == 201, body
@@ -162,3 +165,44 @@ def test_certificate_writes_keep_the_labels_and_annotations_of_a_precreated_secr
     assert secret["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "Helm", "webhook.stockade.io/managed-by": "stockade"}
     assert secret["metadata"]["annotations"] == {"meta.helm.sh/release-name": "stockade"}
     kube.request("DELETE", f"/api/v1/namespaces/default/secrets/{name}")
+
+
+def test_two_replicas_hand_over_and_only_the_last_one_removes_webhooks(control_plane: ControlPlane, kube: Kube, policy_dir: Path, tmp_path: Path) -> None:
+    """A rolling update must never leave the cluster unprotected; uninstalling must leave nothing behind."""
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+    first = Serve(control_plane, policy_dir, tmp_path / "first")
+    second: Serve | None = None
+    try:
+        first.wait_registered(kube)
+        second = Serve(control_plane, policy_dir, tmp_path / "second")
+        wait_for(lambda: "stockade webhook serving" in second.log(), "second replica serving", second.log)
+        wait_for(lambda: _client_url(kube).endswith(f":{first.port}/validate/fail"), "first replica registered", first.log)
+        assert first.signal(signal.SIGTERM) == 0, first.log()
+        assert "other replicas are running" in first.log()
+        # the survivor takes the Lease over and points the webhooks at itself
+        wait_for(lambda: _client_url(kube).endswith(f":{second.port}/validate/fail"), "second replica took over", second.log)
+        status, body, _ = kube.request("POST", "/api/v1/namespaces/default/pods", pod(unique("still-checked"), {"team": "a", "forbidden": "yes"}))
+        assert status == 400 and "no-forbidden-label" in body["message"], body
+        assert second.signal(signal.SIGTERM) == 0, second.log()
+        assert kube.names(VALIDATING) == [] and kube.names(MUTATING) == []
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
+def _client_url(kube: Kube) -> str:
+    status, config, _ = kube.request("GET", f"{VALIDATING}/stockade-resource-validating-webhook-cfg")
+    if status != 200:
+        return ""
+    return str(config["webhooks"][0]["clientConfig"].get("url", ""))
+
+
+def wait_for(condition: Any, what: str, details: Any, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"{what}: not within {timeout}s\n{details()}")

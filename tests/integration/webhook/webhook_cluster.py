@@ -178,6 +178,7 @@ class Serve:
     def __init__(self, plane: ControlPlane, policy_dir: Path, workdir: Path, extra_args: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.log_path = workdir / "serve.log"
+        plane.ensure_namespace("stockade-system")  # leader election keeps its Leases there
         self.plane = plane
         command = [
             sys.executable, "-c", "from stockade.cli.main import main; main()",

@@ -1,0 +1,225 @@
+"""What `stockade serve` runs against the cluster besides answering reviews, started and stopped in a safe order.
+
+Every replica answers admission requests, writes reports and emits events.  Work that must happen once per cluster
+(webhook registration, policy status writes, background scans, generate resync) belongs to the leader; without
+leader election this replica is the leader.  On a clean stop the webhook configurations are removed only when no
+other replica is alive, so a rolling update never leaves the cluster unprotected while uninstalling leaves nothing.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("stockade.controllers.manager")
+
+
+class WebhookRegistration:
+    """Keeps the webhook configurations in step with the loaded policies and the CA (leader only)."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        certs: Any,
+        store: Any,
+        target: Any,
+        *,
+        excluded_namespaces: list[str],
+        timeout_seconds: int,
+        is_leader: Callable[[], bool] = lambda: True,
+    ) -> None:
+        from stockade.controllers.registration import WebhookRegistrar, discovery_resolver
+
+        self.registrar = WebhookRegistrar(api_client)
+        self.api_client = api_client
+        self.certs = certs
+        self.store = store
+        self.target = target
+        self.excluded = excluded_namespaces
+        self.timeout = timeout_seconds
+        self.is_leader = is_leader
+        self._discovery = discovery_resolver
+        self._lock = threading.Lock()  # snapshot listener, CA rotation and leadership changes may race
+        store.listeners.append(lambda _snapshot: self.apply_if_leader())
+        # called from the event loop during certificate refresh: talk to the API server from a thread instead
+        certs.on_ca_change = lambda _bundle: threading.Thread(target=self.apply_if_leader, name="webhook-ca-update", daemon=True).start()
+
+    def apply_if_leader(self) -> None:
+        if not self.is_leader():
+            return
+        try:
+            self.apply()
+        except Exception:
+            log.exception("updating webhook configurations failed")
+
+    def apply(self) -> None:
+        from stockade.controllers.webhookconfig import build_configurations, build_policy_validation_configuration
+
+        snapshot = self.store.snapshot
+        if snapshot is None:
+            return
+        with self._lock:
+            mutating, validating = build_configurations(
+                snapshot.policies,
+                self.target,
+                self.certs.ca_bundle,
+                self._discovery(self.api_client),
+                excluded_namespaces=self.excluded,
+                timeout_seconds=self.timeout,
+                cel_policies=snapshot.cel_policies,
+            )
+            policy_validation = build_policy_validation_configuration(self.target, self.certs.ca_bundle, timeout_seconds=self.timeout)
+            self.registrar.apply(mutating, validating, policy_validation)
+
+    def remove(self) -> int:
+        with self._lock:
+            return self.registrar.remove_all()
+
+
+class DeduplicatingSubmitter:
+    """The same review can reach the generator through /validate/fail and /validate/ignore; act on it once."""
+
+    def __init__(self, target: Any, memory: int = 4096) -> None:
+        self.target = target
+        self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._memory = memory
+        self._lock = threading.Lock()
+
+    def submit(self, review: Any) -> None:
+        with self._lock:
+            if review.uid in self._seen:
+                return
+            self._seen[review.uid] = None
+            if len(self._seen) > self._memory:
+                self._seen.popitem(last=False)
+        self.target.submit(review)
+
+
+@dataclass
+class LeadershipOptions:
+    namespace: str
+    leader_election: bool = True
+    lease_name: str = "stockade-leader"
+
+
+class ClusterServices:
+    """Leader election, membership and the leader-only work; ``start()`` then ``stop()``."""
+
+    def __init__(
+        self,
+        api_client: Any,
+        options: LeadershipOptions,
+        *,
+        registration: WebhookRegistration | None = None,
+        status_publisher: Any = None,  # ClusterPolicySource: writes policy status for each snapshot
+        store: Any = None,
+        background: list[Any] | None = None,  # started/stopped with us; they check is_leader themselves
+    ) -> None:
+        self.api_client = api_client
+        self.options = options
+        self.registration = registration
+        self.status_publisher = status_publisher
+        self.store = store
+        self.background = list(background or [])
+        self.elector: Any = None
+        self.membership: Any = None
+        # not leading before start(): registering webhooks before the server listens would send the apiserver
+        # to a closed port
+        self._leading = threading.Event()
+
+    def is_leader(self) -> bool:
+        return self._leading.is_set()
+
+    def check_namespace(self) -> None:
+        """Leases live in our namespace: without it membership cannot work, and a stopping replica could not tell
+        whether it is the last one."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            client.CoreV1Api(self.api_client).read_namespace(self.options.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                raise RuntimeError(
+                    f"namespace {self.options.namespace} does not exist: create it (the chart does) or pass --no-leader-election"
+                ) from None
+            if exc.status != 403:  # may not read namespaces: the Lease writes will tell
+                raise
+
+    def start(self) -> None:
+        """Without leader election, registration happens here and a failure raises (serve then exits)."""
+        if self.options.leader_election:
+            from stockade.controllers.leader import LeaderElector, ReplicaMembership, make_identity
+
+            self.check_namespace()
+            identity = make_identity()
+            self.membership = ReplicaMembership(self.api_client, self.options.namespace, identity=identity)
+            self.membership.start()
+            self.elector = LeaderElector(
+                self.api_client,
+                self.options.namespace,
+                self.options.lease_name,
+                identity,
+                on_started_leading=self._started_leading,
+                on_stopped_leading=self._stopped_leading,
+            )
+            self.elector.start()
+        else:
+            self._leading.set()
+            if self.registration is not None:
+                self.registration.apply()
+            self._publish_status()
+        for component in self.background:
+            component.start()
+
+    def _started_leading(self) -> None:
+        log.info("leading: registering webhooks and running background work")
+        self._leading.set()
+        # the election thread must keep renewing: do the API work elsewhere
+        threading.Thread(target=self._lead, name="leader-work", daemon=True).start()
+
+    def _lead(self) -> None:
+        if self.registration is not None:
+            self.registration.apply_if_leader()
+        self._publish_status()
+
+    def _stopped_leading(self) -> None:
+        log.info("no longer leading")
+        self._leading.clear()
+
+    def _publish_status(self) -> None:
+        if self.status_publisher is not None and self.store is not None and self.store.snapshot is not None:
+            try:
+                self.status_publisher.publish_status(self.store.snapshot)
+            except Exception:
+                log.exception("writing policy status failed")
+
+    def publish_status_if_leader(self, snapshot: Any) -> None:
+        """A store listener: only the leader writes policy status (every replica computes the same)."""
+        if self.status_publisher is not None and self.is_leader():
+            self.status_publisher.publish_status(snapshot)
+
+    def stop(self) -> int:
+        """Stops background work, hands leadership back, and removes the webhook configurations when this is the last
+        replica.  Returns how many configurations were removed."""
+        for component in reversed(self.background):
+            try:
+                component.stop()
+            except Exception:
+                log.exception("stopping %s failed", type(component).__name__)
+        if self.elector is not None:
+            self.elector.stop(release=True)
+        others_alive = False
+        if self.membership is not None:
+            self.membership.stop(release=True)
+            others_alive = self.membership.others_alive()
+        if self.registration is None:
+            return 0
+        if others_alive:
+            log.info("other replicas are running: leaving the webhook configurations to them")
+            return 0
+        return self.registration.remove()
