@@ -114,7 +114,7 @@ def rewrite_struct_literals(expression: str) -> str:
 #   O.?f (O optional) ->  cel.bind(__stk_opt_N, O, !__stk_opt_N.hasValue() || __stk_opt_N.value() == null
 #                           ? optional.none() : __stk_opt_N.value().?f)
 #   R.orValue(d)  ->  cel.bind(__stk_val_N, R, type(__stk_val_N) == optional_type ? __stk_val_N.orValue(d)
-#                           : __stk_val_N)            (only when R is not syntactically optional)
+#                           : dyn(__stk_val_N))       (only when R is not syntactically optional)
 
 _OPTIONAL_FUNCTIONS = frozenset({"of", "none", "ofNonZeroValue", "or", "optMap", "optFlatMap"})
 _LITERAL_KEYWORDS = frozenset({"true", "false", "null"})
@@ -185,22 +185,42 @@ def _receiver_start(sig: list[_Token], last: int) -> int:
 
 
 def _is_optional_receiver(sig: list[_Token], start: int, last: int) -> bool:
-    """Whether the chain ``sig[start..last]`` syntactically yields an optional."""
-    token = sig[last]
-    if token.kind == "ident":
-        return last >= 2 and sig[last - 1].text == "?" and sig[last - 2].text == "."
-    if token.text == "]":
-        opening = _matching_open(sig, last)
-        return opening >= 0 and opening + 1 <= last and sig[opening + 1].text == "?"
-    if token.text == ")":
-        opening = _matching_open(sig, last)
-        if opening <= start:
-            return False
-        name = sig[opening - 1].text
-        if name == "bind" and opening + 1 < last and sig[opening + 1].text.startswith(_PREFIX + "opt"):
-            return True
-        return name in _OPTIONAL_FUNCTIONS
-    return False
+    """Whether the member chain ``sig[start..last]`` syntactically yields an optional: walk it segment by segment;
+    ``.?f``/``[?k]``/``optional.of(...)``/``.or(...)`` make it optional, ``.orValue(...)``/``.value()`` and
+    other calls make it plain, and plain ``.f``/``[k]`` keep the current state (optional chaining)."""
+    optional = False
+    index = start
+    token = sig[index]
+    if token.text in ("(", "[", "{"):
+        index = _matching_close(sig, index) + 1
+    elif token.kind == "ident" and index + 1 <= last and sig[index + 1].text == "(":
+        optional = token.text in _OPTIONAL_FUNCTIONS
+        index = _matching_close(sig, index + 1) + 1
+    else:
+        index += 1
+    while 0 < index <= last:
+        token = sig[index]
+        if token.text == ".":
+            selective = index + 1 <= last and sig[index + 1].text == "?"
+            name_index = index + 2 if selective else index + 1
+            if name_index > last:
+                return optional
+            name = sig[name_index].text
+            if name_index + 1 <= last and sig[name_index + 1].text == "(":
+                if name == "bind":
+                    optional = name_index + 2 <= last and sig[name_index + 2].text.startswith(_PREFIX + "opt")
+                else:
+                    optional = name in _OPTIONAL_FUNCTIONS
+                index = _matching_close(sig, name_index + 1) + 1
+            else:
+                optional = optional or selective
+                index = name_index + 1
+        elif token.text == "[":
+            optional = optional or (index + 1 <= last and sig[index + 1].text == "?")
+            index = _matching_close(sig, index) + 1
+        else:
+            return optional
+    return optional
 
 
 def _find_site(sig: list[_Token]) -> tuple[str, int, int, int] | None:
@@ -252,7 +272,7 @@ def rewrite_null_safety(expression: str) -> str:
         after = joined(positions[site_end] + 1, len(tokens))
         if kind == "orValue":
             name = f"{_PREFIX}val_{counter}"
-            wrapped = f"cel.bind({name}, {receiver}, type({name}) == optional_type ? {name}{access} : {name})"
+            wrapped = f"cel.bind({name}, {receiver}, type({name}) == optional_type ? {name}{access} : dyn({name}))"
         else:
             name = f"{_PREFIX}opt_{counter}"
             if _is_optional_receiver(sig, start, receiver_end):

@@ -189,12 +189,26 @@ def _parse_result(raw: Any, index: int, source: str) -> TestResult:
     )
 
 
+def load_test_files(path: str) -> list[TestCase]:
+    """Every Test document of a file: Kyverno's CLI runs each document of a multi-document test file as its own
+    test (e.g. one JSON payload expected to pass, another to fail)."""
+    text = read_text(path)
+    documents = [document for document in parse_yaml_documents(text, path) if document is not None]
+    if not documents or not all(isinstance(document, dict) for document in documents):
+        raise TestFileError(path, "a test file must hold one or more mapping documents")
+    return [_test_case(document, path) for document in documents]
+
+
 def load_test_file(path: str) -> TestCase:
     text = read_text(path)
     documents = parse_yaml_documents(text, path)
     if len(documents) != 1 or not isinstance(documents[0], dict):
-        raise TestFileError(path, "a test file must hold exactly one mapping document")
-    data = _fold_keys(documents[0], TEST_FIELDS, path, "")
+        raise TestFileError(path, "a test file must hold exactly one mapping document (use load_test_files)")
+    return _test_case(documents[0], path)
+
+
+def _test_case(document: dict[str, Any], path: str) -> TestCase:
+    data = _fold_keys(document, TEST_FIELDS, path, "")
     legacy = "apiVersion" not in data and "kind" not in data
     if not legacy:
         if data.get("kind") != "Test":

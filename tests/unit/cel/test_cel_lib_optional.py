@@ -62,6 +62,10 @@ NULLS = {"metadata": None, "spec": {"volumes": [{"name": "v"}], "template": {"me
         ("object.spec.volumes.orValue([]).map(v, v.name)", ["v"]),
         ("object.spec.?volumes.orValue([]).size()", 1),
         ("object.spec.?missing.orValue([]).size()", 0),
+        # plain index/selection after an optional stays optional (optional chaining)
+        ("object.spec.?template['metadata'].orValue('x')", None),
+        ("object.?spec.volumes[0].name.orValue('x')", "v"),
+        ("object.?spec.volumes[0].?missing.orValue('x')", "x"),
     ],
 )
 def test_cel_go_null_and_or_value_semantics(ev: Any, expression: str, expected: Any) -> None:
