@@ -77,7 +77,10 @@ def test_rbac_limits_webhook_configurations_and_secrets_by_name(tools: Tools) ->
     unnamed_verbs = {verb for rule in webhook_rules if not rule.get("resourceNames") for verb in rule["verbs"]}
     assert unnamed_verbs == {"create", "list"}  # the only verbs Kubernetes cannot limit by name
     assert set(named[0]["verbs"]) == {"get", "update", "patch", "delete"}
-    assert set(named[0]["resourceNames"]) == {"stockade-resource-mutating-webhook-cfg", "stockade-resource-validating-webhook-cfg"}
+    from stockade.controllers.webhookconfig import MUTATING_CONFIG_NAME, POLICY_VALIDATING_CONFIG_NAME, VALIDATING_CONFIG_NAME
+
+    # every configuration the server writes, or registration fails with 403 in a real cluster
+    assert set(named[0]["resourceNames"]) == {MUTATING_CONFIG_NAME, VALIDATING_CONFIG_NAME, POLICY_VALIDATING_CONFIG_NAME}
     # nothing but the webhook role's own rules mentions secrets cluster-wide
     assert not any("secrets" in rule.get("resources", []) for rule in core)
     role = find(docs, "Role", "stockade")["rules"]
