@@ -8,7 +8,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from stockade.cli.output import colour_enabled, paint, render_table
 from stockade.kyvernotest.runner import TestRun, TestRunner
-from stockade.kyvernotest.schema import TestFileError, discover, load_test_file
+from stockade.kyvernotest.schema import TestFileError, discover, load_test_files
 from stockade.policy.loader import LoadError
 
 
@@ -63,13 +63,14 @@ def run_tests(
         return 1 if require_tests else 0
     runs: list[TestRun] = []
     load_errors = 0
+    cases = []
     for path in files:
         try:
-            case = load_test_file(path)
+            cases.extend(load_test_files(path))  # each document of a multi-document file is its own test
         except (TestFileError, LoadError) as exc:
             print(f"Error loading test {path}: {exc}", file=sys.stderr)
             load_errors += 1
-            continue
+    for case in cases:
         if output_format == "table":
             print(f"Loading test {case.name} ( {case.path} ) ...", file=out)
         try:
