@@ -36,7 +36,7 @@ def test_lint_rejects_zero_replicas(tools: Tools) -> None:
 
 def test_default_render_is_accepted_by_the_apiserver(tools: Tools, namespace: str) -> None:
     rendered = tools.template("--include-crds", namespace=namespace)
-    result = tools.kubectl("apply", "--dry-run=server", "--server-side", "-f", "-", stdin=rendered)
+    result = tools.kubectl("apply", "--dry-run=server", "--server-side", "--force-conflicts", "-f", "-", stdin=rendered)
     for kind in ("deployment.apps/stockade", "poddisruptionbudget.policy/stockade", "service/stockade-svc", "lease.coordination.k8s.io/stockade-leader"):
         assert kind in result.stdout
     # nothing was stored
@@ -103,7 +103,7 @@ def test_rbac_limits_webhook_configurations_and_secrets_by_name(tools: Tools) ->
 )
 def test_values_variations(tools: Tools, namespace: str, values: list[str], expect: str) -> None:
     rendered = tools.template(*values, namespace=namespace)
-    tools.kubectl("apply", "--dry-run=server", "--server-side", "-f", "-", stdin=rendered)
+    tools.kubectl("apply", "--dry-run=server", "--server-side", "--force-conflicts", "-f", "-", stdin=rendered)
     docs = documents(rendered)
     deployment = find(docs, "Deployment", "stockade")
     pod = deployment["spec"]["template"]["spec"]

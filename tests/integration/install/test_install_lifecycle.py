@@ -39,7 +39,7 @@ def test_install_yaml_applies_and_deletes_without_leftovers(tools: Tools, tmp_pa
     manifest = tmp_path / "install.yaml"
     manifest.write_text(yaml.safe_dump_all(ours))
 
-    tools.kubectl("apply", "--server-side", "-f", str(manifest))
+    tools.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(manifest))
     stored = tools.kubectl("get", "-f", str(manifest), "-o", "name").stdout.split()
     assert len(stored) == len(ours)
     deployment = json.loads(tools.kubectl("get", "deployment", "stockade", "-n", "stockade", "-o", "json").stdout)
