@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from stockade.celpolicy.evaluator import CelPolicyEvaluator
+from stockade.celpolicy.imagevalidating import ImageValidatingEvaluator
 from stockade.celpolicy.model import CelPolicy
 from stockade.celpolicy.providers import MockHttp, StaticGlobalContext, StaticImageData, StaticResources
 from stockade.celpolicy.request import AdmissionInput
@@ -15,6 +16,7 @@ _VALIDATING = ("ValidatingPolicy", "NamespacedValidatingPolicy")
 _MUTATING = ("MutatingPolicy", "NamespacedMutatingPolicy")
 _GENERATING = ("GeneratingPolicy", "NamespacedGeneratingPolicy")
 _DELETING = ("DeletingPolicy", "NamespacedDeletingPolicy")
+_IMAGE_VALIDATING = ("ImageValidatingPolicy", "NamespacedImageValidatingPolicy")
 
 
 def _user_info(info: RequestInfo) -> dict[str, Any]:
@@ -38,6 +40,7 @@ class CelPolicyRun:
         namespaces: dict[str, dict[str, Any]] | None = None,
         json_payloads: dict[str, Any] | None = None,
         subresources: list[dict[str, Any]] | None = None,
+        image_verifier: Any = None,
     ) -> None:
         self.subresources = list(subresources or [])
         policies = [CelPolicy(d) for d in documents]
@@ -47,6 +50,7 @@ class CelPolicyRun:
         self.mutating = [p for p in policies if p.kind in _MUTATING]
         self.generating = [p for p in policies if p.kind in _GENERATING]
         self.deleting = [p for p in policies if p.kind in _DELETING]
+        self.image_validating = [p for p in policies if p.kind in _IMAGE_VALIDATING]
         self.vaps = [p for p in policies if p.kind == "ValidatingAdmissionPolicy"]
         self.vap_bindings = [p for p in policies if p.kind == "ValidatingAdmissionPolicyBinding"]
         self.maps = [p for p in policies if p.kind == "MutatingAdmissionPolicy"]
@@ -62,6 +66,7 @@ class CelPolicyRun:
         if context_images:
             providers["image"] = StaticImageData(context_images)
         self.evaluator = CelPolicyEvaluator(providers=providers, exceptions=exceptions, params=params)
+        self.image_evaluator = ImageValidatingEvaluator(self.evaluator, image_verifier) if self.image_validating else None
 
     def _parent_of(self, resource: dict[str, Any]) -> tuple[str, str, str, str, str] | None:
         """Values-file ``subresources``: an object of a subresource kind is admitted as its parent's subresource."""
@@ -93,7 +98,8 @@ class CelPolicyRun:
         *,
         default_run: bool = True,
     ) -> list[EngineResponse]:
-        """Kyverno's order: MAP, MutatingPolicy (chained), VAP, ValidatingPolicy, GeneratingPolicy, DeletingPolicy."""
+        """Kyverno's order: MAP, MutatingPolicy (chained), VAP, ValidatingPolicy, ImageValidatingPolicy,
+        GeneratingPolicy, DeletingPolicy."""
         operation = (operation or "CREATE").upper()
         namespace = str((resource.get("metadata") or {}).get("namespace") or "")
         namespace_object = self.namespaces.get(namespace)
@@ -138,6 +144,11 @@ class CelPolicyRun:
             response = self.evaluator.validate(policy, request_for(current))
             if response is not None:
                 out.append(response)
+        if self.image_evaluator is not None:
+            for policy in self.image_validating:
+                response = self.image_evaluator.validate(policy, request_for(current))
+                if response is not None:
+                    out.append(response)
         for policy in self.generating:
             response = self.evaluator.generate(policy, request_for(current))
             if response is not None:

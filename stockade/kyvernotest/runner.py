@@ -279,6 +279,7 @@ class TestRunner:
             namespaces=values.namespaces,
             json_payloads=payloads,
             subresources=values.subresources,
+            image_verifier=self.image_verifier,
         )
 
     # -- judging -----------------------------------------------------------------------------------------------------
