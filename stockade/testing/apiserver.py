@@ -20,6 +20,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -164,23 +165,33 @@ class ControlPlane:
             time.sleep(0.5)
         raise RuntimeError(f"kube-apiserver not ready after {self.startup_timeout}s ({last_error}):\n{self.log_tail()}")
 
-    def ensure_namespace(self, name: str) -> None:
-        """Create a namespace unless it exists (stockade keeps its Leases in its own namespace)."""
+    def request(self, method: str, path: str, body: dict[str, Any] | None = None, user: str = "") -> tuple[int, dict[str, Any], list[str]]:
+        """A raw API call as the admin (or impersonating ``user``): status, decoded body and Warning headers, with
+        errors returned rather than raised so tests can assert on denials."""
         import json
 
-        body = json.dumps({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}).encode()
-        request = urllib.request.Request(
-            f"{self.url}/api/v1/namespaces",
-            data=body,
-            method="POST",
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
-        )
+        headers = {"Authorization": f"Bearer {self.token}", "Content-Type": "application/json", "Accept": "application/json"}
+        if user:
+            headers["Impersonate-User"] = user
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        context = ssl.create_default_context(cafile=str(self.ca_file))
         try:
-            with urllib.request.urlopen(request, context=ssl.create_default_context(cafile=str(self.ca_file)), timeout=30):
-                return
+            with urllib.request.urlopen(request, context=context, timeout=30) as response:
+                return response.status, json.loads(response.read() or b"{}"), response.headers.get_all("Warning") or []
         except urllib.error.HTTPError as error:
-            if error.code != 409:
-                raise
+            payload = error.read()
+            try:
+                parsed = json.loads(payload)
+            except ValueError:
+                parsed = {"message": payload.decode(errors="replace")}
+            return error.code, parsed, error.headers.get_all("Warning") or []
+
+    def ensure_namespace(self, name: str) -> None:
+        """Create a namespace unless it exists (stockade keeps its Leases in its own namespace)."""
+        status, body, _ = self.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        if status not in (201, 409):
+            raise RuntimeError(f"creating namespace {name} failed ({status}): {body}")
 
     def log_tail(self, lines: int = 30) -> str:
         out = []

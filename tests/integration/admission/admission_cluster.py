@@ -8,11 +8,7 @@ recorder, role resolver) to it directly.
 from __future__ import annotations
 
 import asyncio
-import json
-import ssl
 import threading
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -36,23 +32,10 @@ class Api:
 
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
-        self.context = ssl.create_default_context(cafile=str(plane.ca_file))
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None, user: str = "") -> tuple[int, dict[str, Any]]:
-        headers = {"Authorization": f"Bearer {self.plane.token}", "Content-Type": "application/json", "Accept": "application/json"}
-        if user:
-            headers["Impersonate-User"] = user
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.plane.url + path, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(request, context=self.context, timeout=30) as response:
-                return response.status, json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as error:
-            payload = error.read()
-            try:
-                return error.code, json.loads(payload)
-            except ValueError:
-                return error.code, {"message": payload.decode(errors="replace")}
+        status, answer, _ = self.plane.request(method, path, body, user=user)
+        return status, answer
 
     def ensure(self, path: str, body: dict[str, Any]) -> None:
         status, answer = self.request("POST", path, body)

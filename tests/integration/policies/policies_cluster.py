@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import ssl
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,24 +29,10 @@ class Api:
 
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
-        self.context = ssl.create_default_context(cafile=str(plane.ca_file))
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
-        request = urllib.request.Request(
-            self.plane.url + path,
-            data=json.dumps(body).encode() if body is not None else None,
-            method=method,
-            headers={"Authorization": f"Bearer {self.plane.token}", "Content-Type": "application/json", "Accept": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, context=self.context, timeout=30) as response:
-                return response.status, json.loads(response.read() or b"{}")
-        except urllib.error.HTTPError as error:
-            payload = error.read()
-            try:
-                return error.code, json.loads(payload)
-            except ValueError:
-                return error.code, {"message": payload.decode(errors="replace")}
+        status, answer, _ = self.plane.request(method, path, body)
+        return status, answer
 
     def kubectl(self, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

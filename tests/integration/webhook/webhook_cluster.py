@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import ssl
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -126,26 +122,9 @@ class Kube:
 
     def __init__(self, plane: ControlPlane) -> None:
         self.plane = plane
-        self.context = ssl.create_default_context(cafile=str(plane.ca_file))
 
     def request(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, dict[str, Any], list[str]]:
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(
-            self.plane.url + path,
-            data=data,
-            method=method,
-            headers={"Authorization": f"Bearer {self.plane.token}", "Content-Type": "application/json", "Accept": "application/json"},
-        )
-        try:
-            with urllib.request.urlopen(request, context=self.context, timeout=30) as response:
-                return response.status, json.loads(response.read() or b"{}"), response.headers.get_all("Warning") or []
-        except urllib.error.HTTPError as error:
-            payload = error.read()
-            try:
-                parsed = json.loads(payload)
-            except ValueError:
-                parsed = {"message": payload.decode(errors="replace")}
-            return error.code, parsed, error.headers.get_all("Warning") or []
+        return self.plane.request(method, path, body)
 
     def names(self, collection: str) -> list[str]:
         status, body, _ = self.request("GET", collection + "?labelSelector=webhook.stockade.io%2Fmanaged-by%3Dstockade")
