@@ -91,7 +91,8 @@ def run_apply(
     colour = colour_enabled(out, remove_color)
     try:
         policy_set = split_policies(load_documents(list(policies)))
-        exception_list = policy_set.exceptions + (split_policies(load_documents(list(exceptions))).exceptions if exceptions else [])
+        exception_set = split_policies(load_documents(list(exceptions))) if exceptions else None
+        exception_list = policy_set.exceptions + (exception_set.exceptions if exception_set else [])
         loaded = [normalise_resource(d.data) for d in load_documents(list(resources))] if resources else []
         values = load_values(values_file) if values_file else Values()
         info = load_user_info(userinfo) if userinfo else RequestInfo()
@@ -102,15 +103,29 @@ def run_apply(
     if not loaded:
         print("Error: no resources given (use --resource/-r)", file=sys.stderr)
         return 2
-    if policy_set.cel or policy_set.admission:
-        print(paint(f"warning: {len(policy_set.cel) + len(policy_set.admission)} CEL/admission policy documents are not evaluated by apply yet", "yellow", colour), file=sys.stderr)
     rule_count = sum(len(p.rules) for p in policy_set.kyverno)
-    print(f"Applying {rule_count} policy rule(s) to {len(loaded)} resource(s)...", file=out)
+    cel_documents = [d.data for d in policy_set.cel + policy_set.admission]
+    cel_count = sum(1 for d in cel_documents if d.get("kind") != "PolicyException")
+    print(f"Applying {rule_count + cel_count} policy rule(s) to {len(loaded)} resource(s)...", file=out)
     verifier = cache = None
     if registry:
         from stockade.cli.registry_access import make_image_verifier
 
         verifier, cache = make_image_verifier(insecure_registries)
+    cel_run = None
+    if cel_documents:
+        from stockade.celpolicy.testing import CelPolicyRun
+
+        # the given resources double as the "cluster": VAP params and resource.* lookups find them there
+        cel_run = CelPolicyRun(
+            documents=cel_documents,
+            exception_documents=[d.data for d in exception_set.cel] if exception_set else [],
+            cluster_objects=loaded,
+            params=loaded,
+            namespaces=values.namespaces,
+            subresources=values.subresources,
+            image_verifier=verifier,
+        )
     engine = Engine(exceptions=exception_list, image_verifier=verifier, verification_cache=cache)
     counts: Counter[str] = Counter()
     report_rows: list[tuple[EngineResponse, Any, str]] = []
@@ -126,9 +141,17 @@ def run_apply(
 
         request = Request(resource=resource, info=info, namespace_labels=values.namespace_labels.get(namespace, {}))
         result = apply_policies(engine, policy_set.kyverno, request, values_for=values_for)
-        if result.patched_resource != resource:
-            outputs.append(result.patched_resource)
-        for response in result.responses:
+        responses = list(result.responses)
+        patched = result.patched_resource
+        if cel_run is not None:
+            operation = str({**values.global_values, **extra_values}.get("request.operation") or "CREATE")
+            for response in cel_run.responses(patched or resource, operation, info, request.namespace_labels):
+                responses.append(response)
+                if getattr(response, "patched_resource", None) and response.rules and response.rules[0].rule_type == "Mutation":
+                    patched = response.patched_resource
+        if patched and patched != resource:
+            outputs.append(patched)
+        for response in responses:
             for rule in response.rules:
                 outcome = report_result(response, rule, audit_warn)
                 counts[outcome] += 1
