@@ -204,15 +204,7 @@ class CelPolicyEvaluator:
                 return _Outcome("error", f"error: {error}")
             if ok:
                 continue
-            message = str(validation.get("message") or "")
-            if validation.get("messageExpression"):
-                try:
-                    value = scope.evaluate(f"spec.validations[{index}].messageExpression", str(validation["messageExpression"]))
-                    message = value if isinstance(value, str) else f"failed to convert message expression to string: {value!r}"
-                except CelError as error:
-                    message = f"failed to evaluate message expression: {error}"
-            if not message:
-                message = f"CEL expression validation failed at index {index}"
+            message = validation_message(scope, validation, index)
             return _Outcome("fail", message)
         return _Outcome("pass", "success")
 
@@ -497,3 +489,15 @@ def _expand_lists(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 __all__ = ["CelPolicyEvaluator", "PolicyCompileError"]
+
+
+def validation_message(scope: Any, validation: dict[str, Any], index: int) -> str:
+    """The message of a failed validation: messageExpression, else message, else Kubernetes' default wording."""
+    message = str(validation.get("message") or "")
+    if validation.get("messageExpression"):
+        try:
+            value = scope.evaluate(f"spec.validations[{index}].messageExpression", str(validation["messageExpression"]))
+            message = value if isinstance(value, str) else f"failed to convert message expression to string: {value!r}"
+        except CelError as error:
+            message = f"failed to evaluate message expression: {error}"
+    return message or f"CEL expression validation failed at index {index}"

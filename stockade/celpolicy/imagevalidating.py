@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from stockade.cel import CelEnvironment, CelError, CelEvalError
 from stockade.celpolicy.autogen import autogen_specs
 from stockade.celpolicy.compiler import POLICY_VARIABLES, PolicyCompiler
-from stockade.celpolicy.evaluator import CelPolicyEvaluator, _Outcome
+from stockade.celpolicy.evaluator import CelPolicyEvaluator, _Outcome, validation_message
 from stockade.celpolicy.matching import constraints_match
 from stockade.celpolicy.model import CelPolicy
 from stockade.celpolicy.request import AdmissionInput
@@ -223,14 +223,7 @@ class ImageValidatingEvaluator:
                 return _Outcome("error", f"policy {policy.name}: spec.validations[{index}]: {error}")
             if ok:
                 continue
-            message = str(validation.get("message") or "")
-            if validation.get("messageExpression"):
-                try:
-                    value = scope.evaluate(f"spec.validations[{index}].messageExpression", str(validation["messageExpression"]))
-                    message = value if isinstance(value, str) else f"failed to convert message expression to string: {value!r}"
-                except CelError as error:
-                    message = f"failed to evaluate message expression: {error}"
-            return _Outcome("fail", message or f"CEL expression validation failed at index {index}")
+            return _Outcome("fail", validation_message(scope, validation, index))
         return _Outcome("pass", "success")
 
     def _registry_message(self, policy: CelPolicy, image: str) -> str:
