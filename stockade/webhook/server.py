@@ -84,18 +84,25 @@ def _bad_request(reason: str) -> web.Response:
     return web.json_response({"error": "invalid AdmissionReview", "reason": reason}, status=400)
 
 
+async def _read_review(http_request: web.Request, state: ServerState, path: str) -> AdmissionRequest | web.Response:
+    """The request's AdmissionReview, or the 400 answer that names what is wrong with it (counted as a bad request)."""
+    if http_request.content_type not in ("application/json", ""):
+        state.metrics.bad_requests.labels(path).inc()
+        return _bad_request(f"content type must be application/json, got {http_request.content_type}")
+    body = await http_request.read()
+    try:
+        return parse_review(_loads(body))
+    except (InvalidAdmissionReview, ValueError, TypeError) as exc:
+        state.metrics.bad_requests.labels(path).inc()
+        return _bad_request(str(exc) if isinstance(exc, InvalidAdmissionReview) else f"body is not valid JSON: {exc}")
+
+
 def make_handler(state: ServerState, phase: str, failure: str | None, path: str) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handle(http_request: web.Request) -> web.Response:
         started = time.perf_counter()
-        if http_request.content_type not in ("application/json", ""):
-            state.metrics.bad_requests.labels(path).inc()
-            return _bad_request(f"content type must be application/json, got {http_request.content_type}")
-        body = await http_request.read()
-        try:
-            review = parse_review(_loads(body))
-        except (InvalidAdmissionReview, ValueError, TypeError) as exc:
-            state.metrics.bad_requests.labels(path).inc()
-            return _bad_request(str(exc) if isinstance(exc, InvalidAdmissionReview) else f"body is not valid JSON: {exc}")
+        review = await _read_review(http_request, state, path)
+        if isinstance(review, web.Response):
+            return review
         snapshot = state.store.snapshot
         if snapshot is None:
             return web.json_response({"error": "policies are not loaded yet"}, status=503)
@@ -152,12 +159,9 @@ def make_policy_validation_handler(state: ServerState, path: str = POLICY_VALIDA
 
     async def handle(http_request: web.Request) -> web.Response:
         started = time.perf_counter()
-        body = await http_request.read()
-        try:
-            review = parse_review(_loads(body))
-        except (InvalidAdmissionReview, ValueError, TypeError) as exc:
-            state.metrics.bad_requests.labels(path).inc()
-            return _bad_request(str(exc) if isinstance(exc, InvalidAdmissionReview) else f"body is not valid JSON: {exc}")
+        review = await _read_review(http_request, state, path)
+        if isinstance(review, web.Response):
+            return review
         decision = policy_validation_decision(review)
         state.metrics.observe_request(path, review.kind.kind, review.namespace, review.operation, decision.allowed, time.perf_counter() - started)
         return web.Response(body=_dumps(review_response(review, decision)), content_type="application/json")
