@@ -21,7 +21,7 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on.")
 @click.option("--port", default=9443, show_default=True, type=int, help="HTTPS port (0 picks a free one).")
 @click.option("--metrics-port", type=int, default=None, help="Also serve /metrics over plain HTTP on this port.")
-@click.option("--cert-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="Where the self-signed CA and serving pair are kept (default: a temp dir).")
+@click.option("--cert-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="Where the self-signed CA and serving pair are kept (default: a temp dir). Must be owned by us and not group/world-writable; created mode 0700 if missing.")
 @click.option("--tls-cert-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Serving certificate (PEM); reloaded when it changes.")
 @click.option("--tls-key-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Serving key (PEM).")
 @click.option("--tls-ca-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="CA bundle for caBundle when using --tls-cert-file.")
@@ -88,7 +88,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
     import tempfile
 
     from stockade.policy.loader import LoadError
-    from stockade.webhook.certs import CertificateManager
+    from stockade.webhook.certs import CertificateFileError, CertificateManager, ensure_private_directory
     from stockade.webhook.policystore import PolicyStore
     from stockade.webhook.server import ServerConfig, ServerState, WebhookServer
 
@@ -98,6 +98,11 @@ async def _serve(policies: list[str], **options: Any) -> int:
     service = options["service_name"]
     hosts += [service, f"{service}.{namespace}", f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
     cert_dir = options["cert_dir"] or Path(tempfile.mkdtemp(prefix="stockade-certs-"))
+    if not options["tls_cert_file"]:
+        try:
+            ensure_private_directory(cert_dir)
+        except CertificateFileError as exc:
+            raise _StartupError(f"--cert-dir {exc}") from None
     certs = CertificateManager(
         hosts=list(dict.fromkeys(hosts)),
         directory=None if options["tls_cert_file"] else cert_dir,
@@ -187,6 +192,10 @@ async def _serve(policies: list[str], **options: Any) -> int:
     server = WebhookServer(state, certs, config)
     try:
         await server.start()
+    except CertificateFileError as exc:
+        if cluster_source is not None:
+            cluster_source.stop()
+        raise _StartupError(f"TLS certificate: {exc}") from None
     except OSError as exc:
         raise _StartupError(f"cannot listen on {options['host']}:{options['port']}: {exc}") from exc
     click.echo(f"stockade webhook serving {len(snapshot.policies)} policies on https://{options['host']}:{server.port}", err=True)

@@ -8,6 +8,7 @@ serving pair) live in one Secret; writes carry the resourceVersion they were bas
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
 
 from stockade.controllers.webhookconfig import MANAGED_BY_LABEL, MANAGED_BY_VALUE
@@ -26,6 +27,10 @@ class SecretStore:
         self._labels: dict[str, str] = {}
         self._annotations: dict[str, str] = {}
         self._type = "Opaque"
+
+    def location(self, key: str) -> Path:
+        """How errors name an item of this Secret."""
+        return Path(f"secret {self.namespace}/{self.name}", key)
 
     def load(self) -> dict[str, bytes]:
         from kubernetes.client.exceptions import ApiException

@@ -6,10 +6,13 @@ it expires and swapped into the live ``ssl.SSLContext`` so running connections a
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import ipaddress
 import os
+import secrets
 import ssl
+import stat
 import tempfile
 import logging
 from collections.abc import Callable
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -124,27 +128,150 @@ def server_ssl_context() -> ssl.SSLContext:
     return context
 
 
+class CertificateFileError(Exception):
+    """A certificate directory or file that is unsafe or unusable; names the path and the reason."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+def ensure_private_directory(directory: Path, owner_uid: int | None = None) -> None:
+    """Create ``directory`` (mode 0700) or accept an existing one only if we own it and nobody else may write to it:
+    whoever can write there can swap our CA key for theirs."""
+    expected_uid = os.geteuid() if owner_uid is None else owner_uid
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = os.stat(directory)
+    except OSError as exc:
+        raise CertificateFileError(directory, f"cannot create or inspect the certificate directory: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise CertificateFileError(directory, "is not a directory")
+    if info.st_uid != expected_uid:
+        raise CertificateFileError(directory, f"is owned by uid {info.st_uid}, not by us (uid {expected_uid}); refusing to keep keys there")
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise CertificateFileError(directory, f"is group- or world-writable (mode {stat.S_IMODE(info.st_mode):04o}); refusing to keep keys there")
+
+
+def _refuse_symlink(path: Path) -> None:
+    if path.is_symlink():
+        raise CertificateFileError(path, "is a symbolic link; refusing to read or replace keys through it")
+
+
+def write_private_file(path: Path, data: bytes) -> None:
+    """Replace ``path`` atomically with ``data``, mode 0600 from the first byte: a fresh O_EXCL|O_NOFOLLOW temp file in
+    the same directory, fsync, rename. Readers see the old or the new content, never half a key."""
+    _refuse_symlink(path)
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(temporary, flags, 0o600)
+    except OSError as exc:
+        raise CertificateFileError(path, f"cannot create {temporary.name}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    _fsync_directory(path.parent)
+
+
+def _fsync_directory(directory: Path) -> None:
+    """Make the rename itself durable."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def read_private_file(path: Path) -> bytes | None:
+    """Content of a file we wrote, None when absent; a symlink there is refused (O_NOFOLLOW), not followed."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if path.is_symlink():
+            raise CertificateFileError(path, "is a symbolic link; refusing to read or replace keys through it") from None
+        raise CertificateFileError(path, f"cannot read: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read()
+
+
+def parse_certificates(path: Path, data: bytes) -> list[x509.Certificate]:
+    """Every certificate in a PEM file, or a CertificateFileError saying what is wrong with it."""
+    if not data.strip():
+        raise CertificateFileError(path, "is empty, expected a PEM certificate")
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        kind = _pem_kind(data)
+        raise CertificateFileError(path, f"holds {kind}, expected a PEM certificate (-----BEGIN CERTIFICATE-----)")
+    try:
+        return x509.load_pem_x509_certificates(data)
+    except ValueError as exc:
+        raise CertificateFileError(path, f"is not a valid PEM certificate (truncated or corrupted?): {exc}") from None
+
+
+def parse_private_key(path: Path, data: bytes) -> object:
+    """An unencrypted PEM private key, or a CertificateFileError saying what is wrong with it."""
+    if not data.strip():
+        raise CertificateFileError(path, "is empty, expected a PEM private key")
+    if b"PRIVATE KEY-----" not in data:
+        raise CertificateFileError(path, f"holds {_pem_kind(data)}, expected a PEM private key (-----BEGIN PRIVATE KEY-----)")
+    try:
+        return serialization.load_pem_private_key(data, password=None)
+    except TypeError:
+        raise CertificateFileError(path, "is an encrypted private key; the webhook needs an unencrypted one") from None
+    except (ValueError, UnsupportedAlgorithm) as exc:
+        raise CertificateFileError(path, f"is not a valid PEM private key (truncated or corrupted?): {exc}") from None
+
+
+def _pem_kind(data: bytes) -> str:
+    marker = data.find(b"-----BEGIN ")
+    if marker < 0:
+        return "no PEM block"
+    end = data.find(b"-----", marker + 11)
+    label = data[marker + 11 : end if end > 0 else marker + 60].decode("ascii", "replace")
+    return f"a {label!r} PEM block"
+
+
+def parse_pair(cert_path: Path, cert_pem: bytes, key_path: Path, key_pem: bytes) -> KeyPair:
+    """Check a certificate/key pair before anyone relies on it: both parse, and the key belongs to the certificate."""
+    leaf = parse_certificates(cert_path, cert_pem)[0]
+    key = parse_private_key(key_path, key_pem)
+    public = getattr(key, "public_key", None)
+    spki = serialization.PublicFormat.SubjectPublicKeyInfo
+    if public is None or public().public_bytes(serialization.Encoding.DER, spki) != leaf.public_key().public_bytes(serialization.Encoding.DER, spki):
+        raise CertificateFileError(key_path, f"does not belong to the certificate in {cert_path}")
+    return KeyPair(cert_pem, key_pem)
+
+
 def load_pair_into(context: ssl.SSLContext, pair: KeyPair) -> None:
     """``load_cert_chain`` only reads files, so the PEMs take a short trip through a private temp directory."""
     with tempfile.TemporaryDirectory(prefix="stockade-tls-") as directory:
         cert_path = Path(directory, "tls.crt")
         key_path = Path(directory, "tls.key")
-        cert_path.write_bytes(pair.cert_pem)
-        fd = os.open(key_path, os.O_WRONLY | os.O_CREAT, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(pair.key_pem)
+        write_private_file(cert_path, pair.cert_pem)
+        write_private_file(key_path, pair.key_pem)
         context.load_cert_chain(cert_path, key_path)
 
 
 def write_pair(pair: KeyPair, cert_path: Path, key_path: Path) -> None:
-    """Atomic writes so a concurrent reader never sees half a key."""
-    for path, data, mode in ((cert_path, pair.cert_pem, 0o644), (key_path, pair.key_pem, 0o600)):
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
+    """Both files mode 0600, each replaced atomically so a concurrent reader never sees half a key."""
+    for path, data in ((cert_path, pair.cert_pem), (key_path, pair.key_pem)):
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        write_private_file(path, data)
 
 
 class CertificateManager:
@@ -199,7 +326,7 @@ class CertificateManager:
         """What the apiserver must trust: current CA plus the previous one while it is still valid."""
         if self.user_provided:
             if self.ca_file is not None:
-                return self.ca_file.read_bytes()
+                return self._read_ca_file()
             return self.serving.cert_pem if self.serving else b""
         bundle = self.ca.cert_pem if self.ca else b""
         if self.previous_ca_pem:
@@ -208,8 +335,21 @@ class CertificateManager:
                 bundle += self.previous_ca_pem
         return bundle
 
+    def _read_ca_file(self) -> bytes:
+        assert self.ca_file is not None
+        try:
+            data = self.ca_file.read_bytes()
+        except OSError as exc:
+            raise CertificateFileError(self.ca_file, f"cannot read: {exc.strerror or exc}") from None
+        parse_certificates(self.ca_file, data)
+        return data
+
     def start(self) -> ssl.SSLContext:
-        """Load or create the certificates and return the context to serve with."""
+        """Load or create the certificates and return the context to serve with (raises CertificateFileError)."""
+        if self.directory is not None and not self.user_provided:
+            ensure_private_directory(self.directory)
+        if self.ca_file is not None:
+            self._read_ca_file()
         self.refresh()
         return self.context
 
@@ -220,43 +360,60 @@ class CertificateManager:
         return self._renew_managed()
 
     def _reload_user_files(self) -> bool:
+        """User files may be symlinks (a mounted Kubernetes Secret is); they are checked before they replace the
+        pair being served, so a half-written or wrong file leaves the old certificate in place."""
         assert self.cert_file is not None and self.key_file is not None
-        stamp = (self.cert_file.stat().st_mtime_ns, self.key_file.stat().st_mtime_ns)
-        if stamp == self._user_stamp:
+        contents: list[bytes] = []
+        stamp: list[int] = []
+        for path in (self.cert_file, self.key_file):
+            try:
+                stamp.append(path.stat().st_mtime_ns)
+                contents.append(path.read_bytes())
+            except OSError as exc:
+                raise CertificateFileError(path, f"cannot read: {exc.strerror or exc}") from None
+        if tuple(stamp) == self._user_stamp:
             return False
-        self.context.load_cert_chain(self.cert_file, self.key_file)
-        self.serving = KeyPair(self.cert_file.read_bytes(), self.key_file.read_bytes())
-        self._user_stamp = stamp
+        pair = parse_pair(self.cert_file, contents[0], self.key_file, contents[1])
+        load_pair_into(self.context, pair)
+        self.serving = pair
+        self._user_stamp = (stamp[0], stamp[1])
         return True
 
-    def _stored(self) -> dict[str, bytes]:
-        """What the shared store holds, falling back to the local directory."""
+    def _stored(self) -> tuple[dict[str, bytes], Callable[[str], Path]]:
+        """What the shared store holds, falling back to the local directory; plus where each item came from."""
         for store in (self.store, DirectoryStore(self.directory) if self.directory is not None else None):
             if store is not None:
                 items = store.load()
                 if items.get(CA_CRT) and items.get(CA_KEY):
-                    return items
-        return {}
+                    return items, getattr(store, "location", Path)
+        return {}, Path
 
     def _adopt_stored(self) -> tuple[bool, bool]:
         """Take over a CA/pair another replica (or an earlier run) stored; returns (ca changed, serving changed)."""
-        items = self._stored()
+        items, where = self._stored()
         if not items:
             return False, False
-        ca = KeyPair(items[CA_CRT], items[CA_KEY])
+        ca = self._checked(items, where, CA_CRT, CA_KEY)
         ca_changed = self.ca is None or ca.cert_pem != self.ca.cert_pem
         if ca_changed:
             self.ca = ca
             self.previous_ca_pem = items.get(PREVIOUS_CA_CRT, b"")
+            if self.previous_ca_pem:
+                parse_certificates(where(PREVIOUS_CA_CRT), self.previous_ca_pem)
         serving_changed = False
         if items.get(TLS_CRT) and items.get(TLS_KEY):
-            serving = KeyPair(items[TLS_CRT], items[TLS_KEY])
+            serving = self._checked(items, where, TLS_CRT, TLS_KEY)
             if (self.serving is None or serving.cert_pem != self.serving.cert_pem) and self._issued_by_ca(serving) and self._covers_hosts(serving):
                 self.serving = serving
                 serving_changed = True
         if ca_changed and not serving_changed:
             self.serving = None  # issued by another CA: re-issue below
         return ca_changed, serving_changed
+
+    @staticmethod
+    def _checked(items: dict[str, bytes], where: Callable[[str], Path], cert_name: str, key_name: str) -> KeyPair:
+        """A stored pair that parses and belongs together; otherwise an error naming where it was stored."""
+        return parse_pair(where(cert_name), items[cert_name], where(key_name), items[key_name])
 
     def _issued_by_ca(self, pair: KeyPair) -> bool:
         assert self.ca is not None
@@ -346,21 +503,24 @@ class CertStore(Protocol):
 
 
 class DirectoryStore:
-    """Files named after the keys, private keys mode 0600."""
+    """Files named after the keys, all mode 0600, none of them a symlink."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
+    def location(self, name: str) -> Path:
+        return self.directory / name
+
     def load(self) -> dict[str, bytes]:
         items = {}
         for name in (CA_CRT, CA_KEY, PREVIOUS_CA_CRT, TLS_CRT, TLS_KEY):
-            path = self.directory / name
-            if path.exists():
-                items[name] = path.read_bytes()
+            data = read_private_file(self.directory / name)
+            if data is not None:
+                items[name] = data
         return items
 
     def save(self, items: dict[str, bytes]) -> None:
         for cert, key in ((CA_CRT, CA_KEY), (TLS_CRT, TLS_KEY)):
             write_pair(KeyPair(items[cert], items[key]), self.directory / cert, self.directory / key)
         if items.get(PREVIOUS_CA_CRT):
-            (self.directory / PREVIOUS_CA_CRT).write_bytes(items[PREVIOUS_CA_CRT])
+            write_private_file(self.directory / PREVIOUS_CA_CRT, items[PREVIOUS_CA_CRT])

@@ -29,7 +29,7 @@ from stockade.webhook.admission import (
     parse_review,
     review_response,
 )
-from stockade.webhook.certs import CertificateManager
+from stockade.webhook.certs import CertificateFileError, CertificateManager
 from stockade.webhook.metrics import WebhookMetrics
 from stockade.webhook.policystore import PolicyStore
 
@@ -271,7 +271,12 @@ class WebhookServer:
         log.info("webhook listening on https://%s:%d", self.config.host, self.port)
 
     def _refresh_certs(self) -> None:
-        if self.certs.refresh():
+        try:
+            changed = self.certs.refresh()
+        except CertificateFileError as exc:  # keep serving the last good pair; say which file is wrong
+            log.error("serving certificate not reloaded: %s", exc)
+            return
+        if changed:
             log.info("serving certificate reloaded")
 
     @staticmethod
