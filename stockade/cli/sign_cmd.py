@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TextIO
 
 import click
 
@@ -25,13 +27,39 @@ def _client(insecure: tuple[str, ...], allow_http_localhost: bool) -> RegistryCl
     return RegistryClient(credentials=credentials, insecure_registries=insecure, allow_http_localhost=allow_http_localhost)
 
 
-def _password(prompt: bool, confirm: bool = False) -> str:
-    password = os.environ.get("COSIGN_PASSWORD")
-    if password is not None:
-        return password
-    if not prompt or not sys.stdin.isatty():
+PASSWORD_ENV = "COSIGN_PASSWORD"
+
+
+class PasswordError(click.ClickException):
+    """The password could not be read (prompts disagreed, stdin closed or not text)."""
+
+
+def read_password(
+    *,
+    confirm: bool,
+    environ: Mapping[str, str] | None = None,
+    stdin: TextIO | None = None,
+    prompt: Callable[[str], str] | None = None,
+) -> str:
+    """The private key's password, found the way cosign finds it: ``COSIGN_PASSWORD`` when set (even empty), else
+    the first line of stdin when it is a pipe or file, else asked on the terminal (twice when ``confirm``)."""
+    environment = os.environ if environ is None else environ
+    if PASSWORD_ENV in environment:
+        return environment[PASSWORD_ENV]
+    stream = sys.stdin if stdin is None else stdin
+    if stream is None:
         return ""
-    return str(click.prompt("Enter password for private key", hide_input=True, confirmation_prompt=confirm, default="", show_default=False))
+    if not stream.isatty():
+        try:
+            line = stream.readline()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise PasswordError(f"cannot read the password from stdin: {exc}") from None
+        return line.removesuffix("\n").removesuffix("\r")
+    ask = prompt or (lambda text: str(click.prompt(text, hide_input=True, default="", show_default=False, err=True)))
+    password = ask("Enter password for private key")
+    if confirm and ask("Enter password for private key again") != password:
+        raise PasswordError("passwords do not match")
+    return password
 
 
 def _annotations(values: tuple[str, ...]) -> dict[str, str]:
@@ -72,18 +100,26 @@ def sign(
     allow_http_localhost: bool,
 ) -> None:
     """Sign IMAGES (tags are resolved to digests; the signature is bound to the digest)."""
-    from stockade.images.keys import KeyFormatError, generate_key_pair, load_cosign_private_key
+    from stockade.images.keys import (
+        KeyFileError,
+        KeyFormatError,
+        generate_key_pair,
+        is_encrypted_private_key,
+        load_cosign_private_key,
+        write_key_pair,
+    )
 
     if generate:
         directory = Path(output_dir)
         private_path, public_path = directory / "cosign.key", directory / "cosign.pub"
-        if private_path.exists():
-            raise click.ClickException(f"{private_path} already exists; refusing to overwrite it")
-        private_pem, public_pem = generate_key_pair(_password(True, confirm=True))
-        directory.mkdir(parents=True, exist_ok=True)
-        private_path.write_bytes(private_pem)
-        private_path.chmod(0o600)
-        public_path.write_bytes(public_pem)
+        for path in (private_path, public_path):
+            if os.path.lexists(path):  # checked before asking for a password; creation below is O_EXCL anyway
+                raise click.ClickException(f"{path} already exists; refusing to overwrite it")
+        private_pem, public_pem = generate_key_pair(read_password(confirm=True))
+        try:
+            write_key_pair(directory, private_pem, public_pem)
+        except KeyFileError as exc:
+            raise click.ClickException(str(exc)) from None
         click.echo(f"Private key written to {private_path}\nPublic key written to {public_path}")
         return
     if not key_path:
@@ -91,9 +127,14 @@ def sign(
     if not images:
         raise click.UsageError("no image given")
     try:
-        key = load_cosign_private_key(Path(key_path).read_bytes(), _password(True))
-    except (OSError, KeyFormatError) as exc:
-        raise click.ClickException(f"cannot load private key {key_path}: {exc}") from None
+        data = Path(key_path).read_bytes()
+    except OSError as exc:
+        raise click.ClickException(f"cannot read private key {key_path}: {exc.strerror or exc}") from None
+    password = read_password(confirm=False) if is_encrypted_private_key(data) else ""
+    try:
+        key = load_cosign_private_key(data, password)
+    except KeyFormatError as exc:
+        raise click.ClickException(f"private key {key_path}: {exc}") from None
     from stockade.images.attest import attest_image
     from stockade.images.cosign import sign_image
     from stockade.images.reference import InvalidReferenceError, parse_reference
@@ -139,12 +180,18 @@ def verify(
     from stockade.images.verifier_api import SignatureOptions, VerificationFailure, VerificationUnavailable
     from stockade.images.verify import CosignVerifier
 
+    from stockade.images.keys import KeyFormatError, KeyResolver
+
     key_text = key_ref
     if "://" not in key_ref:
         try:
-            key_text = Path(key_ref).read_text()
+            key_text = Path(key_ref).read_bytes().decode("utf-8", "replace")
         except OSError as exc:
-            raise click.ClickException(f"cannot read public key {key_ref}: {exc}") from None
+            raise click.ClickException(f"cannot read public key {key_ref}: {exc.strerror or exc}") from None
+        try:
+            KeyResolver().resolve(key_text)  # a broken key file is reported before any registry is asked
+        except KeyFormatError as exc:
+            raise click.ClickException(f"public key {key_ref}: {exc}") from None
     attestor = {"keys": {"publicKeys": key_text, "signatureAlgorithm": signature_algorithm}}
     options = SignatureOptions(repository=repository, annotations=_annotations(annotation_values), signature_algorithm=signature_algorithm)
     failed = False

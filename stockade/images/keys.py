@@ -8,15 +8,17 @@ key. We read and write exactly that so keys move freely between `cosign` and `st
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import json
 import os
 import re
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any, Union
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
@@ -47,22 +49,45 @@ def split_pem(text: str) -> list[str]:
 
 
 def pem_blocks(text: str | bytes) -> list[tuple[str, bytes]]:
-    """(type, DER bytes) for each PEM block."""
+    """(type, DER bytes) for each PEM block; KeyFormatError for an empty, truncated or undecodable one."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
-    return [(m.group(1), base64.b64decode("".join(m.group(2).split()))) for m in _PEM_BLOCK_RE.finditer(text)]
+    if not text.strip():
+        raise KeyFormatError("empty, expected a PEM block")
+    blocks: list[tuple[str, bytes]] = []
+    for match in _PEM_BLOCK_RE.finditer(text):
+        try:
+            blocks.append((match.group(1), base64.b64decode("".join(match.group(2).split()), validate=True)))
+        except (ValueError, binascii.Error):
+            raise KeyFormatError(f"{match.group(1)} PEM block is not valid base64 (truncated or corrupted?)") from None
+    if not blocks:
+        if "-----BEGIN " in text:
+            raise KeyFormatError("PEM block has no matching END line (truncated?)")
+        raise KeyFormatError("no PEM block found")
+    return blocks
+
+
+def is_encrypted_private_key(data: str | bytes) -> bool:
+    """Whether a key file needs a password (so none is asked for a plain PEM key)."""
+    raw = data.encode() if isinstance(data, str) else data
+    return any(f"BEGIN {name}-----".encode() in raw for name in ENCRYPTED_KEY_PEM_TYPES) or b"BEGIN ENCRYPTED PRIVATE KEY-----" in raw
 
 
 def load_public_key(pem: str | bytes) -> PublicKey:
     """A public key from a `PUBLIC KEY` PEM (a certificate PEM yields its subject key)."""
     data = pem.encode() if isinstance(pem, str) else pem
+    pem_type = pem_blocks(data)[0][0]
+    if "PRIVATE KEY" in pem_type:
+        raise KeyFormatError(f"holds a {pem_type}, expected a PUBLIC KEY (never put private keys in a policy)")
+    if pem_type not in ("PUBLIC KEY", "RSA PUBLIC KEY", "CERTIFICATE"):
+        raise KeyFormatError(f"holds a {pem_type} PEM block, expected a PUBLIC KEY")
     try:
-        if b"BEGIN CERTIFICATE" in data:
+        if pem_type == "CERTIFICATE":
             key: Any = x509.load_pem_x509_certificate(data).public_key()
         else:
             key = serialization.load_pem_public_key(data)
-    except ValueError as exc:
-        raise KeyFormatError(f"invalid public key PEM: {exc}") from None
+    except (ValueError, UnsupportedAlgorithm) as exc:
+        raise KeyFormatError(f"invalid {pem_type} PEM: {exc}") from None
     if not isinstance(key, (ec.EllipticCurvePublicKey, rsa.RSAPublicKey, ed25519.Ed25519PublicKey)):
         raise KeyFormatError(f"unsupported public key type {type(key).__name__}")
     return key
@@ -127,13 +152,15 @@ def _scrypt(password: bytes, salt: bytes, n: int, r: int, p: int) -> bytes:
 
 def load_cosign_private_key(data: str | bytes, password: str | bytes) -> PrivateKey:
     """Decrypt a cosign `*.key` file (also accepts an unencrypted PKCS#8 PEM, password ignored)."""
-    blocks = pem_blocks(data)
-    if not blocks:
-        raise KeyFormatError("no PEM block found in private key file")
-    pem_type, body = blocks[0]
-    if pem_type in ("PRIVATE KEY", "EC PRIVATE KEY", "RSA PRIVATE KEY"):
+    pem_type, body = pem_blocks(data)[0]
+    if pem_type in ("PRIVATE KEY", "EC PRIVATE KEY", "RSA PRIVATE KEY", "ENCRYPTED PRIVATE KEY"):
         raw = data.encode() if isinstance(data, str) else data
-        key: Any = serialization.load_pem_private_key(raw, password=None)
+        secret_word = (password.encode() if isinstance(password, str) else password) if pem_type == "ENCRYPTED PRIVATE KEY" else None
+        try:
+            key: Any = serialization.load_pem_private_key(raw, password=secret_word)
+        except (ValueError, TypeError, UnsupportedAlgorithm) as exc:
+            reason = "wrong password?" if pem_type == "ENCRYPTED PRIVATE KEY" else "truncated or corrupted?"
+            raise KeyFormatError(f"invalid {pem_type} ({reason}): {exc}") from None
     elif pem_type in ENCRYPTED_KEY_PEM_TYPES:
         try:
             envelope = json.loads(body)
@@ -150,15 +177,23 @@ def load_cosign_private_key(data: str | bytes, password: str | bytes) -> Private
             )
             ciphertext = base64.b64decode(envelope["ciphertext"])
             nonce = base64.b64decode(cipher["nonce"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise KeyFormatError(f"malformed encrypted private key: {exc}") from None
+        except KeyFormatError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise KeyFormatError(f"malformed encrypted private key (truncated or corrupted?): {type(exc).__name__}: {exc}") from None
+        secret_box = _secretbox()
         from nacl.exceptions import CryptoError
 
         try:
-            der = _secretbox()(secret).decrypt(ciphertext, nonce)
-        except CryptoError:
-            raise KeyFormatError("decrypt: encrypted: decryption failed (wrong password?)") from None
-        key = serialization.load_der_private_key(der, password=None)
+            der = secret_box(secret).decrypt(ciphertext, nonce)
+        except (CryptoError, ValueError, TypeError):
+            raise KeyFormatError("decryption failed (wrong password?)") from None
+        try:
+            key = serialization.load_der_private_key(der, password=None)
+        except (ValueError, UnsupportedAlgorithm) as exc:
+            raise KeyFormatError(f"decrypted key is not a PKCS#8 private key: {exc}") from None
+    elif "PUBLIC KEY" in pem_type or pem_type == "CERTIFICATE":
+        raise KeyFormatError(f"holds a {pem_type}, expected a private key (cosign.key)")
     else:
         raise KeyFormatError(f"unsupported private key PEM type {pem_type!r}")
     if not isinstance(key, (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey, ed25519.Ed25519PrivateKey)):
@@ -190,6 +225,41 @@ def generate_key_pair(password: str | bytes) -> tuple[bytes, bytes]:
     return encrypt_cosign_private_key(key, password), public_key_pem(key)
 
 
+class KeyFileError(OSError):
+    """A key file that cannot be created where asked (exists already, symlink, permission)."""
+
+
+def _create_exclusive(path: Path, data: bytes, mode: int) -> None:
+    """Create `path` with `mode` from the start; never replaces or follows anything already there."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags, mode)
+    except FileExistsError:
+        raise KeyFileError(f"{path} already exists; refusing to overwrite it") from None
+    except OSError as exc:
+        raise KeyFileError(f"cannot create {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def write_key_pair(directory: Path, private_pem: bytes, public_pem: bytes) -> tuple[Path, Path]:
+    """`cosign.key` (mode 0600 at creation) and `cosign.pub` (0644) in `directory`; neither may exist yet."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise KeyFileError(f"cannot create {directory}: {exc.strerror or exc}") from None
+    private_path, public_path = directory / "cosign.key", directory / "cosign.pub"
+    _create_exclusive(private_path, private_pem, 0o600)
+    try:
+        _create_exclusive(public_path, public_pem, 0o644)
+    except KeyFileError:
+        private_path.unlink()  # half a key pair is worse than none
+        raise
+    return private_path, public_path
+
+
 # -- key providers --------------------------------------------------------------------------------------------------
 SecretGetter = Callable[[str, str], Mapping[str, Any]]
 KMS_SCHEMES = ("awskms://", "gcpkms://", "azurekms://", "hashivault://")
@@ -213,6 +283,8 @@ class KeyResolver:
 
     def resolve(self, reference: str) -> list[PublicKey]:
         text = reference.strip()
+        if not text:
+            raise KeyFormatError("empty, expected a PEM public key, k8s://<namespace>/<name> or a KMS URI")
         if text.startswith("k8s://"):
             return [load_public_key(pem) for pem in split_pem(self._secret_key(text)) or [self._secret_key(text)]]
         for scheme in KMS_SCHEMES:
@@ -226,6 +298,8 @@ class KeyResolver:
                     raise VerificationUnavailable(f"key from {text}: {exc}") from None
         blocks = split_pem(text)
         if not blocks:
+            if "-----BEGIN " in text:
+                pem_blocks(text)  # says why the block is unusable (truncated, ...)
             raise KeyFormatError("no PEM public key found (expected -----BEGIN PUBLIC KEY-----, k8s://, or a KMS URI)")
         return [load_public_key(block) for block in blocks]
 

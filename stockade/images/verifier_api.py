@@ -21,6 +21,12 @@ class VerificationUnavailable(Exception):
     """
 
 
+
+class InvalidAttestor(VerificationUnavailable):
+    """The policy's own key or certificate material is unusable (garbage PEM, wrong type, truncated): rule *error*,
+    since nothing was verified; the message names the attestor field."""
+
+
 @dataclass(frozen=True)
 class SignatureOptions:
     """Per-`verifyImages`-entry settings that apply to every attestor of the entry."""

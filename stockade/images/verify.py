@@ -30,10 +30,10 @@ from stockade.images.cosign import (
     SignatureLayer,
     fetch_layers,
 )
-from stockade.images.keys import KeyFormatError, KeyResolver, PublicKey, verify_signature
+from stockade.images.keys import KeyFormatError, KeyResolver, PublicKey, pem_blocks, verify_signature
 from stockade.images.reference import ImageReference, InvalidReferenceError, parse_reference
 from stockade.images.registry import RegistryClient, RegistryError
-from stockade.images.verifier_api import SignatureOptions, VerificationFailure, VerificationUnavailable
+from stockade.images.verifier_api import InvalidAttestor, SignatureOptions, VerificationFailure, VerificationUnavailable
 
 # Fulcio certificate extensions (OIDC issuer v1 is a raw string, v2 a DER UTF8String).
 _OID_ISSUER_V1 = x509.ObjectIdentifier("1.3.6.1.4.1.57264.1.1")
@@ -64,6 +64,21 @@ def _load_certificates(pem: str) -> list[x509.Certificate]:
         return list(x509.load_pem_x509_certificates(pem.encode()))
     except ValueError as exc:
         raise VerificationFailure(f"invalid certificate PEM: {exc}") from None
+
+
+def _policy_certificates(pem: str, field: str) -> list[x509.Certificate]:
+    """Certificates a policy field holds; anything unusable there is the policy's error, named by field."""
+    try:
+        blocks = pem_blocks(pem)
+    except KeyFormatError as exc:
+        raise InvalidAttestor(f"{field}: {exc}") from None
+    wrong = [kind for kind, _ in blocks if kind != "CERTIFICATE"]
+    if wrong:
+        raise InvalidAttestor(f"{field}: holds a {wrong[0]} PEM block, expected CERTIFICATE")
+    try:
+        return list(x509.load_pem_x509_certificates(pem.encode()))
+    except ValueError as exc:
+        raise InvalidAttestor(f"{field}: invalid certificate PEM (truncated or corrupted?): {exc}") from None
 
 
 def _extension_text(certificate: x509.Certificate, oid: x509.ObjectIdentifier) -> str | None:
@@ -223,19 +238,22 @@ class CosignVerifier:
                 source = str(keys["kms"])
             if not source:
                 raise VerificationFailure("keys attestor needs publicKeys, secret or kms")
+            field = "publicKeys" if keys.get("publicKeys") else "secret" if isinstance(secret, Mapping) else "kms"
             try:
                 return _Identity(keys=tuple(self.key_resolver.resolve(source)), hash_name=hash_name)
             except KeyFormatError as exc:
-                raise VerificationFailure(str(exc)) from None
+                raise InvalidAttestor(f"{field}: {exc}") from None
         certificates = attestor.get("certificates")
         if isinstance(certificates, Mapping):
             cert_pem = str(certificates.get("cert") or "")
             chain_pem = str(certificates.get("certChain") or "")
-            certificate = _load_certificates(cert_pem)[0] if cert_pem else None
-            chain = tuple(_load_certificates(chain_pem)) if chain_pem else ()
+            certificate = _policy_certificates(cert_pem, "cert")[0] if cert_pem else None
+            chain = tuple(_policy_certificates(chain_pem, "certChain")) if chain_pem else ()
             return _Identity(certificate=certificate, chain=chain, hash_name=hash_name)
         keyless = attestor.get("keyless")
         if isinstance(keyless, Mapping):
+            if keyless.get("roots"):
+                _policy_certificates(str(keyless["roots"]), "roots")
             return _Identity(keyless=keyless, hash_name=hash_name)
         raise VerificationFailure("attestor has none of keys, certificates or keyless")
 
@@ -252,7 +270,7 @@ class CosignVerifier:
                 raise VerificationUnavailable(
                     "keyless verification needs `roots` in the policy (public Fulcio roots are not fetched offline)"
                 )
-            trusted = _load_certificates(roots_pem)
+            trusted = _policy_certificates(roots_pem, "roots")
             roots = [c for c in trusted if c.issuer == c.subject]
             intermediates = [c for c in trusted if c.issuer != c.subject] + [c for c in layer_chain if c.issuer != c.subject]
             verify_chain(leaf, intermediates, roots, self._clock())
