@@ -12,21 +12,41 @@ import binascii
 import fnmatch
 import json
 import os
+import re
+import selectors
+import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["Credential", "CredentialError", "CredentialStore"]
+__all__ = ["Credential", "CredentialError", "CredentialHelperError", "CredentialStore"]
 
 _DOCKER_HUB_KEY = "index.docker.io"
 _DOCKER_HUB_HOSTS = {"docker.io", "index.docker.io", "registry-1.docker.io", "registry.hub.docker.com"}
 _IDENTITY_TOKEN_USERNAME = "<token>"  # credential helpers mark OAuth2 refresh tokens this way
-_HELPER_TIMEOUT_SECONDS = 30.0
+# Docker's own "not found" answer (the credential-helper protocol's errCredentialsNotFound), not one of our messages.
+_HELPER_NOT_FOUND = "credentials not found in native keychain"
+HELPER_TIMEOUT_SECONDS = 10.0
+"""How long `docker-credential-NAME get` may take before it is killed (with its children) and the lookup fails."""
+HELPER_OUTPUT_LIMIT = 64 * 1024
+"""Bytes a helper may print on stdout or stderr; a reply is a few hundred bytes, more means something is wrong."""
+_HELPER_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class CredentialError(ValueError):
     """Malformed credential configuration, or a credential helper that failed."""
+
+
+class CredentialHelperError(CredentialError):
+    """`docker-credential-NAME get` is missing, failed, hung or answered garbage; names the helper and the registry."""
+
+    def __init__(self, program: str, registry: str, reason: str) -> None:
+        super().__init__(f"credential helper {program} for registry {registry}: {reason}")
+        self.program = program
+        self.registry = registry
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -112,10 +132,11 @@ def _decode_auth_entry(key: str, entry: Mapping[str, Any]) -> Credential:
 class CredentialStore:
     """Credentials by registry host; an empty store means anonymous access everywhere."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, helper_timeout: float = HELPER_TIMEOUT_SECONDS) -> None:
         self._entries: list[_Entry] = []
         self._helpers: dict[str, str] = {}
         self._default_helper: str | None = None
+        self.helper_timeout = helper_timeout
 
     # -- construction -------------------------------------------------------------------------------------------
     @classmethod
@@ -168,9 +189,9 @@ class CredentialStore:
         if not isinstance(helpers, Mapping):
             raise CredentialError("docker config: 'credHelpers' must be an object")
         for key, helper in helpers.items():
-            self._helpers[_normalise_host(key)] = str(helper)
+            self._helpers[_normalise_host(key)] = _helper_name(str(helper), f"credHelpers[{key!r}]")
         if data.get("credsStore"):
-            self._default_helper = str(data["credsStore"])
+            self._default_helper = _helper_name(str(data["credsStore"]), "credsStore")
 
     def add_dockerconfigjson(self, data: Mapping[str, Any] | str | bytes) -> None:
         """The `.dockerconfigjson` of a pull secret, raw JSON or still base64-encoded as in `Secret.data`."""
@@ -206,7 +227,7 @@ class CredentialStore:
         host = _normalise_host(registry)
         helper = self._helpers.get(host) or self._default_helper
         if helper:
-            found = self._run_helper(helper, registry, host)
+            found = _run_helper(helper, registry, host, self.helper_timeout)
             if found is not None:
                 return found
         best: _Entry | None = None
@@ -249,37 +270,99 @@ class CredentialStore:
             raise CredentialError(f"{what} must be a JSON object")
         return loaded
 
-    @staticmethod
-    def _run_helper(helper: str, registry: str, host: str) -> Credential | None:
-        """`docker-credential-<helper> get` with the server URL on stdin; "not found" means no credentials."""
-        program = f"docker-credential-{helper}"
-        server_url = "https://index.docker.io/v1/" if host == _DOCKER_HUB_KEY else registry
+
+def _helper_name(name: str, field: str) -> str:
+    """A helper is run as `docker-credential-NAME` from PATH; a name with a slash would run an arbitrary path."""
+    if not _HELPER_NAME_RE.fullmatch(name):
+        raise CredentialError(f"docker config: {field} = {name!r} is not a credential helper name (letters, digits, '.', '_', '-')")
+    return name
+
+
+def _run_helper(helper: str, registry: str, host: str, timeout: float) -> Credential | None:
+    """`docker-credential-<helper> get` with the server URL on stdin; "not found" means no credentials.
+
+    Bounded by construction: the helper runs in its own process group, which is killed after `timeout` seconds or
+    once it prints more than HELPER_OUTPUT_LIMIT bytes, so neither a hung helper nor its children outlive the lookup.
+    """
+    program = f"docker-credential-{helper}"
+    server_url = "https://index.docker.io/v1/" if host == _DOCKER_HUB_KEY else registry
+    try:
+        process = subprocess.Popen(
+            [program, "get"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+    except FileNotFoundError:
+        raise CredentialHelperError(program, registry, "not found on PATH") from None
+    except OSError as exc:
+        raise CredentialHelperError(program, registry, f"cannot be run: {exc.strerror or exc}") from None
+    try:
+        stdout, stderr = _exchange(process, server_url.encode(), timeout, program, registry)
+    finally:
+        _kill_group(process)
+    if process.returncode != 0:
+        said = (stdout.decode(errors="replace").strip() or stderr.decode(errors="replace").strip())
+        if _HELPER_NOT_FOUND in said.lower():
+            return None
+        first_line = said.splitlines()[0][:200] if said else "no message"
+        raise CredentialHelperError(program, registry, f"exited with status {process.returncode}: {first_line}")
+    try:
+        payload = json.loads(stdout)
+    except (ValueError, UnicodeDecodeError):
+        payload = None
+    if not isinstance(payload, dict) or not all(isinstance(payload.get(k, ""), str) for k in ("Username", "Secret")):
+        # never echo the output: it may hold a secret
+        raise CredentialHelperError(program, registry, 'printed something other than JSON {"Username": ..., "Secret": ...}')
+    username, secret = payload.get("Username", ""), payload.get("Secret", "")
+    if username == _IDENTITY_TOKEN_USERNAME:
+        return Credential(identity_token=secret)
+    return Credential(username=username, password=secret)
+
+
+def _exchange(process: subprocess.Popen[bytes], request: bytes, timeout: float, program: str, registry: str) -> tuple[bytes, bytes]:
+    """Send `request`, collect stdout and stderr until the helper exits; CredentialHelperError past the deadline or
+    the output limit."""
+    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+    try:
+        process.stdin.write(request)
+        process.stdin.close()
+    except BrokenPipeError:
+        pass  # it exited without reading; its status says why
+    deadline = time.monotonic() + timeout
+    output = {process.stdout.fileno(): bytearray(), process.stderr.fileno(): bytearray()}
+    with selectors.DefaultSelector() as selector:
+        for stream in (process.stdout, process.stderr):
+            selector.register(stream, selectors.EVENT_READ)
+        while selector.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise CredentialHelperError(program, registry, f"did not answer within {timeout:g} s (killed)")
+            for key, _ in selector.select(remaining):
+                chunk = os.read(key.fd, 8192)
+                if not chunk:
+                    selector.unregister(key.fileobj)
+                    continue
+                output[key.fd] += chunk
+                if len(output[key.fd]) > HELPER_OUTPUT_LIMIT:
+                    raise CredentialHelperError(program, registry, f"printed more than {HELPER_OUTPUT_LIMIT} bytes (killed)")
+    try:
+        process.wait(max(deadline - time.monotonic(), 0.0))
+    except subprocess.TimeoutExpired:
+        raise CredentialHelperError(program, registry, f"did not exit within {timeout:g} s (killed)") from None
+    return bytes(output[process.stdout.fileno()]), bytes(output[process.stderr.fileno()])
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """The helper and anything it started (only while unreaped: its group id cannot have been reused yet); then reap
+    it and close our ends of the pipes."""
+    if process.returncode is None:
         try:
-            completed = subprocess.run(
-                [program, "get"],
-                input=server_url.encode(),
-                capture_output=True,
-                timeout=_HELPER_TIMEOUT_SECONDS,
-                check=False,
-            )
-        except FileNotFoundError as exc:
-            raise CredentialError(f"credential helper {program!r} for {registry} is not on PATH") from exc
-        except subprocess.TimeoutExpired as exc:
-            raise CredentialError(f"credential helper {program!r} for {registry} timed out") from exc
-        output = completed.stdout.decode(errors="replace").strip()
-        if completed.returncode != 0:
-            if "credentials not found" in output.lower() or "credentials not found" in completed.stderr.decode(
-                errors="replace"
-            ).lower():
-                return None
-            message = output or completed.stderr.decode(errors="replace").strip()
-            raise CredentialError(f"credential helper {program!r} failed for {registry}: {message}")
-        try:
-            payload = json.loads(output)
-        except ValueError as exc:
-            raise CredentialError(f"credential helper {program!r} returned invalid JSON for {registry}") from exc
-        username = str(payload.get("Username") or "")
-        secret = str(payload.get("Secret") or "")
-        if username == _IDENTITY_TOKEN_USERNAME:
-            return Credential(identity_token=secret)
-        return Credential(username=username, password=secret)
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        process.wait()
+    for stream in (process.stdin, process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()

@@ -27,7 +27,7 @@ from email.message import Message
 from typing import Iterable, Mapping
 from urllib.parse import urlencode, urljoin, urlsplit
 
-from stockade.images.auth import Credential, CredentialStore
+from stockade.images.auth import Credential, CredentialError, CredentialStore
 from stockade.images.reference import ImageReference
 
 __all__ = [
@@ -456,7 +456,11 @@ class RegistryClient:
         return _Target(ref.api_registry(), ref.api_repository(), ref.name() if repository_level else str(ref))
 
     def _credential(self, target: _Target) -> Credential | None:
-        return self._credentials.lookup(target.host, target.repository)
+        """A failing credential helper is an authentication failure of this call, reported like any other."""
+        try:
+            return self._credentials.lookup(target.host, target.repository)
+        except CredentialError as exc:
+            raise RegistryAuthError(f"credentials for {target.display}: {exc}", registry=target.host, repository=target.repository) from None
 
     def _request(
         self,
