@@ -145,10 +145,12 @@ def test_helper_flooding_output_is_cut_off(helpers: Path, alarm: None) -> None:
         store_for("flood").lookup("reg.example:5000")
 
 
-@pytest.mark.parametrize("name", ["../../bin/sh", "a/b", "", "-x"])
+@pytest.mark.parametrize("name", ["../../bin/sh", "a/b", "-x", " "])
 def test_helper_names_that_are_paths_are_refused(name: str) -> None:
-    with pytest.raises(CredentialError, match="is not a credential helper name"):
-        CredentialStore.from_docker_config({"credHelpers": {"r.io": name}} if name else {"credHelpers": {"r.io": name}, "credsStore": "ok/../x"})
+    with pytest.raises(CredentialError, match=r"credHelpers\['r.io'\] = .* is not a credential helper name"):
+        CredentialStore.from_docker_config({"credHelpers": {"r.io": name}})
+    with pytest.raises(CredentialError, match="credsStore = .* is not a credential helper name"):
+        CredentialStore.from_docker_config({"credsStore": name})
 
 
 def test_registry_client_reports_a_failing_helper_as_an_auth_error(helpers: Path, locked_registry: str) -> None:
