@@ -108,7 +108,9 @@ class Engine:
         kwargs = dict(info=pctx.request_info, namespace_labels=pctx.namespace_labels, operation=pctx.operation, policy_namespace=pctx.policy.namespace)
         if resource and not match_reasons(rule.raw, resource, pctx.gvk, **kwargs):
             return True
-        if pctx.old_resource and not match_reasons(rule.raw, pctx.old_resource, pctx.gvk, **kwargs):
+        # Kyverno matches the old object only when there is no new one (DELETE): on UPDATE a rule that selected
+        # only the old object (e.g. a label that the update removes) does not apply.
+        if not resource and pctx.old_resource and not match_reasons(rule.raw, pctx.old_resource, pctx.gvk, **kwargs):
             return True
         return False
 
