@@ -106,6 +106,7 @@ class ConfigMapWatch:
             self._thread.join(timeout=timeout)
 
     def wait_synced(self, timeout: float | None = None) -> bool:
+        """True once the first read finished (the ConfigMap, its absence, or a failure that leaves the defaults)."""
         return self._synced.wait(timeout)
 
     def apply_event(self, event_type: str, obj: dict[str, Any]) -> bool:
@@ -135,12 +136,14 @@ class ConfigMapWatch:
                 if exc.status == 410:
                     continue
                 log.warning("ConfigMap %s: list/watch failed (HTTP %s: %s), retrying in %.0fs", self.live.source, exc.status, exc.reason, backoff)
+                self._synced.set()  # e.g. not allowed to read it: start with the defaults rather than wait
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
             except Exception as exc:
                 if self._stopping.is_set():
                     return
                 log.warning("ConfigMap %s: list/watch failed (%s), retrying in %.0fs", self.live.source, exc, backoff)
+                self._synced.set()
                 self._stopping.wait(backoff)
                 backoff = min(backoff * 2, self.max_backoff)
 

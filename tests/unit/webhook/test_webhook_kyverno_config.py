@@ -208,3 +208,20 @@ def test_configmap_watch_events_and_reference_parsing() -> None:
             assert "NAMESPACE/NAME" in str(exc)
         else:
             raise AssertionError(bad)
+
+
+def test_unreadable_configmap_leaves_defaults_without_blocking_start_up() -> None:
+    class Unreachable:
+        """An API client whose every call fails, like a missing RBAC grant."""
+
+        def __getattr__(self, name: str) -> Any:
+            raise RuntimeError("forbidden")
+
+    live = LiveKyvernoConfig()
+    watch = ConfigMapWatch(Unreachable(), live, "kyverno", "kyverno", max_backoff=0.05)
+    watch.start()
+    try:
+        assert watch.wait_synced(timeout=20)
+        assert live() == KyvernoConfig()
+    finally:
+        watch.stop()
