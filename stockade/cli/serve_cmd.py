@@ -45,6 +45,7 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--background-scan-interval", default=3600.0, show_default=True, type=click.FloatRange(min=0), help="With --register-webhooks: seconds between background scans of existing resources into PolicyReports (0 disables).")
 @click.option("--generate/--no-generate", default=True, show_default=True, help="With --register-webhooks: apply generate rules in the cluster (create and synchronise downstream resources).")
 @click.option("--events/--no-events", default=True, show_default=True, help="With --register-webhooks: record a Kubernetes Event for each denial.")
+@click.option("--config-map", "config_map", default="kyverno/kyverno", show_default=True, help="With --from-cluster: Kyverno's dynamic configuration ConfigMap (NAMESPACE/NAME), watched: resourceFilters, excluded users/groups/roles, defaultRegistry, webhooks selectors, matchConditions, webhook labels/annotations, generateSuccessEvents.")
 @click.option("--exception-namespace", "exception_namespaces", multiple=True, help="Honour PolicyExceptions only in these namespaces (repeatable; default: every namespace).")
 @click.option("--tracing-endpoint", default="", help="OTLP/HTTP collector base URL (e.g. http://otel-collector:4318); one span per admission request.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="Processes answering admission requests on the same port (policy evaluation is CPU-bound).")
@@ -58,6 +59,8 @@ def serve(policies: tuple[str, ...], **options: Any) -> None:
         raise click.UsageError("--tls-cert-file and --tls-key-file go together")
     if options["tls_ca_file"] is not None and options["tls_cert_file"] is None:
         raise click.UsageError("--tls-ca-file only applies with --tls-cert-file/--tls-key-file")
+    if "/" not in options["config_map"].strip("/") or options["config_map"].count("/") != 1:
+        raise click.BadParameter(f"expected NAMESPACE/NAME, got {options['config_map']!r}", param_hint="--config-map")
     if options["tls_secret"] and not options["register_webhooks"]:
         raise click.UsageError("--tls-secret needs --register-webhooks (it is stored in the cluster)")
     if options["workers"] > 1 and options["port"] == 0:
@@ -139,6 +142,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
 
     verifier, verification_cache = make_image_verifier(tuple(options["insecure_registries"]), options["registry_ca_file"])
     cluster_source = _start_cluster_source(cluster_client, options) if options["from_cluster"] else None
+    kyverno_config, config_watch = _start_config_watch(cluster_client, options) if options["from_cluster"] else (None, None)
     engine_factory: Any = None
     evaluator_options: dict[str, Any] = {"default_timeout_seconds": float(options["webhook_timeout"])}
     if api_client is not None:
@@ -152,12 +156,14 @@ async def _serve(policies: list[str], **options: Any) -> int:
         cluster_data = ClusterData(api_client)
         engine_factory = partial(Engine, providers=cluster_data.providers(), resource_lookup=cluster_data.lookup)
         evaluator_options["role_resolver"] = RoleResolver(api_client)
+    if kyverno_config is not None:
+        engine_factory = _configured_engine_factory(engine_factory, kyverno_config)
     store = PolicyStore(
         policies,
         namespace_labels=namespace_labels,
         image_verifier=verifier,
         verification_cache=verification_cache,
-        sources=[cluster_source] if cluster_source is not None else [],
+        sources=[source for source in (cluster_source, kyverno_config) if source is not None],
         evaluator_options=evaluator_options,
         exception_namespaces=list(options["exception_namespaces"]) or None,
         **({"engine_factory": engine_factory} if engine_factory is not None else {}),
@@ -174,7 +180,9 @@ async def _serve(policies: list[str], **options: Any) -> int:
     if snapshot.unsupported:
         log.warning("not served by the webhook yet (CEL/admission policies): %s", ", ".join(snapshot.unsupported))
 
-    state = ServerState(store=store)
+    state = ServerState(store=store, kyverno_config=kyverno_config)
+    if services is not None and services.registration is not None:
+        services.registration.kyverno_config = kyverno_config
     if api_client is not None:
         _attach_cluster_workers(state, services, api_client, store, options)
     if options["tracing_endpoint"]:
@@ -226,6 +234,8 @@ async def _serve(policies: list[str], **options: Any) -> int:
     await server.stop()
     if cluster_source is not None:
         await asyncio.to_thread(cluster_source.stop)
+    if config_watch is not None:
+        await asyncio.to_thread(config_watch.stop)
     for closable in (state.events, state.reports):
         if closable is not None:
             await asyncio.to_thread(closable.close)
@@ -270,7 +280,7 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
     if options["events"]:
         from stockade.controllers.events import EventRecorder
 
-        state.events = EventRecorder(api_client)
+        state.events = EventRecorder(api_client, kyverno_config=state.kyverno_config)
     if services is None:
         return
     if options["generate"]:
@@ -285,6 +295,35 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
 
         scanner = BackgroundScanner(api_client, store, state.reports, interval=options["background_scan_interval"], is_leader=services.is_leader)
         services.background.append(scanner)
+
+
+def _start_config_watch(api_client: Any, options: dict[str, Any]) -> tuple[Any, Any]:
+    """Kyverno's ConfigMap, watched; the first state is awaited briefly, then defaults apply until it arrives."""
+    from stockade.controllers.kyvernoconfigwatch import ConfigMapWatch, InvalidConfigMapReference, LiveKyvernoConfig, parse_configmap_reference
+
+    try:
+        namespace, name = parse_configmap_reference(options["config_map"])
+    except InvalidConfigMapReference as exc:
+        raise _StartupError(str(exc)) from exc
+    live = LiveKyvernoConfig(source=f"{namespace}/{name}")
+    watch = ConfigMapWatch(api_client, live, namespace, name)
+    watch.start()
+    if not watch.wait_synced(timeout=15):
+        logging.getLogger("stockade.serve").warning("ConfigMap %s/%s not read within 15s: Kyverno's defaults apply until it is", namespace, name)
+    return live, watch
+
+
+def _configured_engine_factory(base: Any, live: Any) -> Any:
+    """Engines built for each policy snapshot take the ConfigMap's defaultRegistry settings in force then."""
+    from stockade.engine.engine import Engine
+
+    build = base or Engine
+
+    def factory(**kwargs: Any) -> Any:
+        config = live.current
+        return build(default_registry=config.default_registry, registry_mutation=config.enable_default_registry_mutation, **kwargs)
+
+    return factory
 
 
 def _start_cluster_source(api_client: Any, options: dict[str, Any]) -> Any:
@@ -319,7 +358,7 @@ def _start_workers(policies: list[str], options: dict[str, Any], certs: Any, cer
         "--log-level", options["log_level"],
         *(["--tracing-endpoint", options["tracing_endpoint"]] if options["tracing_endpoint"] else []),
         *(["--register-webhooks"] if options["register_webhooks"] else []),
-        *(["--from-cluster"] if options["from_cluster"] else []),
+        *(["--from-cluster", "--config-map", options["config_map"]] if options["from_cluster"] else []),
         *(["--kubeconfig", options["kubeconfig"]] if options["kubeconfig"] else []),
         *([] if options["policy_reports"] else ["--no-policy-reports"]),
         *[arg for registry in options["insecure_registries"] for arg in ("--insecure-registry", registry)],

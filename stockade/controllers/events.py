@@ -24,7 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stockade.engine.response import ERROR, FAIL
+from stockade.engine.kyvernoconfig import KyvernoConfig
+from stockade.engine.response import ERROR, FAIL, PASS
 from stockade.webhook.admission import (
     AdmissionDecision,
     AdmissionRequest,
@@ -35,7 +36,10 @@ from stockade.webhook.admission import (
 log = logging.getLogger("stockade.events")
 
 REASON_POLICY_VIOLATION = "PolicyViolation"
+REASON_POLICY_APPLIED = "PolicyApplied"
 ACTION_BLOCKED = "Resource Blocked"
+ACTION_PASSED = "Resource Passed"
+ACTION_MUTATED = "Resource Mutated"
 CLUSTER_EVENT_NAMESPACE = "default"
 MAX_MESSAGE_LENGTH = 1024  # the apiserver rejects Event messages much longer than this
 AGGREGATION_WINDOW_SECONDS = 600.0  # a repeat within this window updates the existing Event
@@ -129,6 +133,40 @@ def denial_events(request: AdmissionRequest, decision: AdmissionDecision) -> lis
     return events
 
 
+def success_events(request: AdmissionRequest, decision: AdmissionDecision, config: KyvernoConfig) -> list[EventSpec]:
+    """Kyverno's ``generateSuccessEvents``: a Normal ``PolicyApplied`` Event on each policy that applied to an
+    admitted object without failing ("<Kind> <ns>/<name>: pass", or "... is successfully mutated" for a policy
+    that only mutates), limited to ``successEventActions`` when set.  Nothing unless the ConfigMap enables it."""
+    if not config.generate_success_events or not decision.allowed or request.dry_run:
+        return []
+    subject = request.subject
+    metadata = subject.get("metadata") or {}
+    kind = str(subject.get("kind") or request.kind.kind)
+    namespace = str(metadata.get("namespace") or request.namespace)
+    name = str(metadata.get("name") or request.name or metadata.get("generateName") or "")
+    label = f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
+    events: list[EventSpec] = []
+    for response in decision.responses:
+        if not any(rule.status == PASS for rule in response.rules) or any(rule.status in (FAIL, ERROR) for rule in response.rules):
+            continue
+        policy = response.policy
+        only_mutates = hasattr(policy, "has_validate") and not policy.has_validate() and not policy.has_verify_images() and policy.has_mutate()
+        action, message = (ACTION_MUTATED, f"{label} is successfully mutated") if only_mutates else (ACTION_PASSED, f"{label}: pass")
+        if not config.emits_success_event(action):
+            continue
+        events.append(
+            EventSpec(
+                namespace=str(getattr(policy, "namespace", "") or "") or CLUSTER_EVENT_NAMESPACE,
+                regarding=_policy_reference(policy),
+                reason=REASON_POLICY_APPLIED,
+                message=_truncate(message),
+                type="Normal",
+                action=action,
+            )
+        )
+    return events
+
+
 @dataclass
 class _Pending:
     spec: EventSpec
@@ -162,6 +200,7 @@ class EventRecorder:
         core_api: Any = None,
         clock: Callable[[], float] = time.monotonic,
         start: bool = True,
+        kyverno_config: Callable[[], KyvernoConfig] | None = None,
     ) -> None:
         if core_api is None:
             from kubernetes import client
@@ -172,6 +211,7 @@ class EventRecorder:
         self.instance = instance or os.environ.get("POD_NAME") or os.uname().nodename
         self.capacity = capacity
         self.clock = clock
+        self.kyverno_config = kyverno_config  # generateSuccessEvents / successEventActions, read per request
         self.dropped = 0
         self.created = 0
         self.updated = 0
@@ -210,9 +250,16 @@ class EventRecorder:
                 self.dropped += 1
 
     def record_denial(self, request: AdmissionRequest, decision: AdmissionDecision) -> None:
-        """The hook the webhook calls after answering: Events for a denial, nothing otherwise."""
+        """The hook the webhook calls after denying: Events for the denial."""
         for spec in denial_events(request, decision):
             self.submit(spec)
+
+    def record_success(self, request: AdmissionRequest, decision: AdmissionDecision) -> None:
+        """The hook the webhook calls after admitting: PolicyApplied Events when Kyverno's ConfigMap enables
+        ``generateSuccessEvents``, nothing otherwise."""
+        if self.kyverno_config is not None:
+            for spec in success_events(request, decision, self.kyverno_config()):
+                self.submit(spec)
 
     def close(self, timeout: float = 5.0) -> None:
         """Write what is pending (bounded by ``timeout``), then stop the thread."""

@@ -31,8 +31,11 @@ class WebhookRegistration:
         excluded_namespaces: list[str],
         timeout_seconds: int,
         is_leader: Callable[[], bool] = lambda: True,
+        kyverno_config: Callable[[], Any] | None = None,
     ) -> None:
         from stockade.controllers.registration import WebhookRegistrar, discovery_resolver
+
+        self.kyverno_config = kyverno_config  # () -> KyvernoConfig: webhooks selectors, matchConditions, labels
 
         self.registrar = WebhookRegistrar(api_client)
         self.api_client = api_client
@@ -62,6 +65,7 @@ class WebhookRegistration:
         snapshot = self.store.snapshot
         if snapshot is None:
             return
+        kyverno_config = self.kyverno_config() if self.kyverno_config is not None else None
         with self._lock:
             mutating, validating = build_configurations(
                 snapshot.policies,
@@ -71,8 +75,11 @@ class WebhookRegistration:
                 excluded_namespaces=self.excluded,
                 timeout_seconds=self.timeout,
                 cel_policies=snapshot.cel_policies,
+                kyverno_config=kyverno_config,
             )
-            policy_validation = build_policy_validation_configuration(self.target, self.certs.ca_bundle, timeout_seconds=self.timeout)
+            policy_validation = build_policy_validation_configuration(
+                self.target, self.certs.ca_bundle, timeout_seconds=self.timeout, kyverno_config=kyverno_config
+            )
             self.registrar.apply(mutating, validating, policy_validation)
 
     def remove(self) -> int:

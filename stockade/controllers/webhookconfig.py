@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from stockade.engine.kyvernoconfig import KyvernoConfig
 from stockade.engine.match import parse_kind_selector
 from stockade.policy.model import KyvernoPolicy, Rule
 from stockade.webhook.admission import FAILURE_POLICY_FAIL, FAILURE_POLICY_IGNORE, failure_policy
@@ -227,7 +228,20 @@ def _timeout(policies: list[Any], default: int) -> int:
     return max(1, min(max([default, *timeouts]), MAX_TIMEOUT_SECONDS))
 
 
-def build_policy_validation_configuration(target: WebhookTarget, ca_bundle: bytes, *, timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS) -> dict[str, Any]:
+def configuration_metadata(name: str, kyverno_config: KyvernoConfig | None) -> dict[str, Any]:
+    """Name, the ConfigMap's ``webhookLabels`` (our managed-by label always wins) and ``webhookAnnotations``."""
+    labels = dict((kyverno_config.webhook_labels if kyverno_config else None) or {})
+    labels[MANAGED_BY_LABEL] = MANAGED_BY_VALUE
+    metadata: dict[str, Any] = {"name": name, "labels": labels}
+    annotations = kyverno_config.webhook_annotations if kyverno_config else None
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    return metadata
+
+
+def build_policy_validation_configuration(
+    target: WebhookTarget, ca_bundle: bytes, *, timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS, kyverno_config: KyvernoConfig | None = None
+) -> dict[str, Any]:
     """The ValidatingWebhookConfiguration that sends policy CREATE/UPDATE to ``/policyvalidate``.
 
     failurePolicy Ignore: a stopped server must never block policy management (including removing a bad policy);
@@ -249,7 +263,7 @@ def build_policy_validation_configuration(target: WebhookTarget, ca_bundle: byte
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": POLICY_VALIDATING_CONFIG_NAME, "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE}},
+        "metadata": configuration_metadata(POLICY_VALIDATING_CONFIG_NAME, kyverno_config),
         "webhooks": [webhook],
     }
 
@@ -263,9 +277,21 @@ def build_configurations(
     excluded_namespaces: Iterable[str] = ("kube-system",),
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
     cel_policies: Iterable[Any] = (),
+    kyverno_config: KyvernoConfig | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(MutatingWebhookConfiguration, ValidatingWebhookConfiguration); a variant with no rules is left out."""
+    """(MutatingWebhookConfiguration, ValidatingWebhookConfiguration); a variant with no rules is left out.
+
+    Kyverno's ConfigMap (``kyverno_config``) supplies the ``webhooks`` namespaceSelector (replacing the
+    excluded-namespaces one) and objectSelector, ``matchConditions``, and labels/annotations, as Kyverno does."""
     selector = excluded_namespaces_selector(excluded_namespaces)
+    object_selector: dict[str, Any] | None = None
+    match_conditions: list[dict[str, str]] = []
+    if kyverno_config is not None:
+        if kyverno_config.webhook.namespace_selector is not None:
+            selector = dict(kyverno_config.webhook.namespace_selector)
+        if kyverno_config.webhook.object_selector is not None:
+            object_selector = dict(kyverno_config.webhook.object_selector)
+        match_conditions = [dict(c) for c in kyverno_config.match_conditions or ()]
     cel_policies = list(cel_policies)
     configurations = []
     for phase, kind, name in (
@@ -290,6 +316,10 @@ def build_configurations(
                 "timeoutSeconds": _timeout([*chosen, *chosen_cel], timeout_seconds),
                 "namespaceSelector": selector,
             }
+            if object_selector is not None:
+                webhook["objectSelector"] = object_selector
+            if match_conditions:
+                webhook["matchConditions"] = match_conditions
             if phase == "mutate":
                 webhook["reinvocationPolicy"] = "IfNeeded"
             webhooks.append(webhook)
@@ -297,7 +327,7 @@ def build_configurations(
             {
                 "apiVersion": "admissionregistration.k8s.io/v1",
                 "kind": kind,
-                "metadata": {"name": name, "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE}},
+                "metadata": configuration_metadata(name, kyverno_config),
                 "webhooks": webhooks,
             }
         )

@@ -62,6 +62,7 @@ class Engine:
         exceptions: list[PolicyException] | None = None,
         resource_lookup: ResourceLookup | None = None,
         default_registry: str = "docker.io",
+        registry_mutation: bool = True,
         image_verifier: Any = None,
         verification_cache: Any = None,
     ) -> None:
@@ -71,6 +72,8 @@ class Engine:
         self.exceptions = list(exceptions or [])
         self.resource_lookup = resource_lookup
         self.default_registry = default_registry
+        # Kyverno's enableDefaultRegistryMutation: whether `images` report the default registry of short names
+        self.registry_mutation = registry_mutation
 
     # -- policy context -------------------------------------------------------------------------------------------
     def policy_context(self, policy: KyvernoPolicy, request: Request) -> PolicyContext:
@@ -81,7 +84,7 @@ class Engine:
         if request.operation == "UPDATE" and not old_resource:
             old_resource = request.resource
         gvk = request.gvk or ResourceKind.of(request.resource, request.subresource)
-        ctx = build_json_context(new_resource, old_resource, request.operation, request.info, gvk, default_registry=self.default_registry)
+        ctx = build_json_context(new_resource, old_resource, request.operation, request.info, gvk, default_registry=self.default_registry, registry_mutation=self.registry_mutation)
         for key, value in request.values.items():
             ctx.add_variable(key, value)
         request_data = ctx.get("request") or {}
@@ -108,7 +111,9 @@ class Engine:
         kwargs = dict(info=pctx.request_info, namespace_labels=pctx.namespace_labels, operation=pctx.operation, policy_namespace=pctx.policy.namespace)
         if resource and not match_reasons(rule.raw, resource, pctx.gvk, **kwargs):
             return True
-        if pctx.old_resource and not match_reasons(rule.raw, pctx.old_resource, pctx.gvk, **kwargs):
+        # Kyverno matches the old object only when there is no new one (DELETE): on UPDATE a rule that selected
+        # only the old object (e.g. a label that the update removes) does not apply.
+        if not resource and pctx.old_resource and not match_reasons(rule.raw, pctx.old_resource, pctx.gvk, **kwargs):
             return True
         return False
 

@@ -28,7 +28,7 @@ def _dig(resource: dict[str, Any], path: tuple[str, ...]) -> Any:
     return node
 
 
-def extract_images(resource: dict[str, Any], default_registry: str = "docker.io") -> dict[str, dict[str, dict[str, Any]]]:
+def extract_images(resource: dict[str, Any], default_registry: str = "docker.io", registry_mutation: bool = True) -> dict[str, dict[str, dict[str, Any]]]:
     """``{containers: {name: info}, initContainers: {...}, ephemeralContainers: {...}}`` for pod-bearing kinds."""
     location = pod_spec_paths(str(resource.get("kind", "")))
     if location is None:
@@ -45,18 +45,18 @@ def extract_images(resource: dict[str, Any], default_registry: str = "docker.io"
         for index, container in enumerate(containers):
             if not isinstance(container, dict) or not isinstance(container.get("image"), str):
                 continue
-            info = _image_info(container["image"], f"{pointer}/{key}/{index}/image", default_registry)
+            info = _image_info(container["image"], f"{pointer}/{key}/{index}/image", default_registry, registry_mutation)
             if info is not None:
                 images.setdefault(key, {})[str(container.get("name", ""))] = info
     return images
 
 
 @lru_cache(maxsize=8192)
-def _image_info(image: str, pointer: str, default_registry: str) -> dict[str, Any] | None:
+def _image_info(image: str, pointer: str, default_registry: str, registry_mutation: bool = True) -> dict[str, Any] | None:
     """Parsed image details; cached because the same images recur across requests (callers must not mutate)."""
     from stockade.images.reference import InvalidReferenceError, image_info
 
     try:
-        return image_info(image, pointer, default_registry)
+        return image_info(image, pointer, default_registry, registry_mutation)
     except InvalidReferenceError:
         return None

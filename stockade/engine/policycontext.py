@@ -60,6 +60,7 @@ def build_json_context(
     gvk: ResourceKind,
     *,
     default_registry: str = "docker.io",
+    registry_mutation: bool = True,
 ) -> EngineContext:
     request: dict[str, Any] = {"operation": operation}
     request["object"] = new_resource if new_resource else None
@@ -79,7 +80,7 @@ def build_json_context(
     ctx = EngineContext(data)
 
     def load_images(target: EngineContext) -> None:
-        images = extract_images(resource, default_registry)
+        images = extract_images(resource, default_registry, registry_mutation)
         if images:
             target.set("images", images)
 

@@ -204,13 +204,16 @@ def parse_reference(text: str, default_registry: str = DOCKER_HUB_REGISTRY) -> I
     return ImageReference(parts.registry, parts.path, tag, parts.digest)
 
 
-def image_info(text: str, json_pointer: str = "", default_registry: str = DOCKER_HUB_REGISTRY) -> dict[str, Any]:
+def image_info(text: str, json_pointer: str = "", default_registry: str = DOCKER_HUB_REGISTRY, registry_mutation: bool = True) -> dict[str, Any]:
     """The entry Kyverno puts under `images.<kind>.<container>` (and `image` inside verifyImages).
 
     `tag` and `digest` are omitted when empty, matching Kyverno's JSON tags; `referenceWithTag` of a digest-only
     image therefore ends in a bare `:` — Kyverno does exactly that.
     """
     parts = _parse_parts(text, default_registry, ggcr_rules=False)
+    if parts.registry_was_implicit and not registry_mutation:
+        # Kyverno's enableDefaultRegistryMutation=false: the default registry only helps parsing, it is not reported
+        parts = _Parts("", parts.path, parts.tag, parts.digest, True)
     tag = parts.tag or ""
     digest = parts.digest or ""
     if not tag and not digest:

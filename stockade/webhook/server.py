@@ -30,6 +30,7 @@ from stockade.webhook.admission import (
     review_response,
 )
 from stockade.webhook.certs import CertificateFileError, CertificateManager
+from stockade.webhook.configfilter import configuration_skip_reason, needs_io
 from stockade.webhook.metrics import WebhookMetrics
 from stockade.webhook.policystore import PolicyStore
 
@@ -78,6 +79,7 @@ class ServerState:
     reports: Any = None  # stockade.controllers.reports.ReportWriter when reporting to a cluster
     events: Any = None  # stockade.controllers.events.EventRecorder (record_denial) unless --no-events
     generator: Any = None  # anything with submit(AdmissionRequest): called for allowed, non-dry-run validations
+    kyverno_config: Any = None  # () -> stockade.engine.kyvernoconfig.KyvernoConfig: Kyverno's ConfigMap in force
 
 
 def _bad_request(reason: str) -> web.Response:
@@ -111,6 +113,8 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
         if review.namespace and labels is not None and getattr(labels, "needs_fetch", lambda _ns: False)(review.namespace):
             await asyncio.to_thread(labels, review.namespace)  # warm the cache off the event loop
         evaluator = snapshot.evaluator
+        if state.kyverno_config is not None and await _skipped_by_configuration(state.kyverno_config(), review, evaluator.role_resolver):
+            return web.Response(body=_dumps(review_response(review, AdmissionDecision(True))), content_type="application/json")
         roles = evaluator.role_resolver
         if roles is not None and evaluator.needs_roles and getattr(roles, "needs_fetch", lambda _ns: False)(review.namespace):
             await asyncio.to_thread(roles, review.user_info, review.namespace)  # list bindings off the event loop
@@ -141,8 +145,8 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
         engine_seconds = time.perf_counter() - engine_started
         if state.reports is not None and phase == "validate" and decision.allowed and decision.responses and not review.dry_run and review.operation in ("CREATE", "UPDATE"):
             state.reports.submit(review.object, decision.responses)
-        if not decision.allowed and state.events is not None and not review.dry_run:  # sideEffects: NoneOnDryRun
-            state.events.record_denial(review, decision)
+        if state.events is not None and not review.dry_run:  # sideEffects: NoneOnDryRun
+            (state.events.record_denial if not decision.allowed else state.events.record_success)(review, decision)
         if state.generator is not None and phase == "validate" and decision.allowed and not review.dry_run:
             state.generator.submit(review)
         answer = review_response(review, decision)
@@ -152,6 +156,13 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
         return web.Response(body=_dumps(answer), content_type="application/json")
 
     return handle
+
+
+async def _skipped_by_configuration(config: Any, review: AdmissionRequest, role_resolver: Any) -> bool:
+    """Kyverno's resourceFilters/excluded requesters: such requests are admitted before any policy runs."""
+    if needs_io(config, role_resolver):
+        return await asyncio.to_thread(configuration_skip_reason, config, review, role_resolver) is not None
+    return configuration_skip_reason(config, review, role_resolver) is not None
 
 
 def make_policy_validation_handler(state: ServerState, path: str = POLICY_VALIDATION_PATH) -> Callable[[web.Request], Awaitable[web.Response]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stockade.engine.handlers.existing import skip_if_pre_existing
 from stockade.engine.images import pod_spec_paths
 from stockade.engine.policycontext import PolicyContext
 from stockade.engine.response import RuleResponse, rule_error, rule_fail, rule_pass, rule_skip
@@ -28,7 +29,15 @@ def _pod_parts(resource: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
 def validate_pod_security_rule(
     pctx: PolicyContext, rule: Rule, exception_excludes: list[dict[str, Any]] | None = None, exception_keys: list[str] | None = None
 ) -> RuleResponse | None:
-    """Evaluate the rule's level/version; PolicyException controls apply afterwards and turn a cleared failure into skip."""
+    """Evaluate the rule's level/version; PolicyException controls apply afterwards and turn a cleared failure into skip.
+    On UPDATE an Enforce failure the old object shares is skipped (``allowExistingViolations``)."""
+    response = _pod_security_response(pctx, rule, exception_excludes, exception_keys)
+    return skip_if_pre_existing(pctx, rule, response, lambda old: _pod_security_response(old, rule, exception_excludes, exception_keys))
+
+
+def _pod_security_response(
+    pctx: PolicyContext, rule: Rule, exception_excludes: list[dict[str, Any]] | None, exception_keys: list[str] | None
+) -> RuleResponse | None:
     from stockade.engine.podsecurity import apply_pod_security_exclusions, evaluate_pod_security
 
     settings = (rule.validate or {}).get("podSecurity") or {}

@@ -6,6 +6,7 @@ from typing import Any
 
 from stockade.engine.context import ContextError
 from stockade.engine.contextloader import ContextLoadError
+from stockade.engine.handlers.existing import skip_if_pre_existing
 from stockade.engine.pattern import validate_pattern
 from stockade.engine.policycontext import PolicyContext
 from stockade.engine.preconditions import ConditionEvaluationError, evaluate_conditions
@@ -284,6 +285,8 @@ def _foreach_block(foreach: dict[str, Any]) -> dict[str, Any]:
 
 
 def validate_resource_rule(pctx: PolicyContext, rule: Rule) -> RuleResponse | None:
-    """The standard validate handler (pattern/anyPattern/deny/foreach)."""
+    """The standard validate handler (pattern/anyPattern/deny/foreach); on UPDATE an Enforce failure the old
+    object shares is skipped (``allowExistingViolations``)."""
     validate = rule.validate or {}
-    return Validator(pctx, rule, validate).validate()
+    response = Validator(pctx, rule, validate).validate()
+    return skip_if_pre_existing(pctx, rule, response, lambda old: Validator(old, rule, validate).validate())

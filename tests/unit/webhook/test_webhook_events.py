@@ -100,10 +100,14 @@ def test_a_full_queue_drops_instead_of_blocking() -> None:
 class Recorder:
     def __init__(self) -> None:
         self.denials: list[Any] = []
+        self.successes: list[Any] = []
         self.generated: list[Any] = []
 
     def record_denial(self, request: Any, decision: Any) -> None:
         self.denials.append((request, decision))
+
+    def record_success(self, request: Any, decision: Any) -> None:
+        self.successes.append((request, decision))
 
     def submit(self, request: Any) -> None:
         self.generated.append(request)
@@ -129,4 +133,5 @@ def test_server_hooks_events_on_denial_and_generator_on_allowed(policy_dir: Path
         client.close()
         running.stop()
     assert [request.uid for request, _ in hooks.denials] == [denied["request"]["uid"]]
+    assert allowed["request"]["uid"] in [request.uid for request, _ in hooks.successes]
     assert [request.uid for request in hooks.generated] == [allowed["request"]["uid"]]
