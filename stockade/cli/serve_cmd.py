@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +49,8 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--config-map", "config_map", default="kyverno/kyverno", show_default=True, help="With --from-cluster: Kyverno's dynamic configuration ConfigMap (NAMESPACE/NAME), watched: resourceFilters, excluded users/groups/roles, defaultRegistry, webhooks selectors, matchConditions, webhook labels/annotations, generateSuccessEvents.")
 @click.option("--exception-namespace", "exception_namespaces", multiple=True, help="Honour PolicyExceptions only in these namespaces (repeatable; default: every namespace).")
 @click.option("--tracing-endpoint", default="", help="OTLP/HTTP collector base URL (e.g. http://otel-collector:4318); one span per admission request.")
-@click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="Processes answering admission requests on the same port (policy evaluation is CPU-bound).")
-@click.option("--worker", "worker_mode", is_flag=True, hidden=True, help="Internal: run as a worker of a primary `serve`.")
+@click.option("--workers", default=None, type=click.IntRange(1, 64), help="Worker processes evaluating admission reviews (default: the usable cores); a review that runs past its budget gets its failurePolicy answer and its worker is replaced.")
+@click.option("--worker-memory", default=None, type=click.IntRange(64, 1 << 20), help="Data-segment cap per worker in MiB (default: the container memory limit, or 512 MiB, minus the server's share, divided among the workers).")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
 def serve(policies: tuple[str, ...], **options: Any) -> None:
     """Serve POLICIES (files or directories) and/or the cluster's policies (--from-cluster) as an HTTPS admission webhook."""
@@ -63,8 +64,6 @@ def serve(policies: tuple[str, ...], **options: Any) -> None:
         raise click.BadParameter(f"expected NAMESPACE/NAME, got {options['config_map']!r}", param_hint="--config-map")
     if options["tls_secret"] and not options["register_webhooks"]:
         raise click.UsageError("--tls-secret needs --register-webhooks (it is stored in the cluster)")
-    if options["workers"] > 1 and options["port"] == 0:
-        raise click.UsageError("--workers needs a fixed --port")
     logging.basicConfig(level=options["log_level"].upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     sys.exit(run_serve(list(policies), **options))
 
@@ -93,6 +92,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
     from stockade.policy.loader import LoadError
     from stockade.webhook.certs import CertificateFileError, CertificateManager, ensure_private_directory
     from stockade.webhook.policystore import PolicyStore
+    from stockade.webhook.isolation import SHUTDOWN_DRAIN_SECONDS, IsolatedEvaluations
     from stockade.webhook.server import ServerConfig, ServerState, WebhookServer
 
     log = logging.getLogger("stockade.serve")
@@ -116,9 +116,6 @@ async def _serve(policies: list[str], **options: Any) -> int:
 
     api_client = None
     cluster_client = None
-    if options["worker_mode"]:
-        # workers use the cluster (namespace labels, reports) but leave registration to the primary
-        options = {**options, "metrics_port": None}
     if options["register_webhooks"] or options["from_cluster"]:
         from stockade.controllers.registration import load_api_client
 
@@ -127,46 +124,29 @@ async def _serve(policies: list[str], **options: Any) -> int:
         except Exception as exc:
             raise _StartupError(f"cannot reach Kubernetes: {exc}") from exc
     if options["register_webhooks"]:
-        from stockade.controllers.registration import NamespaceLabelCache
-
         api_client = cluster_client
-        namespace_labels = NamespaceLabelCache(api_client)
-        if options["tls_secret"] and not certs.user_provided and not options["worker_mode"]:
+        if options["tls_secret"] and not certs.user_provided:
             from stockade.controllers.tlssecret import SecretStore
 
             certs.store = SecretStore(api_client, namespace, options["tls_secret"])
-    else:
-        namespace_labels = None
 
-    from stockade.cli.registry_access import make_image_verifier
-
-    verifier, verification_cache = make_image_verifier(tuple(options["insecure_registries"]), options["registry_ca_file"])
+    settings = EvaluationSettings(
+        kubeconfig=options["kubeconfig"],
+        cluster=bool(options["register_webhooks"]),
+        insecure_registries=tuple(options["insecure_registries"]),
+        registry_ca_file=options["registry_ca_file"],
+        webhook_timeout=float(options["webhook_timeout"]),
+        exception_namespaces=tuple(options["exception_namespaces"]),
+    )
     cluster_source = _start_cluster_source(cluster_client, options) if options["from_cluster"] else None
     kyverno_config, config_watch = _start_config_watch(cluster_client, options) if options["from_cluster"] else (None, None)
-    engine_factory: Any = None
-    evaluator_options: dict[str, Any] = {"default_timeout_seconds": float(options["webhook_timeout"])}
-    if api_client is not None:
-        from functools import partial
-
-        from stockade.controllers.clusterdata import ClusterData
-        from stockade.controllers.userroles import RoleResolver
-        from stockade.engine.engine import Engine
-
-        # configMap/apiCall context entries and clone sources answered by the API server
-        cluster_data = ClusterData(api_client)
-        engine_factory = partial(Engine, providers=cluster_data.providers(), resource_lookup=cluster_data.lookup)
-        evaluator_options["role_resolver"] = RoleResolver(api_client)
+    store_options = evaluation_store_options(settings, api_client)
     if kyverno_config is not None:
-        engine_factory = _configured_engine_factory(engine_factory, kyverno_config)
+        store_options["engine_factory"] = _configured_engine_factory(store_options.get("engine_factory"), kyverno_config)
     store = PolicyStore(
         policies,
-        namespace_labels=namespace_labels,
-        image_verifier=verifier,
-        verification_cache=verification_cache,
         sources=[source for source in (cluster_source, kyverno_config) if source is not None],
-        evaluator_options=evaluator_options,
-        exception_namespaces=list(options["exception_namespaces"]) or None,
-        **({"engine_factory": engine_factory} if engine_factory is not None else {}),
+        **store_options,
     )
     services = _cluster_services(api_client, certs, store, cluster_source, options, namespace)
     try:
@@ -183,6 +163,16 @@ async def _serve(policies: list[str], **options: Any) -> int:
     state = ServerState(store=store, kyverno_config=kyverno_config)
     if services is not None and services.registration is not None:
         services.registration.kyverno_config = kyverno_config
+    pool = _start_evaluation_pool(settings, options)
+    try:
+        await pool.start(list(snapshot.documents), _engine_settings(kyverno_config))
+    except Exception as exc:
+        await pool.close(0)
+        if cluster_source is not None:
+            cluster_source.stop()
+        raise _StartupError(f"evaluation workers did not start: {exc}") from exc
+    store.listeners.append(lambda changed: pool.publish(list(changed.documents), _engine_settings(kyverno_config)))
+    state.evaluations = IsolatedEvaluations(pool)
     if api_client is not None:
         _attach_cluster_workers(state, services, api_client, store, options)
     if options["tracing_endpoint"]:
@@ -195,7 +185,6 @@ async def _serve(policies: list[str], **options: Any) -> int:
         metrics_port=options["metrics_port"],
         reload_interval=options["reload_interval"],
         cert_check_interval=options["cert_check_interval"],
-        reuse_port=options["workers"] > 1 or options["worker_mode"],
     )
     server = WebhookServer(state, certs, config)
     try:
@@ -205,16 +194,15 @@ async def _serve(policies: list[str], **options: Any) -> int:
             cluster_source.stop()
         raise _StartupError(f"TLS certificate: {exc}") from None
     except OSError as exc:
+        await pool.close(0)
         raise _StartupError(f"cannot listen on {options['host']}:{options['port']}: {exc}") from exc
     click.echo(f"stockade webhook serving {len(snapshot.policies)} policies on https://{options['host']}:{server.port}", err=True)
-
-    workers = _start_workers(policies, options, certs, cert_dir) if options["workers"] > 1 else []
 
     if services is not None:
         try:
             await asyncio.to_thread(services.start)
         except Exception as exc:
-            _stop_workers(workers)
+            await pool.close(0)
             await server.stop()
             raise _StartupError(f"webhook registration failed: {exc}") from exc
 
@@ -224,13 +212,12 @@ async def _serve(policies: list[str], **options: Any) -> int:
         loop.add_signal_handler(signum, stop.set)
     await stop.wait()
     log.info("shutting down")
-    if services is not None:
-        try:
-            removed = await asyncio.to_thread(services.stop)
-            log.info("removed %d webhook configurations", removed)
-        except Exception:
-            log.exception("could not remove webhook configurations; run `stockade cleanup`")
-    await asyncio.to_thread(_stop_workers, workers)
+    state.shutting_down = True
+    # in-flight reviews get a short drain, then their workers are killed and they get the failurePolicy answer;
+    # webhook removal runs meanwhile, so the whole stop stays well inside the pod's grace period
+    removal = asyncio.create_task(_remove_webhooks(services, log))
+    await pool.close(SHUTDOWN_DRAIN_SECONDS)
+    await removal
     await server.stop()
     if cluster_source is not None:
         await asyncio.to_thread(cluster_source.stop)
@@ -242,10 +229,71 @@ async def _serve(policies: list[str], **options: Any) -> int:
     return 0
 
 
+async def _remove_webhooks(services: Any, log: logging.Logger) -> None:
+    if services is None:
+        return
+    try:
+        removed = await asyncio.to_thread(services.stop)
+        log.info("removed %d webhook configurations", removed)
+    except Exception:
+        log.exception("could not remove webhook configurations; run `stockade cleanup`")
+
+
+@dataclass(frozen=True)
+class EvaluationSettings:
+    """What evaluation needs besides the policies; picklable, so each worker process builds the same from it."""
+
+    kubeconfig: str | None
+    cluster: bool  # namespace labels, roles and configMap/apiCall context come from the API server
+    insecure_registries: tuple[str, ...]
+    registry_ca_file: str | None
+    webhook_timeout: float
+    exception_namespaces: tuple[str, ...]
+
+
+def evaluation_store_options(settings: EvaluationSettings, api_client: Any = None) -> dict[str, Any]:
+    """PolicyStore keyword arguments for evaluation, built the same way in the server and in every worker (a worker
+    passes no client and makes its own from the same kubeconfig: its lookups then die with it when it is killed)."""
+    from functools import partial
+
+    from stockade.cli.registry_access import make_image_verifier
+
+    verifier, verification_cache = make_image_verifier(settings.insecure_registries, settings.registry_ca_file)
+    options: dict[str, Any] = {
+        "image_verifier": verifier,
+        "verification_cache": verification_cache,
+        "evaluator_options": {"default_timeout_seconds": settings.webhook_timeout},
+        "exception_namespaces": list(settings.exception_namespaces) or None,
+    }
+    if settings.cluster:
+        from stockade.controllers.clusterdata import ClusterData
+        from stockade.controllers.registration import NamespaceLabelCache, load_api_client
+        from stockade.controllers.userroles import RoleResolver
+        from stockade.engine.engine import Engine
+
+        client = api_client if api_client is not None else load_api_client(settings.kubeconfig)
+        cluster_data = ClusterData(client)  # configMap/apiCall context entries and clone sources
+        options["engine_factory"] = partial(Engine, providers=cluster_data.providers(), resource_lookup=cluster_data.lookup)
+        options["evaluator_options"]["role_resolver"] = RoleResolver(client)
+        options["namespace_labels"] = NamespaceLabelCache(client)
+    return options
+
+
+def _start_evaluation_pool(settings: EvaluationSettings, options: dict[str, Any]) -> Any:
+    from functools import partial
+
+    from stockade.webhook.isolation import EvaluationPool, default_worker_memory, usable_cores
+
+    workers = options["workers"] or usable_cores()
+    memory = options["worker_memory"] * 1024 * 1024 if options["worker_memory"] else default_worker_memory(workers)
+    logging.getLogger("stockade.serve").info("%d evaluation workers, %d MiB data each", workers, memory // (1024 * 1024))
+    return EvaluationPool(workers, partial(evaluation_store_options, settings), memory)
+
+
 def _cluster_services(api_client: Any, certs: Any, store: Any, cluster_source: Any, options: dict[str, Any], namespace: str) -> Any:
-    """Leadership and registration for the primary process; None for workers and runs without --register-webhooks."""
-    if api_client is None or options["worker_mode"]:
-        if cluster_source is not None and not options["worker_mode"]:
+    """Leadership and registration; None for runs without --register-webhooks."""
+    if api_client is None:
+        if cluster_source is not None:
             store.listeners.append(cluster_source.publish_status)
         return None
     from stockade.controllers.manager import ClusterServices, LeadershipOptions, WebhookRegistration
@@ -313,6 +361,14 @@ def _start_config_watch(api_client: Any, options: dict[str, Any]) -> tuple[Any, 
     return live, watch
 
 
+def _engine_settings(live: Any) -> dict[str, Any]:
+    """The Engine keyword arguments Kyverno's ConfigMap decides; evaluation workers receive them with each policy set."""
+    if live is None:
+        return {}
+    config = live.current
+    return {"default_registry": config.default_registry, "registry_mutation": config.enable_default_registry_mutation}
+
+
 def _configured_engine_factory(base: Any, live: Any) -> Any:
     """Engines built for each policy snapshot take the ConfigMap's defaultRegistry settings in force then."""
     from stockade.engine.engine import Engine
@@ -320,18 +376,17 @@ def _configured_engine_factory(base: Any, live: Any) -> Any:
     build = base or Engine
 
     def factory(**kwargs: Any) -> Any:
-        config = live.current
-        return build(default_registry=config.default_registry, registry_mutation=config.enable_default_registry_mutation, **kwargs)
+        return build(**_engine_settings(live), **kwargs)
 
     return factory
 
 
 def _start_cluster_source(api_client: Any, options: dict[str, Any]) -> Any:
     """Watch the cluster's policies and wait for the first complete listing, so the first snapshot has them all.
-    Workers only read: the primary writes status."""
+    """
     from stockade.controllers.policywatch import ClusterPolicySource
 
-    source = ClusterPolicySource(api_client, write_status=not options["worker_mode"])
+    source = ClusterPolicySource(api_client, write_status=True)
     source.start()
     if not source.wait_synced(timeout=60):
         source.stop()
@@ -339,46 +394,6 @@ def _start_cluster_source(api_client: Any, options: dict[str, Any]) -> Any:
     if source.missing_kinds:
         logging.getLogger("stockade.serve").info("policy kinds not installed in the cluster: %s", ", ".join(source.missing_kinds))
     return source
-
-
-def _start_workers(policies: list[str], options: dict[str, Any], certs: Any, cert_dir: Path) -> list[Any]:
-    """Extra processes bound to the same port; they read the serving pair the primary keeps in files and reload it
-    when it changes, so rotation reaches them without a restart."""
-    import subprocess
-
-    if certs.user_provided:
-        tls = ["--tls-cert-file", str(options["tls_cert_file"]), "--tls-key-file", str(options["tls_key_file"])]
-    else:
-        tls = ["--tls-cert-file", str(cert_dir / "tls.crt"), "--tls-key-file", str(cert_dir / "tls.key")]
-    command = [
-        sys.executable, "-c", "from stockade.cli.main import main; main()", "serve", *policies, "--worker",
-        "--host", options["host"], "--port", str(options["port"]), *tls,
-        "--reload-interval", str(options["reload_interval"]),
-        "--cert-check-interval", str(min(options["cert_check_interval"], 60.0)),
-        "--log-level", options["log_level"],
-        *(["--tracing-endpoint", options["tracing_endpoint"]] if options["tracing_endpoint"] else []),
-        *(["--register-webhooks"] if options["register_webhooks"] else []),
-        *(["--from-cluster", "--config-map", options["config_map"]] if options["from_cluster"] else []),
-        *(["--kubeconfig", options["kubeconfig"]] if options["kubeconfig"] else []),
-        *([] if options["policy_reports"] else ["--no-policy-reports"]),
-        *[arg for registry in options["insecure_registries"] for arg in ("--insecure-registry", registry)],
-        *(["--registry-ca-file", options["registry_ca_file"]] if options["registry_ca_file"] else []),
-    ]
-    return [subprocess.Popen(command) for _ in range(options["workers"] - 1)]
-
-
-def _stop_workers(workers: list[Any]) -> None:
-    import subprocess
-
-    for worker in workers:
-        if worker.poll() is None:
-            worker.send_signal(signal.SIGTERM)
-    for worker in workers:
-        try:
-            worker.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
 
 
 @click.command("cleanup")

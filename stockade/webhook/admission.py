@@ -255,6 +255,7 @@ class AdmissionEvaluator:
         self.default_timeout_seconds = default_timeout_seconds
         self.clock = clock
         self._timeouts: dict[int, float] = {}
+        self._in_play: dict[tuple[str, str | None], list[Any]] = {}
         # roles cost API lookups: resolved only when some loaded policy can look at them
         self.needs_roles = any(uses_roles(p) for p in self.policies)
         self._by_failure_policy = {
@@ -341,6 +342,27 @@ class AdmissionEvaluator:
                     warnings.append(f"policy {response.policy_name}.{rule.name}: {rule.message}")
             responses.append(response)
         return responses, warnings
+
+    def policies_in_play(self, phase: str, failure: str | None) -> list[Any]:
+        """Every policy a ``mutate``/``validate`` call for this webhook variant may evaluate (the ones a deadline
+        cuts short); empty when the call would admit without evaluating anything."""
+        cached = self._in_play.get((phase, failure))
+        if cached is not None:
+            return cached
+        verifying = self._verifying(failure)
+        if phase == "mutate":
+            mutating = [p for p in self.cel_mutating if failure is None or failure_policy(p) == failure]
+            kyverno = [p for p in self.policies_for(failure) if p.has_mutate()]
+            chosen: list[Any] = kyverno + mutating + [p for p in verifying if p not in kyverno] if (kyverno or mutating or verifying) else []
+        else:
+            ids = {id(p) for p in verifying}
+            chosen = [p for p in self.policies_for(failure) if p.has_validate() or id(p) in ids] + self.cel_policies_for(failure)
+        self._in_play[(phase, failure)] = chosen
+        return chosen
+
+    def budget(self, policies: Iterable[Any]) -> float:
+        """The smallest time budget among ``policies`` (the default when there are none)."""
+        return min((self._budget(p) for p in policies), default=self.default_timeout_seconds)
 
     def _budget(self, policy: Any) -> float:
         budget = self._timeouts.get(id(policy))

@@ -2,8 +2,9 @@
 
 Endpoints follow Kyverno's layout (``/validate``, ``/validate/fail``, ``/validate/ignore``, the same for
 ``/mutate``, and ``/policyvalidate`` for policy documents themselves), plus ``/health/liveness``,
-``/health/readiness`` and ``/metrics``.  Policy evaluation is CPU-bound and
-fast (sub-millisecond to a few ms), so it runs on the event loop: a thread pool would only add GIL contention.
+``/health/readiness`` and ``/metrics``.  With ``state.evaluations`` set (as `stockade serve` does) policies are
+evaluated in worker processes that are killed when a review's budget runs out (stockade.webhook.isolation);
+without it, in-process on the event loop (embedding and tests).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from stockade.webhook.admission import (
 )
 from stockade.webhook.certs import CertificateFileError, CertificateManager
 from stockade.webhook.configfilter import configuration_skip_reason, needs_io
+from stockade.webhook.isolation import failure_decision, read_review_body
 from stockade.webhook.metrics import WebhookMetrics
 from stockade.webhook.policystore import PolicyStore
 
@@ -40,16 +42,10 @@ try:
     def _dumps(value: Any) -> bytes:
         return orjson.dumps(value)
 
-    def _loads(data: bytes) -> Any:
-        return orjson.loads(data)
-
 except ImportError:  # pragma: no cover - orjson is part of the server extra
 
     def _dumps(value: Any) -> bytes:
         return json.dumps(value, separators=(",", ":")).encode()
-
-    def _loads(data: bytes) -> Any:
-        return json.loads(data)
 
 
 log = logging.getLogger("stockade.webhook")
@@ -80,20 +76,22 @@ class ServerState:
     events: Any = None  # stockade.controllers.events.EventRecorder (record_denial) unless --no-events
     generator: Any = None  # anything with submit(AdmissionRequest): called for allowed, non-dry-run validations
     kyverno_config: Any = None  # () -> stockade.engine.kyvernoconfig.KyvernoConfig: Kyverno's ConfigMap in force
+    evaluations: Any = None  # stockade.webhook.isolation.IsolatedEvaluations: evaluate in worker processes
 
 
 def _bad_request(reason: str) -> web.Response:
     return web.json_response({"error": "invalid AdmissionReview", "reason": reason}, status=400)
 
 
-async def _read_review(http_request: web.Request, state: ServerState, path: str) -> AdmissionRequest | web.Response:
-    """The request's AdmissionReview, or the 400 answer that names what is wrong with it (counted as a bad request)."""
+async def _read_review(http_request: web.Request, state: ServerState, path: str) -> tuple[AdmissionRequest, bytes] | web.Response:
+    """The request's AdmissionReview and raw body, or the 400 answer that names what is wrong with it (counted as a
+    bad request).  JSON nested too deeply for orjson is decoded on a large-stack thread (up to MAX_JSON_DEPTH)."""
     if http_request.content_type not in ("application/json", ""):
         state.metrics.bad_requests.labels(path).inc()
         return _bad_request(f"content type must be application/json, got {http_request.content_type}")
     body = await http_request.read()
     try:
-        return parse_review(_loads(body))
+        return parse_review(await read_review_body(body)), body
     except (InvalidAdmissionReview, ValueError, TypeError) as exc:
         state.metrics.bad_requests.labels(path).inc()
         return _bad_request(str(exc) if isinstance(exc, InvalidAdmissionReview) else f"body is not valid JSON: {exc}")
@@ -102,21 +100,24 @@ async def _read_review(http_request: web.Request, state: ServerState, path: str)
 def make_handler(state: ServerState, phase: str, failure: str | None, path: str) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def handle(http_request: web.Request) -> web.Response:
         started = time.perf_counter()
-        review = await _read_review(http_request, state, path)
-        if isinstance(review, web.Response):
-            return review
+        read = await _read_review(http_request, state, path)
+        if isinstance(read, web.Response):
+            return read
+        review, body = read
         snapshot = state.store.snapshot
         if snapshot is None:
             return web.json_response({"error": "policies are not loaded yet"}, status=503)
         arrived = time.monotonic()  # policy timeouts count from here
         labels = state.store.namespace_labels
-        if review.namespace and labels is not None and getattr(labels, "needs_fetch", lambda _ns: False)(review.namespace):
+        if state.evaluations is not None:
+            pass  # workers look namespace labels and roles up themselves, inside the review's budget
+        elif review.namespace and labels is not None and getattr(labels, "needs_fetch", lambda _ns: False)(review.namespace):
             await asyncio.to_thread(labels, review.namespace)  # warm the cache off the event loop
         evaluator = snapshot.evaluator
         if state.kyverno_config is not None and await _skipped_by_configuration(state.kyverno_config(), review, evaluator.role_resolver):
             return web.Response(body=_dumps(review_response(review, AdmissionDecision(True))), content_type="application/json")
         roles = evaluator.role_resolver
-        if roles is not None and evaluator.needs_roles and getattr(roles, "needs_fetch", lambda _ns: False)(review.namespace):
+        if state.evaluations is None and roles is not None and evaluator.needs_roles and getattr(roles, "needs_fetch", lambda _ns: False)(review.namespace):
             await asyncio.to_thread(roles, review.user_info, review.namespace)  # list bindings off the event loop
         engine_started = time.perf_counter()
         span = contextlib.nullcontext() if state.tracing is None else state.tracing.span(
@@ -130,15 +131,18 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
             },
         )
         with span as active:
+            answer_bytes: bytes | None = None
             try:
                 evaluate = evaluator.mutate if phase == "mutate" else evaluator.validate
-                if evaluator.needs_network:
+                if state.evaluations is not None:
+                    decision, answer_bytes = await state.evaluations.decide(snapshot, review, body, phase, failure, arrived)
+                elif evaluator.needs_network:
                     decision = await asyncio.to_thread(evaluate, review, failure, arrived)  # registry calls must not stall other reviews
                 else:
                     decision = evaluate(review, failure, arrived)
             except Exception as exc:  # an engine bug must not take the webhook down; failurePolicy decides
                 log.exception("evaluation failed for %s", review.uid)
-                decision = _engine_failure(review, failure, exc)
+                decision = failure_decision(review, failure, str(exc))
             if active is not None:
                 active.set_attribute("admission.allowed", decision.allowed)
                 active.set_attribute("admission.policies", sorted({r.policy_name for r in decision.responses}))
@@ -149,11 +153,12 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
             (state.events.record_denial if not decision.allowed else state.events.record_success)(review, decision)
         if state.generator is not None and phase == "validate" and decision.allowed and not review.dry_run:
             state.generator.submit(review)
-        answer = review_response(review, decision)
         kind = review.kind.kind
         state.metrics.observe_rules(decision.responses, kind, review.operation, engine_seconds)
         state.metrics.observe_request(path, kind, review.namespace, review.operation, decision.allowed, time.perf_counter() - started)
-        return web.Response(body=_dumps(answer), content_type="application/json")
+        if answer_bytes is None:
+            answer_bytes = _dumps(review_response(review, decision))
+        return web.Response(body=answer_bytes, content_type="application/json")
 
     return handle
 
@@ -170,9 +175,10 @@ def make_policy_validation_handler(state: ServerState, path: str = POLICY_VALIDA
 
     async def handle(http_request: web.Request) -> web.Response:
         started = time.perf_counter()
-        review = await _read_review(http_request, state, path)
-        if isinstance(review, web.Response):
-            return review
+        read = await _read_review(http_request, state, path)
+        if isinstance(read, web.Response):
+            return read
+        review = read[0]
         decision = policy_validation_decision(review)
         state.metrics.observe_request(path, review.kind.kind, review.namespace, review.operation, decision.allowed, time.perf_counter() - started)
         return web.Response(body=_dumps(review_response(review, decision)), content_type="application/json")
@@ -194,12 +200,6 @@ def policy_validation_decision(review: AdmissionRequest) -> AdmissionDecision:
     if not result.ok:
         return AdmissionDecision(False, result.message(), warnings=list(result.warnings))
     return AdmissionDecision(True, warnings=list(result.warnings))
-
-
-def _engine_failure(review: AdmissionRequest, failure: str | None, exc: Exception) -> AdmissionDecision:
-    if failure == FAILURE_POLICY_IGNORE:
-        return AdmissionDecision(True, warnings=[f"stockade: policy evaluation failed: {exc}"])
-    return AdmissionDecision(False, f"stockade: policy evaluation failed: {exc}")
 
 
 def build_app(state: ServerState) -> web.Application:
