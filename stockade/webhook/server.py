@@ -239,6 +239,7 @@ class ServerConfig:
     cert_check_interval: float = 3600.0
     reuse_port: bool = False  # lets worker processes share the listening port (the kernel spreads connections)
     limits: HttpLimits = field(default_factory=HttpLimits)  # timeouts and the connection cap, for every listener
+    metrics_namespaces: tuple[str, ...] = ()  # namespaces named in metric labels; the others are reported as "other"
 
 
 class WebhookServer:
@@ -257,8 +258,13 @@ class WebhookServer:
 
     async def start(self) -> None:
         context: ssl.SSLContext = self.certs.start()
+        metrics = self.state.metrics
+        metrics.report_namespaces = frozenset(self.config.metrics_namespaces)
+        self.state.store.listeners.append(lambda snapshot: metrics.retain([*snapshot.policies, *snapshot.cel_policies]))
         if self.state.store.snapshot is None:
             self.state.store.load()
+        else:
+            metrics.retain([*self.state.store.snapshot.policies, *self.state.store.snapshot.cel_policies])
         app = build_app(self.state)
         app.middlewares.append(self.guard.middleware)
         # auto_decompress=False: compressed bodies are refused (415), and are never inflated on the way there either
