@@ -47,6 +47,12 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--events/--no-events", default=True, show_default=True, help="With --register-webhooks: record a Kubernetes Event for each denial.")
 @click.option("--exception-namespace", "exception_namespaces", multiple=True, help="Honour PolicyExceptions only in these namespaces (repeatable; default: every namespace).")
 @click.option("--tracing-endpoint", default="", help="OTLP/HTTP collector base URL (e.g. http://otel-collector:4318); one span per admission request.")
+@click.option("--tls-handshake-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0, min_open=True), help="Seconds a client has to complete its TLS handshake.")
+@click.option("--header-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0, min_open=True), help="Seconds a client has to send a request line and headers (from connecting, or from the first byte after a keep-alive pause).")
+@click.option("--body-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True), help="Seconds a client has to send a request body after its headers, and to read a response it has stopped reading.")
+@click.option("--idle-timeout", default=120.0, show_default=True, type=click.FloatRange(min=0, min_open=True), help="Seconds an idle keep-alive connection stays open.")
+@click.option("--max-connections", default=1000, show_default=True, type=click.IntRange(min=1), help="Open connections per process (TLS handshakes included); further ones are closed at once.")
+@click.option("--metrics-namespace", "metrics_namespaces", multiple=True, help="Namespace reported by name in metric labels (repeatable); other namespaces are reported as \"other\".")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(1, 64), help="Processes answering admission requests on the same port (policy evaluation is CPU-bound).")
 @click.option("--worker", "worker_mode", is_flag=True, hidden=True, help="Internal: run as a worker of a primary `serve`.")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
@@ -89,6 +95,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
 
     from stockade.policy.loader import LoadError
     from stockade.webhook.certs import CertificateManager
+    from stockade.webhook.httplimits import HttpLimits
     from stockade.webhook.policystore import PolicyStore
     from stockade.webhook.server import ServerConfig, ServerState, WebhookServer
 
@@ -183,6 +190,14 @@ async def _serve(policies: list[str], **options: Any) -> int:
         reload_interval=options["reload_interval"],
         cert_check_interval=options["cert_check_interval"],
         reuse_port=options["workers"] > 1 or options["worker_mode"],
+        limits=HttpLimits(
+            tls_handshake_timeout=options["tls_handshake_timeout"],
+            header_timeout=options["header_timeout"],
+            body_timeout=options["body_timeout"],
+            idle_timeout=options["idle_timeout"],
+            max_connections=options["max_connections"],
+        ),
+        metrics_namespaces=tuple(options["metrics_namespaces"]),
     )
     server = WebhookServer(state, certs, config)
     try:
@@ -308,6 +323,10 @@ def _start_workers(policies: list[str], options: dict[str, Any], certs: Any, cer
         "--reload-interval", str(options["reload_interval"]),
         "--cert-check-interval", str(min(options["cert_check_interval"], 60.0)),
         "--log-level", options["log_level"],
+        "--tls-handshake-timeout", str(options["tls_handshake_timeout"]), "--header-timeout", str(options["header_timeout"]),
+        "--body-timeout", str(options["body_timeout"]), "--idle-timeout", str(options["idle_timeout"]),
+        "--max-connections", str(options["max_connections"]),
+        *[arg for namespace in options["metrics_namespaces"] for arg in ("--metrics-namespace", namespace)],
         *(["--tracing-endpoint", options["tracing_endpoint"]] if options["tracing_endpoint"] else []),
         *(["--register-webhooks"] if options["register_webhooks"] else []),
         *(["--from-cluster"] if options["from_cluster"] else []),
