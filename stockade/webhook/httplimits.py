@@ -178,6 +178,8 @@ class _GuardedConnection(asyncio.Protocol):
 
     # -- bytes -----------------------------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
+        if self._handler is None:
+            return
         if self._phase == "idle":  # a new request begins: its headers must arrive within the header timeout
             self._arm("headers", self._guard.limits.header_timeout)
         self._handler.data_received(data)
