@@ -49,6 +49,12 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--config-map", "config_map", default="kyverno/kyverno", show_default=True, help="With --from-cluster: Kyverno's dynamic configuration ConfigMap (NAMESPACE/NAME), watched: resourceFilters, excluded users/groups/roles, defaultRegistry, webhooks selectors, matchConditions, webhook labels/annotations, generateSuccessEvents.")
 @click.option("--exception-namespace", "exception_namespaces", multiple=True, help="Honour PolicyExceptions only in these namespaces (repeatable; default: every namespace).")
 @click.option("--tracing-endpoint", default="", help="OTLP/HTTP collector base URL (e.g. http://otel-collector:4318); one span per admission request.")
+@click.option("--tls-handshake-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0, min_open=True), help="Seconds a client has to complete its TLS handshake.")
+@click.option("--header-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0, min_open=True), help="Seconds a client has to send a request line and headers (from connecting, or from the first byte after a keep-alive pause).")
+@click.option("--body-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True), help="Seconds a client has to send a request body after its headers, and to read a response it has stopped reading.")
+@click.option("--idle-timeout", default=120.0, show_default=True, type=click.FloatRange(min=0, min_open=True), help="Seconds an idle keep-alive connection stays open.")
+@click.option("--max-connections", default=1000, show_default=True, type=click.IntRange(min=1), help="Open connections per process (TLS handshakes included); further ones are closed at once.")
+@click.option("--metrics-namespace", "metrics_namespaces", multiple=True, help="Namespace reported by name in metric labels (repeatable); other namespaces are reported as \"other\".")
 @click.option("--workers", default=None, type=click.IntRange(1, 64), help="Worker processes evaluating admission reviews (default: the usable cores); a review that runs past its budget gets its failurePolicy answer and its worker is replaced.")
 @click.option("--worker-memory", default=None, type=click.IntRange(64, 1 << 20), help="Data-segment cap per worker in MiB (default: the container memory limit, or 512 MiB, minus the server's share, divided among the workers).")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
@@ -91,6 +97,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
 
     from stockade.policy.loader import LoadError
     from stockade.webhook.certs import CertificateFileError, CertificateManager, ensure_private_directory
+    from stockade.webhook.httplimits import HttpLimits
     from stockade.webhook.policystore import PolicyStore
     from stockade.webhook.isolation import SHUTDOWN_DRAIN_SECONDS, IsolatedEvaluations
     from stockade.webhook.server import ServerConfig, ServerState, WebhookServer
@@ -185,6 +192,14 @@ async def _serve(policies: list[str], **options: Any) -> int:
         metrics_port=options["metrics_port"],
         reload_interval=options["reload_interval"],
         cert_check_interval=options["cert_check_interval"],
+        limits=HttpLimits(
+            tls_handshake_timeout=options["tls_handshake_timeout"],
+            header_timeout=options["header_timeout"],
+            body_timeout=options["body_timeout"],
+            idle_timeout=options["idle_timeout"],
+            max_connections=options["max_connections"],
+        ),
+        metrics_namespaces=tuple(options["metrics_namespaces"]),
     )
     server = WebhookServer(state, certs, config)
     try:

@@ -1,19 +1,47 @@
 """Prometheus metrics named after Kyverno's so existing dashboards keep working.
 
 Each server gets its own registry: tests start several servers in one process and must not share counters.
+
+Label values never come from a request unchecked, so the number of series stays bounded whatever clients send:
+policy and rule names come from loaded policies; a resource kind is reported only when a loaded policy names it
+in ``match`` (wildcards name none), a namespace only when ``report_namespaces`` lists it, an operation only when it
+is one of Kubernetes' four; anything else is reported as ``other`` (cluster-scoped requests keep the empty
+namespace).  When policies are reloaded, the series of policies and kinds no longer loaded are removed, so the
+series count is bounded by what the current policies name.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from stockade.engine.match import parse_kind_selector
 from stockade.engine.response import EngineResponse
+from stockade.policy.autogen import block_kinds
 from stockade.policy.model import KyvernoPolicy
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+OTHER = "other"  # the label value of every kind, namespace or operation outside the allowed sets
+OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
+_KIND_POSITION = {"request": 1, "rule": 6}  # where resource_kind sits in each label tuple
+
+
+def matched_kinds(policies: Iterable[Any]) -> frozenset[str]:
+    """Kinds the policies' rules name in ``match`` (autogen rules included); wildcard selectors name none."""
+    kinds: set[str] = set()
+    for policy in policies:
+        if not isinstance(policy, KyvernoPolicy):
+            continue
+        for rule in policy.rules:
+            for selector in block_kinds(rule.match):
+                kind = parse_kind_selector(str(selector))[2]
+                if kind and "*" not in kind and "?" not in kind:
+                    kinds.add(kind)
+    return frozenset(kinds)
 
 
 class WebhookMetrics:
@@ -21,7 +49,10 @@ class WebhookMetrics:
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self) -> None:
+    def __init__(self, report_namespaces: Iterable[str] = ()) -> None:
+        self.report_namespaces = frozenset(report_namespaces)
+        self.kinds: frozenset[str] = frozenset()  # set by retain() from the loaded policies
+        self._lock = threading.Lock()  # retain() runs in the reload thread, observations on the event loop
         self.registry = CollectorRegistry(auto_describe=True)
         request_labels = ["webhook", "resource_kind", "resource_namespace", "resource_request_operation", "request_allowed"]
         self.admission_requests = Counter(
@@ -58,16 +89,42 @@ class WebhookMetrics:
         self._request_children: dict[tuple[str, ...], tuple[Any, Any]] = {}
         self.bad_requests = Counter("kyverno_admission_invalid_requests", "Request bodies that were not AdmissionReviews.", ["webhook"], registry=self.registry)
 
+    def retain(self, policies: Iterable[Any]) -> None:
+        """Follow a policy reload: report the kinds these policies match, drop series of policies and kinds gone."""
+        policies = list(policies)
+        names = {str(getattr(policy, "name", "")) for policy in policies}
+        kinds = matched_kinds(policies)
+        with self._lock:
+            self.kinds = kinds
+            kept = kinds | {OTHER, ""}
+            for labels in [key for key in self._rule_children if key[0] not in names or key[_KIND_POSITION["rule"]] not in kept]:
+                del self._rule_children[labels]
+                self.policy_results.remove(*labels)
+                self.policy_duration.remove(*labels)
+            for labels in [key for key in self._request_children if key[_KIND_POSITION["request"]] not in kept]:
+                del self._request_children[labels]
+                self.admission_requests.remove(*labels)
+                self.admission_duration.remove(*labels)
+
+    def _kind(self, kind: str) -> str:
+        return kind if kind in self.kinds else OTHER
+
+    def _namespace(self, namespace: str) -> str:
+        return namespace if not namespace or namespace in self.report_namespaces else OTHER
+
     def observe_request(self, webhook: str, kind: str, namespace: str, operation: str, allowed: bool, seconds: float) -> None:
-        labels = (webhook, kind, namespace, operation, "true" if allowed else "false")
+        labels = (webhook, self._kind(kind), self._namespace(namespace), operation if operation in OPERATIONS else OTHER, "true" if allowed else "false")
         children = self._request_children.get(labels)
         if children is None:
-            children = self._request_children[labels] = (self.admission_requests.labels(*labels), self.admission_duration.labels(*labels))
+            with self._lock:
+                children = self._request_children[labels] = (self.admission_requests.labels(*labels), self.admission_duration.labels(*labels))
         children[0].inc()
         children[1].observe(seconds)
 
     def observe_rules(self, responses: list[EngineResponse], kind: str, operation: str, seconds: float) -> None:
         """Engine time is measured per review, so every rule of that review is attributed the same duration."""
+        kind = self._kind(kind)
+        operation = operation if operation in OPERATIONS else OTHER
         for response in responses:
             policy = response.policy
             policy_type = "namespaced" if isinstance(policy, KyvernoPolicy) and policy.namespace else "cluster"
@@ -85,7 +142,8 @@ class WebhookMetrics:
                 )
                 children = self._rule_children.get(labels)
                 if children is None:
-                    children = self._rule_children[labels] = (self.policy_results.labels(*labels), self.policy_duration.labels(*labels))
+                    with self._lock:
+                        children = self._rule_children[labels] = (self.policy_results.labels(*labels), self.policy_duration.labels(*labels))
                 children[0].inc()
                 children[1].observe(seconds)
 

@@ -33,6 +33,7 @@ from stockade.webhook.admission import (
 from stockade.webhook.certs import CertificateFileError, CertificateManager
 from stockade.webhook.configfilter import configuration_skip_reason, needs_io
 from stockade.webhook.isolation import failure_decision, read_review_body
+from stockade.webhook.httplimits import BodyRefused, ConnectionGuard, GuardedSite, HttpLimits, read_body
 from stockade.webhook.metrics import WebhookMetrics
 from stockade.webhook.policystore import PolicyStore
 
@@ -89,7 +90,13 @@ async def _read_review(http_request: web.Request, state: ServerState, path: str)
     if http_request.content_type not in ("application/json", ""):
         state.metrics.bad_requests.labels(path).inc()
         return _bad_request(f"content type must be application/json, got {http_request.content_type}")
-    body = await http_request.read()
+    try:
+        body = await read_body(http_request, MAX_BODY_BYTES)
+    except BodyRefused as refused:
+        state.metrics.bad_requests.labels(path).inc()
+        answer = web.json_response({"error": "request body refused", "reason": refused.reason}, status=refused.status)
+        answer.force_close()  # the unread rest of the body would otherwise be drained
+        return answer
     try:
         return parse_review(await read_review_body(body)), body
     except (InvalidAdmissionReview, ValueError, TypeError) as exc:
@@ -228,7 +235,8 @@ def build_app(state: ServerState) -> web.Application:
 
 def metrics_handler(state: ServerState) -> Callable[[web.Request], Awaitable[web.Response]]:
     async def metrics(_: web.Request) -> web.Response:
-        return web.Response(body=state.metrics.exposition(), headers={"Content-Type": state.metrics.content_type})
+        # rendering every series takes a while: in a thread, so admission reviews are answered meanwhile
+        return web.Response(body=await asyncio.to_thread(state.metrics.exposition), headers={"Content-Type": state.metrics.content_type})
 
     return metrics
 
@@ -241,6 +249,8 @@ class ServerConfig:
     reload_interval: float = 5.0
     cert_check_interval: float = 3600.0
     reuse_port: bool = False  # lets worker processes share the listening port (the kernel spreads connections)
+    limits: HttpLimits = field(default_factory=HttpLimits)  # timeouts and the connection cap, for every listener
+    metrics_namespaces: tuple[str, ...] = ()  # namespaces named in metric labels; the others are reported as "other"
 
 
 class WebhookServer:
@@ -254,27 +264,36 @@ class WebhookServer:
         self.metrics_runner: web.AppRunner | None = None
         self.port: int = config.port
         self.metrics_port: int | None = None
+        self.guard = ConnectionGuard(config.limits)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         context: ssl.SSLContext = self.certs.start()
+        metrics = self.state.metrics
+        metrics.report_namespaces = frozenset(self.config.metrics_namespaces)
+        self.state.store.listeners.append(lambda snapshot: metrics.retain([*snapshot.policies, *snapshot.cel_policies]))
         if self.state.store.snapshot is None:
             self.state.store.load()
+        else:
+            metrics.retain([*self.state.store.snapshot.policies, *self.state.store.snapshot.cel_policies])
         app = build_app(self.state)
-        self.runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0)
+        app.middlewares.append(self.guard.middleware)
+        # auto_decompress=False: compressed bodies are refused (415), and are never inflated on the way there either
+        protocol_options: dict[str, Any] = {"keepalive_timeout": self.config.limits.idle_timeout, "auto_decompress": False}
+        self.runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0, **protocol_options)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, self.config.host, self.config.port, ssl_context=context, backlog=512, reuse_port=self.config.reuse_port or None)
+        site = GuardedSite(self.runner, self.config.host, self.config.port, self.guard, ssl_context=context, reuse_port=self.config.reuse_port)
         await site.start()
-        self.port = _bound_port(site, self.config.port)
+        self.port = site.port
         if self.config.metrics_port is not None:
             # plain HTTP for scrapers, and nothing but /metrics on it: admission stays TLS-only
-            metrics_app = web.Application()
+            metrics_app = web.Application(middlewares=[self.guard.middleware])
             metrics_app.router.add_get("/metrics", metrics_handler(self.state))
-            self.metrics_runner = web.AppRunner(metrics_app, access_log=None, handle_signals=False)
+            self.metrics_runner = web.AppRunner(metrics_app, access_log=None, handle_signals=False, **protocol_options)
             await self.metrics_runner.setup()
-            metrics_site = web.TCPSite(self.metrics_runner, self.config.host, self.config.metrics_port)
+            metrics_site = GuardedSite(self.metrics_runner, self.config.host, self.config.metrics_port, self.guard)
             await metrics_site.start()
-            self.metrics_port = _bound_port(metrics_site, self.config.metrics_port)
+            self.metrics_port = metrics_site.port
         # policy reloads parse YAML and may re-register webhooks over the network: keep them off the event loop
         self._tasks.append(asyncio.create_task(self._every(self.config.reload_interval, self.state.store.reload_if_changed, in_thread=True)))
         self._tasks.append(asyncio.create_task(self._every(self.config.cert_check_interval, self._refresh_certs)))
@@ -318,10 +337,3 @@ class WebhookServer:
         if self.state.tracing is not None:
             await asyncio.to_thread(self.state.tracing.shutdown)  # flushes buffered spans
 
-
-def _bound_port(site: web.TCPSite, requested: int) -> int:
-    if requested:
-        return requested
-    server = site._server  # aiohttp exposes no public accessor for the bound address
-    assert server is not None and server.sockets
-    return int(server.sockets[0].getsockname()[1])

@@ -95,12 +95,13 @@ def test_health_endpoints(client: WebhookClient) -> None:
 
 
 def test_metrics_count_requests_and_rule_results(client: WebhookClient) -> None:
+    # "default" is not among the reported namespaces (ServerConfig.metrics_namespaces): it is counted as "other"
     client.post_review("/validate", review(pod()))
     client.post_review("/validate", review(pod(labels={"team": "a"})))
     status, data = client.request("GET", "/metrics")
     text = data.decode()
     assert status == 200
-    assert 'kyverno_admission_requests_total{request_allowed="false",resource_kind="Pod",resource_namespace="default",resource_request_operation="CREATE",webhook="/validate"} 1.0' in text
+    assert 'kyverno_admission_requests_total{request_allowed="false",resource_kind="Pod",resource_namespace="other",resource_request_operation="CREATE",webhook="/validate"} 1.0' in text
     assert 'request_allowed="true"' in text
     assert "kyverno_admission_review_duration_seconds_bucket" in text
     fail_line = [line for line in text.splitlines() if line.startswith("kyverno_policy_results_total") and 'rule_name="check-team"' in line and 'rule_result="fail"' in line]

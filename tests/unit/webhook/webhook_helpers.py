@@ -143,12 +143,13 @@ class RunningServer:
         self.loop.close()
 
 
-def start_server(policy_dir: Path, certs: CertificateManager, reload_interval: float = 3600.0, metrics_port: int | None = None) -> RunningServer:
+def start_server(policy_dir: Path, certs: CertificateManager, reload_interval: float = 3600.0, metrics_port: int | None = None, **config: Any) -> RunningServer:
+    """``config``: further ServerConfig fields (limits, metrics_namespaces)."""
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     state = ServerState(store=PolicyStore([str(policy_dir)]))
-    server = WebhookServer(state, certs, ServerConfig(host="127.0.0.1", port=0, reload_interval=reload_interval, metrics_port=metrics_port))
+    server = WebhookServer(state, certs, ServerConfig(host="127.0.0.1", port=0, reload_interval=reload_interval, metrics_port=metrics_port, **config))
     running = RunningServer(server, loop, thread)
     running.call(server.start())
     return running
