@@ -290,6 +290,10 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
         generator = GenerateController(api_client, store, is_leader=services.is_leader)
         services.background.append(generator)
         state.generator = DeduplicatingSubmitter(generator)
+    from stockade.controllers.cleanup import ScheduledDeletionController
+
+    # DeletingPolicy / CleanupPolicy schedules (the controller acts only while leading)
+    services.background.append(ScheduledDeletionController(api_client, store, events=state.events, is_leader=services.is_leader))
     if options["background_scan_interval"] > 0:
         from stockade.controllers.background import BackgroundScanner
 

@@ -331,6 +331,23 @@ def _status_message(body: Any) -> str:
     return str(data.get("message") or "") if isinstance(data, dict) else ""
 
 
+def resources_for_rules(served: list[ApiResource], rules: list[dict[str, Any]]) -> list[ApiResource]:
+    """Served resources a ``matchConstraints.resourceRules`` list names (wildcards allowed), one per group/resource."""
+    from stockade.engine.wildcard import match
+
+    chosen: dict[tuple[str, str], ApiResource] = {}
+    for rule in rules or []:
+        groups = [str(g) for g in rule.get("apiGroups") or ["*"]]
+        versions = [str(v) for v in rule.get("apiVersions") or ["*"]]
+        names = [str(r) for r in rule.get("resources") or []]
+        for resource in served:
+            if (resource.group, resource.resource) in chosen:
+                continue
+            if any(match(g, resource.group) for g in groups) and any(match(v, resource.version) for v in versions) and any(match(r, resource.resource) for r in names):
+                chosen[(resource.group, resource.resource)] = resource
+    return list(chosen.values())
+
+
 class ClusterCelResources:
     """The CEL ``resource`` library (Get/List/Post) answered by the cluster, for policies evaluated by controllers."""
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.celpolicy.model import CelPolicy
-from stockade.controllers.clusterdata import ApiError, ClusterData, ClusterCelResources, api_version_of, collection_path, object_path
+from stockade.controllers.clusterdata import ApiError, ClusterCelResources, ClusterData, api_version_of, collection_path, object_path, resources_for_rules
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.response import ERROR, PASS, EngineResponse
@@ -847,31 +847,19 @@ class GenerateController:
 
     def _list_gpol_triggers(self, policy: CelPolicy) -> tuple[list[dict[str, Any]], bool]:
         """Existing objects of the resources the policy's matchConstraints name (its namespace when namespaced)."""
-        from stockade.engine.wildcard import match
-
         complete = True
         triggers: list[dict[str, Any]] = []
-        seen: set[tuple[str, str]] = set()
         try:
             served = self.cluster.api_resources()
         except ApiError as exc:
             log.warning("discovery for %s failed: %s", policy.key, exc)
             return [], False
-        for rule in (policy.spec.get("matchConstraints") or {}).get("resourceRules") or []:
-            groups = [str(g) for g in rule.get("apiGroups") or ["*"]]
-            versions = [str(v) for v in rule.get("apiVersions") or ["*"]]
-            names = [str(r) for r in rule.get("resources") or []]
-            for resource in served:
-                if (resource.group, resource.resource) in seen:
-                    continue
-                if not (any(match(g, resource.group) for g in groups) and any(match(v, resource.version) for v in versions) and any(match(r, resource.resource) for r in names)):
-                    continue
-                seen.add((resource.group, resource.resource))
-                try:
-                    triggers.extend(self.cluster.list_resource(resource, policy.namespace if policy.is_namespaced else "", cached=False))
-                except ApiError as exc:
-                    complete = False
-                    log.warning("listing %s for %s failed: %s", resource.kind, policy.key, exc)
+        for resource in resources_for_rules(served, (policy.spec.get("matchConstraints") or {}).get("resourceRules") or []):
+            try:
+                triggers.extend(self.cluster.list_resource(resource, policy.namespace if policy.is_namespaced else "", cached=False))
+            except ApiError as exc:
+                complete = False
+                log.warning("listing %s for %s failed: %s", resource.kind, policy.key, exc)
         return triggers, complete
 
     def _apply_to_existing(self, policy: KyvernoPolicy, rules: list[Rule], *, prune: bool) -> None:

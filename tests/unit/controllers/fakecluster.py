@@ -122,3 +122,17 @@ class FakeCluster:
             self.deletes.append((path, dict(query or {})))
             return {}
         raise ApiError(method, path, 405, "unsupported in the fake")
+
+    # engine-facing helpers the cleanup controller uses
+    def providers(self) -> Any:
+        from stockade.engine.contextloader import ContextProviders
+
+        return ContextProviders()
+
+    def resources_for_selector(self, selector: str) -> list[ApiResource]:
+        kind = selector.rpartition("/")[2]
+        return [r for r in RESOURCES if r.kind == kind]
+
+    def namespace_labels(self, namespace: str) -> dict[str, str]:
+        found = self.get_object("v1", "Namespace", "", namespace)
+        return dict(((found or {}).get("metadata") or {}).get("labels") or {}) or {"kubernetes.io/metadata.name": namespace}
