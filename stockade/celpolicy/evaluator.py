@@ -22,6 +22,7 @@ from stockade.celpolicy.scope import ConditionError, Scope
 from stockade.celpolicy.template import render_template
 from stockade.engine.response import EngineResponse, RuleResponse
 
+SOURCE_UID_LABEL = "generate.kyverno.io/source-uid"
 VALIDATION = "Validation"
 MUTATION = "Mutation"
 GENERATION = "Generation"
@@ -398,7 +399,9 @@ class CelPolicyEvaluator:
         return _Outcome("pass", "success", patched=current)
 
     # -- GeneratingPolicy -------------------------------------------------------------------------------------------
-    def generate(self, policy: CelPolicy, request: AdmissionInput) -> EngineResponse | None:
+    def generate(self, policy: CelPolicy, request: AdmissionInput, *, keep_source_uid: bool = False) -> EngineResponse | None:
+        """``keep_source_uid`` (in the cluster): a generated object read from the cluster (a clone source, it has a
+        resourceVersion) carries its uid in the ``generate.kyverno.io/source-uid`` label, as Kyverno labels clones."""
         spec = policy.spec
         if policy.is_namespaced and request.namespace != policy.namespace:
             return None
@@ -444,6 +447,9 @@ class CelPolicyEvaluator:
         for namespace, resources in sink.calls:
             for resource in _expand_lists(resources):
                 metadata = resource.setdefault("metadata", {})
+                if keep_source_uid and metadata.get("resourceVersion") and metadata.get("uid"):
+                    labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
+                    metadata["labels"] = {**labels, SOURCE_UID_LABEL: str(metadata["uid"])}
                 for transient in ("resourceVersion", "uid", "creationTimestamp", "managedFields", "generation", "selfLink"):
                     metadata.pop(transient, None)
                 if namespace:

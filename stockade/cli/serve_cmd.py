@@ -353,6 +353,13 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
         generator = GenerateController(api_client, store, is_leader=services.is_leader)
         services.background.append(generator)
         state.generator = DeduplicatingSubmitter(generator)
+    from stockade.controllers.cleanup import ScheduledDeletionController
+
+    # DeletingPolicy / CleanupPolicy schedules (the controller acts only while leading)
+    services.background.append(ScheduledDeletionController(api_client, store, events=state.events, is_leader=services.is_leader))
+    from stockade.controllers.ttl import TtlController
+
+    services.background.append(TtlController(api_client, is_leader=services.is_leader))  # cleanup.kyverno.io/ttl
     if options["background_scan_interval"] > 0:
         from stockade.controllers.background import BackgroundScanner
 

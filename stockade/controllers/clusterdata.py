@@ -329,3 +329,68 @@ def _status_message(body: Any) -> str:
     except (TypeError, ValueError):
         return str(body)[:200]
     return str(data.get("message") or "") if isinstance(data, dict) else ""
+
+
+def resources_for_rules(served: list[ApiResource], rules: list[dict[str, Any]]) -> list[ApiResource]:
+    """Served resources a ``matchConstraints.resourceRules`` list names (wildcards allowed), one per group/resource."""
+    from stockade.engine.wildcard import match
+
+    chosen: dict[tuple[str, str], ApiResource] = {}
+    for rule in rules or []:
+        groups = [str(g) for g in rule.get("apiGroups") or ["*"]]
+        versions = [str(v) for v in rule.get("apiVersions") or ["*"]]
+        names = [str(r) for r in rule.get("resources") or []]
+        for resource in served:
+            if (resource.group, resource.resource) in chosen:
+                continue
+            if any(match(g, resource.group) for g in groups) and any(match(v, resource.version) for v in versions) and any(match(r, resource.resource) for r in names):
+                chosen[(resource.group, resource.resource)] = resource
+    return list(chosen.values())
+
+
+class ClusterCelResources:
+    """The CEL ``resource`` library (Get/List/Post) answered by the cluster, for policies evaluated by controllers."""
+
+    def __init__(self, cluster: ClusterData) -> None:
+        self.cluster = cluster
+
+    def _resource(self, api_version: str, plural: str) -> ApiResource:
+        from stockade.celpolicy.providers import ProviderError
+
+        group, version = split_api_version(api_version)
+        resource = self.cluster.resolve_resource(group, version, plural)
+        if resource is None:
+            raise ProviderError(f"the server does not serve {plural} in {api_version}")
+        return resource
+
+    def get(self, api_version: str, resource: str, namespace: str | None, name: str) -> dict[str, Any]:
+        from stockade.celpolicy.providers import ProviderError
+
+        served = self._resource(api_version, resource)
+        try:
+            found = self.cluster.get(object_path(served, namespace or "", name), cached=False)
+        except ApiError as exc:
+            raise ProviderError(f'{resource} "{name}": {exc}') from None
+        if not isinstance(found, dict):
+            raise ProviderError(f'{resource} "{name}": unexpected answer')
+        return {**found, "apiVersion": api_version_of(served), "kind": served.kind}
+
+    def list(self, api_version: str, resource: str, namespace: str | None, label_selector: dict[str, str] | None) -> dict[str, Any]:
+        from stockade.celpolicy.providers import ProviderError
+
+        served = self._resource(api_version, resource)
+        selector = ",".join(f"{k}={v}" for k, v in sorted((label_selector or {}).items()))
+        try:
+            items = self.cluster.list_resource(served, namespace or "", label_selector=selector, cached=False)
+        except ApiError as exc:
+            raise ProviderError(f"listing {resource}: {exc}") from None
+        return {"apiVersion": api_version, "kind": served.kind + "List", "metadata": {}, "items": items}
+
+    def post(self, api_version: str, resource: str, namespace: str | None, payload: dict[str, Any]) -> Any:
+        from stockade.celpolicy.providers import ProviderError
+
+        served = self._resource(api_version, resource)
+        try:
+            return self.cluster.request("POST", collection_path(served, namespace or ""), payload)
+        except ApiError as exc:
+            raise ProviderError(f"creating {resource}: {exc}") from None

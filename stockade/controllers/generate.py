@@ -13,6 +13,12 @@ Kyverno's background controller does:
   rule sets ``orphanDownstreamOnPolicyDelete``; when one appears with ``generateExisting``, it is applied to the
   triggers that already exist.
 
+(Namespaced)GeneratingPolicies flow through the same queue, retries and resync: the CEL evaluator computes what
+``generator.Apply`` produced, and the controller labels it as Kyverno's CEL generate controller does (no rule name;
+``trigger-name`` and, for clones, ``source-uid``), honouring ``spec.evaluation.synchronize``,
+``orphanDownstreamOnPolicyDelete`` and ``generateExisting``.  An existing object that is not already this policy's
+downstream of this trigger is left alone, never adopted.
+
 Work never crashes the thread: failures are logged with policy, rule and resource and retried with backoff.
 """
 
@@ -29,7 +35,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stockade.controllers.clusterdata import ApiError, ClusterData, api_version_of, collection_path, object_path
+from stockade.celpolicy.model import CelPolicy
+from stockade.controllers.clusterdata import ApiError, ClusterCelResources, ClusterData, api_version_of, collection_path, object_path, resources_for_rules
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.response import ERROR, PASS, EngineResponse
@@ -47,6 +54,9 @@ TRIGGER_NAMESPACE_LABEL = "generate.kyverno.io/trigger-namespace"
 TRIGGER_KIND_LABEL = "generate.kyverno.io/trigger-kind"
 TRIGGER_GROUP_LABEL = "generate.kyverno.io/trigger-group"
 TRIGGER_VERSION_LABEL = "generate.kyverno.io/trigger-version"
+TRIGGER_NAME_LABEL = "generate.kyverno.io/trigger-name"
+SOURCE_UID_LABEL = "generate.kyverno.io/source-uid"
+GENERATING_POLICY_KINDS = ("GeneratingPolicy", "NamespacedGeneratingPolicy")
 FIELD_MANAGER = "stockade-generate"
 
 APPLY = "apply"
@@ -151,6 +161,75 @@ def downstream_kinds(rule: Rule) -> list[tuple[str, str]]:
     return unique
 
 
+def evaluation_enabled(policy: CelPolicy, setting: str) -> bool:
+    """``spec.evaluation.<setting>.enabled`` of a GeneratingPolicy (synchronize, orphanDownstreamOnPolicyDelete,
+    generateExisting); absent means off."""
+    evaluation = policy.spec.get("evaluation")
+    value = evaluation.get(setting) if isinstance(evaluation, dict) else None
+    return bool(value.get("enabled", False)) if isinstance(value, dict) else False
+
+
+def gpol_selector(policy: CelPolicy, trigger_uid: str | None = None) -> str:
+    """Finds a GeneratingPolicy's downstream: Kyverno labels them by policy name (and trigger) without a rule name,
+    which also keeps a ClusterPolicy of the same name from claiming them."""
+    labels = {MANAGED_BY_LABEL: MANAGED_BY_VALUE, POLICY_NAME_LABEL: policy.name}
+    if trigger_uid is not None:
+        labels[TRIGGER_UID_LABEL] = trigger_uid
+    return label_selector(labels) + f",!{RULE_NAME_LABEL}"
+
+
+def gpol_labels(policy: CelPolicy, trigger: dict[str, Any], source_uid: str = "") -> dict[str, str]:
+    """The labels Kyverno's CEL generator puts on a downstream object."""
+    metadata = trigger.get("metadata") or {}
+    api_version = str(trigger.get("apiVersion") or "")
+    group, _, version = api_version.rpartition("/")
+    labels = {
+        MANAGED_BY_LABEL: MANAGED_BY_VALUE,
+        POLICY_NAME_LABEL: policy.name,
+        TRIGGER_NAME_LABEL: str(metadata.get("name") or ""),
+        TRIGGER_NAMESPACE_LABEL: str(metadata.get("namespace") or ""),
+        TRIGGER_UID_LABEL: str(metadata.get("uid") or ""),
+        TRIGGER_KIND_LABEL: str(trigger.get("kind") or ""),
+        TRIGGER_GROUP_LABEL: group,
+        TRIGGER_VERSION_LABEL: version,
+    }
+    if source_uid:
+        labels[SOURCE_UID_LABEL] = source_uid
+    return labels
+
+
+def owned_by(current: dict[str, Any], policy: CelPolicy, trigger_uid: str) -> bool:
+    """Whether an existing object is already this policy's downstream of this trigger (else it is not touched)."""
+    labels = (current.get("metadata") or {}).get("labels") or {}
+    return (
+        labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
+        and labels.get(POLICY_NAME_LABEL) == policy.name
+        and labels.get(TRIGGER_UID_LABEL) == trigger_uid
+        and RULE_NAME_LABEL not in labels
+    )
+
+
+def object_identity(obj: dict[str, Any]) -> tuple[str, str, str, str]:
+    metadata = obj.get("metadata") or {}
+    return str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+
+
+def generating_policies(snapshot: Any) -> list[CelPolicy]:
+    """The snapshot's servable (Namespaced)GeneratingPolicies (documents the store did not reject)."""
+    if snapshot is None:
+        return []
+    from stockade.webhook.policystore import policy_identity
+
+    errors = getattr(snapshot, "errors", {}) or {}
+    found: list[CelPolicy] = []
+    for document in getattr(snapshot, "documents", ()) or ():
+        data = document.data
+        if str(data.get("kind")) in GENERATING_POLICY_KINDS and str(data.get("apiVersion", "")).startswith("policies.kyverno.io/"):
+            if policy_identity(data) not in errors:
+                found.append(CelPolicy(data, document.origin))
+    return found
+
+
 def generate_rules(policy: KyvernoPolicy) -> dict[str, Rule]:
     return {rule.name: rule for rule in policy.rules if rule.has_generate()}
 
@@ -237,6 +316,9 @@ class GenerateController:
         self._seq = itertools.count()
         self._lock = threading.Lock()
         self._known_rules: dict[str, tuple[KyvernoPolicy, dict[str, Rule]]] | None = None
+        self._known_gpols: dict[str, CelPolicy] = {}
+        # (apiVersion, kind) each GeneratingPolicy has produced: its downstream kinds are only known from expressions
+        self._gpol_kinds: dict[str, set[tuple[str, str]]] = {}
         self._policies_changed = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -281,7 +363,7 @@ class GenerateController:
         if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE") or review.sub_resource:
             return
         snapshot = self.store.snapshot
-        if snapshot is None or not any(p.has_generate() for p in snapshot.policies):
+        if snapshot is None or not (any(p.has_generate() for p in snapshot.policies) or generating_policies(snapshot)):
             return
         event = TriggerEvent(review.operation, review.object, review.old_object, review.user_info, review.kind)
         self.submit_event(event)
@@ -383,6 +465,38 @@ class GenerateController:
         exceptions = list(getattr(getattr(getattr(snapshot, "evaluator", None), "engine", None), "exceptions", []) or [])
         return Engine(providers=self.cluster.providers(), exceptions=exceptions, resource_lookup=self.cluster.lookup)
 
+    def _generating(self) -> list[CelPolicy]:
+        return generating_policies(self.store.snapshot)
+
+    def _cel_evaluator(self) -> Any:
+        from stockade.celpolicy.evaluator import CelPolicyEvaluator
+
+        snapshot = self.store.snapshot
+        exceptions = [
+            CelPolicy(d.data, d.origin)
+            for d in (getattr(snapshot, "documents", ()) or ())
+            if d.kind == "PolicyException" and str(d.data.get("apiVersion", "")).startswith("policies.kyverno.io/")
+        ]
+        return CelPolicyEvaluator(providers={"resource": ClusterCelResources(self.cluster)}, exceptions=exceptions)
+
+    def _evaluate_gpol(self, evaluator: Any, policy: CelPolicy, trigger: dict[str, Any], operation: str, old: dict[str, Any], info: RequestInfo) -> Any:
+        """The policy's single rule response on this trigger, or None when it does not apply."""
+        from stockade.celpolicy.request import AdmissionInput
+
+        namespace = str((trigger.get("metadata") or {}).get("namespace") or "")
+        namespace_object = None
+        if namespace and trigger.get("kind") != "Namespace":
+            try:
+                namespace_object = self.cluster.get_object("v1", "Namespace", "", namespace, cached=False)
+            except ApiError as exc:
+                log.warning("could not read namespace %s: %s", namespace, exc)
+        user = {"username": info.username, "uid": info.uid, "groups": list(info.groups), "extra": dict(info.extra)}
+        request = AdmissionInput(object=trigger, old_object=old or None, operation=operation, user_info=user, namespace_object=namespace_object)
+        response = evaluator.generate(policy, request, keep_source_uid=True)
+        if response is None or not response.rules:
+            return None
+        return response.rules[0]
+
     def _policies(self) -> list[KyvernoPolicy]:
         snapshot = self.store.snapshot
         return [p for p in (snapshot.policies if snapshot is not None else []) if p.has_generate()]
@@ -400,7 +514,7 @@ class GenerateController:
     def process_event(self, event: TriggerEvent) -> list[GenerateFailure]:
         """Apply every generate rule to one trigger event; returns the failures (empty when all went well)."""
         policies = self._policies()
-        if not policies:
+        if not policies and not self._generating():
             return []
         trigger = event.subject
         if event.operation in ("CREATE", "UPDATE"):
@@ -410,13 +524,13 @@ class GenerateController:
                     raise _TriggerPending(f"trigger {event.describe()} is not stored yet")
                 return []  # deleted since; its DELETE event cleans up
             trigger = event.resource
-        engine = self._engine()
+        engine = self._engine() if policies else None
         failures: list[GenerateFailure] = []
         uid = str((trigger.get("metadata") or {}).get("uid") or "")
         for policy in policies:
             rules = generate_rules(policy)
             responses: dict[str, Any] = {}
-            if event.operation != "DELETE":
+            if event.operation != "DELETE" and engine is not None:
                 response = self._evaluate(engine, policy, trigger, event.operation, event.info, event.gvk)
                 responses = {r.name: r for r in response.rules}
             for name, rule in rules.items():
@@ -433,6 +547,38 @@ class GenerateController:
                         self.delete_downstream(policy, rule, trigger_uid=uid)
                 except ApiError as exc:
                     failures.append(GenerateFailure(policy.key, name, event.describe(), str(exc)))
+        failures.extend(self._process_gpol_event(event, trigger, uid))
+        return failures
+
+    def _process_gpol_event(self, event: TriggerEvent, trigger: dict[str, Any], uid: str) -> list[GenerateFailure]:
+        gpols = self._generating()
+        if not gpols:
+            return []
+        evaluator = self._cel_evaluator() if event.operation != "DELETE" else None
+        failures: list[GenerateFailure] = []
+        for policy in gpols:
+            synchronized = evaluation_enabled(policy, "synchronize")
+            result = None
+            if evaluator is not None:
+                try:
+                    result = self._evaluate_gpol(evaluator, policy, trigger, event.operation, event.old_resource, event.info)
+                except Exception as exc:  # a compile error in one policy must not stop the others
+                    failures.append(GenerateFailure(policy.key, policy.name, event.describe(), f"{type(exc).__name__}: {exc}"))
+                    continue
+            if result is not None and result.status == ERROR:
+                failures.append(GenerateFailure(policy.key, policy.name, event.describe(), result.message))
+                continue
+            applies = result is not None and result.status == PASS
+            action = trigger_action(event.operation, applies, synchronized)
+            try:
+                if action == APPLY:
+                    written = self.apply_gpol_downstream(policy, trigger, result.generated_resources)
+                    if synchronized and event.operation == "UPDATE" and uid:
+                        self.delete_gpol_downstream(policy, trigger_uid=uid, keep=written)  # no longer generated
+                elif action == DELETE and uid:
+                    self.delete_gpol_downstream(policy, trigger_uid=uid)
+            except ApiError as exc:
+                failures.append(GenerateFailure(policy.key, policy.name, event.describe(), str(exc)))
         return failures
 
     def _stored_trigger(self, event: TriggerEvent) -> dict[str, Any] | None:
@@ -496,6 +642,92 @@ class GenerateController:
             self.stats.updated += 1
             log.info("synchronized %s %s/%s (policy %s, rule %s)", resource.kind, namespace, name, policy.key, rule.name)
 
+    def apply_gpol_downstream(self, policy: CelPolicy, trigger: dict[str, Any], generated: Iterable[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
+        """Create (or, synchronized, bring back in step) what a GeneratingPolicy produced for one trigger; returns
+        the identities of the downstream objects it stands for."""
+        synchronized = evaluation_enabled(policy, "synchronize")
+        server_side = bool(policy.spec.get("useServerSideApply", False))
+        trigger_uid = str((trigger.get("metadata") or {}).get("uid") or "")
+        written: set[tuple[str, str, str, str]] = set()
+        for desired in generated:
+            desired = copy.deepcopy(desired)
+            metadata = desired.setdefault("metadata", {})
+            labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
+            source_uid = str(labels.pop(SOURCE_UID_LABEL, "") or "")
+            if metadata.get("namespace") and (source_uid or metadata.get("ownerReferences")):
+                metadata.pop("ownerReferences", None)  # a cloned owner does not exist where the copy lands
+            labels.update(gpol_labels(policy, trigger, source_uid))
+            metadata["labels"] = labels
+            resource = self.cluster.resolve_kind(str(desired.get("apiVersion") or ""), str(desired.get("kind") or ""))
+            if resource is None:
+                raise ApiError("GET", str(desired.get("kind")), 404, f"kind {desired.get('apiVersion')}/{desired.get('kind')} is not served")
+            desired["apiVersion"] = api_version_of(resource)
+            if resource.namespaced:
+                metadata["namespace"] = metadata.get("namespace") or "default"
+            else:
+                metadata.pop("namespace", None)
+            self._gpol_kinds.setdefault(policy.key, set()).add((desired["apiVersion"], resource.kind))
+            written.add(object_identity(desired))
+            self._upsert(resource, desired, synchronized=synchronized, server_side=server_side, owner=lambda current: owned_by(current, policy, trigger_uid), what=f"policy {policy.key}")
+        return written
+
+    def _upsert(self, resource: Any, desired: dict[str, Any], *, synchronized: bool, server_side: bool, owner: Callable[[dict[str, Any]], bool], what: str) -> None:
+        """Create a downstream object, or rewrite the existing one when it is ours and drifted (synchronized only)."""
+        metadata = desired["metadata"]
+        namespace = str(metadata.get("namespace") or "")
+        name = str(metadata.get("name") or "")
+        path = object_path(resource, namespace, name)
+        current = self.cluster.get_object(desired["apiVersion"], str(desired.get("kind")), namespace, name, cached=False)
+        if current is None:
+            try:
+                if server_side:
+                    self.cluster.request("PATCH", path, desired, query={"fieldManager": FIELD_MANAGER, "force": "true"}, content_type="application/apply-patch+yaml")
+                else:
+                    self.cluster.request("POST", collection_path(resource, namespace), desired)
+                self.stats.created += 1
+                log.info("generated %s %s/%s (%s)", resource.kind, namespace, name, what)
+                return
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+                current = self.cluster.get_object(desired["apiVersion"], str(desired.get("kind")), namespace, name, cached=False)
+                if current is None:
+                    raise
+        if not owner(current) or not should_update(desired, current, synchronized):
+            return
+        desired["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
+        self.cluster.request("PUT", path, desired)
+        self.stats.updated += 1
+        log.info("synchronized %s %s/%s (%s)", resource.kind, namespace, name, what)
+
+    def find_gpol_downstream(self, policy: CelPolicy, trigger_uid: str | None = None) -> list[dict[str, Any]]:
+        selector = gpol_selector(policy, trigger_uid)
+        found: list[dict[str, Any]] = []
+        for api_version, kind in sorted(self._gpol_kinds.get(policy.key, set())):
+            try:
+                found.extend(self.cluster.list_objects(api_version, kind, "", label_selector=selector, cached=False))
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+        return found
+
+    def delete_gpol_downstream(
+        self, policy: CelPolicy, *, trigger_uid: str | None = None, keep_uids: set[str] | None = None, keep: set[tuple[str, str, str, str]] | None = None
+    ) -> int:
+        """Delete a GeneratingPolicy's downstream objects (of one trigger; sparing triggers in ``keep_uids`` and the
+        objects in ``keep``)."""
+        deleted = 0
+        for obj in self.find_gpol_downstream(policy, trigger_uid):
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            if keep_uids is not None and labels.get(TRIGGER_UID_LABEL) in keep_uids:
+                continue
+            if keep is not None and object_identity(obj) in keep:
+                continue
+            deleted += self._delete_object(obj)
+        if deleted:
+            log.info("deleted %d downstream object(s) of %s", deleted, policy.key)
+        return deleted
+
     def find_downstream(self, policy_name: str, policy_namespace: str, rule: Rule, trigger_uid: str | None = None) -> list[dict[str, Any]]:
         selector = label_selector(downstream_selector(policy_name, policy_namespace, rule.name, trigger_uid))
         found: list[dict[str, Any]] = []
@@ -553,6 +785,22 @@ class GenerateController:
             if wanted:
                 self._apply_to_existing(policy, wanted, prune=False)
         self._known_rules = current
+        self._reconcile_gpols()
+
+    def _reconcile_gpols(self) -> None:
+        current = {policy.key: policy for policy in self._generating()}
+        for key, old in self._known_gpols.items():
+            if key in current or not evaluation_enabled(old, "synchronize") or evaluation_enabled(old, "orphanDownstreamOnPolicyDelete"):
+                continue
+            try:
+                self.delete_gpol_downstream(old)
+            except ApiError as exc:
+                log.warning("cleaning up downstream of removed %s failed: %s", key, exc)
+        for key, policy in current.items():
+            old = self._known_gpols.get(key)
+            if evaluation_enabled(policy, "generateExisting") and (old is None or old.raw != policy.raw):
+                self._apply_gpol_to_existing(policy, prune=False)
+        self._known_gpols = current
 
     def resync(self) -> None:
         """Leader-only reconciliation of synchronized rules against the triggers that exist now."""
@@ -563,6 +811,56 @@ class GenerateController:
             rules = [rule for rule in generate_rules(policy).values() if synchronize(rule)]
             if rules:
                 self._apply_to_existing(policy, rules, prune=True)
+        for gpol in self._generating():
+            if evaluation_enabled(gpol, "synchronize"):
+                self._apply_gpol_to_existing(gpol, prune=True)
+
+    def _apply_gpol_to_existing(self, policy: CelPolicy, *, prune: bool) -> None:
+        """A GeneratingPolicy over every existing trigger (as CREATE requests, like Kyverno's background pass)."""
+        evaluator = self._cel_evaluator()
+        applied_uids: set[str] = set()
+        triggers, complete = self._list_gpol_triggers(policy)
+        for trigger in triggers:
+            uid = str((trigger.get("metadata") or {}).get("uid") or "")
+            try:
+                result = self._evaluate_gpol(evaluator, policy, trigger, "CREATE", {}, RequestInfo())
+            except Exception as exc:
+                log.warning("evaluating %s on %s failed: %s", policy.key, _describe(trigger), exc)
+                applied_uids.add(uid)
+                continue
+            if result is None:
+                continue
+            applied_uids.add(uid)
+            if result.status == ERROR:
+                log.warning("%s on %s: %s", policy.key, _describe(trigger), result.message)
+            elif result.status == PASS:
+                try:
+                    self.apply_gpol_downstream(policy, trigger, result.generated_resources)
+                except ApiError as exc:
+                    self.stats.failures += 1
+                    log.warning("%s on %s: %s", policy.key, _describe(trigger), exc)
+        if prune and complete:
+            try:
+                self.delete_gpol_downstream(policy, keep_uids=applied_uids)
+            except ApiError as exc:
+                log.warning("pruning downstream of %s failed: %s", policy.key, exc)
+
+    def _list_gpol_triggers(self, policy: CelPolicy) -> tuple[list[dict[str, Any]], bool]:
+        """Existing objects of the resources the policy's matchConstraints name (its namespace when namespaced)."""
+        complete = True
+        triggers: list[dict[str, Any]] = []
+        try:
+            served = self.cluster.api_resources()
+        except ApiError as exc:
+            log.warning("discovery for %s failed: %s", policy.key, exc)
+            return [], False
+        for resource in resources_for_rules(served, (policy.spec.get("matchConstraints") or {}).get("resourceRules") or []):
+            try:
+                triggers.extend(self.cluster.list_resource(resource, policy.namespace if policy.is_namespaced else "", cached=False))
+            except ApiError as exc:
+                complete = False
+                log.warning("listing %s for %s failed: %s", resource.kind, policy.key, exc)
+        return triggers, complete
 
     def _apply_to_existing(self, policy: KyvernoPolicy, rules: list[Rule], *, prune: bool) -> None:
         """Evaluate ``rules`` on every existing trigger and apply them; with ``prune``, delete downstream objects

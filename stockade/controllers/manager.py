@@ -61,6 +61,7 @@ class WebhookRegistration:
 
     def apply(self) -> None:
         from stockade.controllers.webhookconfig import build_configurations, build_policy_validation_configuration
+        from stockade.controllers.generate import generating_policies
 
         snapshot = self.store.snapshot
         if snapshot is None:
@@ -74,7 +75,7 @@ class WebhookRegistration:
                 self._discovery(self.api_client),
                 excluded_namespaces=self.excluded,
                 timeout_seconds=self.timeout,
-                cel_policies=snapshot.cel_policies,
+                cel_policies=[*snapshot.cel_policies, *generating_policies(snapshot)],
                 kyverno_config=kyverno_config,
             )
             policy_validation = build_policy_validation_configuration(

@@ -57,6 +57,8 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
     WatchedKind("kyverno.io", "ClusterPolicy", "clusterpolicies", False, ("v1", "v2beta1"), STATUS_KYVERNO),
     WatchedKind("kyverno.io", "Policy", "policies", True, ("v1", "v2beta1"), STATUS_KYVERNO),
     WatchedKind("kyverno.io", "PolicyException", "policyexceptions", True, ("v2", "v2beta1")),
+    WatchedKind("kyverno.io", "CleanupPolicy", "cleanuppolicies", True, ("v2", "v2beta1")),
+    WatchedKind("kyverno.io", "ClusterCleanupPolicy", "clustercleanuppolicies", False, ("v2", "v2beta1")),
     WatchedKind("policies.kyverno.io", "ValidatingPolicy", "validatingpolicies", False, _CEL_VERSIONS, STATUS_CEL),
     WatchedKind("policies.kyverno.io", "NamespacedValidatingPolicy", "namespacedvalidatingpolicies", True, _CEL_VERSIONS, STATUS_CEL),
     WatchedKind("policies.kyverno.io", "MutatingPolicy", "mutatingpolicies", False, _CEL_VERSIONS, STATUS_CEL),

@@ -176,7 +176,8 @@ def cel_resource_rules(policy: Any) -> list[tuple[str, str, str, set[str]]]:
 def compute_rules(policies: Iterable[KyvernoPolicy], phase: str, resolver: Resolver, cel_policies: Iterable[Any] = ()) -> list[dict[str, Any]]:
     """Deduplicated, sorted webhook rules: one entry per (group, version, operations) with its resources."""
     wanted: dict[tuple[str, str, str], set[str]] = {}  # (group, version, resource) -> operations
-    wanted_kinds = ("ValidatingPolicy",) if phase == "validate" else ("MutatingPolicy",)
+    # a GeneratingPolicy's triggers reach the generate controller through the validating webhook
+    wanted_kinds = ("ValidatingPolicy", "GeneratingPolicy") if phase == "validate" else ("MutatingPolicy",)
     for cel_policy in cel_policies:
         if cel_policy.base_kind not in wanted_kinds:
             continue
@@ -268,6 +269,11 @@ def build_policy_validation_configuration(
     }
 
 
+def _cel_failure_policy(policy: Any) -> str:
+    """Generation happens after admission: a GeneratingPolicy's webhook never blocks its triggers (Ignore)."""
+    return FAILURE_POLICY_IGNORE if policy.base_kind == "GeneratingPolicy" else failure_policy(policy)
+
+
 def build_configurations(
     policies: list[KyvernoPolicy],
     target: WebhookTarget,
@@ -301,7 +307,7 @@ def build_configurations(
         webhooks = []
         for failure, suffix in ((FAILURE_POLICY_FAIL, "fail"), (FAILURE_POLICY_IGNORE, "ignore")):
             chosen = [p for p in policies if failure_policy(p) == failure]
-            chosen_cel = [p for p in cel_policies if failure_policy(p) == failure]
+            chosen_cel = [p for p in cel_policies if _cel_failure_policy(p) == failure]
             rules = compute_rules(chosen, phase, resolver, chosen_cel)
             if not rules:
                 continue

@@ -1,0 +1,178 @@
+"""GeneratingPolicy in the generate controller, against an in-memory cluster: labels, synchronize, clone source
+label, no adoption of foreign objects, policy removal with and without orphaning, generateExisting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from stockade.celpolicy.model import CelPolicy
+from stockade.controllers.generate import (
+    GenerateController,
+    TriggerEvent,
+    evaluation_enabled,
+    gpol_labels,
+    gpol_selector,
+    owned_by,
+)
+from stockade.policy.loader import Document
+from tests.unit.controllers.fakecluster import FakeCluster, selector_matches
+
+NETPOL = (
+    '[{"kind": dyn("NetworkPolicy"), "apiVersion": dyn("networking.k8s.io/v1"), '
+    '"metadata": dyn({"name": "default-deny", "namespace": string(object.metadata.namespace)}), '
+    '"spec": dyn({"podSelector": dyn({}), "policyTypes": dyn(["Ingress"])})}]'
+)
+
+
+def gpol(name: str = "gen", *, sync: bool = True, orphan: bool = False, existing: bool = False, expression: str = "") -> dict[str, Any]:
+    return {
+        "apiVersion": "policies.kyverno.io/v1beta1",
+        "kind": "GeneratingPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "evaluation": {"synchronize": {"enabled": sync}, "orphanDownstreamOnPolicyDelete": {"enabled": orphan}, "generateExisting": {"enabled": existing}},
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}]},
+            "matchConditions": [{"name": "wanted", "expression": "has(object.data) && 'go' in object.data"}],
+            "generate": [{"expression": expression or f"generator.Apply(object.metadata.namespace, {NETPOL})"}],
+        },
+    }
+
+
+@dataclass
+class Snapshot:
+    documents: tuple[Document, ...]
+    policies: list[Any] = field(default_factory=list)
+    errors: dict[Any, str] = field(default_factory=dict)
+
+
+class Store:
+    def __init__(self, *docs: dict[str, Any]) -> None:
+        self.listeners: list[Any] = []
+        self.set(*docs)
+
+    def set(self, *docs: dict[str, Any]) -> None:
+        self.snapshot = Snapshot(tuple(Document(d, "test", i) for i, d in enumerate(docs)))
+
+
+def controller(cluster: FakeCluster, store: Store) -> GenerateController:
+    return GenerateController(None, store, cluster_data=cluster)  # type: ignore[arg-type]
+
+
+def trigger(cluster: FakeCluster, name: str = "cm", namespace: str = "ns1", data: dict[str, str] | None = None) -> dict[str, Any]:
+    body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, "data": data if data is not None else {"go": "1"}}
+    existing = cluster.find("ConfigMap", namespace, name)
+    if existing is not None:
+        body["metadata"]["uid"] = existing["metadata"]["uid"]
+    return cluster.add(body)
+
+
+def test_settings_and_labels() -> None:
+    policy = CelPolicy(gpol(sync=True, orphan=True))
+    assert evaluation_enabled(policy, "synchronize") and evaluation_enabled(policy, "orphanDownstreamOnPolicyDelete")
+    assert not evaluation_enabled(policy, "generateExisting")
+    assert not evaluation_enabled(CelPolicy({"kind": "GeneratingPolicy", "spec": {}}), "synchronize")
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "n", "uid": "u1"}}
+    labels = gpol_labels(policy, cm, "src")
+    assert labels["generate.kyverno.io/trigger-version"] == "v1" and labels["generate.kyverno.io/trigger-group"] == ""
+    assert labels["generate.kyverno.io/source-uid"] == "src" and "generate.kyverno.io/rule-name" not in labels
+    assert selector_matches(gpol_selector(policy, "u1"), labels)
+    assert not selector_matches(gpol_selector(policy), {**labels, "generate.kyverno.io/rule-name": "r"})
+    assert owned_by({"metadata": {"labels": labels}}, policy, "u1") and not owned_by({"metadata": {"labels": labels}}, policy, "u2")
+
+
+def test_create_labels_downstream_and_sync_follows_trigger() -> None:
+    cluster = FakeCluster()
+    store = Store(gpol())
+    ctl = controller(cluster, store)
+    cm = trigger(cluster)
+    assert ctl.process_event(TriggerEvent("CREATE", cm)) == []
+    netpol = cluster.find("NetworkPolicy", "ns1", "default-deny")
+    assert netpol is not None
+    labels = netpol["metadata"]["labels"]
+    assert labels["generate.kyverno.io/policy-name"] == "gen"
+    assert labels["generate.kyverno.io/trigger-uid"] == cm["metadata"]["uid"]
+    assert labels["generate.kyverno.io/trigger-name"] == "cm" and labels["generate.kyverno.io/trigger-kind"] == "ConfigMap"
+    # drift is repaired on the next trigger update
+    cluster.add({**netpol, "spec": {"podSelector": {}, "policyTypes": ["Egress"]}})
+    cm = trigger(cluster)
+    assert ctl.process_event(TriggerEvent("UPDATE", cm, cm)) == []
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny")["spec"]["policyTypes"] == ["Ingress"]
+    # the trigger stops matching: its downstream goes
+    cm = trigger(cluster, data={})
+    assert ctl.process_event(TriggerEvent("UPDATE", cm, cm)) == []
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny") is None
+
+
+def test_delete_of_one_trigger_removes_only_its_downstream() -> None:
+    cluster = FakeCluster()
+    ctl = controller(cluster, Store(gpol()))
+    first, second = trigger(cluster, "a", "ns1"), trigger(cluster, "b", "ns2")
+    ctl.process_event(TriggerEvent("CREATE", first))
+    ctl.process_event(TriggerEvent("CREATE", second))
+    cluster.request("DELETE", "/api/v1/namespaces/ns1/configmaps/a")
+    assert ctl.process_event(TriggerEvent("DELETE", {}, first)) == []
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny") is None
+    assert cluster.find("NetworkPolicy", "ns2", "default-deny") is not None
+
+
+def test_without_sync_nothing_is_deleted_or_rewritten() -> None:
+    cluster = FakeCluster()
+    ctl = controller(cluster, Store(gpol(sync=False)))
+    cm = trigger(cluster)
+    ctl.process_event(TriggerEvent("CREATE", cm))
+    netpol = cluster.find("NetworkPolicy", "ns1", "default-deny")
+    cluster.add({**netpol, "spec": {"podSelector": {}, "policyTypes": ["Egress"]}})
+    ctl.process_event(TriggerEvent("UPDATE", cm, cm))
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny")["spec"]["policyTypes"] == ["Egress"]
+    ctl.process_event(TriggerEvent("DELETE", {}, cm))
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny") is not None
+
+
+def test_foreign_object_of_the_same_name_is_not_adopted() -> None:
+    cluster = FakeCluster()
+    foreign = {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "default-deny", "namespace": "ns1"}, "spec": {"podSelector": {}}}
+    cluster.add(foreign)
+    ctl = controller(cluster, Store(gpol()))
+    cm = trigger(cluster)
+    assert ctl.process_event(TriggerEvent("CREATE", cm)) == []
+    kept = cluster.find("NetworkPolicy", "ns1", "default-deny")
+    assert "labels" not in kept["metadata"] and kept["spec"] == {"podSelector": {}}
+
+
+def test_clone_carries_source_uid() -> None:
+    cluster = FakeCluster()
+    source = cluster.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "src", "namespace": "default"}, "data": {"k": "dg=="}})
+    expression = 'generator.Apply(object.metadata.namespace, [resource.Get("v1", "secrets", "default", "src")])'
+    ctl = controller(cluster, Store(gpol(expression=expression)))
+    assert ctl.process_event(TriggerEvent("CREATE", trigger(cluster))) == []
+    copy = cluster.find("Secret", "ns1", "src")
+    assert copy is not None and copy["data"] == {"k": "dg=="}
+    assert copy["metadata"]["labels"]["generate.kyverno.io/source-uid"] == source["metadata"]["uid"]
+    assert copy["metadata"]["uid"] != source["metadata"]["uid"]
+
+
+def test_policy_removal_deletes_synchronized_downstream_unless_orphaned() -> None:
+    for orphan in (False, True):
+        cluster = FakeCluster()
+        store = Store(gpol(orphan=orphan))
+        ctl = controller(cluster, store)
+        ctl.reconcile_policies()
+        ctl.process_event(TriggerEvent("CREATE", trigger(cluster)))
+        store.set()
+        ctl.reconcile_policies()
+        assert (cluster.find("NetworkPolicy", "ns1", "default-deny") is not None) == orphan
+
+
+def test_generate_existing_and_resync_prune() -> None:
+    cluster = FakeCluster()
+    trigger(cluster, "a", "ns1")
+    trigger(cluster, "b", "ns2", data={})  # does not match
+    store = Store(gpol(existing=True))
+    ctl = controller(cluster, store)
+    ctl.reconcile_policies()
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny") is not None
+    assert cluster.find("NetworkPolicy", "ns2", "default-deny") is None
+    cluster.request("DELETE", "/api/v1/namespaces/ns1/configmaps/a")  # a trigger deleted while we were not told
+    ctl.resync()
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny") is None
