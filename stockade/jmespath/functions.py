@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from stockade import yamlsafe
 from stockade.jmespath.errors import JMESPathError
 from stockade.jmespath.golang import deep_equal, format_float, format_float_g, is_number
 from stockade.goregex import GoRegexError, compile_go_regex, replace_all
@@ -405,7 +406,7 @@ def _json_key(key: Any) -> str:
 def _parse_yaml(arguments: list[Any]) -> Any:
     text = string_argument("parse_yaml", arguments, 0)
     try:
-        documents = yaml.load_all(text, Loader=_GoYamlLoader)  # noqa: S506 - a SafeLoader subclass
+        documents = yamlsafe.iter_documents(text, _GoYamlLoader)
         document = next(iter(documents), None)
     except yaml.YAMLError as error:
         raise JMESPathError(f"error converting YAML to JSON: yaml: {error}") from None
