@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import yaml
+from yaml.events import DocumentEndEvent, MappingEndEvent, MappingStartEvent, SequenceEndEvent, SequenceStartEvent
 from yaml.nodes import MappingNode, Node, SequenceNode
 
 try:  # libyaml is ~8x faster than the pure-Python parser
@@ -27,15 +28,53 @@ except AttributeError:  # pragma: no cover - wheels without libyaml
     SAFE_LOADER = yaml.SafeLoader
 
 ALIAS_EXPANSION_BASE = 10_000
+MAX_DEPTH = 512
+"""Deepest nesting of collections accepted. libyaml's composer recurses in C and crashes the process near 50,000
+levels; Kubernetes objects and CRD schemas nest well under 100, and Python code walking the data recursively
+stays clear of the interpreter's recursion limit."""
 
 
 class YamlAliasError(yaml.YAMLError):
-    """A document's aliases expand past the budget or refer to themselves; ``index`` is 0-based."""
+    """A document's aliases expand past the budget or refer to themselves, or it nests too deep; ``index`` is 0-based."""
 
     def __init__(self, reason: str, index: int) -> None:
         self.reason = reason
         self.index = index
         super().__init__(f"document {index + 1}: {reason}")
+
+
+def _may_nest_too_deep(text: str | bytes) -> bool:
+    """Cheap and conservative: block nesting needs indentation or indicators on one line, flow nesting needs brackets."""
+    if len(text) <= MAX_DEPTH:
+        return False
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    longest_line = max(map(len, text.splitlines()), default=0)
+    return longest_line + text.count("[") + text.count("{") > MAX_DEPTH
+
+
+def check_depth(text: str | bytes, loader: type = SAFE_LOADER) -> None:
+    """Refuse a stream nesting deeper than ``MAX_DEPTH``, reading only parser events (no recursion, no nodes)."""
+    if not _may_nest_too_deep(text):
+        return
+    instance = loader(text)
+    try:
+        depth = 0
+        index = 0
+        while instance.check_event():
+            event = instance.get_event()
+            if isinstance(event, (SequenceStartEvent, MappingStartEvent)):
+                depth += 1
+                if depth > MAX_DEPTH:
+                    raise YamlAliasError(
+                        f"collections nest deeper than {MAX_DEPTH} levels at line {event.start_mark.line + 1}", index
+                    )
+            elif isinstance(event, (SequenceEndEvent, MappingEndEvent)):
+                depth -= 1
+            elif isinstance(event, DocumentEndEvent):
+                index += 1
+    finally:
+        instance.dispose()
 
 
 def check_aliases(root: Node, index: int = 0) -> None:
@@ -93,6 +132,7 @@ def _distinct_nodes(root: Node) -> int:
 
 def iter_documents(text: str | bytes, loader: type = SAFE_LOADER) -> Iterator[Any]:
     """Each document of a YAML stream, checked then constructed lazily (a consumer may stop after the first)."""
+    check_depth(text, loader)
     instance = loader(text)
     try:
         index = 0
@@ -109,11 +149,15 @@ def iter_documents(text: str | bytes, loader: type = SAFE_LOADER) -> Iterator[An
 
 def load_all(text: str | bytes, loader: type = SAFE_LOADER) -> list[Any]:
     """Every document of a YAML stream (``None`` for empty ones), alias expansion bounded."""
-    return list(iter_documents(text, loader))
+    try:
+        return list(iter_documents(text, loader))
+    except RecursionError:  # the pure-Python parser recurses per level and may give up before MAX_DEPTH
+        raise YamlAliasError("collections nest too deep for the parser", 0) from None
 
 
 def load(text: str | bytes, loader: type = SAFE_LOADER) -> Any:
     """The single document of a YAML text, as ``yaml.load`` reads it (a second document is an error)."""
+    check_depth(text, loader)
     instance = loader(text)
     try:
         node = instance.get_single_node()
@@ -121,12 +165,15 @@ def load(text: str | bytes, loader: type = SAFE_LOADER) -> Any:
             return None
         check_aliases(node, 0)
         return instance.construct_document(node)
+    except RecursionError:  # the pure-Python parser recurses per level and may give up before MAX_DEPTH
+        raise YamlAliasError("collections nest too deep for the parser", 0) from None
     finally:
         instance.dispose()
 
 
 def compose_all(text: str | bytes, loader: type = SAFE_LOADER) -> list[Node]:
     """Composed nodes of every document (for callers that need positions), alias expansion bounded."""
+    check_depth(text, loader)
     instance = loader(text)
     try:
         nodes: list[Node] = []
