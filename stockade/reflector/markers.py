@@ -316,7 +316,8 @@ def _check_writable(update: FileUpdate) -> None:
         raise MarkerError(f"{update.label}: cannot write: {exc.strerror or exc}") from None
     if not stat.S_ISREG(status.st_mode):
         raise MarkerError(f"{update.label}: cannot write: {file_type(status.st_mode)}, not a regular file")
-    if not os.access(update.path, os.W_OK):
+    # Mode bits as well as access(): root may write anything, yet a file nobody may write is meant to stay as it is.
+    if not status.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(update.path, os.W_OK):
         raise MarkerError(f"{update.label}: cannot write: file is read-only")
     directory = os.path.dirname(os.path.abspath(update.path))
     if not os.access(directory, os.W_OK | os.X_OK):
