@@ -198,17 +198,31 @@ def expand_template(template: str, match: re.Match[str]) -> str:
     return "".join(out)
 
 
-def replace_all(pattern: re.Pattern[str], source: str, replacement: str, literal: bool) -> str:
-    """``ReplaceAll``/``ReplaceAllLiteral``: an empty match right after the previous match is skipped, as in Go."""
+class OutputTooLargeError(GoRegexError):
+    """``replace_all`` would build a string longer than the caller's ``max_length``."""
+
+
+def replace_all(
+    pattern: re.Pattern[str], source: str, replacement: str, literal: bool, max_length: int | None = None
+) -> str:
+    """``ReplaceAll``/``ReplaceAllLiteral``: an empty match right after the previous match is skipped, as in Go.
+
+    With ``max_length`` the output is measured while it is built and ``OutputTooLargeError`` stops it early.
+    """
     pieces: list[str] = []
     copied_up_to = 0
     previous_end = -1
+    length = 0
     for match in pattern.finditer(source):
         start, end = match.span()
         if start == end and start == previous_end:
             continue
         pieces.append(source[copied_up_to:start])
-        pieces.append(replacement if literal else expand_template(replacement, match))
+        expanded = replacement if literal else expand_template(replacement, match)
+        pieces.append(expanded)
+        length += start - copied_up_to + len(expanded)
+        if max_length is not None and length > max_length:
+            raise OutputTooLargeError(f"replacement result exceeds {max_length} characters")
         copied_up_to = end
         previous_end = end
     pieces.append(source[copied_up_to:])

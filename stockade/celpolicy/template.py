@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from stockade import yamlsafe
 from stockade.celpolicy.scope import Scope
 
 _PLACEHOLDER = re.compile(r"\(\((.+?)\)\)", re.DOTALL)
@@ -34,7 +35,7 @@ def _render(node: Any, scope: Scope, field_path: str) -> Any:
 def render_template(scope: Scope, field_path: str, template: dict[str, Any]) -> list[dict[str, Any]]:
     """Parse ``template.value`` (multi-document YAML) and, with ``interpolate: cel``, evaluate placeholders."""
     try:
-        documents = [d for d in yaml.safe_load_all(str(template.get("value") or "")) if d is not None]
+        documents = [d for d in yamlsafe.load_all(str(template.get("value") or ""), yaml.SafeLoader) if d is not None]
     except yaml.YAMLError as error:
         raise ValueError(f"{field_path}.value: invalid YAML: {error}") from error
     for document in documents:

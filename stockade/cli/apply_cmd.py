@@ -54,6 +54,31 @@ def _policy_report(results: list[tuple[EngineResponse, Any, str]]) -> dict[str, 
     }
 
 
+class OutputPathError(ValueError):
+    """An output file name derived from a resource would land outside the ``-o`` directory."""
+
+
+def _output_paths(target: str, resources: list[dict[str, Any]], suffix: str) -> list[str]:
+    """One file per resource inside ``target``; names come from resource fields, so each is checked, not trusted.
+
+    A name with a path separator, or a path that is a symlink or resolves (through a symlink) outside ``target``, is
+    refused before anything is written.
+    """
+    root = os.path.realpath(target)
+    paths: list[str] = []
+    for resource in resources:
+        metadata = resource.get("metadata") or {}
+        name = "-".join(str(p) for p in (resource.get("kind", ""), metadata.get("namespace") or "", metadata.get("name", "")) if p)
+        file_name = name + suffix
+        if any(character in file_name for character in ("/", os.sep, "\0")):
+            raise OutputPathError(f"output file name {file_name!r} (from the resource's kind/namespace/name) is not a plain file name")
+        path = os.path.join(root, file_name)
+        if os.path.islink(path) or os.path.commonpath([root, os.path.realpath(path)]) != root:
+            raise OutputPathError(f"output file {path} would be written outside {target} (symbolic link)")
+        paths.append(path)
+    return paths
+
+
 def _write_outputs(target: str, resources: list[dict[str, Any]], output_format: str) -> None:
     def dump(resource: dict[str, Any]) -> str:
         return json.dumps(resource, indent=2) + "\n" if output_format == "json" else yaml.safe_dump(resource, sort_keys=False)
@@ -63,11 +88,11 @@ def _write_outputs(target: str, resources: list[dict[str, Any]], output_format: 
             handle.write(("---\n" if output_format == "yaml" else "").join(dump(r) for r in resources))
         return
     os.makedirs(target, exist_ok=True)
-    for resource in resources:
-        metadata = resource.get("metadata") or {}
-        name = "-".join(str(p) for p in (resource.get("kind", ""), metadata.get("namespace") or "", metadata.get("name", "")) if p)
-        suffix = ".json" if output_format == "json" else ".yaml"
-        with open(os.path.join(target, name + suffix), "w", encoding="utf-8") as handle:
+    paths = _output_paths(target, resources, ".json" if output_format == "json" else ".yaml")
+    for path, resource in zip(paths, resources):
+        # O_NOFOLLOW: a symlink planted after the check still cannot redirect the write.
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             handle.write(dump(resource))
 
 
@@ -167,7 +192,14 @@ def run_apply(
                 for index, (rule, outcome) in enumerate(failed, start=1):
                     print(f"{index}. {rule.name}: {paint(outcome, 'red' if outcome in ('fail', 'error') else 'yellow', colour)} {rule.message}", file=out)
     if output_dir and outputs:
-        _write_outputs(output_dir, outputs, output_format)
+        try:
+            _write_outputs(output_dir, outputs, output_format)
+        except OutputPathError as exc:
+            print(f"Error: {exc}; nothing was written", file=sys.stderr)
+            return 2
+        except OSError as exc:
+            print(f"Error: cannot write output {exc.filename or output_dir}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
     if policy_report:
         report = _policy_report(report_rows)
         print(json.dumps(report, indent=2) if output_format == "json" else yaml.safe_dump(report, sort_keys=False), file=out)

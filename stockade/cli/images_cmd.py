@@ -20,6 +20,7 @@ import yaml
 from stockade.images.auth import CredentialError, CredentialStore
 from stockade.images.reference import InvalidReferenceError
 from stockade.images.registry import RegistryClient, RegistryError
+from stockade.policy.loader import LoadError, parse_yaml_documents, read_text
 from stockade.reflector.imagepolicy import ImagePolicyReconciler
 from stockade.reflector.markers import MarkerError, plan_updates, write_updates
 from stockade.reflector.models import (
@@ -190,10 +191,9 @@ def _load_documents(paths: tuple[str, ...]) -> list[dict[str, Any]]:
     documents: list[dict[str, Any]] = []
     for file in _yaml_files(paths):
         try:
-            with open(file, encoding="utf-8") as stream:
-                loaded = list(yaml.safe_load_all(stream))
-        except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
-            raise click.ClickException(f"{file}: cannot read YAML: {exc}") from None
+            loaded = parse_yaml_documents(read_text(str(file)), str(file))
+        except LoadError as exc:
+            raise click.ClickException(str(exc)) from None
         for index, document in enumerate(loaded):
             if document is None:
                 continue
@@ -368,7 +368,10 @@ def update_command(path: str, policy_paths: tuple[str, ...], store_dir: str | No
                 nl=False,
             )
     else:
-        write_updates(updates)
+        try:
+            write_updates(updates)
+        except MarkerError as exc:
+            raise click.ClickException(f"{exc}; no file was changed") from None
     count = sum(len(update.changes) for update in updates)
     for update in updates:
         for change in update.changes:

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from stockade import yamlsafe
 from stockade.engine.wildcard import match as wildcard_match
 from stockade.images.keys import KeyFormatError, VerificationFailure, load_public_key, split_pem, verify_signature
 
@@ -80,7 +81,7 @@ def _manifests_in(blob: bytes) -> list[dict[str, Any]]:
     manifests: list[dict[str, Any]] = []
     for text in texts:
         try:
-            manifests.extend(d for d in yaml.safe_load_all(text) if isinstance(d, dict))
+            manifests.extend(d for d in yamlsafe.load_all(text, yaml.SafeLoader) if isinstance(d, dict))
         except yaml.YAMLError as exc:
             raise ValueError(f"signed message is not valid YAML: {exc}") from None
     return manifests

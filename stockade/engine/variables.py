@@ -16,10 +16,32 @@ from stockade.jmespath import JMESPathError
 
 VARIABLE_RE = re.compile(r"(^|[^\\])(\{\{(?:\{[^{}]*\}|[^{}])*\}\})")
 _MAX_ROUNDS = 64
+MAX_SUBSTITUTION_GROWTH = 1 << 20
+"""Substitution may make a string -- and all strings of one document together -- at most 1 MiB longer than written.
+
+Resolved values are re-scanned for variables, so a resource value holding two copies of its own variable doubles
+on every round; the round limit alone would allow 2^64 copies. Legitimate substitutions add kilobytes.
+"""
+MAX_SUBSTITUTION_WORK = 64 << 20
+"""Characters that splicing resolved values may copy for one string (64 Mi): each splice copies the string, so
+many variables in a large string would be quadratic without this cap."""
 
 
 class SubstitutionError(Exception):
     """A variable could not be resolved; ``str()`` reads like Kyverno's message."""
+
+
+class SubstitutionLimitError(SubstitutionError):
+    """Substitution would grow a value past ``MAX_SUBSTITUTION_GROWTH`` (or copy past ``MAX_SUBSTITUTION_WORK``)."""
+
+
+class _GrowthBudget:
+    """Bytes substitution may still add to one document; shared by every string of a ``substitute_all`` call."""
+
+    __slots__ = ("remaining",)
+
+    def __init__(self) -> None:
+        self.remaining = MAX_SUBSTITUTION_GROWTH
 
 
 _HAS_VARIABLES: dict[int, tuple[Any, bool]] = {}
@@ -70,41 +92,68 @@ def substitute_string(
     path: Sequence[str | int] = (),
     *,
     is_delete: bool = False,
+    budget: _GrowthBudget | None = None,
 ) -> Any:
     """Substitute every variable of one string; may return a non-string when the string is a single variable."""
     if "{{" not in text:
         return text
+    if budget is None:
+        budget = _GrowthBudget()
+    size_limit = len(text) + budget.remaining
+    work = 0
     value: Any = text
     for _ in range(_MAX_ROUNDS):
         if not isinstance(value, str):
             return value
         matches = list(VARIABLE_RE.finditer(value))
         if not matches:
-            return value
+            break
         original = value
+        replacements: list[tuple[str, str]] = []
         for match in matches:
             token = match.group(2)
-            variable = _variable_name(token)
-            if variable == "@":
-                prefix = "target" if ctx.has("target") else "request.object"
-                variable = _pointer_to_jmespath(path, prefix)
-            elif "@" in variable and path:
-                prefix = "target" if ctx.has("target") else "request.object"
-                variable = variable.replace("@", _pointer_to_jmespath(path, prefix))
-            if is_delete:
-                variable = variable.replace("request.object", "request.oldObject")
-            try:
-                resolved = ctx.query(variable)
-            except JMESPathError as exc:
-                raise SubstitutionError(str(exc)) from None
-            except ContextError as exc:
-                raise SubstitutionError(f"failed to resolve {variable} at path {_render_path(path)}: {exc}") from None
+            resolved = _resolve(token, ctx, path, is_delete)
             if original == token:
                 return resolved
-            value = value.replace(token, go_string(resolved), 1)
+            replacements.append((token, go_string(resolved)))
+        projected = len(value) + sum(len(rendered) - len(token) for token, rendered in replacements)
+        if projected > size_limit:
+            raise SubstitutionLimitError(
+                f"variable substitution at path {_render_path(path)} exceeds the substitution limit: the value would "
+                f"grow by more than {MAX_SUBSTITUTION_GROWTH} bytes (does a value substitute into itself?)"
+            )
+        for token, rendered in replacements:
+            work += len(value) + len(rendered)
+            if work > MAX_SUBSTITUTION_WORK:
+                raise SubstitutionLimitError(
+                    f"variable substitution at path {_render_path(path)} exceeds the substitution limit: splicing "
+                    f"would copy more than {MAX_SUBSTITUTION_WORK} characters (does a value substitute into itself?)"
+                )
+            value = value.replace(token, rendered, 1)
         if value == original:
-            return value
-    raise SubstitutionError(f"variable substitution did not converge at path {_render_path(path)}")
+            break
+    else:
+        raise SubstitutionError(f"variable substitution did not converge at path {_render_path(path)}")
+    budget.remaining -= max(0, len(value) - len(text))
+    return value
+
+
+def _resolve(token: str, ctx: EngineContext, path: Sequence[str | int], is_delete: bool) -> Any:
+    variable = _variable_name(token)
+    if variable == "@":
+        prefix = "target" if ctx.has("target") else "request.object"
+        variable = _pointer_to_jmespath(path, prefix)
+    elif "@" in variable and path:
+        prefix = "target" if ctx.has("target") else "request.object"
+        variable = variable.replace("@", _pointer_to_jmespath(path, prefix))
+    if is_delete:
+        variable = variable.replace("request.object", "request.oldObject")
+    try:
+        return ctx.query(variable)
+    except JMESPathError as exc:
+        raise SubstitutionError(str(exc)) from None
+    except ContextError as exc:
+        raise SubstitutionError(f"failed to resolve {variable} at path {_render_path(path)}: {exc}") from None
 
 
 def _render_path(path: Sequence[str | int]) -> str:
@@ -117,10 +166,16 @@ def substitute_all(
     path: Sequence[str | int] = (),
     *,
     is_delete: bool = False,
+    budget: _GrowthBudget | None = None,
 ) -> Any:
-    """Substitute variables in every string leaf and map key of a document (a new document is returned)."""
+    """Substitute variables in every string leaf and map key of a document (a new document is returned).
+
+    All strings of the document share one growth budget (``MAX_SUBSTITUTION_GROWTH``).
+    """
+    if budget is None:
+        budget = _GrowthBudget()
     if isinstance(document, str):
-        return substitute_string(document, ctx, path, is_delete=is_delete)
+        return substitute_string(document, ctx, path, is_delete=is_delete, budget=budget)
     if isinstance(document, dict):
         if not has_variables(document):
             return document
@@ -128,13 +183,16 @@ def substitute_all(
         for key, value in document.items():
             new_key = key
             if isinstance(key, str) and "{{" in key:
-                new_key = go_string(substitute_string(key, ctx, (*path, key), is_delete=is_delete))
-            result[new_key] = substitute_all(value, ctx, (*path, key), is_delete=is_delete)
+                new_key = go_string(substitute_string(key, ctx, (*path, key), is_delete=is_delete, budget=budget))
+            result[new_key] = substitute_all(value, ctx, (*path, key), is_delete=is_delete, budget=budget)
         return result
     if isinstance(document, list):
         if not has_variables(document):
             return document
-        return [substitute_all(item, ctx, (*path, index), is_delete=is_delete) for index, item in enumerate(document)]
+        return [
+            substitute_all(item, ctx, (*path, index), is_delete=is_delete, budget=budget)
+            for index, item in enumerate(document)
+        ]
     return document
 
 

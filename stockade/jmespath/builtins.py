@@ -18,6 +18,7 @@ from stockade.jmespath.registry import (
     OBJECT,
     STRING,
     ExpRef,
+    check_result_size,
     register,
 )
 
@@ -69,7 +70,10 @@ def _ends_with(arguments: list[Any]) -> Any:
 
 @register("join", (STRING,), (ARRAY_STRING,), returns=(STRING,))
 def _join(arguments: list[Any]) -> Any:
-    return arguments[0].join(arguments[1])
+    separator, items = arguments[0], arguments[1]
+    content = sum(map(len, items))
+    check_result_size("join", content + len(separator) * max(len(items) - 1, 0), content + len(separator))
+    return separator.join(items)
 
 
 @register("keys", (OBJECT,), returns=(ARRAY,))

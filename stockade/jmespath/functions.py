@@ -16,9 +16,10 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from stockade import yamlsafe
 from stockade.jmespath.errors import JMESPathError
 from stockade.jmespath.golang import deep_equal, format_float, format_float_g, is_number
-from stockade.goregex import GoRegexError, compile_go_regex, replace_all
+from stockade.goregex import GoRegexError, OutputTooLargeError, compile_go_regex, replace_all
 from stockade.jmespath.registry import (
     ANY,
     ARRAY,
@@ -26,7 +27,10 @@ from stockade.jmespath.registry import (
     NUMBER,
     OBJECT,
     STRING,
+    MAX_RESULT_GROWTH,
+    ResultTooLargeError,
     argument_type_error,
+    check_result_size,
     generic_error,
     register,
     string_argument,
@@ -67,6 +71,10 @@ def _go_replace(text: str, old: str, new: str, count: int) -> str:
     """``strings.Replace``: a negative count means all; an empty ``old`` inserts between every rune."""
     if count == 0 or old == new:
         return text
+    occurrences = len(text) + 1 if old == "" else text.count(old)
+    if count > 0:
+        occurrences = min(occurrences, count)
+    check_result_size("replace", len(text) + occurrences * (len(new) - len(old)), len(text) + len(new))
     if old == "":
         pieces = list(text)
         limit = len(pieces) + 1 if count < 0 else min(count, len(pieces) + 1)
@@ -155,7 +163,14 @@ def _regex_replace(function: str, arguments: list[Any], literal: bool) -> str:
     replacement = _to_text(arguments[2])
     if replacement is None:
         raise argument_type_error(function, 3, "String or Real")
-    return replace_all(_compiled(function, pattern), source, replacement, literal)
+    limit = len(source) + len(replacement) + MAX_RESULT_GROWTH
+    try:
+        return replace_all(_compiled(function, pattern), source, replacement, literal, max_length=limit)
+    except OutputTooLargeError:
+        raise ResultTooLargeError(
+            f"JMESPath function '{function}': result exceeds the limit of {MAX_RESULT_GROWTH} characters beyond its "
+            "arguments"
+        ) from None
 
 
 @register("regex_replace_all", (STRING,), (STRING, NUMBER), (STRING, NUMBER), returns=(STRING,),
@@ -405,7 +420,7 @@ def _json_key(key: Any) -> str:
 def _parse_yaml(arguments: list[Any]) -> Any:
     text = string_argument("parse_yaml", arguments, 0)
     try:
-        documents = yaml.load_all(text, Loader=_GoYamlLoader)  # noqa: S506 - a SafeLoader subclass
+        documents = yamlsafe.iter_documents(text, _GoYamlLoader)
         document = next(iter(documents), None)
     except yaml.YAMLError as error:
         raise JMESPathError(f"error converting YAML to JSON: yaml: {error}") from None

@@ -22,6 +22,10 @@ class RegenError(ValueError):
 _RANDOM = random.SystemRandom()
 _PRINTABLE = [chr(code) for code in range(32, 127)]
 _MAX_UNBOUNDED_EXTRA = 10
+MAX_OUTPUT = 1 << 20
+"""``random('(a{1000}){1000}')`` asks for a million characters per nesting level; output stops at 1 MiB, and
+repetitions (also of empty groups, which add nothing) stop at ``MAX_REPETITIONS``."""
+MAX_REPETITIONS = 1 << 16
 _CATEGORIES = {
     sre_constants.CATEGORY_DIGIT: set(string.digits),
     sre_constants.CATEGORY_NOT_DIGIT: set(_PRINTABLE) - set(string.digits),
@@ -38,7 +42,7 @@ def generate(pattern: str) -> str:
     except re.error as error:
         raise RegenError(f"error parsing regexp: {error.msg}: `{pattern}`") from None
     output: list[str] = []
-    _emit(list(tree), output)
+    _emit(list(tree), output, [0])
     return "".join(output)
 
 
@@ -62,7 +66,7 @@ def _class_members(items: list[tuple[Any, Any]]) -> list[str]:
     return sorted(members)
 
 
-def _emit(nodes: list[tuple[Any, Any]], output: list[str]) -> None:
+def _emit(nodes: list[tuple[Any, Any]], output: list[str], repetitions: list[int]) -> None:
     for opcode, argument in nodes:
         if opcode is sre_constants.LITERAL:
             output.append(chr(argument))
@@ -77,13 +81,18 @@ def _emit(nodes: list[tuple[Any, Any]], output: list[str]) -> None:
             if high is sre_constants.MAXREPEAT or high > low + _MAX_UNBOUNDED_EXTRA:
                 high = low + _MAX_UNBOUNDED_EXTRA
             for _ in range(_RANDOM.randint(low, high)):
-                _emit(list(body), output)
+                _emit(list(body), output, repetitions)
+                repetitions[0] += 1
+                if len(output) > MAX_OUTPUT or repetitions[0] > MAX_REPETITIONS:
+                    raise RegenError(
+                        f"pattern generates more than {MAX_OUTPUT} characters or {MAX_REPETITIONS} repetitions"
+                    )
         elif opcode is sre_constants.SUBPATTERN:
-            _emit(list(argument[-1]), output)
+            _emit(list(argument[-1]), output, repetitions)
         elif opcode is sre_constants.ATOMIC_GROUP:
-            _emit(list(argument), output)
+            _emit(list(argument), output, repetitions)
         elif opcode is sre_constants.BRANCH:
-            _emit(list(_RANDOM.choice(argument[1])), output)
+            _emit(list(_RANDOM.choice(argument[1])), output, repetitions)
         elif opcode is sre_constants.AT:
             continue
         else:

@@ -53,6 +53,23 @@ class FunctionSpec:
 
 FUNCTIONS: dict[str, FunctionSpec] = {}
 
+MAX_RESULT_GROWTH = 1 << 20
+"""A string-building function (join, replace, regex_replace_all, random...) may return at most 1 MiB more than the
+combined size of its arguments: nesting such calls could otherwise turn a small resource into gigabytes."""
+
+
+class ResultTooLargeError(JMESPathError):
+    """A function would build a string past ``MAX_RESULT_GROWTH``."""
+
+
+def check_result_size(function: str, size: int, input_size: int) -> None:
+    """Raise before (or instead of) building a string of ``size`` characters from ``input_size`` characters."""
+    if size > input_size + MAX_RESULT_GROWTH:
+        raise ResultTooLargeError(
+            f"JMESPath function '{function}': result of {size} characters exceeds the limit of {MAX_RESULT_GROWTH} "
+            "characters beyond its arguments"
+        )
+
 
 def register(
     name: str,

@@ -13,10 +13,7 @@ from typing import Any
 
 import yaml
 
-try:  # libyaml is ~8x faster; fall back silently where the wheel lacks it
-    _Loader: type = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover
-    _Loader = yaml.SafeLoader
+from stockade import safefile, yamlsafe
 
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -61,7 +58,9 @@ class Document:
 def parse_yaml_documents(text: str, source: str) -> list[Any]:
     """All documents of a multi-document YAML or JSON text, empty documents dropped."""
     try:
-        return [doc for doc in yaml.load_all(text, Loader=_Loader) if doc is not None]
+        return [doc for doc in yamlsafe.load_all(text) if doc is not None]
+    except yamlsafe.YamlAliasError as exc:
+        raise LoadError(source, exc.reason, exc.index) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         position = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -69,18 +68,16 @@ def parse_yaml_documents(text: str, source: str) -> list[Any]:
         raise LoadError(source, f"malformed YAML{position}: {problem}") from None
 
 
-def read_text(path: str) -> str:
+def read_text(path: str, limit: int = safefile.MAX_FILE_BYTES) -> str:
+    """A regular file's UTF-8 text within ``limit`` bytes; devices, FIFOs and directories are refused."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            return handle.read()
-    except FileNotFoundError:
-        raise LoadError(path, "no such file") from None
-    except IsADirectoryError:
-        raise LoadError(path, "is a directory") from None
+        data = safefile.read_bytes(path, limit)
+    except safefile.FileReadError as exc:
+        raise LoadError(path, exc.reason) from None
+    try:
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise LoadError(path, f"not UTF-8 text ({exc.reason})") from None
-    except OSError as exc:
-        raise LoadError(path, exc.strerror or str(exc)) from None
 
 
 def expand_paths(paths: Iterable[str]) -> Iterator[str]:

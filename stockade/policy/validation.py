@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from stockade import yamlsafe
 from stockade.policy.model import CEL_POLICY_GROUP, CEL_POLICY_KINDS, KYVERNO_GROUP, api_group
 
 MAX_RULE_NAME_LENGTH = 63
@@ -531,7 +532,7 @@ class _Checker:
     def json_patch(self, patch: Any, path: str, name: str, allow_path_variables: bool = False) -> None:
         if isinstance(patch, str):
             try:
-                operations = yaml.safe_load(patch)
+                operations = yamlsafe.load(patch, yaml.SafeLoader)
             except yaml.YAMLError as error:
                 if not variables_in(patch):  # unquoted {{ }} is legal YAML only after substitution
                     self.error(path, f"not a YAML/JSON list of operations: {error}", name)

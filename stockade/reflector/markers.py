@@ -16,11 +16,15 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import yaml
+
+from stockade import yamlsafe
+from stockade.safefile import FileReadError, file_type, read_bytes
 
 __all__ = ["Change", "FileUpdate", "MarkerError", "MARKER_TOKEN", "plan_updates", "update_text", "update_path", "write_updates"]
 
@@ -151,7 +155,7 @@ def _is_plain_safe(value: str, in_flow: bool) -> bool:
     if in_flow and _FLOW_INDICATORS.search(value):
         return False
     try:
-        loaded = yaml.safe_load(value)
+        loaded = yamlsafe.load(value, yaml.SafeLoader)
     except yaml.YAMLError:
         return False
     return isinstance(loaded, str) and loaded == value
@@ -212,7 +216,7 @@ def _parse_documents(text: str, label: str) -> list[yaml.Node]:
     parseable = _TAB_BEFORE_COMMENT.sub(" ", text)
     try:
         # The pure-Python loader reports marks as character offsets into `text`.
-        return [doc for doc in yaml.compose_all(parseable, Loader=yaml.SafeLoader) if doc is not None]
+        return [doc for doc in yamlsafe.compose_all(parseable, yaml.SafeLoader) if doc is not None]
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark is not None else ""
@@ -281,18 +285,43 @@ def _candidate_files(root: str) -> Iterator[str]:
                     yield path
 
 
-def _write_atomically(path: str, content: bytes) -> None:
+def _stage(path: str, content: bytes) -> str:
+    """Write ``content`` to a temporary file beside ``path`` with ``path``'s permissions; return its name."""
     directory = os.path.dirname(os.path.abspath(path))
     handle, temporary = tempfile.mkstemp(dir=directory, prefix=".stockade-", suffix=".tmp")
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(content)
+            stream.flush()
+            os.fsync(stream.fileno())
         os.chmod(temporary, os.stat(path).st_mode & 0o7777)
-        os.replace(temporary, path)
     except BaseException:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
+        _discard(temporary)
         raise
+    return temporary
+
+
+def _discard(temporary: str) -> None:
+    try:
+        os.unlink(temporary)
+    except FileNotFoundError:
+        pass
+
+
+def _check_writable(update: FileUpdate) -> None:
+    """A target must still be a regular file the user may write, in a directory that takes a temporary file."""
+    try:
+        status = os.lstat(update.path)
+    except OSError as exc:
+        raise MarkerError(f"{update.label}: cannot write: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(status.st_mode):
+        raise MarkerError(f"{update.label}: cannot write: {file_type(status.st_mode)}, not a regular file")
+    # Mode bits as well as access(): root may write anything, yet a file nobody may write is meant to stay as it is.
+    if not status.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(update.path, os.W_OK):
+        raise MarkerError(f"{update.label}: cannot write: file is read-only")
+    directory = os.path.dirname(os.path.abspath(update.path))
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise MarkerError(f"{update.label}: cannot write: directory {directory} is not writable")
 
 
 @dataclass
@@ -311,8 +340,10 @@ def plan_updates(path: str, resolve: Resolver) -> list[FileUpdate]:
     root_is_dir = os.path.isdir(path)
     updates: list[FileUpdate] = []
     for file_path in _candidate_files(path):
-        with open(file_path, "rb") as stream:
-            raw = stream.read()
+        try:
+            raw = read_bytes(file_path)
+        except FileReadError as exc:
+            raise MarkerError(str(exc)) from None
         if MARKER_TOKEN.encode() not in raw:
             continue
         label = os.path.relpath(file_path, path).replace(os.sep, "/") if root_is_dir else file_path
@@ -327,9 +358,32 @@ def plan_updates(path: str, resolve: Resolver) -> list[FileUpdate]:
 
 
 def write_updates(updates: list[FileUpdate]) -> None:
-    """Write planned updates, each file atomically (keeping its permissions)."""
+    """Write planned updates all or nothing: every target is checked and staged before the first is replaced.
+
+    Each file gets a temporary sibling with its permissions, then an atomic rename; a read-only file or an
+    unwritable directory is a ``MarkerError`` before anything changes (renaming over a read-only file would
+    silently replace it).
+    """
     for update in updates:
-        _write_atomically(update.path, update.new_text.encode("utf-8"))
+        _check_writable(update)
+    staged: list[tuple[str, str]] = []
+    try:
+        for update in updates:
+            try:
+                staged.append((_stage(update.path, update.new_text.encode("utf-8")), update.path))
+            except OSError as exc:
+                raise MarkerError(f"{update.label}: cannot write: {exc.strerror or exc}") from None
+    except BaseException:
+        for temporary, _ in staged:
+            _discard(temporary)
+        raise
+    for index, (temporary, target) in enumerate(staged):
+        try:
+            os.replace(temporary, target)
+        except OSError as exc:  # pragma: no cover - a rename within one checked directory does not fail in practice
+            for leftover, _ in staged[index:]:
+                _discard(leftover)
+            raise MarkerError(f"{target}: cannot write: {exc.strerror or exc}") from None
 
 
 def update_path(path: str, resolve: Resolver, dry_run: bool = False) -> list[Change]:

@@ -118,6 +118,7 @@ class PolicyStore:
         self.engine_factory = engine_factory
         self.snapshot: PolicySnapshot | None = None
         self.last_error: str = ""
+        self._failed_fingerprint: tuple[Any, ...] | None = None
         self.listeners: list[Callable[[PolicySnapshot], None]] = []
 
     def policy_files(self) -> list[str]:
@@ -189,17 +190,35 @@ class PolicyStore:
         return True
 
     def reload_if_changed(self) -> bool:
-        """Poll the sources; True when a new snapshot was installed."""
+        """Poll the sources; True when a new snapshot was installed.
+
+        A failed reload keeps the previous snapshot in service, logs the file and reason once per change of the
+        sources, and stays visible through ``readiness_problem()`` until a reload succeeds.
+        """
+        fingerprint: tuple[Any, ...] | None = None
         try:
-            if self.snapshot is not None and self._fingerprint() == self.snapshot.fingerprint:
+            fingerprint = self._fingerprint()
+            if self.snapshot is not None and fingerprint == self.snapshot.fingerprint:
+                self.last_error = ""  # the sources are back to what is being served
                 return False
+            if self.last_error and fingerprint == self._failed_fingerprint:
+                return False  # same broken files as last time: already logged, still reported by readiness
             self.load()
             log.info("policies reloaded: %d policies", len(self.snapshot.policies) if self.snapshot else 0)
             return True
         except (LoadError, OSError, ValueError) as exc:
             self.last_error = str(exc)
+            self._failed_fingerprint = fingerprint
             log.error("policy reload failed, keeping the previous policies: %s", exc)
             return False
+
+    def readiness_problem(self) -> str:
+        """Why this store should not count as ready ('' when it should): no snapshot yet, or the last reload failed."""
+        if self.snapshot is None:
+            return "policies not loaded"
+        if self.last_error:
+            return f"policy reload failed (previous policies still served): {self.last_error}"
+        return ""
 
 
 def _cel_validating(documents: list[Document], compiler: Any = None) -> tuple[list[Any], Any]:

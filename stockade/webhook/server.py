@@ -220,8 +220,8 @@ def build_app(state: ServerState) -> web.Application:
 
     async def readiness(_: web.Request) -> web.Response:
         problems = [] if state.ready and not state.shutting_down else ["not ready"]
-        if state.store.snapshot is None:
-            problems.append("policies not loaded")
+        if store_problem := state.store.readiness_problem():
+            problems.append(store_problem)
         problems.extend(p for p in (check() for check in state.readiness_checks) if p)
         if problems:
             return web.json_response({"status": "unready", "problems": problems}, status=503)

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from stockade import yamlsafe
 from stockade.cel.functions import Library
 
 _SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
@@ -61,7 +62,7 @@ def _json_marshal(value: Any) -> str:
 
 def _yaml_parse(text: str) -> Any:
     try:
-        return _numbers_as_floats(yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))
+        return _numbers_as_floats(yamlsafe.load(text))
     except yaml.YAMLError as error:
         raise ValueError(f"invalid YAML: {error}") from None
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from stockade import yamlsafe
+
 from ._common import PatchError, deep_copy, json_equal
 
 _INDEX_RE = re.compile(r"^[+-]?\d+$")
@@ -38,7 +40,7 @@ def parse_operations(operations: str | list[dict[str, Any]]) -> list[dict[str, A
         text = operations
         if text and text[0] != "[":
             try:
-                decoded = yaml.safe_load(text)
+                decoded = yamlsafe.load(text, yaml.SafeLoader)
             except yaml.YAMLError as problem:
                 raise PatchError(f"failed to convert patchesJSON6902 to JSON: {problem}") from None
         else:

@@ -22,6 +22,8 @@ from typing import Any, Final
 
 import yaml
 
+from stockade import yamlsafe
+
 from ._common import MISSING, PatchError, scalar_text
 from ._k8s_schema import ROOTS, TYPES
 
@@ -335,7 +337,7 @@ def _set_elements(values_list: list[list[str]], keys: list[str], dest: list[Any]
         if isinstance(merged, dict):
             for index, key in enumerate(valid_keys):
                 if key not in merged and valid_values[index] != "":
-                    merged[key] = yaml.safe_load(valid_values[index])
+                    merged[key] = yamlsafe.load(valid_values[index], yaml.SafeLoader)
         _element_setter(to_add, merged, valid_keys, valid_values)
     if values_list:
         return _append_list(to_add, dest, valid_keys)

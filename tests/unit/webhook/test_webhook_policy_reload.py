@@ -6,8 +6,10 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from webhook_helpers import POLICIES, RunningServer, WebhookClient, pod, review
 
+from stockade.policy.loader import LoadError
 from stockade.webhook.policystore import PolicyStore
 
 
@@ -27,7 +29,42 @@ def test_reload_swaps_policies_and_keeps_old_on_error(policy_dir: Path, webhook:
     assert client.post_review("/validate", review(pod()))["response"]["allowed"] is True
     assert webhook.call(_reload(store)) is False  # still broken: still the old snapshot
     status, data = client.request("GET", "/health/readiness")
+    problems = json.loads(data)["problems"]
+    assert status == 503 and len(problems) == 1 and "policy reload failed" in problems[0] and str(target) in problems[0]
+    target.write_text(POLICIES)
+    os.utime(target, ns=(2, 2))
+    assert webhook.call(_reload(store)) is True
+    status, data = client.request("GET", "/health/readiness")
     assert status == 200 and json.loads(data)["policies"] == 3
+
+
+ALIAS_BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{name}: &{name} [{', '.join([f'*{previous}'] * 9)}]\n" for previous, name in zip("abcdefgh", "bcdefghi")
+)
+
+
+def test_alias_bomb_reload_keeps_previous_snapshot_and_fails_readiness(
+    policy_dir: Path, webhook: RunningServer, client: WebhookClient
+) -> None:
+    store = webhook.server.state.store
+    served = store.snapshot
+    bomb = policy_dir / "bomb.yaml"
+    bomb.write_text(ALIAS_BOMB)
+    assert len(ALIAS_BOMB) < 700
+    assert webhook.call(_reload(store)) is False
+    assert store.snapshot is served
+    assert str(bomb) in store.last_error and "alias" in store.last_error
+    assert client.post_review("/validate", review(pod()))["response"]["allowed"] is False  # old policies still enforced
+    status, data = client.request("GET", "/health/readiness")
+    assert status == 503 and str(bomb) in json.loads(data)["problems"][0]
+
+
+def test_alias_bomb_at_start_up_is_a_load_error_naming_the_file(tmp_path: Path) -> None:
+    (tmp_path / "bomb.yaml").write_text(ALIAS_BOMB)
+    store = PolicyStore([str(tmp_path)])
+    with pytest.raises(LoadError, match="bomb.yaml \\(document 1\\): aliases expand to more than"):
+        store.load()
+    assert store.readiness_problem() == "policies not loaded"
 
 
 async def _reload(store: PolicyStore) -> bool:
