@@ -18,7 +18,7 @@ import yaml
 
 from stockade.jmespath.errors import JMESPathError
 from stockade.jmespath.golang import deep_equal, format_float, format_float_g, is_number
-from stockade.goregex import GoRegexError, compile_go_regex, replace_all
+from stockade.goregex import GoRegexError, GoRegexp, compile_go_regex, replace_all
 from stockade.jmespath.registry import (
     ANY,
     ARRAY,
@@ -140,7 +140,7 @@ def _to_text(value: Any) -> str | None:
     return None
 
 
-def _compiled(function: str, pattern: str) -> re.Pattern[str]:
+def _compiled(function: str, pattern: str) -> GoRegexp:
     try:
         return compile_go_regex(pattern)
     except GoRegexError as error:
