@@ -8,9 +8,7 @@ import hashlib
 import ipaddress
 import json
 import math
-import re
 from collections.abc import Callable
-from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,6 +17,7 @@ import yaml
 from stockade.jmespath.errors import JMESPathError
 from stockade.jmespath.golang import deep_equal, format_float, format_float_g, is_number
 from stockade.goregex import GoRegexError, GoRegexp, compile_go_regex, replace_all
+from stockade.wildcard import match as match_wildcard
 from stockade.jmespath.registry import (
     ANY,
     ARRAY,
@@ -185,24 +184,9 @@ def _regex_match(arguments: list[Any]) -> Any:
     return compiled.search(source) is not None
 
 
-@lru_cache(maxsize=4096)
-def _wildcard_regex(pattern: str) -> re.Pattern[str]:
-    parts = []
-    for character in pattern:
-        if character == "*":
-            parts.append(".*")
-        elif character == "?":
-            parts.append(".")
-        else:
-            parts.append(re.escape(character))
-    return re.compile("".join(parts), re.DOTALL)
-
-
 def wildcard_match(pattern: str, text: str) -> bool:
     """Kyverno's ext/wildcard: ``*`` matches any run of characters (even none), ``?`` exactly one."""
-    if "*" not in pattern and "?" not in pattern:
-        return pattern == text
-    return _wildcard_regex(pattern).fullmatch(text) is not None
+    return match_wildcard(pattern, text)
 
 
 @register("pattern_match", (STRING,), (STRING, NUMBER), returns=_BOOLEAN,
