@@ -190,9 +190,13 @@ class GoRegexp:
             yield found
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=512)
 def compile_go_regex(pattern: str) -> GoRegexp:
-    """Compile once per pattern text; raises GoRegexError with Go's wording on syntax Go rejects."""
+    """Compile once per pattern text; raises GoRegexError with Go's wording on syntax Go rejects.
+
+    Each RE2 object keeps its program and lazily built DFA states within RE2's ``max_mem`` (8 MiB by default; past
+    it RE2 falls back to its NFA, still linear), so the cache size bounds the memory regexes can hold.
+    """
     return GoRegexp(pattern)
 
 
