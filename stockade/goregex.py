@@ -1,151 +1,215 @@
-"""Go RE2 regular expressions on top of Python's ``re``: one translator for JMESPath functions and Flux tag filters.
+"""Go ``regexp`` semantics on RE2: the project's one layer for regular expressions written by users.
 
-Policies are written for Go's ``regexp`` package. The syntax mostly overlaps; the differences that change results
-are handled here: ASCII-only ``\\d \\w \\s \\b``, ``$`` meaning end of text, ``\\z``, ``\\Q…\\E``, POSIX classes,
-``(?<name>…)``, Go's ``$1``/``${name}`` replacement templates and Go's rule for empty matches in ``ReplaceAll``.
-Perl features RE2 rejects (look-around, back-references) are rejected with Go's message.
+Go's regexp package is a port of RE2, so patterns go to the RE2 engine (``google-re2``) unchanged and every match
+runs in time linear in the input: no backtracking, whatever the pattern.  What this module adds is the part where
+Go's API differs from the Python binding: Go's error texts (``error parsing regexp: <code>: `<expr>```), rejecting
+the syntax RE2 accepts but Go does not (``\\C``, non-ASCII group names), Go's ``$1``/``${name}`` replacement
+templates, and Go's rule that an empty match right after a previous match is skipped by ``FindAll``/``ReplaceAll``.
+Texts that Python can hold but UTF-8 cannot (lone surrogates, e.g. from JSON ``"\\ud800"``) are matched with
+U+FFFD in their place, as Go's JSON decoder would have read them.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Iterator
 from functools import lru_cache
+from typing import Protocol
 
-_POSIX_CLASSES = {
-    "alnum": "0-9A-Za-z",
-    "alpha": "A-Za-z",
-    "ascii": "\\x00-\\x7f",
-    "blank": "\\t ",
-    "cntrl": "\\x00-\\x1f\\x7f",
-    "digit": "0-9",
-    "graph": "!-~",
-    "lower": "a-z",
-    "print": " -~",
-    "punct": "!-/:-@\\[-`{-~",
-    "space": "\\t\\n\\v\\f\\r ",
-    "upper": "A-Z",
-    "word": "0-9A-Za-z_",
-    "xdigit": "0-9A-Fa-f",
-}
+import re2
 
-_CLASS_ESCAPES_IN_SET = {"d": "0-9", "w": "0-9A-Za-z_", "s": "\\t\\n\\f\\r "}
-_CLASS_ESCAPES = {
-    "d": "[0-9]",
-    "D": "[^0-9]",
-    "w": "[0-9A-Za-z_]",
-    "W": "[^0-9A-Za-z_]",
-    "s": "[\\t\\n\\f\\r ]",
-    "S": "[^\\t\\n\\f\\r ]",
-}
-_ASCII_WORD = "[0-9A-Za-z_]"
+__all__ = [
+    "GoRegexError",
+    "GoMatch",
+    "GoRegexp",
+    "compile_go_regex",
+    "expand_template",
+    "find_all",
+    "replace_all",
+]
+
+# RE2's error codes (re2/regexp.cc) next to the wording Go's regexp/syntax uses for the same condition.
+_GO_ERROR_CODES = (
+    ("invalid escape sequence", "invalid escape sequence"),
+    ("invalid character class range", "invalid character class range"),
+    ("invalid character class", "invalid character class"),
+    ("missing ]", "missing closing ]"),
+    ("missing )", "missing closing )"),
+    ("unexpected )", "unexpected )"),
+    ("trailing \\", "trailing backslash at end of expression"),
+    ("no argument for repetition operator", "missing argument to repetition operator"),
+    ("invalid repetition size", "invalid repeat count"),
+    ("bad repetition operator", "invalid nested repetition operator"),
+    ("invalid perl operator", "invalid or unsupported Perl syntax"),
+    ("invalid UTF-8", "invalid UTF-8"),
+    ("invalid named capture group", "invalid named capture"),
+    ("pattern too large", "expression too large"),
+)
 
 
 class GoRegexError(ValueError):
     """The pattern is not valid Go regexp syntax; ``str()`` follows Go's wording."""
 
 
-def _unsupported(construct: str) -> GoRegexError:
-    return GoRegexError(f"error parsing regexp: invalid or unsupported Perl syntax: `{construct}`")
+class GoMatch(Protocol):
+    """The part of a match object callers use (the ``re2`` binding's match class satisfies it)."""
+
+    @property
+    def re(self) -> GoRegexp | _RE2Pattern: ...
+
+    def group(self, group: int | str = 0) -> str | None: ...
+
+    def span(self, group: int = 0) -> tuple[int, int]: ...
+
+    def start(self, group: int = 0) -> int: ...
+
+    def end(self, group: int = 0) -> int: ...
 
 
-def _translate(pattern: str) -> str:
-    multiline = bool(re.match(r"^\(\?[a-zA-Z]*m", pattern))
-    output: list[str] = []
+class _RE2Pattern(Protocol):
+    groups: int
+    groupindex: dict[str, int]
+
+
+def _go_error(code: str, expr: str) -> GoRegexError:
+    return GoRegexError(f"error parsing regexp: {code}: `{expr}`")
+
+
+def _translate_error(message: str, pattern: str) -> GoRegexError:
+    for re2_code, go_code in _GO_ERROR_CODES:
+        if message.startswith(re2_code):
+            argument = message[len(re2_code) :].removeprefix(": ")
+            if go_code in ("trailing backslash at end of expression",):
+                argument = ""
+            elif go_code == "expression too large":
+                argument = pattern
+            return _go_error(go_code, argument)
+    return _go_error("regexp/syntax: internal error", message)
+
+
+def _reject_what_go_rejects(pattern: str) -> None:
+    """``\\C`` (match one byte) is RE2-only; Go rejects it as an unknown escape.  ``\\Q…\\E`` text is literal."""
     position = 0
     length = len(pattern)
-    in_set = False
-    while position < length:
-        character = pattern[position]
-        if character == "\\":
-            if position + 1 >= length:
-                raise GoRegexError("error parsing regexp: trailing backslash at end of expression: ``")
-            escaped = pattern[position + 1]
-            if escaped == "Q":
-                end = pattern.find("\\E", position + 2)
-                literal = pattern[position + 2 :] if end < 0 else pattern[position + 2 : end]
-                output.append(re.escape(literal))
-                position = length if end < 0 else end + 2
-                continue
-            if escaped.isdigit() and escaped != "0":
-                raise GoRegexError(f"error parsing regexp: invalid escape sequence: `\\{escaped}`")
-            if in_set and escaped in _CLASS_ESCAPES_IN_SET:
-                output.append(_CLASS_ESCAPES_IN_SET[escaped])
-            elif not in_set and escaped in _CLASS_ESCAPES:
-                output.append(_CLASS_ESCAPES[escaped])
-            elif not in_set and escaped == "b":
-                output.append(f"(?:(?<={_ASCII_WORD})(?!{_ASCII_WORD})|(?<!{_ASCII_WORD})(?={_ASCII_WORD}))")
-            elif not in_set and escaped == "B":
-                output.append(f"(?:(?<={_ASCII_WORD})(?={_ASCII_WORD})|(?<!{_ASCII_WORD})(?!{_ASCII_WORD}))")
-            elif escaped == "z":
-                output.append("\\Z")
-            elif escaped == "Z":
-                raise GoRegexError("error parsing regexp: invalid escape sequence: `\\Z`")
-            elif escaped in "pP":
-                raise GoRegexError(f"error parsing regexp: invalid character class range: `\\{escaped}`")
-            else:
-                output.append(pattern[position : position + 2])
-            position += 2
+    while True:
+        position = pattern.find("\\", position)
+        if position < 0 or position + 1 >= length:
+            return
+        escaped = pattern[position + 1]
+        if escaped == "Q":
+            end = pattern.find("\\E", position + 2)
+            if end < 0:
+                return
+            position = end + 2
             continue
-        if in_set:
-            if character == "[" and pattern.startswith("[:", position):
-                end = pattern.find(":]", position + 2)
-                if end > 0:
-                    name = pattern[position + 2 : end]
-                    negated = name.startswith("^")
-                    ranges = _POSIX_CLASSES.get(name.lstrip("^"))
-                    if ranges is None:
-                        raise GoRegexError(f"error parsing regexp: invalid character class range: `[:{name}:]`")
-                    if negated:
-                        raise _unsupported(f"[:{name}:]")
-                    output.append(ranges)
-                    position = end + 2
-                    continue
-            if character == "[":
-                output.append("\\[")
-                position += 1
-                continue
-            if character == "]":
-                in_set = False
-            output.append(character)
-            position += 1
-            continue
-        if character == "[":
-            in_set = True
-            output.append(character)
-            position += 1
-            if position < length and pattern[position] == "^":
-                output.append("^")
-                position += 1
-            if position < length and pattern[position] == "]":
-                output.append("\\]")
-                position += 1
-            continue
-        if character == "(" and pattern.startswith("(?", position):
-            for construct in ("(?=", "(?!", "(?<=", "(?<!", "(?P=", "(?#", "(?("):
-                if pattern.startswith(construct, position):
-                    raise _unsupported(construct)
-            if pattern.startswith("(?<", position):
-                output.append("(?P<")
-                position += 3
-                continue
-        if character == "$" and not multiline:
-            output.append("\\Z")
-            position += 1
-            continue
-        output.append(character)
-        position += 1
-    if in_set:
-        raise GoRegexError(f"error parsing regexp: missing closing ]: `{pattern}`")
-    return "".join(output)
+        if escaped == "C":
+            raise _go_error("invalid escape sequence", "\\C")
+        position += 2
 
 
-@lru_cache(maxsize=2048)
-def compile_go_regex(pattern: str) -> re.Pattern[str]:
-    """Compile once per pattern text; raises GoRegexError with Go-like wording on bad syntax."""
-    try:
-        return re.compile(_translate(pattern))
-    except re.error as error:
-        raise GoRegexError(f"error parsing regexp: {error.msg}: `{pattern}`") from None
+def _check_group_names(regexp: _RE2Pattern, pattern: str) -> None:
+    """Go allows only ASCII letters, digits and ``_`` in group names; RE2 also takes Unicode word characters."""
+    for name in regexp.groupindex:
+        if not (name.isascii() and name.replace("_", "a").isalnum()):
+            opener = f"(?P<{name}>" if f"(?P<{name}>" in pattern else f"(?<{name}>"
+            raise _go_error("invalid named capture", opener)
+
+
+def _re2_options() -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False  # errors are raised as GoRegexError; RE2 must not also print them to stderr
+    return options
+
+
+_OPTIONS = _re2_options()
+
+
+def _encodable(text: str) -> str:
+    """Lone surrogates cannot be UTF-8 encoded; replacing each with U+FFFD keeps every character offset."""
+    return "".join("\ufffd" if "\ud800" <= character <= "\udfff" else character for character in text)
+
+
+class GoRegexp:
+    """A compiled Go regexp.  Methods take Python ``str`` and report character offsets, like ``re``."""
+
+    __slots__ = ("_compiled", "pattern")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        _reject_what_go_rejects(pattern)
+        try:
+            self._compiled = re2.compile(pattern, _OPTIONS)
+        except re2.error as error:
+            message = error.args[0] if error.args else ""
+            text = message.decode("utf-8", "replace") if isinstance(message, bytes) else str(message)
+            raise _translate_error(text, pattern) from None
+        except UnicodeEncodeError:
+            raise _go_error("invalid UTF-8", pattern) from None
+        _check_group_names(self._compiled, pattern)
+
+    @property
+    def groups(self) -> int:
+        return int(self._compiled.groups)
+
+    @property
+    def groupindex(self) -> dict[str, int]:
+        return dict(self._compiled.groupindex)
+
+    def search(self, text: str) -> GoMatch | None:
+        """Go's ``FindStringSubmatchIndex``/``MatchString``: the leftmost match anywhere in ``text``."""
+        try:
+            return self._compiled.search(text)  # type: ignore[no-any-return]
+        except UnicodeEncodeError:
+            return self._compiled.search(_encodable(text))  # type: ignore[no-any-return]
+
+    def match(self, text: str) -> GoMatch | None:
+        """A match that starts at the beginning of ``text``."""
+        try:
+            return self._compiled.match(text)  # type: ignore[no-any-return]
+        except UnicodeEncodeError:
+            return self._compiled.match(_encodable(text))  # type: ignore[no-any-return]
+
+    def fullmatch(self, text: str) -> GoMatch | None:
+        """A match covering all of ``text`` (what ``^(?:…)$`` would give in Go)."""
+        try:
+            return self._compiled.fullmatch(text)  # type: ignore[no-any-return]
+        except UnicodeEncodeError:
+            return self._compiled.fullmatch(_encodable(text))  # type: ignore[no-any-return]
+
+    def finditer(self, text: str) -> Iterator[GoMatch]:
+        """Successive matches as Go's ``FindAll`` reports them: an empty match abutting the previous one is skipped."""
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = _encodable(text)
+        previous_end = -1
+        for found in self._compiled.finditer(text):
+            start, end = found.span()
+            if start == end and start == previous_end:
+                continue
+            previous_end = end
+            yield found
+
+
+@lru_cache(maxsize=512)
+def compile_go_regex(pattern: str) -> GoRegexp:
+    """Compile once per pattern text; raises GoRegexError with Go's wording on syntax Go rejects.
+
+    Each RE2 object keeps its program and lazily built DFA states within RE2's ``max_mem`` (8 MiB by default; past
+    it RE2 falls back to its NFA, still linear), so the cache size bounds the memory regexes can hold.
+    """
+    return GoRegexp(pattern)
+
+
+def find_all(regexp: GoRegexp, text: str, limit: int = -1) -> list[str]:
+    """Go's ``FindAllString(text, limit)``: a negative limit means all matches."""
+    if limit == 0:
+        return []
+    found: list[str] = []
+    for match in regexp.finditer(text):
+        found.append(match.group(0) or "")
+        if 0 < limit <= len(found):
+            break
+    return found
 
 
 def _name_length(template: str) -> int:
@@ -162,7 +226,7 @@ def _group_number(name: str) -> int:
     return int(name) if len(name) <= 8 else -1
 
 
-def expand_template(template: str, match: re.Match[str]) -> str:
+def expand_template(template: str, match: GoMatch) -> str:
     """Expand `$1`, `$name`, `${name}` and `$$` exactly like Go's Regexp.ExpandString.
 
     Names are greedy (`$1x` refers to group `1x`), unknown or non-participating
@@ -170,6 +234,8 @@ def expand_template(template: str, match: re.Match[str]) -> str:
     """
     out: list[str] = []
     rest = template
+    groups = match.re.groups or 0
+    groupindex = match.re.groupindex
     while True:
         dollar = rest.find("$")
         if dollar < 0:
@@ -191,10 +257,10 @@ def expand_template(template: str, match: re.Match[str]) -> str:
         rest = body[length + 1 :] if braced else body[length:]
         number = _group_number(name)
         if number >= 0:
-            if number <= (match.re.groups or 0) and match.group(number) is not None:
-                out.append(match.group(number))
-        elif name in match.re.groupindex and match.group(name) is not None:
-            out.append(match.group(name))
+            if number <= groups:
+                out.append(match.group(number) or "")
+        elif name in groupindex:
+            out.append(match.group(name) or "")
     return "".join(out)
 
 
@@ -202,21 +268,26 @@ class OutputTooLargeError(GoRegexError):
     """``replace_all`` would build a string longer than the caller's ``max_length``."""
 
 
-def replace_all(
-    pattern: re.Pattern[str], source: str, replacement: str, literal: bool, max_length: int | None = None
-) -> str:
-    """``ReplaceAll``/``ReplaceAllLiteral``: an empty match right after the previous match is skipped, as in Go.
+def replace_all(regexp: GoRegexp, source: str, replacement: str, literal: bool, max_length: int | None = None) -> str:
+    """``ReplaceAllString``/``ReplaceAllLiteralString`` with Go's empty-match rule (see ``GoRegexp.finditer``).
 
     With ``max_length`` the output is measured while it is built and ``OutputTooLargeError`` stops it early.
     """
     pieces: list[str] = []
     copied_up_to = 0
-    previous_end = -1
     length = 0
-    for match in pattern.finditer(source):
+    for match in regexp.finditer(source):
         start, end = match.span()
-        if start == end and start == previous_end:
-            continue
+        expanded = replacement if literal else expand_template(replacement, match)
+        pieces.append(source[copied_up_to:start])
+        pieces.append(expanded)
+        length += start - copied_up_to + len(expanded)
+        if max_length is not None and length > max_length:
+            raise OutputTooLargeError(f"replacement result exceeds {max_length} characters")
+        copied_up_to = end
+    pieces.append(source[copied_up_to:])
+    return "".join(pieces)
+        start, end = match.span()
         pieces.append(source[copied_up_to:start])
         expanded = replacement if literal else expand_template(replacement, match)
         pieces.append(expanded)
@@ -224,6 +295,5 @@ def replace_all(
         if max_length is not None and length > max_length:
             raise OutputTooLargeError(f"replacement result exceeds {max_length} characters")
         copied_up_to = end
-        previous_end = end
     pieces.append(source[copied_up_to:])
     return "".join(pieces)

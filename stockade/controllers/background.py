@@ -33,15 +33,12 @@ from stockade.policy.model import KyvernoPolicy, Rule
 log = logging.getLogger("stockade.background")
 
 # Kyverno's variables that only exist during admission (pkg/validation/policy/background.go, same meaning)
-_REQUEST_ONLY_VARIABLES = tuple(
-    re.compile(pattern)
-    for pattern in (
-        r"[^.](serviceAccountName)\b",
-        r"[^.](serviceAccountNamespace)\b",
-        r"[^.](request\.userInfo)\b",
-        r"[^.](request\.roles)\b",
-        r"[^.](request\.clusterRoles)\b",
-    )
+_REQUEST_ONLY_VARIABLES = (
+    re.compile(r"[^.](serviceAccountName)\b"),
+    re.compile(r"[^.](serviceAccountNamespace)\b"),
+    re.compile(r"[^.](request\.userInfo)\b"),
+    re.compile(r"[^.](request\.roles)\b"),
+    re.compile(r"[^.](request\.clusterRoles)\b"),
 )
 _VARIABLE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _USER_MATCH_FIELDS = ("roles", "clusterRoles", "subjects")

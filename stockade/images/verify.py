@@ -12,7 +12,6 @@ manifest digest the reference resolves to, so a re-pointed tag or a signature co
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -21,6 +20,7 @@ from typing import Any
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
+from stockade.goregex import GoRegexError, compile_go_regex
 from stockade.images.attest import statement_covers, verify_envelope
 from stockade.images.cosign import (
     ATTESTATION_SUFFIX,
@@ -143,11 +143,17 @@ def verify_chain(
         raise VerificationFailure("certificate is not valid for code signing (missing codeSigning extended key usage)")
 
 
-def _matches(expected: str, pattern: str, actual: str) -> bool:
+def _matches(expected: str, pattern: str, actual: str, field: str) -> bool:
+    """cosign's identity check: exact text, and/or an UNANCHORED Go regexp (``regexp.MatchString``) for *RegExp."""
     if expected and expected != actual:
         return False
-    if pattern and re.fullmatch(pattern, actual) is None:
-        return False
+    if pattern:
+        try:
+            regexp = compile_go_regex(pattern)
+        except GoRegexError as error:
+            raise VerificationFailure(f"invalid {field}: {error}") from None
+        if regexp.search(actual) is None:
+            return False
     return True
 
 
@@ -295,10 +301,10 @@ class CosignVerifier:
         subject, subject_re = str(keyless.get("subject") or ""), str(keyless.get("subjectRegExp") or "")
         issuer, issuer_re = str(keyless.get("issuer") or ""), str(keyless.get("issuerRegExp") or "")
         subjects = certificate_subjects(leaf)
-        if (subject or subject_re) and not any(_matches(subject, subject_re, s) for s in subjects):
+        if (subject or subject_re) and not any(_matches(subject, subject_re, s, "subjectRegExp") for s in subjects):
             raise VerificationFailure(f"subject mismatch: expected {subject or subject_re!r}, got {subjects}")
         actual_issuer = certificate_issuer(leaf)
-        if (issuer or issuer_re) and not _matches(issuer, issuer_re, actual_issuer):
+        if (issuer or issuer_re) and not _matches(issuer, issuer_re, actual_issuer, "issuerRegExp"):
             raise VerificationFailure(f"issuer mismatch: expected {issuer or issuer_re!r}, got {actual_issuer!r}")
         for name, expected in (keyless.get("additionalExtensions") or {}).items():
             oid = _ADDITIONAL_EXTENSIONS.get(str(name), str(name))

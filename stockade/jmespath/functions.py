@@ -8,9 +8,7 @@ import hashlib
 import ipaddress
 import json
 import math
-import re
 from collections.abc import Callable
-from functools import lru_cache
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,7 +17,8 @@ import yaml
 from stockade import yamlsafe
 from stockade.jmespath.errors import JMESPathError
 from stockade.jmespath.golang import deep_equal, format_float, format_float_g, is_number
-from stockade.goregex import GoRegexError, OutputTooLargeError, compile_go_regex, replace_all
+from stockade.goregex import GoRegexError, GoRegexp, OutputTooLargeError, compile_go_regex, replace_all
+from stockade.wildcard import match as match_wildcard
 from stockade.jmespath.registry import (
     ANY,
     ARRAY,
@@ -148,7 +147,7 @@ def _to_text(value: Any) -> str | None:
     return None
 
 
-def _compiled(function: str, pattern: str) -> re.Pattern[str]:
+def _compiled(function: str, pattern: str) -> GoRegexp:
     try:
         return compile_go_regex(pattern)
     except GoRegexError as error:
@@ -200,24 +199,9 @@ def _regex_match(arguments: list[Any]) -> Any:
     return compiled.search(source) is not None
 
 
-@lru_cache(maxsize=4096)
-def _wildcard_regex(pattern: str) -> re.Pattern[str]:
-    parts = []
-    for character in pattern:
-        if character == "*":
-            parts.append(".*")
-        elif character == "?":
-            parts.append(".")
-        else:
-            parts.append(re.escape(character))
-    return re.compile("".join(parts), re.DOTALL)
-
-
 def wildcard_match(pattern: str, text: str) -> bool:
     """Kyverno's ext/wildcard: ``*`` matches any run of characters (even none), ``?`` exactly one."""
-    if "*" not in pattern and "?" not in pattern:
-        return pattern == text
-    return _wildcard_regex(pattern).fullmatch(text) is not None
+    return match_wildcard(pattern, text)
 
 
 @register("pattern_match", (STRING,), (STRING, NUMBER), returns=_BOOLEAN,

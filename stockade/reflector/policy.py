@@ -14,7 +14,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 
-from stockade.goregex import GoRegexError, compile_go_regex, expand_template
+from stockade.goregex import GoRegexError, GoRegexp, compile_go_regex, expand_template
 from stockade.reflector.semver import Constraint, SemverError, Version, parse_version
 
 __all__ = [
@@ -41,7 +41,7 @@ class InvalidPolicyError(PolicyError):
     """The ImagePolicy spec itself is unusable; Flux stalls with reason InvalidPolicy."""
 
 
-def compile_tag_filter(pattern: str) -> re.Pattern[str]:
+def compile_tag_filter(pattern: str) -> GoRegexp:
     """Compile a `filterTags.pattern` with Go RE2 semantics (unanchored search)."""
     try:
         return compile_go_regex(pattern)

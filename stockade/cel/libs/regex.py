@@ -1,7 +1,7 @@
 """Kubernetes' regex library (``'abc 123'.find('[0-9]+')``, ``findAll``) and Kyverno's ``regex.replace``.
 
-Patterns are Go RE2 syntax, translated by :mod:`stockade.goregex` so that ``\\d``, ``$`` and friends mean what
-they mean in Go, and empty matches right after a match are skipped as Go's ``FindAllString`` does.
+Patterns are Go RE2 syntax, evaluated by :mod:`stockade.goregex` (RE2, linear time), so ``\\d``, ``$`` and friends
+mean what they mean in Go, and empty matches right after a match are skipped as Go's ``FindAllString`` does.
 """
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 
 from stockade.cel.functions import Library
-from stockade.goregex import GoRegexError, compile_go_regex, replace_all
+from stockade.goregex import GoRegexError, GoRegexp, compile_go_regex, find_all, replace_all
 
 
-def _compiled(pattern: str) -> re.Pattern[str]:
+def _compiled(pattern: str) -> GoRegexp:
     try:
         return compile_go_regex(pattern)
     except GoRegexError as error:
@@ -25,19 +25,7 @@ def _find(text: str, pattern: str) -> str:
 
 
 def _find_all(text: str, pattern: str, limit: int = -1) -> list[str]:
-    if limit == 0:
-        return []
-    found: list[str] = []
-    previous_end = -1
-    for match in _compiled(pattern).finditer(text):
-        start, end = match.span()
-        if start == end and start == previous_end:
-            continue  # Go ignores an empty match abutting the preceding match
-        found.append(match.group(0))
-        previous_end = end
-        if 0 < limit <= len(found):
-            break
-    return found
+    return find_all(_compiled(pattern), text, limit)
 
 
 _BACKSLASH_GROUP_RE = re.compile(r"\\(\d)")

@@ -8,27 +8,13 @@ fallback (equality, `|` alternatives, `!` negation, `*`/`?` wildcards) covers it
 
 from __future__ import annotations
 
-import re
-from functools import lru_cache
 from typing import Any, Callable
+
+from stockade.wildcard import match as match_wildcard
 
 from ._common import MISSING, parse_anchor, scalar_text
 
 _SKIP = object()  # a nested conditional anchor did not hold: the map is "skipped"
-
-
-@lru_cache(maxsize=512)
-def _wildcard_regex(pattern: str) -> re.Pattern[str]:
-    parts = ["^"]
-    for char in pattern:
-        if char == "*":
-            parts.append(".*")
-        elif char == "?":
-            parts.append(".")
-        else:
-            parts.append(re.escape(char))
-    parts.append("$")
-    return re.compile("".join(parts), re.DOTALL)
 
 
 def _fallback_match_value(value: Any, pattern: Any) -> bool:
@@ -41,7 +27,7 @@ def _fallback_match_value(value: Any, pattern: Any) -> bool:
         negate = alternative.startswith("!")
         if negate:
             alternative = alternative[1:].strip()
-        matched = bool(_wildcard_regex(alternative).match(text))
+        matched = match_wildcard(alternative, text)
         if matched != negate:
             return True
     return False

@@ -10,8 +10,9 @@ the full evaluation (for container fields, only one of a container with the same
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import Any, Callable, Iterable
+
+from stockade.wildcard import match as match_wildcard
 
 from ._checks import PodView
 from ._model import CheckOutcome
@@ -51,26 +52,9 @@ _WORDS = re.compile(r"[a-zA-Z]+")
 _CONTAINER_KINDS = frozenset({"containers", "initContainers", "ephemeralContainers"})
 
 
-@lru_cache(maxsize=1024)
-def _wildcard_regex(pattern: str) -> re.Pattern[str]:
-    parts = []
-    for char in pattern:
-        if char == "*":
-            parts.append(".*")
-        elif char == "?":
-            parts.append(".")
-        else:
-            parts.append(re.escape(char))
-    return re.compile("".join(parts), re.DOTALL)
-
-
 def wildcard_match(pattern: str, text: str) -> bool:
     """Kyverno's wildcard: `*` is any run of characters, `?` exactly one."""
-    if pattern == text or pattern == "*":
-        return True
-    if "*" not in pattern and "?" not in pattern:
-        return False
-    return _wildcard_regex(pattern).fullmatch(text) is not None
+    return match_wildcard(pattern, text)
 
 
 def matches_any(patterns: Iterable[str], text: str) -> bool:

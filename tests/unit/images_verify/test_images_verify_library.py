@@ -233,3 +233,18 @@ def test_certificates_attestor(client: RegistryClient, registry: LocalRegistry, 
 def test_signature_tag() -> None:
     assert signature_tag("sha256:abc") == "sha256-abc.sig"
     assert signature_tag("sha256:abc", "att") == "sha256-abc.att"
+
+
+def test_keyless_regexps_are_unanchored_like_cosign(pki) -> None:
+    # cosign's validateCertIdentity checks subjectRegExp/issuerRegExp with Go's regexp.MatchString: an unanchored
+    # search, so a pattern matching part of the SAN or issuer accepts it, and anchors are the policy author's job.
+    _, _, leaf = pki
+    check = CosignVerifier._check_keyless_identity
+    check(leaf, {"subjectRegExp": "example", "issuerRegExp": r"issuer\.example"})
+    check(leaf, {"subjectRegExp": r"^dev@example\.com$", "issuerRegExp": r"^https://issuer\.example\.com$"})
+    with pytest.raises(VerificationFailure, match="subject mismatch"):
+        check(leaf, {"subjectRegExp": "^example"})
+    with pytest.raises(VerificationFailure, match="issuer mismatch"):
+        check(leaf, {"issuerRegExp": r"com/$"})
+    with pytest.raises(VerificationFailure, match="invalid subjectRegExp: error parsing regexp: invalid or unsupported Perl syntax"):
+        check(leaf, {"subjectRegExp": "(?=dev)"})

@@ -83,9 +83,9 @@ def test_string_functions(expression: str, expected: Any) -> None:
         ("regex_match(`1`, 'a')", 'Invalid type for: 1, expected: []jmespath.JpType{"string"}'),
         ("regex_match('a', `true`)", 'Invalid type for: true, expected: []jmespath.JpType{"string", "number"}'),
         ("regex_match('(?=a)', 'a')", "error parsing regexp: invalid or unsupported Perl syntax: `(?=`"),
-        ("regex_match('(a', 'a')", "error parsing regexp: missing ), unterminated subpattern: `(a`"),
+        ("regex_match('(a', 'a')", "error parsing regexp: missing closing ): `(a`"),
         ("regex_replace_all('(a', 'a', 'b')", "JMESPath function 'regex_replace_all': error parsing regexp: "
-                                              "missing ), unterminated subpattern: `(a`"),
+                                              "missing closing ): `(a`"),
         ("label_match('a', `{}`)", 'Invalid type for: a, expected: []jmespath.JpType{"object"}'),
         ("to_boolean('yes')", "JMESPath function 'to_boolean': lowercase argument must be 'true' or 'false' "
                               "(provided: 'yes')"),

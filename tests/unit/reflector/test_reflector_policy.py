@@ -210,7 +210,7 @@ def test_filter_duplicate_extracts_keep_the_later_tag() -> None:
     assert apply_tag_filter(["a-1", "b-1"], r"-(\d)", "$1") == {"1": "b-1"}
 
 
-@pytest.mark.parametrize("pattern", ["[=", "^test-(.*", "(?=x)", "a(?!b)", r"(a)\1", r"\pL", "(?P<a>x)(?P=a)", "(?#c)"])
+@pytest.mark.parametrize("pattern", ["[=", "^test-(.*", "(?=x)", "a(?!b)", r"(a)\1", r"\C", "(?P<a>x)(?P=a)", "(?#c)"])
 def test_filter_rejects_patterns_go_cannot_compile(pattern: str) -> None:
     with pytest.raises(InvalidPolicyError, match="invalid regular expression pattern"):
         compile_tag_filter(pattern)
@@ -224,6 +224,7 @@ def test_filter_translates_go_only_syntax() -> None:
     assert compile_tag_filter(r"[]a]").search("]")
     assert compile_tag_filter(r"^[a\s]+$").search("a \t")
     assert not compile_tag_filter(r"^\d+$").search("\u0661\u0662")  # RE2 \d is ASCII only
+    assert compile_tag_filter(r"^\pL+$").search("ünïcode")  # Go has Unicode classes (\pL, \p{Greek})
 
 
 def test_expand_matches_go_regexp_expand() -> None:
