@@ -287,13 +287,3 @@ def replace_all(regexp: GoRegexp, source: str, replacement: str, literal: bool, 
         copied_up_to = end
     pieces.append(source[copied_up_to:])
     return "".join(pieces)
-        start, end = match.span()
-        pieces.append(source[copied_up_to:start])
-        expanded = replacement if literal else expand_template(replacement, match)
-        pieces.append(expanded)
-        length += start - copied_up_to + len(expanded)
-        if max_length is not None and length > max_length:
-            raise OutputTooLargeError(f"replacement result exceeds {max_length} characters")
-        copied_up_to = end
-    pieces.append(source[copied_up_to:])
-    return "".join(pieces)
