@@ -150,6 +150,8 @@ async def _serve(policies: list[str], **options: Any) -> int:
     store_options = evaluation_store_options(settings, api_client)
     if kyverno_config is not None:
         store_options["engine_factory"] = _configured_engine_factory(store_options.get("engine_factory"), kyverno_config)
+    if options["register_webhooks"]:
+        store_options["controller_kinds"] = _controller_kinds(options)
     store = PolicyStore(
         policies,
         sources=[source for source in (cluster_source, kyverno_config) if source is not None],
@@ -381,6 +383,14 @@ def _start_config_watch(api_client: Any, options: dict[str, Any]) -> tuple[Any, 
     if not watch.wait_synced(timeout=15):
         logging.getLogger("stockade.serve").warning("ConfigMap %s/%s not read within 15s: Kyverno's defaults apply until it is", namespace, name)
     return live, watch
+
+
+def _controller_kinds(options: dict[str, Any]) -> tuple[str, ...]:
+    """Policy kinds the cluster controllers started with these options carry out (their status then says Ready)."""
+    from stockade.controllers.cleanup import DELETING_POLICY_KINDS
+    from stockade.controllers.generate import GENERATING_POLICY_KINDS
+
+    return DELETING_POLICY_KINDS + (GENERATING_POLICY_KINDS if options["generate"] else ())
 
 
 def _engine_settings(live: Any) -> dict[str, Any]:

@@ -105,9 +105,12 @@ class PolicyStore:
         sources: list[PolicySource] | None = None,
         evaluator_options: dict[str, Any] | None = None,
         exception_namespaces: list[str] | None = None,
+        controller_kinds: tuple[str, ...] = (),
     ) -> None:
         """``evaluator_options`` go to every AdmissionEvaluator built (role resolver, default timeout), so no snapshot
-        is ever served without them; ``exception_namespaces`` limits which PolicyExceptions count (None: all)."""
+        is ever served without them; ``exception_namespaces`` limits which PolicyExceptions count (None: all);
+        ``controller_kinds`` are policy kinds that cluster controllers (generate, scheduled deletion) carry out, so they
+        are in force although the admission evaluator does not serve them."""
         self.paths = list(paths or [])
         self.evaluator_options = dict(evaluator_options or {})
         self.exception_namespaces = None if exception_namespaces is None else set(exception_namespaces)
@@ -116,6 +119,7 @@ class PolicyStore:
         self.verification_cache = verification_cache
         self.namespace_labels = namespace_labels
         self.engine_factory = engine_factory
+        self.controller_kinds = frozenset(controller_kinds)
         self.snapshot: PolicySnapshot | None = None
         self.last_error: str = ""
         self._failed_fingerprint: tuple[Any, ...] | None = None
@@ -167,7 +171,7 @@ class PolicyStore:
         )
         cel_policies, cel_evaluator = _cel_validating(policy_set.cel, compiler)
         served = {id(p.raw) for p in cel_policies}
-        unsupported_documents = [d for d in policy_set.cel + policy_set.admission if id(d.data) not in served and d.kind != "PolicyException"]
+        unsupported_documents = [d for d in policy_set.cel + policy_set.admission if id(d.data) not in served and d.kind != "PolicyException" and d.kind not in self.controller_kinds]
         return PolicySnapshot(
             policies=policy_set.kyverno,
             evaluator=AdmissionEvaluator(
