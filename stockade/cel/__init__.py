@@ -13,7 +13,7 @@ from stockade.cel.environment import (
     CelEnvironment,
     CelProgram,
 )
-from stockade.cel.errors import CelCompileError, CelError, CelEvalError
+from stockade.cel.errors import CelCompileError, CelCostLimitError, CelError, CelEvalError
 from stockade.cel.libs.authz import request_resource_check
 from stockade.cel.providers import (
     AuthorizerProvider,
@@ -30,6 +30,7 @@ __all__ = [
     "AuthorizerProvider",
     "CelActivation",
     "CelCompileError",
+    "CelCostLimitError",
     "CelEnvironment",
     "CelError",
     "CelEvalError",

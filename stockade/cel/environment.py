@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Mapping
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_optional, ext_strings
 
-from stockade.cel.errors import CelCompileError, CelError, CelEvalError
+from stockade.cel.errors import CelCompileError, CelCostLimitError, CelError, CelEvalError
 from stockade.cel.functions import ANY_KINDS, Library
 from stockade.cel.libs import LIBRARY_BUILDERS, authorizer_check_impl
 from stockade.cel.providers import PROVIDER_KEYS, provider_implementations, provider_library
@@ -142,11 +142,20 @@ def _compile_error(expression: str, source: str, message: str) -> CelCompileErro
     return CelCompileError(f"compilation failed: {message.strip()}", expression)
 
 
+COST_LIMIT_MESSAGE = "operation cancelled: actual cost limit exceeded"
+_ITERATION_BUDGET_MARK = "Iteration budget exceeded"  # cel-cpp's own status text; the backend has no error codes
+
+
+def _runtime_error(message: str, expression: str) -> CelEvalError:
+    """The typed error for a backend failure: budget exhaustion is a CelCostLimitError, the rest CelEvalError."""
+    if _ITERATION_BUDGET_MARK in message:
+        # cel-cpp stops comprehensions after 10,000 iterations per evaluation (not configurable from Python).
+        return CelCostLimitError(f"{COST_LIMIT_MESSAGE} (iteration budget)", expression)
+    return CelEvalError(_clean_runtime_message(message), expression)
+
+
 def _clean_runtime_message(message: str) -> str:
     # Backend messages look like "OUT_OF_RANGE: text" or "INVALID_ARGUMENT: text"; the status code is noise.
-    if "Iteration budget exceeded" in message:
-        # cel-cpp stops comprehensions after 10,000 iterations per evaluation (not configurable from Python).
-        return "operation cancelled: actual cost limit exceeded (iteration budget)"
     message = message.replace(" [INTERNAL]", "").replace(" [INVALID_ARGUMENT]", "")
     head, separator, rest = message.partition(": ")
     if separator and re.fullmatch(r"[A-Z_]+", head):
@@ -197,7 +206,7 @@ def _to_python(value: Any, expression: str) -> Any:
     if type_name.startswith("LIST"):
         return [_to_python(item, expression) for item in value.value()]
     if type_name == "ERROR":
-        raise CelEvalError(_clean_runtime_message(str(value.value())), expression)
+        raise _runtime_error(str(value.value()), expression)
     plain = value.value()
     if isinstance(plain, bytearray):
         return bytes(plain)
@@ -225,9 +234,9 @@ class CelProgram:
         except TypeError:
             raise CelEvalError("result is an optional value; use .orValue() or .value()", self.expression) from None
         except Exception as error:  # noqa: BLE001 - backend raises bare RuntimeError
-            raise CelEvalError(_clean_runtime_message(str(error)), self.expression) from error
+            raise _runtime_error(str(error), self.expression) from error
         if self._time_limit is not None and time.perf_counter() - started > self._time_limit:
-            raise CelEvalError("operation cancelled: actual cost limit exceeded", self.expression)
+            raise CelCostLimitError(COST_LIMIT_MESSAGE, self.expression)
         if kind == cel.Type.BOOL or kind == cel.Type.STRING or kind == cel.Type.INT or kind == cel.Type.DOUBLE:
             return result.value()
         return _to_python(result, self.expression)

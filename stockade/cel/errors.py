@@ -28,3 +28,8 @@ class CelCompileError(CelError):
 
 class CelEvalError(CelError):
     """Runtime failures: missing keys, division by zero, failing library calls, cost limits."""
+
+
+class CelCostLimitError(CelEvalError):
+    """An evaluation stopped by a runtime budget (cel-cpp's comprehension iteration limit, the evaluation time limit);
+    the policy layer treats it like any evaluation error, so the policy's failurePolicy decides."""

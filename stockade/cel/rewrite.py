@@ -29,16 +29,16 @@ _KEYWORDS = frozenset({"in", "true", "false", "null", "as", "break", "const", "c
 
 
 @dataclass
-class _Token:
+class Token:
     kind: str
     text: str
 
 
-def _tokenize(expression: str) -> list[_Token]:
-    return [_Token(match.lastgroup or "punct", match.group()) for match in _TOKEN_RE.finditer(expression)]
+def tokenize(expression: str) -> list[Token]:
+    return [Token(match.lastgroup or "punct", match.group()) for match in _TOKEN_RE.finditer(expression)]
 
 
-def _significant(tokens: list[_Token], index: int, step: int) -> int:
+def _significant(tokens: list[Token], index: int, step: int) -> int:
     while 0 <= index < len(tokens) and tokens[index].kind in ("space", "comment"):
         index += step
     return index
@@ -48,7 +48,7 @@ def rewrite_struct_literals(expression: str) -> str:
     """Replace ``Name.Path{field: v}`` struct literals by map literals; other text is left byte-for-byte."""
     if "{" not in expression:
         return expression
-    tokens = _tokenize(expression)
+    tokens = tokenize(expression)
     output: list[str] = []
     brace_is_struct: list[bool] = []
     index = 0
@@ -121,13 +121,13 @@ _LITERAL_KEYWORDS = frozenset({"true", "false", "null"})
 _PREFIX = "__stk_"
 
 
-def _is_primary_end(token: _Token) -> bool:
+def _is_primary_end(token: Token) -> bool:
     if token.kind == "ident":
         return token.text not in _KEYWORDS or token.text in _LITERAL_KEYWORDS
     return token.kind in ("string", "number") or token.text in (")", "]", "}")
 
 
-def _matching_open(sig: list[_Token], close: int) -> int:
+def _matching_open(sig: list[Token], close: int) -> int:
     pairs = {")": "(", "]": "[", "}": "{"}
     depth = 0
     for index in range(close, -1, -1):
@@ -141,7 +141,7 @@ def _matching_open(sig: list[_Token], close: int) -> int:
     return -1
 
 
-def _matching_close(sig: list[_Token], opening: int) -> int:
+def _matching_close(sig: list[Token], opening: int) -> int:
     depth = 0
     for index in range(opening, len(sig)):
         text = sig[index].text
@@ -154,7 +154,7 @@ def _matching_close(sig: list[_Token], opening: int) -> int:
     return -1
 
 
-def _receiver_start(sig: list[_Token], last: int) -> int:
+def _receiver_start(sig: list[Token], last: int) -> int:
     """Index of the first token of the member-access chain ending at ``last`` (-1 if unparseable)."""
     index = last
     while index >= 0:
@@ -184,7 +184,7 @@ def _receiver_start(sig: list[_Token], last: int) -> int:
     return -1
 
 
-def _is_optional_receiver(sig: list[_Token], start: int, last: int) -> bool:
+def _is_optional_receiver(sig: list[Token], start: int, last: int) -> bool:
     """Whether the member chain ``sig[start..last]`` syntactically yields an optional: walk it segment by segment;
     ``.?f``/``[?k]``/``optional.of(...)``/``.or(...)`` make it optional, ``.orValue(...)``/``.value()`` and
     other calls make it plain, and plain ``.f``/``[k]`` keep the current state (optional chaining)."""
@@ -223,7 +223,7 @@ def _is_optional_receiver(sig: list[_Token], start: int, last: int) -> bool:
     return optional
 
 
-def _find_site(sig: list[_Token]) -> tuple[str, int, int, int] | None:
+def _find_site(sig: list[Token]) -> tuple[str, int, int, int] | None:
     """The first site to rewrite: (kind, receiver start, receiver end, site end), kinds "select"/"index"/"orValue"."""
     for index, token in enumerate(sig):
         kind = ""
@@ -255,7 +255,7 @@ def rewrite_null_safety(expression: str) -> str:
     counter = 0
     text = expression
     for _ in range(500):
-        tokens = _tokenize(text)
+        tokens = tokenize(text)
         positions = [index for index, token in enumerate(tokens) if token.kind not in ("space", "comment")]
         sig = [tokens[index] for index in positions]
         site = _find_site(sig)

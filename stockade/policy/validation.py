@@ -19,7 +19,8 @@ from typing import Any
 import yaml
 
 from stockade import yamlsafe
-from stockade.policy.model import CEL_POLICY_GROUP, CEL_POLICY_KINDS, KYVERNO_GROUP, api_group
+from stockade.cel.cost import Form
+from stockade.policy.model import ADMISSION_GROUP, CEL_POLICY_GROUP, CEL_POLICY_KINDS, KYVERNO_GROUP, api_group
 
 MAX_RULE_NAME_LENGTH = 63
 MIN_TIMEOUT_SECONDS = 1
@@ -37,6 +38,8 @@ CEL_EXPRESSION_KEYS = ("expression", "messageExpression", "valueExpression")
 VALIDATION_ACTIONS = ("Deny", "Warn", "Audit")
 ANCHOR_PREFIXES = ("(", "X(", "+(", "<(", "=(", "^(")
 IMAGE_POLICY_VARIABLES = ("images", "attestors", "attestations")
+# Kubernetes' own CEL policy kinds; only their expressions are checked (the apiserver validates the rest).
+ADMISSION_POLICY_KINDS_CHECKED = ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy")
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,8 @@ def is_policy_document(document: dict[str, Any]) -> bool:
     kind = str(document.get("kind", ""))
     if group == KYVERNO_GROUP:
         return kind in ("ClusterPolicy", "Policy", "PolicyException")
+    if group == ADMISSION_GROUP:
+        return kind in ADMISSION_POLICY_KINDS_CHECKED
     return group == CEL_POLICY_GROUP and (kind in CEL_POLICY_KINDS or kind == "PolicyException")
 
 
@@ -103,6 +108,9 @@ def validate_policy_document(document: dict[str, Any]) -> ValidationResult:
         checker.kyverno_policy(kind, metadata, spec)
     elif group == KYVERNO_GROUP:
         checker.kyverno_exception(spec)
+    elif group == ADMISSION_GROUP:
+        checker.policy_variable_sizes(spec.get("variables"), ())
+        checker.cel_expressions(spec, "spec")
     else:
         checker.cel_policy(kind, spec)
     return result
@@ -199,6 +207,26 @@ def cel_problem(expression: str, field_path: str, extra_variables: tuple[str, ..
     return ""
 
 
+def cel_cost_problem(
+    expression: str, extra_variables: tuple[str, ...] = (), variable_sizes: dict[str, Form] | None = None
+) -> tuple[str, Form]:
+    """(why the expression's worst-case cost is over the static limit or "", its worst-case result size).
+
+    Like Kubernetes' estimated-cost check: a policy whose expression could build values far beyond any request
+    (and take the server down with it) is rejected when it is stored, not when a request arrives.
+    """
+    from stockade.cel.cost import STATIC_ESTIMATED_COST_LIMIT, CelCostParseError, estimate_cost, format_budget_error
+    from stockade.celpolicy.compiler import POLICY_VARIABLES
+
+    try:
+        cost, size = estimate_cost(expression, POLICY_VARIABLES + extra_variables, variable_sizes)
+    except (CelCostParseError, RecursionError):
+        return "", Form.variable("variables")  # the compiler has the last word on syntax; an unparsed expression is not costed
+    if cost > STATIC_ESTIMATED_COST_LIMIT:
+        return format_budget_error(cost, STATIC_ESTIMATED_COST_LIMIT), size
+    return "", size
+
+
 def _int_in_range(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and MIN_TIMEOUT_SECONDS <= value <= MAX_TIMEOUT_SECONDS
 
@@ -208,6 +236,8 @@ class _Checker:
 
     def __init__(self, result: ValidationResult) -> None:
         self.result = result
+        # Worst-case result sizes of the policy's variables (``variables.name``), for the cost estimates.
+        self.variable_sizes: dict[str, Form] = {}
 
     def error(self, path: str, message: str, rule: str = "") -> None:
         self.result.errors.append(PolicyProblem(path, message, rule))
@@ -241,6 +271,8 @@ class _Checker:
                 child = f"{path}.{key}"
                 if key in CEL_EXPRESSION_KEYS and isinstance(value, str):
                     problem = cel_problem(value, child, extra_variables)
+                    if not problem:
+                        problem, _ = cel_cost_problem(value, extra_variables, self.variable_sizes)
                     if problem:
                         self.error(child, problem, rule)
                 else:
@@ -477,6 +509,8 @@ class _Checker:
         for index, each in enumerate(validate.get("foreach") or []):
             self.foreach(each, f"{path}.foreach[{index}]", name, "validate")
         if isinstance(validate.get("cel"), dict):
+            self.variable_sizes = {}
+            self.policy_variable_sizes(validate["cel"].get("variables"), ())
             self.cel_expressions(validate["cel"], f"{path}.cel", name)
 
     def foreach(self, each: Any, path: str, name: str, phase: str) -> None:
@@ -659,7 +693,15 @@ class _Checker:
             self.result.warnings.append(f"CEL expressions of evaluation mode {mode} are not checked")
             return
         extra = IMAGE_POLICY_VARIABLES if "ImageValidatingPolicy" in kind else ()
+        self.policy_variable_sizes(spec.get("variables"), extra)
         self.cel_expressions(spec, "spec", extra_variables=extra)
+
+    def policy_variable_sizes(self, variables: Any, extra: tuple[str, ...]) -> None:
+        """Bound each ``spec.variables`` entry by its expression's result size, in order (later ones use earlier)."""
+        for variable in variables if isinstance(variables, list) else []:
+            if isinstance(variable, dict) and isinstance(variable.get("name"), str) and isinstance(variable.get("expression"), str):
+                _, size = cel_cost_problem(variable["expression"], extra, self.variable_sizes)
+                self.variable_sizes[variable["name"]] = size
 
 
 def _only_metadata(rule: dict[str, Any]) -> bool:
