@@ -113,6 +113,10 @@ class FakeCluster:
                 raise ApiError(method, path, 409, "exists")
             return self.add(body)
         if method == "PUT":
+            current = self.get_object(api_version_of(resource), resource.kind, namespace, name)
+            sent = str((body.get("metadata") or {}).get("resourceVersion") or "")
+            if current is not None and sent and sent != current["metadata"]["resourceVersion"]:
+                raise ApiError(method, path, 409, "the object has been modified")
             return self.add(body)
         if method == "DELETE":
             key = (api_version_of(resource), resource.kind, namespace if resource.namespaced else "", name)
@@ -124,6 +128,12 @@ class FakeCluster:
         raise ApiError(method, path, 405, "unsupported in the fake")
 
     # engine-facing helpers the cleanup controller uses
+    def lookup(self, api_version: str, kind: str, namespace: str, name: str | None) -> list[dict[str, Any]]:
+        if name is not None:
+            found = self.get_object(api_version, kind, namespace, name)
+            return [found] if found is not None else []
+        return self.list_objects(api_version, kind, namespace)
+
     def providers(self) -> Any:
         from stockade.engine.contextloader import ContextProviders
 
