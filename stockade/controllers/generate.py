@@ -328,6 +328,10 @@ class GenerateController:
         self._busy = threading.Lock()
         # mutate.targets share this queue, retries and leader-only policy reconciliation
         self.mutate_existing = MutateExisting(self.cluster, self._engine, events=events)
+        from stockade.controllers.admissionpolicygen import AdmissionPolicyGenerator
+
+        # ValidatingAdmissionPolicy / MutatingAdmissionPolicy generation follows the same leader-only policy changes
+        self.admission_policies = AdmissionPolicyGenerator(self.cluster, events=events)
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -798,6 +802,10 @@ class GenerateController:
         self._reconcile_gpols()
         snapshot = self.store.snapshot
         self.mutate_existing.reconcile(_mutate_existing_policies(snapshot.policies if snapshot is not None else []))
+        try:
+            self.admission_policies.reconcile(snapshot)
+        except ApiError as exc:
+            log.warning("generating admission policies failed: %s", exc)
 
     def _reconcile_gpols(self) -> None:
         current = {policy.key: policy for policy in self._generating()}

@@ -39,16 +39,17 @@ class FakeCluster:
         self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}
         self.deletes: list[tuple[str, dict[str, str]]] = []
         self._rv = itertools.count(1)
+        self.resources: list[ApiResource] = list(RESOURCES)  # tests may serve more kinds
 
     # discovery
     def api_resources(self, refresh: bool = False) -> list[ApiResource]:
-        return list(RESOURCES)
+        return list(self.resources)
 
     def resolve_kind(self, api_version: str, kind: str) -> ApiResource | None:
-        return next((r for r in RESOURCES if r.kind == kind and (not api_version or api_version_of(r) == api_version)), None)
+        return next((r for r in self.resources if r.kind == kind and (not api_version or api_version_of(r) == api_version)), None)
 
     def resolve_resource(self, group: str, version: str, plural: str) -> ApiResource | None:
-        return next((r for r in RESOURCES if (r.group, r.resource) == (group, plural) and (not version or r.version == version)), None)
+        return next((r for r in self.resources if (r.group, r.resource) == (group, plural) and (not version or r.version == version)), None)
 
     # objects
     def add(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -89,7 +90,7 @@ class FakeCluster:
         return self.list_resource(resource, namespace, label_selector=label_selector)
 
     def _locate(self, path: str) -> tuple[ApiResource, str, str]:
-        for resource in RESOURCES:
+        for resource in self.resources:
             for namespace in {"", *(k[2] for k in self.objects), "default", "ns1", "ns2"}:
                 base = collection_path(resource, namespace)
                 if path == base:
@@ -141,7 +142,7 @@ class FakeCluster:
 
     def resources_for_selector(self, selector: str) -> list[ApiResource]:
         kind = selector.rpartition("/")[2]
-        return [r for r in RESOURCES if r.kind == kind]
+        return [r for r in self.resources if r.kind == kind]
 
     def namespace_labels(self, namespace: str) -> dict[str, str]:
         found = self.get_object("v1", "Namespace", "", namespace)
