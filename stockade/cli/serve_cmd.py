@@ -352,7 +352,7 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
         from stockade.controllers.generate import GenerateController
         from stockade.controllers.manager import DeduplicatingSubmitter
 
-        generator = GenerateController(api_client, store, is_leader=services.is_leader)
+        generator = GenerateController(api_client, store, is_leader=services.is_leader, events=state.events)
         services.background.append(generator)
         state.generator = DeduplicatingSubmitter(generator)
     from stockade.controllers.cleanup import ScheduledDeletionController

@@ -300,7 +300,10 @@ class GenerateController:
         max_attempts: int = 6,
         backoff_seconds: float = 0.5,
         max_backoff_seconds: float = 60.0,
+        events: Any = None,
     ) -> None:
+        from stockade.controllers.mutateexisting import MutateExisting
+
         self.api_client = api_client
         self.store = store
         # uncached reads: the controller compares against the live objects it is about to write
@@ -323,6 +326,12 @@ class GenerateController:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._busy = threading.Lock()
+        # mutate.targets share this queue, retries and leader-only policy reconciliation
+        self.mutate_existing = MutateExisting(self.cluster, self._engine, events=events)
+        from stockade.controllers.admissionpolicygen import AdmissionPolicyGenerator
+
+        # ValidatingAdmissionPolicy / MutatingAdmissionPolicy generation follows the same leader-only policy changes
+        self.admission_policies = AdmissionPolicyGenerator(self.cluster, events=events)
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -363,7 +372,9 @@ class GenerateController:
         if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE") or review.sub_resource:
             return
         snapshot = self.store.snapshot
-        if snapshot is None or not (any(p.has_generate() for p in snapshot.policies) or generating_policies(snapshot)):
+        if snapshot is None or not (
+            any(p.has_generate() for p in snapshot.policies) or generating_policies(snapshot) or _mutate_existing_policies(snapshot.policies)
+        ):
             return
         event = TriggerEvent(review.operation, review.object, review.old_object, review.user_info, review.kind)
         self.submit_event(event)
@@ -514,7 +525,8 @@ class GenerateController:
     def process_event(self, event: TriggerEvent) -> list[GenerateFailure]:
         """Apply every generate rule to one trigger event; returns the failures (empty when all went well)."""
         policies = self._policies()
-        if not policies and not self._generating():
+        mutating = _mutate_existing_policies(self.store.snapshot.policies if self.store.snapshot is not None else [])
+        if not policies and not self._generating() and not mutating:
             return []
         trigger = event.subject
         if event.operation in ("CREATE", "UPDATE"):
@@ -548,6 +560,8 @@ class GenerateController:
                 except ApiError as exc:
                     failures.append(GenerateFailure(policy.key, name, event.describe(), str(exc)))
         failures.extend(self._process_gpol_event(event, trigger, uid))
+        for failure in self.mutate_existing.process(mutating, event.operation, trigger, event.old_resource, event.info, event.gvk):
+            failures.append(GenerateFailure(failure.policy, failure.rule, failure.resource, str(failure)))
         return failures
 
     def _process_gpol_event(self, event: TriggerEvent, trigger: dict[str, Any], uid: str) -> list[GenerateFailure]:
@@ -786,6 +800,12 @@ class GenerateController:
                 self._apply_to_existing(policy, wanted, prune=False)
         self._known_rules = current
         self._reconcile_gpols()
+        snapshot = self.store.snapshot
+        self.mutate_existing.reconcile(_mutate_existing_policies(snapshot.policies if snapshot is not None else []))
+        try:
+            self.admission_policies.reconcile(snapshot)
+        except ApiError as exc:
+            log.warning("generating admission policies failed: %s", exc)
 
     def _reconcile_gpols(self) -> None:
         current = {policy.key: policy for policy in self._generating()}
@@ -932,6 +952,10 @@ def _single_rule(policy: KyvernoPolicy, rule: Rule) -> KyvernoPolicy:
     view = KyvernoPolicy(policy.raw, policy.source)
     view._rules = [rule]
     return view
+
+
+def _mutate_existing_policies(policies: Iterable[KyvernoPolicy]) -> list[KyvernoPolicy]:
+    return [policy for policy in policies if any(rule.has_mutate_existing() for rule in policy.rules)]
 
 
 def _describe(obj: dict[str, Any]) -> str:

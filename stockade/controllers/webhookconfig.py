@@ -149,8 +149,8 @@ def _rule_in_phase(rule: Rule, phase: str) -> bool:
     # verifyImages rules verify and pin digests while mutating, then check the results while validating
     if phase == "mutate":
         return (rule.has_mutate() and not rule.has_mutate_existing()) or rule.has_verify_images()
-    # generate rules run after admission, but only a registered webhook tells us about their triggers
-    return rule.has_validate() or rule.has_verify_images() or rule.has_generate()
+    # generate and mutate-existing rules run after admission, but only a registered webhook tells us about their triggers
+    return rule.has_validate() or rule.has_verify_images() or rule.has_generate() or rule.has_mutate_existing()
 
 
 def cel_resource_rules(policy: Any) -> list[tuple[str, str, str, set[str]]]:

@@ -39,16 +39,17 @@ class FakeCluster:
         self.objects: dict[tuple[str, str, str, str], dict[str, Any]] = {}
         self.deletes: list[tuple[str, dict[str, str]]] = []
         self._rv = itertools.count(1)
+        self.resources: list[ApiResource] = list(RESOURCES)  # tests may serve more kinds
 
     # discovery
     def api_resources(self, refresh: bool = False) -> list[ApiResource]:
-        return list(RESOURCES)
+        return list(self.resources)
 
     def resolve_kind(self, api_version: str, kind: str) -> ApiResource | None:
-        return next((r for r in RESOURCES if r.kind == kind and (not api_version or api_version_of(r) == api_version)), None)
+        return next((r for r in self.resources if r.kind == kind and (not api_version or api_version_of(r) == api_version)), None)
 
     def resolve_resource(self, group: str, version: str, plural: str) -> ApiResource | None:
-        return next((r for r in RESOURCES if (r.group, r.resource) == (group, plural) and (not version or r.version == version)), None)
+        return next((r for r in self.resources if (r.group, r.resource) == (group, plural) and (not version or r.version == version)), None)
 
     # objects
     def add(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -89,7 +90,7 @@ class FakeCluster:
         return self.list_resource(resource, namespace, label_selector=label_selector)
 
     def _locate(self, path: str) -> tuple[ApiResource, str, str]:
-        for resource in RESOURCES:
+        for resource in self.resources:
             for namespace in {"", *(k[2] for k in self.objects), "default", "ns1", "ns2"}:
                 base = collection_path(resource, namespace)
                 if path == base:
@@ -113,6 +114,10 @@ class FakeCluster:
                 raise ApiError(method, path, 409, "exists")
             return self.add(body)
         if method == "PUT":
+            current = self.get_object(api_version_of(resource), resource.kind, namespace, name)
+            sent = str((body.get("metadata") or {}).get("resourceVersion") or "")
+            if current is not None and sent and sent != current["metadata"]["resourceVersion"]:
+                raise ApiError(method, path, 409, "the object has been modified")
             return self.add(body)
         if method == "DELETE":
             key = (api_version_of(resource), resource.kind, namespace if resource.namespaced else "", name)
@@ -124,6 +129,12 @@ class FakeCluster:
         raise ApiError(method, path, 405, "unsupported in the fake")
 
     # engine-facing helpers the cleanup controller uses
+    def lookup(self, api_version: str, kind: str, namespace: str, name: str | None) -> list[dict[str, Any]]:
+        if name is not None:
+            found = self.get_object(api_version, kind, namespace, name)
+            return [found] if found is not None else []
+        return self.list_objects(api_version, kind, namespace)
+
     def providers(self) -> Any:
         from stockade.engine.contextloader import ContextProviders
 
@@ -131,7 +142,7 @@ class FakeCluster:
 
     def resources_for_selector(self, selector: str) -> list[ApiResource]:
         kind = selector.rpartition("/")[2]
-        return [r for r in RESOURCES if r.kind == kind]
+        return [r for r in self.resources if r.kind == kind]
 
     def namespace_labels(self, namespace: str) -> dict[str, str]:
         found = self.get_object("v1", "Namespace", "", namespace)

@@ -1,0 +1,276 @@
+"""Mutate existing (``mutate.targets``) in a cluster: patch other, already stored objects when a trigger is admitted.
+
+The engine computes each patched target (``RuleResponse.patched_target``); this module writes them back through the
+API server, the way Kyverno's background mutate-existing controller does:
+
+* an admitted CREATE/UPDATE/DELETE of a trigger runs the policy's mutate-existing rules on it (for a DELETE the
+  deleted object stands in for ``request.object``, as in Kyverno's background context);
+* every patched target is written with a PUT carrying the ``resourceVersion`` it was computed from; on a conflict the
+  rule is evaluated again on the fresh object (a few times), then the event goes back to the shared retry queue;
+* ``mutateExistingOnPolicyUpdate: true`` (rule-level, or the deprecated policy-level field) applies a new or changed
+  rule to the triggers that exist already;
+* each written (or failed) target produces Kyverno's Event on the policy: ``PolicyApplied`` "resource mutated", or
+  ``PolicyError`` "policy <name>/<rule> error: …".
+
+It has no queue of its own: ``GenerateController`` feeds it trigger events, policy changes and retries.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from stockade.controllers.clusterdata import ApiError, ClusterData, object_path
+from stockade.engine.engine import Engine, Request
+from stockade.engine.match import RequestInfo, ResourceKind
+from stockade.engine.response import ERROR, FAIL, PASS, EngineResponse, RuleResponse
+from stockade.policy.model import KyvernoPolicy, Rule
+
+log = logging.getLogger("stockade.mutateexisting")
+
+EVENT_SOURCE = "kyverno-mutate"  # Kyverno's event source for mutate existing
+REASON_APPLIED = "PolicyApplied"
+REASON_ERROR = "PolicyError"
+ACTION_MUTATED = "Resource Mutated"
+ACTION_NONE = "None"
+CONFLICT_ATTEMPTS = 4  # evaluations per target before a conflict goes to the shared retry queue
+
+
+class MutateExistingFailure(Exception):
+    """A target that could not be mutated; the event is retried with backoff."""
+
+    def __init__(self, policy: str, rule: str, resource: str, message: str) -> None:
+        super().__init__(f"policy {policy} rule {rule} on {resource}: {message}")
+        self.policy = policy
+        self.rule = rule
+        self.resource = resource
+
+
+def mutate_existing_rules(policy: KyvernoPolicy) -> dict[str, Rule]:
+    return {rule.name: rule for rule in policy.rules if rule.has_mutate_existing()}
+
+
+def on_policy_update(policy: KyvernoPolicy, rule: Rule) -> bool:
+    """The rule's ``mutateExistingOnPolicyUpdate`` wins over the policy's deprecated one."""
+    value = (rule.mutate or {}).get("mutateExistingOnPolicyUpdate")
+    if value is not None:
+        return bool(value)
+    return bool(policy.spec.get("mutateExistingOnPolicyUpdate", False))
+
+
+def rules_view(policy: KyvernoPolicy, rules: list[Rule]) -> KyvernoPolicy:
+    """The policy restricted to ``rules`` (its other rules act during admission, not here)."""
+    view = KyvernoPolicy(policy.raw, policy.source)
+    view._rules = list(rules)
+    return view
+
+
+def target_identity(obj: dict[str, Any]) -> tuple[str, str, str, str]:
+    metadata = obj.get("metadata") or {}
+    return str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+
+
+def describe(obj: dict[str, Any]) -> str:
+    metadata = obj.get("metadata") or {}
+    namespace = metadata.get("namespace") or ""
+    return f"{obj.get('kind', '')}/{namespace + '/' if namespace else ''}{metadata.get('name', '')}"
+
+
+def success_message() -> str:
+    return "resource mutated"
+
+
+def failure_message(policy: KyvernoPolicy, rule: str, error: str) -> str:
+    return f"policy {policy.name}/{rule} error: {error}" if rule else f"policy {policy.name} error: {error}"
+
+
+@dataclass
+class MutateExistingStats:
+    mutated: int = 0
+    conflicts: int = 0
+    failures: int = 0
+    skipped: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class MutateExisting:
+    """Applies mutate-existing rules for the generate controller's worker (which owns queueing and retries)."""
+
+    def __init__(self, cluster: ClusterData, engine_factory: Callable[[], Engine], *, events: Any = None) -> None:
+        self.cluster = cluster
+        self.engine_factory = engine_factory
+        self.events = events  # EventRecorder-like: submit(EventSpec)
+        self.stats = MutateExistingStats()
+        self._known: dict[str, tuple[KyvernoPolicy, dict[str, Rule]]] | None = None
+
+    # -- admission events ------------------------------------------------------------------------------------------
+    def process(
+        self, policies: list[KyvernoPolicy], operation: str, trigger: dict[str, Any], old: dict[str, Any], info: RequestInfo, gvk: ResourceKind | None
+    ) -> list[MutateExistingFailure]:
+        """Run every mutate-existing rule of ``policies`` on one admitted trigger; returns what failed."""
+        failures: list[MutateExistingFailure] = []
+        for policy in policies:
+            rules = list(mutate_existing_rules(policy).values())
+            if rules:
+                failures.extend(self.apply(policy, rules, operation, trigger, old, info, gvk))
+        return failures
+
+    def apply(
+        self,
+        policy: KyvernoPolicy,
+        rules: list[Rule],
+        operation: str,
+        trigger: dict[str, Any],
+        old: dict[str, Any],
+        info: RequestInfo,
+        gvk: ResourceKind | None,
+    ) -> list[MutateExistingFailure]:
+        """Evaluate and write; a target whose write conflicts is recomputed from its fresh state."""
+        failures: list[MutateExistingFailure] = []
+        pending: set[tuple[str, str, str, str]] | None = None  # None: every target; else only those that conflicted
+        for attempt in range(CONFLICT_ATTEMPTS):
+            try:
+                response = self.evaluate(policy, rules, operation, trigger, old, info, gvk)
+            except Exception as exc:  # one broken policy must not stop the others
+                failures.append(MutateExistingFailure(policy.key, "*", describe(trigger), f"{type(exc).__name__}: {exc}"))
+                return failures
+            conflicted: set[tuple[str, str, str, str]] = set()
+            for result in response.rules:
+                target = result.patched_target
+                if pending is not None and (target is None or target_identity(target) not in pending):
+                    continue
+                failure = self._write(policy, result, trigger, last_attempt=attempt + 1 == CONFLICT_ATTEMPTS)
+                if failure is _CONFLICT:
+                    conflicted.add(target_identity(target or {}))
+                elif failure is not None:
+                    failures.append(failure)
+            if not conflicted:
+                return failures
+            pending = conflicted
+        return failures
+
+    def evaluate(
+        self, policy: KyvernoPolicy, rules: list[Rule], operation: str, trigger: dict[str, Any], old: dict[str, Any], info: RequestInfo, gvk: ResourceKind | None
+    ) -> EngineResponse:
+        engine = self.engine_factory()
+        namespace = str((trigger.get("metadata") or {}).get("namespace") or "")
+        labels = self.cluster.namespace_labels(namespace) if namespace else {}
+        request = Request(resource=trigger, operation=operation or "CREATE", old_resource=old, info=info, namespace_labels=labels, gvk=gvk)
+        pctx = engine.policy_context(rules_view(policy, rules), request)
+        if operation == "DELETE":
+            # Kyverno's background context loads the trigger (the deleted object) as request.object
+            pctx.json_context.add_variable("request.object", trigger)
+        return engine.mutate(pctx, include_existing=True)
+
+    def _write(self, policy: KyvernoPolicy, result: RuleResponse, trigger: dict[str, Any], *, last_attempt: bool) -> Any:
+        if result.status in (ERROR, FAIL):
+            message = f"failed to mutate existing resource, rule {result.name}, response {result.status}: {result.message}"
+            self.stats.failures += 1
+            self._event(policy, result.name, None, message)
+            return MutateExistingFailure(policy.key, result.name, describe(trigger), message)
+        if result.status != PASS:
+            self.stats.skipped += 1
+            return None
+        target = result.patched_target
+        if target is None:
+            return MutateExistingFailure(policy.key, result.name, describe(trigger), "empty resource to patch")
+        resource = self.cluster.resolve_kind(str(target.get("apiVersion") or ""), str(target.get("kind") or ""))
+        if resource is None:
+            message = f"kind {target.get('apiVersion')}/{target.get('kind')} is not served"
+            self._event(policy, result.name, target, message)
+            return MutateExistingFailure(policy.key, result.name, describe(target), message)
+        metadata = target.get("metadata") or {}
+        path = object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+        try:
+            self.cluster.request("PUT", path, target)
+        except ApiError as exc:
+            if exc.status == 409 and not last_attempt:
+                self.stats.conflicts += 1
+                return _CONFLICT
+            self.stats.failures += 1
+            self._event(policy, result.name, target, str(exc))
+            return MutateExistingFailure(policy.key, result.name, describe(target), str(exc))
+        self.stats.mutated += 1
+        log.info("mutated %s (policy %s, rule %s)", describe(target), policy.key, result.name)
+        self._event(policy, result.name, target, "")
+        return None
+
+    def _event(self, policy: KyvernoPolicy, rule: str, target: dict[str, Any] | None, error: str) -> None:
+        if self.events is None:
+            return
+        from stockade.controllers.events import EventSpec
+
+        regarding = {
+            "apiVersion": "kyverno.io/v1",
+            "kind": policy.kind,
+            "name": policy.name,
+            "namespace": policy.namespace,
+            "uid": str((policy.raw.get("metadata") or {}).get("uid") or ""),
+        }
+        if error:
+            spec = EventSpec(
+                namespace=policy.namespace or "default",
+                regarding=tuple((k, v) for k, v in regarding.items() if v),
+                reason=REASON_ERROR,
+                message=failure_message(policy, rule, error),
+                type="Warning",
+                action=ACTION_NONE,
+            )
+        else:
+            spec = EventSpec(
+                namespace=policy.namespace or "default",
+                regarding=tuple((k, v) for k, v in regarding.items() if v),
+                reason=REASON_APPLIED,
+                message=success_message(),
+                type="Normal",
+                action=ACTION_MUTATED,
+            )
+        self.events.submit(spec)
+
+    # -- policy changes --------------------------------------------------------------------------------------------
+    def reconcile(self, policies: list[KyvernoPolicy]) -> None:
+        """Apply new or changed rules with ``mutateExistingOnPolicyUpdate`` to the triggers that exist now (leader)."""
+        current = {policy.key: (policy, mutate_existing_rules(policy)) for policy in policies}
+        previous = self._known or {}
+        for key, (policy, rules) in current.items():
+            old_rules = previous.get(key, (None, {}))[1]
+            wanted = [rule for name, rule in rules.items() if on_policy_update(policy, rule) and (name not in old_rules or old_rules[name].raw != rule.raw)]
+            for rule in wanted:
+                self.apply_to_existing(policy, rule)
+        self._known = current
+
+    def apply_to_existing(self, policy: KyvernoPolicy, rule: Rule) -> int:
+        """One rule over every existing trigger of its kinds (as CREATE, like Kyverno's policy-update pass)."""
+        from stockade.controllers.webhookconfig import rule_kinds
+
+        failed = 0
+        seen: set[tuple[str, str]] = set()
+        for selector in rule_kinds(rule):
+            try:
+                resources = self.cluster.resources_for_selector(selector)
+            except ApiError as exc:
+                log.warning("discovery for %s failed: %s", selector, exc)
+                continue
+            for resource in resources:
+                if (resource.group, resource.kind) in seen:
+                    continue
+                seen.add((resource.group, resource.kind))
+                try:
+                    triggers = self.cluster.list_resource(resource, policy.namespace, cached=False)
+                except ApiError as exc:
+                    log.warning("listing %s for policy %s failed: %s", resource.kind, policy.key, exc)
+                    continue
+                for trigger in triggers:
+                    for failure in self.apply(policy, [rule], "CREATE", trigger, {}, RequestInfo(), None):
+                        failed += 1
+                        log.warning("mutate existing on policy update: %s", failure)
+        return failed
+
+
+class _Conflict:
+    """Marker: the write lost a race and the target is recomputed."""
+
+
+_CONFLICT = _Conflict()

@@ -1,0 +1,180 @@
+"""mutate.targets in the cluster, through the generate controller's pipeline against an in-memory cluster: CREATE and
+DELETE triggers, per-target preconditions, conflicts recomputed from the fresh object, Events, and
+mutateExistingOnPolicyUpdate on policy creation."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from stockade.controllers.generate import GenerateController, TriggerEvent
+from stockade.controllers.mutateexisting import on_policy_update
+from stockade.controllers.webhookconfig import _rule_in_phase
+from stockade.policy.model import KyvernoPolicy
+from tests.unit.controllers.fakecluster import FakeCluster
+
+
+def policy(*, operations: list[str] | None = None, on_update: bool = False, preconditions: list[dict[str, Any]] | None = None) -> KyvernoPolicy:
+    target: dict[str, Any] = {"apiVersion": "v1", "kind": "Secret", "name": "secret-*", "namespace": "{{ request.object.metadata.namespace }}"}
+    if preconditions:
+        target["preconditions"] = {"all": preconditions}
+    resources: dict[str, Any] = {"kinds": ["ConfigMap"], "names": ["trigger"]}
+    if operations:
+        resources["operations"] = operations
+    return KyvernoPolicy(
+        {
+            "apiVersion": "kyverno.io/v1",
+            "kind": "ClusterPolicy",
+            "metadata": {"name": "mutate-secrets", "uid": "pol-uid"},
+            "spec": {
+                "rules": [
+                    {
+                        "name": "label-secrets",
+                        "match": {"any": [{"resources": resources}]},
+                        "mutate": {
+                            "mutateExistingOnPolicyUpdate": on_update,
+                            "targets": [target],
+                            "patchStrategicMerge": {"metadata": {"labels": {"foo": "{{ request.object.metadata.name }}"}}},
+                        },
+                    }
+                ]
+            },
+        }
+    )
+
+
+@dataclass
+class Snapshot:
+    policies: list[KyvernoPolicy]
+    documents: tuple[Any, ...] = ()
+    errors: dict[Any, str] = field(default_factory=dict)
+
+
+class Store:
+    def __init__(self, *policies: KyvernoPolicy) -> None:
+        self.listeners: list[Any] = []
+        self.snapshot = Snapshot(list(policies))
+
+
+class Events:
+    def __init__(self) -> None:
+        self.specs: list[Any] = []
+
+    def submit(self, spec: Any) -> None:
+        self.specs.append(spec)
+
+
+def setup(*policies: KyvernoPolicy) -> tuple[FakeCluster, GenerateController, Events]:
+    cluster = FakeCluster()
+    cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns1"}})
+    cluster.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "secret-a", "namespace": "ns1"}, "data": {"k": "dg=="}})
+    cluster.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "secret-b", "namespace": "ns1", "labels": {"keep": "me"}}})
+    cluster.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "other", "namespace": "ns1"}})
+    cluster.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "secret-a", "namespace": "ns2"}})
+    events = Events()
+    controller = GenerateController(None, Store(*policies), cluster_data=cluster, events=events)  # type: ignore[arg-type]
+    return cluster, controller, events
+
+
+def configmap(cluster: FakeCluster) -> dict[str, Any]:
+    return cluster.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "trigger", "namespace": "ns1"}, "data": {"a": "1"}})
+
+
+def labels(cluster: FakeCluster, namespace: str, name: str) -> dict[str, str]:
+    return (cluster.find("Secret", namespace, name) or {}).get("metadata", {}).get("labels") or {}
+
+
+def test_mutate_existing_rules_register_their_triggers_in_the_validating_webhook() -> None:
+    rule = policy().rules[0]
+    assert _rule_in_phase(rule, "validate") and not _rule_in_phase(rule, "mutate")
+
+
+def test_create_trigger_patches_matching_targets_with_events() -> None:
+    cluster, controller, events = setup(policy())
+    failures = controller.process_event(TriggerEvent("CREATE", configmap(cluster)))
+    assert failures == []
+    assert labels(cluster, "ns1", "secret-a") == {"foo": "trigger"}
+    assert labels(cluster, "ns1", "secret-b") == {"keep": "me", "foo": "trigger"}
+    assert labels(cluster, "ns1", "other") == {} and labels(cluster, "ns2", "secret-a") == {}
+    assert cluster.find("Secret", "ns1", "secret-a")["data"] == {"k": "dg=="}  # the rest of the target is kept
+    assert controller.mutate_existing.stats.mutated == 2
+    assert [(e.reason, e.message, e.type, e.namespace) for e in events.specs] == [("PolicyApplied", "resource mutated", "Normal", "default")] * 2
+    assert dict(events.specs[0].regarding)["kind"] == "ClusterPolicy"
+
+
+def test_delete_trigger_uses_the_deleted_object_as_request_object() -> None:
+    cluster, controller, _ = setup(policy(operations=["DELETE"]))
+    cm = configmap(cluster)
+    assert controller.process_event(TriggerEvent("CREATE", cm)) == []
+    assert labels(cluster, "ns1", "secret-a") == {}  # the rule only matches DELETE
+    assert controller.process_event(TriggerEvent("DELETE", {}, old_resource=cm)) == []
+    assert labels(cluster, "ns1", "secret-a") == {"foo": "trigger"}
+
+
+def test_per_target_preconditions_use_the_target() -> None:
+    wanted = [{"key": "{{ target.metadata.labels.keep || '' }}", "operator": "Equals", "value": "me"}]
+    cluster, controller, _ = setup(policy(preconditions=wanted))
+    assert controller.process_event(TriggerEvent("CREATE", configmap(cluster))) == []
+    assert labels(cluster, "ns1", "secret-a") == {}
+    assert labels(cluster, "ns1", "secret-b") == {"keep": "me", "foo": "trigger"}
+
+
+def test_conflicting_write_is_recomputed_from_the_fresh_target() -> None:
+    cluster, controller, _ = setup(policy())
+    original_request = cluster.request
+    raced = {"done": False}
+
+    def racing_request(method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
+        if method == "PUT" and not raced["done"] and body["metadata"]["name"] == "secret-a":
+            raced["done"] = True  # someone else edits the target between our read and our write
+            current = cluster.find("Secret", "ns1", "secret-a")
+            current["metadata"]["labels"] = {"edited": "yes"}
+            cluster.add(current)
+        return original_request(method, path, body, **kwargs)
+
+    cluster.request = racing_request  # type: ignore[method-assign]
+    assert controller.process_event(TriggerEvent("CREATE", configmap(cluster))) == []
+    assert labels(cluster, "ns1", "secret-a") == {"edited": "yes", "foo": "trigger"}
+    assert controller.mutate_existing.stats.conflicts == 1
+
+
+def test_unwritable_target_is_a_failure_and_an_error_event() -> None:
+    cluster, controller, events = setup(policy())
+    original_request = cluster.request
+
+    def forbidden(method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
+        if method == "PUT":
+            from stockade.controllers.clusterdata import ApiError
+
+            raise ApiError(method, path, 403, "forbidden")
+        return original_request(method, path, body, **kwargs)
+
+    cluster.request = forbidden  # type: ignore[method-assign]
+    failures = controller.process_event(TriggerEvent("CREATE", configmap(cluster)))
+    assert len(failures) == 2 and all(f.rule == "label-secrets" for f in failures)
+    assert {e.reason for e in events.specs} == {"PolicyError"}
+    assert events.specs[0].message.startswith("policy mutate-secrets/label-secrets error:")
+
+
+def test_on_policy_update_applies_to_existing_triggers_once() -> None:
+    cluster, controller, _ = setup(policy(on_update=True))
+    configmap(cluster)
+    controller.reconcile_policies()
+    assert labels(cluster, "ns1", "secret-a") == {"foo": "trigger"}
+    cluster.add({**cluster.find("Secret", "ns1", "secret-a"), "metadata": {**cluster.find("Secret", "ns1", "secret-a")["metadata"], "labels": {}}})
+    controller.reconcile_policies()  # unchanged policy: not applied again
+    assert labels(cluster, "ns1", "secret-a") == {}
+
+
+def test_without_on_policy_update_existing_triggers_are_left_alone() -> None:
+    cluster, controller, _ = setup(policy(on_update=False))
+    configmap(cluster)
+    controller.reconcile_policies()
+    assert labels(cluster, "ns1", "secret-a") == {}
+
+
+def test_on_policy_update_setting_precedence() -> None:
+    legacy = KyvernoPolicy({"kind": "ClusterPolicy", "metadata": {"name": "p"}, "spec": {"mutateExistingOnPolicyUpdate": True, "rules": []}})
+    rule_off = policy(on_update=False).rules[0]
+    plain = KyvernoPolicy({"kind": "ClusterPolicy", "metadata": {"name": "p"}, "spec": {"rules": [{"name": "r", "mutate": {"targets": [{}]}}]}}).rules[0]
+    assert on_policy_update(legacy, plain) and not on_policy_update(legacy, rule_off)
