@@ -13,14 +13,16 @@ from hostile_server import HOSTILE_BUDGET, ServeProcess, cluster_policy, pod, re
 
 
 def nested_doubling(levels: int) -> str:
-    """Each level joins two copies of the level inside it: 2**levels copies of an 8-byte string, from a short text."""
+    """Each level joins sixteen copies of the level inside it: 16**levels copies of an 8-byte string from a short
+    text, shallow enough for the parser's nesting limit (so only a cost limit can refuse it)."""
+    sixteen = "[" + ", ".join(str(i) for i in range(16)) + "]"
     expression = "'xxxxxxxx'"
     for level in range(levels):
-        expression = f"[0, 1].map(i{level}, {expression}).join()"
+        expression = f"{sixteen}.map(i{level}, {expression}).join()"
     return f"size({expression}) > 0"
 
 
-HUGE_EXPRESSION = nested_doubling(32)  # 32 GiB if it ever ran
+HUGE_EXPRESSION = nested_doubling(7)  # 2 GiB if it ever ran
 RUNTIME_EXPRESSION = "size(object.spec.items.map(a, object.spec.items.map(b, object.metadata.annotations.blob + a + b).join()).join()) > 0"
 
 
