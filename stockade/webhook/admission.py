@@ -87,18 +87,27 @@ def parse_review(body: Any) -> AdmissionRequest:
     user = request.get("userInfo") or {}
     if not isinstance(user, dict):
         raise InvalidAdmissionReview("request.userInfo must be an object")
+    groups = user.get("groups") or []
+    if not isinstance(groups, list):
+        raise InvalidAdmissionReview("request.userInfo.groups must be a list")
+    extra = user.get("extra") or {}
+    if not isinstance(extra, dict):
+        raise InvalidAdmissionReview("request.userInfo.extra must be an object")
+    resource = request.get("resource") or {}
+    if not isinstance(resource, dict):
+        raise InvalidAdmissionReview("request.resource must be an object")
     sub_resource = str(request.get("subResource") or "")
     info = RequestInfo(
         username=str(user.get("username") or ""),
         uid=str(user.get("uid") or ""),
-        groups=tuple(str(g) for g in user.get("groups") or ()),
-        extra=dict(user.get("extra") or {}),
+        groups=tuple(str(g) for g in groups),
+        extra=dict(extra),
     )
     return AdmissionRequest(
         uid=uid,
         operation=operation,
         kind=ResourceKind(str(kind.get("group") or ""), str(kind.get("version") or ""), str(kind["kind"]), sub_resource),
-        resource=dict(request.get("resource") or {}),
+        resource=dict(resource),
         sub_resource=sub_resource,
         namespace=str(request.get("namespace") or ""),
         name=str(request.get("name") or ""),

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from webhook_helpers import pod, review
+
 from stockade.engine.response import EngineResponse, RuleResponse
 from stockade.policy.model import KyvernoPolicy
 from stockade.webhook.admission import (
@@ -84,4 +86,20 @@ def test_review_response_shape() -> None:
 )
 def test_invalid_reviews_name_the_problem(body: object, reason: str) -> None:
     with pytest.raises(InvalidAdmissionReview, match=reason):
+        parse_review(body)
+
+
+@pytest.mark.parametrize(("field", "value"), [("groups", 1.5), ("groups", "admins"), ("extra", [["a", "b"]]), ("extra", "x")])
+def test_user_info_of_the_wrong_type_is_an_invalid_review(field: str, value: object) -> None:
+    """Found by the fuzzer: these raised TypeError/ValueError instead of the typed refusal."""
+    body = review(pod())
+    body["request"]["userInfo"][field] = value
+    with pytest.raises(InvalidAdmissionReview, match=f"userInfo.{field}"):
+        parse_review(body)
+
+
+def test_resource_of_the_wrong_type_is_an_invalid_review() -> None:
+    body = review(pod())
+    body["request"]["resource"] = "pods"
+    with pytest.raises(InvalidAdmissionReview, match="request.resource"):
         parse_review(body)
