@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stockade.celpolicy.authz import AUTHZ_MODES, AuthzEvaluator, evaluation_mode, request_for_mode
 from stockade.celpolicy.evaluator import CelPolicyEvaluator
 from stockade.celpolicy.imagevalidating import ImageValidatingEvaluator
 from stockade.celpolicy.model import CelPolicy
@@ -46,7 +47,9 @@ class CelPolicyRun:
         policies = [CelPolicy(d) for d in documents]
         exceptions = [p for p in policies if p.kind == "PolicyException"]
         exceptions += [CelPolicy(d) for d in exception_documents or [] if d.get("kind") == "PolicyException"]
-        self.validating = [p for p in policies if p.kind in _VALIDATING]
+        self.validating = [p for p in policies if p.kind in _VALIDATING and evaluation_mode(p.raw) not in AUTHZ_MODES]
+        # HTTP / Envoy authorization policies judge httpPayloads / envoyPayloads, never Kubernetes resources.
+        self.authz = [p for p in policies if p.kind in _VALIDATING and evaluation_mode(p.raw) in AUTHZ_MODES]
         self.mutating = [p for p in policies if p.kind in _MUTATING]
         self.generating = [p for p in policies if p.kind in _GENERATING]
         self.deleting = [p for p in policies if p.kind in _DELETING]
@@ -66,6 +69,7 @@ class CelPolicyRun:
         if context_images:
             providers["image"] = StaticImageData(context_images)
         self.evaluator = CelPolicyEvaluator(providers=providers, exceptions=exceptions, params=params)
+        self.authz_evaluator = AuthzEvaluator(providers)
         self.image_evaluator = ImageValidatingEvaluator(self.evaluator, image_verifier) if self.image_validating else None
 
     def _parent_of(self, resource: dict[str, Any]) -> tuple[str, str, str, str, str] | None:
@@ -170,3 +174,13 @@ class CelPolicyRun:
                 if (policy.spec.get("evaluation") or {}).get("mode") == "JSON"
             ]
         return results
+
+    def authz_responses(self, mode: str, payload: Any) -> list[EngineResponse]:
+        """Every ``mode`` (HTTP or Envoy) authorization policy applied to one payload, as Kyverno's authz processor
+        does for ``httpPayloads`` / ``envoyPayloads``; raises AuthzPayloadError for a malformed payload and
+        PolicyCompileError for a policy that does not compile."""
+        policies = [p for p in self.authz if evaluation_mode(p.raw) == mode]
+        if not policies:
+            return []
+        request = request_for_mode(mode, payload)
+        return [self.authz_evaluator.authorize(policy, request) for policy in policies]

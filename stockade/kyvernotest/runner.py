@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.celpolicy import RULELESS_KINDS
+from stockade.celpolicy.authz import ENVOY_MODE, HTTP_MODE, AuthzPayloadError
+from stockade.celpolicy.errors import PolicyCompileError
 from stockade.celpolicy.testing import CelPolicyRun
 from stockade.engine.contextloader import ContextLoadError, ContextProviders
 from stockade.engine.engine import Engine, Request
@@ -16,7 +19,7 @@ from stockade.engine.response import EngineResponse, RuleResponse, report_result
 from stockade.kyvernotest.compare import compare_resources, find_resource
 from stockade.kyvernotest.schema import TestCase, TestResult
 from stockade.kyvernotest.values import Values, load_user_info, load_values, values_from_mapping
-from stockade.policy.loader import Document, LoadError, load_documents
+from stockade.policy.loader import Document, LoadError, load_documents, read_text
 from stockade.policy.model import KyvernoPolicy
 from stockade.policy.resources import PolicySet, normalise_resource, resource_key, split_policies
 
@@ -148,6 +151,11 @@ class TestRunner:
             self.run.error = str(exc)
             return self.run
         responses = self._evaluate(policies, resources, values, info, exceptions + policies.exceptions, cluster_objects, cel_run)
+        try:
+            responses.trigger.update(self._authz_responses(cel_run))
+        except (LoadError, PolicyCompileError) as exc:
+            self.run.error = str(exc)
+            return self.run
         responses.target = _responses_by_target(targets, responses.trigger)
         self._judge(responses, policies)
         return self.run
@@ -251,6 +259,25 @@ class TestRunner:
                 responses.trigger[name] = payload
         return responses
 
+    def _authz_responses(self, cel_run: CelPolicyRun | None) -> dict[str, list[EngineResponse]]:
+        """``httpPayloads`` / ``envoyPayloads``: each file is one authorization request, keyed by its path."""
+        found: dict[str, list[EngineResponse]] = {}
+        for mode, paths, what in ((HTTP_MODE, self.case.http_payloads, "HTTP"), (ENVOY_MODE, self.case.envoy_payloads, "Envoy")):
+            for relative in paths:
+                path = self.case.resolve(relative)
+                try:
+                    payload = json.loads(read_text(path))
+                except json.JSONDecodeError as exc:
+                    raise LoadError(path, f"failed to load {what} payload: not JSON ({exc.msg} at line {exc.lineno})") from None
+                if cel_run is None:
+                    found[path] = []
+                    continue
+                try:
+                    found[path] = cel_run.authz_responses(mode, payload)
+                except AuthzPayloadError as exc:
+                    raise LoadError(path, f"failed to load {what} payload: {exc.reason}", field=exc.field or None) from None
+        return found
+
     def _cel_run(self, policies: PolicySet, exception_documents: list[Document], values: Values, cluster_objects: list[dict[str, Any]]) -> CelPolicyRun | None:
         """CEL policy kinds of the test, with providers answering from the test's context and mocks."""
         if not policies.cel and not policies.admission:
@@ -293,6 +320,13 @@ class TestRunner:
                 )
             trigger = responses.by_operation.get(result.operation, {}) if result.operation else responses.trigger
             keys = self._select_resources(result, {**responses.target, **trigger})
+            if not keys:
+                # Nothing was evaluated for this expectation (no resources or payloads): a test whose results
+                # cannot be computed fails rather than passing with zero checks.
+                self.run.rows.append(
+                    Row(result.policy, result.rule, "", False, "Not found", "no resource or payload was evaluated for this result", result.result)
+                )
+                continue
             for key in keys:
                 rows = self._rows_for(result, key, trigger) if key in trigger else []
                 rows += self._target_rows(result, key, responses.target.get(key, []))
