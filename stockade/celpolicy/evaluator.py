@@ -177,12 +177,16 @@ class CelPolicyEvaluator:
     def validate_json(self, policy: CelPolicy, payload: Any) -> EngineResponse:
         """JSON-mode ValidatingPolicy: ``object`` is the raw payload, no request or namespace."""
         request = AdmissionInput(object=payload if isinstance(payload, dict) else {})
-        scope = Scope(self.compiler, policy.key, {"object": payload, "variables": {}}, self.providers)
-        outcome = self._run_validations(policy, policy.spec, scope)
+        values = {"object": payload, "variables": {}, "exceptions": {"allowedImages": [], "allowedValues": []}}
+        scope = Scope(self.compiler, policy.key, values, self.providers)
+        outcome = self._validate_in_scope(policy, policy.spec, scope)
         return self._response(policy, request, VALIDATION, outcome)
 
     def _validate_body(self, policy: CelPolicy, key: str, spec: dict[str, Any], request: AdmissionInput) -> _Outcome:
-        scope = self._scope(key, request)
+        return self._validate_in_scope(policy, spec, self._scope(key, request))
+
+    def _validate_in_scope(self, policy: CelPolicy, spec: dict[str, Any], scope: Scope) -> _Outcome:
+        """Exceptions, then matchConditions, then validations (Kyverno's order, for resources and JSON alike)."""
         ignore = str(spec.get("failurePolicy") or "Fail") == "Ignore"
         try:
             keys, images, values, full = self._policy_exceptions(policy, scope)
@@ -466,7 +470,9 @@ class CelPolicyEvaluator:
         if policy.is_namespaced and request.namespace != policy.namespace:
             return None
         spec = policy.spec
-        if not constraints_match(spec.get("matchConstraints"), request, ignore_operations=True):
+        # A JSON payload (no apiVersion/kind) has no resource type to match: only the conditions decide.
+        typed = bool(resource.get("apiVersion")) and bool(resource.get("kind"))
+        if typed and not constraints_match(spec.get("matchConstraints"), request, ignore_operations=True):
             return None
         scope = self._scope(policy.key, request, {"request": None, "oldObject": None})
         try:

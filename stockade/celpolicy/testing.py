@@ -165,14 +165,21 @@ class CelPolicyRun:
         return out
 
     def json_payload_responses(self) -> dict[str, list[EngineResponse]]:
-        """JSON-mode ValidatingPolicies applied to each JSON payload, keyed by payload path."""
+        """JSON-mode ValidatingPolicies (with their PolicyExceptions) and DeletingPolicies applied to each JSON
+        payload, keyed by payload path; Kubernetes-mode ValidatingPolicies do not apply to payloads."""
         results: dict[str, list[EngineResponse]] = {}
         for name, payload in self.json_payloads.items():
-            results[name] = [
+            responses = [
                 self.evaluator.validate_json(policy, payload)
                 for policy in self.validating
-                if (policy.spec.get("evaluation") or {}).get("mode") == "JSON"
+                if evaluation_mode(policy.raw) == "JSON"
             ]
+            if isinstance(payload, dict):
+                for policy in self.deleting:
+                    response = self.evaluator.delete(policy, payload)
+                    if response is not None:
+                        responses.append(response)
+            results[name] = responses
         return results
 
     def authz_responses(self, mode: str, payload: Any) -> list[EngineResponse]:

@@ -292,8 +292,10 @@ class TestRunner:
             params = [normalise_resource(d.data) for d in load_documents([self.case.resolve(p) for p in self.case.param_resources])]
         payloads: dict[str, Any] = {}
         for path in self.case.json_payloads:
-            for document in load_documents([self.case.resolve(path)], require_kind=False):
-                payloads[path] = document.data
+            documents = load_documents([self.case.resolve(path)], require_kind=False)
+            if len(documents) != 1 or not isinstance(documents[0].data, dict) or not documents[0].data:
+                raise LoadError(self.case.resolve(path), "a JSON payload must be one non-empty top-level object", field="jsonPayloads")
+            payloads[path] = documents[0].data
         return CelPolicyRun(
             documents=[d.data for d in policies.cel + policies.admission],
             exception_documents=[d.data for d in exception_documents],
