@@ -360,6 +360,74 @@ class CelPolicyEvaluator:
         outcome = self._run_mutations(scope, spec, request)
         return self._response(policy, request, MUTATION, outcome)
 
+    @staticmethod
+    def mutates_existing(policy: CelPolicy) -> bool:
+        return bool(((policy.spec.get("evaluation") or {}).get("mutateExisting") or {}).get("enabled"))
+
+    def selected_targets(self, policy: CelPolicy, trigger: AdmissionInput) -> set[str] | None:
+        """``targetMatchConstraints.expression`` evaluated for the trigger: the ``namespace/name`` keys of the
+        objects it resolves (one object, or a list under ``items``); ``None`` when the policy has no expression."""
+        expression = str((policy.spec.get("targetMatchConstraints") or {}).get("expression") or "")
+        if not expression:
+            return None
+        scope = self._scope(policy.key, trigger)
+        scope.bind_variables(policy.spec.get("variables"))
+        try:
+            found = scope.evaluate("spec.targetMatchConstraints.expression", expression)
+        except CelError:
+            return set()
+        if not isinstance(found, dict):
+            return set()
+        items = found.get("items") if isinstance(found.get("items"), list) else [found]
+        keys: set[str] = set()
+        for item in items:
+            metadata = (item.get("metadata") or {}) if isinstance(item, dict) else {}
+            name, namespace = str(metadata.get("name") or ""), str(metadata.get("namespace") or "")
+            if name:
+                keys.add(f"{namespace}/{name}" if namespace else name)
+        return keys
+
+    def mutate_target(self, policy: CelPolicy, target: dict[str, Any], trigger: AdmissionInput, selected: set[str] | None) -> EngineResponse | None:
+        """A mutateExisting MutatingPolicy applied to one existing ``target`` on behalf of ``trigger``.
+
+        The target is chosen by ``targetMatchConstraints`` (its expression's result ``selected``, else its resource
+        rules, else the policy's ``matchConstraints``; operations never matter), then ``targetMatchConditions``
+        decide; ``object`` is the target and ``request`` the trigger's.  A successful mutation carries the patched
+        target.  ``None`` when the target is not selected."""
+        target_request = AdmissionInput(object=target, operation=trigger.operation, user_info=trigger.user_info)
+        constraints = policy.spec.get("targetMatchConstraints") or {}
+        metadata = target.get("metadata") or {}
+        if selected is not None:
+            key = f"{metadata.get('namespace')}/{metadata.get('name')}" if metadata.get("namespace") else str(metadata.get("name") or "")
+            if key not in selected:
+                return None
+        else:
+            rules = constraints if constraints.get("resourceRules") else policy.spec.get("matchConstraints")
+            if not constraints_match(rules, target_request, ignore_operations=True):
+                return None
+        scope = self._scope(policy.key, target_request, {"request": trigger.request_map(), "oldObject": None})
+        response = EngineResponse(policy, trigger.subject, trigger.subject)
+        try:
+            keys, images, values, full = self._policy_exceptions(policy, scope)
+            if full:
+                outcome = self._exception_outcome(keys)
+                response.rules.append(RuleResponse(policy.name, MUTATION, str(outcome.status), outcome.message, exceptions=keys))
+                return response
+            scope.set("exceptions", {"allowedImages": images, "allowedValues": values})
+            scope.bind_variables(policy.spec.get("variables"))
+            if not scope.conditions_hold(policy.spec.get("targetMatchConditions"), "spec.targetMatchConditions"):
+                response.rules.append(RuleResponse(policy.name, MUTATION, "skip", "skip"))
+                return response
+        except (ConditionError, CelError) as error:
+            response.rules.append(RuleResponse(policy.name, MUTATION, "error", f"failed to evaluate policy: {error}"))
+            return response
+        outcome = self._run_mutations(scope, policy.spec, target_request)
+        rule = RuleResponse(policy.name, MUTATION, str(outcome.status), outcome.message)
+        if outcome.status == "pass":
+            rule.patched_target = outcome.patched
+        response.rules.append(rule)
+        return response
+
     def mutate_admission(self, policy: CelPolicy, bindings: list[CelPolicy], request: AdmissionInput) -> EngineResponse | None:
         """A Kubernetes MutatingAdmissionPolicy; ``None`` when neither the policy nor a binding applies."""
         if not constraints_match(policy.spec.get("matchConstraints"), request):

@@ -42,7 +42,9 @@ class CelPolicyRun:
         json_payloads: dict[str, Any] | None = None,
         subresources: list[dict[str, Any]] | None = None,
         image_verifier: Any = None,
+        targets: list[dict[str, Any]] | None = None,
     ) -> None:
+        self.targets = list(targets or [])
         self.subresources = list(subresources or [])
         policies = [CelPolicy(d) for d in documents]
         exceptions = [p for p in policies if p.kind == "PolicyException"]
@@ -138,6 +140,16 @@ class CelPolicyRun:
                 continue
             out.append(response)
             current = response.patched_resource or current
+        if self.targets:
+            trigger = request_for(current)
+            for policy in self.mutating:
+                if not self.evaluator.mutates_existing(policy):
+                    continue
+                selected = self.evaluator.selected_targets(policy, trigger)
+                for target in self.targets:
+                    response = self.evaluator.mutate_target(policy, target, trigger, selected)
+                    if response is not None and response.rules:
+                        out.append(response)
         for policy in self.vaps:
             vap_request = AdmissionInput(object=current, user_info=_user_info(info), namespace_labels=dict(namespace_labels))
             out.append(self.evaluator.validate_admission(policy, self._bindings(self.vap_bindings, policy), vap_request))

@@ -146,7 +146,7 @@ class TestRunner:
                 cluster_objects.extend(self._cluster_resource_objects(path))
             targets = _load_resources(case, case.target_resources)
             cluster_objects.extend(targets)
-            cel_run = self._cel_run(policies, exception_set.cel if case.exceptions else [], values, cluster_objects)
+            cel_run = self._cel_run(policies, exception_set.cel if case.exceptions else [], values, cluster_objects, targets)
         except LoadError as exc:
             self.run.error = str(exc)
             return self.run
@@ -278,7 +278,9 @@ class TestRunner:
                     raise LoadError(path, f"failed to load {what} payload: {exc.reason}", field=exc.field or None) from None
         return found
 
-    def _cel_run(self, policies: PolicySet, exception_documents: list[Document], values: Values, cluster_objects: list[dict[str, Any]]) -> CelPolicyRun | None:
+    def _cel_run(
+        self, policies: PolicySet, exception_documents: list[Document], values: Values, cluster_objects: list[dict[str, Any]], targets: list[dict[str, Any]]
+    ) -> CelPolicyRun | None:
         """CEL policy kinds of the test, with providers answering from the test's context and mocks."""
         if not policies.cel and not policies.admission:
             return None
@@ -309,6 +311,7 @@ class TestRunner:
             json_payloads=payloads,
             subresources=values.subresources,
             image_verifier=self.image_verifier,
+            targets=targets,
         )
 
     # -- judging -----------------------------------------------------------------------------------------------------
