@@ -115,6 +115,7 @@ class TestRunner:
     def __init__(self, case: TestCase) -> None:
         self.case = case
         self.run = TestRun(case)
+        self.global_context_entries: list[dict[str, Any]] = list(case.global_context_entries)
         self.image_verifier: Any = None  # set by `--registry`: verifyImages rules then verify signatures
         self.verification_cache: Any = None
 
@@ -144,6 +145,7 @@ class TestRunner:
             cluster_objects = list(resources)
             for path in case.cluster_resources:
                 cluster_objects.extend(self._cluster_resource_objects(path))
+            self.global_context_entries = self._global_context_entries()
             targets = _load_resources(case, case.target_resources)
             cluster_objects.extend(targets)
             cel_run = self._cel_run(policies, exception_set.cel if case.exceptions else [], values, cluster_objects, targets)
@@ -159,6 +161,39 @@ class TestRunner:
         responses.target = _responses_by_target(targets, responses.trigger)
         self._judge(responses, policies)
         return self.run
+
+    def _global_context_entries(self) -> list[dict[str, Any]]:
+        """The test's ``globalContextEntries`` checked as Kyverno does (a unique name; exactly one of ``data``,
+        ``resources``, ``resourceFiles``; named projections with a path), ``resourceFiles`` read into ``resources``."""
+        source = self.case.path
+        resolved: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for index, raw in enumerate(self.case.global_context_entries):
+            where = f"globalContextEntries[{index}]"
+            if not isinstance(raw, dict) or not str(raw.get("name") or "").strip():
+                raise LoadError(source, "name is required", field=where + ".name")
+            entry = dict(raw)
+            name = str(entry["name"]).strip()
+            if name in seen:
+                raise LoadError(source, f"duplicate name {name!r}", field=where + ".name")
+            seen.add(name)
+            for position, projection in enumerate(entry.get("projections") or []):
+                if not isinstance(projection, dict) or not str(projection.get("name") or "").strip() or not str(projection.get("path") or projection.get("jmesPath") or "").strip():
+                    raise LoadError(source, "a projection needs a name and a path", field=f"{where}.projections[{position}]")
+            given = [key for key in ("data", "resources", "resourceFiles") if entry.get(key) is not None]
+            if len(given) != 1:
+                reason = "data, resources, and resourceFiles are mutually exclusive" if given else "one of data, resources, or resourceFiles is required"
+                raise LoadError(source, f"entry {name!r}: {reason}", field=where)
+            if "resourceFiles" in given:
+                files = entry.pop("resourceFiles")
+                if not isinstance(files, list) or not all(isinstance(item, str) for item in files):
+                    raise LoadError(source, "expected a list of file paths", field=where + ".resourceFiles")
+                resources: list[Any] = []
+                for file_path in files:
+                    resources.extend(d.data for d in load_documents([self.case.resolve(file_path)], require_kind=False))
+                entry["resources"] = resources
+            resolved.append(entry)
+        return resolved
 
     def _cluster_resource_objects(self, path: str) -> list[dict[str, Any]]:
         objects: list[dict[str, Any]] = []
@@ -210,7 +245,7 @@ class TestRunner:
             api_calls=_api_call_resolver(mocks, cluster) if (mocks or self.case.cluster_resources) else None,
             rule_values=lambda policy, rule: values.rule_values.get((policy, rule)),
             foreach_values=lambda policy, rule: values.foreach_values.get((policy, rule)),
-            global_context=_global_context_resolver(self.case.global_context_entries) if self.case.global_context_entries else None,
+            global_context=_global_context_resolver(self.global_context_entries) if self.global_context_entries else None,
         )
         engine = Engine(
             providers=providers,
@@ -306,7 +341,7 @@ class TestRunner:
             cluster_objects=cluster_objects,
             params=params,
             api_call_responses=self.case.api_call_responses,
-            global_context_entries=self.case.global_context_entries,
+            global_context_entries=self.global_context_entries,
             namespaces=values.namespaces,
             json_payloads=payloads,
             subresources=values.subresources,
