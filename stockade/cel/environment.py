@@ -18,7 +18,7 @@ from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_option
 
 from stockade.cel.errors import CelCompileError, CelCostLimitError, CelError, CelEvalError
 from stockade.cel.functions import ANY_KINDS, Library
-from stockade.cel.libs import LIBRARY_BUILDERS, authorizer_check_impl
+from stockade.cel.libs import LIBRARY_BUILDERS, OPTIONAL_LIBRARY_BUILDERS, authorizer_check_impl
 from stockade.cel.providers import PROVIDER_KEYS, provider_implementations, provider_library
 from stockade.cel.rewrite import rewrite_null_safety, rewrite_struct_literals
 
@@ -109,6 +109,8 @@ def _native_env(variables: frozenset[str], libraries: tuple[str, ...]) -> Any:
                 extensions.append(_EXTENSIONS[name]())
             elif name in LIBRARY_BUILDERS:
                 extensions.append(_to_extension(LIBRARY_BUILDERS[name]()))
+            elif name in OPTIONAL_LIBRARY_BUILDERS:
+                extensions.append(_to_extension(OPTIONAL_LIBRARY_BUILDERS[name]()))
             elif name == "providers":
                 extensions.append(_to_extension(provider_library()))
             else:

@@ -177,12 +177,16 @@ class CelPolicyEvaluator:
     def validate_json(self, policy: CelPolicy, payload: Any) -> EngineResponse:
         """JSON-mode ValidatingPolicy: ``object`` is the raw payload, no request or namespace."""
         request = AdmissionInput(object=payload if isinstance(payload, dict) else {})
-        scope = Scope(self.compiler, policy.key, {"object": payload, "variables": {}}, self.providers)
-        outcome = self._run_validations(policy, policy.spec, scope)
+        values = {"object": payload, "variables": {}, "exceptions": {"allowedImages": [], "allowedValues": []}}
+        scope = Scope(self.compiler, policy.key, values, self.providers)
+        outcome = self._validate_in_scope(policy, policy.spec, scope)
         return self._response(policy, request, VALIDATION, outcome)
 
     def _validate_body(self, policy: CelPolicy, key: str, spec: dict[str, Any], request: AdmissionInput) -> _Outcome:
-        scope = self._scope(key, request)
+        return self._validate_in_scope(policy, spec, self._scope(key, request))
+
+    def _validate_in_scope(self, policy: CelPolicy, spec: dict[str, Any], scope: Scope) -> _Outcome:
+        """Exceptions, then matchConditions, then validations (Kyverno's order, for resources and JSON alike)."""
         ignore = str(spec.get("failurePolicy") or "Fail") == "Ignore"
         try:
             keys, images, values, full = self._policy_exceptions(policy, scope)
@@ -356,6 +360,74 @@ class CelPolicyEvaluator:
         outcome = self._run_mutations(scope, spec, request)
         return self._response(policy, request, MUTATION, outcome)
 
+    @staticmethod
+    def mutates_existing(policy: CelPolicy) -> bool:
+        return bool(((policy.spec.get("evaluation") or {}).get("mutateExisting") or {}).get("enabled"))
+
+    def selected_targets(self, policy: CelPolicy, trigger: AdmissionInput) -> set[str] | None:
+        """``targetMatchConstraints.expression`` evaluated for the trigger: the ``namespace/name`` keys of the
+        objects it resolves (one object, or a list under ``items``); ``None`` when the policy has no expression."""
+        expression = str((policy.spec.get("targetMatchConstraints") or {}).get("expression") or "")
+        if not expression:
+            return None
+        scope = self._scope(policy.key, trigger)
+        scope.bind_variables(policy.spec.get("variables"))
+        try:
+            found = scope.evaluate("spec.targetMatchConstraints.expression", expression)
+        except CelError:
+            return set()
+        if not isinstance(found, dict):
+            return set()
+        items = found.get("items") if isinstance(found.get("items"), list) else [found]
+        keys: set[str] = set()
+        for item in items:
+            metadata = (item.get("metadata") or {}) if isinstance(item, dict) else {}
+            name, namespace = str(metadata.get("name") or ""), str(metadata.get("namespace") or "")
+            if name:
+                keys.add(f"{namespace}/{name}" if namespace else name)
+        return keys
+
+    def mutate_target(self, policy: CelPolicy, target: dict[str, Any], trigger: AdmissionInput, selected: set[str] | None) -> EngineResponse | None:
+        """A mutateExisting MutatingPolicy applied to one existing ``target`` on behalf of ``trigger``.
+
+        The target is chosen by ``targetMatchConstraints`` (its expression's result ``selected``, else its resource
+        rules, else the policy's ``matchConstraints``; operations never matter), then ``targetMatchConditions``
+        decide; ``object`` is the target and ``request`` the trigger's.  A successful mutation carries the patched
+        target.  ``None`` when the target is not selected."""
+        target_request = AdmissionInput(object=target, operation=trigger.operation, user_info=trigger.user_info)
+        constraints = policy.spec.get("targetMatchConstraints") or {}
+        metadata = target.get("metadata") or {}
+        if selected is not None:
+            key = f"{metadata.get('namespace')}/{metadata.get('name')}" if metadata.get("namespace") else str(metadata.get("name") or "")
+            if key not in selected:
+                return None
+        else:
+            rules = constraints if constraints.get("resourceRules") else policy.spec.get("matchConstraints")
+            if not constraints_match(rules, target_request, ignore_operations=True):
+                return None
+        scope = self._scope(policy.key, target_request, {"request": trigger.request_map(), "oldObject": None})
+        response = EngineResponse(policy, trigger.subject, trigger.subject)
+        try:
+            keys, images, values, full = self._policy_exceptions(policy, scope)
+            if full:
+                outcome = self._exception_outcome(keys)
+                response.rules.append(RuleResponse(policy.name, MUTATION, str(outcome.status), outcome.message, exceptions=keys))
+                return response
+            scope.set("exceptions", {"allowedImages": images, "allowedValues": values})
+            scope.bind_variables(policy.spec.get("variables"))
+            if not scope.conditions_hold(policy.spec.get("targetMatchConditions"), "spec.targetMatchConditions"):
+                response.rules.append(RuleResponse(policy.name, MUTATION, "skip", "skip"))
+                return response
+        except (ConditionError, CelError) as error:
+            response.rules.append(RuleResponse(policy.name, MUTATION, "error", f"failed to evaluate policy: {error}"))
+            return response
+        outcome = self._run_mutations(scope, policy.spec, target_request)
+        rule = RuleResponse(policy.name, MUTATION, str(outcome.status), outcome.message)
+        if outcome.status == "pass":
+            rule.patched_target = outcome.patched
+        response.rules.append(rule)
+        return response
+
     def mutate_admission(self, policy: CelPolicy, bindings: list[CelPolicy], request: AdmissionInput) -> EngineResponse | None:
         """A Kubernetes MutatingAdmissionPolicy; ``None`` when neither the policy nor a binding applies."""
         if not constraints_match(policy.spec.get("matchConstraints"), request):
@@ -466,7 +538,9 @@ class CelPolicyEvaluator:
         if policy.is_namespaced and request.namespace != policy.namespace:
             return None
         spec = policy.spec
-        if not constraints_match(spec.get("matchConstraints"), request, ignore_operations=True):
+        # A JSON payload (no apiVersion/kind) has no resource type to match: only the conditions decide.
+        typed = bool(resource.get("apiVersion")) and bool(resource.get("kind"))
+        if typed and not constraints_match(spec.get("matchConstraints"), request, ignore_operations=True):
             return None
         scope = self._scope(policy.key, request, {"request": None, "oldObject": None})
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from stockade.celpolicy.authz import AUTHZ_MODES, AuthzEvaluator, evaluation_mode, request_for_mode
 from stockade.celpolicy.evaluator import CelPolicyEvaluator
 from stockade.celpolicy.imagevalidating import ImageValidatingEvaluator
 from stockade.celpolicy.model import CelPolicy
@@ -41,12 +42,16 @@ class CelPolicyRun:
         json_payloads: dict[str, Any] | None = None,
         subresources: list[dict[str, Any]] | None = None,
         image_verifier: Any = None,
+        targets: list[dict[str, Any]] | None = None,
     ) -> None:
+        self.targets = list(targets or [])
         self.subresources = list(subresources or [])
         policies = [CelPolicy(d) for d in documents]
         exceptions = [p for p in policies if p.kind == "PolicyException"]
         exceptions += [CelPolicy(d) for d in exception_documents or [] if d.get("kind") == "PolicyException"]
-        self.validating = [p for p in policies if p.kind in _VALIDATING]
+        self.validating = [p for p in policies if p.kind in _VALIDATING and evaluation_mode(p.raw) not in AUTHZ_MODES]
+        # HTTP / Envoy authorization policies judge httpPayloads / envoyPayloads, never Kubernetes resources.
+        self.authz = [p for p in policies if p.kind in _VALIDATING and evaluation_mode(p.raw) in AUTHZ_MODES]
         self.mutating = [p for p in policies if p.kind in _MUTATING]
         self.generating = [p for p in policies if p.kind in _GENERATING]
         self.deleting = [p for p in policies if p.kind in _DELETING]
@@ -66,6 +71,7 @@ class CelPolicyRun:
         if context_images:
             providers["image"] = StaticImageData(context_images)
         self.evaluator = CelPolicyEvaluator(providers=providers, exceptions=exceptions, params=params)
+        self.authz_evaluator = AuthzEvaluator(providers)
         self.image_evaluator = ImageValidatingEvaluator(self.evaluator, image_verifier) if self.image_validating else None
 
     def _parent_of(self, resource: dict[str, Any]) -> tuple[str, str, str, str, str] | None:
@@ -134,6 +140,16 @@ class CelPolicyRun:
                 continue
             out.append(response)
             current = response.patched_resource or current
+        if self.targets:
+            trigger = request_for(current)
+            for policy in self.mutating:
+                if not self.evaluator.mutates_existing(policy):
+                    continue
+                selected = self.evaluator.selected_targets(policy, trigger)
+                for target in self.targets:
+                    response = self.evaluator.mutate_target(policy, target, trigger, selected)
+                    if response is not None and response.rules:
+                        out.append(response)
         for policy in self.vaps:
             vap_request = AdmissionInput(object=current, user_info=_user_info(info), namespace_labels=dict(namespace_labels))
             out.append(self.evaluator.validate_admission(policy, self._bindings(self.vap_bindings, policy), vap_request))
@@ -161,12 +177,29 @@ class CelPolicyRun:
         return out
 
     def json_payload_responses(self) -> dict[str, list[EngineResponse]]:
-        """JSON-mode ValidatingPolicies applied to each JSON payload, keyed by payload path."""
+        """JSON-mode ValidatingPolicies (with their PolicyExceptions) and DeletingPolicies applied to each JSON
+        payload, keyed by payload path; Kubernetes-mode ValidatingPolicies do not apply to payloads."""
         results: dict[str, list[EngineResponse]] = {}
         for name, payload in self.json_payloads.items():
-            results[name] = [
+            responses = [
                 self.evaluator.validate_json(policy, payload)
                 for policy in self.validating
-                if (policy.spec.get("evaluation") or {}).get("mode") == "JSON"
+                if evaluation_mode(policy.raw) == "JSON"
             ]
+            if isinstance(payload, dict):
+                for policy in self.deleting:
+                    response = self.evaluator.delete(policy, payload)
+                    if response is not None:
+                        responses.append(response)
+            results[name] = responses
         return results
+
+    def authz_responses(self, mode: str, payload: Any) -> list[EngineResponse]:
+        """Every ``mode`` (HTTP or Envoy) authorization policy applied to one payload, as Kyverno's authz processor
+        does for ``httpPayloads`` / ``envoyPayloads``; raises AuthzPayloadError for a malformed payload and
+        PolicyCompileError for a policy that does not compile."""
+        policies = [p for p in self.authz if evaluation_mode(p.raw) == mode]
+        if not policies:
+            return []
+        request = request_for_mode(mode, payload)
+        return [self.authz_evaluator.authorize(policy, request) for policy in policies]

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import copy
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.celpolicy import RULELESS_KINDS
+from stockade.celpolicy.authz import ENVOY_MODE, HTTP_MODE, AuthzPayloadError
+from stockade.celpolicy.errors import PolicyCompileError
 from stockade.celpolicy.testing import CelPolicyRun
 from stockade.engine.contextloader import ContextLoadError, ContextProviders
 from stockade.engine.engine import Engine, Request
@@ -16,7 +19,7 @@ from stockade.engine.response import EngineResponse, RuleResponse, report_result
 from stockade.kyvernotest.compare import compare_resources, find_resource
 from stockade.kyvernotest.schema import TestCase, TestResult
 from stockade.kyvernotest.values import Values, load_user_info, load_values, values_from_mapping
-from stockade.policy.loader import Document, LoadError, load_documents
+from stockade.policy.loader import Document, LoadError, load_documents, read_text
 from stockade.policy.model import KyvernoPolicy
 from stockade.policy.resources import PolicySet, normalise_resource, resource_key, split_policies
 
@@ -112,6 +115,7 @@ class TestRunner:
     def __init__(self, case: TestCase) -> None:
         self.case = case
         self.run = TestRun(case)
+        self.global_context_entries: list[dict[str, Any]] = list(case.global_context_entries)
         self.image_verifier: Any = None  # set by `--registry`: verifyImages rules then verify signatures
         self.verification_cache: Any = None
 
@@ -141,16 +145,55 @@ class TestRunner:
             cluster_objects = list(resources)
             for path in case.cluster_resources:
                 cluster_objects.extend(self._cluster_resource_objects(path))
+            self.global_context_entries = self._global_context_entries()
             targets = _load_resources(case, case.target_resources)
             cluster_objects.extend(targets)
-            cel_run = self._cel_run(policies, exception_set.cel if case.exceptions else [], values, cluster_objects)
+            cel_run = self._cel_run(policies, exception_set.cel if case.exceptions else [], values, cluster_objects, targets)
         except LoadError as exc:
             self.run.error = str(exc)
             return self.run
         responses = self._evaluate(policies, resources, values, info, exceptions + policies.exceptions, cluster_objects, cel_run)
+        try:
+            responses.trigger.update(self._authz_responses(cel_run))
+        except (LoadError, PolicyCompileError) as exc:
+            self.run.error = str(exc)
+            return self.run
         responses.target = _responses_by_target(targets, responses.trigger)
         self._judge(responses, policies)
         return self.run
+
+    def _global_context_entries(self) -> list[dict[str, Any]]:
+        """The test's ``globalContextEntries`` checked as Kyverno does (a unique name; exactly one of ``data``,
+        ``resources``, ``resourceFiles``; named projections with a path), ``resourceFiles`` read into ``resources``."""
+        source = self.case.path
+        resolved: list[dict[str, Any]] = []
+        seen: set[str] = set()
+        for index, raw in enumerate(self.case.global_context_entries):
+            where = f"globalContextEntries[{index}]"
+            if not isinstance(raw, dict) or not str(raw.get("name") or "").strip():
+                raise LoadError(source, "name is required", field=where + ".name")
+            entry = dict(raw)
+            name = str(entry["name"]).strip()
+            if name in seen:
+                raise LoadError(source, f"duplicate name {name!r}", field=where + ".name")
+            seen.add(name)
+            for position, projection in enumerate(entry.get("projections") or []):
+                if not isinstance(projection, dict) or not str(projection.get("name") or "").strip() or not str(projection.get("path") or projection.get("jmesPath") or "").strip():
+                    raise LoadError(source, "a projection needs a name and a path", field=f"{where}.projections[{position}]")
+            given = [key for key in ("data", "resources", "resourceFiles") if entry.get(key) is not None]
+            if len(given) != 1:
+                reason = "data, resources, and resourceFiles are mutually exclusive" if given else "one of data, resources, or resourceFiles is required"
+                raise LoadError(source, f"entry {name!r}: {reason}", field=where)
+            if "resourceFiles" in given:
+                files = entry.pop("resourceFiles")
+                if not isinstance(files, list) or not all(isinstance(item, str) for item in files):
+                    raise LoadError(source, "expected a list of file paths", field=where + ".resourceFiles")
+                resources: list[Any] = []
+                for file_path in files:
+                    resources.extend(d.data for d in load_documents([self.case.resolve(file_path)], require_kind=False))
+                entry["resources"] = resources
+            resolved.append(entry)
+        return resolved
 
     def _cluster_resource_objects(self, path: str) -> list[dict[str, Any]]:
         objects: list[dict[str, Any]] = []
@@ -202,7 +245,7 @@ class TestRunner:
             api_calls=_api_call_resolver(mocks, cluster) if (mocks or self.case.cluster_resources) else None,
             rule_values=lambda policy, rule: values.rule_values.get((policy, rule)),
             foreach_values=lambda policy, rule: values.foreach_values.get((policy, rule)),
-            global_context=_global_context_resolver(self.case.global_context_entries) if self.case.global_context_entries else None,
+            global_context=_global_context_resolver(self.global_context_entries) if self.global_context_entries else None,
         )
         engine = Engine(
             providers=providers,
@@ -251,7 +294,28 @@ class TestRunner:
                 responses.trigger[name] = payload
         return responses
 
-    def _cel_run(self, policies: PolicySet, exception_documents: list[Document], values: Values, cluster_objects: list[dict[str, Any]]) -> CelPolicyRun | None:
+    def _authz_responses(self, cel_run: CelPolicyRun | None) -> dict[str, list[EngineResponse]]:
+        """``httpPayloads`` / ``envoyPayloads``: each file is one authorization request, keyed by its path."""
+        found: dict[str, list[EngineResponse]] = {}
+        for mode, paths, what in ((HTTP_MODE, self.case.http_payloads, "HTTP"), (ENVOY_MODE, self.case.envoy_payloads, "Envoy")):
+            for relative in paths:
+                path = self.case.resolve(relative)
+                try:
+                    payload = json.loads(read_text(path))
+                except json.JSONDecodeError as exc:
+                    raise LoadError(path, f"failed to load {what} payload: not JSON ({exc.msg} at line {exc.lineno})") from None
+                if cel_run is None:
+                    found[path] = []
+                    continue
+                try:
+                    found[path] = cel_run.authz_responses(mode, payload)
+                except AuthzPayloadError as exc:
+                    raise LoadError(path, f"failed to load {what} payload: {exc.reason}", field=exc.field or None) from None
+        return found
+
+    def _cel_run(
+        self, policies: PolicySet, exception_documents: list[Document], values: Values, cluster_objects: list[dict[str, Any]], targets: list[dict[str, Any]]
+    ) -> CelPolicyRun | None:
         """CEL policy kinds of the test, with providers answering from the test's context and mocks."""
         if not policies.cel and not policies.admission:
             return None
@@ -265,8 +329,10 @@ class TestRunner:
             params = [normalise_resource(d.data) for d in load_documents([self.case.resolve(p) for p in self.case.param_resources])]
         payloads: dict[str, Any] = {}
         for path in self.case.json_payloads:
-            for document in load_documents([self.case.resolve(path)], require_kind=False):
-                payloads[path] = document.data
+            documents = load_documents([self.case.resolve(path)], require_kind=False)
+            if len(documents) != 1 or not isinstance(documents[0].data, dict) or not documents[0].data:
+                raise LoadError(self.case.resolve(path), "a JSON payload must be one non-empty top-level object", field="jsonPayloads")
+            payloads[path] = documents[0].data
         return CelPolicyRun(
             documents=[d.data for d in policies.cel + policies.admission],
             exception_documents=[d.data for d in exception_documents],
@@ -275,11 +341,12 @@ class TestRunner:
             cluster_objects=cluster_objects,
             params=params,
             api_call_responses=self.case.api_call_responses,
-            global_context_entries=self.case.global_context_entries,
+            global_context_entries=self.global_context_entries,
             namespaces=values.namespaces,
             json_payloads=payloads,
             subresources=values.subresources,
             image_verifier=self.image_verifier,
+            targets=targets,
         )
 
     # -- judging -----------------------------------------------------------------------------------------------------
@@ -293,6 +360,13 @@ class TestRunner:
                 )
             trigger = responses.by_operation.get(result.operation, {}) if result.operation else responses.trigger
             keys = self._select_resources(result, {**responses.target, **trigger})
+            if not keys:
+                # Nothing was evaluated for this expectation (no resources or payloads): a test whose results
+                # cannot be computed fails rather than passing with zero checks.
+                self.run.rows.append(
+                    Row(result.policy, result.rule, "", False, "Not found", "no resource or payload was evaluated for this result", result.result)
+                )
+                continue
             for key in keys:
                 rows = self._rows_for(result, key, trigger) if key in trigger else []
                 rows += self._target_rows(result, key, responses.target.get(key, []))

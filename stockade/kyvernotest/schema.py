@@ -136,6 +136,8 @@ class TestCase:
     api_call_responses: list[dict[str, Any]] = field(default_factory=list)
     global_context_entries: list[dict[str, Any]] = field(default_factory=list)
     json_payloads: list[str] = field(default_factory=list)
+    http_payloads: list[str] = field(default_factory=list)
+    envoy_payloads: list[str] = field(default_factory=list)
 
     @property
     def directory(self) -> str:
@@ -234,6 +236,8 @@ def _test_case(document: dict[str, Any], path: str) -> TestCase:
         api_call_responses=list(data.get("apiCallResponses") or []),
         global_context_entries=list(data.get("globalContextEntries") or []),
         json_payloads=_string_list(data.get("jsonPayloads"), path, "jsonPayloads") + ([data["jsonPayload"]] if data.get("jsonPayload") else []),
+        http_payloads=_string_list(data.get("httpPayloads"), path, "httpPayloads"),
+        envoy_payloads=_string_list(data.get("envoyPayloads"), path, "envoyPayloads"),
     )
     return case
 

@@ -6,9 +6,12 @@ from typing import Callable
 
 from stockade.cel.functions import Library
 from stockade.cel.libs.authz import authorizer_check_impl, build_authz, request_resource_check
+from stockade.cel.libs.authz_envoy import build_authz_envoy
+from stockade.cel.libs.authz_http import build_authz_http
 from stockade.cel.libs.compare import build_compare
 from stockade.cel.libs.compat import build_compat
 from stockade.cel.libs.format import build_format
+from stockade.cel.libs.jwt import build_jwt
 from stockade.cel.libs.image import build_image
 from stockade.cel.libs.kyverno import build_kyverno
 from stockade.cel.libs.lists import build_jsonpatch, build_lists, build_sets
@@ -37,4 +40,12 @@ LIBRARY_BUILDERS: dict[str, Callable[[], Library]] = {
     "compat": build_compat,
 }
 
-__all__ = ["LIBRARY_BUILDERS", "authorizer_check_impl", "request_resource_check"]
+# Libraries only some environments include (not in DEFAULT_LIBRARIES): the authorization ValidatingPolicy modes
+# (HTTP, Envoy) add their request/response functions and JWT decoding.
+OPTIONAL_LIBRARY_BUILDERS: dict[str, Callable[[], Library]] = {
+    "kyverno.authz.http": build_authz_http,
+    "kyverno.authz.envoy": build_authz_envoy,
+    "kyverno.jwt": build_jwt,
+}
+
+__all__ = ["LIBRARY_BUILDERS", "OPTIONAL_LIBRARY_BUILDERS", "authorizer_check_impl", "request_resource_check"]
