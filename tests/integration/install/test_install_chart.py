@@ -72,7 +72,10 @@ def test_default_values_give_an_available_deployment(tools: Tools) -> None:
 def test_rbac_limits_webhook_configurations_and_secrets_by_name(tools: Tools) -> None:
     docs = documents(tools.template())
     core = find(docs, "ClusterRole", "stockade-stockade")["rules"]
-    webhook_rules = [rule for rule in core if "admissionregistration.k8s.io" in rule.get("apiGroups", [])]
+    webhook_rules = [
+        rule for rule in core
+        if "admissionregistration.k8s.io" in rule.get("apiGroups", []) and any(r.endswith("webhookconfigurations") for r in rule["resources"])
+    ]
     named = [rule for rule in webhook_rules if rule.get("resourceNames")]
     unnamed_verbs = {verb for rule in webhook_rules if not rule.get("resourceNames") for verb in rule["verbs"]}
     assert unnamed_verbs == {"create", "list"}  # the only verbs Kubernetes cannot limit by name
@@ -81,6 +84,9 @@ def test_rbac_limits_webhook_configurations_and_secrets_by_name(tools: Tools) ->
 
     # every configuration the server writes, or registration fails with 403 in a real cluster
     assert set(named[0]["resourceNames"]) == {MUTATING_CONFIG_NAME, VALIDATING_CONFIG_NAME, POLICY_VALIDATING_CONFIG_NAME}
+    # generated admission policies (Kyverno's VAP/MAP generation) are a separate rule, never webhook configurations
+    generated = [rule for rule in core if "validatingadmissionpolicies" in rule.get("resources", [])]
+    assert len(generated) == 1 and not any(r.endswith("webhookconfigurations") for r in generated[0]["resources"])
     # nothing but the webhook role's own rules mentions secrets cluster-wide
     assert not any("secrets" in rule.get("resources", []) for rule in core)
     role = find(docs, "Role", "stockade")["rules"]
