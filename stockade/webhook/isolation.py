@@ -73,6 +73,7 @@ MIN_WORKER_MEMORY = EVALUATION_STACK_BYTES + 96 * 1024 * 1024  # imports + compi
 DEFAULT_MEMORY_BUDGET = 512 * 1024 * 1024  # the Helm chart's container limit, used when no cgroup limit is readable
 DEADLINE_MARGIN_SECONDS = 0.5  # answer this much before the budget ends, so the answer reaches the apiserver in time
 SHUTDOWN_DRAIN_SECONDS = 2.0
+PIPELINE_DEPTH = 3  # reviews sent ahead to a busy worker; the rest wait in the parent for whichever worker frees first
 
 
 class JsonTooDeep(InvalidAdmissionReview):
@@ -446,13 +447,15 @@ def default_worker_memory(workers: int, limit: int | None = None) -> int:
 class _Job:
     """One review on its way: queued for a worker, then running on ``worker`` until ``future`` is settled."""
 
-    __slots__ = ("request_id", "frame", "future", "worker")
+    __slots__ = ("request_id", "frame", "future", "worker", "timer", "expired")
 
     def __init__(self, request_id: int, frame: bytes, future: asyncio.Future[WorkerAnswer]) -> None:
         self.request_id = request_id
         self.frame = frame
         self.future = future
         self.worker: _Worker | None = None
+        self.timer: asyncio.TimerHandle | None = None  # the review's deadline; armed until its result or its worker's end
+        self.expired = False
 
 
 class _Worker(asyncio.Protocol):
@@ -464,7 +467,7 @@ class _Worker(asyncio.Protocol):
         self.process = process
         self.transport: asyncio.Transport | None = None
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.job: _Job | None = None
+        self.jobs: collections.deque[_Job] = collections.deque()  # sent, unanswered, in order: the first one runs
         self.dead = False
         self._buffer = bytearray()
 
@@ -510,7 +513,8 @@ class _Worker(asyncio.Protocol):
 
 
 class EvaluationPool:
-    """``size`` worker processes, one review at a time each; see the module docstring."""
+    """``size`` worker processes, each evaluating one review at a time with up to PIPELINE_DEPTH - 1 more sent ahead
+    while every worker is busy; see the module docstring."""
 
     def __init__(self, size: int, setup: WorkerSetup | None = None, memory_bytes: int | None = None, start_method: str = "forkserver") -> None:
         self.size = size
@@ -571,11 +575,20 @@ class EvaluationPool:
     def _received(self, worker: _Worker, kind: int, payload: bytes) -> None:
         if kind == MESSAGE_RESULT:
             request_id, answer = parse_result(payload)
-            job, worker.job = worker.job, None
-            if job is not None and job.request_id == request_id and not job.future.done():
-                job.future.set_result(answer)
-            if answer.retire:
+            jobs = worker.jobs
+            if not jobs or jobs[0].request_id != request_id:
+                log.warning("evaluation worker %s answered an unknown review; replacing it", worker.process.pid)
                 self._replace(worker)
+                return
+            job = jobs.popleft()
+            if job.timer is not None:
+                job.timer.cancel()
+            if not job.future.done():
+                job.future.set_result(answer)
+            if answer.retire or (jobs and jobs[0].expired):
+                self._replace(worker)  # the next review already ran out of time while it waited in the pipe
+            elif jobs:
+                self._feed(worker)
             else:
                 self._make_idle(worker)
         elif kind == MESSAGE_READY and not worker.ready.done():
@@ -583,18 +596,30 @@ class EvaluationPool:
             self._make_idle(worker)
 
     def _make_idle(self, worker: _Worker) -> None:
-        """Hand ``worker`` the next queued review, or park it."""
-        while self._queued:
+        """Hand ``worker`` the queued reviews it can take, or park it."""
+        self._feed(worker)
+        if not worker.jobs:
+            self._idle.append(worker)
+
+    def _feed(self, worker: _Worker) -> None:
+        while self._queued and len(worker.jobs) < PIPELINE_DEPTH:
             job = self._queued.popleft()
             if not job.future.done():
                 self._run(worker, job)
-                return
-        self._idle.append(worker)
 
     def _run(self, worker: _Worker, job: _Job) -> None:
         job.worker = worker
-        worker.job = job
+        worker.jobs.append(job)
         worker.send(job.frame)
+
+    def _busy_worker_with_room(self) -> _Worker | None:
+        """With every worker busy, the one with the shortest pipe, if it has room: the worker then reads the next
+        review as soon as it finishes one, without waiting to be woken (one context switch less per review)."""
+        best: _Worker | None = None
+        for worker in self._workers:
+            if worker.ready.done() and not worker.dead and len(worker.jobs) < PIPELINE_DEPTH and (best is None or len(worker.jobs) < len(best.jobs)):
+                best = worker
+        return best
 
     def _replace(self, worker: _Worker) -> None:
         """Kill ``worker`` (if still alive) and start its successor right away."""
@@ -604,9 +629,19 @@ class EvaluationPool:
         self._workers.discard(worker)
         with contextlib.suppress(ValueError):
             self._idle.remove(worker)
-        job, worker.job = worker.job, None
-        if job is not None and not job.future.done():
-            job.future.set_exception(WorkerUnavailable("evaluation worker exited"))
+        if worker.jobs:
+            running = worker.jobs.popleft()  # the review it was evaluating: the endpoint's failurePolicy answers
+            if running.timer is not None:
+                running.timer.cancel()
+            if not running.future.done():
+                running.future.set_exception(WorkerUnavailable("evaluation worker exited"))
+            for job in reversed(worker.jobs):  # reviews still waiting in its pipe go to another worker
+                job.worker = None
+                if not job.future.done():
+                    self._queued.appendleft(job)
+                elif job.timer is not None:
+                    job.timer.cancel()
+            worker.jobs.clear()
         if not worker.ready.done():
             worker.ready.set_exception(WorkerUnavailable("evaluation worker exited before it was ready"))
             worker.ready.exception()  # retrieved: nobody may be waiting for it
@@ -629,17 +664,19 @@ class EvaluationPool:
         """Let running evaluations finish for up to ``drain_seconds``, then kill every worker (their reviews get the
         failurePolicy answer)."""
         deadline = time.monotonic() + drain_seconds
-        while (self._queued or any(w.job is not None for w in self._workers)) and time.monotonic() < deadline:
+        while (self._queued or any(w.jobs for w in self._workers)) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         self._closing = True
         for task in list(self._spawning):
             task.cancel()
-        while self._queued:
-            job = self._queued.popleft()
-            if not job.future.done():
-                job.future.set_exception(WorkerUnavailable("server is shutting down"))
         for worker in list(self._workers):
             self._replace(worker)
+        while self._queued:
+            job = self._queued.popleft()
+            if job.timer is not None:
+                job.timer.cancel()
+            if not job.future.done():
+                job.future.set_exception(WorkerUnavailable("server is shutting down"))
         await asyncio.to_thread(self._reap)
 
     def _reap(self) -> None:
@@ -656,34 +693,41 @@ class EvaluationPool:
         loop = asyncio.get_running_loop()
         request_id = next(self._ids)
         job = _Job(request_id, review_frame(request_id, phase, failure, arrived, body), loop.create_future())
+        job.timer = loop.call_at(loop.time() + (deadline - time.monotonic()), self._expire, job)
         if self._idle:
             self._run(self._idle.popleft(), job)
-        else:
+        elif self._queued or (worker := self._busy_worker_with_room()) is None:
             self._queued.append(job)
-        timer = loop.call_at(loop.time() + (deadline - time.monotonic()), self._expire, job)
+        else:
+            self._run(worker, job)
         try:
             return await job.future
         except asyncio.CancelledError:
-            self._abandon(job)  # the client went away: a running evaluation leaves the worker in an unknown state
+            self._abandon(job)
             raise
-        finally:
-            timer.cancel()
 
     def _expire(self, job: _Job) -> None:
-        if job.future.done():
-            return
-        job.future.set_exception(TimeoutError())
-        if job.worker is None:
+        """The review's deadline passed: it gets TimeoutError; if its worker is evaluating it, the worker goes."""
+        if not job.future.done():
+            job.future.set_exception(TimeoutError())
+        worker = job.worker
+        if worker is None:
             with contextlib.suppress(ValueError):
                 self._queued.remove(job)
+        elif worker.jobs and worker.jobs[0] is job:
+            log.warning("evaluation ran past its budget; replacing worker %s", worker.process.pid)
+            self._replace(worker)
         else:
-            log.warning("evaluation ran past its budget; replacing worker %s", job.worker.process.pid)
-            self._replace(job.worker)
+            job.expired = True  # still waiting in the worker's pipe: replaced if it gets to run
 
     def _abandon(self, job: _Job) -> None:
-        if job.worker is not None and job.worker.job is job:
+        """The client went away: a running evaluation leaves the worker in an unknown state; a review still
+        waiting in a pipe keeps its deadline timer and is bounded like any other."""
+        if job.worker is not None and job.worker.jobs and job.worker.jobs[0] is job:
             self._replace(job.worker)
         elif job.worker is None:
+            if job.timer is not None:
+                job.timer.cancel()
             with contextlib.suppress(ValueError):
                 self._queued.remove(job)
 
