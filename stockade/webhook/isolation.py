@@ -23,6 +23,7 @@ middle of an evaluation, and those calls are cut off by the same kill as the eva
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import json
@@ -32,13 +33,14 @@ import os
 import pickle
 import resource
 import signal
+import socket
 import struct
 import sys
 import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from stockade.engine.engine import Engine
 from stockade.engine.response import EngineResponse, RuleResponse
@@ -71,6 +73,7 @@ MIN_WORKER_MEMORY = EVALUATION_STACK_BYTES + 96 * 1024 * 1024  # imports + compi
 DEFAULT_MEMORY_BUDGET = 512 * 1024 * 1024  # the Helm chart's container limit, used when no cgroup limit is readable
 DEADLINE_MARGIN_SECONDS = 0.5  # answer this much before the budget ends, so the answer reaches the apiserver in time
 SHUTDOWN_DRAIN_SECONDS = 2.0
+PIPELINE_DEPTH = 3  # reviews sent ahead to a busy worker; the rest wait in the parent for whichever worker frees first
 
 
 class JsonTooDeep(InvalidAdmissionReview):
@@ -93,7 +96,17 @@ def _fast_loads() -> Callable[[bytes], Any]:
         return json.loads
 
 
+def _fast_dumps() -> Callable[[Any], bytes]:
+    try:
+        import orjson
+
+        return orjson.dumps
+    except ImportError:  # pragma: no cover - orjson is part of the server extra
+        return lambda value: json.dumps(value, separators=(",", ":")).encode()
+
+
 _loads = _fast_loads()
+_dumps = _fast_dumps()
 
 
 def json_depth(value: Any) -> int:
@@ -228,22 +241,23 @@ def deadline_decision(review: AdmissionRequest, policies: list[Any], budget: flo
     return AdmissionDecision(True, warnings=warnings, responses=responses)
 
 
-RuleSummary = tuple[str, str, str, str, str]  # name, rule type, status, message, failure action
-PolicySummary = tuple[str, str, str, str, tuple[RuleSummary, ...]]  # key, kind, namespace, name, rules
+RuleSummary = list[str]  # name, rule type, status, message, failure action
+PolicySummary = list[Any]  # key, kind, namespace, name, [RuleSummary, ...]
 
 
-def summarize(responses: list[EngineResponse]) -> tuple[PolicySummary, ...]:
-    """What the parent needs of the engine responses (metrics, Events, PolicyReports) as plain tuples."""
-    return tuple(
-        (
+def summarize(responses: list[EngineResponse]) -> list[PolicySummary]:
+    """What the parent needs of the engine responses (metrics, Events, PolicyReports) as plain lists (JSON on the
+    wire: cheaper both ways than pickling tuples)."""
+    return [
+        [
             str(getattr(r.policy, "key", r.policy_name)),
             str(getattr(r.policy, "kind", "")),
             str(getattr(r.policy, "namespace", "") or ""),
             r.policy_name,
-            tuple((rule.name, rule.rule_type, rule.status, rule.message, rule.failure_action) for rule in r.rules),
-        )
+            [[rule.name, rule.rule_type, rule.status, rule.message, rule.failure_action] for rule in r.rules],
+        ]
         for r in responses
-    )
+    ]
 
 
 @dataclass(frozen=True)
@@ -258,7 +272,7 @@ class PolicyReference:
     annotations: dict[str, str] = field(default_factory=dict)
 
 
-def rebuild_responses(summaries: tuple[PolicySummary, ...], policies: dict[str, Any], subject: dict[str, Any]) -> list[EngineResponse]:
+def rebuild_responses(summaries: list[PolicySummary], policies: dict[str, Any], subject: dict[str, Any]) -> list[EngineResponse]:
     responses = []
     for key, kind, namespace, name, rules in summaries:
         policy = policies.get(key) or PolicyReference(key, kind, namespace, name)
@@ -291,6 +305,54 @@ WorkerSetup = Callable[[], dict[str, Any]]
 providers, image verifier and cache, namespace labels, evaluator options, exception namespaces)."""
 
 
+# -- wire format ----------------------------------------------------------------------------------------------------
+# Every message is a frame: payload length and message kind (_FRAME), then the payload.  Reviews and results, the
+# per-request traffic, are a fixed struct header plus raw bytes: no pickling of request bodies or answers.  Only the
+# rare policy set travels pickled.
+
+_FRAME = struct.Struct("!QB")  # payload length, message kind
+MESSAGE_POLICIES, MESSAGE_READY, MESSAGE_REVIEW, MESSAGE_RESULT = 1, 2, 3, 4
+_REVIEW = struct.Struct("!QBBd")  # request id, phase, failurePolicy, arrival (monotonic); the raw body follows
+_RESULT = struct.Struct("!QBQ")  # request id, flags, answer length; answer bytes then summary JSON or error text follow
+_READY = struct.Struct("!q")  # generation of the policy set now built
+RESULT_ALLOWED, RESULT_RETIRE, RESULT_ERROR = 1, 2, 4
+PHASES = ("validate", "mutate")
+FAILURE_POLICIES: tuple[str | None, ...] = (None, FAILURE_POLICY_FAIL, FAILURE_POLICY_IGNORE)
+
+
+def frame(kind: int, *parts: bytes) -> bytes:
+    return b"".join((_FRAME.pack(sum(len(part) for part in parts), kind), *parts))
+
+
+def review_frame(request_id: int, phase: str, failure: str | None, arrived: float, body: bytes) -> bytes:
+    return frame(MESSAGE_REVIEW, _REVIEW.pack(request_id, PHASES.index(phase), FAILURE_POLICIES.index(failure), arrived), body)
+
+
+def result_frame(request_id: int, answer: bytes | None, allowed: bool, summaries: list[PolicySummary], retire: bool, error: str) -> bytes:
+    flags = (RESULT_ALLOWED if allowed else 0) | (RESULT_RETIRE if retire else 0) | (RESULT_ERROR if error else 0)
+    answer = answer or b""
+    tail = error.encode("utf-8", "replace") if error else _dumps(summaries)
+    return frame(MESSAGE_RESULT, _RESULT.pack(request_id, flags, len(answer)), answer, tail)
+
+
+def parse_result(payload: bytes) -> tuple[int, WorkerAnswer]:
+    request_id, flags, answer_length = _RESULT.unpack_from(payload)
+    answer_end = _RESULT.size + answer_length
+    tail = payload[answer_end:]
+    if flags & RESULT_ERROR:
+        return request_id, WorkerAnswer(None, False, [], bool(flags & RESULT_RETIRE), tail.decode("utf-8", "replace"))
+    return request_id, WorkerAnswer(payload[_RESULT.size : answer_end], bool(flags & RESULT_ALLOWED), _loads(tail), bool(flags & RESULT_RETIRE), "")
+
+
+@dataclass(frozen=True)
+class WorkerAnswer:
+    answer: bytes | None
+    allowed: bool
+    summaries: list[PolicySummary]
+    retire: bool
+    error: str
+
+
 def worker_main(connection: Any, setup: WorkerSetup | None, memory_bytes: int | None) -> None:
     """Entry point of a worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the server decides when we go
@@ -298,12 +360,14 @@ def worker_main(connection: Any, setup: WorkerSetup | None, memory_bytes: int | 
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, memory_bytes))
     raise_recursion_limit()
+    channel = socket.socket(fileno=os.dup(connection.fileno()))  # the duplex Pipe is a socketpair on POSIX
+    connection.close()
     done = threading.Event()
-    start_deep_stack_thread(lambda: _serve_worker(connection, setup, done), "stockade-evaluation")
+    start_deep_stack_thread(lambda: _serve_worker(channel, setup, done), "stockade-evaluation")
     done.wait()
 
 
-def _serve_worker(connection: Any, setup: WorkerSetup | None, done: threading.Event) -> None:
+def _serve_worker(channel: socket.socket, setup: WorkerSetup | None, done: threading.Event) -> None:
     from stockade.webhook.policystore import PolicyStore
 
     try:
@@ -312,50 +376,45 @@ def _serve_worker(connection: Any, setup: WorkerSetup | None, done: threading.Ev
         build_engine = options.pop("engine_factory", None) or Engine
         options["engine_factory"] = lambda **kwargs: build_engine(**source.engine_settings, **kwargs)
         store = PolicyStore(sources=[source], **options)
+        incoming = channel.makefile("rb", buffering=1 << 16)  # usually one read() per review
         while True:
-            try:
-                message = pickle.loads(connection.recv_bytes())
-            except EOFError:
+            header = incoming.read(_FRAME.size)
+            if len(header) < _FRAME.size:
                 return
-            if message[0] == "policies":
-                source.generation, source.current, source.engine_settings = message[1], message[2], message[3]
+            size, kind = _FRAME.unpack(header)
+            payload = incoming.read(size)
+            if len(payload) < size:
+                return
+            if kind == MESSAGE_POLICIES:
+                source.generation, source.current, source.engine_settings = pickle.loads(payload)
                 store.load()
-                connection.send_bytes(pickle.dumps(("ready", message[1]), protocol=pickle.HIGHEST_PROTOCOL))
-            elif message[0] == "review":
-                _, request_id, phase, failure, arrived, body = message
+                channel.sendall(frame(MESSAGE_READY, _READY.pack(source.generation)))
+            elif kind == MESSAGE_REVIEW:
+                request_id, phase, failure, arrived = _REVIEW.unpack_from(payload)
                 assert store.snapshot is not None
-                outcome = _evaluate_in_worker(store.snapshot.evaluator, body, phase, failure, arrived)
-                connection.send_bytes(pickle.dumps(("result", request_id, *outcome), protocol=pickle.HIGHEST_PROTOCOL))
+                outcome = _evaluate_in_worker(store.snapshot.evaluator, payload[_REVIEW.size :], PHASES[phase], FAILURE_POLICIES[failure], arrived)
+                channel.sendall(result_frame(request_id, *outcome))
                 if outcome[3]:
                     return  # state after a MemoryError is not trusted: the parent starts a fresh worker
     finally:
         done.set()
 
 
-def _evaluate_in_worker(evaluator: AdmissionEvaluator, body: bytes, phase: str, failure: str | None, arrived: float) -> tuple[bytes | None, bool, tuple[PolicySummary, ...], bool, str]:
+def _evaluate_in_worker(evaluator: AdmissionEvaluator, body: bytes, phase: str, failure: str | None, arrived: float) -> tuple[bytes | None, bool, list[PolicySummary], bool, str]:
     """(answer bytes, allowed, rule summaries, retire this worker, error); with an error the parent answers."""
     try:
         review = parse_review(decode_review_body(body))
         decision = evaluate_review(evaluator, review, phase, failure, arrived)
         return _dumps(review_response(review, decision)), decision.allowed, summarize(decision.responses), False, ""
     except MemoryError:
-        return None, False, (), True, "evaluation exceeded the worker memory limit"
+        return None, False, [], True, "evaluation exceeded the worker memory limit"
     except RecursionError:
-        return None, False, (), False, f"object nests too deeply to evaluate (limit {MAX_JSON_DEPTH} levels)"
+        return None, False, [], False, f"object nests too deeply to evaluate (limit {MAX_JSON_DEPTH} levels)"
     except InvalidAdmissionReview as exc:
-        return None, False, (), False, str(exc)
+        return None, False, [], False, str(exc)
     except Exception as exc:  # an engine bug must not take the worker down; failurePolicy decides
         log.exception("evaluation failed")
-        return None, False, (), False, f"{type(exc).__name__}: {exc}"
-
-
-def _dumps(value: Any) -> bytes:
-    try:
-        import orjson
-
-        return orjson.dumps(value)
-    except ImportError:  # pragma: no cover
-        return json.dumps(value, separators=(",", ":")).encode()
+        return None, False, [], False, f"{type(exc).__name__}: {exc}"
 
 
 # -- parent side --------------------------------------------------------------------------------------------------
@@ -385,52 +444,77 @@ def default_worker_memory(workers: int, limit: int | None = None) -> int:
     return max(MIN_WORKER_MEMORY, (budget - PARENT_MEMORY_RESERVE) // max(1, workers))
 
 
-@dataclass(frozen=True)
-class WorkerAnswer:
-    answer: bytes | None
-    allowed: bool
-    summaries: tuple[PolicySummary, ...]
-    retire: bool
-    error: str
+class _Job:
+    """One review on its way: queued for a worker, then running on ``worker`` until ``future`` is settled."""
+
+    __slots__ = ("request_id", "frame", "future", "worker", "timer", "expired")
+
+    def __init__(self, request_id: int, frame: bytes, future: asyncio.Future[WorkerAnswer]) -> None:
+        self.request_id = request_id
+        self.frame = frame
+        self.future = future
+        self.worker: _Worker | None = None
+        self.timer: asyncio.TimerHandle | None = None  # the review's deadline; armed until its result or its worker's end
+        self.expired = False
 
 
-_HEADER = struct.Struct("!i")
-_LONG_HEADER = struct.Struct("!Q")
+class _Worker(asyncio.Protocol):
+    """One worker process and the parent's end of its socketpair; frames are parsed as they arrive, with no reader
+    task in between."""
 
-
-class _Worker:
-    """One worker process and the parent's end of its pipe (multiprocessing's Connection framing, read with asyncio)."""
-
-    def __init__(self, process: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, pool: EvaluationPool, process: Any) -> None:
+        self.pool = pool
         self.process = process
-        self.reader = reader
-        self.writer = writer
+        self.transport: asyncio.Transport | None = None
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.pending: dict[int, asyncio.Future[WorkerAnswer]] = {}
-        self.listener: asyncio.Task[None] | None = None
+        self.jobs: collections.deque[_Job] = collections.deque()  # sent, unanswered, in order: the first one runs
         self.dead = False
+        self._buffer = bytearray()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's transports are not asyncio.Transport subclasses
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        if not buffer and len(data) >= _FRAME.size:  # the usual case: exactly one whole frame
+            size, kind = _FRAME.unpack_from(data)
+            if len(data) == _FRAME.size + size:
+                self.pool._received(self, kind, data[_FRAME.size :])
+                return
+        buffer += data
+        offset = 0
+        while len(buffer) - offset >= _FRAME.size:
+            size, kind = _FRAME.unpack_from(buffer, offset)
+            end = offset + _FRAME.size + size
+            if len(buffer) < end:
+                break
+            payload = bytes(buffer[offset + _FRAME.size : end])
+            offset = end
+            self.pool._received(self, kind, payload)
+            if self.dead:
+                return
+        del buffer[:offset]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.dead:
+            log.warning("evaluation worker %s exited (code %s); starting another", self.process.pid, self.process.exitcode)
+        self.pool._replace(self)
 
     def send(self, payload: bytes) -> None:
-        if len(payload) > 0x7FFFFFFF:
-            self.writer.write(_HEADER.pack(-1) + _LONG_HEADER.pack(len(payload)) + payload)
-        else:
-            self.writer.write(_HEADER.pack(len(payload)) + payload)
-
-    async def receive(self) -> bytes:
-        (size,) = _HEADER.unpack(await self.reader.readexactly(4))
-        if size == -1:
-            (size,) = _LONG_HEADER.unpack(await self.reader.readexactly(8))
-        return await self.reader.readexactly(size)
+        if self.transport is not None and not self.dead:
+            self.transport.write(payload)
 
     def kill(self) -> None:
         self.dead = True
         with contextlib.suppress(OSError, ValueError, AttributeError):
             self.process.kill()
-        self.writer.close()
+        if self.transport is not None:
+            self.transport.abort()
 
 
 class EvaluationPool:
-    """``size`` worker processes, one review at a time each; see the module docstring."""
+    """``size`` worker processes, each evaluating one review at a time with up to PIPELINE_DEPTH - 1 more sent ahead
+    while every worker is busy; see the module docstring."""
 
     def __init__(self, size: int, setup: WorkerSetup | None = None, memory_bytes: int | None = None, start_method: str = "forkserver") -> None:
         self.size = size
@@ -442,7 +526,8 @@ class EvaluationPool:
             self.context.set_forkserver_preload(["stockade.webhook.isolation", "stockade.webhook.policystore", "stockade.celpolicy"])
         self._documents: bytes = b""
         self._generation = 0
-        self._idle: asyncio.Queue[_Worker] = asyncio.Queue()
+        self._idle: collections.deque[_Worker] = collections.deque()
+        self._queued: collections.deque[_Job] = collections.deque()  # reviews waiting for an idle worker
         self._workers: set[_Worker] = set()
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -467,38 +552,96 @@ class EvaluationPool:
 
     def _set_documents(self, documents: list[Document], engine_settings: dict[str, Any]) -> None:
         self._generation += 1
-        self._documents = pickle.dumps(("policies", self._generation, documents, engine_settings), protocol=pickle.HIGHEST_PROTOCOL)
+        self._documents = frame(MESSAGE_POLICIES, pickle.dumps((self._generation, documents, engine_settings), protocol=pickle.HIGHEST_PROTOCOL))
 
     def _broadcast(self, documents: list[Document], engine_settings: dict[str, Any]) -> None:
         self._set_documents(documents, engine_settings)
         for worker in list(self._workers):
-            if not worker.dead:
-                worker.send(self._documents)
+            worker.send(self._documents)
 
     async def _spawn(self) -> _Worker:
         parent_end, child_end = self.context.Pipe(duplex=True)
         process = self.context.Process(target=worker_main, args=(child_end, self.setup, self.memory_bytes), name="stockade-evaluator", daemon=True)
         await asyncio.to_thread(process.start)
         child_end.close()
-        import socket
-
         sock = socket.socket(fileno=os.dup(parent_end.fileno()))
         parent_end.close()
-        reader, writer = await asyncio.open_unix_connection(sock=sock, limit=1 << 20)
-        worker = _Worker(process, reader, writer)
+        worker = _Worker(self, process)
+        await asyncio.get_running_loop().create_unix_connection(lambda: worker, sock=sock)
         self._workers.add(worker)
-        worker.listener = asyncio.create_task(self._listen(worker))
         worker.send(self._documents)
         return worker
 
+    def _received(self, worker: _Worker, kind: int, payload: bytes) -> None:
+        if kind == MESSAGE_RESULT:
+            request_id, answer = parse_result(payload)
+            jobs = worker.jobs
+            if not jobs or jobs[0].request_id != request_id:
+                log.warning("evaluation worker %s answered an unknown review; replacing it", worker.process.pid)
+                self._replace(worker)
+                return
+            job = jobs.popleft()
+            if job.timer is not None:
+                job.timer.cancel()
+            if not job.future.done():
+                job.future.set_result(answer)
+            if answer.retire or (jobs and jobs[0].expired):
+                self._replace(worker)  # the next review already ran out of time while it waited in the pipe
+            elif jobs:
+                self._feed(worker)
+            else:
+                self._make_idle(worker)
+        elif kind == MESSAGE_READY and not worker.ready.done():
+            worker.ready.set_result(None)
+            self._make_idle(worker)
+
+    def _make_idle(self, worker: _Worker) -> None:
+        """Hand ``worker`` the queued reviews it can take, or park it."""
+        self._feed(worker)
+        if not worker.jobs:
+            self._idle.append(worker)
+
+    def _feed(self, worker: _Worker) -> None:
+        while self._queued and len(worker.jobs) < PIPELINE_DEPTH:
+            job = self._queued.popleft()
+            if not job.future.done():
+                self._run(worker, job)
+
+    def _run(self, worker: _Worker, job: _Job) -> None:
+        job.worker = worker
+        worker.jobs.append(job)
+        worker.send(job.frame)
+
+    def _busy_worker_with_room(self) -> _Worker | None:
+        """With every worker busy, the one with the shortest pipe, if it has room: the worker then reads the next
+        review as soon as it finishes one, without waiting to be woken (one context switch less per review)."""
+        best: _Worker | None = None
+        for worker in self._workers:
+            if worker.ready.done() and not worker.dead and len(worker.jobs) < PIPELINE_DEPTH and (best is None or len(worker.jobs) < len(best.jobs)):
+                best = worker
+        return best
+
     def _replace(self, worker: _Worker) -> None:
         """Kill ``worker`` (if still alive) and start its successor right away."""
+        if worker not in self._workers:
+            return
         worker.kill()
         self._workers.discard(worker)
-        for future in worker.pending.values():
-            if not future.done():
-                future.set_exception(WorkerUnavailable("evaluation worker exited"))
-        worker.pending.clear()
+        with contextlib.suppress(ValueError):
+            self._idle.remove(worker)
+        if worker.jobs:
+            running = worker.jobs.popleft()  # the review it was evaluating: the endpoint's failurePolicy answers
+            if running.timer is not None:
+                running.timer.cancel()
+            if not running.future.done():
+                running.future.set_exception(WorkerUnavailable("evaluation worker exited"))
+            for job in reversed(worker.jobs):  # reviews still waiting in its pipe go to another worker
+                job.worker = None
+                if not job.future.done():
+                    self._queued.appendleft(job)
+                elif job.timer is not None:
+                    job.timer.cancel()
+            worker.jobs.clear()
         if not worker.ready.done():
             worker.ready.set_exception(WorkerUnavailable("evaluation worker exited before it was ready"))
             worker.ready.exception()  # retrieved: nobody may be waiting for it
@@ -517,40 +660,23 @@ class EvaluationPool:
         if not self._closing:
             await self._spawn()
 
-    async def _listen(self, worker: _Worker) -> None:
-        try:
-            while True:
-                message = pickle.loads(await worker.receive())
-                if message[0] == "ready":
-                    if not worker.ready.done():
-                        worker.ready.set_result(None)
-                        self._idle.put_nowait(worker)
-                elif message[0] == "result":
-                    _, request_id, answer, allowed, summaries, retire, error = message
-                    future = worker.pending.pop(request_id, None)
-                    if future is not None and not future.done():
-                        future.set_result(WorkerAnswer(answer, allowed, summaries, retire, error))
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
-            pass
-        except asyncio.CancelledError:
-            return
-        if not worker.dead:
-            log.warning("evaluation worker %s exited (code %s); starting another", worker.process.pid, worker.process.exitcode)
-        self._replace(worker)
-
     async def close(self, drain_seconds: float = SHUTDOWN_DRAIN_SECONDS) -> None:
         """Let running evaluations finish for up to ``drain_seconds``, then kill every worker (their reviews get the
         failurePolicy answer)."""
         deadline = time.monotonic() + drain_seconds
-        while any(w.pending for w in self._workers) and time.monotonic() < deadline:
+        while (self._queued or any(w.jobs for w in self._workers)) and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         self._closing = True
         for task in list(self._spawning):
             task.cancel()
         for worker in list(self._workers):
-            if worker.listener is not None:
-                worker.listener.cancel()
             self._replace(worker)
+        while self._queued:
+            job = self._queued.popleft()
+            if job.timer is not None:
+                job.timer.cancel()
+            if not job.future.done():
+                job.future.set_exception(WorkerUnavailable("server is shutting down"))
         await asyncio.to_thread(self._reap)
 
     def _reap(self) -> None:
@@ -560,30 +686,50 @@ class EvaluationPool:
     # requests
     async def evaluate(self, body: bytes, phase: str, failure: str | None, arrived: float, deadline: float) -> WorkerAnswer:
         """Evaluate on an idle worker; raises TimeoutError when ``deadline`` (monotonic) passes first (the worker
-        is then killed and replaced) and WorkerUnavailable when the worker died or the pool closes."""
+        is then killed and replaced) and WorkerUnavailable when the worker died or the pool closes.  One timer covers
+        both the wait for a worker and the evaluation."""
         if self._closing:
             raise WorkerUnavailable("server is shutting down")
-        worker = await asyncio.wait_for(self._idle.get(), max(0.0, deadline - time.monotonic()))
-        while worker.dead:  # killed while idle (pool closing)
-            worker = await asyncio.wait_for(self._idle.get(), max(0.0, deadline - time.monotonic()))
+        loop = asyncio.get_running_loop()
         request_id = next(self._ids)
-        future: asyncio.Future[WorkerAnswer] = asyncio.get_running_loop().create_future()
-        worker.pending[request_id] = future
-        worker.send(pickle.dumps(("review", request_id, phase, failure, arrived, body), protocol=pickle.HIGHEST_PROTOCOL))
+        job = _Job(request_id, review_frame(request_id, phase, failure, arrived, body), loop.create_future())
+        job.timer = loop.call_at(loop.time() + (deadline - time.monotonic()), self._expire, job)
+        if self._idle:
+            self._run(self._idle.popleft(), job)
+        elif self._queued or (worker := self._busy_worker_with_room()) is None:
+            self._queued.append(job)
+        else:
+            self._run(worker, job)
         try:
-            answer = await asyncio.wait_for(future, max(0.0, deadline - time.monotonic()))
-        except (TimeoutError, asyncio.TimeoutError):
+            return await job.future
+        except asyncio.CancelledError:
+            self._abandon(job)
+            raise
+
+    def _expire(self, job: _Job) -> None:
+        """The review's deadline passed: it gets TimeoutError; if its worker is evaluating it, the worker goes."""
+        if not job.future.done():
+            job.future.set_exception(TimeoutError())
+        worker = job.worker
+        if worker is None:
+            with contextlib.suppress(ValueError):
+                self._queued.remove(job)
+        elif worker.jobs and worker.jobs[0] is job:
             log.warning("evaluation ran past its budget; replacing worker %s", worker.process.pid)
             self._replace(worker)
-            raise TimeoutError from None
-        except asyncio.CancelledError:
-            self._replace(worker)  # the client went away mid-evaluation: the worker's state is unknown
-            raise
-        if answer.retire:
-            self._replace(worker)
         else:
-            self._idle.put_nowait(worker)
-        return answer
+            job.expired = True  # still waiting in the worker's pipe: replaced if it gets to run
+
+    def _abandon(self, job: _Job) -> None:
+        """The client went away: a running evaluation leaves the worker in an unknown state; a review still
+        waiting in a pipe keeps its deadline timer and is bounded like any other."""
+        if job.worker is not None and job.worker.jobs and job.worker.jobs[0] is job:
+            self._replace(job.worker)
+        elif job.worker is None:
+            if job.timer is not None:
+                job.timer.cancel()
+            with contextlib.suppress(ValueError):
+                self._queued.remove(job)
 
 
 class IsolatedEvaluations:
@@ -591,22 +737,28 @@ class IsolatedEvaluations:
 
     def __init__(self, pool: EvaluationPool) -> None:
         self.pool = pool
-        self._policy_index: tuple[int, dict[str, Any]] = (0, {})
+        self._snapshot: Any = None  # held, not its id: a new snapshot could reuse a collected one's id
+        self._policy_index: dict[str, Any] = {}
+        self._in_play: dict[tuple[str, str | None], tuple[list[Any], float]] = {}
 
-    def _policies_by_key(self, snapshot: Any) -> dict[str, Any]:
-        marker, index = self._policy_index
-        if marker != id(snapshot):
-            index = {str(p.key): p for p in [*snapshot.policies, *snapshot.cel_policies]}
-            self._policy_index = (id(snapshot), index)
-        return index
+    def _for_snapshot(self, snapshot: Any) -> None:
+        """Per-snapshot lookups (policies by key, policies in play and their budget per endpoint), built once."""
+        if self._snapshot is not snapshot:
+            self._policy_index = {str(p.key): p for p in [*snapshot.policies, *snapshot.cel_policies]}
+            self._in_play = {}
+            self._snapshot = snapshot
 
     async def decide(self, snapshot: Any, review: AdmissionRequest, body: bytes, phase: str, failure: str | None, arrived: float) -> tuple[AdmissionDecision, bytes | None]:
         """(decision, serialized answer or None when the caller must serialize ``decision`` itself)."""
         evaluator: AdmissionEvaluator = snapshot.evaluator
-        in_play = evaluator.policies_in_play(phase, failure)
+        self._for_snapshot(snapshot)
+        cached = self._in_play.get((phase, failure))
+        if cached is None:
+            in_play = evaluator.policies_in_play(phase, failure)
+            cached = self._in_play[(phase, failure)] = (in_play, evaluator.budget(in_play))
+        in_play, budget = cached
         if not in_play:
             return evaluate_review(evaluator, review, phase, failure, arrived), None
-        budget = evaluator.budget(in_play)
         deadline = arrived + budget - min(DEADLINE_MARGIN_SECONDS, budget / 10)
         try:
             answer = await self.pool.evaluate(body, phase, failure, arrived, deadline)
@@ -616,7 +768,7 @@ class IsolatedEvaluations:
             return _failure_for(review, in_play, failure, str(exc)), None
         if answer.error or answer.answer is None:
             return _failure_for(review, in_play, failure, answer.error or "no answer"), None
-        responses = rebuild_responses(answer.summaries, self._policies_by_key(snapshot), review.subject)
+        responses = rebuild_responses(answer.summaries, self._policy_index, review.subject)
         return AdmissionDecision(answer.allowed, responses=responses), answer.answer
 
 

@@ -209,3 +209,61 @@ def test_policy_changes_reach_the_workers(store: PolicyStore, tmp_path: Path) ->
             await pool.close(0)
 
     run(scenario())
+
+
+class RecordingPool:
+    """Stands in for EvaluationPool: records what a worker's pipe delivered."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[int, bytes]] = []
+
+    def _received(self, worker: Any, kind: int, payload: bytes) -> None:
+        self.received.append((kind, payload))
+
+
+def test_frames_split_or_batched_on_the_pipe_are_each_delivered_once() -> None:
+    from stockade.webhook.isolation import MESSAGE_READY, MESSAGE_RESULT, _Worker, frame
+
+    frames = [(MESSAGE_RESULT, b"first" * 1000), (MESSAGE_READY, b""), (MESSAGE_RESULT, b"x")]
+    stream = b"".join(frame(kind, payload) for kind, payload in frames)
+
+    async def scenario() -> None:
+        for chunks in ([stream], [stream[i : i + 1] for i in range(len(stream))], [stream[:7], stream[7:5003], stream[5003:]]):
+            pool = RecordingPool()
+            worker = _Worker(pool, process=None)  # type: ignore[arg-type]
+            for chunk in chunks:
+                worker.data_received(chunk)
+            assert pool.received == frames
+
+    run(scenario())
+
+
+def test_worker_results_keep_answer_bytes_summaries_and_errors() -> None:
+    from stockade.webhook.isolation import _FRAME, parse_result, result_frame
+
+    answer = b'{"response":{"allowed":false}}'
+    summaries = [["cpol/require-team-label", "ClusterPolicy", "", "require-team-label", [["check-team", "Validation", "fail", "label 'team' is required", "Enforce"]]]]
+    request_id, parsed = parse_result(result_frame(41, answer, False, summaries, False, "")[_FRAME.size :])
+    assert request_id == 41 and parsed.answer == answer and parsed.allowed is False and parsed.summaries == summaries and not parsed.retire
+    request_id, parsed = parse_result(result_frame(42, None, False, [], True, "evaluation exceeded the worker memory limit")[_FRAME.size :])
+    assert request_id == 42 and parsed.answer is None and parsed.retire and parsed.error == "evaluation exceeded the worker memory limit"
+
+
+def test_reviews_beyond_the_idle_workers_wait_for_one(store: PolicyStore) -> None:
+    async def scenario() -> None:
+        pool = EvaluationPool(1)
+        await pool.start(list(store.snapshot.documents))
+        evaluations = IsolatedEvaluations(pool)
+        try:
+            bodies = [json.dumps(review(pod(f"web-{i}", labels={"team": "a"} if i % 2 else None))).encode() for i in range(6)]
+            results = await asyncio.gather(
+                *(evaluations.decide(store.snapshot, parse_review(json.loads(b)), b, "validate", None, time.monotonic()) for b in bodies)
+            )
+            for index, (decision, answer) in enumerate(results):
+                assert answer is not None and json.loads(answer)["response"]["uid"] == json.loads(bodies[index])["request"]["uid"]
+                assert decision.allowed is bool(index % 2)
+            assert pool.replaced == 0
+        finally:
+            await pool.close(0)
+
+    run(scenario())
