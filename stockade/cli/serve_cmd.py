@@ -213,8 +213,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
     except OSError as exc:
         await pool.close(0)
         raise _StartupError(f"cannot listen on {options['host']}:{options['port']}: {exc}") from exc
-    click.echo(f"stockade webhook serving {len(snapshot.policies)} policies on https://{options['host']}:{server.port}", err=True)
-
+    # membership, leadership and registration first: "serving" then means other replicas can count on this one
     if services is not None:
         try:
             await asyncio.to_thread(services.start)
@@ -222,6 +221,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
             await pool.close(0)
             await server.stop()
             raise _StartupError(f"webhook registration failed: {exc}") from exc
+    click.echo(f"stockade webhook serving {len(snapshot.policies)} policies on https://{options['host']}:{server.port}", err=True)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
