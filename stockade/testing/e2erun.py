@@ -160,6 +160,21 @@ def _first_failure(test: dict[str, Any], suite: Path) -> dict[str, str]:
     return {"test": base, "step": "", "operation": "", "error": "failed (cleanup or namespace setup)"}
 
 
+def failure_causes(results: list[UnitResult], top: int = 15) -> list[dict[str, Any]]:
+    """Failed operations grouped by a normalised first line of their error (names, numbers and quoted text blanked),
+    most frequent first: a rough map of what to fix next."""
+    groups: dict[str, list[str]] = {}
+    for result in results:
+        for failure in result.failures:
+            line = (failure.get("error") or "").strip().splitlines()[0] if failure.get("error") else "(no error text)"
+            line = re.sub(r"\"[^\"]*\"|'[^']*'|`[^`]*`", "<q>", line)
+            line = re.sub(r"\b[\w.-]*\d[\w.-]*\b", "<n>", line)
+            key = f"{failure.get('operation', '')}: {line[:200]}"
+            groups.setdefault(key, []).append(failure["test"])
+    ranked = sorted(groups.items(), key=lambda item: -len(item[1]))[:top]
+    return [{"cause": cause, "count": len(tests), "examples": tests[:5]} for cause, tests in ranked]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="e2erun", description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="*", help="units or folders relative to the suite root (default: all)")
@@ -217,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             cluster.down()
     timings["suite_s"] = time.monotonic() - started
     totals = {key: sum(getattr(r, key) for r in outcome) for key in ("passed", "failed", "skipped", "excluded")}
-    summary = {"suite": str(suite), "totals": totals, "timings": timings, "units": [r.__dict__ for r in outcome]}
+    summary = {"suite": str(suite), "totals": totals, "timings": timings, "causes": failure_causes(outcome), "units": [r.__dict__ for r in outcome]}
     (results / "summary.json").write_text(json.dumps(summary, indent=2))
     print(f"e2e-run: total {totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped, {totals['excluded']} excluded in {timings['suite_s']:.0f}s; {results / 'summary.json'}")
     return 0 if totals["failed"] == 0 else 1

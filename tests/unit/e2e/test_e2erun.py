@@ -81,3 +81,17 @@ def test_checked_in_exclusions_load_and_each_has_a_reason() -> None:
     raw = yaml.safe_load((REPO_ROOT / "tests" / "e2e" / "excluded.yaml").read_text())["excluded"]
     assert len(exclusions) == len(raw) > 0
     assert all(len(reason) > 10 for reason in exclusions.values())
+
+
+def test_failure_causes_group_errors_that_differ_only_in_names() -> None:
+    from stockade.testing.e2erun import UnitResult, failure_causes
+
+    result = UnitResult("validate")
+    result.failures = [
+        {"test": "validate/a", "operation": "apply", "error": "admission webhook \"v.kyverno.svc\" denied pod-1\nmore"},
+        {"test": "validate/b", "operation": "apply", "error": "admission webhook \"x.y\" denied pod-22"},
+        {"test": "validate/c", "operation": "assert", "error": "actual resource not found"},
+    ]
+    causes = failure_causes([result])
+    assert causes[0] == {"cause": "apply: admission webhook <q> denied <n>", "count": 2, "examples": ["validate/a", "validate/b"]}
+    assert causes[1]["count"] == 1
