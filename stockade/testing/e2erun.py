@@ -142,14 +142,15 @@ def run_unit(unit: Unit, requested: list[str], suite: Path, exclusions: dict[str
             result.skipped += 1
         else:
             result.failed += 1
-            result.failures.append(_first_failure(test, suite))
+            result.failures.append(_first_failure(test, suite / unit.path, suite))
     return result
 
 
-def _first_failure(test: dict[str, Any], suite: Path) -> dict[str, str]:
+def _first_failure(test: dict[str, Any], unit_dir: Path, suite: Path) -> dict[str, str]:
+    """The test's path relative to the suite (chainsaw reports it relative to the unit) and its first failed operation."""
     base = test.get("basePath", "")
     try:
-        base = str(Path(base).resolve().relative_to(suite.resolve()))
+        base = str((unit_dir / base).resolve().relative_to(suite.resolve()))
     except ValueError:
         pass
     for step in test.get("steps") or []:
