@@ -239,6 +239,9 @@ class E2ECluster:
                 f"--kubeconfig={self.state_dir / 'stockade.kubeconfig'}",
                 "--host=127.0.0.1", f"--port={port}", f"--webhook-url=https://127.0.0.1:{port}",
                 f"--namespace={STOCKADE_NAMESPACE}", "--no-leader-election",
+                # policy changes reach the snapshot within one reload interval (default 5 s); chainsaw creates the
+                # next test's namespace right after deleting a policy, and Kyverno drops it within milliseconds
+                "--reload-interval=0.25",
                 f"--cert-dir={self.state_dir / 'stockade-certs'}",
                 *os.environ.get("STOCKADE_E2E_SERVE_ARGS", "").split(),
             ],

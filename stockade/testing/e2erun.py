@@ -127,28 +127,64 @@ def run_unit(unit: Unit, requested: list[str], suite: Path, exclusions: dict[str
     with (results / f"{report_name}.log").open("wb") as log:
         result.exit_code = subprocess.run(command, cwd=suite / unit.path, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
     result.seconds = time.monotonic() - started
-    report_file = results / f"{report_name}.json"
+    outcomes, errors = parse_go_test_log((results / f"{report_name}.log").read_text(errors="replace"))
     try:
-        report = json.loads(report_file.read_text())
+        report = json.loads((results / f"{report_name}.json").read_text())
     except (OSError, ValueError):
-        result.failures.append({"test": unit.path, "error": f"chainsaw wrote no report (exit {result.exit_code}); see {report_name}.log"})
+        report = {}
+    operations = {f"{t.get('basePath', '')}[{t.get('name', '')}]": t for t in report.get("tests") or []}
+    if not outcomes:
+        result.failures.append({"test": unit.path, "error": f"chainsaw ran no test (exit {result.exit_code}); see {report_name}.log"})
         result.failed = len(requested) - len(excluded)
         return result
-    for test in report.get("tests") or []:
-        status = test.get("status")
-        if status == "passed":
+    for name, status in outcomes.items():
+        if status == "PASS":
             result.passed += 1
-        elif status == "skipped":
+        elif status == "SKIP":
             result.skipped += 1
         else:
             result.failed += 1
-            result.failures.append(_first_failure(test, suite / unit.path, suite))
+            result.failures.append(_first_failure(name, operations.get(name, {}), errors.get(name, ""), suite / unit.path, suite))
     return result
 
 
-def _first_failure(test: dict[str, Any], unit_dir: Path, suite: Path) -> dict[str, str]:
-    """The test's path relative to the suite (chainsaw reports it relative to the unit) and its first failed operation."""
-    base = test.get("basePath", "")
+_RESULT_LINE = re.compile(r"^    --- (PASS|FAIL|SKIP): chainsaw/(\S.*?) \(\d")
+_HEADER_LINE = re.compile(r"^=== (?:RUN|CONT|NAME|PAUSE)\s+chainsaw/(\S.*)$")
+
+
+def parse_go_test_log(log: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Per test (``<path relative to the unit>[<name>]``): its Go test outcome, and the first ``=== ERROR`` block
+    printed while it was the current test.  The outcome lines are the truth: chainsaw's JSON report calls a test
+    "passed" when it failed outside its steps (e.g. its namespace was denied)."""
+    outcomes: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    current = ""
+    collecting: list[str] | None = None
+    for line in log.splitlines():
+        if match := _RESULT_LINE.match(line):
+            outcomes[match.group(2)] = match.group(1)
+            continue
+        if match := _HEADER_LINE.match(line):
+            current = match.group(1)
+            collecting = None
+            continue
+        stripped = line.strip()
+        if stripped == "=== ERROR":
+            collecting = [] if current and current not in errors else None
+            continue
+        if collecting is not None:
+            if stripped.startswith(("sink.go:", "=== ", "--- ")):
+                errors[current] = "\n".join(collecting).strip()
+                collecting = None
+            else:
+                collecting.append(stripped)
+    return outcomes, errors
+
+
+def _first_failure(name: str, test: dict[str, Any], logged_error: str, unit_dir: Path, suite: Path) -> dict[str, str]:
+    """The test's path relative to the suite (chainsaw reports it relative to the unit) and its first failed
+    operation, else the first error chainsaw logged for it (namespace setup, cleanup)."""
+    base = test.get("basePath") or name.rsplit("[", 1)[0]
     try:
         base = str((unit_dir / base).resolve().relative_to(suite.resolve()))
     except ValueError:
@@ -158,7 +194,7 @@ def _first_failure(test: dict[str, Any], unit_dir: Path, suite: Path) -> dict[st
             if operation.get("status") == "failed":
                 error = (operation.get("failure") or {}).get("error", "")
                 return {"test": base, "step": step.get("name", ""), "operation": operation.get("type", ""), "error": error[:2000]}
-    return {"test": base, "step": "", "operation": "", "error": "failed (cleanup or namespace setup)"}
+    return {"test": base, "step": "(outside steps)", "operation": "setup/cleanup", "error": logged_error[:2000] or "failed outside its steps"}
 
 
 def failure_causes(results: list[UnitResult], top: int = 15) -> list[dict[str, Any]]:

@@ -95,3 +95,26 @@ def test_failure_causes_group_errors_that_differ_only_in_names() -> None:
     causes = failure_causes([result])
     assert causes[0] == {"cause": "apply: admission webhook <q> denied <n>", "count": 2, "examples": ["validate/a", "validate/b"]}
     assert causes[1]["count"] == 1
+
+
+def test_go_test_outcomes_win_over_the_json_report() -> None:
+    from stockade.testing.e2erun import parse_go_test_log
+
+    log = "\n".join(
+        [
+            "=== RUN   chainsaw/a/t1[one]",
+            "    sink.go:61: | 18:00:44 | one | @chainsaw | CREATE | OK | v1/Namespace @ ns",
+            "        === ERROR",
+            "        admission webhook denied the request",
+            "        second line",
+            "    sink.go:61: | 18:00:44 | one | @chainsaw | INTERNAL | ERROR |",
+            "=== CONT  chainsaw/b/t2[two]",
+            "--- FAIL: chainsaw (3.00s)",
+            "    --- FAIL: chainsaw/a/t1[one] (0.01s)",
+            "    --- PASS: chainsaw/b/t2[two] (2.50s)",
+            "    --- SKIP: chainsaw/c/t3[three] (0.00s)",
+        ]
+    )
+    outcomes, errors = parse_go_test_log(log)
+    assert outcomes == {"a/t1[one]": "FAIL", "b/t2[two]": "PASS", "c/t3[three]": "SKIP"}
+    assert errors == {"a/t1[one]": "admission webhook denied the request\nsecond line"}
