@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Builds kube-apiserver and kubectl from the k8s.io/kubernetes Go module (fetched
-# through the Go module proxy) for the webhook integration tests.  Binaries are
-# cached under .cache/bin and rebuilt only when hack/apiserver/go.mod changes.
+# through the Go module proxy) for the webhook integration tests, and on request
+# kube-controller-manager and kube-scheduler for the e2e control plane
+# (hack/e2e-cluster.sh).  Binaries are cached under .cache/bin and rebuilt only
+# when hack/apiserver/go.mod changes.
 #
-# Usage: .ci/build-apiserver.sh [kube-apiserver] [kubectl]   (default: both)
+# Usage: .ci/build-apiserver.sh [kube-apiserver] [kubectl] [kube-controller-manager] [kube-scheduler]
+#        (default: kube-apiserver kubectl)
 # Cold build on 2 cores: ~2 min module download + ~16 min kube-apiserver + ~1 min kubectl; warm (same
 # GOCACHE): seconds.  Also installs Debian's etcd-server when etcd is missing and we are root.
 # Env:   STOCKADE_BUILD_PARALLELISM (default 2) limits concurrent compile jobs.

@@ -92,34 +92,34 @@ class ControlPlane:
                 "--log-level=warn",
             ],
         )
-        self._spawn(
-            "kube-apiserver",
-            [
-                apiserver,
-                f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
-                f"--secure-port={self.apiserver_port}",
-                f"--tls-cert-file={self.workdir / 'apiserver.crt'}",
-                f"--tls-private-key-file={self.workdir / 'apiserver.key'}",
-                f"--token-auth-file={self.workdir / 'tokens.csv'}",
-                "--authorization-mode=RBAC",
-                f"--service-account-key-file={self.workdir / 'sa.pub'}",
-                f"--service-account-signing-key-file={self.workdir / 'sa.key'}",
-                "--service-account-issuer=https://kubernetes.default.svc",
-                "--service-cluster-ip-range=10.96.0.0/24",
-                "--disable-admission-plugins=ServiceAccount",
-                "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
-                "--enable-priority-and-fairness=false",
-                "--v=1",
-            ],
-        )
+        self._spawn("kube-apiserver", [apiserver, *self.apiserver_args()])
         try:
             self._wait_ready()
         except Exception:
             self.stop()
             raise
         return self
+
+    def apiserver_args(self) -> list[str]:
+        """kube-apiserver flags; the e2e control plane (e2ecluster.py) overrides the admission plugins and APIs."""
+        return [
+            f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.apiserver_port}",
+            f"--tls-cert-file={self.workdir / 'apiserver.crt'}",
+            f"--tls-private-key-file={self.workdir / 'apiserver.key'}",
+            f"--token-auth-file={self.workdir / 'tokens.csv'}",
+            "--authorization-mode=RBAC",
+            f"--service-account-key-file={self.workdir / 'sa.pub'}",
+            f"--service-account-signing-key-file={self.workdir / 'sa.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            "--service-cluster-ip-range=10.96.0.0/24",
+            "--disable-admission-plugins=ServiceAccount",
+            "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+            "--enable-priority-and-fairness=false",
+            "--v=1",
+        ]
 
     def _write_credentials(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)

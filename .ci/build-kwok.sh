@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds the KWOK controller (sigs.k8s.io/kwok/cmd/kwok, pinned by hack/kwok/go.mod) into
+# .cache/bin/kwok.  The e2e control plane (hack/e2e-cluster.sh) runs it to simulate nodes, so
+# Pods reach Running without a kubelet -- the way Kyverno's CI uses KWOK.
+# Rebuilt only when hack/kwok/go.mod or the Go version changes.
+# Usage: .ci/build-kwok.sh
+# Env:   STOCKADE_BUILD_PARALLELISM (default 2) limits concurrent compile jobs.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+module_dir="$root/hack/kwok"
+bin_dir="$root/.cache/bin"
+out="$bin_dir/kwok"
+mkdir -p "$bin_dir"
+
+command -v go >/dev/null 2>&1 || { echo "build-kwok: go is not installed" >&2; exit 1; }
+
+cd "$module_dir"
+[ -s go.sum ] || go mod tidy
+stamp="$(sha256sum go.mod | cut -c1-16)-$(go env GOVERSION)"
+if [ -x "$out" ] && [ "$(cat "$out.stamp" 2>/dev/null)" = "$stamp" ]; then
+  echo "build-kwok: kwok is up to date ($out)"
+  exit 0
+fi
+version="$(awk '/^require sigs.k8s.io\/kwok /{print $3}' go.mod)"
+echo "build-kwok: building kwok $version"
+start=$(date +%s)
+CGO_ENABLED=0 go build -p "${STOCKADE_BUILD_PARALLELISM:-2}" -trimpath -ldflags "-s -w" \
+  -o "$out.tmp" sigs.k8s.io/kwok/cmd/kwok
+mv "$out.tmp" "$out"
+echo "$stamp" > "$out.stamp"
+echo "build-kwok: built kwok in $(( $(date +%s) - start ))s"

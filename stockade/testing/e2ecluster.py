@@ -1,0 +1,369 @@
+"""A local control plane shaped like the kind cluster of Kyverno's CI, with ``stockade serve`` as the admission webhook.
+
+Runs etcd, kube-apiserver (default admission plugins, Node+RBAC, privileged containers allowed, the alpha/beta
+admissionregistration APIs for Validating/MutatingAdmissionPolicy), kube-controller-manager (namespaces, GC,
+Deployments, Jobs, service-account tokens, signed with the apiserver's key), kube-scheduler, and KWOK with two fake
+nodes named like kind's (``kind-control-plane``, ``kind-worker``) so Pods are scheduled and reach Running without a
+kubelet.  Then it installs the CRDs, the ``kyverno`` namespace with a ``kyverno`` ConfigMap (Kyverno's dynamic
+configuration, which several tests patch), and starts ``stockade serve --from-cluster --register-webhooks`` on
+127.0.0.1, registered through URL webhooks.
+
+Processes outlive the command (``up`` returns once everything is ready); their pids and the kubeconfig live in the
+state directory, which ``down`` reads to stop exactly those processes.
+
+    python -m stockade.testing.e2ecluster up [--state-dir DIR]
+    python -m stockade.testing.e2ecluster env [--state-dir DIR]     # shell exports for kubectl/chainsaw
+    python -m stockade.testing.e2ecluster down [--state-dir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stockade.testing.apiserver import REPO_ROOT, ControlPlane, ControlPlaneUnavailable, find_binary, free_port
+
+DEFAULT_STATE_DIR = REPO_ROOT / ".cache" / "e2e" / "cluster"
+STOCKADE_USER = "system:serviceaccount:kyverno:kyverno-admission-controller"
+STOCKADE_NAMESPACE = "kyverno"
+FAKE_NODES = ("kind-control-plane", "kind-worker")
+EXTRA_CRDS = REPO_ROOT / "hack" / "e2e" / "extra-crds.yaml"
+
+# Kyverno's dynamic configuration as its Helm chart installs it by default (the `standard` values do not change
+# it): resource filters keep system traffic away from the engine, success events are off.
+KYVERNO_CONFIG_DATA: dict[str, str] = {
+    "defaultRegistry": "docker.io",
+    "enableDefaultRegistryMutation": "true",
+    "generateSuccessEvents": "false",
+    "excludeGroups": "system:nodes",
+    "resourceFilters": "".join(
+        f"[{entry}]"
+        for entry in (
+            "*/*,kyverno,*",
+            "Event,*,*",
+            "*/*,kube-system,*",
+            "*/*,kube-public,*",
+            "*/*,kube-node-lease,*",
+            "Node,*,*",
+            "Node/*,*,*",
+            "APIService,*,*",
+            "APIService/*,*,*",
+            "TokenReview,*,*",
+            "SubjectAccessReview,*,*",
+            "SelfSubjectAccessReview,*,*",
+            "Binding,*,*",
+            "Pod/binding,*,*",
+            "ReplicaSet,*,*",
+            "ReplicaSet/*,*,*",
+            "EphemeralReport,*,*",
+            "ClusterEphemeralReport,*,*",
+        )
+    ),
+    "webhooks": json.dumps(
+        [{"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "kyverno"]}]}}]
+    ),
+    "webhookAnnotations": json.dumps({"admissions.enforcer/disabled": "true"}),
+}
+
+
+class ClusterError(RuntimeError):
+    """A component failed to start or become ready; the message names it and points at its log."""
+
+
+@dataclass
+class E2EControlPlane(ControlPlane):
+    """kube-apiserver configured like kind's (see module docstring) plus an extra token for stockade's identity."""
+
+    stockade_token: str = field(default_factory=lambda: os.urandom(16).hex())
+
+    def apiserver_args(self) -> list[str]:
+        return [
+            f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.apiserver_port}",
+            f"--tls-cert-file={self.workdir / 'apiserver.crt'}",
+            f"--tls-private-key-file={self.workdir / 'apiserver.key'}",
+            f"--token-auth-file={self.workdir / 'tokens.csv'}",
+            "--authorization-mode=Node,RBAC",
+            f"--service-account-key-file={self.workdir / 'sa.pub'}",
+            f"--service-account-signing-key-file={self.workdir / 'sa.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--allow-privileged=true",
+            # kubeadm adds NodeRestriction to the defaults (PodSecurity, ServiceAccount, webhooks, VAP, ...)
+            "--enable-admission-plugins=NodeRestriction",
+            "--feature-gates=MutatingAdmissionPolicy=true",
+            "--runtime-config=admissionregistration.k8s.io/v1alpha1=true,admissionregistration.k8s.io/v1beta1=true",
+            "--v=1",
+        ]
+
+    def _write_credentials(self) -> None:
+        super()._write_credentials()
+        with (self.workdir / "tokens.csv").open("a") as tokens:
+            tokens.write(f'{self.stockade_token},{STOCKADE_USER},kyverno-uid,"system:serviceaccounts,system:serviceaccounts:kyverno"\n')
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        config["users"][0]["user"]["token"] = self.stockade_token
+        (self.workdir / "stockade.kubeconfig").write_text(yaml.safe_dump(config))
+
+
+@dataclass
+class E2ECluster:
+    """The whole stack; ``up()`` starts it and records pids, ``down()`` stops what the state directory records."""
+
+    state_dir: Path = DEFAULT_STATE_DIR
+    python: str = sys.executable
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.state_dir / "pids.json"
+
+    def up(self) -> None:
+        if self.pid_file.exists() and any(_alive(pid) for pid in self._recorded_pids().values()):
+            raise ClusterError(f"a cluster is already running from {self.state_dir}; run `down` first")
+        binaries = {
+            "kube-controller-manager": find_binary("kube-controller-manager", "STOCKADE_KUBE_CONTROLLER_MANAGER"),
+            "kube-scheduler": find_binary("kube-scheduler", "STOCKADE_KUBE_SCHEDULER"),
+            "kwok": find_binary("kwok", "STOCKADE_KWOK"),
+            "kubectl": find_binary("kubectl", "STOCKADE_KUBECTL"),
+        }
+        if self.state_dir.exists():
+            shutil.rmtree(self.state_dir)
+        self.state_dir.mkdir(parents=True)
+        started = time.monotonic()
+        plane = E2EControlPlane(workdir=self.state_dir)
+        try:
+            plane.start()
+            self.timings["apiserver_ready_s"] = time.monotonic() - started
+            self._record(plane.processes)
+            self._start_controllers(plane, binaries)
+            self._record(plane.processes)
+            self._install(binaries["kubectl"])
+            self.timings["cluster_ready_s"] = time.monotonic() - started
+            self._start_stockade(plane)
+            self._record(plane.processes)
+            self._wait_nodes_ready(binaries["kubectl"])
+        except BaseException:
+            self.down()
+            raise
+        self.timings["total_s"] = time.monotonic() - started
+        (self.state_dir / "timings.json").write_text(json.dumps(self.timings, indent=2))
+
+    def _start_controllers(self, plane: E2EControlPlane, binaries: dict[str, str]) -> None:
+        kubeconfig = str(plane.kubeconfig)
+        plane._spawn(
+            "kube-controller-manager",
+            [
+                binaries["kube-controller-manager"],
+                f"--kubeconfig={kubeconfig}",
+                "--secure-port=0",
+                "--leader-elect=false",
+                "--cluster-name=kind",
+                f"--service-account-private-key-file={self.state_dir / 'sa.key'}",
+                f"--root-ca-file={plane.ca_file}",
+                "--use-service-account-credentials=false",
+                "--v=1",
+            ],
+        )
+        plane._spawn(
+            "kube-scheduler",
+            [binaries["kube-scheduler"], f"--kubeconfig={kubeconfig}", "--secure-port=0", "--leader-elect=false", "--v=1"],
+        )
+        plane._spawn(
+            "kwok",
+            [
+                binaries["kwok"],
+                f"--kubeconfig={kubeconfig}",
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                "--cidr=10.244.0.0/16",
+                "--node-ip=127.0.0.1",
+                "--node-port=0",
+                f"--server-address=127.0.0.1:{free_port()}",
+                "--node-lease-duration-seconds=40",
+            ],
+        )
+
+    def _install(self, kubectl: str) -> None:
+        """CRDs, fake nodes, the kyverno namespace, its ConfigMap and stockade's cluster-admin binding."""
+        manifests: list[dict[str, Any]] = [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": STOCKADE_NAMESPACE}},
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "kyverno", "namespace": STOCKADE_NAMESPACE},
+                "data": KYVERNO_CONFIG_DATA,
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "stockade-e2e-cluster-admin"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": STOCKADE_USER}],
+            },
+            *(_fake_node(name) for name in FAKE_NODES),
+        ]
+        self._kubectl(kubectl, "apply", "--server-side", "-f", str(REPO_ROOT / "deploy" / "crds"))
+        self._kubectl(kubectl, "apply", "--server-side", "-f", str(EXTRA_CRDS))
+        self._kubectl(kubectl, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
+        self._kubectl(kubectl, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(manifests))
+
+    def _start_stockade(self, plane: E2EControlPlane) -> None:
+        port = free_port()
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        log = open(self.state_dir / "stockade.log", "wb")  # noqa: SIM115 - lives as long as the process
+        started = time.monotonic()
+        process = subprocess.Popen(
+            [
+                self.python, "-m", "stockade", "serve",
+                "--from-cluster", "--register-webhooks",
+                f"--kubeconfig={self.state_dir / 'stockade.kubeconfig'}",
+                "--host=127.0.0.1", f"--port={port}", f"--webhook-url=https://127.0.0.1:{port}",
+                f"--namespace={STOCKADE_NAMESPACE}", "--no-leader-election",
+                # policy changes reach the snapshot within one reload interval (default 5 s); chainsaw creates the
+                # next test's namespace right after deleting a policy, and Kyverno drops it within milliseconds
+                "--reload-interval=0.25",
+                f"--cert-dir={self.state_dir / 'stockade-certs'}",
+                *os.environ.get("STOCKADE_E2E_SERVE_ARGS", "").split(),
+            ],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=REPO_ROOT,
+        )
+        plane.processes.append(process)
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise ClusterError(f"stockade serve exited with {process.returncode}; see {self.state_dir / 'stockade.log'}")
+            try:
+                with urllib.request.urlopen(f"https://127.0.0.1:{port}/health/readiness", context=context, timeout=5) as response:
+                    if response.status == 200:
+                        self.timings["stockade_ready_s"] = time.monotonic() - started
+                        (self.state_dir / "stockade.port").write_text(str(port))
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.5)
+        raise ClusterError(f"stockade serve not ready after 120s; see {self.state_dir / 'stockade.log'}")
+
+    def _wait_nodes_ready(self, kubectl: str) -> None:
+        self._kubectl(kubectl, "wait", "--for=condition=Ready", "node", "--all", "--timeout=120s")
+
+    def _kubectl(self, kubectl: str, *args: str, stdin: str | None = None) -> str:
+        result = subprocess.run(
+            [kubectl, f"--kubeconfig={self.kubeconfig}", *args], input=stdin, capture_output=True, text=True, timeout=180
+        )
+        if result.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args[:3])} failed: {result.stderr.strip()}")
+        return result.stdout
+
+    def _record(self, processes: list[subprocess.Popen[bytes]]) -> None:
+        pids = {("stockade" if p.args[0] == self.python else Path(str(p.args[0])).name): p.pid for p in processes}
+        self.pid_file.write_text(json.dumps(pids, indent=2))
+
+    def _recorded_pids(self) -> dict[str, int]:
+        try:
+            return {name: int(pid) for name, pid in json.loads(self.pid_file.read_text()).items()}
+        except (OSError, ValueError):
+            return {}
+
+    def down(self) -> list[str]:
+        """Stop the recorded processes, newest first (each leads its own session, so its group is signalled)."""
+        stopped = []
+        for name, pid in reversed(list(self._recorded_pids().items())):
+            if not _alive(pid):
+                continue
+            try:
+                os.killpg(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                continue
+            deadline = time.monotonic() + (20 if name == "stockade" else 10)
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if _alive(pid):
+                os.killpg(pid, signal.SIGKILL)
+            stopped.append(name)
+        self.pid_file.unlink(missing_ok=True)
+        return stopped
+
+    def env(self) -> str:
+        bin_dir = REPO_ROOT / ".cache" / "bin"
+        return f"export KUBECONFIG={self.kubeconfig}\nexport PATH={bin_dir}:$PATH\n"
+
+
+def _fake_node(name: str) -> dict[str, Any]:
+    """A Node that KWOK keeps Ready (it manages nodes carrying the kwok.x-k8s.io/node=fake annotation)."""
+    labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok"}
+    spec: dict[str, Any] = {}
+    if name.endswith("control-plane"):
+        labels["node-role.kubernetes.io/control-plane"] = ""
+        spec["taints"] = [{"key": "node-role.kubernetes.io/control-plane", "effect": "NoSchedule"}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels, "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}},
+        "spec": spec,
+    }
+
+
+def _alive(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        if waited == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="e2ecluster", description=__doc__.split("\n\n")[0])
+    parser.add_argument("action", choices=["up", "down", "env"])
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    args = parser.parse_args(argv)
+    cluster = E2ECluster(state_dir=args.state_dir.resolve())
+    if args.action == "env":
+        sys.stdout.write(cluster.env())
+        return 0
+    if args.action == "down":
+        stopped = cluster.down()
+        print(f"e2e-cluster: stopped {', '.join(stopped) or 'nothing'}")
+        return 0
+    try:
+        cluster.up()
+    except (ClusterError, ControlPlaneUnavailable, RuntimeError) as exc:
+        print(f"e2e-cluster: {exc}", file=sys.stderr)
+        return 1
+    figures = ", ".join(f"{name} {value:.1f}" for name, value in cluster.timings.items())
+    print(f"e2e-cluster: up ({figures}); kubeconfig {cluster.kubeconfig}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

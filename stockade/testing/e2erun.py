@@ -1,0 +1,279 @@
+"""Run Kyverno's chainsaw e2e suite against the local control plane (e2ecluster.py) the way Kyverno's CI does.
+
+Kyverno's CI runs ``chainsaw test --config .chainsaw.yaml`` inside one suite folder at a time; so do we, one
+*unit* per directory holding a ``.chainsaw.yaml`` (top-level folders without one run with chainsaw's defaults).
+Tests listed in the exclusion file are skipped through chainsaw's own ``--exclude-test-regex`` (a folder entry
+skips everything under it, and a unit with nothing left is not started).  Results are read from chainsaw's JSON
+report and written per unit to ``summary.json`` with the first failing operation of each failed test.
+
+    python -m stockade.testing.e2erun [UNIT_OR_FOLDER ...] [--parallel N] [--results DIR] [--no-cluster]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stockade.testing.apiserver import REPO_ROOT, find_binary
+from stockade.testing.e2ecluster import DEFAULT_STATE_DIR, ClusterError, E2ECluster
+
+DEFAULT_SUITE = Path(os.environ.get("STOCKADE_E2E_SHARED", str(REPO_ROOT.parent / "shared" / "e2e"))) / "kyverno-chainsaw"
+DEFAULT_EXCLUSIONS = REPO_ROOT / "tests" / "e2e" / "excluded.yaml"
+DEFAULT_RESULTS = REPO_ROOT / ".cache" / "e2e" / "results"
+
+
+class ExclusionError(ValueError):
+    """The exclusion file is malformed; the message names the file and entry."""
+
+
+@dataclass
+class Unit:
+    """One chainsaw invocation: a directory (relative to the suite root) and its configuration, if any."""
+
+    path: str
+    config: Path | None
+    tests: list[str] = field(default_factory=list)  # test directories relative to the suite root
+
+
+@dataclass
+class UnitResult:
+    path: str
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    excluded: int = 0
+    seconds: float = 0.0
+    exit_code: int = 0
+    failures: list[dict[str, str]] = field(default_factory=list)
+
+
+def load_exclusions(path: Path) -> dict[str, str]:
+    """``{test or folder path relative to the suite root: reason}``; every entry needs a non-empty reason."""
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ExclusionError(f"{path}: cannot read exclusions: {exc}") from exc
+    entries = data.get("excluded", {}) if isinstance(data, dict) else None
+    if not isinstance(entries, dict):
+        raise ExclusionError(f"{path}: expected a mapping under 'excluded' (test path -> reason)")
+    for test, reason in entries.items():
+        if not isinstance(reason, str) or not reason.strip():
+            raise ExclusionError(f"{path}: excluded.{test}: the reason must be a non-empty string")
+    return {str(test).strip("/"): reason for test, reason in entries.items()}
+
+
+def discover_units(suite: Path) -> list[Unit]:
+    """Directories with a .chainsaw.yaml, plus top-level folders that have tests but no configuration at all."""
+    tests = sorted(str(p.parent.relative_to(suite)) for p in suite.rglob("chainsaw-test.yaml"))
+    configured = sorted(str(p.parent.relative_to(suite)) for p in suite.rglob(".chainsaw.yaml"))
+    units = [Unit(path, suite / path / ".chainsaw.yaml") for path in configured]
+    for top in sorted({t.split("/")[0] for t in tests}):
+        if not any(u.path == top or u.path.startswith(top + "/") for u in units):
+            units.append(Unit(top, None))
+    for test in tests:
+        owners = [u for u in units if test == u.path or test.startswith(u.path + "/")]
+        if owners:
+            max(owners, key=lambda u: len(u.path)).tests.append(test)
+    return [u for u in units if u.tests]
+
+
+def is_excluded(test: str, exclusions: dict[str, str]) -> str | None:
+    for entry, reason in exclusions.items():
+        if test == entry or test.startswith(entry + "/"):
+            return reason
+    return None
+
+
+def exclude_regex(unit: Unit, excluded_tests: list[str]) -> str:
+    """Go test -skip pattern for chainsaw: names are ``chainsaw/<path relative to the unit>[<test name>]`` and
+    each '/'-separated element of the pattern matches one element of the name."""
+    patterns = []
+    for test in excluded_tests:
+        relative = test[len(unit.path) + 1 :] if test != unit.path else "."
+        elements = relative.split("/")
+        parts = ["^chainsaw$", *(f"^{re.escape(e)}$" for e in elements[:-1]), f"^{re.escape(elements[-1])}\\["]
+        patterns.append("/".join(parts))
+    return "|".join(patterns)
+
+
+def run_unit(unit: Unit, requested: list[str], suite: Path, exclusions: dict[str, str], results: Path, parallel: int, env: dict[str, str], chainsaw: str, extra: list[str]) -> UnitResult:
+    """Run the ``requested`` tests of ``unit`` minus the excluded ones; the rest of the unit is skipped by regex."""
+    result = UnitResult(unit.path)
+    excluded = [t for t in requested if is_excluded(t, exclusions)]
+    result.excluded = len(excluded)
+    skipped = excluded + [t for t in unit.tests if t not in requested]
+    if len(skipped) == len(unit.tests):
+        return result
+    report_name = unit.path.replace("/", "__")
+    command = [
+        chainsaw, "test", "--test-dir", ".", "--fail-fast=false", f"--parallel={parallel}", "--no-color",
+        "--report-format=JSON", f"--report-path={results}", f"--report-name={report_name}", *extra,
+    ]
+    if unit.config is not None:
+        command[2:2] = ["--config", ".chainsaw.yaml"]
+    if skipped:
+        command.append(f"--exclude-test-regex={exclude_regex(unit, skipped)}")
+    started = time.monotonic()
+    with (results / f"{report_name}.log").open("wb") as log:
+        result.exit_code = subprocess.run(command, cwd=suite / unit.path, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    result.seconds = time.monotonic() - started
+    outcomes, errors = parse_go_test_log((results / f"{report_name}.log").read_text(errors="replace"))
+    try:
+        report = json.loads((results / f"{report_name}.json").read_text())
+    except (OSError, ValueError):
+        report = {}
+    operations = {f"{t.get('basePath', '')}[{t.get('name', '')}]": t for t in report.get("tests") or []}
+    if not outcomes:
+        result.failures.append({"test": unit.path, "error": f"chainsaw ran no test (exit {result.exit_code}); see {report_name}.log"})
+        result.failed = len(requested) - len(excluded)
+        return result
+    for name, status in outcomes.items():
+        if status == "PASS":
+            result.passed += 1
+        elif status == "SKIP":
+            result.skipped += 1
+        else:
+            result.failed += 1
+            result.failures.append(_first_failure(name, operations.get(name, {}), errors.get(name, ""), suite / unit.path, suite))
+    return result
+
+
+_RESULT_LINE = re.compile(r"^    --- (PASS|FAIL|SKIP): chainsaw/(\S.*?) \(\d")
+_HEADER_LINE = re.compile(r"^=== (?:RUN|CONT|NAME|PAUSE)\s+chainsaw/(\S.*)$")
+
+
+def parse_go_test_log(log: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Per test (``<path relative to the unit>[<name>]``): its Go test outcome, and the first ``=== ERROR`` block
+    printed while it was the current test.  The outcome lines are the truth: chainsaw's JSON report calls a test
+    "passed" when it failed outside its steps (e.g. its namespace was denied)."""
+    outcomes: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    current = ""
+    collecting: list[str] | None = None
+    for line in log.splitlines():
+        if match := _RESULT_LINE.match(line):
+            outcomes[match.group(2)] = match.group(1)
+            continue
+        if match := _HEADER_LINE.match(line):
+            current = match.group(1)
+            collecting = None
+            continue
+        stripped = line.strip()
+        if stripped == "=== ERROR":
+            collecting = [] if current and current not in errors else None
+            continue
+        if collecting is not None:
+            if stripped.startswith(("sink.go:", "=== ", "--- ")):
+                errors[current] = "\n".join(collecting).strip()
+                collecting = None
+            else:
+                collecting.append(stripped)
+    return outcomes, errors
+
+
+def _first_failure(name: str, test: dict[str, Any], logged_error: str, unit_dir: Path, suite: Path) -> dict[str, str]:
+    """The test's path relative to the suite (chainsaw reports it relative to the unit) and its first failed
+    operation, else the first error chainsaw logged for it (namespace setup, cleanup)."""
+    base = test.get("basePath") or name.rsplit("[", 1)[0]
+    try:
+        base = str((unit_dir / base).resolve().relative_to(suite.resolve()))
+    except ValueError:
+        pass
+    for step in test.get("steps") or []:
+        for operation in step.get("operations") or []:
+            if operation.get("status") == "failed":
+                error = (operation.get("failure") or {}).get("error", "")
+                return {"test": base, "step": step.get("name", ""), "operation": operation.get("type", ""), "error": error[:2000]}
+    return {"test": base, "step": "(outside steps)", "operation": "setup/cleanup", "error": logged_error[:2000] or "failed outside its steps"}
+
+
+def failure_causes(results: list[UnitResult], top: int = 15) -> list[dict[str, Any]]:
+    """Failed operations grouped by a normalised first line of their error (names, numbers and quoted text blanked),
+    most frequent first: a rough map of what to fix next."""
+    groups: dict[str, list[str]] = {}
+    for result in results:
+        for failure in result.failures:
+            line = (failure.get("error") or "").strip().splitlines()[0] if failure.get("error") else "(no error text)"
+            line = re.sub(r"\"[^\"]*\"|'[^']*'|`[^`]*`", "<q>", line)
+            line = re.sub(r"\b[\w.-]*\d[\w.-]*\b", "<n>", line)
+            key = f"{failure.get('operation', '')}: {line[:200]}"
+            groups.setdefault(key, []).append(failure["test"])
+    ranked = sorted(groups.items(), key=lambda item: -len(item[1]))[:top]
+    return [{"cause": cause, "count": len(tests), "examples": tests[:5]} for cause, tests in ranked]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="e2erun", description=__doc__.split("\n\n")[0])
+    parser.add_argument("folders", nargs="*", help="units or folders relative to the suite root (default: all)")
+    parser.add_argument("--suite", type=Path, default=DEFAULT_SUITE)
+    parser.add_argument("--exclusions", type=Path, default=DEFAULT_EXCLUSIONS)
+    parser.add_argument("--results", type=Path, default=DEFAULT_RESULTS)
+    parser.add_argument("--parallel", type=int, default=4, help="tests at once per unit (chainsaw --parallel)")
+    parser.add_argument("--no-cluster", action="store_true", help="use the running cluster (e2e-cluster.sh up) instead of starting one")
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    parser.add_argument("--chainsaw-arg", action="append", default=[], help="extra chainsaw argument (repeatable), e.g. --assert-timeout=30s")
+    args = parser.parse_args(argv)
+    suite = args.suite.resolve()
+    if not suite.is_dir():
+        print(f"e2e-run: suite not found: {suite} (set STOCKADE_E2E_SHARED)", file=sys.stderr)
+        return 2
+    try:
+        exclusions = load_exclusions(args.exclusions)
+    except ExclusionError as exc:
+        print(f"e2e-run: {exc}", file=sys.stderr)
+        return 2
+    units = discover_units(suite)
+    wanted = [f.strip("/") for f in args.folders]
+
+    def requested(test: str) -> bool:
+        return not wanted or any(test == w or test.startswith(w + "/") for w in wanted)
+
+    plan = [(unit, [t for t in unit.tests if requested(t)]) for unit in units]
+    plan = [(unit, tests) for unit, tests in plan if tests]
+    if not plan:
+        print(f"e2e-run: no chainsaw tests under {', '.join(args.folders)}", file=sys.stderr)
+        return 2
+    chainsaw = find_binary("chainsaw", "STOCKADE_CHAINSAW")
+    results = args.results.resolve()
+    results.mkdir(parents=True, exist_ok=True)
+    cluster = E2ECluster(state_dir=args.state_dir.resolve())
+    timings: dict[str, float] = {}
+    if not args.no_cluster:
+        try:
+            cluster.up()
+        except (ClusterError, RuntimeError) as exc:
+            print(f"e2e-run: {exc}", file=sys.stderr)
+            return 1
+        timings.update(cluster.timings)
+        print(f"e2e-run: cluster up in {cluster.timings['total_s']:.1f}s", flush=True)
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PATH": f"{REPO_ROOT / '.cache' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    outcome: list[UnitResult] = []
+    started = time.monotonic()
+    try:
+        for unit, tests in plan:
+            result = run_unit(unit, tests, suite, exclusions, results, args.parallel, env, chainsaw, args.chainsaw_arg)
+            outcome.append(result)
+            print(f"e2e-run: {unit.path}: {result.passed} passed, {result.failed} failed, {result.skipped} skipped, {result.excluded} excluded ({result.seconds:.0f}s)", flush=True)
+    finally:
+        if not args.no_cluster:
+            cluster.down()
+    timings["suite_s"] = time.monotonic() - started
+    totals = {key: sum(getattr(r, key) for r in outcome) for key in ("passed", "failed", "skipped", "excluded")}
+    summary = {"suite": str(suite), "totals": totals, "timings": timings, "causes": failure_causes(outcome), "units": [r.__dict__ for r in outcome]}
+    (results / "summary.json").write_text(json.dumps(summary, indent=2))
+    print(f"e2e-run: total {totals['passed']} passed, {totals['failed']} failed, {totals['skipped']} skipped, {totals['excluded']} excluded in {timings['suite_s']:.0f}s; {results / 'summary.json'}")
+    return 0 if totals["failed"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

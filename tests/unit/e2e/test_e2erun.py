@@ -1,0 +1,120 @@
+"""The e2e runner's pure parts: exclusion file, unit discovery, chainsaw's Go-test skip pattern."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stockade.testing.e2erun import ExclusionError, Unit, discover_units, exclude_regex, is_excluded, load_exclusions
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def _make_suite(root: Path, tests: list[str], configs: list[str]) -> Path:
+    for test in tests:
+        (root / test).mkdir(parents=True, exist_ok=True)
+        (root / test / "chainsaw-test.yaml").write_text("kind: Test\n")
+    for config in configs:
+        (root / config).mkdir(parents=True, exist_ok=True)
+        (root / config / ".chainsaw.yaml").write_text("kind: Configuration\n")
+    return root
+
+
+def test_units_follow_the_nearest_configuration(tmp_path: Path) -> None:
+    suite = _make_suite(
+        tmp_path,
+        ["validate/a/t1", "validate/b/t2", "tls/x/t3", "tls/y/t4", "flags/t5"],
+        ["validate", "tls/x", "tls/y"],
+    )
+    units = {u.path: (u.config, u.tests) for u in discover_units(suite)}
+    assert units == {
+        "validate": (suite / "validate" / ".chainsaw.yaml", ["validate/a/t1", "validate/b/t2"]),
+        "tls/x": (suite / "tls/x/.chainsaw.yaml", ["tls/x/t3"]),
+        "tls/y": (suite / "tls/y/.chainsaw.yaml", ["tls/y/t4"]),
+        "flags": (None, ["flags/t5"]),
+    }
+
+
+def test_folder_entries_exclude_everything_below_them() -> None:
+    exclusions = {"verify-images": "internet", "validate/a/t1": "differs"}
+    assert is_excluded("verify-images/x/y", exclusions) == "internet"
+    assert is_excluded("validate/a/t1", exclusions) == "differs"
+    assert is_excluded("validate/a/t10", exclusions) is None
+    assert is_excluded("verify-images-2/x", exclusions) is None
+
+
+def _go_skip_matches(pattern: str, name: str) -> bool:
+    """Go's testing matcher for -test.skip: alternatives split on '|', elements on '/', each element a regex
+    matched (unanchored) against the same element of the test name; a partial match does not skip."""
+    elements = name.split("/")
+    for alternative in pattern.split("|"):
+        parts = alternative.split("/")
+        if len(elements) >= len(parts) and all(re.search(p, e) for p, e in zip(parts, elements)):
+            return True
+    return False
+
+
+def test_exclude_regex_hits_exactly_the_excluded_tests() -> None:
+    unit = Unit("validate", None, ["validate/a/t1", "validate/a/t10", "validate/b/t1"])
+    pattern = exclude_regex(unit, ["validate/a/t1", "validate/b/t1"])
+    assert _go_skip_matches(pattern, "chainsaw/a/t1[my-test]")
+    assert _go_skip_matches(pattern, "chainsaw/b/t1[other]")
+    assert not _go_skip_matches(pattern, "chainsaw/a/t10[my-test]")
+    assert not _go_skip_matches(pattern, "chainsaw")  # the parent test must still run
+
+
+def test_exclusions_need_a_reason(tmp_path: Path) -> None:
+    path = tmp_path / "excluded.yaml"
+    path.write_text("excluded:\n  validate/a: ''\n")
+    with pytest.raises(ExclusionError, match=r"excluded\.validate/a: the reason must be a non-empty string"):
+        load_exclusions(path)
+    path.write_text("- just a list\n")
+    with pytest.raises(ExclusionError, match="expected a mapping under 'excluded'"):
+        load_exclusions(path)
+
+
+def test_checked_in_exclusions_load_and_each_has_a_reason() -> None:
+    exclusions = load_exclusions(REPO_ROOT / "tests" / "e2e" / "excluded.yaml")
+    raw = yaml.safe_load((REPO_ROOT / "tests" / "e2e" / "excluded.yaml").read_text())["excluded"]
+    assert len(exclusions) == len(raw) > 0
+    assert all(len(reason) > 10 for reason in exclusions.values())
+
+
+def test_failure_causes_group_errors_that_differ_only_in_names() -> None:
+    from stockade.testing.e2erun import UnitResult, failure_causes
+
+    result = UnitResult("validate")
+    result.failures = [
+        {"test": "validate/a", "operation": "apply", "error": "admission webhook \"v.kyverno.svc\" denied pod-1\nmore"},
+        {"test": "validate/b", "operation": "apply", "error": "admission webhook \"x.y\" denied pod-22"},
+        {"test": "validate/c", "operation": "assert", "error": "actual resource not found"},
+    ]
+    causes = failure_causes([result])
+    assert causes[0] == {"cause": "apply: admission webhook <q> denied <n>", "count": 2, "examples": ["validate/a", "validate/b"]}
+    assert causes[1]["count"] == 1
+
+
+def test_go_test_outcomes_win_over_the_json_report() -> None:
+    from stockade.testing.e2erun import parse_go_test_log
+
+    log = "\n".join(
+        [
+            "=== RUN   chainsaw/a/t1[one]",
+            "    sink.go:61: | 18:00:44 | one | @chainsaw | CREATE | OK | v1/Namespace @ ns",
+            "        === ERROR",
+            "        admission webhook denied the request",
+            "        second line",
+            "    sink.go:61: | 18:00:44 | one | @chainsaw | INTERNAL | ERROR |",
+            "=== CONT  chainsaw/b/t2[two]",
+            "--- FAIL: chainsaw (3.00s)",
+            "    --- FAIL: chainsaw/a/t1[one] (0.01s)",
+            "    --- PASS: chainsaw/b/t2[two] (2.50s)",
+            "    --- SKIP: chainsaw/c/t3[three] (0.00s)",
+        ]
+    )
+    outcomes, errors = parse_go_test_log(log)
+    assert outcomes == {"a/t1[one]": "FAIL", "b/t2[two]": "PASS", "c/t3[three]": "SKIP"}
+    assert errors == {"a/t1[one]": "admission webhook denied the request\nsecond line"}
