@@ -118,3 +118,66 @@ def test_go_test_outcomes_win_over_the_json_report() -> None:
     outcomes, errors = parse_go_test_log(log)
     assert outcomes == {"a/t1[one]": "FAIL", "b/t2[two]": "PASS", "c/t3[three]": "SKIP"}
     assert errors == {"a/t1[one]": "admission webhook denied the request\nsecond line"}
+
+
+def _fake_chainsaw(tmp_path: Path, passing: list[str], then_sleep: float) -> str:
+    """A stand-in for chainsaw that reports some tests in Go test format and then hangs, like a slow suite."""
+    script = tmp_path / "chainsaw"
+    lines = "".join(f"echo '    --- PASS: chainsaw/{name} (1.00s)'\n" for name in passing)
+    script.write_text(f"#!/bin/sh\n{lines}exec sleep {then_sleep}\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_unit_still_running_at_the_deadline_is_stopped_and_its_unfinished_tests_counted_as_not_run(tmp_path: Path) -> None:
+    import time
+
+    from stockade.testing.e2erun import run_unit
+
+    suite = _make_suite(tmp_path / "suite", ["validate/t1", "validate/t2", "validate/t3"], ["validate"])
+    unit = discover_units(suite)[0]
+    chainsaw = _fake_chainsaw(tmp_path, ["t1[t1]"], then_sleep=60)
+    results = tmp_path / "results"
+    results.mkdir()
+    started = time.monotonic()
+    result = run_unit(unit, unit.tests, suite, {}, results, 1, {"PATH": "/usr/bin:/bin"}, chainsaw, [], deadline=started + 1.0)
+    assert result.stopped and time.monotonic() - started < 30
+    assert (result.passed, result.failed, result.not_run) == (1, 0, 2)
+
+
+def test_units_beyond_the_budget_are_reported_not_run_and_a_run_with_no_test_fails(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from stockade.testing.e2erun import main
+
+    monkeypatch.setenv("STOCKADE_CHAINSAW", _fake_chainsaw(tmp_path, [], then_sleep=0))
+    suite = _make_suite(tmp_path / "suite", ["validate/t1", "mutate/t2"], ["validate", "mutate"])
+    exclusions = tmp_path / "excluded.yaml"
+    exclusions.write_text("excluded: {}\n")
+    code = main([
+        "--suite", str(suite), "--exclusions", str(exclusions), "--results", str(tmp_path / "results"),
+        "--no-cluster", "--state-dir", str(tmp_path / "state"), "--budget", "0",
+    ])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "NOT RUN for lack of time: mutate (1), validate (1)" in out
+    summary = json.loads((tmp_path / "results" / "summary.json").read_text())
+    assert summary["totals"]["not_run"] == 2 and summary["totals"]["passed"] == 0
+
+
+def test_rotation_starts_at_a_key_dependent_unit_and_keeps_every_unit(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from stockade.testing.e2erun import main
+
+    monkeypatch.setenv("STOCKADE_CHAINSAW", _fake_chainsaw(tmp_path, [], then_sleep=0))
+    folders = [f"f{i}" for i in range(6)]
+    suite = _make_suite(tmp_path / "suite", [f"{f}/t" for f in folders], folders)
+    exclusions = tmp_path / "excluded.yaml"
+    exclusions.write_text("excluded: {}\n")
+    orders = []
+    for key in ("a", "b", "c", "d"):
+        main(["--suite", str(suite), "--exclusions", str(exclusions), "--results", str(tmp_path / key), "--no-cluster",
+              "--state-dir", str(tmp_path / "state"), "--budget", "0", "--rotate", key])
+        order = [line.split(":")[1].strip() for line in capsys.readouterr().out.splitlines() if line.startswith("e2e-run: f")]
+        assert sorted(order) == folders
+        orders.append(tuple(order))
+    assert len(set(orders)) > 1
