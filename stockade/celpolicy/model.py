@@ -43,6 +43,14 @@ class CelPolicy(ObjectView):
         return self.kind.startswith("Namespaced")
 
     @property
+    def admission(self) -> bool:
+        """``spec.evaluation.admission.enabled`` (default true): false leaves the policy to background scans."""
+        spec = self.raw.get("spec")
+        evaluation = spec.get("evaluation") if isinstance(spec, dict) else None
+        admission = evaluation.get("admission") if isinstance(evaluation, dict) else None
+        return not (isinstance(admission, dict) and admission.get("enabled") is False)
+
+    @property
     def base_kind(self) -> str:
         return self.kind[len("Namespaced"):] if self.is_namespaced else self.kind
 

@@ -214,6 +214,11 @@ class KyvernoPolicy(ObjectView):
         return bool(self.spec.get("background", True))
 
     @property
+    def admission(self) -> bool:
+        """``spec.admission`` (default true): false makes a background-only policy the webhook never applies."""
+        return self.spec.get("admission", True) is not False
+
+    @property
     def validation_failure_action(self) -> str:
         return str(self.spec.get("validationFailureAction") or "Audit")
 

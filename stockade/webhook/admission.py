@@ -255,9 +255,10 @@ class AdmissionEvaluator:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.engine = engine
-        self.policies = list(policies)
-        self.cel_policies = [p for p in cel_policies or [] if p.kind in VALIDATING_POLICY_KINDS]
-        self.cel_mutating = [p for p in cel_policies or [] if p.kind in MUTATING_POLICY_KINDS]
+        # background-only policies (spec.admission / evaluation.admission.enabled false) are never applied here
+        self.policies = [p for p in policies if p.admission]
+        self.cel_policies = [p for p in cel_policies or [] if p.kind in VALIDATING_POLICY_KINDS and p.admission]
+        self.cel_mutating = [p for p in cel_policies or [] if p.kind in MUTATING_POLICY_KINDS and p.admission]
         self.cel_evaluator = cel_evaluator
         self._namespace_labels = namespace_labels
         self.role_resolver = role_resolver

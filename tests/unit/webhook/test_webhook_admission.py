@@ -103,3 +103,25 @@ def test_resource_of_the_wrong_type_is_an_invalid_review() -> None:
     body["request"]["resource"] = "pods"
     with pytest.raises(InvalidAdmissionReview, match="request.resource"):
         parse_review(body)
+
+
+@pytest.mark.parametrize("admission", [True, False])
+def test_background_only_policies_are_not_applied_at_admission(admission: bool) -> None:
+    """Kyverno: `spec.admission: false` leaves a policy to background scans; its webhook never applies it."""
+    from stockade.engine.engine import Engine
+    from stockade.webhook.admission import AdmissionEvaluator, parse_review
+
+    deny_pods = KyvernoPolicy(yaml.safe_load(f"""
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {{name: validate}}
+spec:
+  admission: {str(admission).lower()}
+  background: true
+  rules:
+  - name: validate
+    match: {{any: [{{resources: {{kinds: [Pod]}}}}]}}
+    validate: {{failureAction: Enforce, deny: {{}}}}
+"""))
+    decision = AdmissionEvaluator(Engine(), [deny_pods]).validate(parse_review(review(pod())))
+    assert decision.allowed is (not admission)
