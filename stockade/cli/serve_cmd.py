@@ -213,7 +213,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
     except OSError as exc:
         await pool.close(0)
         raise _StartupError(f"cannot listen on {options['host']}:{options['port']}: {exc}") from exc
-    click.echo(f"stockade webhook serving {len(snapshot.policies)} policies on https://{options['host']}:{server.port}", err=True)
+    click.echo(f"stockade webhook serving {len(snapshot.policies) + len(snapshot.cel_policies)} policies on https://{options['host']}:{server.port}", err=True)
 
     if services is not None:
         try:
