@@ -70,7 +70,9 @@ def serve(policies: tuple[str, ...], **options: Any) -> None:
         raise click.BadParameter(f"expected NAMESPACE/NAME, got {options['config_map']!r}", param_hint="--config-map")
     if options["tls_secret"] and not options["register_webhooks"]:
         raise click.UsageError("--tls-secret needs --register-webhooks (it is stored in the cluster)")
-    logging.basicConfig(level=options["log_level"].upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from stockade.webhook.isolation import LOG_FORMAT
+
+    logging.basicConfig(level=options["log_level"].upper(), format=LOG_FORMAT)
     sys.exit(run_serve(list(policies), **options))
 
 

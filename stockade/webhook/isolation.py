@@ -71,6 +71,7 @@ MIN_WORKER_MEMORY = EVALUATION_STACK_BYTES + 96 * 1024 * 1024  # imports + compi
 DEFAULT_MEMORY_BUDGET = 512 * 1024 * 1024  # the Helm chart's container limit, used when no cgroup limit is readable
 DEADLINE_MARGIN_SECONDS = 0.5  # answer this much before the budget ends, so the answer reaches the apiserver in time
 SHUTDOWN_DRAIN_SECONDS = 2.0
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # the server's and its workers' log lines
 
 
 class JsonTooDeep(InvalidAdmissionReview):
@@ -291,9 +292,10 @@ WorkerSetup = Callable[[], dict[str, Any]]
 providers, image verifier and cache, namespace labels, evaluator options, exception namespaces)."""
 
 
-def worker_main(connection: Any, setup: WorkerSetup | None, memory_bytes: int | None) -> None:
-    """Entry point of a worker process."""
+def worker_main(connection: Any, setup: WorkerSetup | None, memory_bytes: int | None, log_level: int = logging.WARNING) -> None:
+    """Entry point of a worker process (it logs like the server: a forkserver child inherits no logging setup)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the server decides when we go
+    logging.basicConfig(level=log_level, format=LOG_FORMAT)
     if memory_bytes:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, memory_bytes))
@@ -311,7 +313,8 @@ def _serve_worker(connection: Any, setup: WorkerSetup | None, done: threading.Ev
         options = setup() if setup is not None else {}
         build_engine = options.pop("engine_factory", None) or Engine
         options["engine_factory"] = lambda **kwargs: build_engine(**source.engine_settings, **kwargs)
-        store = PolicyStore(sources=[source], **options)
+        # the server's own store has named every policy left out, and why; a worker repeating it adds only noise
+        store = PolicyStore(sources=[source], log_rejections=False, **options)
         while True:
             try:
                 message = pickle.loads(connection.recv_bytes())
@@ -436,6 +439,7 @@ class EvaluationPool:
         self.size = size
         self.setup = setup
         self.memory_bytes = memory_bytes
+        self.log_level = logging.getLogger().getEffectiveLevel()  # workers log at the server's level
         self.context = multiprocessing.get_context(start_method)
         if start_method == "forkserver":
             # workers fork from a server that has the engine imported already: a replacement is ready in milliseconds
@@ -477,7 +481,7 @@ class EvaluationPool:
 
     async def _spawn(self) -> _Worker:
         parent_end, child_end = self.context.Pipe(duplex=True)
-        process = self.context.Process(target=worker_main, args=(child_end, self.setup, self.memory_bytes), name="stockade-evaluator", daemon=True)
+        process = self.context.Process(target=worker_main, args=(child_end, self.setup, self.memory_bytes, self.log_level), name="stockade-evaluator", daemon=True)
         await asyncio.to_thread(process.start)
         child_end.close()
         import socket
