@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 PROFILE_ENV = "STOCKADE_FUZZ_PROFILE"
 _SUPPRESSED = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much, HealthCheck.large_base_example]
-settings.register_profile("ci", max_examples=300, derandomize=True, deadline=None, database=None, suppress_health_check=_SUPPRESSED)
+settings.register_profile("ci", max_examples=1000, derandomize=True, deadline=None, database=None, suppress_health_check=_SUPPRESSED)
 settings.register_profile("fuzz", max_examples=100_000, deadline=None, database=None, suppress_health_check=_SUPPRESSED)
 
 
