@@ -60,6 +60,7 @@ from stockade.webhook.admission import (
 )
 
 log = logging.getLogger("stockade.webhook")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # the server's and its workers' log lines
 
 MAX_JSON_DEPTH = 10_000
 """Deepest nesting evaluated.  Go's encoding/json (and sigs.k8s.io/json, which the apiserver decodes with) stops at
@@ -71,7 +72,6 @@ MIN_WORKER_MEMORY = EVALUATION_STACK_BYTES + 96 * 1024 * 1024  # imports + compi
 DEFAULT_MEMORY_BUDGET = 512 * 1024 * 1024  # the Helm chart's container limit, used when no cgroup limit is readable
 DEADLINE_MARGIN_SECONDS = 0.5  # answer this much before the budget ends, so the answer reaches the apiserver in time
 SHUTDOWN_DRAIN_SECONDS = 2.0
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # the server's and its workers' log lines
 
 
 class JsonTooDeep(InvalidAdmissionReview):
@@ -313,8 +313,8 @@ def _serve_worker(connection: Any, setup: WorkerSetup | None, done: threading.Ev
         options = setup() if setup is not None else {}
         build_engine = options.pop("engine_factory", None) or Engine
         options["engine_factory"] = lambda **kwargs: build_engine(**source.engine_settings, **kwargs)
-        # the server's own store has named every policy left out, and why; a worker repeating it adds only noise
-        store = PolicyStore(sources=[source], log_rejections=False, **options)
+        options["log_rejections"] = False  # the server's own store names every policy left out, and why
+        store = PolicyStore(sources=[source], **options)
         while True:
             try:
                 message = pickle.loads(connection.recv_bytes())
