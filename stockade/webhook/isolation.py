@@ -272,6 +272,12 @@ def rebuild_responses(summaries: tuple[PolicySummary, ...], policies: dict[str, 
 # -- worker side --------------------------------------------------------------------------------------------------
 
 
+def logging_worker_main(log_level: int, *arguments: Any) -> None:
+    """``worker_main`` logging like the server (format, level): a forkserver child inherits no logging setup."""
+    logging.basicConfig(level=log_level, format=LOG_FORMAT)
+    worker_main(*arguments)
+
+
 class DocumentsSource:
     """The policy documents (and run-time Engine settings) the parent last sent; the generation is the fingerprint."""
 
@@ -292,10 +298,9 @@ WorkerSetup = Callable[[], dict[str, Any]]
 providers, image verifier and cache, namespace labels, evaluator options, exception namespaces)."""
 
 
-def worker_main(connection: Any, setup: WorkerSetup | None, memory_bytes: int | None, log_level: int = logging.WARNING) -> None:
-    """Entry point of a worker process (it logs like the server: a forkserver child inherits no logging setup)."""
+def worker_main(connection: Any, setup: WorkerSetup | None, memory_bytes: int | None) -> None:
+    """Entry point of a worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the server decides when we go
-    logging.basicConfig(level=log_level, format=LOG_FORMAT)
     if memory_bytes:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, memory_bytes))
@@ -481,7 +486,7 @@ class EvaluationPool:
 
     async def _spawn(self) -> _Worker:
         parent_end, child_end = self.context.Pipe(duplex=True)
-        process = self.context.Process(target=worker_main, args=(child_end, self.setup, self.memory_bytes, self.log_level), name="stockade-evaluator", daemon=True)
+        process = self.context.Process(target=logging_worker_main, args=(self.log_level, child_end, self.setup, self.memory_bytes), name="stockade-evaluator", daemon=True)
         await asyncio.to_thread(process.start)
         child_end.close()
         import socket
