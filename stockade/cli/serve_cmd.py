@@ -70,7 +70,9 @@ def serve(policies: tuple[str, ...], **options: Any) -> None:
         raise click.BadParameter(f"expected NAMESPACE/NAME, got {options['config_map']!r}", param_hint="--config-map")
     if options["tls_secret"] and not options["register_webhooks"]:
         raise click.UsageError("--tls-secret needs --register-webhooks (it is stored in the cluster)")
-    logging.basicConfig(level=options["log_level"].upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from stockade.webhook.isolation import LOG_FORMAT
+
+    logging.basicConfig(level=options["log_level"].upper(), format=LOG_FORMAT)
     sys.exit(run_serve(list(policies), **options))
 
 
@@ -221,7 +223,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
             await pool.close(0)
             await server.stop()
             raise _StartupError(f"webhook registration failed: {exc}") from exc
-    click.echo(f"stockade webhook serving {len(snapshot.policies)} policies on https://{options['host']}:{server.port}", err=True)
+    click.echo(f"stockade webhook serving {len(snapshot.policies) + len(snapshot.cel_policies)} policies on https://{options['host']}:{server.port}", err=True)
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -506,12 +506,21 @@ class _Checker:
         deny = validate.get("deny")
         if isinstance(deny, dict):
             self.conditions(deny.get("conditions"), f"{path}.deny.conditions", name)
-        for index, each in enumerate(validate.get("foreach") or []):
-            self.foreach(each, f"{path}.foreach[{index}]", name, "validate")
+        self.foreach_list(validate.get("foreach"), f"{path}.foreach", name, "validate")
         if isinstance(validate.get("cel"), dict):
             self.variable_sizes = {}
             self.policy_variable_sizes(validate["cel"].get("variables"), ())
             self.cel_expressions(validate["cel"], f"{path}.cel", name)
+
+    def foreach_list(self, entries: Any, path: str, name: str, phase: str) -> None:
+        """A foreach is a list of entries; anything else is named as the problem, never iterated."""
+        if entries is None:
+            return
+        if not isinstance(entries, list):
+            self.error(path, "must be a list of foreach entries", name)
+            return
+        for index, each in enumerate(entries):
+            self.foreach(each, f"{path}[{index}]", name, phase)
 
     def foreach(self, each: Any, path: str, name: str, phase: str) -> None:
         if not isinstance(each, dict):
@@ -528,15 +537,13 @@ class _Checker:
                 self.pattern(each["pattern"], f"{path}.pattern", name, "validate")
             if isinstance(each.get("deny"), dict):
                 self.conditions(each["deny"].get("conditions"), f"{path}.deny.conditions", name)
-            for index, nested in enumerate(each.get("foreach") or []):
-                self.foreach(nested, f"{path}.foreach[{index}]", name, phase)
+            self.foreach_list(each.get("foreach"), f"{path}.foreach", name, phase)
         else:
             if each.get("patchStrategicMerge") is not None:
                 self.pattern(each["patchStrategicMerge"], f"{path}.patchStrategicMerge", name, "mutate")
             if each.get("patchesJson6902") is not None:
                 self.json_patch(each["patchesJson6902"], f"{path}.patchesJson6902", name, allow_path_variables=True)
-            for index, nested in enumerate(each.get("foreach") or []):
-                self.foreach(nested, f"{path}.foreach[{index}]", name, phase)
+            self.foreach_list(each.get("foreach"), f"{path}.foreach", name, phase)
 
     def pattern(self, pattern: Any, path: str, name: str, phase: str) -> None:
         """Anchors must be balanced, and only the anchors the phase understands may appear."""
@@ -599,9 +606,12 @@ class _Checker:
             self.pattern(mutate["patchStrategicMerge"], f"{path}.patchStrategicMerge", name, "mutate")
         if mutate.get("patchesJson6902") is not None:
             self.json_patch(mutate["patchesJson6902"], f"{path}.patchesJson6902", name)
-        for index, each in enumerate(mutate.get("foreach") or []):
-            self.foreach(each, f"{path}.foreach[{index}]", name, "mutate")
-        for index, target in enumerate(mutate.get("targets") or []):
+        self.foreach_list(mutate.get("foreach"), f"{path}.foreach", name, "mutate")
+        targets = mutate.get("targets")
+        if targets is not None and not isinstance(targets, list):
+            self.error(f"{path}.targets", "must be a list of targets", name)
+            targets = None
+        for index, target in enumerate(targets or []):
             if isinstance(target, dict):
                 self.conditions(target.get("preconditions"), f"{path}.targets[{index}].preconditions", name)
                 self.context(target.get("context"), f"{path}.targets[{index}].context", name, uses_cel=False)

@@ -84,6 +84,9 @@ def parse_review(body: Any) -> AdmissionRequest:
         raise InvalidAdmissionReview("request.object and request.oldObject must be objects")
     if not new_object and not old_object:
         raise InvalidAdmissionReview("request carries neither object nor oldObject")
+    for field_name, value in (("object", new_object), ("oldObject", old_object)):
+        if value.get("metadata") is not None and not isinstance(value["metadata"], dict):  # ObjectMeta is always an object
+            raise InvalidAdmissionReview(f"request.{field_name}.metadata must be an object")
     user = request.get("userInfo") or {}
     if not isinstance(user, dict):
         raise InvalidAdmissionReview("request.userInfo must be an object")

@@ -9,7 +9,9 @@ aiohttp bounds only the idle time between keep-alive requests.  The rest is done
   keeps one deadline per phase: the request line and headers (from the connection's start, or from the first byte
   after an idle keep-alive pause), and the body (from the end of the headers until the last body byte arrived); a
   response the client does not read (writing paused) gets the body timeout too;
-* ``read_body`` reads a request body without ever holding more than the size limit and refuses compressed bodies.
+* ``read_body`` reads a request body without ever holding more than the size limit and refuses compressed bodies;
+  a client that goes away mid-body (or is cut off by a deadline) ends its request quietly: ``ClientDisconnected``,
+  answered by the middleware with nothing logged above debug, instead of aiohttp's ERROR traceback.
 
 The connection learns that a request's headers were parsed from ``ConnectionGuard.middleware`` (aiohttp calls the
 application, and so the middleware, exactly then), which finds the connection by ``request.protocol``.
@@ -60,6 +62,10 @@ class BodyRefused(Exception):
         self.reason = reason
 
 
+class ClientDisconnected(Exception):
+    """The client's connection closed before its request body was complete: nobody is left to answer."""
+
+
 def _codings(request: web.BaseRequest, header: str) -> list[str]:
     return [token.strip().lower() for value in request.headers.getall(header, []) for token in value.split(",")]
 
@@ -79,10 +85,13 @@ async def read_body(request: web.BaseRequest, limit: int) -> bytes:
     if declared is not None and declared > limit:
         raise BodyRefused(413, f"request body of {declared} bytes is over the {limit}-byte limit")
     body = bytearray()
-    while chunk := await request.content.readany():
-        if len(body) + len(chunk) > limit:
-            raise BodyRefused(413, f"request body is over the {limit}-byte limit")
-        body += chunk
+    try:
+        while chunk := await request.content.readany():
+            if len(body) + len(chunk) > limit:
+                raise BodyRefused(413, f"request body is over the {limit}-byte limit")
+            body += chunk
+    except ConnectionResetError as lost:  # aiohttp's "Connection lost": the client left, or a deadline cut it off
+        raise ClientDisconnected(f"connection closed after {len(body)} body bytes") from lost
     return bytes(body)
 
 
@@ -121,13 +130,19 @@ class ConnectionGuard:
     async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """Runs once aiohttp has parsed a request's headers: switches its connection to the body deadline."""
         connection = self._by_handler.get(request.protocol)
-        if connection is None:
-            return await handler(request)
-        connection.request_started(request)
+        if connection is not None:
+            connection.request_started(request)
         try:
             return await handler(request)
+        except ClientDisconnected as gone:
+            # a normal end of a connection, not a server error: the answer below is never delivered
+            log.debug("%s %s from %s: %s", request.method, request.path, request.remote, gone)
+            answer = web.Response(status=400, text="client disconnected")
+            answer.force_close()
+            return answer
         finally:
-            connection.request_finished()
+            if connection is not None:
+                connection.request_finished()
 
 
 class _GuardedConnection(asyncio.Protocol):

@@ -62,6 +62,7 @@ from stockade.webhook.admission import (
 )
 
 log = logging.getLogger("stockade.webhook")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # the server's and its workers' log lines
 
 MAX_JSON_DEPTH = 10_000
 """Deepest nesting evaluated.  Go's encoding/json (and sigs.k8s.io/json, which the apiserver decodes with) stops at
@@ -285,6 +286,12 @@ def rebuild_responses(summaries: list[PolicySummary], policies: dict[str, Any], 
 # -- worker side --------------------------------------------------------------------------------------------------
 
 
+def logging_worker_main(log_level: int, *arguments: Any) -> None:
+    """``worker_main`` logging like the server (format, level): a forkserver child inherits no logging setup."""
+    logging.basicConfig(level=log_level, format=LOG_FORMAT)
+    worker_main(*arguments)
+
+
 class DocumentsSource:
     """The policy documents (and run-time Engine settings) the parent last sent; the generation is the fingerprint."""
 
@@ -375,6 +382,7 @@ def _serve_worker(channel: socket.socket, setup: WorkerSetup | None, done: threa
         options = setup() if setup is not None else {}
         build_engine = options.pop("engine_factory", None) or Engine
         options["engine_factory"] = lambda **kwargs: build_engine(**source.engine_settings, **kwargs)
+        options["log_rejections"] = False  # the server's own store names every policy left out, and why
         store = PolicyStore(sources=[source], **options)
         incoming = channel.makefile("rb", buffering=1 << 16)  # usually one read() per review
         while True:
@@ -520,6 +528,7 @@ class EvaluationPool:
         self.size = size
         self.setup = setup
         self.memory_bytes = memory_bytes
+        self.log_level = logging.getLogger().getEffectiveLevel()  # workers log at the server's level
         self.context = multiprocessing.get_context(start_method)
         if start_method == "forkserver":
             # workers fork from a server that has the engine imported already: a replacement is ready in milliseconds
@@ -561,7 +570,7 @@ class EvaluationPool:
 
     async def _spawn(self) -> _Worker:
         parent_end, child_end = self.context.Pipe(duplex=True)
-        process = self.context.Process(target=worker_main, args=(child_end, self.setup, self.memory_bytes), name="stockade-evaluator", daemon=True)
+        process = self.context.Process(target=logging_worker_main, args=(self.log_level, child_end, self.setup, self.memory_bytes), name="stockade-evaluator", daemon=True)
         await asyncio.to_thread(process.start)
         child_end.close()
         sock = socket.socket(fileno=os.dup(parent_end.fileno()))

@@ -106,11 +106,14 @@ class PolicyStore:
         evaluator_options: dict[str, Any] | None = None,
         exception_namespaces: list[str] | None = None,
         controller_kinds: tuple[str, ...] = (),
+        log_rejections: bool = True,
     ) -> None:
         """``evaluator_options`` go to every AdmissionEvaluator built (role resolver, default timeout), so no snapshot
         is ever served without them; ``exception_namespaces`` limits which PolicyExceptions count (None: all);
         ``controller_kinds`` are policy kinds that cluster controllers (generate, scheduled deletion) carry out, so they
-        are in force although the admission evaluator does not serve them."""
+        are in force although the admission evaluator does not serve them; ``log_rejections`` False leaves naming the
+        policies left out to another store over the same documents (an evaluation worker's, whose server logs them)."""
+        self.log_rejections = log_rejections
         self.paths = list(paths or [])
         self.evaluator_options = dict(evaluator_options or {})
         self.exception_namespaces = None if exception_namespaces is None else set(exception_namespaces)
@@ -161,7 +164,8 @@ class PolicyStore:
                 continue
             identity = policy_identity(document.data)
             errors[identity] = problem
-            log.error("policy %s (%s) is not served: %s", describe_identity(identity), document.origin, problem)
+            if self.log_rejections:
+                log.error("policy %s (%s) is not served: %s", describe_identity(identity), document.origin, problem)
         if self.exception_namespaces is not None:
             # an exception outside the allowed namespaces would let its author exempt themselves from cluster policies
             accepted = [d for d in accepted if d.kind != "PolicyException" or self._exception_allowed(d)]

@@ -17,13 +17,11 @@ import json
 import os
 import re
 import signal
-import socket
 import ssl
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -299,6 +297,7 @@ class Probe:
         self.limit = memory_limit_bytes()
         self.peak_rss = 0
         self.rounds = 0
+        self.completed = 0
         self.slow: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -326,7 +325,14 @@ class Probe:
             body = self.unrelated()
             self._timed("unrelated review", lambda: self.server.post_review("/validate", body, timeout=ANSWER_SECONDS), body["request"]["uid"])
             self.peak_rss = max(self.peak_rss, self.server.rss_bytes())
+            self.completed += 1
             self._stop.wait(self.interval)
+
+    def wait_rounds(self, count: int, limit: float = 20.0) -> None:
+        """Until ``count`` probe rounds have completed (or ``limit`` seconds passed: the probe reports its own stalls)."""
+        deadline = time.monotonic() + limit
+        while self.completed < count and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def __enter__(self) -> Probe:
         self._thread.start()
@@ -352,14 +358,6 @@ def serving(workdir: Path, policies: dict[str, str], extra_args: tuple[str, ...]
         yield server
     finally:
         server.kill()
-
-
-def unique_uid() -> str:
-    return str(uuid.uuid4())
-
-
-def raw_socket(port: int) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", port), timeout=5)
 
 
 def run_case(

@@ -26,7 +26,12 @@ validate:
         team: "?*"
 """)}
 
-DISCONNECT_SECONDS = 20.0  # generous: handshake, header and body timeouts are a few seconds each
+# The case's server runs with short limits (the defaults, 10 s handshake/headers and 30 s body, suit an apiserver);
+# every slow client must be dropped within its limit plus a margin for a loaded machine.
+PHASE_LIMIT_SECONDS = 3
+SHORT_LIMITS = ("--tls-handshake-timeout", str(PHASE_LIMIT_SECONDS), "--header-timeout", str(PHASE_LIMIT_SECONDS),
+                "--body-timeout", str(PHASE_LIMIT_SECONDS), "--idle-timeout", "5")
+DISCONNECT_SECONDS = PHASE_LIMIT_SECONDS + 5.0
 SLOW_KINDS = ("idle-tcp", "idle-tls", "drip-headers", "drip-body")
 CLIENTS_PER_KIND = 20
 
@@ -64,8 +69,9 @@ def slow_client(server: ServeProcess, kind: str, outcome: dict[str, float | str]
 
 def test_idle_and_dripping_clients_are_disconnected_and_others_unaffected(tmp_path: Path) -> None:
     """Case 6: idle TCP (no handshake), idle after the handshake, headers dripped a byte at a time, a body dripped a
-    byte at a time: each is dropped by the server, while other clients keep being answered within 1 s."""
-    with serving(tmp_path, REQUIRE_TEAM) as server:
+    byte at a time: each is dropped by the server within its limit (+ margin), while other clients keep being answered
+    within 1 s; a client cut off mid-body is a normal disconnect, not an error with a traceback in the log."""
+    with serving(tmp_path, REQUIRE_TEAM, SHORT_LIMITS) as server:
         findings = Findings()
         outcome: dict[str, float | str] = {}
         clients = [threading.Thread(target=slow_client, args=(server, kind, outcome), daemon=True) for kind in SLOW_KINDS for _ in range(CLIENTS_PER_KIND)]
@@ -81,7 +87,9 @@ def test_idle_and_dripping_clients_are_disconnected_and_others_unaffected(tmp_pa
             client.start()
         time.sleep(0.5)
         server.sigterm_during(findings)  # idle connections must not hold up the shutdown either
-        findings.assert_none(server.log())
+        log = server.log()
+        findings.check("Traceback" not in log and " ERROR " not in log, "slow clients left errors in the server log")
+        findings.assert_none(log)
 
 
 def compression_bomb(encoding: str, inflated: int = 1 << 30) -> bytes:

@@ -29,6 +29,26 @@ NESTED_MAP_DOUBLING = (
     "object.metadata.name + object.metadata.name + object.metadata.name + object.metadata.name))).size() > 0"
 )
 
+SIXTEEN = "[" + ", ".join(str(i) for i in range(16)) + "]"
+
+
+def sixteenfold_binds(levels: int) -> str:
+    """Each level binds the previous string joined sixteen times: 16**levels copies in 16 iterations per level."""
+    body = f"size(s{levels}) > 0"
+    for level in range(levels, 0, -1):
+        previous = f"s{level - 1}" if level > 1 else "'xxxxxxxx'"
+        body = f"cel.bind(s{level}, {SIXTEEN}.map(i, {previous}).join(), {body})"
+    return body
+
+
+def sixteenfold_nested_maps(levels: int) -> str:
+    """The same string built by nesting the maps: 16**levels iterations, so cel-cpp's budget stops it early."""
+    expression = "'xxxxxxxx'"
+    for level in range(levels):
+        expression = f"{SIXTEEN}.map(i{level}, {expression}).join()"
+    return f"size({expression}) > 0"
+
+
 ORDINARY = [
     "object.spec.replicas <= 5",
     "has(object.metadata.labels) && 'app' in object.metadata.labels",
@@ -50,7 +70,7 @@ def test_ordinary_expressions_estimate_under_the_limit(expression: str) -> None:
 
 
 @pytest.mark.parametrize("expression", [doubling_binds(30, "'0123456789'"), doubling_binds(12, "object.metadata.name"),
-                                        NESTED_MAP_DOUBLING])
+                                        NESTED_MAP_DOUBLING, sixteenfold_binds(7), sixteenfold_binds(6)])
 def test_expressions_building_huge_values_estimate_over_the_limit(expression: str) -> None:
     cost, _ = estimate_cost(expression, INPUTS)
     assert cost > STATIC_ESTIMATED_COST_LIMIT
@@ -110,3 +130,13 @@ def test_runtime_time_limit_is_a_typed_cost_limit_error() -> None:
     environment = CelEnvironment(["object"], time_limit_seconds=0.0)
     with pytest.raises(CelCostLimitError, match="operation cancelled: actual cost limit exceeded"):
         environment.evaluate(f"{numbers}.map(x, {numbers}.map(y, string(x) + string(y))).size() > 0", {"object": {}})
+
+
+def test_nested_maps_are_bounded_by_the_runtime_iteration_budget_not_the_static_estimate() -> None:
+    """16**7 copies through nested maps would be 2 GiB, but need 16**7 iterations: the estimate is capped by the
+    runtime budget (honestly under the limit) and the evaluation stops at the budget, long before the memory grows."""
+    expression = sixteenfold_nested_maps(7)
+    cost, _ = estimate_cost(expression, INPUTS)
+    assert cost < STATIC_ESTIMATED_COST_LIMIT
+    with pytest.raises(CelCostLimitError, match="iteration budget"):
+        CelEnvironment(["object"]).evaluate(expression, {"object": {}})

@@ -191,3 +191,19 @@ def test_unknown_kinds_are_not_judged() -> None:
     document = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": "{{ broken[ }}"}}
     assert not is_policy_document(document)
     assert validate_policy_document(document).ok
+
+
+@pytest.mark.parametrize(
+    ("rule_type", "body", "field"),
+    [
+        ("validate", {"message": "m", "foreach": 1}, "validate.foreach"),
+        ("validate", {"message": "m", "foreach": [{"list": "request.object.spec.containers", "foreach": 2}]}, "validate.foreach[0].foreach"),
+        ("mutate", {"foreach": "x"}, "mutate.foreach"),
+        ("mutate", {"targets": 3, "patchStrategicMerge": {"metadata": {"labels": {"a": "b"}}}}, "mutate.targets"),
+    ],
+)
+def test_foreach_and_targets_that_are_not_lists_are_named(rule_type: str, body: dict[str, Any], field: str) -> None:
+    """Found by the fuzzer: ``foreach: 1`` raised TypeError instead of a problem naming the field."""
+    changes: dict[str, Any] = {"validate": None, rule_type: body}
+    errors = errors_of(with_rule(**changes))
+    assert any(field in error and "must be a list" in error for error in errors), errors

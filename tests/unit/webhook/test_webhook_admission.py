@@ -125,3 +125,15 @@ spec:
 """))
     decision = AdmissionEvaluator(Engine(), [deny_pods]).validate(parse_review(review(pod())))
     assert decision.allowed is (not admission)
+
+
+@pytest.mark.parametrize("field", ["object", "oldObject"])
+@pytest.mark.parametrize("metadata", [[], 1.5, "m"])
+def test_metadata_of_the_wrong_type_is_an_invalid_review(field: str, metadata: object) -> None:
+    """Found by the fuzzer: a list or number as metadata reached the engine (AttributeError while mutating)."""
+    body = review(pod())
+    body["request"]["oldObject"] = pod()
+    body["request"]["operation"] = "UPDATE"
+    body["request"][field]["metadata"] = metadata
+    with pytest.raises(InvalidAdmissionReview, match=f"request.{field}.metadata must be an object"):
+        parse_review(body)

@@ -2,7 +2,7 @@
 evaluator, the policy loader/validator and the HTTPS server never fail with anything but the project's typed errors,
 always answer with a well-formed AdmissionReview, and finish each input within a generous guard.
 
-Profile ``ci`` (default: 300 examples, derandomized); STOCKADE_FUZZ_PROFILE=fuzz for a long run (or bench/fuzz_admission.py).
+Profile ``ci`` (default: 1,000 examples, derandomized); STOCKADE_FUZZ_PROFILE=fuzz for a long run (or bench/fuzz_admission.py).
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ connection the server fails to close makes a test fail instead of hang."""
 from __future__ import annotations
 
 import json
+import logging
 import random
 import socket
 import ssl
@@ -114,11 +115,31 @@ def test_header_drip_is_dropped_after_the_header_timeout(make_server: Callable[.
         assert time.monotonic() - started < 10
 
 
-def test_body_drip_is_dropped_after_the_body_timeout(make_server: Callable[..., RunningServer]) -> None:
+def test_body_drip_is_dropped_after_the_body_timeout(make_server: Callable[..., RunningServer], caplog: pytest.LogCaptureFixture) -> None:
+    """Cutting the connection off mid-body is a normal disconnect: nothing logged at ERROR (no aiohttp traceback)."""
     running = make_server(body_timeout=SHORT)
-    with tls_connect(running) as sock:
-        sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
-        assert closed_by_server(sock, drip=b" ")
+    with caplog.at_level(logging.DEBUG):
+        with tls_connect(running) as sock:
+            sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+            assert closed_by_server(sock, drip=b" ")
+        assert eventually(lambda: any("connection closed after" in r.getMessage() for r in caplog.records))
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+def test_client_leaving_mid_body_is_a_quiet_disconnect(make_server: Callable[..., RunningServer], caplog: pytest.LogCaptureFixture) -> None:
+    running = make_server()
+    with caplog.at_level(logging.DEBUG):
+        with tls_connect(running) as sock:
+            sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+            time.sleep(0.2)
+        assert eventually(lambda: any("connection closed after" in r.getMessage() for r in caplog.records))
+        assert eventually(lambda: running.server.guard.open_connections == 0)
+    client = running.client()
+    try:  # and the server goes on answering
+        assert client.post_review("/validate", review(pod(labels={"team": "a"})))["response"]["allowed"] is True
+    finally:
+        client.close()
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 def test_prompt_requests_are_answered_under_short_timeouts(make_server: Callable[..., RunningServer]) -> None:
