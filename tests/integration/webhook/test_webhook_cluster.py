@@ -206,3 +206,75 @@ def wait_for(condition: Any, what: str, details: Any, timeout: float = 60.0) -> 
             return
         time.sleep(0.3)
     raise AssertionError(f"{what}: not within {timeout}s\n{details()}")
+
+
+CARELESS_POLICY = """
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: careless-nested-foreach
+spec:
+  webhookConfiguration:
+    timeoutSeconds: 30
+  rules:
+  - name: quadratic
+    match:
+      any:
+      - resources:
+          kinds: [Pod]
+    validate:
+      failureAction: Enforce
+      foreach:
+      - list: request.object.spec.items
+        foreach:
+        - list: request.object.spec.items
+          deny:
+            conditions:
+              any:
+              - key: "{{ element }}"
+                operator: Equals
+                value: never-present
+"""
+
+
+def test_sigterm_during_a_slow_review_exits_within_10s_and_removes_webhooks(control_plane: ControlPlane, kube: Kube, tmp_path: Path) -> None:
+    """Hostile-input rule for a registered server: SIGTERM while a minutes-long evaluation is in flight still ends the
+    process within 10 s, and the webhook configurations are gone (a cluster is never left failing closed)."""
+    import json
+    import ssl
+    import threading
+    import urllib.request
+    import uuid
+
+    policies = tmp_path / "careless"
+    policies.mkdir()
+    (policies / "policy.yaml").write_text(CARELESS_POLICY)
+    serve = Serve(control_plane, policies, tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while "stockade-resource-validating-webhook-cfg" not in kube.names(VALIDATING):  # validate-only: no mutating config
+            assert time.monotonic() < deadline and serve.process.poll() is None, serve.log()
+            time.sleep(0.3)
+        review = {
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": str(uuid.uuid4()), "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
+                "namespace": "default", "name": "slow", "userInfo": {"username": "alice"},
+                "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "slow", "namespace": "default"},
+                           "spec": {"containers": [{"name": "c", "image": "nginx"}], "items": [f"item-{i}" for i in range(2000)]}},
+            },
+        }
+        context = ssl.create_default_context(cafile=str(tmp_path / "certs" / "ca.crt"))
+        request = urllib.request.Request(f"https://127.0.0.1:{serve.port}/validate/fail", data=json.dumps(review).encode(), headers={"Content-Type": "application/json"})
+        in_flight = threading.Thread(target=lambda: urllib.request.urlopen(request, context=context, timeout=60).read(), daemon=True)  # noqa: S310
+        in_flight.start()
+        time.sleep(2.0)
+        assert in_flight.is_alive(), "the careless review finished before SIGTERM: nothing was in flight"
+        started = time.monotonic()
+        serve.process.send_signal(signal.SIGTERM)
+        assert serve.process.wait(timeout=30) == 0, serve.log()
+        assert time.monotonic() - started < 10, f"SIGTERM took {time.monotonic() - started:.1f}s\n{serve.log()}"
+        assert kube.names(VALIDATING) == [] and kube.names(MUTATING) == []
+    finally:
+        serve.stop()
