@@ -9,6 +9,7 @@
 from stockade.cel.environment import (
     DEFAULT_EVAL_TIME_LIMIT_SECONDS,
     DEFAULT_LIBRARIES,
+    IMAGE_VALIDATING_LIBRARIES,
     CelActivation,
     CelEnvironment,
     CelProgram,
@@ -27,6 +28,7 @@ from stockade.cel.providers import (
 __all__ = [
     "DEFAULT_EVAL_TIME_LIMIT_SECONDS",
     "DEFAULT_LIBRARIES",
+    "IMAGE_VALIDATING_LIBRARIES",
     "AuthorizerProvider",
     "CelActivation",
     "CelCompileError",

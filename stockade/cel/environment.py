@@ -18,7 +18,7 @@ from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_option
 
 from stockade.cel.errors import CelCompileError, CelCostLimitError, CelError, CelEvalError
 from stockade.cel.functions import ANY_KINDS, Library
-from stockade.cel.libs import LIBRARY_BUILDERS, OPTIONAL_LIBRARY_BUILDERS, authorizer_check_impl
+from stockade.cel.libs import IMAGE_VERIFY_LIBRARY, LIBRARY_BUILDERS, OPTIONAL_LIBRARY_BUILDERS, authorizer_check_impl
 from stockade.cel.providers import PROVIDER_KEYS, provider_implementations, provider_library
 from stockade.cel.rewrite import rewrite_null_safety, rewrite_struct_literals
 
@@ -37,6 +37,8 @@ _EXTENSIONS: dict[str, Callable[[], Any]] = {
 }
 
 DEFAULT_LIBRARIES: tuple[str, ...] = (*_EXTENSIONS, *LIBRARY_BUILDERS, "providers")
+# ImageValidatingPolicy expressions also see Kyverno's image-verification functions (verifyImageSignatures, ...)
+IMAGE_VALIDATING_LIBRARIES: tuple[str, ...] = (*DEFAULT_LIBRARIES, IMAGE_VERIFY_LIBRARY)
 
 _SCALAR_TYPES: dict[str, Any] = {
     "string": cel.Type.STRING,

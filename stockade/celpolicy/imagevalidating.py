@@ -15,7 +15,7 @@ import fnmatch
 import re
 from typing import Any, Mapping
 
-from stockade.cel import CelEnvironment, CelError, CelEvalError
+from stockade.cel import IMAGE_VALIDATING_LIBRARIES, CelEnvironment, CelError, CelEvalError
 from stockade.celpolicy.autogen import autogen_specs
 from stockade.celpolicy.compiler import POLICY_VARIABLES, PolicyCompiler
 from stockade.celpolicy.evaluator import CelPolicyEvaluator, _Outcome, validation_message
@@ -128,7 +128,7 @@ class ImageValidatingEvaluator:
     def __init__(self, base: CelPolicyEvaluator, image_verifier: Any = None) -> None:
         self.base = base
         self.image_verifier = image_verifier
-        self.compiler = PolicyCompiler(CelEnvironment(IMAGE_POLICY_VARIABLES))
+        self.compiler = PolicyCompiler(CelEnvironment(IMAGE_POLICY_VARIABLES, IMAGE_VALIDATING_LIBRARIES))
         self._matchers: dict[str, ImageReferenceMatcher] = {}
 
     def _scope(self, key: str, request: AdmissionInput) -> Scope:

@@ -51,6 +51,14 @@ class CelPolicy(ObjectView):
         return not (isinstance(admission, dict) and admission.get("enabled") is False)
 
     @property
+    def background(self) -> bool:
+        """``spec.evaluation.background.enabled`` (default true): false keeps the policy out of background scans."""
+        spec = self.raw.get("spec")
+        evaluation = spec.get("evaluation") if isinstance(spec, dict) else None
+        background = evaluation.get("background") if isinstance(evaluation, dict) else None
+        return not (isinstance(background, dict) and background.get("enabled") is False)
+
+    @property
     def base_kind(self) -> str:
         return self.kind[len("Namespaced"):] if self.is_namespaced else self.kind
 

@@ -547,7 +547,7 @@ class AdmissionPolicyGenerator:
     def _event(self, obj: dict[str, Any]) -> None:
         if self.events is None:
             return
-        from stockade.controllers.events import EventSpec
+        from stockade.controllers.events import SOURCE_GENERATE, EventSpec
 
         owner = ((obj.get("metadata") or {}).get("ownerReferences") or [{}])[0]
         if not owner.get("name"):
@@ -556,7 +556,7 @@ class AdmissionPolicyGenerator:
         binding = obj["kind"].endswith("Binding")
         message = f"successfully generated {noun} admission policy{' binding' if binding else ''} {obj['metadata']['name']} from policy {owner['name']}"
         regarding = tuple((k, str(owner[k])) for k in ("apiVersion", "kind", "name", "uid") if owner.get(k))
-        self.events.submit(EventSpec(namespace="default", regarding=regarding, reason="PolicyApplied", message=message, type="Normal", action="Resource Generated"))
+        self.events.submit(EventSpec(namespace="default", regarding=regarding, reason="PolicyApplied", message=message, type="Normal", action="Resource Generated", source=SOURCE_GENERATE))
 
 
 def _name(policy: dict[str, Any]) -> str:

@@ -350,7 +350,7 @@ class ScheduledDeletionController:
     def _event(self, policy: ScheduledPolicy, obj: dict[str, Any], reason: str, message: str, event_type: str, action: str) -> None:
         if self.events is None:
             return
-        from stockade.controllers.events import EventSpec
+        from stockade.controllers.events import SOURCE_CLEANUP, EventSpec
 
         regarding = {
             "apiVersion": "kyverno.io/v2" if policy.is_cleanup else str(policy.raw.get("apiVersion") or ""),
@@ -367,6 +367,7 @@ class ScheduledDeletionController:
                 message=message,
                 type=event_type,
                 action=action,
+                source=SOURCE_CLEANUP,
             )
         )
 

@@ -41,6 +41,27 @@ ACTION_BLOCKED = "Resource Blocked"
 ACTION_PASSED = "Resource Passed"
 ACTION_MUTATED = "Resource Mutated"
 CLUSTER_EVENT_NAMESPACE = "default"
+
+# Which part of the controller reports an Event; Kyverno names its reportingController after it.
+SOURCE_ADMISSION = "admission"
+SOURCE_SCAN = "scan"
+SOURCE_GENERATE = "generate"
+SOURCE_MUTATE = "mutate"
+SOURCE_CLEANUP = "cleanup"
+EVENT_SOURCES = (SOURCE_ADMISSION, SOURCE_SCAN, SOURCE_GENERATE, SOURCE_MUTATE, SOURCE_CLEANUP)
+# ``--event-components``: "kyverno" reports as Kyverno's controllers do (kyverno-admission, kyverno-scan, ...), so
+# tooling that selects Events by reportingComponent (and Kyverno's e2e suite) works unchanged; "stockade" reports
+# every Event as "stockade".
+COMPONENTS_KYVERNO = "kyverno"
+COMPONENTS_STOCKADE = "stockade"
+EVENT_COMPONENT_STYLES = (COMPONENTS_KYVERNO, COMPONENTS_STOCKADE)
+
+
+def reporting_component(style: str, source: str) -> str:
+    """The reportingComponent of an Event from ``source`` under the ``--event-components`` style."""
+    if style == COMPONENTS_KYVERNO:
+        return f"kyverno-{source}"
+    return "stockade"
 MAX_MESSAGE_LENGTH = 1024  # the apiserver rejects Event messages much longer than this
 AGGREGATION_WINDOW_SECONDS = 600.0  # a repeat within this window updates the existing Event
 
@@ -55,6 +76,7 @@ class EventSpec:
     message: str
     type: str = "Warning"
     action: str = ACTION_BLOCKED
+    source: str = SOURCE_ADMISSION
 
     @property
     def key(self) -> tuple[Any, ...]:
@@ -150,8 +172,11 @@ def success_events(request: AdmissionRequest, decision: AdmissionDecision, confi
         if not any(rule.status == PASS for rule in response.rules) or any(rule.status in (FAIL, ERROR) for rule in response.rules):
             continue
         policy = response.policy
-        only_mutates = hasattr(policy, "has_validate") and not policy.has_validate() and not policy.has_verify_images() and policy.has_mutate()
-        action, message = (ACTION_MUTATED, f"{label} is successfully mutated") if only_mutates else (ACTION_PASSED, f"{label}: pass")
+        if hasattr(policy, "has_validate"):  # a Kyverno policy: mutated only when it neither validates nor verifies
+            mutated = not policy.has_validate() and not policy.has_verify_images() and policy.has_mutate()
+        else:  # a CEL policy: (Namespaced)MutatingPolicy mutates, every other kind passes
+            mutated = getattr(policy, "base_kind", "") == "MutatingPolicy"
+        action, message = (ACTION_MUTATED, f"{label} is successfully mutated") if mutated else (ACTION_PASSED, f"{label}: pass")
         if not config.emits_success_event(action):
             continue
         events.append(
@@ -193,7 +218,7 @@ class EventRecorder:
     def __init__(
         self,
         api_client: Any,
-        component: str = "stockade",
+        components: str = COMPONENTS_KYVERNO,
         *,
         capacity: int = 1000,
         instance: str = "",
@@ -207,7 +232,9 @@ class EventRecorder:
 
             core_api = client.CoreV1Api(api_client)
         self.core = core_api
-        self.component = component
+        if components not in EVENT_COMPONENT_STYLES:
+            raise ValueError(f"unknown event component style {components!r}; known: {', '.join(EVENT_COMPONENT_STYLES)}")
+        self.components = components
         self.instance = instance or os.environ.get("POD_NAME") or os.uname().nodename
         self.capacity = capacity
         self.clock = clock
@@ -308,10 +335,11 @@ class EventRecorder:
         regarding = spec.regarding_dict
         name = f"{regarding.get('name') or 'object'}.{uuid.uuid4().hex[:16]}"
         first = _timestamp(pending.first_seen)
+        component = reporting_component(self.components, spec.source)
         body = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"name": name, "namespace": spec.namespace, "labels": {"app.kubernetes.io/managed-by": self.component}},
+            "metadata": {"name": name, "namespace": spec.namespace, "labels": {"app.kubernetes.io/managed-by": "stockade"}},
             "involvedObject": regarding,
             "reason": spec.reason,
             "message": spec.message,
@@ -320,9 +348,9 @@ class EventRecorder:
             "count": pending.count,
             "firstTimestamp": first,
             "lastTimestamp": _timestamp(pending.last_seen),
-            "source": {"component": self.component},
-            "reportingComponent": self.component,
-            "reportingInstance": self.instance,
+            "source": {"component": component},
+            "reportingComponent": component,
+            "reportingInstance": f"{component}-{self.instance}",
         }
         self.core.create_namespaced_event(spec.namespace, body)
         self.created += 1

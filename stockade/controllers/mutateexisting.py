@@ -200,7 +200,7 @@ class MutateExisting:
     def _event(self, policy: KyvernoPolicy, rule: str, target: dict[str, Any] | None, error: str) -> None:
         if self.events is None:
             return
-        from stockade.controllers.events import EventSpec
+        from stockade.controllers.events import SOURCE_MUTATE, EventSpec
 
         regarding = {
             "apiVersion": "kyverno.io/v1",
@@ -217,6 +217,7 @@ class MutateExisting:
                 message=failure_message(policy, rule, error),
                 type="Warning",
                 action=ACTION_NONE,
+                source=SOURCE_MUTATE,
             )
         else:
             spec = EventSpec(
@@ -226,6 +227,7 @@ class MutateExisting:
                 message=success_message(),
                 type="Normal",
                 action=ACTION_MUTATED,
+                source=SOURCE_MUTATE,
             )
         self.events.submit(spec)
 

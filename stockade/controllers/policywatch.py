@@ -12,7 +12,8 @@ Kinds whose CRD is not installed are skipped with one log line and looked for ag
 `publish_status` (a store listener) writes each policy's status through the status subresource, only when it
 differs from what the object already carries: ClusterPolicy/Policy get `status.conditions[type=Ready]`,
 `status.rulecount` and `status.autogen.rules` as Kyverno writes them; the policies.kyverno.io kinds get
-`status.conditionStatus` (`ready`, `message`, a `Ready` condition).
+`status.conditionStatus` as Kyverno's policy status controller writes it (`WebhookConfigured` and
+`RBACPermissionsGranted` conditions, `ready`, and `message` when Stockade cannot serve the policy).
 """
 
 from __future__ import annotations
@@ -482,6 +483,96 @@ def _autogen_rules(data: dict[str, Any]) -> list[dict[str, Any]]:
     return [copy.deepcopy(rule.raw) for rule in KyvernoPolicy(data).rules if rule.name.startswith("autogen-")]
 
 
+WEBHOOK_CONFIGURED = "WebhookConfigured"
+RBAC_PERMISSIONS_GRANTED = "RBACPermissionsGranted"
+WEBHOOK_CONFIGURED_MESSAGE = "Webhook configured."
+WEBHOOK_NOT_CONFIGURED_MESSAGE = "Policy is not configured in the webhook."
+REPORTING_READY_MESSAGE = "Policy is ready for reporting."
+REPORTING_NOT_NEEDED_MESSAGE = "Background scanning disabled; reporting permissions not required."
+# kinds whose status.generated (a VAP/MAP was generated from the policy) Kyverno always writes, false by default
+_GENERATED_KINDS = frozenset({"ValidatingPolicy", "NamespacedValidatingPolicy", "MutatingPolicy", "NamespacedMutatingPolicy"})
+_WEBHOOK_CONDITION_KINDS = frozenset({"ValidatingPolicy", "ImageValidatingPolicy", "MutatingPolicy", "GeneratingPolicy"})
+
+
+def _set_condition(conditions: list[dict[str, Any]], kind: str, ok: bool, message: str, generation: Any) -> list[dict[str, Any]]:
+    """Kyverno's SetReadyByCondition: reason Succeeded/Failed from the status; lastTransitionTime moves only when
+    the status changes; other conditions stay where they are."""
+    status = "True" if ok else "False"
+    previous = next((c for c in conditions if c.get("type") == kind), None)
+    condition: dict[str, Any] = {"type": kind, "status": status, "reason": "Succeeded" if ok else "Failed", "message": message}
+    if isinstance(generation, int):
+        condition["observedGeneration"] = generation
+    if previous is not None and previous.get("status") == status and previous.get("lastTransitionTime"):
+        condition["lastTransitionTime"] = previous["lastTransitionTime"]
+    else:
+        condition["lastTransitionTime"] = _now()
+    if previous is None:
+        return [*conditions, condition]
+    return [condition if c.get("type") == kind else c for c in conditions]
+
+
+def cel_conditions(data: dict[str, Any], served: bool, previous: Any, generation: Any) -> list[dict[str, Any]]:
+    """The ``conditionStatus.conditions`` Kyverno's policy status controller writes for a policies.kyverno.io policy.
+
+    ``WebhookConfigured``: true once the admission webhook serves the policy (here: it loaded without error); left
+    out for policies that never reach the webhook (Validating/ImageValidating: admission off and background on;
+    Mutating: admission off).  ``RBACPermissionsGranted``: true, with Kyverno's "ready for reporting" message when
+    background scans are on and its "not required" message when they are off (Generating: always on).  Stockade's
+    reports are written with the server's own credentials, so it does not run Kyverno's SubjectAccessReview of the
+    reports-controller service account.  DeletingPolicies get no conditions (Kyverno writes only lastExecutionTime).
+    """
+    from stockade.celpolicy.model import CelPolicy
+
+    policy = CelPolicy(data)
+    base = policy.base_kind
+    if base not in _WEBHOOK_CONDITION_KINDS:
+        return []
+    # the conditions we own are rebuilt; anything else (another writer's) is kept; our former "Ready" goes
+    existing = [c for c in previous if isinstance(c, dict) and c.get("type") != READY] if isinstance(previous, list) else []
+    background = policy.background if base != "GeneratingPolicy" else True
+    if base == "MutatingPolicy":
+        background_only = not policy.admission
+    elif base == "GeneratingPolicy":
+        background_only = False
+    else:
+        background_only = not policy.admission and background
+    conditions = existing
+    if background_only:
+        conditions = [c for c in conditions if c.get("type") != WEBHOOK_CONFIGURED]
+    else:
+        message = WEBHOOK_CONFIGURED_MESSAGE if served else WEBHOOK_NOT_CONFIGURED_MESSAGE
+        conditions = _set_condition(conditions, WEBHOOK_CONFIGURED, served, message, generation)
+    reporting = REPORTING_READY_MESSAGE if background else REPORTING_NOT_NEEDED_MESSAGE
+    return _set_condition(conditions, RBAC_PERMISSIONS_GRANTED, True, reporting, generation)
+
+
+def _cel_status_patch(
+    watched: WatchedKind, data: dict[str, Any], served: bool, message: str, generation: Any, current: dict[str, Any]
+) -> dict[str, Any] | None:
+    """``status.conditionStatus`` as Kyverno writes it: the conditions, and ``ready`` true when all of them are true
+    (and Stockade serves the policy); ``message`` carries Stockade's reason when it cannot serve the policy."""
+    previous = current.get("conditionStatus") if isinstance(current.get("conditionStatus"), dict) else {}
+    if watched.kind.endswith("DeletingPolicy"):
+        conditions = _ready_condition(previous.get("conditions"), served, "Succeeded" if served else "Failed", message, generation)
+    else:
+        conditions = cel_conditions(data, served, previous.get("conditions"), generation)
+    ready = served and all(c.get("status") == "True" for c in conditions)
+    patch: dict[str, Any] = {"conditionStatus": {"ready": ready, "conditions": conditions}}
+    if not served:
+        patch["conditionStatus"]["message"] = message
+    elif previous.get("ready") is False and previous.get("message"):
+        patch["conditionStatus"]["message"] = ""  # our earlier failure reason; the policy serves now
+    if watched.kind in _GENERATED_KINDS and "generated" not in current:
+        patch["generated"] = False
+    unchanged = (
+        previous.get("ready") == ready
+        and _same_condition(conditions, previous.get("conditions") or [])
+        and all(previous.get(key) == value for key, value in patch["conditionStatus"].items() if key == "message")
+        and "generated" not in patch
+    )
+    return None if unchanged else patch
+
+
 def status_patch(
     watched: WatchedKind, data: dict[str, Any], snapshot: PolicySnapshot, identity: PolicyIdentity, current: Any
 ) -> dict[str, Any] | None:
@@ -505,15 +596,7 @@ def status_patch(
             return None
         return {"conditions": conditions, "rulecount": counts, "autogen": {"rules": autogen or None}}
     if watched.status == STATUS_CEL:
-        previous = current.get("conditionStatus") if isinstance(current.get("conditionStatus"), dict) else {}
-        conditions = _ready_condition(previous.get("conditions"), ready, reason, message, generation)
-        if (
-            previous.get("ready") == ready
-            and previous.get("message") == message
-            and _same_condition(conditions, previous.get("conditions") or [])
-        ):
-            return None
-        return {"conditionStatus": {"ready": ready, "message": message, "conditions": conditions}}
+        return _cel_status_patch(watched, data, ready, message, generation, current)
     return None
 
 

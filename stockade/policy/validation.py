@@ -181,20 +181,24 @@ def _function_names(expression: str) -> list[str]:
     return names
 
 
-_compilers: dict[tuple[str, ...], Any] = {}
+_compilers: dict[tuple[tuple[str, ...], tuple[str, ...]], Any] = {}
 
 
-def cel_problem(expression: str, field_path: str, extra_variables: tuple[str, ...] = ()) -> str:
-    """Why a CEL expression does not compile in the policy environment, or ""."""
+def cel_problem(expression: str, field_path: str, extra_variables: tuple[str, ...] = (), libraries: tuple[str, ...] = ()) -> str:
+    """Why a CEL expression does not compile in the policy environment (``libraries``: instead of the default
+    ones), or ""."""
     from stockade.celpolicy.compiler import POLICY_VARIABLES, PolicyCompiler
     from stockade.celpolicy.errors import PolicyCompileError
 
-    compiler = _compilers.get(extra_variables)
+    compiler = _compilers.get((extra_variables, libraries))
     if compiler is None:
-        from stockade.cel import CelEnvironment
+        from stockade.cel import DEFAULT_LIBRARIES, CelEnvironment
 
-        compiler = PolicyCompiler(CelEnvironment(POLICY_VARIABLES + extra_variables)) if extra_variables else PolicyCompiler()
-        _compilers[extra_variables] = compiler
+        if extra_variables or libraries:
+            compiler = PolicyCompiler(CelEnvironment(POLICY_VARIABLES + extra_variables, libraries or DEFAULT_LIBRARIES))
+        else:
+            compiler = PolicyCompiler()
+        _compilers[(extra_variables, libraries)] = compiler
     try:
         compiler.compile("validation", field_path, expression)
     except PolicyCompileError as error:
@@ -264,22 +268,24 @@ class _Checker:
         for index, condition in enumerate(configuration.get("matchConditions") or []):
             self.cel_expressions(condition, f"spec.webhookConfiguration.matchConditions[{index}]")
 
-    def cel_expressions(self, node: Any, path: str, rule: str = "", extra_variables: tuple[str, ...] = ()) -> None:
+    def cel_expressions(
+        self, node: Any, path: str, rule: str = "", extra_variables: tuple[str, ...] = (), libraries: tuple[str, ...] = ()
+    ) -> None:
         """Compile every ``expression``/``messageExpression``/``valueExpression`` string below ``node``."""
         if isinstance(node, dict):
             for key, value in node.items():
                 child = f"{path}.{key}"
                 if key in CEL_EXPRESSION_KEYS and isinstance(value, str):
-                    problem = cel_problem(value, child, extra_variables)
+                    problem = cel_problem(value, child, extra_variables, libraries)
                     if not problem:
                         problem, _ = cel_cost_problem(value, extra_variables, self.variable_sizes)
                     if problem:
                         self.error(child, problem, rule)
                 else:
-                    self.cel_expressions(value, child, rule, extra_variables)
+                    self.cel_expressions(value, child, rule, extra_variables, libraries)
         elif isinstance(node, list):
             for index, item in enumerate(node):
-                self.cel_expressions(item, f"{path}[{index}]", rule, extra_variables)
+                self.cel_expressions(item, f"{path}[{index}]", rule, extra_variables, libraries)
 
     def variables(self, node: Any, path: str, rule: str = "") -> None:
         for where, text in _walk_strings(node, path):
@@ -702,9 +708,12 @@ class _Checker:
             # Envoy/HTTP authorization policies compile against libraries (envoy, http, jwt) of their own mode
             self.result.warnings.append(f"CEL expressions of evaluation mode {mode} are not checked")
             return
-        extra = IMAGE_POLICY_VARIABLES if "ImageValidatingPolicy" in kind else ()
+        from stockade.cel import IMAGE_VALIDATING_LIBRARIES
+
+        image_policy = "ImageValidatingPolicy" in kind
+        extra = IMAGE_POLICY_VARIABLES if image_policy else ()
         self.policy_variable_sizes(spec.get("variables"), extra)
-        self.cel_expressions(spec, "spec", extra_variables=extra)
+        self.cel_expressions(spec, "spec", extra_variables=extra, libraries=IMAGE_VALIDATING_LIBRARIES if image_policy else ())
 
     def policy_variable_sizes(self, variables: Any, extra: tuple[str, ...]) -> None:
         """Bound each ``spec.variables`` entry by its expression's result size, in order (later ones use earlier)."""

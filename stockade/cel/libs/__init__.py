@@ -13,6 +13,7 @@ from stockade.cel.libs.compat import build_compat
 from stockade.cel.libs.format import build_format
 from stockade.cel.libs.jwt import build_jwt
 from stockade.cel.libs.image import build_image
+from stockade.cel.libs.imageverify import IMAGE_VERIFY_LIBRARY, build_imageverify
 from stockade.cel.libs.kyverno import build_kyverno
 from stockade.cel.libs.lists import build_jsonpatch, build_lists, build_sets
 from stockade.cel.libs.network import build_cidr, build_ip, build_urls
@@ -41,11 +42,12 @@ LIBRARY_BUILDERS: dict[str, Callable[[], Library]] = {
 }
 
 # Libraries only some environments include (not in DEFAULT_LIBRARIES): the authorization ValidatingPolicy modes
-# (HTTP, Envoy) add their request/response functions and JWT decoding.
+# (HTTP, Envoy) add their request/response functions and JWT decoding; ImageValidatingPolicy its image verification.
 OPTIONAL_LIBRARY_BUILDERS: dict[str, Callable[[], Library]] = {
+    IMAGE_VERIFY_LIBRARY: build_imageverify,
     "kyverno.authz.http": build_authz_http,
     "kyverno.authz.envoy": build_authz_envoy,
     "kyverno.jwt": build_jwt,
 }
 
-__all__ = ["LIBRARY_BUILDERS", "OPTIONAL_LIBRARY_BUILDERS", "authorizer_check_impl", "request_resource_check"]
+__all__ = ["IMAGE_VERIFY_LIBRARY", "LIBRARY_BUILDERS", "OPTIONAL_LIBRARY_BUILDERS", "authorizer_check_impl", "request_resource_check"]

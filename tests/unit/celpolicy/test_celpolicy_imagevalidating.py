@@ -136,3 +136,45 @@ def test_cel_policy_run_dispatches_image_validating_policies() -> None:
     responses = run.responses(_pod("ghcr.io/acme/app:latest"), "CREATE", RequestInfo(), {})
     statuses = [(r.policy_name, rule.status) for r in responses for rule in r.rules]
     assert statuses == [("ivp", "fail")]
+
+
+def test_kyverno_image_verification_functions_are_declared_so_policies_validate() -> None:
+    """Kyverno's image-verification CEL library (verifyImageSignatures, verifyAttestationSignatures, extractPayload,
+    getImageData) is part of the ImageValidatingPolicy environment: the force-failure-policy-ignore e2e policy is
+    accepted; the signatures are Kyverno's, so a wrong argument type is still rejected; other kinds don't see them."""
+    from stockade.policy.validation import validate_policy_document
+
+    document = _policy(
+        attestors=[{"name": "notary", "notary": {"certs": {"value": "x"}}}],
+        attestations=[{"name": "sbom", "referrer": {"type": "sbom/cyclone-dx"}}],
+        variables=[{"name": "data", "expression": "getImageData('ghcr.io/acme/app:1')"}],
+        validations=[
+            {"expression": "images.containers.map(i, verifyImageSignatures(i, [attestors.notary])).all(e, e > 0)"},
+            {"expression": "images.containers.map(i, verifyAttestationSignatures(i, attestations.sbom, [attestors.notary])).all(e, e > 0)"},
+            {"expression": "images.containers.map(i, extractPayload(i, attestations.sbom).bomFormat == 'CycloneDX').all(e, e)"},
+        ],
+    )
+    result = validate_policy_document(document)
+    assert result.ok, result.errors
+    wrong = _policy(validations=[{"expression": "verifyImageSignatures(1, []) > 0"}])
+    problems = validate_policy_document(wrong).errors
+    assert problems and "verifyImageSignatures" in problems[0].message
+    validating = {
+        "apiVersion": "policies.kyverno.io/v1",
+        "kind": "ValidatingPolicy",
+        "metadata": {"name": "vp"},
+        "spec": {"matchConstraints": document["spec"]["matchConstraints"], "validations": [{"expression": "verifyImageSignatures('a', []) > 0"}]},
+    }
+    problems = validate_policy_document(validating).errors
+    assert any("undeclared reference to 'verifyImageSignatures'" in problem.message for problem in problems)
+
+
+def test_image_verification_call_outside_a_validation_is_an_evaluation_error() -> None:
+    """Without a registry the functions fail (failurePolicy decides), even when called from spec.variables."""
+    document = _policy(
+        variables=[{"name": "payload", "expression": "extractPayload('ghcr.io/acme/app:1', 'sbom')"}],
+        validations=[{"expression": "variables.payload.bomFormat == 'CycloneDX'"}],
+    )
+    status, message = _evaluate(document, _pod("ghcr.io/acme/app:1"))
+    assert status == "error"
+    assert "ivp" in message and "extractPayload(ghcr.io/acme/app:1)" in message and "registry" in message

@@ -78,7 +78,7 @@ def test_repeats_are_folded_into_one_event_with_a_count_then_patched() -> None:
     assert len(core.created) == 2
     namespace, body = core.created[0]
     assert namespace == "default" and body["count"] == 50 and body["type"] == "Warning" and body["reason"] == "PolicyViolation"
-    assert body["involvedObject"]["name"] == "require-team" and body["source"] == {"component": "stockade"}
+    assert body["involvedObject"]["name"] == "require-team" and body["source"] == {"component": "kyverno-admission"} and body["reportingComponent"] == "kyverno-admission"
     assert core.created[1][1]["count"] == 1
     # a later repeat updates the same Event instead of creating another
     again = EventRecorder(None, core_api=core, start=False)
@@ -135,3 +135,40 @@ def test_server_hooks_events_on_denial_and_generator_on_allowed(policy_dir: Path
     assert [request.uid for request, _ in hooks.denials] == [denied["request"]["uid"]]
     assert allowed["request"]["uid"] in [request.uid for request, _ in hooks.successes]
     assert [request.uid for request in hooks.generated] == [allowed["request"]["uid"]]
+
+
+def test_reporting_component_follows_kyvernos_event_sources_or_stockade_style() -> None:
+    """Kyverno's pkg/event: reportingController is the source (kyverno-admission, kyverno-mutate, ...) and
+    reportingInstance "<controller>-<host>"; --event-components stockade reports everything as "stockade"."""
+    from stockade.controllers.events import SOURCE_MUTATE, EventSpec
+
+    core = FakeCoreApi()
+    recorder = EventRecorder(None, core_api=core, start=False, instance="host-1")
+    recorder.record_denial(admission(), denial(policy()))
+    recorder.submit(EventSpec("default", (("kind", "ClusterPolicy"), ("name", "p")), "PolicyApplied", "m", "Normal", "Resource Mutated", SOURCE_MUTATE))
+    recorder.close()
+    assert [(body["reportingComponent"], body["reportingInstance"]) for _, body in core.created] == [
+        ("kyverno-admission", "kyverno-admission-host-1"),
+        ("kyverno-mutate", "kyverno-mutate-host-1"),
+    ]
+    plain = FakeCoreApi()
+    stockade_style = EventRecorder(None, "stockade", core_api=plain, start=False)
+    stockade_style.record_denial(admission(), denial(policy()))
+    stockade_style.close()
+    assert plain.created[0][1]["reportingComponent"] == "stockade"
+
+
+def test_mutating_policy_success_event_is_resource_mutated_on_the_policy() -> None:
+    """Kyverno's NewPolicyAppliedEvent: a MutatingPolicy's PolicyApplied Event regards the policy (its own
+    apiVersion/kind) with action "Resource Mutated" and "<Kind> <ns>/<name> is successfully mutated"."""
+    from stockade.celpolicy.model import CelPolicy
+    from stockade.controllers.events import ACTION_MUTATED, success_events
+    from stockade.engine.kyvernoconfig import parse_kyverno_config
+
+    mpol = CelPolicy({"apiVersion": "policies.kyverno.io/v1beta1", "kind": "MutatingPolicy", "metadata": {"name": "add-labels", "uid": "u"}, "spec": {}})
+    decision = AdmissionDecision(True, "", responses=[EngineResponse(mpol, {}, {}, [RuleResponse("", "Mutation", "pass", "mutated")])])
+    request = admission()
+    (event,) = success_events(request, decision, parse_kyverno_config({"generateSuccessEvents": "true"}))
+    assert (event.namespace, event.type, event.reason, event.action) == ("default", "Normal", "PolicyApplied", ACTION_MUTATED)
+    assert event.regarding_dict == {"apiVersion": "policies.kyverno.io/v1beta1", "kind": "MutatingPolicy", "name": "add-labels", "uid": "u"}
+    assert event.message == "Pod default/web is successfully mutated"

@@ -297,19 +297,50 @@ def test_rule_count_counts_declared_rules_by_type() -> None:
     assert rule_count(policy) == {"validate": 1, "generate": 1, "mutate": 2, "verifyimages": 1}
 
 
-def test_cel_policy_status_uses_condition_status() -> None:
+def test_cel_policy_status_has_kyvernos_webhook_and_rbac_conditions() -> None:
+    """Kyverno's policystatus controller: conditionStatus.conditions = WebhookConfigured ("Webhook configured.") then
+    RBACPermissionsGranted ("Policy is ready for reporting."), ready = all true, and status.generated false for
+    ValidatingPolicy; the chainsaw "validating-policy-ready" step asserts exactly these."""
     snapshot = _snapshot_of(VALIDATING_POLICY)
     patch = status_patch(VALIDATING_KIND, VALIDATING_POLICY, snapshot, policy_identity(VALIDATING_POLICY), {})
     assert patch is not None
     status = patch["conditionStatus"]
-    assert status["ready"] is True and status["conditions"][0]["type"] == "Ready"
-    assert status_patch(VALIDATING_KIND, VALIDATING_POLICY, snapshot, policy_identity(VALIDATING_POLICY), copy.deepcopy(patch)) is None
+    assert status["ready"] is True and patch["generated"] is False
+    assert [(c["type"], c["status"], c["reason"], c["message"]) for c in status["conditions"]] == [
+        ("WebhookConfigured", "True", "Succeeded", "Webhook configured."),
+        ("RBACPermissionsGranted", "True", "Succeeded", "Policy is ready for reporting."),
+    ]
+    current = copy.deepcopy(patch)
+    assert status_patch(VALIDATING_KIND, VALIDATING_POLICY, snapshot, policy_identity(VALIDATING_POLICY), current) is None
+    # a Ready condition an older Stockade wrote is dropped (Kyverno's MutatingPolicy step asserts exactly 2 conditions)
+    current["conditionStatus"]["conditions"].insert(0, {"type": "Ready", "status": "True"})
+    patch = status_patch(VALIDATING_KIND, VALIDATING_POLICY, snapshot, policy_identity(VALIDATING_POLICY), current)
+    assert patch is not None and [c["type"] for c in patch["conditionStatus"]["conditions"]] == ["WebhookConfigured", "RBACPermissionsGranted"]
+
+
+def test_cel_policy_status_follows_admission_and_background_switches() -> None:
+    """Kyverno leaves WebhookConfigured out of background-only policies and says reporting permissions are not
+    required when background scans are off."""
+    background_only = with_changes(VALIDATING_POLICY, spec__evaluation={"admission": {"enabled": False}})
+    patch = status_patch(VALIDATING_KIND, background_only, _snapshot_of(background_only), policy_identity(background_only), {})
+    assert patch is not None
+    assert [c["type"] for c in patch["conditionStatus"]["conditions"]] == ["RBACPermissionsGranted"]
+    admission_only = with_changes(VALIDATING_POLICY, spec__evaluation={"background": {"enabled": False}})
+    patch = status_patch(VALIDATING_KIND, admission_only, _snapshot_of(admission_only), policy_identity(admission_only), {})
+    assert patch is not None
+    rbac = patch["conditionStatus"]["conditions"][1]
+    assert rbac["status"] == "True" and rbac["message"] == "Background scanning disabled; reporting permissions not required."
+
+
+def test_cel_policy_status_when_stockade_cannot_serve_it() -> None:
     generating = {"apiVersion": "policies.kyverno.io/v1", "kind": "GeneratingPolicy", "metadata": {"name": "gen"}, "spec": {}}
     generating_kind = next(k for k in WATCHED_KINDS if k.kind == "GeneratingPolicy")
     snapshot = _snapshot_of(generating)
     patch = status_patch(generating_kind, generating, snapshot, policy_identity(generating), {})
     assert patch is not None and patch["conditionStatus"]["ready"] is False
-    assert patch["conditionStatus"]["conditions"][0]["reason"] == "Unsupported"
+    assert "not enforced" in patch["conditionStatus"]["message"] and "generated" not in patch
+    webhook = patch["conditionStatus"]["conditions"][0]
+    assert (webhook["type"], webhook["status"], webhook["reason"]) == ("WebhookConfigured", "False", "Failed")
 
 
 class RecordingSource(ClusterPolicySource):
