@@ -46,7 +46,7 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--background-scan-interval", default=3600.0, show_default=True, type=click.FloatRange(min=0), help="With --register-webhooks: seconds between background scans of existing resources into PolicyReports (0 disables).")
 @click.option("--generate/--no-generate", default=True, show_default=True, help="With --register-webhooks: apply generate rules in the cluster (create and synchronise downstream resources).")
 @click.option("--events/--no-events", default=True, show_default=True, help="With --register-webhooks: record a Kubernetes Event for each denial.")
-@click.option("--event-components", type=click.Choice(["kyverno", "stockade"]), default="kyverno", show_default=True, help="reportingComponent of Events: kyverno = Kyverno's names (kyverno-admission, kyverno-generate, kyverno-mutate, kyverno-cleanup) so tools selecting Kyverno's Events keep working; stockade = 'stockade' for all.")
+@click.option("--event-components", type=click.Choice(["kyverno", "stockade"]), default="stockade", show_default=True, help="reportingComponent of Events: stockade = 'stockade' for all; kyverno = Kyverno's names (kyverno-admission, kyverno-generate, kyverno-mutate, kyverno-cleanup), a compatibility setting for tools and tests that select Kyverno's Events.")
 @click.option("--config-map", "config_map", default="kyverno/kyverno", show_default=True, help="With --from-cluster: Kyverno's dynamic configuration ConfigMap (NAMESPACE/NAME), watched: resourceFilters, excluded users/groups/roles, defaultRegistry, webhooks selectors, matchConditions, webhook labels/annotations, generateSuccessEvents.")
 @click.option("--exception-namespace", "exception_namespaces", multiple=True, help="Honour PolicyExceptions only in these namespaces (repeatable; default: every namespace).")
 @click.option("--tracing-endpoint", default="", help="OTLP/HTTP collector base URL (e.g. http://otel-collector:4318); one span per admission request.")
@@ -348,7 +348,7 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
     if options["events"]:
         from stockade.controllers.events import EventRecorder
 
-        state.events = EventRecorder(api_client, options.get("event_components") or "kyverno", kyverno_config=state.kyverno_config)
+        state.events = EventRecorder(api_client, options.get("event_components") or "stockade", kyverno_config=state.kyverno_config)
     if services is None:
         return
     if options["generate"]:

@@ -218,7 +218,7 @@ class EventRecorder:
     def __init__(
         self,
         api_client: Any,
-        components: str = COMPONENTS_KYVERNO,
+        components: str = COMPONENTS_STOCKADE,
         *,
         capacity: int = 1000,
         instance: str = "",

@@ -242,6 +242,8 @@ class E2ECluster:
                 # policy changes reach the snapshot within one reload interval (default 5 s); chainsaw creates the
                 # next test's namespace right after deleting a policy, and Kyverno drops it within milliseconds
                 "--reload-interval=0.25",
+                # Kyverno's suite asserts Kyverno's Event components (kyverno-admission, ...): the compatibility setting
+                "--event-components=kyverno",
                 f"--cert-dir={self.state_dir / 'stockade-certs'}",
                 *os.environ.get("STOCKADE_E2E_SERVE_ARGS", "").split(),
             ],

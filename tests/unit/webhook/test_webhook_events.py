@@ -70,7 +70,7 @@ def test_allowed_dry_run_and_audit_failures_make_no_events() -> None:
 
 def test_repeats_are_folded_into_one_event_with_a_count_then_patched() -> None:
     core = FakeCoreApi()
-    recorder = EventRecorder(None, core_api=core, start=False)
+    recorder = EventRecorder(None, "kyverno", core_api=core, start=False)
     for _ in range(50):
         recorder.record_denial(admission(), denial(policy()))
     recorder.record_denial(admission(), denial(policy(), message="another reason"))
@@ -143,7 +143,7 @@ def test_reporting_component_follows_kyvernos_event_sources_or_stockade_style() 
     from stockade.controllers.events import SOURCE_MUTATE, EventSpec
 
     core = FakeCoreApi()
-    recorder = EventRecorder(None, core_api=core, start=False, instance="host-1")
+    recorder = EventRecorder(None, "kyverno", core_api=core, start=False, instance="host-1")
     recorder.record_denial(admission(), denial(policy()))
     recorder.submit(EventSpec("default", (("kind", "ClusterPolicy"), ("name", "p")), "PolicyApplied", "m", "Normal", "Resource Mutated", SOURCE_MUTATE))
     recorder.close()
@@ -152,7 +152,7 @@ def test_reporting_component_follows_kyvernos_event_sources_or_stockade_style() 
         ("kyverno-mutate", "kyverno-mutate-host-1"),
     ]
     plain = FakeCoreApi()
-    stockade_style = EventRecorder(None, "stockade", core_api=plain, start=False)
+    stockade_style = EventRecorder(None, core_api=plain, start=False)  # the default
     stockade_style.record_denial(admission(), denial(policy()))
     stockade_style.close()
     assert plain.created[0][1]["reportingComponent"] == "stockade"
