@@ -26,6 +26,10 @@ ImageDataResolver = Callable[[str, dict[str, Any]], Any]
 GlobalContextResolver = Callable[[str], Any]
 RuleValuesResolver = Callable[[str, str], dict[str, Any] | None]
 ForeachValuesResolver = Callable[[str, str], dict[str, list[Any]] | None]
+NamespaceResolver = Callable[[str], dict[str, Any] | None]
+"""Namespace name → the Namespace object as the cluster stores it (None when it does not exist)."""
+KindScopeResolver = Callable[[str, str], bool | None]
+"""(apiVersion, kind) → whether the cluster serves the kind namespaced; None when the cluster does not know it."""
 
 
 @dataclass
@@ -38,6 +42,9 @@ class ContextProviders:
     global_context: GlobalContextResolver | None = None
     rule_values: RuleValuesResolver | None = None
     foreach_values: ForeachValuesResolver | None = None
+    # Cluster facts rule handlers need beyond context entries (validate.cel's namespaceObject and paramKind scope).
+    namespaces: NamespaceResolver | None = None
+    kind_namespaced: KindScopeResolver | None = None
 
 
 def _search(expression: str, data: Any) -> Any:
