@@ -308,8 +308,29 @@ class ClusterData:
         except ValueError as exc:
             raise ContextLoadError(f"service {url} answered with invalid JSON: {exc}") from None
 
+    def namespace_object(self, name: str) -> dict[str, Any] | None:
+        """The Namespace a validate.cel rule sees as ``namespaceObject`` (Kyverno reads it from the cluster)."""
+        try:
+            return self.get_object("v1", "Namespace", "", name)
+        except ApiError as exc:
+            raise ContextLoadError(f"failed to read Namespace {name}: {exc}") from None
+
+    def kind_namespaced(self, api_version: str, kind: str) -> bool | None:
+        """Whether discovery serves a kind namespaced (a CRD's scope included); None for unknown kinds."""
+        try:
+            resource = self.resolve_kind(api_version, kind)
+        except ApiError as exc:
+            log.warning("could not resolve the scope of %s %s: %s", api_version, kind, exc)
+            return None
+        return None if resource is None else resource.namespaced
+
     def providers(self) -> ContextProviders:
-        return ContextProviders(configmaps=self.configmap, api_calls=self.api_call)
+        return ContextProviders(
+            configmaps=self.configmap,
+            api_calls=self.api_call,
+            namespaces=self.namespace_object,
+            kind_namespaced=self.kind_namespaced,
+        )
 
 
 def _call_body(call: dict[str, Any]) -> dict[str, Any]:

@@ -1,11 +1,17 @@
-"""Kubernetes Events for admission denials, written in the background and aggregated.
+"""Kubernetes Events for admission decisions, written in the background and aggregated.
 
-A denial produces a Warning ``PolicyViolation`` Event regarding the policy (a ClusterPolicy's Events live in
-``default``, as Kyverno's do; a Policy's in its own namespace) and, when the object already exists (UPDATE, DELETE),
-one regarding that object.  Admission never waits for the API: ``submit`` only touches an in-memory table and a
-bounded queue.  Repeats of the same Event (same object, reason and message) that arrive while one is pending are
-folded into its count, and later repeats bump ``count``/``lastTimestamp`` of the Event already written instead of
-creating a new object, so a denial storm costs a handful of writes rather than one per request.
+The Events follow Kyverno's admission webhook (``GenerateEvents`` in pkg/webhooks/utils): a policy whose rules
+failed or errored gets a Warning ``PolicyViolation`` Event per such rule ("<Kind> <ns>/<name>: [<rule>] fail
+(blocked); <message>", action "Resource Blocked" when the request was denied, "Resource Passed" otherwise); when the
+request was admitted the resource also gets one per rule of that policy; a policy that applied cleanly gets a Normal
+``PolicyApplied`` Event (only when the ConfigMap's ``generateSuccessEvents`` allows it); rules skipped by
+PolicyExceptions give ``PolicySkipped`` Events on the exception and the policy.  They report as
+``kyverno-admission``, as Kyverno's do, so tools reading Kyverno's Events find them.
+
+Admission never waits for the API: ``submit`` only touches an in-memory table and a bounded queue.  Repeats of the
+same Event (same object, reason and message) that arrive while one is pending are folded into its count, and later
+repeats bump ``count``/``lastTimestamp`` of the Event already written instead of creating a new object, so a denial
+storm costs a handful of writes rather than one per request.
 
 Dry-run requests produce no Events: the webhooks are registered with ``sideEffects: NoneOnDryRun``, which promises
 the apiserver exactly that.
@@ -25,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.engine.kyvernoconfig import KyvernoConfig
-from stockade.engine.response import ERROR, FAIL, PASS
+from stockade.engine.response import ERROR, FAIL, SKIP, EngineResponse
 from stockade.webhook.admission import (
     AdmissionDecision,
     AdmissionRequest,
@@ -37,6 +43,7 @@ log = logging.getLogger("stockade.events")
 
 REASON_POLICY_VIOLATION = "PolicyViolation"
 REASON_POLICY_APPLIED = "PolicyApplied"
+REASON_POLICY_SKIPPED = "PolicySkipped"
 ACTION_BLOCKED = "Resource Blocked"
 ACTION_PASSED = "Resource Passed"
 ACTION_MUTATED = "Resource Mutated"
@@ -65,29 +72,37 @@ def reporting_component(style: str, source: str) -> str:
 MAX_MESSAGE_LENGTH = 1024  # the apiserver rejects Event messages much longer than this
 AGGREGATION_WINDOW_SECONDS = 600.0  # a repeat within this window updates the existing Event
 
+Reference = tuple[tuple[str, str], ...]
+
 
 @dataclass(frozen=True)
 class EventSpec:
-    """One Event to write; ``regarding`` is a core/v1 ObjectReference as a dict."""
+    """One Event to write; ``regarding``/``related`` are core/v1 ObjectReferences as (field, value) pairs and
+    ``source`` the reporting component (the recorder's own when empty)."""
 
     namespace: str
-    regarding: tuple[tuple[str, str], ...]
+    regarding: Reference
     reason: str
     message: str
     type: str = "Warning"
     action: str = ACTION_BLOCKED
     source: str = SOURCE_ADMISSION
+    related: Reference = ()  # the resource an Event about a policy concerns (Kyverno's "related")
 
     @property
     def key(self) -> tuple[Any, ...]:
-        return (self.namespace, self.regarding, self.reason, self.type, self.message)
+        return (self.namespace, self.regarding, self.reason, self.type, self.message, self.related)
 
     @property
     def regarding_dict(self) -> dict[str, str]:
         return dict(self.regarding)
 
+    @property
+    def related_dict(self) -> dict[str, str]:
+        return dict(self.related)
 
-def _reference(obj: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+
+def _reference(obj: dict[str, Any]) -> Reference:
     metadata = obj.get("metadata") or {}
     fields = {
         "apiVersion": str(obj.get("apiVersion") or ""),
@@ -99,7 +114,7 @@ def _reference(obj: dict[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple((k, v) for k, v in fields.items() if v)
 
 
-def _policy_reference(policy: Any) -> tuple[tuple[str, str], ...]:
+def _policy_reference(policy: Any) -> Reference:
     raw = getattr(policy, "raw", None)
     if isinstance(raw, dict):
         return _reference(raw)
@@ -110,85 +125,145 @@ def _truncate(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE_LENGTH else message[: MAX_MESSAGE_LENGTH - 3] + "..."
 
 
-def denial_events(request: AdmissionRequest, decision: AdmissionDecision) -> list[EventSpec]:
-    """The Events a denied request produces: one per blocking rule on its policy, plus one on the existing object
-    for UPDATE/DELETE; none when the request was allowed or is a dry run."""
-    if decision.allowed or request.dry_run:
+def _is_enforce_policy(response: EngineResponse) -> bool:
+    """Whether Kyverno's policy cache files the policy under enforce (spec, override or any rule's failureAction),
+    or the response carries a rule that denies: only those policies' responses explain a denial."""
+    if blocking_rules([response]) or blocking_rules_for_mutation([response]):
+        return True
+    if any(rule.failure_action == "Enforce" for rule in response.rules):
+        return True
+    spec = getattr(response.policy, "spec", None)
+    if not isinstance(spec, dict):
+        return False
+    if str(spec.get("validationFailureAction") or "").lower() == "enforce":
+        return True
+    overrides = list(spec.get("validationFailureActionOverrides") or [])
+    for rule in spec.get("rules") or []:
+        validate = (rule or {}).get("validate") or {}
+        if str(validate.get("failureAction") or "").lower() == "enforce":
+            return True
+        overrides += list(validate.get("failureActionOverrides") or [])
+    return any(str((override or {}).get("action") or "").lower() == "enforce" for override in overrides)
+
+
+def _applied_event(response: EngineResponse, label: str, resource: Reference) -> EventSpec:
+    """Kyverno's NewPolicyAppliedEvent: "pass" unless the policy only mutates."""
+    policy = response.policy
+    if hasattr(policy, "has_validate"):
+        only_mutates = not policy.has_validate() and not policy.has_verify_images() and policy.has_mutate()
+    else:
+        only_mutates = str(getattr(policy, "kind", "")).endswith("MutatingPolicy")
+    action, message = (ACTION_MUTATED, f"{label} is successfully mutated") if only_mutates else (ACTION_PASSED, f"{label}: pass")
+    return EventSpec(
+        namespace=str(getattr(policy, "namespace", "") or "") or CLUSTER_EVENT_NAMESPACE,
+        regarding=_policy_reference(policy),
+        reason=REASON_POLICY_APPLIED,
+        message=_truncate(message),
+        type="Normal",
+        action=action,
+        related=resource,
+        source=SOURCE_ADMISSION,
+    )
+
+
+def _exception_events(response: EngineResponse, rule_name: str, exceptions: list[str], key: str, resource: Reference) -> list[EventSpec]:
+    """Kyverno's NewPolicyExceptionEvents: one on each PolicyException, one on the policy (Kyverno policies only)."""
+    policy = response.policy
+    if not hasattr(policy, "has_validate"):
         return []
-    subject = request.subject
-    metadata = subject.get("metadata") or {}
-    kind = str(subject.get("kind") or request.kind.kind)
-    namespace = str(metadata.get("namespace") or request.namespace)
-    name = str(metadata.get("name") or request.name or metadata.get("generateName") or "")
-    label = f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
-    existing = request.old_object if request.operation in ("UPDATE", "DELETE") and request.old_object else None
+    policy_namespace = str(getattr(policy, "namespace", "") or "")
+    rule_path = f"{policy_namespace}/{policy.name}/{rule_name}" if policy_namespace else f"{policy.name}/{rule_name}"
     events: list[EventSpec] = []
-    for response in decision.responses:
-        blocked = blocking_rules([response])
-        for policy_rules in blocking_rules_for_mutation([response]).values():
-            blocked.setdefault(response.policy_name, {}).update(policy_rules)
-        rules = blocked.get(response.policy_name) or {}
-        if not rules:
-            continue
-        policy = response.policy
-        policy_namespace = str(getattr(policy, "namespace", "") or "")
-        statuses = {rule.name: rule.status for rule in response.rules if rule.status in (FAIL, ERROR)}
-        for rule_name, message in sorted(rules.items()):
-            status = statuses.get(rule_name, FAIL)
-            events.append(
-                EventSpec(
-                    namespace=policy_namespace or CLUSTER_EVENT_NAMESPACE,
-                    regarding=_policy_reference(policy),
-                    reason=REASON_POLICY_VIOLATION,
-                    message=_truncate(f"{label} {request.operation} blocked: rule {rule_name} {status}: {message}"),
-                )
+    for exception in exceptions:
+        namespace, _, name = exception.rpartition("/")
+        regarding = tuple((k, v) for k, v in (("apiVersion", "kyverno.io/v2"), ("kind", "PolicyException"), ("name", name), ("namespace", namespace)) if v)
+        events.append(
+            EventSpec(
+                namespace=namespace or CLUSTER_EVENT_NAMESPACE,
+                regarding=regarding,
+                reason=REASON_POLICY_SKIPPED,
+                message=_truncate(f"resource {key} was skipped from policy rule {rule_path}"),
+                type="Normal",
+                action=ACTION_PASSED,
+                related=resource,
+                source=SOURCE_ADMISSION,
             )
-            if existing is not None:
-                events.append(
-                    EventSpec(
-                        namespace=namespace or CLUSTER_EVENT_NAMESPACE,
-                        regarding=_reference(existing),
-                        reason=REASON_POLICY_VIOLATION,
-                        message=_truncate(f"{request.operation} blocked by policy {response.policy_name} rule {rule_name} ({status}): {message}"),
-                    )
-                )
+        )
+    names = ", ".join(e if "/" in e else f"/{e}" for e in exceptions)
+    events.append(
+        EventSpec(
+            namespace=policy_namespace or CLUSTER_EVENT_NAMESPACE,
+            regarding=_policy_reference(policy),
+            reason=REASON_POLICY_SKIPPED,
+            message=_truncate(f"resource {key} was skipped from rule {rule_name} due to policy exceptions {names}"),
+            type="Normal",
+            action=ACTION_PASSED,
+            related=resource,
+            source=SOURCE_ADMISSION,
+        )
+    )
     return events
 
 
-def success_events(request: AdmissionRequest, decision: AdmissionDecision, config: KyvernoConfig) -> list[EventSpec]:
-    """Kyverno's ``generateSuccessEvents``: a Normal ``PolicyApplied`` Event on each policy that applied to an
-    admitted object without failing ("<Kind> <ns>/<name>: pass", or "... is successfully mutated" for a policy
-    that only mutates), limited to ``successEventActions`` when set.  Nothing unless the ConfigMap enables it."""
-    if not config.generate_success_events or not decision.allowed or request.dry_run:
+def admission_events(request: AdmissionRequest, decision: AdmissionDecision, config: KyvernoConfig | None = None) -> list[EventSpec]:
+    """The Events Kyverno's admission webhook writes for one decision (see the module docstring); PolicyApplied
+    Events only when ``config`` enables ``generateSuccessEvents`` (and lists their action, if it lists any)."""
+    if request.dry_run:
         return []
+    blocked = not decision.allowed
     subject = request.subject
     metadata = subject.get("metadata") or {}
     kind = str(subject.get("kind") or request.kind.kind)
     namespace = str(metadata.get("namespace") or request.namespace)
-    name = str(metadata.get("name") or request.name or metadata.get("generateName") or "")
+    name = str(metadata.get("name") or request.name or "")
+    if not name:
+        return []  # Kyverno writes nothing for objects without a name yet (generateName)
     label = f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
+    key = f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
+    resource = _reference({**subject, "kind": kind, "metadata": {**metadata, "name": name, "namespace": namespace}})
+    # A denial is explained by the enforce policies only: Kyverno evaluates audit policies after admitting.
+    responses = [r for r in decision.responses if _is_enforce_policy(r)] if blocked else list(decision.responses)
     events: list[EventSpec] = []
-    for response in decision.responses:
-        if not any(rule.status == PASS for rule in response.rules) or any(rule.status in (FAIL, ERROR) for rule in response.rules):
+    for response in responses:
+        if not response.rules:
             continue
         policy = response.policy
-        if hasattr(policy, "has_validate"):  # a Kyverno policy: mutated only when it neither validates nor verifies
-            mutated = not policy.has_validate() and not policy.has_verify_images() and policy.has_mutate()
-        else:  # a CEL policy: (Namespaced)MutatingPolicy mutates, every other kind passes
-            mutated = getattr(policy, "base_kind", "") == "MutatingPolicy"
-        action, message = (ACTION_MUTATED, f"{label} is successfully mutated") if mutated else (ACTION_PASSED, f"{label}: pass")
-        if not config.emits_success_event(action):
-            continue
-        events.append(
-            EventSpec(
-                namespace=str(getattr(policy, "namespace", "") or "") or CLUSTER_EVENT_NAMESPACE,
-                regarding=_policy_reference(policy),
-                reason=REASON_POLICY_APPLIED,
-                message=_truncate(message),
-                type="Normal",
-                action=action,
-            )
-        )
+        policy_namespace = str(getattr(policy, "namespace", "") or "") or CLUSTER_EVENT_NAMESPACE
+        if any(rule.status in (FAIL, ERROR) for rule in response.rules):
+            for rule in response.rules:
+                if rule.status in (FAIL, ERROR):
+                    text = f"{label}: [{rule.name}] {rule.status}" + (" (blocked)" if blocked else "") + (f"; {rule.message}" if rule.message else "")
+                    events.append(
+                        EventSpec(
+                            namespace=policy_namespace,
+                            regarding=_policy_reference(policy),
+                            reason=REASON_POLICY_VIOLATION,
+                            message=_truncate(text),
+                            action=ACTION_BLOCKED if blocked else ACTION_PASSED,
+                            related=resource,
+                            source=SOURCE_ADMISSION,
+                        )
+                    )
+                if not blocked:
+                    events.append(
+                        EventSpec(
+                            namespace=namespace or CLUSTER_EVENT_NAMESPACE,
+                            regarding=resource,
+                            reason=REASON_POLICY_VIOLATION,
+                            message=_truncate(f"policy {response.policy_name}/{rule.name} {rule.status}: {rule.message}"),
+                            action=ACTION_PASSED,
+                            source=SOURCE_ADMISSION,
+                        )
+                    )
+        elif any(rule.status == SKIP for rule in response.rules):
+            if not blocked:
+                for rule in response.rules:
+                    if rule.status == SKIP and rule.exceptions:
+                        events.extend(_exception_events(response, rule.name, rule.exceptions, key, resource))
+        elif config is not None and config.generate_success_events:
+            applied = _applied_event(response, label, resource)
+            if config.emits_success_event(applied.action):
+                events.append(applied)
     return events
 
 
@@ -277,16 +352,18 @@ class EventRecorder:
                 self.dropped += 1
 
     def record_denial(self, request: AdmissionRequest, decision: AdmissionDecision) -> None:
-        """The hook the webhook calls after denying: Events for the denial."""
-        for spec in denial_events(request, decision):
-            self.submit(spec)
+        """The hook the webhook calls after denying."""
+        self.record(request, decision)
 
     def record_success(self, request: AdmissionRequest, decision: AdmissionDecision) -> None:
-        """The hook the webhook calls after admitting: PolicyApplied Events when Kyverno's ConfigMap enables
-        ``generateSuccessEvents``, nothing otherwise."""
-        if self.kyverno_config is not None:
-            for spec in success_events(request, decision, self.kyverno_config()):
-                self.submit(spec)
+        """The hook the webhook calls after admitting."""
+        self.record(request, decision)
+
+    def record(self, request: AdmissionRequest, decision: AdmissionDecision) -> None:
+        """Queue Kyverno's admission Events for one decision; success Events follow the live Kyverno ConfigMap."""
+        config = self.kyverno_config() if self.kyverno_config is not None else None
+        for spec in admission_events(request, decision, config):
+            self.submit(spec)
 
     def close(self, timeout: float = 5.0) -> None:
         """Write what is pending (bounded by ``timeout``), then stop the thread."""
@@ -336,7 +413,7 @@ class EventRecorder:
         name = f"{regarding.get('name') or 'object'}.{uuid.uuid4().hex[:16]}"
         first = _timestamp(pending.first_seen)
         component = reporting_component(self.components, spec.source)
-        body = {
+        body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": name, "namespace": spec.namespace, "labels": {"app.kubernetes.io/managed-by": "stockade"}},
@@ -352,6 +429,8 @@ class EventRecorder:
             "reportingComponent": component,
             "reportingInstance": f"{component}-{self.instance}",
         }
+        if spec.related:
+            body["related"] = spec.related_dict
         self.core.create_namespaced_event(spec.namespace, body)
         self.created += 1
         if len(self._written) > 10 * self.capacity:

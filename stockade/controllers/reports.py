@@ -26,7 +26,12 @@ log = logging.getLogger("stockade.reports")
 
 GROUP = "wgpolicyk8s.io"
 VERSION = "v1alpha2"
-MANAGED_BY = {"app.kubernetes.io/managed-by": "stockade"}
+# Kyverno's reports carry managed-by=kyverno and the tools that read them (policy-reporter, Kyverno's own e2e
+# suite) select on it, so Stockade's reports do too; reports written by earlier Stockade versions said "stockade"
+# and are still ours to prune.
+MANAGED_BY_KEY = "app.kubernetes.io/managed-by"
+MANAGED_BY = {MANAGED_BY_KEY: "kyverno"}
+OWNED_SELECTOR = f"{MANAGED_BY_KEY} in (kyverno,stockade)"
 CRD_RETRY_SECONDS = 300.0
 PROCESS_ADMISSION = "admission review"
 PROCESS_BACKGROUND = "background scan"
@@ -252,7 +257,7 @@ class ReportWriter:
         empty are deleted.  Returns how many reports changed."""
         from kubernetes.client.exceptions import ApiException
 
-        selector = ",".join(f"{k}={v}" for k, v in MANAGED_BY.items())
+        selector = OWNED_SELECTOR
         changed = 0
         for plural in ("policyreports", "clusterpolicyreports"):
             try:

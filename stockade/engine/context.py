@@ -7,7 +7,9 @@ it costs nothing — rules and foreach iterations checkpoint constantly on the h
 from __future__ import annotations
 
 import csv
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from stockade.jmespath import JMESPathError, compile_expression
@@ -20,15 +22,32 @@ class ContextError(Exception):
 DeferredLoader = Callable[["EngineContext"], None]
 
 
+@dataclass(frozen=True)
+class _Deferred:
+    """A registered lazy entry: ``order`` keeps Kyverno's rule that an entry loading may pull in earlier entries only."""
+
+    order: int
+    matcher: re.Pattern[str]
+    load: DeferredLoader
+
+
+def _name_matcher(name: str) -> re.Pattern[str]:
+    """Kyverno's deferred-loader match: the name as a word not preceded by ``.`` or a letter/digit, so ``x`` is
+    wanted by ``x.y`` and ``f(x)`` but not by ``y.x`` or ``xy``."""
+    return re.compile(r"(?:\A|\s|[^.0-9A-Za-z])" + re.escape(name) + r"\b", re.ASCII)
+
+
 class EngineContext:
     """Variables visible to one policy evaluation: ``request``, context entries, ``element`` and friends."""
 
-    __slots__ = ("_data", "_checkpoints", "_deferred")
+    __slots__ = ("_data", "_checkpoints", "_deferred", "_registered", "_loading_below")
 
     def __init__(self, data: dict[str, Any] | None = None) -> None:
         self._data: dict[str, Any] = dict(data or {})
-        self._checkpoints: list[tuple[dict[str, Any], dict[str, DeferredLoader]]] = []
-        self._deferred: dict[str, DeferredLoader] = {}
+        self._checkpoints: list[tuple[dict[str, Any], dict[str, _Deferred]]] = []
+        self._deferred: dict[str, _Deferred] = {}
+        self._registered = 0
+        self._loading_below: int | None = None
 
     @property
     def data(self) -> dict[str, Any]:
@@ -66,15 +85,32 @@ class EngineContext:
         self._data = _set_path(self._data, keys, value)
 
     def add_deferred(self, name: str, loader: DeferredLoader) -> None:
-        """Register a context entry that is loaded only when a query first mentions it."""
-        self._deferred[name] = loader
+        """Register a context entry that is loaded only when a query first mentions it (Kyverno's deferred
+        loading).  A second entry of the same name loads after the first, so the later one wins as when eager."""
+        earlier = self._deferred.get(name)
+        if earlier is not None:
+            first, second = earlier.load, loader
+
+            def loader(target: EngineContext) -> None:
+                first(target)
+                second(target)
+
+        self._deferred[name] = _Deferred(self._registered, _name_matcher(name), loader)
+        self._registered += 1
 
     def _load_deferred_for(self, expression: str) -> None:
-        for name in list(self._deferred):
-            if name in expression:
-                loader = self._deferred.pop(name, None)
-                if loader is not None:
-                    loader(self)
+        for name, entry in list(self._deferred.items()):
+            if self._loading_below is not None and entry.order >= self._loading_below:
+                continue
+            if self._deferred.get(name) is not entry or not entry.matcher.search(expression):
+                continue
+            del self._deferred[name]
+            outer = self._loading_below
+            self._loading_below = entry.order
+            try:
+                entry.load(self)
+            finally:
+                self._loading_below = outer
 
     def checkpoint(self) -> None:
         self._checkpoints.append((self._data, dict(self._deferred)))

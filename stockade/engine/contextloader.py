@@ -11,13 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from stockade.engine.context import EngineContext
+from stockade.engine.context import ContextError, EngineContext
 from stockade.engine.variables import SubstitutionError, substitute_all
 from stockade.jmespath import JMESPathError, compile_expression
 
 
-class ContextLoadError(Exception):
-    """A context entry could not be loaded."""
+class ContextLoadError(ContextError):
+    """A context entry could not be loaded (a ContextError, so a lazy load failing inside a query surfaces where
+    the query's errors do)."""
 
 
 ConfigMapResolver = Callable[[str, str], dict[str, Any] | None]
@@ -26,6 +27,10 @@ ImageDataResolver = Callable[[str, dict[str, Any]], Any]
 GlobalContextResolver = Callable[[str], Any]
 RuleValuesResolver = Callable[[str, str], dict[str, Any] | None]
 ForeachValuesResolver = Callable[[str, str], dict[str, list[Any]] | None]
+NamespaceResolver = Callable[[str], dict[str, Any] | None]
+"""Namespace name → the Namespace object as the cluster stores it (None when it does not exist)."""
+KindScopeResolver = Callable[[str, str], bool | None]
+"""(apiVersion, kind) → whether the cluster serves the kind namespaced; None when the cluster does not know it."""
 
 
 @dataclass
@@ -38,6 +43,9 @@ class ContextProviders:
     global_context: GlobalContextResolver | None = None
     rule_values: RuleValuesResolver | None = None
     foreach_values: ForeachValuesResolver | None = None
+    # Cluster facts rule handlers need beyond context entries (validate.cel's namespaceObject and paramKind scope).
+    namespaces: NamespaceResolver | None = None
+    kind_namespaced: KindScopeResolver | None = None
 
 
 def _search(expression: str, data: Any) -> Any:
@@ -92,7 +100,22 @@ class ContextLoader:
             name = str(entry.get("name", ""))
             if name in provided:
                 continue
-            self._load_entry(entry, name, ctx, is_delete)
+            self._check_entry(entry, name)
+            # Kyverno loads context lazily: an entry is read when a query first names it, so a ConfigMap or API
+            # call that no evaluated expression needs is never fetched and cannot fail the rule.
+            ctx.add_deferred(name, self._deferred_loader(entry, name, is_delete))
+
+    def _deferred_loader(self, entry: dict[str, Any], name: str, is_delete: bool) -> Callable[[EngineContext], None]:
+        def load(target: EngineContext) -> None:
+            self._load_entry(entry, name, target, is_delete)
+
+        return load
+
+    @staticmethod
+    def _check_entry(entry: dict[str, Any], name: str) -> None:
+        kinds = ("variable", "configMap", "apiCall", "imageRegistry", "globalReference")
+        if not any(entry.get(kind) is not None for kind in kinds):
+            raise ContextLoadError(f"missing ConfigMap|APICall|ImageRegistry|Variable in context entry {name}")
 
     def _load_entry(self, entry: dict[str, Any], name: str, ctx: EngineContext, is_delete: bool) -> None:
         if "variable" in entry and entry["variable"] is not None:

@@ -255,7 +255,7 @@ class Engine:
     def _validate_cel(self, pctx: PolicyContext, rule: Rule) -> RuleResponse | None:
         from stockade.engine.handlers.validate_cel import validate_cel_rule
 
-        return validate_cel_rule(pctx, rule, self.resource_lookup)
+        return validate_cel_rule(pctx, rule, self.resource_lookup, self.providers)
 
     def generate(self, pctx: PolicyContext) -> EngineResponse:
         lookup = self.resource_lookup

@@ -141,11 +141,10 @@ def substitute_string(
 def _resolve(token: str, ctx: EngineContext, path: Sequence[str | int], is_delete: bool) -> Any:
     variable = _variable_name(token)
     if variable == "@":
+        # Only a bare {{@}} names the value at the current path; an "@" inside a longer expression is JMESPath's
+        # current node (e.g. ``x | to_string(@)``) and is left to the expression, as Kyverno does.
         prefix = "target" if ctx.has("target") else "request.object"
         variable = _pointer_to_jmespath(path, prefix)
-    elif "@" in variable and path:
-        prefix = "target" if ctx.has("target") else "request.object"
-        variable = variable.replace("@", _pointer_to_jmespath(path, prefix))
     if is_delete:
         variable = variable.replace("request.object", "request.oldObject")
     try:

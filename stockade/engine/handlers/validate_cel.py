@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from stockade.celpolicy import AdmissionInput, CelPolicyEvaluator, PolicyCompileError
+from stockade.engine.contextloader import ContextLoadError, ContextProviders, KindScopeResolver
 from stockade.engine.match import selector_matches
 from stockade.engine.policycontext import PolicyContext
 from stockade.engine.response import RuleResponse, rule_error, rule_fail, rule_pass, rule_skip
@@ -17,12 +18,16 @@ ResourceLookup = Callable[[str, str, str, "str | None"], list[dict[str, Any]]]
 _EVALUATOR = CelPolicyEvaluator()
 
 
-def _param_lookup(lookup: ResourceLookup | None) -> Callable[[dict[str, Any], dict[str, Any], str], list[Any]]:
+def _param_lookup(
+    lookup: ResourceLookup | None, kind_namespaced: KindScopeResolver | None = None
+) -> Callable[[dict[str, Any], dict[str, Any], str], list[Any]]:
     def collect(param_kind: dict[str, Any], param_ref: dict[str, Any], namespace: str) -> list[Any]:
         if lookup is None:
             raise LookupError("no cluster resources available to resolve paramRef")
         api_version, kind = str(param_kind.get("apiVersion") or ""), str(param_kind.get("kind") or "")
-        namespaced = not is_cluster_scoped({"kind": kind})
+        # Kyverno asks discovery, so a cluster-scoped CRD as paramKind is known as such; offline only built-ins are.
+        served_namespaced = kind_namespaced(api_version, kind) if kind_namespaced is not None else None
+        namespaced = served_namespaced if served_namespaced is not None else not is_cluster_scoped({"kind": kind})
         params_namespace = ""
         if namespaced:
             params_namespace = str(param_ref.get("namespace") or namespace)
@@ -49,8 +54,11 @@ def _param_lookup(lookup: ResourceLookup | None) -> Callable[[dict[str, Any], di
     return collect
 
 
-def validate_cel_rule(pctx: PolicyContext, rule: Rule, lookup: ResourceLookup | None = None) -> RuleResponse:
+def validate_cel_rule(
+    pctx: PolicyContext, rule: Rule, lookup: ResourceLookup | None = None, providers: ContextProviders | None = None
+) -> RuleResponse:
     """Evaluate ``rule.validate.cel`` against the policy context's request."""
+    cluster = providers or ContextProviders()
     request = AdmissionInput(
         object=pctx.new_resource or None,
         old_object=pctx.old_resource or None,
@@ -60,12 +68,21 @@ def validate_cel_rule(pctx: PolicyContext, rule: Rule, lookup: ResourceLookup | 
         namespace_labels=dict(pctx.namespace_labels),
     )
     namespace = request.namespace
-    if namespace:
+    if namespace and cluster.namespaces is not None:
+        # In a cluster Kyverno reads the Namespace (its labels included) and errors when it cannot.
+        try:
+            found = cluster.namespaces(namespace)
+        except ContextLoadError as error:
+            return rule_error(rule.name, RULE_TYPE_VALIDATION, "Error getting the resource's namespace", error)
+        if found is None:
+            return rule_error(rule.name, RULE_TYPE_VALIDATION, "Error getting the resource's namespace", f'namespaces "{namespace}" not found')
+        request.namespace_object = found
+    elif namespace:
         # Kyverno hands the rule a Namespace carrying only its name when it works without a cluster.
         request.namespace_object = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
     policy_key = f"{pctx.policy.kind}/{pctx.policy.namespace}/{pctx.policy.name}"
     try:
-        status, message = _EVALUATOR.validate_cel_rule(policy_key, rule.raw, request, _param_lookup(lookup))
+        status, message = _EVALUATOR.validate_cel_rule(policy_key, rule.raw, request, _param_lookup(lookup, cluster.kind_namespaced))
     except PolicyCompileError as error:
         return rule_error(rule.name, RULE_TYPE_VALIDATION, "Error while compiling CEL expressions", error)
     if status == "pass":

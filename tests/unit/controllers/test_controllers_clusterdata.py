@@ -77,3 +77,18 @@ def test_resources_for_selector_and_namespace_labels() -> None:
     assert data.resources_for_selector("v1/Pod/status") == []
     assert data.namespace_labels("team") == {"env": "prod"}
     assert data.namespace_labels("other") == {"kubernetes.io/metadata.name": "other"}
+
+
+def test_validate_cel_cluster_facts_namespace_object_and_discovered_kind_scope() -> None:
+    """Kyverno's validate.cel reads namespaceObject with client.GetNamespace and paramKind scope with
+    client.IsNamespaced; the providers answer both from the API server and discovery."""
+    team = {"metadata": {"name": "team", "labels": {"kubernetes.io/metadata.name": "team"}}}
+    client = FakeApiClient({"/api/v1/namespaces/team": team})
+    resources = [*RESOURCES, ApiResource("rules.example.com", "v1", "namespaceconstraints", "NamespaceConstraint", namespaced=False)]
+    providers = ClusterData(client, resources=resources).providers()
+    assert providers.namespaces is not None and providers.kind_namespaced is not None
+    assert providers.namespaces("team") == team
+    assert providers.namespaces("gone") is None
+    assert providers.kind_namespaced("rules.example.com/v1", "NamespaceConstraint") is False
+    assert providers.kind_namespaced("v1", "ConfigMap") is True
+    assert providers.kind_namespaced("example.com/v1", "Unknown") is None

@@ -58,3 +58,35 @@ def test_prune_helpers_and_policy_names() -> None:
     assert summarise(kept) == {"pass": 1, "fail": 1, "warn": 0, "error": 0, "skip": 0}
     assert report_policy_name(_policy("x")) == "x"
     assert report_policy_name(_policy("x", "Policy", "team")) == "team/x"
+
+
+class _ListingApi:
+    """CustomObjectsApi stand-in: answers the prune listing and records deletions."""
+
+    def __init__(self) -> None:
+        self.selectors: list[str] = []
+        self.deleted: list[tuple[str, str]] = []
+
+    def list_cluster_custom_object(self, group: str, version: str, plural: str, label_selector: str = "") -> dict:
+        self.selectors.append(label_selector)
+        if plural != "policyreports":
+            return {"items": []}
+        return {"items": [{"metadata": {"name": "u1", "namespace": "ns"}, "results": [_result("gone", "fail")]}]}
+
+    def delete_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str) -> None:
+        self.deleted.append((namespace, name))
+
+
+def test_prune_covers_reports_labelled_as_kyverno_writes_them_and_older_stockade_ones() -> None:
+    """Reports carry Kyverno's managed-by=kyverno label; pruning also finds those an older Stockade labelled itself."""
+    from stockade.controllers.reports import ReportWriter
+
+    writer = ReportWriter(None)
+    api = _ListingApi()
+    writer.api = api
+    try:
+        assert writer.prune(frozenset({"a"})) == 1
+    finally:
+        writer.close()
+    assert set(api.selectors) == {"app.kubernetes.io/managed-by in (kyverno,stockade)"}
+    assert api.deleted == [("ns", "u1")]

@@ -50,6 +50,13 @@ def test_at_sign_refers_to_the_current_path(ctx: EngineContext) -> None:
     assert substitute_all({"metadata": {"name": "{{@}}"}}, ctx) == {"metadata": {"name": "web"}}
 
 
+def test_at_sign_inside_an_expression_is_the_jmespath_current_node(ctx: EngineContext) -> None:
+    """Kyverno rewrites only a bare ``{{@}}`` to the current path; in ``x | to_string(@)`` (Kyverno's e2e csr
+    mutate rule) the ``@`` is JMESPath's current node, so a label missing at the patch path does not turn it null."""
+    patch = {"metadata": {"labels": {"name": "{{ request.object.metadata.name | to_string(@) }}"}}}
+    assert substitute_all(patch, ctx) == {"metadata": {"labels": {"name": "web"}}}
+
+
 def test_keys_and_lists_are_substituted(ctx: EngineContext) -> None:
     assert substitute_all({"{{ request.object.metadata.name }}": ["{{ request.operation }}"]}, ctx) == {"web": ["CREATE"]}
 

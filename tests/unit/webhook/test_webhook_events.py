@@ -1,4 +1,4 @@
-"""Denial Events: what is recorded, aggregation of repeats, and the webhook hooks (events, generator)."""
+"""Admission Events as Kyverno writes them, aggregation of repeats, and the webhook hooks (events, generator)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,15 @@ from typing import Any
 
 from webhook_helpers import pod, review, start_server
 
-from stockade.controllers.events import CLUSTER_EVENT_NAMESPACE, EventRecorder, denial_events
+from stockade.controllers.events import (
+    ACTION_BLOCKED,
+    ACTION_PASSED,
+    CLUSTER_EVENT_NAMESPACE,
+    SOURCE_ADMISSION,
+    EventRecorder,
+    admission_events,
+)
+from stockade.engine.kyvernoconfig import parse_kyverno_config
 from stockade.engine.response import EngineResponse, RuleResponse
 from stockade.policy.model import KyvernoPolicy
 from stockade.webhook.admission import AdmissionDecision, parse_review
@@ -47,25 +55,92 @@ def admission(operation: str = "CREATE", dry_run: bool = False) -> Any:
     return parse_review(body)
 
 
-def test_create_denial_makes_one_warning_event_on_the_cluster_policy_in_default() -> None:
-    (event,) = denial_events(admission(), denial(policy()))
+def test_create_denial_makes_one_blocked_warning_event_on_the_cluster_policy_in_default() -> None:
+    """Kyverno's NewPolicyFailEvent with blocked=true: "<Kind> <ns>/<name>: [<rule>] <status> (blocked); <message>"."""
+    (event,) = admission_events(admission(), denial(policy()))
     assert event.namespace == CLUSTER_EVENT_NAMESPACE and event.type == "Warning" and event.reason == "PolicyViolation"
     assert event.regarding_dict == {"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "name": "require-team", "uid": "policy-uid"}
-    assert event.message == "Pod default/web CREATE blocked: rule check-team fail: label 'team' is required"
+    assert event.related_dict == {"apiVersion": "v1", "kind": "Pod", "name": "web", "namespace": "default"}
+    assert event.message == "Pod default/web: [check-team] fail (blocked); label 'team' is required"
+    assert (event.action, event.source) == (ACTION_BLOCKED, SOURCE_ADMISSION)
 
 
-def test_update_denial_also_regards_the_existing_object_and_policy_events_use_its_namespace() -> None:
-    events = denial_events(admission("UPDATE"), denial(policy("Policy", "team-a")))
-    assert [e.namespace for e in events] == ["team-a", "default"]
-    assert events[1].regarding_dict["uid"] == "pod-uid" and events[1].regarding_dict["kind"] == "Pod"
-    assert "UPDATE blocked by policy require-team rule check-team" in events[1].message
+def test_update_denial_regards_only_the_policy_in_its_namespace() -> None:
+    """Kyverno writes no Event on the resource of a denied request (GenerateEvents with blocked=true)."""
+    events = admission_events(admission("UPDATE"), denial(policy("Policy", "team-a")))
+    assert [(e.namespace, e.regarding_dict["kind"]) for e in events] == [("team-a", "Policy")]
 
 
-def test_allowed_dry_run_and_audit_failures_make_no_events() -> None:
-    assert denial_events(admission(), AdmissionDecision(True)) == []
-    assert denial_events(admission(dry_run=True), denial(policy())) == []
-    audit = AdmissionDecision(False, "x", responses=[EngineResponse(policy(), {}, {}, [RuleResponse("r", "Validation", "fail", "m", failure_action="Audit")])])
-    assert denial_events(admission(), audit) == []
+def test_dry_runs_and_nameless_objects_make_no_events() -> None:
+    assert admission_events(admission(), AdmissionDecision(True)) == []
+    assert admission_events(admission(dry_run=True), denial(policy())) == []
+
+
+def two_rule_policy() -> KyvernoPolicy:
+    """Kyverno's e2e two-rules-with-different-action: one Enforce rule, one Audit rule in the same policy."""
+    return KyvernoPolicy(
+        {
+            "apiVersion": "kyverno.io/v1",
+            "kind": "ClusterPolicy",
+            "metadata": {"name": "check-ns-labels"},
+            "spec": {
+                "rules": [
+                    {"name": "require-ns-purpose-label", "validate": {"failureAction": "Enforce", "pattern": {}}},
+                    {"name": "require-ns-env-label", "validate": {"failureAction": "Audit", "pattern": {}}},
+                ]
+            },
+        }
+    )
+
+
+def namespace_admission(name: str) -> Any:
+    body = review({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    return parse_review(body)
+
+
+def test_audit_rule_failure_on_an_admitted_request_is_a_passed_violation_on_policy_and_resource() -> None:
+    """Kyverno's allowed-request events: the failing Audit rule gives a Warning PolicyViolation on the policy with
+    action "Resource Passed" and no "(blocked)", and the resource gets one Event per rule of that policy."""
+    rules = [
+        RuleResponse("require-ns-purpose-label", "Validation", "pass", "validation rule 'require-ns-purpose-label' passed.", failure_action="Enforce"),
+        RuleResponse("require-ns-env-label", "Validation", "fail", "validation error: env needed.", failure_action="Audit"),
+    ]
+    decision = AdmissionDecision(True, responses=[EngineResponse(two_rule_policy(), {}, {}, rules)])
+    events = admission_events(namespace_admission("good-ns-1"), decision)
+    assert len(events) == 3
+    on_resource_pass, on_policy, on_resource_fail = events
+    assert (on_policy.reason, on_policy.type, on_policy.action) == ("PolicyViolation", "Warning", ACTION_PASSED)
+    assert on_policy.message == "Namespace good-ns-1: [require-ns-env-label] fail; validation error: env needed."
+    assert on_policy.namespace == "default" and on_policy.regarding_dict["name"] == "check-ns-labels"
+    assert on_policy.related_dict == {"apiVersion": "v1", "kind": "Namespace", "name": "good-ns-1"}
+    assert on_resource_fail.regarding_dict == {"apiVersion": "v1", "kind": "Namespace", "name": "good-ns-1"}
+    assert on_resource_fail.message == "policy check-ns-labels/require-ns-env-label fail: validation error: env needed."
+    assert on_resource_pass.message == "policy check-ns-labels/require-ns-purpose-label pass: validation rule 'require-ns-purpose-label' passed."
+
+
+def test_denial_events_cover_enforce_policies_only_and_success_events_follow_the_configmap() -> None:
+    """A denied request is explained by enforce policies (Kyverno runs audit policies only after admitting); a
+    policy that passed gets PolicyApplied only under generateSuccessEvents."""
+    audit_policy = KyvernoPolicy({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "audit-only"}, "spec": {"rules": []}})
+    audit_fail = EngineResponse(audit_policy, {}, {}, [RuleResponse("r", "Validation", "fail", "m", failure_action="Audit")])
+    blocked = denial(policy())
+    blocked.responses.append(audit_fail)
+    assert [e.regarding_dict["name"] for e in admission_events(admission(), blocked)] == ["require-team"]
+    passed = AdmissionDecision(True, responses=[EngineResponse(policy(), {}, {}, [RuleResponse("check-team", "Validation", "pass", "ok")])])
+    assert admission_events(admission(), passed, parse_kyverno_config({})) == []
+    (applied,) = admission_events(admission(), passed, parse_kyverno_config({"generateSuccessEvents": "true"}))
+    assert (applied.reason, applied.type, applied.action, applied.message) == ("PolicyApplied", "Normal", ACTION_PASSED, "Pod default/web: pass")
+
+
+def test_exception_skips_give_policy_skipped_events_on_exception_and_policy() -> None:
+    """Kyverno's NewPolicyExceptionEvents for rules skipped by a PolicyException on an admitted request."""
+    skipped = RuleResponse("check-team", "Validation", "skip", "rule is skipped due to policy exceptionsops/allow-web", exceptions=["ops/allow-web"])
+    decision = AdmissionDecision(True, responses=[EngineResponse(policy(), {}, {}, [skipped])])
+    on_exception, on_policy = admission_events(admission(), decision)
+    assert on_exception.regarding_dict == {"apiVersion": "kyverno.io/v2", "kind": "PolicyException", "name": "allow-web", "namespace": "ops"}
+    assert on_exception.namespace == "ops" and on_exception.reason == "PolicySkipped" and on_exception.action == ACTION_PASSED
+    assert on_exception.message == "resource Pod/default/web was skipped from policy rule require-team/check-team"
+    assert on_policy.message == "resource Pod/default/web was skipped from rule check-team due to policy exceptions ops/allow-web"
 
 
 def test_repeats_are_folded_into_one_event_with_a_count_then_patched() -> None:
@@ -78,7 +153,9 @@ def test_repeats_are_folded_into_one_event_with_a_count_then_patched() -> None:
     assert len(core.created) == 2
     namespace, body = core.created[0]
     assert namespace == "default" and body["count"] == 50 and body["type"] == "Warning" and body["reason"] == "PolicyViolation"
-    assert body["involvedObject"]["name"] == "require-team" and body["source"] == {"component": "kyverno-admission"} and body["reportingComponent"] == "kyverno-admission"
+    assert body["involvedObject"]["name"] == "require-team" and body["source"] == {"component": "kyverno-admission"}
+    assert body["reportingComponent"] == "kyverno-admission" and body["related"]["name"] == "web"
+    assert body["action"] == "Resource Blocked"
     assert core.created[1][1]["count"] == 1
     # a later repeat updates the same Event instead of creating another
     again = EventRecorder(None, core_api=core, start=False)
@@ -162,13 +239,13 @@ def test_mutating_policy_success_event_is_resource_mutated_on_the_policy() -> No
     """Kyverno's NewPolicyAppliedEvent: a MutatingPolicy's PolicyApplied Event regards the policy (its own
     apiVersion/kind) with action "Resource Mutated" and "<Kind> <ns>/<name> is successfully mutated"."""
     from stockade.celpolicy.model import CelPolicy
-    from stockade.controllers.events import ACTION_MUTATED, success_events
+    from stockade.controllers.events import ACTION_MUTATED, admission_events
     from stockade.engine.kyvernoconfig import parse_kyverno_config
 
     mpol = CelPolicy({"apiVersion": "policies.kyverno.io/v1beta1", "kind": "MutatingPolicy", "metadata": {"name": "add-labels", "uid": "u"}, "spec": {}})
     decision = AdmissionDecision(True, "", responses=[EngineResponse(mpol, {}, {}, [RuleResponse("", "Mutation", "pass", "mutated")])])
     request = admission()
-    (event,) = success_events(request, decision, parse_kyverno_config({"generateSuccessEvents": "true"}))
+    (event,) = admission_events(request, decision, parse_kyverno_config({"generateSuccessEvents": "true"}))
     assert (event.namespace, event.type, event.reason, event.action) == ("default", "Normal", "PolicyApplied", ACTION_MUTATED)
     assert event.regarding_dict == {"apiVersion": "policies.kyverno.io/v1beta1", "kind": "MutatingPolicy", "name": "add-labels", "uid": "u"}
     assert event.message == "Pod default/web is successfully mutated"

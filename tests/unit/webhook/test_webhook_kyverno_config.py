@@ -9,14 +9,14 @@ from typing import Any
 
 import yaml
 
-from stockade.controllers.events import ACTION_MUTATED, ACTION_PASSED, REASON_POLICY_APPLIED, success_events
+from stockade.controllers.events import ACTION_MUTATED, ACTION_PASSED, REASON_POLICY_APPLIED, admission_events
 from stockade.controllers.kyvernoconfigwatch import ConfigMapWatch, InvalidConfigMapReference, LiveKyvernoConfig, parse_configmap_reference
 from stockade.controllers.webhookconfig import MANAGED_BY_LABEL, WebhookTarget, build_configurations, build_policy_validation_configuration, static_resolver
 from stockade.engine.engine import Engine
 from stockade.engine.handlers.existing import PRE_EXISTING_VIOLATION_MESSAGE
 from stockade.engine.kyvernoconfig import KyvernoConfig, parse_kyverno_config
 from stockade.policy.model import KyvernoPolicy
-from stockade.webhook.admission import AdmissionDecision, AdmissionEvaluator, parse_review
+from stockade.webhook.admission import AdmissionEvaluator, parse_review
 from stockade.webhook.certs import CertificateManager
 from stockade.webhook.configfilter import configuration_skip_reason
 
@@ -155,14 +155,12 @@ def test_success_events_follow_generate_success_events() -> None:
     request = parse_review(review(labeled))
     decision = evaluator(REQUIRE_TEAM).validate(request)
     assert decision.allowed
-    assert success_events(request, decision, KyvernoConfig()) == []
-    [event] = success_events(request, decision, parse_kyverno_config({"generateSuccessEvents": "true"}))
+    assert admission_events(request, decision, KyvernoConfig()) == []
+    [event] = admission_events(request, decision, parse_kyverno_config({"generateSuccessEvents": "true"}))
     assert (event.reason, event.type, event.action, event.message) == (REASON_POLICY_APPLIED, "Normal", ACTION_PASSED, "Pod default/web: pass")
     assert event.regarding_dict["name"] == "require-team"
     only_mutations = parse_kyverno_config({"generateSuccessEvents": "true", "successEventActions": ACTION_MUTATED})
-    assert success_events(request, decision, only_mutations) == []
-    denied = AdmissionDecision(False, "no", responses=decision.responses)
-    assert success_events(request, denied, parse_kyverno_config({"generateSuccessEvents": "true"})) == []
+    assert admission_events(request, decision, only_mutations) == []
 
 
 def test_default_registry_settings_reach_the_images_variable() -> None:

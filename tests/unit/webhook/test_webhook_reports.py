@@ -33,6 +33,8 @@ def test_report_is_named_after_and_owned_by_the_resource() -> None:
     assert report is not None
     assert report["kind"] == "PolicyReport" and report["metadata"]["name"] == "1234-abcd" and report["metadata"]["namespace"] == "default"
     assert report["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": "1234-abcd"}]
+    # Kyverno's SetManagedByKyvernoLabel: readers of Kyverno's reports (its e2e suite included) select on it
+    assert report["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "kyverno"}
     assert report["scope"] == {"apiVersion": "v1", "kind": "Pod", "name": "web", "uid": "1234-abcd", "namespace": "default"}
     first, second, third = report["results"]
     assert first == {
