@@ -17,7 +17,7 @@ from stockade.engine.handlers.generate import ResourceLookup, generate_rule
 from stockade.engine.handlers.mutate import mutate_resource_rule
 from stockade.engine.handlers.podsecurity import validate_pod_security_rule
 from stockade.engine.handlers.validate import validate_resource_rule
-from stockade.engine.match import RequestInfo, ResourceKind, match_reasons
+from stockade.engine.match import RequestInfo, ResourceKind, match_reasons, rejected_by_kind
 from stockade.engine.policycontext import PolicyContext, build_json_context
 from stockade.engine.preconditions import ConditionEvaluationError, evaluate_conditions
 from stockade.engine.response import FAIL, PASS, EngineResponse, RuleResponse, rule_error, rule_skip
@@ -50,6 +50,28 @@ class Request:
     values: dict[str, Any] = field(default_factory=dict)
     gvk: ResourceKind | None = None
     operation_forced: bool = False
+
+
+_MAX_KINDS_PER_POLICY = 256
+_RULES_BY_KIND: dict[int, tuple[list[Rule], dict[ResourceKind, list[Rule]]]] = {}
+
+
+def rules_for_kind(policy: KyvernoPolicy, gvk: ResourceKind) -> list[Rule]:
+    """The policy's rules minus those whose match blocks name kinds that exclude ``gvk`` (they could never apply),
+    computed once per policy and kind: autogen triples a Pod policy's rules and a Pod review needs only a third."""
+    rules = policy.rules
+    cached = _RULES_BY_KIND.get(id(rules))
+    if cached is None or cached[0] is not rules:
+        if len(_RULES_BY_KIND) > 4096:
+            _RULES_BY_KIND.clear()
+        cached = _RULES_BY_KIND[id(rules)] = (rules, {})
+    by_kind = cached[1]
+    chosen = by_kind.get(gvk)
+    if chosen is None:
+        if len(by_kind) >= _MAX_KINDS_PER_POLICY:
+            by_kind.clear()
+        chosen = by_kind[gvk] = [rule for rule in rules if not rejected_by_kind(rule.raw, gvk)]
+    return chosen
 
 
 class Engine:
@@ -130,7 +152,7 @@ class Engine:
         applied = 0
         ctx.checkpoint()
         try:
-            for rule in pctx.policy.rules:
+            for rule in rules_for_kind(pctx.policy, pctx.gvk):
                 if not wants(rule):
                     continue
                 if not self._matches(pctx, rule, resource):

@@ -257,7 +257,7 @@ def match_reasons(
     metadata = resource.get("metadata") or {}
     if policy_namespace and policy_namespace != str(metadata.get("namespace") or ""):
         return ["policy and resource namespaces mismatch"]
-    if _rejected_by_kind(rule, gvk):
+    if rejected_by_kind(rule, gvk):
         return ["no resource matched"]
     args = (resource, gvk, namespace_labels or {}, operation)
     reasons: list[str] = []
@@ -299,7 +299,8 @@ def _kind_gate(rule: dict[str, Any]) -> tuple[tuple[str, ...], ...] | None:
     return gate
 
 
-def _rejected_by_kind(rule: dict[str, Any], gvk: ResourceKind) -> bool:
+def rejected_by_kind(rule: dict[str, Any], gvk: ResourceKind) -> bool:
+    """Whether the kinds named in the rule's match block alone rule ``gvk`` out."""
     gate = _kind_gate(rule)
     if gate is None:
         return False
