@@ -74,6 +74,23 @@ def rules_for_kind(policy: KyvernoPolicy, gvk: ResourceKind) -> list[Rule]:
     return chosen
 
 
+_STATIC_ACTIONS: dict[int, tuple[dict[str, Any], dict[str, Any], str]] = {}
+
+
+def _static_failure_action(policy: KyvernoPolicy, rule: Rule) -> str:
+    """A rule's failure action when its policy has no per-namespace overrides: the rule's own ``failureAction``,
+    else the policy's; worked out once per rule (held by identity, like the other per-rule caches)."""
+    cached = _STATIC_ACTIONS.get(id(rule.raw))
+    if cached is not None and cached[0] is rule.raw and cached[1] is policy.raw:
+        return cached[2]
+    action = (rule.validate or {}).get("failureAction") or policy.validation_failure_action
+    resolved = "Enforce" if str(action).lower() == "enforce" else "Audit"
+    if len(_STATIC_ACTIONS) > 50_000:
+        _STATIC_ACTIONS.clear()
+    _STATIC_ACTIONS[id(rule.raw)] = (rule.raw, policy.raw, resolved)
+    return resolved
+
+
 class Engine:
     """Evaluates Kyverno ClusterPolicy/Policy rules. Stateless apart from configuration; safe to reuse."""
 
@@ -203,10 +220,13 @@ class Engine:
 
     @staticmethod
     def _failure_action(pctx: PolicyContext, rule: Rule) -> str:
+        overrides = pctx.policy.validation_failure_action_overrides
+        if not overrides:
+            return _static_failure_action(pctx.policy, rule)
         action = (rule.validate or {}).get("failureAction")
         if not action:
             action = pctx.policy.validation_failure_action
-        for override in pctx.policy.validation_failure_action_overrides:
+        for override in overrides:
             namespaces = override.get("namespaces") or []
             namespace = str(((pctx.new_resource or pctx.old_resource).get("metadata") or {}).get("namespace") or "")
             from stockade.engine.wildcard import match as wildcard_match
