@@ -147,8 +147,9 @@ class Validator:
         resource = self._target()
         if resource is None:
             return None
+        policy_owned = pattern is self.block[key]  # nothing was substituted: plans of its maps can be cached
         if key == "pattern":
-            failure = validate_pattern(resource, pattern)
+            failure = validate_pattern(resource, pattern, policy_owned=policy_owned)
             if failure is None:
                 return rule_pass(name, VALIDATION, f"validation rule '{name}' passed.")
             if failure.skip:
@@ -161,7 +162,7 @@ class Validator:
         failed: list[str] = []
         skipped: list[str] = []
         for index, candidate in enumerate(pattern):
-            failure = validate_pattern(resource, candidate)
+            failure = validate_pattern(resource, candidate, policy_owned=policy_owned)
             if failure is None:
                 return rule_pass(name, VALIDATION, f"validation rule '{name}' anyPattern[{index}] passed.")
             if failure.skip:

@@ -10,6 +10,7 @@ routine (one per container that does not match a condition), and tuples keep tha
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -146,12 +147,12 @@ class _MapPlan:
 
 
 _PLANS: dict[int, tuple[dict[str, Any], _MapPlan]] = {}
-_MAX_PLANS = 50_000
+_MAX_PLANS = 20_000
 
 
 def _plan(pattern: dict[str, Any]) -> _MapPlan:
-    """The cached plan of a pattern map; keyed by identity (the map is held, so its id is not reused meanwhile).
-    Policy patterns never change once loaded; a substituted copy gets its own entry."""
+    """The cached plan of a policy's pattern map; keyed by identity (the map is held, so its id is not reused
+    meanwhile).  Policy patterns never change once loaded."""
     cached = _PLANS.get(id(pattern))
     if cached is not None and cached[0] is pattern:
         return cached[1]
@@ -165,10 +166,11 @@ def _plan(pattern: dict[str, Any]) -> _MapPlan:
 class _Walk:
     """State of one ``validate_pattern`` call: which tracked anchor keys were ever found in the resource."""
 
-    __slots__ = ("anchor_seen",)
+    __slots__ = ("anchor_seen", "plan")
 
-    def __init__(self) -> None:
+    def __init__(self, cache_plans: bool) -> None:
         self.anchor_seen: dict[str, bool] = {}
+        self.plan: Callable[[dict[str, Any]], _MapPlan] = _plan if cache_plans else _MapPlan
 
     def note_anchors(self, plan: _MapPlan, resource: dict[str, Any]) -> None:
         seen = self.anchor_seen
@@ -193,7 +195,7 @@ class _Walk:
                     f"pattern and resource have different structures. Path: {path}. "
                     f"Expected {go_type_name(pattern)}, found {go_type_name(resource)}"
                 )
-            plan = _plan(pattern)
+            plan = self.plan(pattern)
             self.note_anchors(plan, resource)
             return self.map(resource, pattern, plan, path)
         if isinstance(pattern, list):
@@ -361,9 +363,12 @@ class _Walk:
         return None
 
 
-def validate_pattern(resource: Any, pattern: Any) -> PatternFailure | None:
-    """Match a whole resource against a ``validate.pattern`` (or one ``anyPattern`` entry); None means it matched."""
-    walk = _Walk()
+def validate_pattern(resource: Any, pattern: Any, *, policy_owned: bool = False) -> PatternFailure | None:
+    """Match a whole resource against a ``validate.pattern`` (or one ``anyPattern`` entry); None means it matched.
+
+    ``policy_owned``: the pattern is the policy's own object (no variables were substituted into it), so the plans
+    of its maps are cached; a substituted copy is new on every review and may carry request data, so it is not."""
+    walk = _Walk(policy_owned)
     result = walk.element(resource, pattern, "/")
     if result is None:
         return None
