@@ -3,7 +3,8 @@
 Usage: .venv/bin/python bench/bench_admission.py [--requests 5000] [--connections 8] [--max-seconds 60]
        [--policies bench/policies/pss-restricted.yaml] [--endpoint /validate/fail] [--workers 1]
 Starts `stockade serve` on 127.0.0.1 (a free port) as a child process pinned to CPU 0 when taskset exists, drives it
-from this process (pinned to CPU 1) with a bounded number of requests, prints p50/p99 latency and requests/s, and
+from this process (pinned to CPU 1) with a bounded number of requests, prints p50/p99 latency, requests/s and the CPU
+time per request of the server and of its evaluation workers (from /proc), and
 stops the server.  Traffic never leaves the loopback interface.
 """
 
@@ -119,6 +120,41 @@ async def drive(port: int, context: ssl.SSLContext, bodies: list[bytes], connect
     return latencies, denied, errors, elapsed
 
 
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU time of one process, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (the evaluation workers and multiprocessing's helpers)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(parent, []).append(int(entry.name))
+    found, pending = [], [pid]
+    while pending:
+        for child in children.get(pending.pop(), []):
+            found.append(child)
+            pending.append(child)
+    return found
+
+
+def cpu_snapshot(pid: int) -> tuple[float, float]:
+    """(server process, its descendants) CPU seconds so far."""
+    below = 0.0
+    for child in descendants(pid):
+        try:
+            below += process_cpu_seconds(child)
+        except OSError:  # exited meanwhile
+            pass
+    return process_cpu_seconds(pid), below
+
+
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
@@ -148,9 +184,11 @@ def main() -> None:
             context = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
             asyncio.run(wait_ready(port, context, process))
             asyncio.run(drive(port, context, bodies[: args.warmup], args.connections, args.max_seconds, args.endpoint))
+            cpu_before = cpu_snapshot(process.pid)  # taskset execs the server in place: same pid
             latencies, denied, errors, elapsed = asyncio.run(
                 drive(port, context, bodies[args.warmup :], args.connections, args.max_seconds, args.endpoint)
             )
+            cpu_after = cpu_snapshot(process.pid)
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=30)
@@ -162,6 +200,8 @@ def main() -> None:
         f"latency: p50 {percentile(latencies, 0.50) * 1000:.2f} ms, p99 {percentile(latencies, 0.99) * 1000:.2f} ms, "
         f"mean {statistics.fmean(latencies) * 1000:.2f} ms"
     )
+    server_ms, workers_ms = ((after - before) / max(1, count) * 1000 for before, after in zip(cpu_before, cpu_after))
+    print(f"cpu per request: server {server_ms:.3f} ms, evaluation workers {workers_ms:.3f} ms, total {server_ms + workers_ms:.3f} ms")
 
 
 if __name__ == "__main__":

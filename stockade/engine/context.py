@@ -78,6 +78,14 @@ class EngineContext:
         data[key] = value
         self._data = data
 
+    def set_many(self, values: dict[str, Any]) -> None:
+        """Set several top-level keys with one copy of the root (foreach sets four per element)."""
+        for key in values:
+            self._deferred.pop(key, None)
+        data = dict(self._data)
+        data.update(values)
+        self._data = data
+
     def add_variable(self, dotted_key: str, value: Any) -> None:
         """Merge a value at a dotted path (``request.object.metadata.name``), creating maps along the way."""
         keys = split_dotted_key(dotted_key)

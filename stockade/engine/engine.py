@@ -17,7 +17,7 @@ from stockade.engine.handlers.generate import ResourceLookup, generate_rule
 from stockade.engine.handlers.mutate import mutate_resource_rule
 from stockade.engine.handlers.podsecurity import validate_pod_security_rule
 from stockade.engine.handlers.validate import validate_resource_rule
-from stockade.engine.match import RequestInfo, ResourceKind, match_reasons
+from stockade.engine.match import RequestInfo, ResourceKind, match_reasons, rejected_by_kind
 from stockade.engine.policycontext import PolicyContext, build_json_context
 from stockade.engine.preconditions import ConditionEvaluationError, evaluate_conditions
 from stockade.engine.response import FAIL, PASS, EngineResponse, RuleResponse, rule_error, rule_skip
@@ -50,6 +50,45 @@ class Request:
     values: dict[str, Any] = field(default_factory=dict)
     gvk: ResourceKind | None = None
     operation_forced: bool = False
+
+
+_MAX_KINDS_PER_POLICY = 256
+_RULES_BY_KIND: dict[int, tuple[list[Rule], dict[ResourceKind, list[Rule]]]] = {}
+
+
+def rules_for_kind(policy: KyvernoPolicy, gvk: ResourceKind) -> list[Rule]:
+    """The policy's rules minus those whose match blocks name kinds that exclude ``gvk`` (they could never apply),
+    computed once per policy and kind: autogen triples a Pod policy's rules and a Pod review needs only a third."""
+    rules = policy.rules
+    cached = _RULES_BY_KIND.get(id(rules))
+    if cached is None or cached[0] is not rules:
+        if len(_RULES_BY_KIND) > 4096:
+            _RULES_BY_KIND.clear()
+        cached = _RULES_BY_KIND[id(rules)] = (rules, {})
+    by_kind = cached[1]
+    chosen = by_kind.get(gvk)
+    if chosen is None:
+        if len(by_kind) >= _MAX_KINDS_PER_POLICY:
+            by_kind.clear()
+        chosen = by_kind[gvk] = [rule for rule in rules if not rejected_by_kind(rule.raw, gvk)]
+    return chosen
+
+
+_STATIC_ACTIONS: dict[int, tuple[dict[str, Any], dict[str, Any], str]] = {}
+
+
+def _static_failure_action(policy: KyvernoPolicy, rule: Rule) -> str:
+    """A rule's failure action when its policy has no per-namespace overrides: the rule's own ``failureAction``,
+    else the policy's; worked out once per rule (held by identity, like the other per-rule caches)."""
+    cached = _STATIC_ACTIONS.get(id(rule.raw))
+    if cached is not None and cached[0] is rule.raw and cached[1] is policy.raw:
+        return cached[2]
+    action = (rule.validate or {}).get("failureAction") or policy.validation_failure_action
+    resolved = "Enforce" if str(action).lower() == "enforce" else "Audit"
+    if len(_STATIC_ACTIONS) > 50_000:
+        _STATIC_ACTIONS.clear()
+    _STATIC_ACTIONS[id(rule.raw)] = (rule.raw, policy.raw, resolved)
+    return resolved
 
 
 class Engine:
@@ -130,7 +169,7 @@ class Engine:
         applied = 0
         ctx.checkpoint()
         try:
-            for rule in pctx.policy.rules:
+            for rule in rules_for_kind(pctx.policy, pctx.gvk):
                 if not wants(rule):
                     continue
                 if not self._matches(pctx, rule, resource):
@@ -181,10 +220,13 @@ class Engine:
 
     @staticmethod
     def _failure_action(pctx: PolicyContext, rule: Rule) -> str:
+        overrides = pctx.policy.validation_failure_action_overrides
+        if not overrides:
+            return _static_failure_action(pctx.policy, rule)
         action = (rule.validate or {}).get("failureAction")
         if not action:
             action = pctx.policy.validation_failure_action
-        for override in pctx.policy.validation_failure_action_overrides:
+        for override in overrides:
             namespaces = override.get("namespaces") or []
             namespace = str(((pctx.new_resource or pctx.old_resource).get("metadata") or {}).get("namespace") or "")
             from stockade.engine.wildcard import match as wildcard_match

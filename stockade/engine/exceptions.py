@@ -27,6 +27,8 @@ def exceptions_for_rule(exceptions: list[PolicyException], policy_key: str, rule
 
 def matching_exceptions(pctx: PolicyContext, rule_name: str) -> list[PolicyException]:
     """Exceptions naming this policy/rule whose match and conditions hold for the request."""
+    if not pctx.exceptions:
+        return []  # the usual case: the policy key is not even worked out
     matched: list[PolicyException] = []
     for exception in exceptions_for_rule(pctx.exceptions, pctx.policy.key, rule_name):
         resource = pctx.resource_for_match

@@ -257,8 +257,10 @@ def match_reasons(
     metadata = resource.get("metadata") or {}
     if policy_namespace and policy_namespace != str(metadata.get("namespace") or ""):
         return ["policy and resource namespaces mismatch"]
-    if _rejected_by_kind(rule, gvk):
+    if rejected_by_kind(rule, gvk):
         return ["no resource matched"]
+    if _kind_gate(rule)[1]:
+        return []  # the kinds matched and nothing else is selected on
     args = (resource, gvk, namespace_labels or {}, operation)
     reasons: list[str] = []
     mode, filters = _filters(rule.get("match") or {})
@@ -281,26 +283,41 @@ def match_reasons(
     return reasons
 
 
-_KIND_GATES: dict[int, tuple[Any, tuple[tuple[str, ...], ...] | None]] = {}
+_KIND_GATES: dict[int, tuple[Any, tuple[tuple[str, ...], ...] | None, bool]] = {}
 
 
-def _kind_gate(rule: dict[str, Any]) -> tuple[tuple[str, ...], ...] | None:
-    """Kinds lists of the match filters when every filter names kinds (so a kind mismatch alone rejects), else None.
+def _kind_gate(rule: dict[str, Any]) -> tuple[tuple[tuple[str, ...], ...] | None, bool]:
+    """(kinds lists of the match filters when every filter names kinds, so a kind mismatch alone rejects, else None;
+    whether kinds are all the rule selects on, so passing the gate means the rule matches).
 
     Cached per rule object: rules are immutable once loaded and this check runs for every rule on every request.
     """
     cached = _KIND_GATES.get(id(rule))
     if cached is not None and cached[0] is rule:
-        return cached[1]
+        return cached[1], cached[2]
     mode, filters = _filters(rule.get("match") or {})
     kinds = tuple(tuple((f.get("resources") or {}).get("kinds") or ()) for f in filters)
     gate = kinds if kinds and all(kinds) else None
-    _KIND_GATES[id(rule)] = (rule, gate)
-    return gate
+    kinds_only = gate is not None and not rule.get("exclude") and all(_selects_on_kinds_only(f) for f in filters)
+    if len(_KIND_GATES) > 50_000:
+        _KIND_GATES.clear()
+    _KIND_GATES[id(rule)] = (rule, gate, kinds_only)
+    return gate, kinds_only
 
 
-def _rejected_by_kind(rule: dict[str, Any], gvk: ResourceKind) -> bool:
-    gate = _kind_gate(rule)
+def _selects_on_kinds_only(resource_filter: dict[str, Any]) -> bool:
+    """A filter whose only criterion is ``resources.kinds`` (every other field absent or empty)."""
+    if any(resource_filter.get(key) for key in _USER_FIELDS):
+        return False
+    resources = resource_filter.get("resources") or {}
+    return all(key == "kinds" or value in (None, "", [], {}) for key, value in resources.items() if key not in ("selector", "namespaceSelector")) and (
+        resources.get("selector") is None and resources.get("namespaceSelector") is None
+    )
+
+
+def rejected_by_kind(rule: dict[str, Any], gvk: ResourceKind) -> bool:
+    """Whether the kinds named in the rule's match block alone rule ``gvk`` out."""
+    gate = _kind_gate(rule)[0]
     if gate is None:
         return False
     mode = "any" if (rule.get("match") or {}).get("any") else "every"

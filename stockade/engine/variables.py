@@ -105,13 +105,12 @@ def substitute_string(
     for _ in range(_MAX_ROUNDS):
         if not isinstance(value, str):
             return value
-        matches = list(VARIABLE_RE.finditer(value))
-        if not matches:
+        tokens = _tokens(value)
+        if not tokens:
             break
         original = value
         replacements: list[tuple[str, str]] = []
-        for match in matches:
-            token = match.group(2)
+        for token in tokens:
             resolved = _resolve(token, ctx, path, is_delete)
             if original == token:
                 return resolved
@@ -136,6 +135,23 @@ def substitute_string(
         raise SubstitutionError(f"variable substitution did not converge at path {_render_path(path)}")
     budget.remaining -= max(0, len(value) - len(text))
     return value
+
+
+_TOKENS: dict[str, tuple[str, ...]] = {}
+_CACHED_TEXT_LIMIT = 512  # policy texts are short; longer strings (resolved values) are scanned every time
+
+
+def _tokens(text: str) -> tuple[str, ...]:
+    """The ``{{ }}`` tokens of a string in order; cached for short texts (policies repeat theirs on every review)."""
+    cached = _TOKENS.get(text)
+    if cached is not None:
+        return cached
+    tokens = tuple(match.group(2) for match in VARIABLE_RE.finditer(text))
+    if len(text) <= _CACHED_TEXT_LIMIT:
+        if len(_TOKENS) > 20_000:
+            _TOKENS.clear()
+        _TOKENS[text] = tokens
+    return tokens
 
 
 def _resolve(token: str, ctx: EngineContext, path: Sequence[str | int], is_delete: bool) -> Any:

@@ -101,8 +101,9 @@ class Rule:
 
     raw: dict[str, Any]
 
-    @property
+    @cached_property
     def name(self) -> str:
+        """Cached: the engine asks for it many times per rule and review (rules never change once loaded)."""
         return str(self.raw.get("name", ""))
 
     @property

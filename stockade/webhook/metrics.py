@@ -12,12 +12,17 @@ series count is bounded by what the current policies name.
 
 from __future__ import annotations
 
+import bisect
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.samples import Sample
+from prometheus_client.utils import floatToGoString
 
 from stockade.engine.match import parse_kind_selector
 from stockade.engine.response import EngineResponse
@@ -44,6 +49,83 @@ def matched_kinds(policies: Iterable[Any]) -> frozenset[str]:
     return frozenset(kinds)
 
 
+RULE_LABELS = (
+    "policy_name",
+    "policy_type",
+    "policy_validation_mode",
+    "rule_name",
+    "rule_type",
+    "rule_result",
+    "resource_kind",
+    "resource_request_operation",
+    "rule_execution_cause",
+)
+
+
+class _RuleSeries:
+    """One label set of the per-rule metrics: result count, duration sum, per-bucket counts, creation time."""
+
+    __slots__ = ("count", "total", "buckets", "created")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total = 0.0
+        self.buckets = [0] * (len(LATENCY_BUCKETS) + 1)  # the last one is +Inf
+        self.created = time.time()
+
+
+class RuleResultsCollector:
+    """``kyverno_policy_results`` and ``kyverno_policy_execution_duration_seconds`` as plain counters, rendered at
+    scrape time.  A review updates one series per rule (14 for the PSS set); going through prometheus_client's
+    Counter and Histogram children cost three locked increments and a bucket search for each of them.  The text
+    rendered is the same as those metric types give (values, buckets, sum, count, created)."""
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.series: dict[tuple[str, ...], _RuleSeries] = {}
+        self._lock = lock  # shared with WebhookMetrics: new series and removals vs. a scrape in another thread
+
+    def observe(self, labels: tuple[str, ...], bucket: int, seconds: float) -> None:
+        """Called on the event loop only; a new series is added under the lock so a scrape never sees the dict
+        change size while it copies it."""
+        series = self.series.get(labels)
+        if series is None:
+            with self._lock:
+                series = self.series[labels] = _RuleSeries()
+        series.count += 1
+        series.total += seconds
+        series.buckets[bucket] += 1
+
+    @staticmethod
+    def _families() -> tuple[CounterMetricFamily, HistogramMetricFamily]:
+        return (
+            CounterMetricFamily("kyverno_policy_results", "Rule results of admission evaluations.", labels=RULE_LABELS),
+            HistogramMetricFamily(
+                "kyverno_policy_execution_duration_seconds",
+                "Time spent evaluating policies for one admission review, by rule result.",
+                labels=RULE_LABELS,
+            ),
+        )
+
+    def describe(self) -> Iterator[Metric]:
+        yield from self._families()
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            rows = [(labels, s.count, s.total, list(s.buckets), s.created) for labels, s in self.series.items()]
+        results, durations = self._families()
+        bounds = [floatToGoString(b) for b in LATENCY_BUCKETS] + ["+Inf"]
+        for labels, count, total, buckets, created in rows:
+            results.add_metric(labels, float(count), created=created)
+            cumulative, running = [], 0
+            for bound, hits in zip(bounds, buckets):
+                running += hits
+                cumulative.append((bound, float(running)))
+            durations.add_metric(labels, cumulative, total)
+            durations.samples.append(Sample(durations.name + "_created", dict(zip(RULE_LABELS, labels)), created))
+        yield results
+        yield durations
+
+
 class WebhookMetrics:
     """Admission request counters and latency histograms, per request and per policy rule."""
 
@@ -65,27 +147,9 @@ class WebhookMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
-        rule_labels = [
-            "policy_name",
-            "policy_type",
-            "policy_validation_mode",
-            "rule_name",
-            "rule_type",
-            "rule_result",
-            "resource_kind",
-            "resource_request_operation",
-            "rule_execution_cause",
-        ]
-        self.policy_results = Counter("kyverno_policy_results", "Rule results of admission evaluations.", rule_labels, registry=self.registry)
-        self.policy_duration = Histogram(
-            "kyverno_policy_execution_duration_seconds",
-            "Time spent evaluating policies for one admission review, by rule result.",
-            rule_labels,
-            buckets=LATENCY_BUCKETS,
-            registry=self.registry,
-        )
+        self.rule_results = RuleResultsCollector(self._lock)
+        self.registry.register(self.rule_results)
         # labels() validates and hashes on every call; admission traffic repeats the same few label sets
-        self._rule_children: dict[tuple[str, ...], tuple[Any, Any]] = {}
         self._request_children: dict[tuple[str, ...], tuple[Any, Any]] = {}
         self.bad_requests = Counter("kyverno_admission_invalid_requests", "Request bodies that were not AdmissionReviews.", ["webhook"], registry=self.registry)
 
@@ -97,10 +161,9 @@ class WebhookMetrics:
         with self._lock:
             self.kinds = kinds
             kept = kinds | {OTHER, ""}
-            for labels in [key for key in self._rule_children if key[0] not in names or key[_KIND_POSITION["rule"]] not in kept]:
-                del self._rule_children[labels]
-                self.policy_results.remove(*labels)
-                self.policy_duration.remove(*labels)
+            rule_series = self.rule_results.series
+            for labels in [key for key in rule_series if key[0] not in names or key[_KIND_POSITION["rule"]] not in kept]:
+                del rule_series[labels]
             for labels in [key for key in self._request_children if key[_KIND_POSITION["request"]] not in kept]:
                 del self._request_children[labels]
                 self.admission_requests.remove(*labels)
@@ -125,27 +188,15 @@ class WebhookMetrics:
         """Engine time is measured per review, so every rule of that review is attributed the same duration."""
         kind = self._kind(kind)
         operation = operation if operation in OPERATIONS else OTHER
+        bucket = bisect.bisect_left(LATENCY_BUCKETS, seconds)  # the first bound >= seconds, as Histogram.observe
+        observe = self.rule_results.observe
         for response in responses:
             policy = response.policy
             policy_type = "namespaced" if isinstance(policy, KyvernoPolicy) and policy.namespace else "cluster"
+            policy_name = response.policy_name
             for rule in response.rules:
-                labels = (
-                    response.policy_name,
-                    policy_type,
-                    rule.failure_action.lower(),
-                    rule.name,
-                    rule.rule_type,
-                    rule.status,
-                    kind,
-                    operation,
-                    "admission_request",
-                )
-                children = self._rule_children.get(labels)
-                if children is None:
-                    with self._lock:
-                        children = self._rule_children[labels] = (self.policy_results.labels(*labels), self.policy_duration.labels(*labels))
-                children[0].inc()
-                children[1].observe(seconds)
+                labels = (policy_name, policy_type, rule.failure_action.lower(), rule.name, rule.rule_type, rule.status, kind, operation, "admission_request")
+                observe(labels, bucket, seconds)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

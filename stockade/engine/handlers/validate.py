@@ -27,11 +27,7 @@ def evaluate_list(expression: str, pctx: PolicyContext) -> list[Any]:
 
 
 def add_element(pctx: PolicyContext, element: Any, index: int, nesting: int, element_scope: bool | None) -> None:
-    ctx = pctx.json_context
-    ctx.set("element", element)
-    ctx.set("elementIndex", index)
-    ctx.set(f"element{nesting}", element)
-    ctx.set(f"elementIndex{nesting}", index)
+    pctx.json_context.set_many({"element": element, "elementIndex": index, f"element{nesting}": element, f"elementIndex{nesting}": index})
     scoped = isinstance(element, dict)
     if element_scope is not None:
         if element_scope and not isinstance(element, dict):
@@ -151,8 +147,9 @@ class Validator:
         resource = self._target()
         if resource is None:
             return None
+        policy_owned = pattern is self.block[key]  # nothing was substituted: plans of its maps can be cached
         if key == "pattern":
-            failure = validate_pattern(resource, pattern)
+            failure = validate_pattern(resource, pattern, policy_owned=policy_owned)
             if failure is None:
                 return rule_pass(name, VALIDATION, f"validation rule '{name}' passed.")
             if failure.skip:
@@ -165,7 +162,7 @@ class Validator:
         failed: list[str] = []
         skipped: list[str] = []
         for index, candidate in enumerate(pattern):
-            failure = validate_pattern(resource, candidate)
+            failure = validate_pattern(resource, candidate, policy_owned=policy_owned)
             if failure is None:
                 return rule_pass(name, VALIDATION, f"validation rule '{name}' anyPattern[{index}] passed.")
             if failure.skip:
@@ -274,7 +271,22 @@ class Validator:
         return rule_pass(self.rule.name, VALIDATION, ""), apply_count
 
 
+_FOREACH_BLOCKS: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+
+
 def _foreach_block(foreach: dict[str, Any]) -> dict[str, Any]:
+    """The validate block one foreach level runs per element; built once per foreach entry (held by identity)."""
+    cached = _FOREACH_BLOCKS.get(id(foreach))
+    if cached is not None and cached[0] is foreach:
+        return cached[1]
+    block = _build_foreach_block(foreach)
+    if len(_FOREACH_BLOCKS) > 50_000:
+        _FOREACH_BLOCKS.clear()
+    _FOREACH_BLOCKS[id(foreach)] = (foreach, block)
+    return block
+
+
+def _build_foreach_block(foreach: dict[str, Any]) -> dict[str, Any]:
     block: dict[str, Any] = {}
     for key in ("pattern", "anyPattern", "deny"):
         if foreach.get(key) is not None:

@@ -16,7 +16,7 @@ from stockade.engine.wildcard import match as wildcard_match
 __all__ = ["expand_metadata_wildcards"]
 
 
-def _tagged_entry(tag: str, data: dict[str, Any]) -> tuple[str, Any]:
+def tagged_entry(tag: str, data: dict[str, Any]) -> tuple[str, Any]:
     """The entry stored under ``tag`` itself or under an anchor around it, e.g. ``=(labels)``."""
     if tag in data:
         return tag, data[tag]
@@ -30,7 +30,7 @@ def _tagged_entry(tag: str, data: dict[str, Any]) -> tuple[str, Any]:
 def _string_entries(tag: str, data: Any) -> tuple[str, dict[str, str] | None]:
     if not isinstance(data, dict):
         return "", None
-    key, value = _tagged_entry(tag, data)
+    key, value = tagged_entry(tag, data)
     if not isinstance(value, dict):
         return "", None
     return key, {name: text for name, text in value.items() if isinstance(text, str)}
@@ -73,7 +73,7 @@ def expand_metadata_wildcards(pattern: Any, resource: Any) -> Any:
     """
     if not isinstance(pattern, dict) or not isinstance(resource, dict):
         return pattern
-    metadata_key, pattern_metadata = _tagged_entry("metadata", pattern)
+    metadata_key, pattern_metadata = tagged_entry("metadata", pattern)
     if pattern_metadata is None or not isinstance(pattern_metadata, dict):
         return pattern
     resource_metadata = resource.get("metadata")

@@ -10,6 +10,7 @@ routine (one per container that does not match a condition), and tuples keep tha
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -19,10 +20,11 @@ from stockade.engine.pattern.anchors import (
     EXISTENCE,
     GLOBAL,
     NEGATION,
+    Anchor,
     parse_anchor,
 )
 from stockade.engine.pattern.gofmt import go_sprint, go_type_name
-from stockade.engine.pattern.metadata import expand_metadata_wildcards
+from stockade.engine.pattern.metadata import expand_metadata_wildcards, tagged_entry
 from stockade.engine.pattern.value import match_value
 
 __all__ = ["PatternFailure", "validate_pattern"]
@@ -104,23 +106,77 @@ def _has_nested_anchors(pattern: Any) -> bool:
     return False
 
 
+_VISITED_FIRST = (CONDITION, EXISTENCE, EQUALITY, NEGATION)
+_TRACKED = (CONDITION, EXISTENCE, NEGATION)
+
+
+class _MapPlan:
+    """How ``_Walk.map`` visits one pattern map, worked out once per map (keys parsed as anchors, the visiting order
+    Kyverno uses, the anchors whose presence is tracked) instead of on every resource it is matched against."""
+
+    __slots__ = ("anchored", "plain", "tracked", "has_metadata")
+
+    def __init__(self, pattern: dict[str, Any]) -> None:
+        anchored: list[tuple[str, Anchor]] = []
+        plain: list[tuple[str, Anchor | None]] = []
+        tracked: list[tuple[str, str]] = []
+        for key in pattern:
+            anchor = parse_anchor(key)
+            if anchor is not None and anchor.modifier in _TRACKED:
+                tracked.append((key, anchor.key))
+            if anchor is not None and anchor.modifier in _VISITED_FIRST:
+                anchored.append((key, anchor))
+            else:
+                plain.append((key, anchor))
+        anchored.sort(key=lambda entry: entry[0])
+        if len(plain) > 1:
+            front: list[tuple[str, Anchor | None]] = []
+            back: list[tuple[str, Anchor | None]] = []
+            for key, anchor in sorted(plain, key=lambda entry: entry[0]):
+                if (anchor is not None and anchor.modifier == GLOBAL) or _has_nested_anchors(pattern[key]):
+                    front.append((key, anchor))
+                else:
+                    back.append((key, anchor))
+            front.reverse()  # Kyverno pushes each of them to the front of a list
+            plain = front + back
+        self.anchored = tuple(anchored)
+        self.plain = tuple(plain)
+        self.tracked = tuple(tracked)
+        metadata = tagged_entry("metadata", pattern)[1]
+        self.has_metadata = isinstance(metadata, dict)
+
+
+_PLANS: dict[int, tuple[dict[str, Any], _MapPlan]] = {}
+_MAX_PLANS = 20_000
+
+
+def _plan(pattern: dict[str, Any]) -> _MapPlan:
+    """The cached plan of a policy's pattern map; keyed by identity (the map is held, so its id is not reused
+    meanwhile).  Policy patterns never change once loaded."""
+    cached = _PLANS.get(id(pattern))
+    if cached is not None and cached[0] is pattern:
+        return cached[1]
+    plan = _MapPlan(pattern)
+    if len(_PLANS) >= _MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[id(pattern)] = (pattern, plan)
+    return plan
+
+
 class _Walk:
     """State of one ``validate_pattern`` call: which tracked anchor keys were ever found in the resource."""
 
-    __slots__ = ("anchor_seen",)
+    __slots__ = ("anchor_seen", "plan")
 
-    def __init__(self) -> None:
+    def __init__(self, cache_plans: bool) -> None:
         self.anchor_seen: dict[str, bool] = {}
+        self.plan: Callable[[dict[str, Any]], _MapPlan] = _plan if cache_plans else _MapPlan
 
-    def note_anchors(self, pattern: dict[str, Any], resource: dict[str, Any]) -> None:
+    def note_anchors(self, plan: _MapPlan, resource: dict[str, Any]) -> None:
         seen = self.anchor_seen
-        for key in pattern:
-            anchor = parse_anchor(key)
-            if anchor is None or anchor.modifier not in (CONDITION, EXISTENCE, NEGATION):
-                continue
-            if seen.get(key):
-                continue
-            seen[key] = anchor.key in resource
+        for key, name in plan.tracked:
+            if not seen.get(key):
+                seen[key] = name in resource
 
     def keys_are_missing(self) -> bool:
         for key, found in self.anchor_seen.items():
@@ -139,8 +195,9 @@ class _Walk:
                     f"pattern and resource have different structures. Path: {path}. "
                     f"Expected {go_type_name(pattern)}, found {go_type_name(resource)}"
                 )
-            self.note_anchors(pattern, resource)
-            return self.map(resource, pattern, path)
+            plan = self.plan(pattern)
+            self.note_anchors(plan, resource)
+            return self.map(resource, pattern, plan, path)
         if isinstance(pattern, list):
             if not isinstance(resource, list):
                 return path, _Failure(
@@ -167,22 +224,17 @@ class _Walk:
 
     # -- maps ---------------------------------------------------------------------------------------------
 
-    def map(self, resource: dict[str, Any], pattern: dict[str, Any], path: str) -> _Result:
-        pattern = expand_metadata_wildcards(pattern, resource)
-        anchored: list[str] = []
-        plain: list[str] = []
-        for key in pattern:
-            anchor = parse_anchor(key)
-            if anchor is not None and anchor.modifier in (CONDITION, EXISTENCE, EQUALITY, NEGATION):
-                anchored.append(key)
-            else:
-                plain.append(key)
+    def map(self, resource: dict[str, Any], pattern: dict[str, Any], plan: _MapPlan, path: str) -> _Result:
+        if plan.has_metadata:
+            expanded = expand_metadata_wildcards(pattern, resource)
+            if expanded is not pattern:
+                pattern, plan = expanded, _MapPlan(expanded)  # resolved against this resource: not cached
 
-        if anchored:
+        if plan.anchored:
             skipped: list[_Failure] = []
             applied = 0
-            for key in sorted(anchored):
-                result = self.handle(key, pattern[key], resource, path)
+            for key, anchor in plan.anchored:
+                result = self.handle(key, anchor, pattern[key], resource, path)
                 if result is not None:
                     if _is_skip(result[1]):
                         skipped.append(result[1])
@@ -194,25 +246,13 @@ class _Walk:
             if skipped and (applied == 0 or _has_direct_skip(skipped)):
                 return path, _combined_skip(skipped)
 
-        if len(plain) > 1:
-            front: list[str] = []
-            back: list[str] = []
-            for key in sorted(plain):
-                anchor = parse_anchor(key)
-                if (anchor is not None and anchor.modifier == GLOBAL) or _has_nested_anchors(pattern[key]):
-                    front.append(key)
-                else:
-                    back.append(key)
-            front.reverse()  # Kyverno pushes each of them to the front of a list
-            plain = front + back
-        for key in plain:
-            result = self.handle(key, pattern[key], resource, path)
+        for key, anchor in plan.plain:
+            result = self.handle(key, anchor, pattern[key], resource, path)
             if result is not None:
                 return result
         return None
 
-    def handle(self, key: str, pattern: Any, resource: dict[str, Any], path: str) -> _Result:
-        anchor = parse_anchor(key)
+    def handle(self, key: str, anchor: Anchor | None, pattern: Any, resource: dict[str, Any], path: str) -> _Result:
         if anchor is not None:
             modifier = anchor.modifier
             name = anchor.key
@@ -323,9 +363,12 @@ class _Walk:
         return None
 
 
-def validate_pattern(resource: Any, pattern: Any) -> PatternFailure | None:
-    """Match a whole resource against a ``validate.pattern`` (or one ``anyPattern`` entry); None means it matched."""
-    walk = _Walk()
+def validate_pattern(resource: Any, pattern: Any, *, policy_owned: bool = False) -> PatternFailure | None:
+    """Match a whole resource against a ``validate.pattern`` (or one ``anyPattern`` entry); None means it matched.
+
+    ``policy_owned``: the pattern is the policy's own object (no variables were substituted into it), so the plans
+    of its maps are cached; a substituted copy is new on every review and may carry request data, so it is not."""
+    walk = _Walk(policy_owned)
     result = walk.element(resource, pattern, "/")
     if result is None:
         return None

@@ -110,3 +110,22 @@ def test_operations_and_user_info() -> None:
 
 def test_namespaced_policy_only_sees_its_namespace() -> None:
     assert match_reasons({"match": {"resources": {"kinds": ["Pod"]}}}, POD, ResourceKind.of(POD), policy_namespace="dev")
+
+
+NAMESPACE = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "prod"}}
+
+
+def test_kinds_plus_any_other_criterion_is_still_checked_after_the_kind_gate() -> None:
+    """A rule that selects on kinds only matches once its kind passes; any other criterion, even an empty selector
+    or an exclude block, is still evaluated."""
+    assert matches({"match": {"any": [{"resources": {"kinds": ["Pod"]}}]}})
+    assert matches({"match": {"all": [{"resources": {"kinds": ["Pod"]}}, {"resources": {"kinds": ["v1/Pod"]}}]}})
+    assert not matches({"match": {"all": [{"resources": {"kinds": ["Pod"]}}, {"resources": {"kinds": ["Deployment"]}}]}})
+    assert not matches({"match": {"any": [{"resources": {"kinds": ["Pod"], "names": ["db-*"]}}]}})
+    assert not matches({"match": {"any": [{"resources": {"kinds": ["Pod"], "operations": ["DELETE"]}}]}})
+    assert not matches({"match": {"any": [{"resources": {"kinds": ["Namespace"], "namespaceSelector": {}}}]}}, NAMESPACE)
+    assert not matches({"match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "exclude": {"any": [{"resources": {"namespaces": ["prod"]}}]}})
+    info = RequestInfo(username="alice")
+    assert not matches({"match": {"any": [{"resources": {"kinds": ["Pod"]}, "subjects": [{"kind": "User", "name": "bob"}]}]}}, info=info)
+    assert matches({"match": {"any": [{"resources": {"kinds": ["Pod"], "names": []}}]}})
+    assert match_reasons({"match": {"any": [{"resources": {"kinds": ["Pod"]}}]}}, POD, ResourceKind.of(POD), policy_namespace="dev")

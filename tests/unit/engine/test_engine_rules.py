@@ -168,3 +168,34 @@ def test_update_values_make_old_object_visible() -> None:
     new = pod(labels={"app": "b"})
     assert validate(cpol(rule), new, operation="UPDATE", old_resource=old)[0][1] == "fail"
     assert validate(cpol(rule), new, operation="UPDATE", old_resource=new)[0][1] == "pass"
+
+
+def test_rules_chosen_per_kind_keep_their_order_and_leave_out_only_other_kinds() -> None:
+    """The per-kind rule list of a policy is worked out once; a rule without kinds, or with a wildcard, stays in."""
+    named = {"name": "pods", "match": MATCH_POD, "validate": {"pattern": {"metadata": {"name": "web"}}}}
+    services = {"name": "services", "match": {"any": [{"resources": {"kinds": ["Service"]}}]}, "validate": {"pattern": {"metadata": {"name": "x"}}}}
+    anything = {"name": "any-kind", "match": {"any": [{"resources": {"kinds": ["*"]}}]}, "validate": {"pattern": {"metadata": {"name": "web"}}}}
+    by_name = {"name": "by-name", "match": {"any": [{"resources": {"names": ["web"]}}]}, "validate": {"pattern": {"metadata": {"name": "web"}}}}
+    policy = cpol(named, services, anything, by_name)
+    for _ in range(2):  # the second run is served from the per-kind list
+        assert [r[0] for r in validate(policy, pod())] == ["pods", "any-kind", "by-name"]
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "default"}}
+    assert [(r[0], r[1]) for r in validate(policy, service)] == [("services", "fail"), ("any-kind", "pass"), ("by-name", "pass")]
+
+
+def test_patterns_with_request_data_substituted_are_not_kept_between_reviews() -> None:
+    """Plans of a policy's own pattern maps are cached; a pattern that had request data substituted into it is new
+    on every review and must not be held (memory stays bounded by the policies, not by the traffic)."""
+    from stockade.engine.pattern import validate as pattern_walk
+
+    rule = {"name": "own-name", "match": MATCH_POD, "validate": {"pattern": {"metadata": {"labels": {"copy": "{{ request.object.metadata.name }}"}}}}}
+    policy = cpol(rule)
+    before = len(pattern_walk._PLANS)
+    for index in range(50):
+        name = f"web-{index}"
+        assert validate(policy, pod(name=name, labels={"copy": name}))[0][1] == "pass"
+    assert len(pattern_walk._PLANS) == before
+    static = cpol({"name": "static", "match": MATCH_POD, "validate": {"pattern": {"metadata": {"labels": {"app": "?*"}}}}})
+    for _ in range(3):
+        assert validate(static, pod(labels={"app": "web"}))[0][1] == "pass"
+    assert len(pattern_walk._PLANS) == before + 3  # pattern, metadata and labels maps, once
