@@ -191,7 +191,8 @@ def compute_rules(policies: Iterable[KyvernoPolicy], phase: str, resolver: Resol
             for selector in rule_kinds(rule):
                 group, version, kind, subresource = parse_kind_selector(selector)
                 if kind == "*":
-                    targets = [("*", "*", "*/*" if subresource == "*" else "*")]
+                    # Kyverno: `*` names every resource, `*/scale` one subresource of all of them, `*/*` everything
+                    targets = [("*", "*", f"*/{subresource}" if subresource else "*")]
                 else:
                     targets = []
                     for resource in resolver(group or "*", version or "*", kind):
@@ -202,6 +203,10 @@ def compute_rules(policies: Iterable[KyvernoPolicy], phase: str, resolver: Resol
     grouped: dict[tuple[str, str, tuple[str, ...]], set[str]] = {}
     for (group, version, resource), operations in wanted.items():
         grouped.setdefault((group, version, tuple(sorted(operations))), set()).add(resource)
+    for (group, version, _), resources in grouped.items():
+        # Kyverno registers pods/ephemeralcontainers with pods: a rule on Pod also sees `kubectl debug`
+        if group in ("", "*") and version in ("v1", "*") and ("pods" in resources or "*" in resources):
+            resources.add("pods/ephemeralcontainers")
     rules = []
     for (group, version, operations), resources in sorted(grouped.items()):
         rules.append(
