@@ -198,15 +198,15 @@ def compute_rules(policies: Iterable[KyvernoPolicy], phase: str, resolver: Resol
                     for resource in resolver(group or "*", version or "*", kind):
                         name = f"{resource.resource}/{subresource}" if subresource else resource.resource
                         targets.append((resource.group, resource.version, name))
+                for group, version, resource in list(targets):
+                    # Kyverno registers pods/ephemeralcontainers with pods: a rule on Pod also sees `kubectl debug`
+                    if group in ("", "*") and version in ("v1", "*") and resource in ("pods", "*"):
+                        targets.append((group, version, "pods/ephemeralcontainers"))
                 for target in targets:
                     wanted.setdefault(target, set()).update(operations)
     grouped: dict[tuple[str, str, tuple[str, ...]], set[str]] = {}
     for (group, version, resource), operations in wanted.items():
         grouped.setdefault((group, version, tuple(sorted(operations))), set()).add(resource)
-    for (group, version, _), resources in grouped.items():
-        # Kyverno registers pods/ephemeralcontainers with pods: a rule on Pod also sees `kubectl debug`
-        if group in ("", "*") and version in ("v1", "*") and ("pods" in resources or "*" in resources):
-            resources.add("pods/ephemeralcontainers")
     rules = []
     for (group, version, operations), resources in sorted(grouped.items()):
         rules.append(
