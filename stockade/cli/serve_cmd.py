@@ -287,7 +287,7 @@ def evaluation_store_options(settings: EvaluationSettings, api_client: Any = Non
     }
     if settings.cluster:
         from stockade.controllers.clusterdata import ClusterData
-        from stockade.controllers.registration import NamespaceLabelCache, load_api_client
+        from stockade.controllers.registration import NamespaceLabelCache, ServedKinds, load_api_client
         from stockade.controllers.userroles import RoleResolver
         from stockade.engine.engine import Engine
 
@@ -295,6 +295,7 @@ def evaluation_store_options(settings: EvaluationSettings, api_client: Any = Non
         cluster_data = ClusterData(client)  # configMap/apiCall context entries and clone sources
         options["engine_factory"] = partial(Engine, providers=cluster_data.providers(), resource_lookup=cluster_data.lookup)
         options["evaluator_options"]["role_resolver"] = RoleResolver(client)
+        options["evaluator_options"]["kind_resolver"] = ServedKinds(client)  # Deployment/scale, Pod/ephemeralcontainers
         options["namespace_labels"] = NamespaceLabelCache(client)
     return options
 

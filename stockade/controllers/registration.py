@@ -35,14 +35,14 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
         return config.new_client_from_config(context=context)
 
 
-def _get_json(api_client: Any, path: str) -> dict[str, Any]:
+def _get_json(api_client: Any, path: str, timeout: float = 10) -> dict[str, Any]:
     """A raw GET through the client's auth and TLS settings (discovery documents have no generated model)."""
     import json
 
     method, url, headers, body, _ = api_client.param_serialize(
         "GET", path, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
     )
-    response = api_client.call_api(method, url, header_params=headers, body=body, _request_timeout=10)
+    response = api_client.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout)
     if response.status != 200:
         raise RuntimeError(f"GET {path}: HTTP {response.status}")
     data = json.loads(response.read())
@@ -186,8 +186,64 @@ class NamespaceLabelCache:
         try:
             labels = dict(self.core.read_namespace(namespace, _request_timeout=2).metadata.labels or {})
         except Exception as exc:  # unknown namespace or API hiccup: evaluate with the name label only
-            log.warning("could not read namespace %s: %s", namespace, exc)
+            status = getattr(exc, "status", None)
+            if status == 404:  # e.g. a namespaced object created with its namespace: routine, not an error
+                log.debug("namespace %s not found; matching with its name label only", namespace)
+            else:
+                log.warning("could not read namespace %s: %s", namespace, _short_reason(exc))
             labels = {"kubernetes.io/metadata.name": namespace}
         with self._lock:
             self._cache[namespace] = (now, labels)
         return labels
+
+
+def _short_reason(exc: BaseException) -> str:
+    """One line for a failed API call: the client's ApiException text carries every response header and the body."""
+    status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)
+    if status is not None:
+        return f"HTTP {status} {reason or ''}".rstrip()
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+class ServedKinds:
+    """``(group, version, plural) -> Kind`` from discovery of that one group/version, for matching subresource
+    reviews by their parent's kind (``AdmissionEvaluator(kind_resolver=...)``).
+
+    One discovery GET per group/version, cached; a plural missing from a cached listing (a CRD added since) is
+    looked up again at most every ``refresh_seconds``.  Callers in an event loop check ``needs_fetch()`` first."""
+
+    def __init__(self, api_client: Any, refresh_seconds: float = 30.0, timeout_seconds: float = 2.0) -> None:
+        self.api_client = api_client
+        self.refresh_seconds = refresh_seconds
+        self.timeout_seconds = timeout_seconds
+        self._listings: dict[tuple[str, str], tuple[float, dict[str, str]]] = {}
+        self._lock = threading.Lock()
+
+    def needs_fetch(self, group: str, version: str, plural: str) -> bool:
+        with self._lock:
+            cached = self._listings.get((group, version))
+        if cached is None:
+            return True
+        fetched, kinds = cached
+        return plural not in kinds and time.monotonic() - fetched >= self.refresh_seconds
+
+    def __call__(self, group: str, version: str, plural: str) -> str | None:
+        if self.needs_fetch(group, version, plural):
+            kinds = self._fetch(group, version)
+            with self._lock:
+                self._listings[(group, version)] = (time.monotonic(), kinds)
+        with self._lock:
+            return self._listings[(group, version)][1].get(plural)
+
+    def _fetch(self, group: str, version: str) -> dict[str, str]:
+        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        try:
+            listing = _get_json(self.api_client, path, timeout=self.timeout_seconds)
+        except Exception as exc:  # unknown group/version or API hiccup: the review keeps its own kind
+            log.debug("discovery of %s failed: %s", path, _short_reason(exc))
+            return {}
+        return {
+            str(entry["name"]): str(entry.get("kind") or "")
+            for entry in listing.get("resources") or []
+            if isinstance(entry, dict) and entry.get("name") and "/" not in str(entry["name"])
+        }

@@ -191,12 +191,17 @@ def compute_rules(policies: Iterable[KyvernoPolicy], phase: str, resolver: Resol
             for selector in rule_kinds(rule):
                 group, version, kind, subresource = parse_kind_selector(selector)
                 if kind == "*":
-                    targets = [("*", "*", "*/*" if subresource == "*" else "*")]
+                    # Kyverno: `*` names every resource, `*/scale` one subresource of all of them, `*/*` everything
+                    targets = [("*", "*", f"*/{subresource}" if subresource else "*")]
                 else:
                     targets = []
                     for resource in resolver(group or "*", version or "*", kind):
                         name = f"{resource.resource}/{subresource}" if subresource else resource.resource
                         targets.append((resource.group, resource.version, name))
+                for group, version, resource in list(targets):
+                    # Kyverno registers pods/ephemeralcontainers with pods: a rule on Pod also sees `kubectl debug`
+                    if group in ("", "*") and version in ("v1", "*") and resource in ("pods", "*"):
+                        targets.append((group, version, "pods/ephemeralcontainers"))
                 for target in targets:
                     wanted.setdefault(target, set()).update(operations)
     grouped: dict[tuple[str, str, tuple[str, ...]], set[str]] = {}

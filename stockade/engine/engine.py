@@ -210,12 +210,17 @@ class Engine:
             return resource, rule_skip(rule.name, rule_type, "; ".join(m for m in ("preconditions not met", message) if m))
         exceptions = matching_exceptions(pctx, rule.name)
         if exceptions:
-            pss_exceptions = [e for e in exceptions if e.pod_security]
-            if not (pss_exceptions and (rule.validate or {}).get("podSecurity") is not None):
+            if (rule.validate or {}).get("podSecurity") is None:
                 keys = exception_keys(exceptions)
                 return resource, rule_skip(rule.name, rule_type, "rule is skipped due to policy exceptions" + ", ".join(keys), exceptions=keys)
-            extra = [control for e in pss_exceptions for control in e.pod_security]
-            return resource, validate_pod_security_rule(pctx, rule, extra, exception_keys(pss_exceptions))
+            # Kyverno: one matching exception without podSecurity controls exempts the whole rule, whatever
+            # narrower podSecurity-scoped exceptions also match.
+            whole_rule = next((e for e in exceptions if not e.pod_security), None)
+            if whole_rule is not None:
+                keys = exception_keys([whole_rule])
+                return resource, rule_skip(rule.name, rule_type, "rule is skipped due to policy exception " + keys[0], exceptions=keys)
+            extra = [control for e in exceptions for control in e.pod_security]
+            return resource, validate_pod_security_rule(pctx, rule, extra, exception_keys(exceptions))
         return handler(pctx, rule, resource)
 
     @staticmethod

@@ -12,6 +12,8 @@ the apiserver.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +40,19 @@ CEL_EXPRESSION_KEYS = ("expression", "messageExpression", "valueExpression")
 VALIDATION_ACTIONS = ("Deny", "Warn", "Audit")
 ANCHOR_PREFIXES = ("(", "X(", "+(", "<(", "=(", "^(")
 IMAGE_POLICY_VARIABLES = ("images", "attestors", "attestations")
+# Variables a background scan cannot fill (no requester): Kyverno rejects them in background policies.  The
+# leading [^.] keeps ``request.object.spec.serviceAccountName`` allowed; \b ends the name (ASCII, as in Go).
+BACKGROUND_FORBIDDEN_VARIABLES = tuple(
+    re.compile(rf"[^\.]({name})\b", re.ASCII)
+    for name in ("serviceAccountName", "serviceAccountNamespace", "request.userInfo", "request.roles", "request.clusterRoles")
+)
+BACKGROUND_VARIABLES_PREFIX = (
+    "only select variables are allowed in background mode. Set spec.background=false to disable background mode for this policy rule: "
+)
+USER_FILTER_FIELDS = ("roles", "clusterRoles", "subjects")
+WILDCARD_METADATA_ONLY = "policy can only deal with the metadata field of the resource if the rule does not match any kind"
+# deny keys a `*` rule may use besides request.object.metadata.*: request data other than the object's spec
+WILDCARD_ALLOWED_VARIABLES = re.compile(r"\{\{\s*(request\.|serviceAccountName|serviceAccountNamespace)[^{}]*\}\}")
 # Kubernetes' own CEL policy kinds; only their expressions are checked (the apiserver validates the rest).
 ADMISSION_POLICY_KINDS_CHECKED = ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy")
 
@@ -240,6 +255,7 @@ class _Checker:
 
     def __init__(self, result: ValidationResult) -> None:
         self.result = result
+        self.background = True  # Kyverno: spec.background defaults to true
         # Worst-case result sizes of the policy's variables (``variables.name``), for the cost estimates.
         self.variable_sizes: dict[str, Form] = {}
 
@@ -346,12 +362,15 @@ class _Checker:
         self.webhook_settings(spec, legacy=True)
         if spec.get("admission") is False and spec.get("background") is False:
             self.error("spec", "disabling both admission and background processing is not allowed")
+        self.background = spec.get("background") is not False
         rules = spec.get("rules")
         if rules is None:
             rules = []
         if not isinstance(rules, list):
             self.error("spec.rules", "must be a list of rules")
             return
+        if self.background:
+            self.background_user_variables(metadata, spec, rules)
         seen: set[str] = set()
         for index, rule in enumerate(rules):
             path = f"spec.rules[{index}]"
@@ -367,6 +386,17 @@ class _Checker:
                 self.error(f"{path}.name", f"duplicate rule name: '{name}'", name)
             seen.add(name)
             self.rule(rule, path, name)
+
+    def background_user_variables(self, metadata: dict[str, Any], spec: dict[str, Any], rules: list[Any]) -> None:
+        """Kyverno's check for background policies: a background scan has no requester, so match/exclude by
+        roles, clusterRoles or subjects, and requester variables anywhere in the policy, are rejected (the first one
+        found, with Kyverno's message).  Policies with mutate-existing rules are spared the variable part."""
+        problem = _user_filter_problem(rules)
+        if problem is None and not any(isinstance(r, dict) and isinstance(r.get("mutate"), dict) and r["mutate"].get("targets") is not None for r in rules):
+            problem = _user_variable_problem(metadata, spec)
+        if problem is not None:
+            path, message = problem
+            self.error(path, BACKGROUND_VARIABLES_PREFIX + message)
 
     def rule(self, rule: dict[str, Any], path: str, name: str) -> None:
         present = [t for t in RULE_TYPES if rule.get(t)]
@@ -438,6 +468,10 @@ class _Checker:
             self.error(f"{path}.resources.kinds", "must be a list of kinds", name)
         elif is_match and resources and not kinds and not _only_metadata(rule):
             self.error(f"{path}.resources.kinds", "at least one kind is required unless the rule deals only with metadata", name)
+        if isinstance(kinds, list) and "*" in kinds:
+            problem = self.wildcard_problem(kinds, rule)
+            if problem:
+                self.error(f"{path}.resources.kinds", problem, name)
         for index, kind in enumerate(kinds or []):
             if not isinstance(kind, str) or not kind.strip():
                 self.error(f"{path}.resources.kinds[{index}]", "a kind must be a non-empty string", name)
@@ -447,6 +481,27 @@ class _Checker:
         for index, operation in enumerate(operations if isinstance(operations, list) else [operations]):
             if operation not in ("CREATE", "UPDATE", "DELETE", "CONNECT"):
                 self.error(f"{path}.resources.operations[{index}]", f"unsupported operation {operation!r}: must be CREATE, UPDATE, DELETE or CONNECT", name)
+
+    def wildcard_problem(self, kinds: list[Any], rule: dict[str, Any]) -> str | None:
+        """Kyverno's limits on a rule matching kind `*`: admission only, alone, and touching only metadata."""
+        if self.background:
+            return "wildcard policy not allowed in background mode. Set spec.background=false to disable background mode for this policy rule "
+        if len(kinds) > 1:
+            return "wildcard policy can not deal with more than one kind"
+        validate = rule.get("validate") if isinstance(rule.get("validate"), dict) else None
+        if rule.get("generate") or rule.get("verifyImages") or (validate is not None and validate.get("foreach") is not None):
+            return "wildcard policy does not support rule type"
+        if validate is not None:
+            if (validate.get("pattern") is not None or validate.get("anyPattern") is not None) and not _only_metadata(rule):
+                return WILDCARD_METADATA_ONLY
+            conditions = (validate.get("deny") or {}).get("conditions") if isinstance(validate.get("deny"), dict) else None
+            for condition in conditions if isinstance(conditions, list) else []:  # the legacy list form only, as Kyverno
+                key = str((condition or {}).get("key", "")) if isinstance(condition, dict) else ""
+                if "request.object.metadata." not in key and (not WILDCARD_ALLOWED_VARIABLES.search(key) or "request.object.spec" in key):
+                    return WILDCARD_METADATA_ONLY
+        if isinstance(rule.get("mutate"), dict) and not _only_metadata(rule):
+            return WILDCARD_METADATA_ONLY
+        return None
 
     def context(self, entries: Any, path: str, name: str, uses_cel: bool) -> None:
         if entries is None:
@@ -721,6 +776,49 @@ class _Checker:
             if isinstance(variable, dict) and isinstance(variable.get("name"), str) and isinstance(variable.get("expression"), str):
                 _, size = cel_cost_problem(variable["expression"], extra, self.variable_sizes)
                 self.variable_sizes[variable["name"]] = size
+
+
+def _user_filter_problem(rules: list[Any]) -> tuple[str, str] | None:
+    """The first match/exclude block filtering by requester (roles, clusterRoles, subjects), Kyverno's path and text."""
+    for index, rule in enumerate(rules):
+        if not isinstance(rule, dict):
+            continue
+        for section in ("match", "exclude"):
+            block = rule.get(section)
+            if not isinstance(block, dict):
+                continue
+            # Kyverno's order: match itself, then any, then all; exclude itself, then all, then any
+            order = ("", "any", "all") if section == "match" else ("", "all", "any")
+            for key in order:
+                listed = block.get(key) if key else None
+                entries: list[tuple[int | None, Any]] = list(enumerate(listed)) if isinstance(listed, list) else []
+                if not key:
+                    entries = [(None, block)]
+                for position, entry in entries:
+                    field_name = next((f for f in USER_FILTER_FIELDS if isinstance(entry, dict) and entry.get(f)), None)
+                    if field_name is None:
+                        continue
+                    where = f"{key}[{position}]/" if key else ""
+                    return (
+                        f"spec.rules[{index}].{section}" + (f".{key}[{position}]" if key else "") + f".{field_name}",
+                        f"invalid variable used at path: spec/rules[{index}]/{section}/{where}{field_name}",
+                    )
+    return None
+
+
+def _user_variable_problem(metadata: dict[str, Any], spec: dict[str, Any]) -> tuple[str, str] | None:
+    """The first requester variable (``{{request.userInfo}}``, ``serviceAccountName``, ...) anywhere in the policy;
+    like Kyverno the whole document is scanned, bar the kubectl last-applied annotation."""
+    from stockade.engine.variables import VARIABLE_RE
+
+    annotations = dict(metadata.get("annotations") or {}) if isinstance(metadata.get("annotations"), dict) else {}
+    annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)
+    text = json.dumps({"metadata": {**metadata, "annotations": annotations}, "spec": spec}, separators=(",", ":"), default=str)
+    for match in VARIABLE_RE.finditer(text):
+        variable = match.group(2)  # as it appears in the JSON text, which is what Kyverno's message shows
+        if any(pattern.search(variable) for pattern in BACKGROUND_FORBIDDEN_VARIABLES):
+            return "spec", f"variable {variable} is not allowed"
+    return None
 
 
 def _only_metadata(rule: dict[str, Any]) -> bool:

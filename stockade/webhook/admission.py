@@ -227,6 +227,38 @@ def warning_messages(responses: Iterable[EngineResponse]) -> list[str]:
 
 NamespaceLabels = Callable[[str], dict[str, str]]
 
+KindLookup = Callable[[str, str, str], str | None]
+"""(group, version, plural resource) → the Kind the API server serves there, or None when unknown."""
+
+
+def labels_namespace(request: AdmissionRequest) -> str:
+    """The namespace whose labels ``namespaceSelector`` sees; "" for a Namespace itself, which has none to look up
+    (a Namespace review carries its own name as namespace, and on CREATE it does not exist yet)."""
+    return "" if request.kind.kind == "Namespace" else request.namespace
+
+
+def _requested_resource(request: AdmissionRequest) -> tuple[str, str, str]:
+    resource = request.resource
+    return str(resource.get("group") or ""), str(resource.get("version") or ""), str(resource.get("resource") or "")
+
+
+def kind_lookup_pending(request: AdmissionRequest, lookup: KindLookup | None) -> bool:
+    """True when ``top_level_kind`` would ask the API server (event-loop callers then resolve from a thread)."""
+    needs_fetch = getattr(lookup, "needs_fetch", None)
+    return bool(request.sub_resource) and needs_fetch is not None and bool(needs_fetch(*_requested_resource(request)))
+
+
+def top_level_kind(request: AdmissionRequest, lookup: KindLookup | None) -> ResourceKind:
+    """The kind policies match a request by, as Kyverno does: the kind served at ``request.resource`` plus the
+    subresource.  A ``deployments/scale`` review has kind autoscaling/v1 Scale but matches ``Deployment/scale``."""
+    if not request.sub_resource or lookup is None:
+        return request.kind
+    group, version, plural = _requested_resource(request)
+    kind = lookup(group, version, plural) if plural else None
+    if not kind:
+        return request.kind
+    return ResourceKind(group, version, kind, request.sub_resource)
+
 
 VALIDATING_POLICY_KINDS = ("ValidatingPolicy", "NamespacedValidatingPolicy")
 MUTATING_POLICY_KINDS = ("MutatingPolicy", "NamespacedMutatingPolicy")
@@ -254,6 +286,7 @@ class AdmissionEvaluator:
         cel_policies: list[Any] | None = None,
         cel_evaluator: Any = None,
         role_resolver: RoleLookup | None = None,
+        kind_resolver: KindLookup | None = None,
         default_timeout_seconds: float = DEFAULT_POLICY_TIMEOUT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -265,6 +298,7 @@ class AdmissionEvaluator:
         self.cel_evaluator = cel_evaluator
         self._namespace_labels = namespace_labels
         self.role_resolver = role_resolver
+        self.kind_resolver = kind_resolver
         self.default_timeout_seconds = default_timeout_seconds
         self.clock = clock
         self._timeouts: dict[int, float] = {}
@@ -408,8 +442,9 @@ class AdmissionEvaluator:
         return self._by_failure_policy[failure]
 
     def namespace_labels(self, request: AdmissionRequest) -> dict[str, str]:
-        if request.namespace and self._namespace_labels is not None and request.kind.kind != "Namespace":
-            return self._namespace_labels(request.namespace)
+        namespace = labels_namespace(request)
+        if namespace and self._namespace_labels is not None:
+            return self._namespace_labels(namespace)
         return {}
 
     def engine_request(self, request: AdmissionRequest, resource: dict[str, Any] | None = None) -> Request:
@@ -422,7 +457,7 @@ class AdmissionEvaluator:
             info=request.user_info,
             namespace_labels=labels,
             subresource=request.sub_resource,
-            gvk=request.kind,
+            gvk=top_level_kind(request, self.kind_resolver),
         )
 
     def mutate(self, request: AdmissionRequest, failure: str | None = None, started: float | None = None) -> AdmissionDecision:

@@ -27,8 +27,11 @@ from stockade.webhook.admission import (
     AdmissionDecision,
     AdmissionRequest,
     InvalidAdmissionReview,
+    kind_lookup_pending,
+    labels_namespace,
     parse_review,
     review_response,
+    top_level_kind,
 )
 from stockade.webhook.certs import CertificateFileError, CertificateManager
 from stockade.webhook.configfilter import configuration_skip_reason, needs_io
@@ -118,9 +121,12 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
         labels = state.store.namespace_labels
         if state.evaluations is not None:
             pass  # workers look namespace labels and roles up themselves, inside the review's budget
-        elif review.namespace and labels is not None and getattr(labels, "needs_fetch", lambda _ns: False)(review.namespace):
+        elif labels_namespace(review) and labels is not None and getattr(labels, "needs_fetch", lambda _ns: False)(review.namespace):
             await asyncio.to_thread(labels, review.namespace)  # warm the cache off the event loop
         evaluator = snapshot.evaluator
+        kinds = evaluator.kind_resolver
+        if state.evaluations is None and kind_lookup_pending(review, kinds):
+            await asyncio.to_thread(top_level_kind, review, kinds)  # a discovery lookup, off the event loop
         if state.kyverno_config is not None and await _skipped_by_configuration(state.kyverno_config(), review, evaluator.role_resolver):
             return web.Response(body=_dumps(review_response(review, AdmissionDecision(True))), content_type="application/json")
         roles = evaluator.role_resolver

@@ -60,6 +60,6 @@ def _pod_security_response(
         remaining = apply_pod_security_exclusions(result, metadata, spec, exception_excludes)
         if remaining.allowed:
             keys = ", ".join(exception_keys or [])
-            return rule_skip(rule.name, RULE_TYPE_VALIDATION, "rule is skipped due to policy exceptions" + keys, exceptions=list(exception_keys or []))
+            return rule_skip(rule.name, RULE_TYPE_VALIDATION, "rule is skipped due to policy exceptions " + keys, exceptions=list(exception_keys or []))
         result = remaining
     return rule_fail(rule.name, RULE_TYPE_VALIDATION, result.message(rule.name), pod_security_checks=result)

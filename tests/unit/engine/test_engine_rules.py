@@ -122,6 +122,39 @@ def test_policy_exception_skips_the_rule() -> None:
     assert validate(cpol(rule), pod(name="api"), exceptions=[exception])[0][1] == "fail"
 
 
+def _exception(name: str, pod_security: list[dict[str, Any]] | None = None) -> PolicyException:
+    spec: dict[str, Any] = {"exceptions": [{"policyName": "p", "ruleNames": ["baseline"]}], "match": MATCH_POD}
+    if pod_security is not None:
+        spec["podSecurity"] = pod_security
+    return PolicyException({"apiVersion": "kyverno.io/v2", "kind": "PolicyException", "metadata": {"name": name}, "spec": spec})
+
+
+def _pod_adding_capabilities(*capabilities: str) -> dict[str, Any]:
+    resource = pod()
+    resource["spec"]["containers"][0]["securityContext"] = {"capabilities": {"add": list(capabilities)}}
+    return resource
+
+
+BASELINE_RULE = {"name": "baseline", "match": MATCH_POD, "validate": {"podSecurity": {"level": "baseline", "version": "latest"}}}
+SYS_TIME_ONLY = [{"controlName": "Capabilities", "images": ["nginx*"], "restrictedField": "spec.containers[*].securityContext.capabilities.add", "values": ["SYS_TIME"]}]
+
+
+def test_whole_rule_exception_wins_over_narrower_pod_security_exception() -> None:
+    """Kyverno (validate_pss.go): any matching exception without podSecurity controls skips the podSecurity rule, even
+    when another matching exception only exempts some controls (e2e exceptions/multiple-exceptions)."""
+    exceptions = [_exception("init-exception-baseline", SYS_TIME_ONLY), _exception("exception-baseline")]
+    result = validate(cpol(BASELINE_RULE), _pod_adding_capabilities("NET_ADMIN"), exceptions=exceptions)
+    assert result == [("baseline", "skip", "rule is skipped due to policy exception exception-baseline")]
+
+
+def test_pod_security_exceptions_alone_exempt_only_their_controls() -> None:
+    exceptions = [_exception("sys-time", SYS_TIME_ONLY)]
+    assert validate(cpol(BASELINE_RULE), _pod_adding_capabilities("SYS_TIME"), exceptions=exceptions) == [
+        ("baseline", "skip", "rule is skipped due to policy exceptions sys-time")
+    ]
+    assert validate(cpol(BASELINE_RULE), _pod_adding_capabilities("NET_ADMIN"), exceptions=exceptions)[0][1] == "fail"
+
+
 def test_mutation_feeds_later_rules_and_validation() -> None:
     add_label = {"name": "add", "match": MATCH_POD, "mutate": {"patchStrategicMerge": {"metadata": {"labels": {"team": "core"}}}}}
     copy_label = {

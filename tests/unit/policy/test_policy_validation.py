@@ -207,3 +207,63 @@ def test_foreach_and_targets_that_are_not_lists_are_named(rule_type: str, body: 
     changes: dict[str, Any] = {"validate": None, rule_type: body}
     errors = errors_of(with_rule(**changes))
     assert any(field in error and "must be a list" in error for error in errors), errors
+
+
+# -- Kyverno's background-mode and wildcard checks (pkg/validation/policy: containsUserVariables, validateWildcard) --
+BACKGROUND_PREFIX = "only select variables are allowed in background mode. Set spec.background=false to disable background mode for this policy rule: "
+
+
+def test_background_policy_matching_by_roles_is_rejected() -> None:
+    """A background scan has no requester: Kyverno rejects match/exclude by roles unless background is false."""
+    policy = with_rule(match={"any": [{"resources": {"kinds": ["Pod"]}, "roles": ["foo-role"]}]})
+    assert errors_of(policy) == [
+        f"spec.rules[0].match.any[0].roles: {BACKGROUND_PREFIX}invalid variable used at path: spec/rules[0]/match/any[0]/roles"
+    ]
+    excluded = with_rule(exclude={"clusterRoles": ["admin"]})
+    assert errors_of(excluded) == [
+        f"spec.rules[0].exclude.clusterRoles: {BACKGROUND_PREFIX}invalid variable used at path: spec/rules[0]/exclude/clusterRoles"
+    ]
+    policy["spec"]["background"] = False
+    assert errors_of(policy) == []
+
+
+@pytest.mark.parametrize("variable", ["{{request.userInfo}}", "{{ request.userInfo.username }}", "{{request.roles}}", "{{serviceAccountName}}"])
+def test_background_policy_with_requester_variables_is_rejected(variable: str) -> None:
+    policy = with_rule(validate={"message": "m", "pattern": {"metadata": {"labels": {"owner": variable}}}})
+    assert errors_of(policy) == [f"spec: {BACKGROUND_PREFIX}variable {variable} is not allowed"]
+    policy["spec"]["background"] = False
+    assert errors_of(policy) == []
+
+
+def test_object_fields_named_like_requester_variables_are_allowed() -> None:
+    policy = with_rule(validate={"message": "{{ request.object.spec.serviceAccountName }}", "deny": {}})
+    assert errors_of(policy) == []
+
+
+def test_mutate_existing_policies_may_use_requester_variables() -> None:
+    rule = {
+        "name": "m",
+        "match": {"any": [{"resources": {"kinds": ["ConfigMap"]}}]},
+        "mutate": {"targets": [{"apiVersion": "v1", "kind": "Secret", "name": "s"}], "patchStrategicMerge": {"metadata": {"labels": {"by": "{{ request.userInfo.username }}"}}}},
+    }
+    assert errors_of(cluster_policy(rule)) == []
+
+
+def test_wildcard_kind_rules_are_limited_like_kyverno() -> None:
+    """`kinds: ["*"]`: no background, no other kinds, no verifyImages/generate/foreach, metadata-only patterns."""
+    verify = {
+        "name": "verify-image",
+        "match": {"any": [{"resources": {"kinds": ["*"]}}]},
+        "verifyImages": [{"imageReferences": ["ghcr.io/kyverno/*"], "attestors": [{"entries": [{"keys": {"publicKeys": "k"}}]}]}],
+    }
+    assert errors_of(cluster_policy(verify, background=False)) == [
+        'rule "verify-image": spec.rules[0].match.any[0].resources.kinds: wildcard policy does not support rule type'
+    ]
+    metadata_only = {"name": "r", "match": {"any": [{"resources": {"kinds": ["*"]}}]}, "validate": {"pattern": {"metadata": {"labels": {"a": "?*"}}}}}
+    assert errors_of(cluster_policy(metadata_only, background=False)) == []
+    assert "wildcard policy not allowed in background mode" in errors_of(cluster_policy(metadata_only))[0]
+    spec_pattern = copy.deepcopy(metadata_only)
+    spec_pattern["validate"]["pattern"] = {"spec": {"x": "y"}}
+    assert errors_of(cluster_policy(spec_pattern, background=False)) == [
+        'rule "r": spec.rules[0].match.any[0].resources.kinds: policy can only deal with the metadata field of the resource if the rule does not match any kind'
+    ]

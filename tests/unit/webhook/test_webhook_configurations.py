@@ -65,7 +65,7 @@ spec:
 def test_validate_rules_include_autogen_controllers_and_all_operations() -> None:
     rules = compute_rules([VALIDATE_PODS], "validate", static_resolver())
     by_group = {r["apiGroups"][0]: r for r in rules}
-    assert by_group[""]["resources"] == ["pods", "replicationcontrollers"]
+    assert by_group[""]["resources"] == ["pods", "pods/ephemeralcontainers", "replicationcontrollers"]
     assert by_group[""]["operations"] == ["CONNECT", "CREATE", "DELETE", "UPDATE"]
     assert by_group["apps"]["resources"] == ["daemonsets", "deployments", "replicasets", "statefulsets"]
     assert by_group["batch"]["resources"] == ["cronjobs", "jobs"]
@@ -122,5 +122,34 @@ spec:
     validate: {message: m, pattern: {metadata: {name: "?*"}}}
 """)
     assert compute_rules([wildcard], "validate", static_resolver()) == [
-        {"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["CREATE"], "resources": ["*"], "scope": "*"}
+        {"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["CREATE"], "resources": ["*", "pods/ephemeralcontainers"], "scope": "*"}
+    ]
+
+
+def _deny_kinds(*kinds: str) -> Any:
+    listed = ", ".join(f'"{k}"' for k in kinds)
+    return policy(f"""
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {{name: sub}}
+spec:
+  rules:
+  - name: r
+    match: {{any: [{{resources: {{kinds: [{listed}], operations: [UPDATE]}}}}]}}
+    validate: {{message: m, deny: {{}}}}
+""")
+
+
+def test_subresource_kinds_register_their_subresources() -> None:
+    """Kyverno's webhook controller: `*/ephemeralcontainers` is registered as that subresource of every resource
+    (not as `*`, which the apiserver never matches against subresource requests); `Deployment/scale` as
+    deployments/scale; `Pod` also brings pods/ephemeralcontainers so `kubectl debug` is reviewed."""
+    assert compute_rules([_deny_kinds("*/ephemeralcontainers")], "validate", static_resolver()) == [
+        {"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["*/ephemeralcontainers"], "scope": "*"}
+    ]
+    assert compute_rules([_deny_kinds("Deployment/scale")], "validate", static_resolver()) == [
+        {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["deployments/scale"], "scope": "*"}
+    ]
+    assert compute_rules([_deny_kinds("Pod/ephemeralcontainers")], "validate", static_resolver()) == [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods/ephemeralcontainers"], "scope": "*"}
     ]
