@@ -108,6 +108,7 @@ class PolicySnapshot:
     errors: dict[PolicyIdentity, str] = field(default_factory=dict)
     unsupported_identities: frozenset[PolicyIdentity] = frozenset()
     generation: int = 0  # counts the store's snapshots; evaluation workers report which one they hold
+    document_keys: tuple[bytes, ...] = ()  # content_key() of each of ``documents``
 
 
 @dataclass
@@ -227,7 +228,7 @@ class PolicyStore:
                     log.exception("policy snapshot listener failed")
             return snapshot
 
-    def _prepare(self, documents: list[Document]) -> tuple[list[_Prepared], Any]:
+    def _prepare(self, documents: list[Document]) -> tuple[list[_Prepared], Any, list[bytes]]:
         """Each document's _Prepared, reused from the previous rebuild when its content is unchanged, and the CEL
         compiler, purged of the programs of policies that changed or went away."""
         from stockade.celpolicy.compiler import PolicyCompiler
@@ -250,7 +251,7 @@ class PolicyStore:
             current[key] = entry
             prepared.append(entry)
         self._prepared = current
-        return prepared, self._compiler
+        return prepared, self._compiler, keys
 
     def _content_key(self, document: Document) -> bytes:
         """content_key(), not computed again for the very Document object the previous rebuild saw (sources that
@@ -261,7 +262,7 @@ class PolicyStore:
         return content_key(document)
 
     def _build(self, documents: list[Document], fingerprint: tuple[Any, ...], generation: int = 0) -> PolicySnapshot:
-        prepared, compiler = self._prepare(documents)
+        prepared, compiler, keys = self._prepare(documents)
         errors: dict[PolicyIdentity, str] = {}
         accepted: list[Document] = []
         entries: dict[int, _Prepared] = {}
@@ -304,6 +305,7 @@ class PolicyStore:
             errors=errors,
             unsupported_identities=frozenset(policy_identity(d.data) for d in unsupported_documents),
             generation=generation,
+            document_keys=tuple(keys),
         )
 
     def _exception_allowed(self, document: Document) -> bool:
