@@ -19,6 +19,7 @@ Sources hand over plain documents: nothing here imports the Kubernetes client.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import os
 import threading
@@ -130,20 +131,26 @@ def content_key(document: Document) -> bytes:
     metadata = data.get("metadata")
     if isinstance(metadata, dict):
         meaning["metadata"] = {key: value for key, value in metadata.items() if key not in _VOLATILE_METADATA}
-    digest = hashlib.blake2b(_canonical_bytes(meaning), digest_size=20)
+    try:
+        text = _canonical_bytes(meaning)
+    except (TypeError, ValueError, RecursionError):  # nested too deeply to serialize: a key that never matches
+        return b"unkeyed:%d" % next(_UNKEYED)
+    digest = hashlib.blake2b(text, digest_size=20)
     digest.update(document.origin.encode("utf-8", "replace"))
     return digest.digest()
+
+
+_UNKEYED = itertools.count()
 
 
 def _canonical_bytes(value: Any) -> bytes:
     try:
         import orjson
-
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=repr)
     except ImportError:  # pragma: no cover - orjson is part of the server extra
         import json
 
         return json.dumps(value, sort_keys=True, default=repr).encode()
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=repr)
 
 
 def _cel_program_owner(policy_key: str) -> str:
