@@ -228,6 +228,7 @@ class PolicyStore:
             self.generation = snapshot.generation
             self.snapshot = snapshot
             self.last_error = ""
+            log.debug("policy snapshot %d installed: %d documents", snapshot.generation, len(documents))
             for listener in self.listeners:
                 try:
                     listener(snapshot)

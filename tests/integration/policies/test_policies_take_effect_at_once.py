@@ -4,6 +4,7 @@ poll is set to an hour here, so only the watch events can have done it."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 
@@ -17,7 +18,7 @@ def unique(prefix: str) -> str:
 
 @pytest.fixture(scope="module")
 def serve(api: Api, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
-    server = Serve(api.plane, tmp_path_factory.mktemp("serve-events"), reload_interval=3600)
+    server = Serve(api.plane, tmp_path_factory.mktemp("serve-events"), reload_interval=3600, extra_args=("--log-level", "debug"))
     try:
         server.wait_serving()
         yield server
@@ -70,8 +71,9 @@ def test_ready_means_enforced_and_deleted_means_gone_at_once(api: Api, serve: Se
 
             status, body = api.request("DELETE", f"/apis/kyverno.io/v1/clusterpolicies/{name}")
             assert status == 200, body
+            deleted_at = time.time()
             status, body = api.create_pod(namespace, unique("pod"))  # no pause: the policy must be gone already
-            assert status == 201, (cycle, status, body, serve.log())
+            assert status == 201, (cycle, deleted_at, time.time(), status, body.get("message"), serve.log()[-3000:])
     finally:
         assert api.kubectl("delete", "--ignore-not-found", "--wait=false", "namespace", namespace).returncode == 0
     assert "policies reloaded" in serve.log()
