@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 from stockade.cel import CelCompileError, CelEnvironment, CelProgram
 from stockade.celpolicy.errors import PolicyCompileError
@@ -43,6 +44,12 @@ class PolicyCompiler:
         with self._lock:
             self._programs[cache_key] = program
         return program
+
+    def retain(self, keep: Callable[[str], bool]) -> None:
+        """Drop the programs of every policy key ``keep`` refuses: a long-lived compiler (the server's, reused across
+        policy reloads) then holds only programs of policies still loaded and unchanged."""
+        with self._lock:
+            self._programs = {key: program for key, program in self._programs.items() if keep(key[0])}
 
     @property
     def compiled_count(self) -> int:

@@ -177,13 +177,17 @@ async def _serve(policies: list[str], **options: Any) -> int:
         services.registration.kyverno_config = kyverno_config
     pool = _start_evaluation_pool(settings, options)
     try:
-        await pool.start(list(snapshot.documents), _engine_settings(kyverno_config))
+        await pool.start(list(snapshot.documents), _engine_settings(kyverno_config), snapshot.generation, snapshot.document_keys)
     except Exception as exc:
         await pool.close(0)
         if cluster_source is not None:
             cluster_source.stop()
         raise _StartupError(f"evaluation workers did not start: {exc}") from exc
-    store.listeners.append(lambda changed: pool.publish(list(changed.documents), _engine_settings(kyverno_config)))
+    # the workers get each snapshot before it is installed: no review is decided against policies they lack
+    store.before_install.append(
+        lambda changed: pool.publish(list(changed.documents), _engine_settings(kyverno_config), changed.generation, changed.document_keys)
+    )
+    store.start()  # watch events rebuild at once from here on
     state.evaluations = IsolatedEvaluations(pool)
     if api_client is not None:
         _attach_cluster_workers(state, services, api_client, store, options)
@@ -239,6 +243,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
     await pool.close(SHUTDOWN_DRAIN_SECONDS)
     await removal
     await server.stop()
+    await asyncio.to_thread(store.stop)
     if cluster_source is not None:
         await asyncio.to_thread(cluster_source.stop)
     if config_watch is not None:

@@ -43,10 +43,14 @@ class LiveKyvernoConfig:
     def __call__(self) -> KyvernoConfig:
         return self.current
 
-    # As a PolicyStore source: no documents, but a change bumps the fingerprint, so the next reload rebuilds the
-    # snapshot (engine registry settings) and its listeners re-register the webhooks with the new selectors.
+    # As a PolicyStore source: no documents, but a change bumps the fingerprint and notifies the store, which rebuilds
+    # the snapshot at once (engine registry settings) and its listeners re-register the webhooks with the new selectors.
     def fingerprint(self) -> int:
         return self.generation
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """``callback()`` runs after every change, once the other listeners saw the new configuration."""
+        self.listeners.append(lambda _config: callback())
 
     def documents(self) -> list[Any]:
         return []

@@ -2,10 +2,11 @@
 
 `ClusterPolicySource` is a `PolicySource` for `stockade.webhook.policystore.PolicyStore`: one daemon thread per
 kind lists the objects, then watches from the list's resourceVersion (re-listing after 410 Gone or any error, with
-backoff).  Every change that matters bumps a counter, which is the source's fingerprint, so the store's periodic
-`reload_if_changed()` rebuilds the snapshot within one reload interval.  Changes to `status` alone (our own
-write-back, or Kyverno's) do not bump it: otherwise every status write would trigger a reload, which would write
-status again.
+backoff).  Every change that matters bumps a counter, which is the source's fingerprint, and tells the store's
+subscribed callback (``subscribe``), which rebuilds the snapshot at once on its rebuild thread (the store's periodic
+`reload_if_changed()` remains a safety net).  Changes to `status` alone (our own write-back, or Kyverno's) do not bump
+it: otherwise every status write would trigger a reload, which would write status again.  What remains between a
+change and its enforcement is the API server's watch delivery (usually milliseconds) plus one rebuild.
 
 Kinds whose CRD is not installed are skipped with one log line and looked for again every `rediscover_interval`.
 
@@ -14,6 +15,9 @@ differs from what the object already carries: ClusterPolicy/Policy get `status.c
 `status.rulecount` and `status.autogen.rules` as Kyverno writes them; the policies.kyverno.io kinds get
 `status.conditionStatus` as Kyverno's policy status controller writes it (`WebhookConfigured` and
 `RBACPermissionsGranted` conditions, `ready`, and `message` when Stockade cannot serve the policy).
+It only ever sees installed snapshots, and the store hands a snapshot to the evaluation workers before installing it
+(``before_install``), so readiness is written only for a policy that every review decided from then on is evaluated
+with (and, with registration, after the webhook configurations were updated for it: that listener runs first).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import datetime
 import logging
 import threading
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from stockade.policy.loader import Document
@@ -136,6 +141,10 @@ class ClusterPolicySource:
         self._pending_snapshot: PolicySnapshot | None = None
         self._status_wakeup = threading.Event()
         self.status_writes = 0
+        self._subscribers: list[Callable[[], None]] = []
+        # the document handed out for each cached object, reused while the object stays the same (no deep copy and
+        # no content hashing of unchanged policies on every rebuild)
+        self._handed_out: dict[tuple[WatchedKind, str, str], tuple[dict[str, Any], ClusterDocument]] = {}
 
     # -- lifecycle ----------------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -174,14 +183,34 @@ class ClusterPolicySource:
         with self._lock:
             return self._generation
 
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """``callback()`` runs (on a watch thread) after every change that bumped the fingerprint."""
+        self._subscribers.append(callback)
+
+    def _changed(self) -> None:
+        for callback in list(self._subscribers):
+            try:
+                callback()
+            except Exception:
+                log.exception("policy change notification failed")
+
     def documents(self) -> list[Document]:
         with self._lock:
             entries = sorted(self._objects.items(), key=lambda item: (item[0][0].group, item[0][0].kind, item[0][1], item[0][2]))
         documents: list[Document] = []
-        for (watched, namespace, name), (version, obj) in entries:
-            where = f"{namespace}/{name}" if namespace else name
-            # a deep copy: the snapshot must not change under a request when the watch updates the cache
-            documents.append(ClusterDocument(copy.deepcopy(obj), f"cluster {watched.kind}/{where}", 0, watched, version))
+        handed_out: dict[tuple[WatchedKind, str, str], tuple[dict[str, Any], ClusterDocument]] = {}
+        for key, (version, obj) in entries:
+            previous = self._handed_out.get(key)
+            if previous is not None and previous[0] is obj:
+                document = previous[1]
+            else:
+                watched, namespace, name = key
+                where = f"{namespace}/{name}" if namespace else name
+                # a deep copy: the snapshot must not change under a request when the watch updates the cache
+                document = ClusterDocument(copy.deepcopy(obj), f"cluster {watched.kind}/{where}", 0, watched, version)
+            handed_out[key] = (obj, document)
+            documents.append(document)
+        self._handed_out = handed_out
         return documents
 
     # -- cache ----------------------------------------------------------------------------------------------------------
@@ -211,12 +240,13 @@ class ClusterPolicySource:
                     return False
                 del self._objects[key]
                 self._generation += 1
-                return True
-            self._objects[key] = (version, obj)
-            if previous is not None and _content(previous[1]) == _content(obj):
-                return False  # status or bookkeeping only
-            self._generation += 1
-            return True
+            else:
+                self._objects[key] = (version, obj)
+                if previous is not None and _content(previous[1]) == _content(obj):
+                    return False  # status or bookkeeping only
+                self._generation += 1
+        self._changed()
+        return True
 
     def replace_kind(self, watched: WatchedKind, version: str, items: list[dict[str, Any]]) -> bool:
         """Install a fresh list of one kind; True when anything that matters differs from the cache."""
@@ -232,7 +262,9 @@ class ClusterPolicySource:
             self._objects.update(fresh)
             if changed:
                 self._generation += 1
-            return changed
+        if changed:
+            self._changed()
+        return changed
 
     def _mark_synced(self, watched: WatchedKind) -> None:
         with self._lock:

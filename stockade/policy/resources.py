@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -109,15 +110,18 @@ class PolicySet:
         )
 
 
-def split_policies(documents: list[Document]) -> PolicySet:
+def split_policies(documents: list[Document], prebuilt: Callable[[Document], Any] | None = None) -> PolicySet:
+    """``prebuilt`` may return the KyvernoPolicy/PolicyException view already built for an unchanged document (the
+    server's policy store reuses them across reloads, with whatever they computed lazily); None builds a new one."""
     policies = PolicySet()
     for document in documents:
         data = document.data
         group = api_group(document.api_version)
+        view = prebuilt(document) if prebuilt is not None else None
         if is_kyverno_policy(data):
-            policies.kyverno.append(KyvernoPolicy(data, document.origin))
+            policies.kyverno.append(view if isinstance(view, KyvernoPolicy) else KyvernoPolicy(data, document.origin))
         elif is_policy_exception(data):
-            policies.exceptions.append(PolicyException(data, document.origin))
+            policies.exceptions.append(view if isinstance(view, PolicyException) else PolicyException(data, document.origin))
         elif document.kind in CEL_POLICY_KINDS or (group == "policies.kyverno.io"):
             policies.cel.append(document)
         elif document.kind in ADMISSION_POLICY_KINDS:

@@ -181,10 +181,20 @@ RoleLookup = Callable[[RequestInfo, str], tuple[tuple[str, ...], tuple[str, ...]
 """(user, request namespace) → (Roles as ``namespace:name``, ClusterRoles) bound to that user."""
 
 
+def _compact_json(value: Any) -> str:
+    """Compact JSON text; orjson when installed (every policy is scanned on each reload: it is ten times faster)."""
+    try:
+        import orjson
+
+        return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    except ImportError:  # pragma: no cover - orjson is part of the server extra
+        return json.dumps(value, separators=(",", ":"), default=str)
+
+
 def uses_roles(policy: Any) -> bool:
     """Whether a policy needs the requester's RBAC roles: roles/clusterRoles in match/exclude, or the
     ``request.roles``/``request.clusterRoles`` variables anywhere."""
-    text = json.dumps(getattr(policy, "raw", {}), separators=(",", ":"), default=str)
+    text = _compact_json(getattr(policy, "raw", {}))
     return '"roles"' in text or '"clusterRoles"' in text or "request.roles" in text or "request.clusterRoles" in text
 
 

@@ -6,7 +6,12 @@ the health probes and SIGTERM behind it, and a timeout checked after evaluation 
 server keeps only HTTP, parsing of the review header and bookkeeping; evaluation runs in a pool of worker processes:
 
 * each worker holds its own PolicyStore, rebuilt from the policy *documents* the parent sends on start and on every
-  store change (plain dicts pickle cheaply and once per change, compiled policies do not pickle at all);
+  store change (plain dicts pickle cheaply and once per change, compiled policies do not pickle at all); a change
+  sends only the documents that are new, by content key, and the worker's store reuses what it built for the rest;
+* the store hands each new snapshot to the pool before installing it, and every review carries the generation of the
+  snapshot the parent decided it with: the policy frame is written to a worker's pipe before any such review, the
+  worker reads (and builds) it first, and refuses a review newer than what it holds.  A policy change is in force in
+  every worker for every review decided after the snapshot was installed;
 * a review travels as its raw bytes plus a small header; the answer comes back as the serialized AdmissionReview
   response plus a compact rule summary (enough for metrics, Events and PolicyReports);
 * when a review's budget (the smallest timeout of the policies in play) runs out, the parent answers with the
@@ -299,6 +304,13 @@ class DocumentsSource:
         self.generation = -1
         self.current: list[Document] = []
         self.engine_settings: dict[str, Any] = {}
+        self.held: dict[bytes, Document] = {}
+
+    def update(self, update: PolicyUpdate) -> None:
+        self.current = update.apply(self.held)
+        self.held = dict(zip(update.keys, self.current))
+        self.generation = update.generation
+        self.engine_settings = update.engine_settings
 
     def fingerprint(self) -> Hashable:
         return self.generation
@@ -319,8 +331,8 @@ providers, image verifier and cache, namespace labels, evaluator options, except
 
 _FRAME = struct.Struct("!QB")  # payload length, message kind
 MESSAGE_POLICIES, MESSAGE_READY, MESSAGE_REVIEW, MESSAGE_RESULT = 1, 2, 3, 4
-_REVIEW = struct.Struct("!QBBd")  # request id, phase, failurePolicy, arrival (monotonic); the raw body follows
-_RESULT = struct.Struct("!QBQ")  # request id, flags, answer length; answer bytes then summary JSON or error text follow
+_REVIEW = struct.Struct("!QBBdq")  # request id, phase, failurePolicy, arrival (monotonic), policy generation needed; the raw body follows
+_RESULT = struct.Struct("!QBQq")  # request id, flags, answer length, policy generation used; answer bytes then summary JSON or error text follow
 _READY = struct.Struct("!q")  # generation of the policy set now built
 RESULT_ALLOWED, RESULT_RETIRE, RESULT_ERROR = 1, 2, 4
 PHASES = ("validate", "mutate")
@@ -331,24 +343,26 @@ def frame(kind: int, *parts: bytes) -> bytes:
     return b"".join((_FRAME.pack(sum(len(part) for part in parts), kind), *parts))
 
 
-def review_frame(request_id: int, phase: str, failure: str | None, arrived: float, body: bytes) -> bytes:
-    return frame(MESSAGE_REVIEW, _REVIEW.pack(request_id, PHASES.index(phase), FAILURE_POLICIES.index(failure), arrived), body)
+def review_frame(request_id: int, phase: str, failure: str | None, arrived: float, body: bytes, generation: int = 0) -> bytes:
+    return frame(MESSAGE_REVIEW, _REVIEW.pack(request_id, PHASES.index(phase), FAILURE_POLICIES.index(failure), arrived, generation), body)
 
 
-def result_frame(request_id: int, answer: bytes | None, allowed: bool, summaries: list[PolicySummary], retire: bool, error: str) -> bytes:
+def result_frame(
+    request_id: int, answer: bytes | None, allowed: bool, summaries: list[PolicySummary], retire: bool, error: str, generation: int = 0
+) -> bytes:
     flags = (RESULT_ALLOWED if allowed else 0) | (RESULT_RETIRE if retire else 0) | (RESULT_ERROR if error else 0)
     answer = answer or b""
     tail = error.encode("utf-8", "replace") if error else _dumps(summaries)
-    return frame(MESSAGE_RESULT, _RESULT.pack(request_id, flags, len(answer)), answer, tail)
+    return frame(MESSAGE_RESULT, _RESULT.pack(request_id, flags, len(answer), generation), answer, tail)
 
 
 def parse_result(payload: bytes) -> tuple[int, WorkerAnswer]:
-    request_id, flags, answer_length = _RESULT.unpack_from(payload)
+    request_id, flags, answer_length, generation = _RESULT.unpack_from(payload)
     answer_end = _RESULT.size + answer_length
     tail = payload[answer_end:]
     if flags & RESULT_ERROR:
-        return request_id, WorkerAnswer(None, False, [], bool(flags & RESULT_RETIRE), tail.decode("utf-8", "replace"))
-    return request_id, WorkerAnswer(payload[_RESULT.size : answer_end], bool(flags & RESULT_ALLOWED), _loads(tail), bool(flags & RESULT_RETIRE), "")
+        return request_id, WorkerAnswer(None, False, [], bool(flags & RESULT_RETIRE), tail.decode("utf-8", "replace"), generation)
+    return request_id, WorkerAnswer(payload[_RESULT.size : answer_end], bool(flags & RESULT_ALLOWED), _loads(tail), bool(flags & RESULT_RETIRE), "", generation)
 
 
 @dataclass(frozen=True)
@@ -358,6 +372,27 @@ class WorkerAnswer:
     summaries: list[PolicySummary]
     retire: bool
     error: str
+    generation: int = 0  # the policy generation the worker evaluated with
+
+
+class StalePolicies(Exception):
+    """A worker was asked to evaluate with a policy generation it has not received (a bug in the ordering)."""
+
+
+@dataclass(frozen=True)
+class PolicyUpdate:
+    """One policy frame: the generation's documents as content keys in order, the documents a worker may not have
+    yet (all of them for a new worker), and the run-time Engine settings."""
+
+    generation: int
+    keys: tuple[bytes, ...]
+    documents: dict[bytes, Document]
+    engine_settings: dict[str, Any]
+
+    def apply(self, held: dict[bytes, Document]) -> list[Document]:
+        """The generation's documents, taking the unchanged ones from ``held`` (same objects: the worker's store
+        then recognises them without hashing); raises KeyError when the frame refers to one it never received."""
+        return [self.documents[key] if key in self.documents else held[key] for key in self.keys]
 
 
 def worker_main(connection: Any, setup: WorkerSetup | None, memory_bytes: int | None) -> None:
@@ -394,14 +429,18 @@ def _serve_worker(channel: socket.socket, setup: WorkerSetup | None, done: threa
             if len(payload) < size:
                 return
             if kind == MESSAGE_POLICIES:
-                source.generation, source.current, source.engine_settings = pickle.loads(payload)
+                source.update(pickle.loads(payload))
                 store.load()
                 channel.sendall(frame(MESSAGE_READY, _READY.pack(source.generation)))
             elif kind == MESSAGE_REVIEW:
-                request_id, phase, failure, arrived = _REVIEW.unpack_from(payload)
+                request_id, phase, failure, arrived, needed = _REVIEW.unpack_from(payload)
                 assert store.snapshot is not None
+                if needed > source.generation:
+                    stale = f"worker holds policy generation {source.generation}, the review needs {needed}"
+                    channel.sendall(result_frame(request_id, None, False, [], False, stale, source.generation))
+                    continue
                 outcome = _evaluate_in_worker(store.snapshot.evaluator, payload[_REVIEW.size :], PHASES[phase], FAILURE_POLICIES[failure], arrived)
-                channel.sendall(result_frame(request_id, *outcome))
+                channel.sendall(result_frame(request_id, *outcome, source.generation))
                 if outcome[3]:
                     return  # state after a MemoryError is not trusted: the parent starts a fresh worker
     finally:
@@ -477,6 +516,7 @@ class _Worker(asyncio.Protocol):
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.jobs: collections.deque[_Job] = collections.deque()  # sent, unanswered, in order: the first one runs
         self.dead = False
+        self.generation = -1  # the policy generation the worker last reported built
         self._buffer = bytearray()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -533,8 +573,13 @@ class EvaluationPool:
         if start_method == "forkserver":
             # workers fork from a server that has the engine imported already: a replacement is ready in milliseconds
             self.context.set_forkserver_preload(["stockade.webhook.isolation", "stockade.webhook.policystore", "stockade.celpolicy"])
-        self._documents: bytes = b""
         self._generation = 0
+        self._keys: tuple[bytes, ...] = ()
+        self._held: dict[bytes, Document] = {}  # the current generation's documents by content key
+        self._engine_settings: dict[str, Any] = {}
+        self._full_frame: bytes | None = None  # everything, for a worker that starts now; built when one does
+        self._pending: tuple[list[Document], dict[str, Any], int | None, tuple[bytes, ...] | None] | None = None
+        self._pending_lock = threading.Lock()
         self._idle: collections.deque[_Worker] = collections.deque()
         self._queued: collections.deque[_Job] = collections.deque()  # reviews waiting for an idle worker
         self._workers: set[_Worker] = set()
@@ -545,28 +590,64 @@ class EvaluationPool:
         self.replaced = 0  # workers killed and started anew (budget, memory, crash)
 
     # lifecycle
-    async def start(self, documents: list[Document], engine_settings: dict[str, Any] | None = None) -> None:
+    async def start(
+        self, documents: list[Document], engine_settings: dict[str, Any] | None = None, generation: int | None = None, keys: tuple[bytes, ...] | None = None
+    ) -> None:
         """Start every worker and wait until each has built the given policies."""
         self._loop = asyncio.get_running_loop()
-        self._set_documents(documents, engine_settings or {})
+        self._set_documents(documents, engine_settings or {}, generation, keys)
         workers = await asyncio.gather(*(self._spawn() for _ in range(self.size)))
         await asyncio.gather(*(asyncio.wait_for(asyncio.shield(w.ready), 120) for w in workers))
 
-    def publish(self, documents: list[Document], engine_settings: dict[str, Any] | None = None) -> None:
-        """A new policy set (called from any thread, e.g. the store's reload); every worker rebuilds its snapshot.
-        ``engine_settings`` are Engine keyword arguments decided at run time (Kyverno's ConfigMap registry settings)."""
+    @property
+    def generation(self) -> int:
+        """The newest policy generation written to the workers' pipes."""
+        return self._generation
+
+    def publish(
+        self, documents: list[Document], engine_settings: dict[str, Any] | None = None, generation: int | None = None, keys: tuple[bytes, ...] | None = None
+    ) -> None:
+        """A new policy set (called from any thread, e.g. the store before it installs a snapshot); every worker
+        rebuilds its snapshot.  ``engine_settings`` are Engine keyword arguments decided at run time (Kyverno's
+        ConfigMap registry settings); ``generation`` numbers the set (the store's snapshot generation; by default the
+        next number) and ``keys`` are the documents' content keys when the caller has them.  Publications not yet
+        written are coalesced: only the newest is sent, at the latest just before the next review."""
         if self._loop is None or self._closing:
             return
-        self._loop.call_soon_threadsafe(self._broadcast, list(documents), dict(engine_settings or {}))
+        with self._pending_lock:
+            self._pending = (list(documents), dict(engine_settings or {}), generation, keys)
+        self._loop.call_soon_threadsafe(self._flush_pending)
 
-    def _set_documents(self, documents: list[Document], engine_settings: dict[str, Any]) -> None:
-        self._generation += 1
-        self._documents = frame(MESSAGE_POLICIES, pickle.dumps((self._generation, documents, engine_settings), protocol=pickle.HIGHEST_PROTOCOL))
-
-    def _broadcast(self, documents: list[Document], engine_settings: dict[str, Any]) -> None:
-        self._set_documents(documents, engine_settings)
+    def _flush_pending(self) -> None:
+        """Write the pending publication, if any, to every worker (on the event loop)."""
+        with self._pending_lock:
+            pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        update = self._set_documents(*pending)
+        payload = frame(MESSAGE_POLICIES, pickle.dumps(update, protocol=pickle.HIGHEST_PROTOCOL))
         for worker in list(self._workers):
-            worker.send(self._documents)
+            worker.send(payload)
+
+    def _set_documents(
+        self, documents: list[Document], engine_settings: dict[str, Any], generation: int | None = None, keys: tuple[bytes, ...] | None = None
+    ) -> PolicyUpdate:
+        """Make ``documents`` the current set; returns the update that carries the documents new since the last set."""
+        from stockade.webhook.policystore import content_key
+
+        if keys is None or len(keys) != len(documents):
+            keys = tuple(content_key(document) for document in documents)
+        self._generation = max(self._generation + 1, generation or 0)
+        fresh = {key: document for key, document in zip(keys, documents) if key not in self._held}
+        self._keys, self._held, self._engine_settings = tuple(keys), dict(zip(keys, documents)), engine_settings
+        self._full_frame = None
+        return PolicyUpdate(self._generation, self._keys, fresh, engine_settings)
+
+    def _full_update_frame(self) -> bytes:
+        if self._full_frame is None:
+            update = PolicyUpdate(self._generation, self._keys, self._held, self._engine_settings)
+            self._full_frame = frame(MESSAGE_POLICIES, pickle.dumps(update, protocol=pickle.HIGHEST_PROTOCOL))
+        return self._full_frame
 
     async def _spawn(self) -> _Worker:
         parent_end, child_end = self.context.Pipe(duplex=True)
@@ -577,8 +658,9 @@ class EvaluationPool:
         parent_end.close()
         worker = _Worker(self, process)
         await asyncio.get_running_loop().create_unix_connection(lambda: worker, sock=sock)
+        self._flush_pending()
         self._workers.add(worker)
-        worker.send(self._documents)
+        worker.send(self._full_update_frame())
         return worker
 
     def _received(self, worker: _Worker, kind: int, payload: bytes) -> None:
@@ -600,9 +682,11 @@ class EvaluationPool:
                 self._feed(worker)
             else:
                 self._make_idle(worker)
-        elif kind == MESSAGE_READY and not worker.ready.done():
-            worker.ready.set_result(None)
-            self._make_idle(worker)
+        elif kind == MESSAGE_READY:
+            (worker.generation,) = _READY.unpack(payload)
+            if not worker.ready.done():
+                worker.ready.set_result(None)
+                self._make_idle(worker)
 
     def _make_idle(self, worker: _Worker) -> None:
         """Hand ``worker`` the queued reviews it can take, or park it."""
@@ -693,15 +777,18 @@ class EvaluationPool:
             child.join(2)
 
     # requests
-    async def evaluate(self, body: bytes, phase: str, failure: str | None, arrived: float, deadline: float) -> WorkerAnswer:
-        """Evaluate on an idle worker; raises TimeoutError when ``deadline`` (monotonic) passes first (the worker
-        is then killed and replaced) and WorkerUnavailable when the worker died or the pool closes.  One timer covers
-        both the wait for a worker and the evaluation."""
+    async def evaluate(self, body: bytes, phase: str, failure: str | None, arrived: float, deadline: float, generation: int = 0) -> WorkerAnswer:
+        """Evaluate on an idle worker with policy ``generation`` or newer; raises TimeoutError when ``deadline``
+        (monotonic) passes first (the worker is then killed and replaced) and WorkerUnavailable when the worker died
+        or the pool closes.  One timer covers both the wait for a worker and the evaluation."""
         if self._closing:
             raise WorkerUnavailable("server is shutting down")
+        self._flush_pending()  # a set published from another thread goes into every pipe before this review
+        if generation > self._generation:
+            raise StalePolicies(f"policy generation {generation} was never published to the workers (newest: {self._generation})")
         loop = asyncio.get_running_loop()
         request_id = next(self._ids)
-        job = _Job(request_id, review_frame(request_id, phase, failure, arrived, body), loop.create_future())
+        job = _Job(request_id, review_frame(request_id, phase, failure, arrived, body, generation), loop.create_future())
         job.timer = loop.call_at(loop.time() + (deadline - time.monotonic()), self._expire, job)
         if self._idle:
             self._run(self._idle.popleft(), job)
@@ -770,10 +857,10 @@ class IsolatedEvaluations:
             return evaluate_review(evaluator, review, phase, failure, arrived), None
         deadline = arrived + budget - min(DEADLINE_MARGIN_SECONDS, budget / 10)
         try:
-            answer = await self.pool.evaluate(body, phase, failure, arrived, deadline)
+            answer = await self.pool.evaluate(body, phase, failure, arrived, deadline, int(getattr(snapshot, "generation", 0)))
         except TimeoutError:
             return deadline_decision(review, in_play, budget, phase), None
-        except WorkerUnavailable as exc:
+        except (WorkerUnavailable, StalePolicies) as exc:
             return _failure_for(review, in_play, failure, str(exc)), None
         if answer.error or answer.answer is None:
             return _failure_for(review, in_play, failure, answer.error or "no answer"), None

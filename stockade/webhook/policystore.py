@@ -6,16 +6,26 @@ one consistent snapshot.  Documents are checked one by one: an invalid policy is
 error remembered (``snapshot.errors``) while every other policy keeps being served; only an unreadable source (a
 file with broken YAML) keeps the previous snapshot and records the error for readiness.
 
+Rebuilds are event-driven where a source can tell: a `ChangeNotifyingSource` (the cluster watch, Kyverno's
+ConfigMap) calls ``request_rebuild()``, and the store's rebuild thread (``start()``) rebuilds at once, off the event
+loop, one rebuild at a time, a burst of changes coalesced into one more rebuild.  ``reload_if_changed()`` polled by
+the server stays the safety net for file sources.  A rebuild reuses what it built for every unchanged document (its
+checks, its policy view, its compiled CEL programs), keyed by the document's content, so a one-policy change costs
+milliseconds however many policies are loaded.
+
 Sources hand over plain documents: nothing here imports the Kubernetes client.
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
 import logging
 import os
+import threading
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from stockade.engine.engine import Engine
 from stockade.policy.loader import Document, LoadError, expand_paths, load_documents
@@ -57,6 +67,14 @@ class PolicySource(Protocol):
     def documents(self) -> list[Document]: ...
 
 
+@runtime_checkable
+class ChangeNotifyingSource(Protocol):
+    """A source that knows when it changed (a watch): it calls every subscribed callback right after its fingerprint
+    moved, from its own thread; callbacks must return at once."""
+
+    def subscribe(self, callback: Callable[[], None]) -> None: ...
+
+
 class DirectorySource:
     """Policy files and directories; the fingerprint is every file's path, mtime and size."""
 
@@ -90,6 +108,54 @@ class PolicySnapshot:
     documents: tuple[Document, ...] = ()
     errors: dict[PolicyIdentity, str] = field(default_factory=dict)
     unsupported_identities: frozenset[PolicyIdentity] = frozenset()
+    generation: int = 0  # counts the store's snapshots; evaluation workers report which one they hold
+    document_keys: tuple[bytes, ...] = ()  # content_key() of each of ``documents``
+
+
+@dataclass
+class _Prepared:
+    """What a rebuild keeps of one document, by content: why it is not served (or None), and its policy view."""
+
+    problem: str | None
+    view: Any = None
+
+
+_VOLATILE_METADATA = ("resourceVersion", "managedFields")
+
+
+def content_key(document: Document) -> bytes:
+    """Identifies what a document means: its origin and content without status and the bookkeeping metadata a status
+    write changes, so a policy whose status was just written is not prepared again."""
+    data = document.data
+    meaning = {key: value for key, value in data.items() if key != "status"}
+    metadata = data.get("metadata")
+    if isinstance(metadata, dict):
+        meaning["metadata"] = {key: value for key, value in metadata.items() if key not in _VOLATILE_METADATA}
+    try:
+        text = _canonical_bytes(meaning)
+    except (TypeError, ValueError, RecursionError):  # nested too deeply to serialize: a key that never matches
+        return b"unkeyed:%d" % next(_UNKEYED)
+    digest = hashlib.blake2b(text, digest_size=20)
+    digest.update(document.origin.encode("utf-8", "replace"))
+    return digest.digest()
+
+
+_UNKEYED = itertools.count()
+
+
+def _canonical_bytes(value: Any) -> bytes:
+    try:
+        import orjson
+    except ImportError:  # pragma: no cover - orjson is part of the server extra
+        import json
+
+        return json.dumps(value, sort_keys=True, default=repr).encode()
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS, default=repr)
+
+
+def _cel_program_owner(policy_key: str) -> str:
+    """The policy a compiled program belongs to: autogen variants are keyed ``<policy key>#autogen<n>``."""
+    return policy_key.split("#", 1)[0]
 
 
 class PolicyStore:
@@ -126,7 +192,24 @@ class PolicyStore:
         self.snapshot: PolicySnapshot | None = None
         self.last_error: str = ""
         self._failed_fingerprint: tuple[Any, ...] | None = None
+        # called with each new snapshot just before it is installed, on the rebuilding thread: what must hold the
+        # snapshot before any review is decided against it (the evaluation workers' publication)
+        self.before_install: list[Callable[[PolicySnapshot], None]] = []
+        # called once it is installed (status write-back, webhook registration, metrics)
         self.listeners: list[Callable[[PolicySnapshot], None]] = []
+        self.generation = 0
+        self.prepared_documents = 0  # documents checked and built anew (not reused from an earlier rebuild)
+        self.rebuilds_requested = 0
+        self._prepared: dict[bytes, _Prepared] = {}
+        self._document_keys: dict[int, tuple[Document, bytes]] = {}
+        self._compiler: Any = None  # one PolicyCompiler across rebuilds (programs of unchanged policies are kept)
+        self._build_lock = threading.RLock()  # never two rebuilds at once (rebuild thread, poll, start-up load)
+        self._rebuild_wanted = threading.Event()
+        self._stopping = threading.Event()
+        self._rebuilder: threading.Thread | None = None
+        for source in self.sources:
+            if isinstance(source, ChangeNotifyingSource):
+                source.subscribe(self.request_rebuild)
 
     def policy_files(self) -> list[str]:
         return [path for source in self.sources if isinstance(source, DirectorySource) for path in source.policy_files()]
@@ -137,43 +220,89 @@ class PolicyStore:
     def load(self) -> PolicySnapshot:
         """Load now; raises LoadError/OSError when a source cannot be read, so `serve` fails fast with the file named.
         Invalid individual policies do not raise: they are logged and listed in ``snapshot.errors``."""
-        fingerprint = self._fingerprint()
-        documents: list[Document] = []
-        for source in self.sources:
-            documents.extend(source.documents())
-        snapshot = self._build(documents, fingerprint)
-        self.snapshot = snapshot
-        self.last_error = ""
-        for listener in self.listeners:
-            try:
-                listener(snapshot)
-            except Exception:  # one failing listener (e.g. a status write) must not hide the snapshot from others
-                log.exception("policy snapshot listener failed")
-        return snapshot
+        with self._build_lock:
+            fingerprint = self._fingerprint()
+            documents: list[Document] = []
+            for source in self.sources:
+                documents.extend(source.documents())
+            snapshot = self._build(documents, fingerprint, self.generation + 1)
+            for hook in self.before_install:
+                hook(snapshot)  # a failure here must not install a snapshot the workers do not have
+            self.generation = snapshot.generation
+            self.snapshot = snapshot
+            self.last_error = ""
+            log.debug("policy snapshot %d installed: %d documents", snapshot.generation, len(documents))
+            for listener in self.listeners:
+                try:
+                    listener(snapshot)
+                except Exception:  # one failing listener (e.g. a status write) must not hide the snapshot from others
+                    log.exception("policy snapshot listener failed")
+            return snapshot
 
-    def _build(self, documents: list[Document], fingerprint: tuple[Any, ...]) -> PolicySnapshot:
+    def _prepare(self, documents: list[Document]) -> tuple[list[_Prepared], Any, list[bytes]]:
+        """Each document's _Prepared, reused from the previous rebuild when its content is unchanged, and the CEL
+        compiler, purged of the programs of policies that changed or went away."""
         from stockade.celpolicy.compiler import PolicyCompiler
 
-        compiler = PolicyCompiler()
+        previous, current = self._prepared, {}
+        keys = [self._content_key(document) for document in documents]
+        self._document_keys = {id(document): (document, key) for document, key in zip(documents, keys)}
+        unchanged_cel = {
+            _cel_key(document) for document, key in zip(documents, keys) if key in previous and api_group(document.api_version) == CEL_POLICY_GROUP
+        }
+        if self._compiler is None:
+            self._compiler = PolicyCompiler()
+        self._compiler.retain(lambda policy_key: _cel_program_owner(policy_key) in unchanged_cel)
+        prepared: list[_Prepared] = []
+        for document, key in zip(documents, keys):
+            entry = current.get(key) or previous.get(key)
+            if entry is None:
+                entry = _Prepared(document_problem(document, self._compiler))
+                self.prepared_documents += 1
+            current[key] = entry
+            prepared.append(entry)
+        self._prepared = current
+        return prepared, self._compiler, keys
+
+    def _content_key(self, document: Document) -> bytes:
+        """content_key(), not computed again for the very Document object the previous rebuild saw (sources that
+        keep unchanged documents, like the evaluation workers' and the cluster watch, hand the same objects again)."""
+        known = self._document_keys.get(id(document))
+        if known is not None and known[0] is document:
+            return known[1]
+        return content_key(document)
+
+    def _build(self, documents: list[Document], fingerprint: tuple[Any, ...], generation: int = 0) -> PolicySnapshot:
+        prepared, compiler, keys = self._prepare(documents)
         errors: dict[PolicyIdentity, str] = {}
         accepted: list[Document] = []
-        for document in documents:
-            problem = document_problem(document, compiler)
-            if problem is None:
+        entries: dict[int, _Prepared] = {}
+        for document, entry in zip(documents, prepared):
+            if entry.problem is None:
                 accepted.append(document)
+                entries[id(document)] = entry
                 continue
             identity = policy_identity(document.data)
-            errors[identity] = problem
+            errors[identity] = entry.problem
             if self.log_rejections:
-                log.error("policy %s (%s) is not served: %s", describe_identity(identity), document.origin, problem)
+                log.error("policy %s (%s) is not served: %s", describe_identity(identity), document.origin, entry.problem)
         if self.exception_namespaces is not None:
             # an exception outside the allowed namespaces would let its author exempt themselves from cluster policies
             accepted = [d for d in accepted if d.kind != "PolicyException" or self._exception_allowed(d)]
-        policy_set = split_policies(accepted)
+
+        def prebuilt(document: Document) -> Any:
+            return entries[id(document)].view
+
+        policy_set = split_policies(accepted, prebuilt)
+        built_now = {id(document.data): entries[id(document)] for document in accepted if entries[id(document)].view is None}
+        for view in [*policy_set.kyverno, *policy_set.exceptions]:
+            entry = built_now.get(id(view.raw))
+            if entry is not None:
+                entry.view = view  # reused by the next rebuild while the document stays the same
         engine = self.engine_factory(
             exceptions=policy_set.exceptions, image_verifier=self.image_verifier, verification_cache=self.verification_cache
         )
-        cel_policies, cel_evaluator = _cel_validating(policy_set.cel, compiler)
+        cel_policies, cel_evaluator = _cel_validating(policy_set.cel, compiler, lambda document: _cel_view(entries[id(document)], document))
         served = {id(p.raw) for p in cel_policies}
         unsupported_documents = [d for d in policy_set.cel + policy_set.admission if id(d.data) not in served and d.kind != "PolicyException" and d.kind not in self.controller_kinds]
         return PolicySnapshot(
@@ -187,6 +316,8 @@ class PolicyStore:
             documents=tuple(documents),
             errors=errors,
             unsupported_identities=frozenset(policy_identity(d.data) for d in unsupported_documents),
+            generation=generation,
+            document_keys=tuple(keys),
         )
 
     def _exception_allowed(self, document: Document) -> bool:
@@ -204,21 +335,55 @@ class PolicyStore:
         sources, and stays visible through ``readiness_problem()`` until a reload succeeds.
         """
         fingerprint: tuple[Any, ...] | None = None
-        try:
-            fingerprint = self._fingerprint()
-            if self.snapshot is not None and fingerprint == self.snapshot.fingerprint:
-                self.last_error = ""  # the sources are back to what is being served
+        with self._build_lock:
+            try:
+                fingerprint = self._fingerprint()
+                if self.snapshot is not None and fingerprint == self.snapshot.fingerprint:
+                    self.last_error = ""  # the sources are back to what is being served
+                    return False
+                if self.last_error and fingerprint == self._failed_fingerprint:
+                    return False  # same broken files as last time: already logged, still reported by readiness
+                self.load()
+                log.info("policies reloaded: %d policies", len(self.snapshot.policies) if self.snapshot else 0)
+                return True
+            except (LoadError, OSError, ValueError) as exc:
+                self.last_error = str(exc)
+                self._failed_fingerprint = fingerprint
+                log.error("policy reload failed, keeping the previous policies: %s", exc)
                 return False
-            if self.last_error and fingerprint == self._failed_fingerprint:
-                return False  # same broken files as last time: already logged, still reported by readiness
-            self.load()
-            log.info("policies reloaded: %d policies", len(self.snapshot.policies) if self.snapshot else 0)
-            return True
-        except (LoadError, OSError, ValueError) as exc:
-            self.last_error = str(exc)
-            self._failed_fingerprint = fingerprint
-            log.error("policy reload failed, keeping the previous policies: %s", exc)
-            return False
+
+    # -- event-driven rebuilds ------------------------------------------------------------------------------------
+    def request_rebuild(self) -> None:
+        """A source changed: the rebuild thread rebuilds now; requests arriving meanwhile make one more rebuild.
+        Cheap and callable from any thread (a watch thread calls it for every change it sees)."""
+        self.rebuilds_requested += 1
+        self._rebuild_wanted.set()
+
+    def start(self) -> None:
+        """Start the rebuild thread (after the first ``load()``); a request made before it is served at once."""
+        if self._rebuilder is not None:
+            return
+        self._stopping.clear()
+        self._rebuilder = threading.Thread(target=self._run_rebuilds, name="policy-rebuild", daemon=True)
+        self._rebuilder.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stopping.set()
+        self._rebuild_wanted.set()
+        if self._rebuilder is not None:
+            self._rebuilder.join(timeout)
+            self._rebuilder = None
+
+    def _run_rebuilds(self) -> None:
+        while True:
+            self._rebuild_wanted.wait()
+            if self._stopping.is_set():
+                return
+            self._rebuild_wanted.clear()  # cleared before the rebuild reads the sources: later changes are not lost
+            try:
+                self.reload_if_changed()
+            except Exception:  # a bug in one rebuild must not stop every later one
+                log.exception("policy rebuild failed")
 
     def readiness_problem(self) -> str:
         """Why this store should not count as ready ('' when it should): no snapshot yet, or the last reload failed."""
@@ -229,8 +394,23 @@ class PolicyStore:
         return ""
 
 
-def _cel_validating(documents: list[Document], compiler: Any = None) -> tuple[list[Any], Any]:
-    """(Namespaced)Validating/MutatingPolicy documents and an evaluator with the CEL PolicyExceptions loaded beside them.
+def _cel_key(document: Document) -> str:
+    """The key CelPolicy gives this document (and its compiled programs)."""
+    _, kind, namespace, name = policy_identity(document.data)
+    return f"{kind}/{namespace}/{name}"
+
+
+def _cel_view(entry: _Prepared, document: Document) -> Any:
+    from stockade.celpolicy import CelPolicy
+
+    if not isinstance(entry.view, CelPolicy):
+        entry.view = CelPolicy(document.data, document.origin)
+    return entry.view
+
+
+def _cel_validating(documents: list[Document], compiler: Any = None, view: Callable[[Document], Any] | None = None) -> tuple[list[Any], Any]:
+    """(Namespaced)Validating/MutatingPolicy documents and an evaluator with the CEL PolicyExceptions loaded beside them;
+    ``view`` returns the CelPolicy of a document (reused across rebuilds by the store).
 
     CEL providers that need the cluster (``resource.*``, ``http.*``, global context) are not wired yet, so policies
     using them evaluate to errors (and deny under failurePolicy Fail)."""
@@ -239,8 +419,9 @@ def _cel_validating(documents: list[Document], compiler: Any = None) -> tuple[li
         return [], None
     from stockade.celpolicy import CelPolicy, CelPolicyEvaluator
 
-    exceptions = [CelPolicy(d.data, d.origin) for d in documents if d.kind == "PolicyException"]
-    return [CelPolicy(d.data, d.origin) for d in wanted], CelPolicyEvaluator(exceptions=exceptions, compiler=compiler)
+    make = view or (lambda d: CelPolicy(d.data, d.origin))
+    exceptions = [make(d) for d in documents if d.kind == "PolicyException"]
+    return [make(d) for d in wanted], CelPolicyEvaluator(exceptions=exceptions, compiler=compiler)
 
 
 # -- per-document checks ------------------------------------------------------------------------------------------
@@ -322,6 +503,7 @@ def _cel_policy_problem(data: dict[str, Any], compiler: Any) -> str | None:
 
 
 __all__ = [
+    "ChangeNotifyingSource",
     "DirectorySource",
     "PolicyIdentity",
     "PolicySnapshot",
@@ -329,5 +511,6 @@ __all__ = [
     "PolicyStore",
     "describe_identity",
     "document_problem",
+    "content_key",
     "policy_identity",
 ]

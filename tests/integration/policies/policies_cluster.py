@@ -80,7 +80,7 @@ def eventually(probe: Callable[[], T | None], what: str, timeout: float = 60.0, 
 class Serve:
     """`stockade serve --from-cluster --register-webhooks` as a child process."""
 
-    def __init__(self, plane: ControlPlane, workdir: Path) -> None:
+    def __init__(self, plane: ControlPlane, workdir: Path, reload_interval: float = 0.5, extra_args: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.log_path = workdir / "serve.log"
         plane.ensure_namespace("stockade-system")  # leader election keeps its Leases there
@@ -92,8 +92,9 @@ class Serve:
             "--webhook-url", f"https://127.0.0.1:{self.port}",
             "--cert-dir", str(workdir / "certs"),
             "--namespace", "stockade-system",
-            "--reload-interval", "0.5",
+            "--reload-interval", str(reload_interval),
             "--no-policy-reports",
+            *extra_args,
         ]
         self.process = subprocess.Popen(command, stdout=open(self.log_path, "wb"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})  # noqa: SIM115
 

@@ -236,7 +236,9 @@ def test_documents_are_independent_copies_with_kind_and_origin() -> None:
     assert isinstance(document, ClusterDocument)
     assert document.kind == "Policy" and document.api_version == "kyverno.io/v1"
     assert document.origin == "cluster Policy/team-a/local"
+    assert source.documents()[0] is document, "an unchanged object is handed out once, not copied on every rebuild"
     document.data["spec"]["rules"].clear()
+    source.apply_event(POLICY_KIND, "v1", "MODIFIED", {**namespaced, "status": {"ready": True}})
     assert source.documents()[0].data["spec"]["rules"], "the cache must not share objects with a snapshot"
 
 
