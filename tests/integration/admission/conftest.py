@@ -43,6 +43,7 @@ metadata:
   name: admission-test-editors-need-owner
 spec:
   validationFailureAction: Enforce
+  background: false  # matching by roles needs a requester: Kyverno rejects it in background mode
   rules:
   - name: editors-need-owner
     match:

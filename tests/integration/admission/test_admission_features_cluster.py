@@ -66,9 +66,9 @@ def test_a_denial_produces_a_policy_violation_event(webhook: InProcessWebhook, a
     deadline = time.monotonic() + 30
     found: list[dict[str, Any]] = []
     while time.monotonic() < deadline and not found:
-        found = [e for e in _events_about(api, "default", "admission-test-require-team") if f"Pod {NAMESPACE}/{name} CREATE blocked" in e.get("message", "")]
+        found = [e for e in _events_about(api, "default", "admission-test-require-team") if f"Pod {NAMESPACE}/{name}: [" in e.get("message", "") and "fail (blocked)" in e.get("message", "")]
         time.sleep(0.3)
-    assert found, "no PolicyViolation event for the denial"
+    assert found, "no PolicyViolation event for the denial (Kyverno's wording: '<Kind> <ns>/<name>: [<rule>] fail (blocked); <message>')"
     (event,) = found
     assert event["reason"] == "PolicyViolation" and event["type"] == "Warning" and event["involvedObject"]["kind"] == "ClusterPolicy"
     assert "label 'team' is required" in event["message"]
