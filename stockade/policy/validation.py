@@ -42,9 +42,12 @@ ANCHOR_PREFIXES = ("(", "X(", "+(", "<(", "=(", "^(")
 IMAGE_POLICY_VARIABLES = ("images", "attestors", "attestations")
 # Variables a background scan cannot fill (no requester): Kyverno rejects them in background policies.  The
 # leading [^.] keeps ``request.object.spec.serviceAccountName`` allowed; \b ends the name (ASCII, as in Go).
-BACKGROUND_FORBIDDEN_VARIABLES = tuple(
-    re.compile(rf"[^\.]({name})\b", re.ASCII)
-    for name in ("serviceAccountName", "serviceAccountNamespace", "request.userInfo", "request.roles", "request.clusterRoles")
+BACKGROUND_FORBIDDEN_VARIABLES = (
+    re.compile(r"[^\.](serviceAccountName)\b", re.ASCII),
+    re.compile(r"[^\.](serviceAccountNamespace)\b", re.ASCII),
+    re.compile(r"[^\.](request\.userInfo)\b", re.ASCII),
+    re.compile(r"[^\.](request\.roles)\b", re.ASCII),
+    re.compile(r"[^\.](request\.clusterRoles)\b", re.ASCII),
 )
 BACKGROUND_VARIABLES_PREFIX = (
     "only select variables are allowed in background mode. Set spec.background=false to disable background mode for this policy rule: "
