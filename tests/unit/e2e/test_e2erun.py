@@ -181,3 +181,11 @@ def test_rotation_starts_at_a_key_dependent_unit_and_keeps_every_unit(tmp_path: 
         assert sorted(order) == folders
         orders.append(tuple(order))
     assert len(set(orders)) > 1
+
+
+def test_units_are_started_only_when_their_estimate_fits_the_budget() -> None:
+    from stockade.testing.e2erun import SECONDS_PER_TEST_ROUND, estimated_seconds
+
+    assert estimated_seconds(1, 6) == SECONDS_PER_TEST_ROUND
+    assert estimated_seconds(6, 6) == SECONDS_PER_TEST_ROUND
+    assert estimated_seconds(107, 6) == 18 * SECONDS_PER_TEST_ROUND
