@@ -93,12 +93,18 @@ class ValidationResult:
         return header + ":\n" + "\n".join(f"- {problem}" for problem in self.errors)
 
 
+CLEANUP_POLICY_KINDS = ("CleanupPolicy", "ClusterCleanupPolicy")
+# Kyverno's cleanup controller loads no ConfigMap or image data, and a scheduled run has no requesting user.
+_CLEANUP_FORBIDDEN_CONTEXT = {"configMap": "ConfigMap", "imageRegistry": "ImageRegistry"}
+_USER_INFO_FIELDS = ("subjects", "roles", "clusterRoles")
+
+
 def is_policy_document(document: dict[str, Any]) -> bool:
     """Whether ``validate_policy_document`` knows this kind (kyverno.io and policies.kyverno.io policy kinds)."""
     group = api_group(str(document.get("apiVersion", "")))
     kind = str(document.get("kind", ""))
     if group == KYVERNO_GROUP:
-        return kind in ("ClusterPolicy", "Policy", "PolicyException")
+        return kind in ("ClusterPolicy", "Policy", "PolicyException", *CLEANUP_POLICY_KINDS)
     if group == ADMISSION_GROUP:
         return kind in ADMISSION_POLICY_KINDS_CHECKED
     return group == CEL_POLICY_GROUP and (kind in CEL_POLICY_KINDS or kind == "PolicyException")
@@ -121,6 +127,8 @@ def validate_policy_document(document: dict[str, Any]) -> ValidationResult:
     checker = _Checker(result)
     if group == KYVERNO_GROUP and kind in ("ClusterPolicy", "Policy"):
         checker.kyverno_policy(kind, metadata, spec)
+    elif group == KYVERNO_GROUP and kind in CLEANUP_POLICY_KINDS:
+        checker.cleanup_policy(spec)
     elif group == KYVERNO_GROUP:
         checker.kyverno_exception(spec)
     elif group == ADMISSION_GROUP:
@@ -729,6 +737,34 @@ class _Checker:
             self.match_block(match, "spec.match", "", required=True, rule={"validate": {"pattern": {"metadata": {}}}})
         self.conditions(spec.get("conditions"), "spec.conditions", "")
         self.variables({k: v for k, v in spec.items() if k != "match"}, "spec")
+
+    def cleanup_policy(self, spec: dict[str, Any]) -> None:
+        """Kyverno's CleanupPolicySpec.Validate: no ConfigMap/ImageRegistry context entries, no user info in
+        match/exclude (a scheduled deletion has no admission request to take it from), a schedule."""
+        for index, entry in enumerate(spec.get("context") or []):
+            if not isinstance(entry, dict):
+                continue
+            for key, label in _CLEANUP_FORBIDDEN_CONTEXT.items():
+                if entry.get(key) is not None:
+                    self.error(f"spec.context[{index}].{key}", f"{label} is not allowed in CleanUp Policy")
+        if not spec.get("schedule"):
+            self.error("spec.schedule", "a cron schedule is required")
+        for block_name in ("match", "exclude"):
+            block = spec.get(block_name)
+            if not isinstance(block, dict):
+                continue
+            filters = [("", block)] + [
+                (f".{group}[{index}]", entry)
+                for group in ("any", "all")
+                for index, entry in enumerate(block.get(group) or [])
+                if isinstance(entry, dict)
+            ]
+            for where, entry in filters:
+                for field_name in _USER_INFO_FIELDS:
+                    if entry.get(field_name):
+                        self.error(f"spec.{block_name}{where}.{field_name}", "user info is not allowed in CleanUp Policy match/exclude")
+        if not spec.get("match"):
+            self.error("spec.match", "match resources not specified")
 
     # ---- policies.kyverno.io ------------------------------------------------------------------------------------
     def cel_policy(self, kind: str, spec: dict[str, Any]) -> None:
