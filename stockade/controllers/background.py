@@ -134,8 +134,10 @@ class BackgroundScanner:
         is_leader: Callable[[], bool] = lambda: True,
         *,
         cluster_data: ClusterData | None = None,
+        events: Any = None,
     ) -> None:
         self.api_client = api_client
+        self.events = events  # an EventRecorder: Kyverno's scan reports violations as Events too
         self.store = store
         self.reports = report_writer
         self.interval = interval
@@ -204,6 +206,8 @@ class BackgroundScanner:
                 for response in responses:
                     for rule in response.rules:
                         summary.results[report_result(response, rule)] += 1
+                if self.events is not None:
+                    self.events.record_scan(obj, responses)
                 if self.reports is not None and (obj.get("metadata") or {}).get("uid"):
                     self.reports.submit(obj, responses, process=PROCESS_BACKGROUND, replace_policies=scanned, live_policies=live)
                     summary.reports_submitted += 1

@@ -249,3 +249,24 @@ def test_mutating_policy_success_event_is_resource_mutated_on_the_policy() -> No
     assert (event.namespace, event.type, event.reason, event.action) == ("default", "Normal", "PolicyApplied", ACTION_MUTATED)
     assert event.regarding_dict == {"apiVersion": "policies.kyverno.io/v1beta1", "kind": "MutatingPolicy", "name": "add-labels", "uid": "u"}
     assert event.message == "Pod default/web is successfully mutated"
+
+
+def test_background_scan_violations_are_kyverno_scan_events_on_resource_and_policy() -> None:
+    """Kyverno's background scan (source kyverno-scan) writes, for each failing rule, a Warning PolicyViolation on the
+    resource ("policy <p>/<rule> fail: <msg>") and one on the policy with the resource as related; nothing is blocked,
+    passing and skipped rules give none (e2e events/message-exceeds-1024-characters, background-only/no-admission-event)."""
+    scanned = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "badpod01", "namespace": "default", "uid": "pod-uid"}}
+    rules = [RuleResponse("restricted", "Validation", "fail", "It violates PodSecurity"), RuleResponse("other", "Validation", "pass", "ok")]
+    core = FakeCoreApi()
+    recorder = EventRecorder(None, "kyverno", core_api=core, start=False)
+    recorder.record_scan(scanned, [EngineResponse(policy(), scanned, scanned, rules)])
+    recorder.record_scan(scanned, [EngineResponse(policy(), scanned, scanned, [RuleResponse("check-team", "Validation", "pass", "ok")])])
+    recorder.close()
+    assert len(core.created) == 2
+    (resource_namespace, on_resource), (policy_namespace, on_policy) = core.created
+    assert resource_namespace == "default" and on_resource["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "badpod01", "namespace": "default", "uid": "pod-uid"}
+    assert on_resource["message"] == "policy require-team/restricted fail: It violates PodSecurity"
+    assert (on_resource["reason"], on_resource["type"], on_resource["action"], on_resource["reportingComponent"]) == ("PolicyViolation", "Warning", ACTION_PASSED, "kyverno-scan")
+    assert policy_namespace == "default" and on_policy["involvedObject"]["name"] == "require-team" and on_policy["related"]["name"] == "badpod01"
+    assert on_policy["message"] == "Pod default/badpod01: [restricted] fail; It violates PodSecurity"
+    assert on_policy["reportingComponent"] == "kyverno-scan" and on_policy["action"] == ACTION_PASSED
