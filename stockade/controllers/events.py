@@ -47,6 +47,8 @@ REASON_POLICY_SKIPPED = "PolicySkipped"
 ACTION_BLOCKED = "Resource Blocked"
 ACTION_PASSED = "Resource Passed"
 ACTION_MUTATED = "Resource Mutated"
+ACTION_GENERATED = "Resource Generated"
+ACTION_NONE = "None"
 CLUSTER_EVENT_NAMESPACE = "default"
 
 # Which part of the controller reports an Event; Kyverno names its reportingController after it.
@@ -313,6 +315,44 @@ def scan_events(obj: dict[str, Any], responses: list[EngineResponse], config: Ky
             applied = replace(_applied_event(response, label, resource), source=SOURCE_SCAN)
             if config.emits_success_event(applied.action):
                 events.append(applied)
+    return events
+
+
+def generate_events(policy: Any, rule_name: str, generated: list[dict[str, Any]]) -> list[EventSpec]:
+    """Kyverno's events after a generate rule ran for a trigger (source ``generate``): on each generated resource
+    "Created <Kind> <name> as a result of applying policy <policy>/<rule>", and on the policy "resource
+    generated" with the resource as related (Kyverno fills the policy reference's apiVersion as kyverno.io/v1)."""
+    policy_namespace = str(getattr(policy, "namespace", "") or "")
+    policy_ref = dict(_policy_reference(policy))
+    policy_ref["apiVersion"] = "kyverno.io/v1"
+    regarding_policy = tuple((k, policy_ref[k]) for k in ("apiVersion", "kind", "name", "namespace", "uid") if policy_ref.get(k))
+    events: list[EventSpec] = []
+    for obj in generated:
+        resource = _reference(obj)
+        fields = dict(resource)
+        events.append(
+            EventSpec(
+                namespace=fields.get("namespace") or CLUSTER_EVENT_NAMESPACE,
+                regarding=resource,
+                reason=REASON_POLICY_APPLIED,
+                message=_truncate(f"Created {fields.get('kind', '')} {fields.get('name', '')} as a result of applying policy {getattr(policy, 'name', '')}/{rule_name}"),
+                type="Normal",
+                action=ACTION_NONE,
+                source=SOURCE_GENERATE,
+            )
+        )
+        events.append(
+            EventSpec(
+                namespace=policy_namespace or CLUSTER_EVENT_NAMESPACE,
+                regarding=regarding_policy,
+                reason=REASON_POLICY_APPLIED,
+                message="resource generated",
+                type="Normal",
+                action=ACTION_GENERATED,
+                related=resource,
+                source=SOURCE_GENERATE,
+            )
+        )
     return events
 
 
