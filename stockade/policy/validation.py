@@ -93,6 +93,12 @@ class ValidationResult:
         return header + ":\n" + "\n".join(f"- {problem}" for problem in self.errors)
 
 
+# Kyverno refuses cluster-wide data sources in namespaced Validating/Mutating/Generating/Deleting policies: a
+# namespace's policy author must not read other namespaces' data through them.
+_NAMESPACE_RESTRICTED_KINDS = frozenset(
+    prefix + base for prefix in ("", "Namespaced") for base in ("ValidatingPolicy", "MutatingPolicy", "GeneratingPolicy", "DeletingPolicy")
+)
+_NAMESPACE_RESTRICTED_LIBRARIES = ("globalContext", "http")
 CLEANUP_POLICY_KINDS = ("CleanupPolicy", "ClusterCleanupPolicy")
 # Kyverno's cleanup controller loads no ConfigMap or image data, and a scheduled run has no requesting user.
 _CLEANUP_FORBIDDEN_CONTEXT = {"configMap": "ConfigMap", "imageRegistry": "ImageRegistry"}
@@ -136,11 +142,27 @@ def validate_policy_document(document: dict[str, Any]) -> ValidationResult:
         checker.cel_expressions(spec, "spec")
     else:
         checker.cel_policy(kind, spec)
+        if kind in _NAMESPACE_RESTRICTED_KINDS and (kind.startswith("Namespaced") or metadata.get("namespace")):
+            checker.namespaced_cel_libraries(spec)
     return result
 
 
 # --------------------------------------------------------------------------------------------------------------
 # helpers
+
+
+def _walk_expressions(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """(path, text) for every CEL expression string (``expression``, ``messageExpression``, ...) below ``value``."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            child = f"{path}.{key}"
+            if key in CEL_EXPRESSION_KEYS and isinstance(item, str):
+                yield child, item
+            else:
+                yield from _walk_expressions(item, child)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _walk_expressions(item, f"{path}[{index}]")
 
 
 def _walk_strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
@@ -737,6 +759,16 @@ class _Checker:
             self.match_block(match, "spec.match", "", required=True, rule={"validate": {"pattern": {"metadata": {}}}})
         self.conditions(spec.get("conditions"), "spec.conditions", "")
         self.variables({k: v for k, v in spec.items() if k != "match"}, "spec")
+
+    def namespaced_cel_libraries(self, spec: dict[str, Any]) -> None:
+        """Kyverno's rule for namespaced CEL policies: no ``globalContext.*`` or ``http.*`` in any expression."""
+        from stockade.cel.rewrite import uses_identifier
+
+        for library in _NAMESPACE_RESTRICTED_LIBRARIES:
+            for where, text in _walk_expressions(spec, "spec"):
+                if uses_identifier(text, library):
+                    self.error(where, f"{library}.* is not allowed in namespaced policies")
+                    break
 
     def cleanup_policy(self, spec: dict[str, Any]) -> None:
         """Kyverno's CleanupPolicySpec.Validate: no ConfigMap/ImageRegistry context entries, no user info in

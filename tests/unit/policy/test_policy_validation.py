@@ -319,3 +319,31 @@ def test_cleanup_policy_needs_a_schedule() -> None:
     policy = copy.deepcopy(CLEANUP_POLICY)
     del policy["spec"]["schedule"]
     assert [problem.path for problem in validate_policy_document(policy).errors] == ["spec.schedule"]
+
+
+def _namespaced_validating_policy(expression: str, kind: str = "NamespacedValidatingPolicy") -> dict[str, Any]:
+    return {
+        "apiVersion": "policies.kyverno.io/v1beta1",
+        "kind": kind,
+        "metadata": {"name": "probe", "namespace": "team-a"} if kind.startswith("Namespaced") else {"name": "probe"},
+        "spec": {
+            "validationActions": ["Deny"],
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}]},
+            "variables": [{"name": "probe", "expression": expression}],
+            "validations": [{"expression": "true"}],
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("expression", "library"),
+    [('http.Get("http://svc.team-a/")', "http"), ('globalContext.Get("entry", "")', "globalContext")],
+)
+def test_namespaced_cel_policies_may_not_use_http_or_global_context(expression: str, library: str) -> None:
+    """Kyverno rejects http.* and globalContext.* in namespaced policies (e2e cel/http: 'not allowed in namespaced policies')."""
+    (problem,) = validate_policy_document(_namespaced_validating_policy(expression)).errors
+    assert problem.path == "spec.variables[0].expression"
+    assert problem.message == f"{library}.* is not allowed in namespaced policies"
+    # the cluster-wide kind may use them, and a field or string of that name is not the library
+    assert validate_policy_document(_namespaced_validating_policy(expression, "ValidatingPolicy")).errors == []
+    assert validate_policy_document(_namespaced_validating_policy(f'object.{library} == "{library}.Get"')).errors == []
