@@ -454,6 +454,13 @@ class EventRecorder:
         for spec in admission_events(request, decision, config):
             self.submit(spec)
 
+    def submit_success(self, spec: EventSpec) -> None:
+        """Queue a PolicyApplied Event from a controller: like Kyverno's event generator, only when the ConfigMap
+        enables ``generateSuccessEvents`` (and lists the Event's action in ``successEventActions``, if it lists any)."""
+        config = self.kyverno_config() if self.kyverno_config is not None else None
+        if config is not None and config.generate_success_events and config.emits_success_event(spec.action):
+            self.submit(spec)
+
     def record_scan(self, obj: dict[str, Any], responses: list[EngineResponse]) -> None:
         """Queue Kyverno's background-scan Events for one scanned resource."""
         config = self.kyverno_config() if self.kyverno_config is not None else None

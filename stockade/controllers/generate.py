@@ -559,7 +559,7 @@ class GenerateController:
                         written = self.apply_downstream(policy, rule, result.generated_resources)
                         if self.events is not None:
                             for spec in generate_events(policy, name, written):
-                                self.events.submit(spec)
+                                self.events.submit_success(spec)
                     elif action == DELETE and uid:
                         self.delete_downstream(policy, rule, trigger_uid=uid)
                 except ApiError as exc:

@@ -36,7 +36,7 @@ class Collected:
     def __init__(self) -> None:
         self.events: list[EventSpec] = []
 
-    def submit(self, spec: EventSpec) -> None:
+    def submit_success(self, spec: EventSpec) -> None:
         self.events.append(spec)
 
 

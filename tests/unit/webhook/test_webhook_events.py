@@ -270,3 +270,26 @@ def test_background_scan_violations_are_kyverno_scan_events_on_resource_and_poli
     assert policy_namespace == "default" and on_policy["involvedObject"]["name"] == "require-team" and on_policy["related"]["name"] == "badpod01"
     assert on_policy["message"] == "Pod default/badpod01: [restricted] fail; It violates PodSecurity"
     assert on_policy["reportingComponent"] == "kyverno-scan" and on_policy["action"] == ACTION_PASSED
+
+
+def test_controller_success_events_follow_generate_success_events_and_actions() -> None:
+    """Kyverno's event generator drops every PolicyApplied Event unless generateSuccessEvents is on, and those whose
+    action successEventActions leaves out (e2e events/clusterpolicy/generate-events-upon-successful-generation)."""
+    from stockade.controllers.events import generate_events
+
+    the_policy = policy()
+    generated = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "zk", "namespace": "test-ns"}}]
+    config: list[Any] = [parse_kyverno_config({})]
+    core = FakeCoreApi()
+    recorder = EventRecorder(None, "kyverno", core_api=core, start=False, kyverno_config=lambda: config[0])
+    for spec in generate_events(the_policy, "r", generated):
+        recorder.submit_success(spec)
+    config[0] = parse_kyverno_config({"generateSuccessEvents": "true", "successEventActions": "Resource Generated"})
+    for spec in generate_events(the_policy, "r", generated):
+        recorder.submit_success(spec)
+    config[0] = parse_kyverno_config({"generateSuccessEvents": "true"})
+    for spec in generate_events(the_policy, "other", generated):
+        recorder.submit_success(spec)
+    recorder.close()
+    actions = [(body["action"], body["reportingComponent"], body["involvedObject"]["kind"]) for _, body in core.created]
+    assert actions == [("Resource Generated", "kyverno-generate", "ClusterPolicy"), ("None", "kyverno-generate", "ConfigMap")]
