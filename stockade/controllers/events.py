@@ -93,7 +93,8 @@ class EventSpec:
 
     @property
     def key(self) -> tuple[Any, ...]:
-        return (self.namespace, self.regarding, self.reason, self.type, self.message, self.related)
+        # the source too: the same violation reported by admission and by a scan are two Events, as in Kyverno
+        return (self.namespace, self.regarding, self.reason, self.type, self.message, self.related, self.source)
 
     @property
     def regarding_dict(self) -> dict[str, str]:

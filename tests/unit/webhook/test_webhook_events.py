@@ -293,3 +293,22 @@ def test_controller_success_events_follow_generate_success_events_and_actions() 
     recorder.close()
     actions = [(body["action"], body["reportingComponent"], body["involvedObject"]["kind"]) for _, body in core.created]
     assert actions == [("Resource Generated", "kyverno-generate", "ClusterPolicy"), ("None", "kyverno-generate", "ConfigMap")]
+
+
+def test_the_same_violation_from_admission_and_from_a_scan_are_two_events() -> None:
+    """Kyverno's admission webhook and background scan are different reporting components: their Events about
+    the same violation are not folded into one (e2e events/clusterpolicy/message-exceeds-1024-characters)."""
+    from stockade.controllers.events import SOURCE_SCAN
+
+    core = FakeCoreApi()
+    recorder = EventRecorder(None, "kyverno", core_api=core, start=False)
+    rule = RuleResponse("check-team", "Validation", "fail", "label 'team' is required", failure_action="Audit")
+    decision = AdmissionDecision(True, responses=[EngineResponse(policy(), {}, {}, [rule])])
+    request = admission()
+    recorder.record_success(request, decision)
+    scanned = request.subject
+    recorder.record_scan(scanned, [EngineResponse(policy(), scanned, scanned, [rule])])
+    recorder.close()
+    on_resource = [body for _, body in core.created if body["involvedObject"]["kind"] == "Pod"]
+    assert sorted(body["reportingComponent"] for body in on_resource) == ["kyverno-admission", f"kyverno-{SOURCE_SCAN}"]
+    assert all(body["count"] == 1 for body in on_resource)
