@@ -44,6 +44,16 @@ def _significant(tokens: list[Token], index: int, step: int) -> int:
     return index
 
 
+def uses_identifier(expression: str, name: str) -> bool:
+    """Whether ``name`` appears as an identifier of its own (not a field selection such as ``x.name``, not inside a
+    string): how Kyverno tells that an expression reaches for a library such as ``http`` or ``globalContext``."""
+    tokens = [t for t in tokenize(expression) if t.kind not in ("space", "comment")]
+    for index, token in enumerate(tokens):
+        if token.kind == "ident" and token.text == name and (index == 0 or tokens[index - 1].text != "."):
+            return True
+    return False
+
+
 def rewrite_struct_literals(expression: str) -> str:
     """Replace ``Name.Path{field: v}`` struct literals by map literals; other text is left byte-for-byte."""
     if "{" not in expression:

@@ -374,8 +374,11 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
     if options["background_scan_interval"] > 0:
         from stockade.controllers.background import BackgroundScanner
 
-        scanner = BackgroundScanner(api_client, store, state.reports, interval=options["background_scan_interval"], is_leader=services.is_leader)
+        scanner = BackgroundScanner(
+            api_client, store, state.reports, interval=options["background_scan_interval"], is_leader=services.is_leader, events=state.events
+        )
         services.background.append(scanner)
+        state.scanner = scanner
 
 
 def _start_config_watch(api_client: Any, options: dict[str, Any]) -> tuple[Any, Any]:

@@ -42,6 +42,8 @@ _REQUEST_ONLY_VARIABLES = (
 )
 _VARIABLE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _USER_MATCH_FIELDS = ("roles", "clusterRoles", "subjects")
+MAX_PENDING_CHANGES = 5000  # changed resources waiting for their own scan; beyond this the periodic scan covers them
+CHANGE_SETTLE_SECONDS = 2.0
 
 
 def background_blocker(policy: KyvernoPolicy) -> str:
@@ -134,8 +136,10 @@ class BackgroundScanner:
         is_leader: Callable[[], bool] = lambda: True,
         *,
         cluster_data: ClusterData | None = None,
+        events: Any = None,
     ) -> None:
         self.api_client = api_client
+        self.events = events  # an EventRecorder: Kyverno's scan reports violations as Events too
         self.store = store
         self.reports = report_writer
         self.interval = interval
@@ -145,6 +149,13 @@ class BackgroundScanner:
         self.scans = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # resources admitted since the last per-resource pass: Kyverno's background controller rescans a resource
+        # when it changes, not only on the periodic full scan
+        self._changed: dict[tuple[str, str, str, str], None] = {}
+        self._changed_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._scan_lock = threading.Lock()
+        self._changes_thread: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -153,12 +164,39 @@ class BackgroundScanner:
             return
         self._thread = threading.Thread(target=self._run, name="background-scan", daemon=True)
         self._thread.start()
+        self._changes_thread = threading.Thread(target=self._run_changes, name="background-scan-changes", daemon=True)
+        self._changes_thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        self._wake.set()
+        for thread in (self._thread, self._changes_thread):
+            if thread is not None:
+                thread.join(timeout)
+        self._thread = self._changes_thread = None
+
+    def notify(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
+        """Queue one changed resource for a scan of its own (False when the queue is full: the periodic scan covers it)."""
+        with self._changed_lock:
+            if len(self._changed) >= MAX_PENDING_CHANGES:
+                return False
+            self._changed[(api_version, kind, namespace, name)] = None
+        self._wake.set()
+        return True
+
+    def _run_changes(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait()
+            if self._stop.wait(CHANGE_SETTLE_SECONDS):  # let the object be stored (and its uid known)
+                return
+            self._wake.clear()
+            with self._changed_lock:
+                changed, self._changed = list(self._changed), {}
+            try:
+                if changed and self.is_leader():
+                    self.scan_resources(changed)
+            except Exception:  # a failed pass must not end the worker
+                log.exception("background scan of changed resources failed")
 
     def _run(self) -> None:
         delay = 5.0  # let policies load and the lease settle
@@ -171,14 +209,49 @@ class BackgroundScanner:
                 log.exception("background scan failed")
 
     # -- scanning --------------------------------------------------------------------------------------------------
-    def scan_once(self) -> ScanSummary:
-        summary = ScanSummary(started=time.time())
-        began = time.monotonic()
-        snapshot = self.store.snapshot
-        if snapshot is None:
-            summary.errors.append("policies are not loaded")
-            return self._finish(summary, began)
-        self.cluster.invalidate()
+    def scan_resources(self, references: list[tuple[str, str, str, str]]) -> ScanSummary:
+        """Scan the named resources (apiVersion, kind, namespace, name) as the periodic scan would: reports and
+        Events for the background policies; resources gone since are skipped."""
+        with self._scan_lock:
+            summary = ScanSummary(started=time.time())
+            began = time.monotonic()
+            snapshot = self.store.snapshot
+            if snapshot is None:
+                summary.errors.append("policies are not loaded")
+                return summary
+            policies, cel_policies, cel_evaluator, live, scanned = self._eligible(snapshot, summary)
+            summary.policies = len(policies) + len(cel_policies)
+            if not policies and not cel_policies:
+                return summary
+            exceptions = list(getattr(getattr(snapshot.evaluator, "engine", None), "exceptions", []) or [])
+            engine = Engine(providers=self.cluster.providers(), exceptions=exceptions, resource_lookup=self.cluster.lookup)
+            for api_version, kind, namespace, name in references:
+                try:
+                    obj = self.cluster.get_object(api_version, kind, namespace, name, cached=False)
+                except ApiError as exc:
+                    summary.errors.append(f"reading {kind} {namespace}/{name}: {exc}")
+                    continue
+                if obj is None:
+                    continue
+                summary.resources += 1
+                responses = self._evaluate(engine, obj, policies, cel_policies, cel_evaluator, summary)
+                self._publish(obj, responses, summary, scanned, live)
+            summary.duration_seconds = time.monotonic() - began
+            return summary
+
+    def _publish(self, obj: dict[str, Any], responses: list[EngineResponse], summary: ScanSummary, scanned: frozenset[str], live: set[str]) -> None:
+        for response in responses:
+            for rule in response.rules:
+                summary.results[report_result(response, rule)] += 1
+        if self.events is not None:
+            self.events.record_scan(obj, responses)
+        if self.reports is not None and (obj.get("metadata") or {}).get("uid"):
+            self.reports.submit(obj, responses, process=PROCESS_BACKGROUND, replace_policies=scanned, live_policies=live)
+            summary.reports_submitted += 1
+
+    def _eligible(self, snapshot: Any, summary: ScanSummary) -> tuple[list[KyvernoPolicy], list[Any], Any, set[str], frozenset[str]]:
+        """The policies a scan evaluates (skipped ones noted in ``summary``), the CEL evaluator, the live and scanned
+        report policy names."""
         policies: list[KyvernoPolicy] = []
         for policy in snapshot.policies:
             if not policy.has_validate():
@@ -190,9 +263,24 @@ class BackgroundScanner:
             policies.append(policy)
         cel_evaluator = getattr(snapshot.evaluator, "cel_evaluator", None)
         cel_policies = [p for p in getattr(snapshot.evaluator, "cel_policies", []) or [] if cel_background_enabled(p)] if cel_evaluator else []
-        summary.policies = len(policies) + len(cel_policies)
         live = {report_policy_name(p) for p in snapshot.policies} | {report_policy_name(p) for p in getattr(snapshot, "cel_policies", []) or []}
         scanned = frozenset(report_policy_name(p) for p in policies + cel_policies)
+        return policies, cel_policies, cel_evaluator, live, scanned
+
+    def scan_once(self) -> ScanSummary:
+        with self._scan_lock:
+            return self._scan_all()
+
+    def _scan_all(self) -> ScanSummary:
+        summary = ScanSummary(started=time.time())
+        began = time.monotonic()
+        snapshot = self.store.snapshot
+        if snapshot is None:
+            summary.errors.append("policies are not loaded")
+            return self._finish(summary, began)
+        self.cluster.invalidate()
+        policies, cel_policies, cel_evaluator, live, scanned = self._eligible(snapshot, summary)
+        summary.policies = len(policies) + len(cel_policies)
 
         targets = self._targets(policies, cel_policies, summary)
         exceptions = list(getattr(getattr(snapshot.evaluator, "engine", None), "exceptions", []) or [])
@@ -201,12 +289,7 @@ class BackgroundScanner:
             for obj in resource_objects:
                 summary.resources += 1
                 responses = self._evaluate(engine, obj, kyverno_policies, cel_for_kind, cel_evaluator, summary)
-                for response in responses:
-                    for rule in response.rules:
-                        summary.results[report_result(response, rule)] += 1
-                if self.reports is not None and (obj.get("metadata") or {}).get("uid"):
-                    self.reports.submit(obj, responses, process=PROCESS_BACKGROUND, replace_policies=scanned, live_policies=live)
-                    summary.reports_submitted += 1
+                self._publish(obj, responses, summary, scanned, live)
         if self.reports is not None and hasattr(self.reports, "prune"):
             if hasattr(self.reports, "flush"):
                 self.reports.flush()

@@ -23,7 +23,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stockade.controllers.clusterdata import ApiError, ClusterCelResources, ClusterData, object_path, resources_for_rules
+from stockade.controllers.clusterdata import (
+    ApiError,
+    ClusterCelHttp,
+    ClusterCelResources,
+    ClusterData,
+    ClusterGlobalContext,
+    object_path,
+    resources_for_rules,
+)
 from stockade.controllers.schedule import ScheduleError, parse_schedule
 from stockade.controllers.webhookconfig import ApiResource
 
@@ -253,7 +261,9 @@ class ScheduledDeletionController:
         from stockade.celpolicy.model import CelPolicy
 
         cel_policy = CelPolicy(policy.raw)
-        evaluator = CelPolicyEvaluator(providers={"resource": ClusterCelResources(self.cluster)})
+        evaluator = CelPolicyEvaluator(
+            providers={"resource": ClusterCelResources(self.cluster), "http": ClusterCelHttp(), "globalContext": ClusterGlobalContext(self.cluster)}
+        )
         rules = (policy.spec.get("matchConstraints") or {}).get("resourceRules") or []
         namespaces: dict[str, dict[str, Any] | None] = {}
         chosen: list[dict[str, Any]] = []

@@ -9,6 +9,7 @@ sees objects as plain dictionaries, exactly as the engine does.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import ssl
@@ -415,3 +416,109 @@ class ClusterCelResources:
             return self.cluster.request("POST", collection_path(served, namespace or ""), payload)
         except ApiError as exc:
             raise ProviderError(f"creating {resource}: {exc}") from None
+
+
+CEL_HTTP_MAX_BYTES = 2 * 1024 * 1024  # a larger answer is refused, not read into memory
+
+
+class ClusterCelHttp:
+    """The CEL ``http`` library (Get/Post) for policies evaluated by controllers, as Kyverno's: the JSON body with
+    ``statusCode`` added when it is an object, else ``{"body": ..., "statusCode": ...}`` (a body that is not JSON is
+    null); a non-2xx status is an answer, not an error.  Each call is bounded by a timeout and a size limit."""
+
+    def __init__(self, timeout_seconds: float = SERVICE_CALL_TIMEOUT_SECONDS, max_bytes: int = CEL_HTTP_MAX_BYTES) -> None:
+        self.timeout_seconds = timeout_seconds
+        self.max_bytes = max_bytes
+
+    def get(self, url: str, headers: dict[str, str]) -> dict[str, Any]:
+        return self._send("GET", url, None, headers)
+
+    def post(self, url: str, body: Any, headers: dict[str, str]) -> dict[str, Any]:
+        return self._send("POST", url, json.dumps(body).encode(), {"Content-Type": "application/json", **headers})
+
+    def _send(self, method: str, url: str, data: bytes | None, headers: dict[str, str]) -> dict[str, Any]:
+        import urllib.error
+
+        from stockade.celpolicy.providers import ProviderError
+
+        if not url.startswith(("http://", "https://")):
+            raise ProviderError(f"http.{method.lower()}: {url!r} is not an http(s) URL")
+        request = urllib.request.Request(url, data=data, method=method, headers={str(k): str(v) for k, v in headers.items()})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_seconds) as response:
+                status, raw = int(response.status), response.read(self.max_bytes + 1)
+        except urllib.error.HTTPError as exc:
+            status, raw = int(exc.code), exc.read(self.max_bytes + 1)
+        except Exception as exc:  # refused, DNS, TLS, timeout
+            raise ProviderError(f"request failed: {exc}") from None
+        if len(raw) > self.max_bytes:
+            raise ProviderError(f"{method} {url}: the answer exceeds {self.max_bytes} bytes")
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        if isinstance(body, dict):
+            return {**body, "statusCode": status}
+        return {"body": body, "statusCode": status}
+
+
+class ClusterGlobalContext:
+    """The CEL ``globalContext`` library for policies evaluated by controllers: reads the GlobalContextEntry, loads
+    its ``apiCall`` (API server path or service) or ``kubernetesResource`` data, and applies a named projection's
+    ``jmesPath``.  Loaded once per entry for the life of this object (one scheduled run)."""
+
+    def __init__(self, cluster: ClusterData) -> None:
+        self.cluster = cluster
+        self._data: dict[str, Any] = {}
+
+    def _entry(self, name: str) -> dict[str, Any]:
+        from stockade.celpolicy.providers import ProviderError
+
+        for version in ("v2beta1", "v2alpha1"):
+            resource = self.cluster.resolve_resource("kyverno.io", version, "globalcontextentries")
+            if resource is None:
+                continue
+            try:
+                found = self.cluster.get(object_path(resource, "", name), cached=False)
+            except ApiError as exc:
+                raise ProviderError(f"global context entry {name!r}: {exc}") from None
+            if isinstance(found, dict):
+                return found
+        raise ProviderError(f"global context entry {name!r} not found")
+
+    def _load(self, name: str) -> Any:
+        from stockade.celpolicy.providers import ProviderError
+
+        if name in self._data:
+            return self._data[name]
+        spec = self._entry(name).get("spec") or {}
+        if spec.get("apiCall"):
+            try:
+                data = self.cluster.api_call(spec["apiCall"])
+            except ContextLoadError as exc:
+                raise ProviderError(f"global context entry {name!r}: {exc}") from None
+        elif spec.get("kubernetesResource"):
+            target = spec["kubernetesResource"]
+            resource = self.cluster.resolve_resource(str(target.get("group") or ""), str(target.get("version") or ""), str(target.get("resource") or ""))
+            if resource is None:
+                raise ProviderError(f"global context entry {name!r}: the server does not serve {target.get('resource')}")
+            try:
+                data = self.cluster.list_resource(resource, str(target.get("namespace") or ""), cached=False)
+            except ApiError as exc:
+                raise ProviderError(f"global context entry {name!r}: {exc}") from None
+        else:
+            raise ProviderError(f"global context entry {name!r} has neither apiCall nor kubernetesResource")
+        self._data[name] = {"data": data, "projections": spec.get("projections") or []}
+        return self._data[name]
+
+    def get(self, name: str, projection: str) -> Any:
+        from stockade.celpolicy.providers import ProviderError
+        from stockade.jmespath import search as jmespath_search
+
+        loaded = self._load(name)
+        if not projection:
+            return copy.deepcopy(loaded["data"])
+        for item in loaded["projections"]:
+            if isinstance(item, dict) and item.get("name") == projection:
+                return jmespath_search(str(item.get("jmesPath") or "@"), copy.deepcopy(loaded["data"]))
+        raise ProviderError(f"projection {projection!r} not found in global context entry {name!r}")

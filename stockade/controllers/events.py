@@ -27,11 +27,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from stockade.engine.kyvernoconfig import KyvernoConfig
-from stockade.engine.response import ERROR, FAIL, SKIP, EngineResponse
+from stockade.engine.response import ERROR, FAIL, PASS, SKIP, EngineResponse
 from stockade.webhook.admission import (
     AdmissionDecision,
     AdmissionRequest,
@@ -47,6 +47,8 @@ REASON_POLICY_SKIPPED = "PolicySkipped"
 ACTION_BLOCKED = "Resource Blocked"
 ACTION_PASSED = "Resource Passed"
 ACTION_MUTATED = "Resource Mutated"
+ACTION_GENERATED = "Resource Generated"
+ACTION_NONE = "None"
 CLUSTER_EVENT_NAMESPACE = "default"
 
 # Which part of the controller reports an Event; Kyverno names its reportingController after it.
@@ -91,7 +93,8 @@ class EventSpec:
 
     @property
     def key(self) -> tuple[Any, ...]:
-        return (self.namespace, self.regarding, self.reason, self.type, self.message, self.related)
+        # the source too: the same violation reported by admission and by a scan are two Events, as in Kyverno
+        return (self.namespace, self.regarding, self.reason, self.type, self.message, self.related, self.source)
 
     @property
     def regarding_dict(self) -> dict[str, str]:
@@ -267,6 +270,93 @@ def admission_events(request: AdmissionRequest, decision: AdmissionDecision, con
     return events
 
 
+def scan_events(obj: dict[str, Any], responses: list[EngineResponse], config: KyvernoConfig | None = None) -> list[EventSpec]:
+    """The Events Kyverno's background scan writes for one resource (source ``scan``): for each rule that neither
+    passed nor was skipped, a PolicyViolation on the resource and one on the policy (nothing is blocked in a scan);
+    PolicySkipped Events for exceptions; PolicyApplied for clean responses when ``generateSuccessEvents`` is on."""
+    metadata = obj.get("metadata") or {}
+    kind = str(obj.get("kind") or "")
+    namespace = str(metadata.get("namespace") or "")
+    name = str(metadata.get("name") or "")
+    label = f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
+    key = f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
+    resource = _reference(obj)
+    events: list[EventSpec] = []
+    for response in responses:
+        policy = response.policy
+        policy_namespace = str(getattr(policy, "namespace", "") or "") or CLUSTER_EVENT_NAMESPACE
+        violated = [rule for rule in response.rules if rule.status not in (PASS, SKIP)]
+        for rule in violated:
+            events.append(
+                EventSpec(
+                    namespace=namespace or CLUSTER_EVENT_NAMESPACE,
+                    regarding=resource,
+                    reason=REASON_POLICY_VIOLATION,
+                    message=_truncate(f"policy {response.policy_name}/{rule.name} {rule.status}: {rule.message}"),
+                    action=ACTION_PASSED,
+                    source=SOURCE_SCAN,
+                )
+            )
+            text = f"{label}: [{rule.name}] {rule.status}" + (f"; {rule.message}" if rule.message else "")
+            events.append(
+                EventSpec(
+                    namespace=policy_namespace,
+                    regarding=_policy_reference(policy),
+                    reason=REASON_POLICY_VIOLATION,
+                    message=_truncate(text),
+                    action=ACTION_PASSED,
+                    related=resource,
+                    source=SOURCE_SCAN,
+                )
+            )
+        for rule in response.rules:
+            if rule.status == SKIP and rule.exceptions:
+                events.extend(replace(e, source=SOURCE_SCAN) for e in _exception_events(response, rule.name, rule.exceptions, key, resource))
+        if not violated and response.rules and config is not None and config.generate_success_events:
+            applied = replace(_applied_event(response, label, resource), source=SOURCE_SCAN)
+            if config.emits_success_event(applied.action):
+                events.append(applied)
+    return events
+
+
+def generate_events(policy: Any, rule_name: str, generated: list[dict[str, Any]]) -> list[EventSpec]:
+    """Kyverno's events after a generate rule ran for a trigger (source ``generate``): on each generated resource
+    "Created <Kind> <name> as a result of applying policy <policy>/<rule>", and on the policy "resource
+    generated" with the resource as related (Kyverno fills the policy reference's apiVersion as kyverno.io/v1)."""
+    policy_namespace = str(getattr(policy, "namespace", "") or "")
+    policy_ref = dict(_policy_reference(policy))
+    policy_ref["apiVersion"] = "kyverno.io/v1"
+    regarding_policy = tuple((k, policy_ref[k]) for k in ("apiVersion", "kind", "name", "namespace", "uid") if policy_ref.get(k))
+    events: list[EventSpec] = []
+    for obj in generated:
+        resource = _reference(obj)
+        fields = dict(resource)
+        events.append(
+            EventSpec(
+                namespace=fields.get("namespace") or CLUSTER_EVENT_NAMESPACE,
+                regarding=resource,
+                reason=REASON_POLICY_APPLIED,
+                message=_truncate(f"Created {fields.get('kind', '')} {fields.get('name', '')} as a result of applying policy {getattr(policy, 'name', '')}/{rule_name}"),
+                type="Normal",
+                action=ACTION_NONE,
+                source=SOURCE_GENERATE,
+            )
+        )
+        events.append(
+            EventSpec(
+                namespace=policy_namespace or CLUSTER_EVENT_NAMESPACE,
+                regarding=regarding_policy,
+                reason=REASON_POLICY_APPLIED,
+                message="resource generated",
+                type="Normal",
+                action=ACTION_GENERATED,
+                related=resource,
+                source=SOURCE_GENERATE,
+            )
+        )
+    return events
+
+
 @dataclass
 class _Pending:
     spec: EventSpec
@@ -363,6 +453,19 @@ class EventRecorder:
         """Queue Kyverno's admission Events for one decision; success Events follow the live Kyverno ConfigMap."""
         config = self.kyverno_config() if self.kyverno_config is not None else None
         for spec in admission_events(request, decision, config):
+            self.submit(spec)
+
+    def submit_success(self, spec: EventSpec) -> None:
+        """Queue a PolicyApplied Event from a controller: like Kyverno's event generator, only when the ConfigMap
+        enables ``generateSuccessEvents`` (and lists the Event's action in ``successEventActions``, if it lists any)."""
+        config = self.kyverno_config() if self.kyverno_config is not None else None
+        if config is not None and config.generate_success_events and config.emits_success_event(spec.action):
+            self.submit(spec)
+
+    def record_scan(self, obj: dict[str, Any], responses: list[EngineResponse]) -> None:
+        """Queue Kyverno's background-scan Events for one scanned resource."""
+        config = self.kyverno_config() if self.kyverno_config is not None else None
+        for spec in scan_events(obj, responses, config):
             self.submit(spec)
 
     def close(self, timeout: float = 5.0) -> None:

@@ -37,6 +37,7 @@ from typing import Any
 
 from stockade.celpolicy.model import CelPolicy
 from stockade.controllers.clusterdata import ApiError, ClusterCelResources, ClusterData, api_version_of, collection_path, object_path, resources_for_rules
+from stockade.controllers.events import generate_events
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.response import ERROR, PASS, EngineResponse
@@ -306,6 +307,7 @@ class GenerateController:
 
         self.api_client = api_client
         self.store = store
+        self.events = events  # an EventRecorder: Kyverno reports each generated resource as Events
         # uncached reads: the controller compares against the live objects it is about to write
         self.cluster = cluster_data or ClusterData(api_client, ttl_seconds=0.0)
         self.resync_interval = resync_interval
@@ -554,7 +556,10 @@ class GenerateController:
                 action = trigger_action(event.operation, applies, synchronize(rule))
                 try:
                     if action == APPLY:
-                        self.apply_downstream(policy, rule, result.generated_resources)
+                        written = self.apply_downstream(policy, rule, result.generated_resources)
+                        if self.events is not None:
+                            for spec in generate_events(policy, name, written):
+                                self.events.submit_success(spec)
                     elif action == DELETE and uid:
                         self.delete_downstream(policy, rule, trigger_uid=uid)
                 except ApiError as exc:
@@ -610,9 +615,11 @@ class GenerateController:
         return stored
 
     # -- downstream objects ----------------------------------------------------------------------------------------
-    def apply_downstream(self, policy: KyvernoPolicy, rule: Rule, generated: Iterable[dict[str, Any]]) -> None:
-        """Create missing downstream objects; rewrite drifted ones of synchronized rules."""
+    def apply_downstream(self, policy: KyvernoPolicy, rule: Rule, generated: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Create missing downstream objects; rewrite drifted ones of synchronized rules. Returns the downstream
+        objects the rule now stands for (created, updated or already in step)."""
         server_side = bool(policy.spec.get("useServerSideApply", False))
+        handled: list[dict[str, Any]] = []
         for desired in generated:
             desired = copy.deepcopy(desired)
             resource = self.cluster.resolve_kind(str(desired.get("apiVersion") or ""), str(desired.get("kind") or ""))
@@ -630,6 +637,7 @@ class GenerateController:
             if clone and (str(clone.get("namespace") or ""), str(clone.get("name") or "")) == (namespace, name):
                 continue  # Kyverno skips cloning an object onto itself
             path = object_path(resource, namespace, name)
+            handled.append(desired)
             if server_side:
                 self.cluster.request(
                     "PATCH", path, desired, query={"fieldManager": FIELD_MANAGER, "force": "true"}, content_type="application/apply-patch+yaml"
@@ -655,6 +663,7 @@ class GenerateController:
             self.cluster.request("PUT", path, desired)
             self.stats.updated += 1
             log.info("synchronized %s %s/%s (policy %s, rule %s)", resource.kind, namespace, name, policy.key, rule.name)
+        return handled
 
     def apply_gpol_downstream(self, policy: CelPolicy, trigger: dict[str, Any], generated: Iterable[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
         """Create (or, synchronized, bring back in step) what a GeneratingPolicy produced for one trigger; returns

@@ -512,7 +512,34 @@ def rule_count(data: dict[str, Any]) -> dict[str, int]:
 def _autogen_rules(data: dict[str, Any]) -> list[dict[str, Any]]:
     from stockade.policy.model import KyvernoPolicy
 
-    return [copy.deepcopy(rule.raw) for rule in KyvernoPolicy(data).rules if rule.name.startswith("autogen-")]
+    return [_as_kyverno_stores(copy.deepcopy(rule.raw)) for rule in KyvernoPolicy(data).rules if rule.name.startswith("autogen-")]
+
+
+def _with_empty_resources(block: Any) -> None:
+    """Kyverno serialises a match/exclude block from a Go struct, whose ``resources`` is always written (``{}``)."""
+    if not isinstance(block, dict):
+        return
+    block.setdefault("resources", {})
+    for key in ("any", "all"):
+        for entry in block.get(key) or []:
+            if isinstance(entry, dict):
+                entry.setdefault("resources", {})
+
+
+def _as_kyverno_stores(rule: dict[str, Any]) -> dict[str, Any]:
+    """An autogen rule as Kyverno writes it to ``status.autogen``: generated from the API-server-defaulted policy
+    (CRD defaults ``skipBackgroundRequests: true``, ``validate.allowExistingViolations: true``,
+    ``validate.cel.generate: false``) and serialised from Go structs (``match.resources: {}``)."""
+    rule.setdefault("skipBackgroundRequests", True)
+    _with_empty_resources(rule.setdefault("match", {}))
+    if "exclude" in rule:
+        _with_empty_resources(rule["exclude"])
+    validate = rule.get("validate")
+    if isinstance(validate, dict):
+        validate.setdefault("allowExistingViolations", True)
+        if isinstance(validate.get("cel"), dict):
+            validate["cel"].setdefault("generate", False)
+    return rule
 
 
 WEBHOOK_CONFIGURED = "WebhookConfigured"

@@ -25,7 +25,7 @@ POLICY_VALIDATING_CONFIG_NAME = "stockade-policy-validating-webhook-cfg"
 POLICY_VALIDATION_PATH = "/policyvalidate"
 # The policy kinds the /policyvalidate endpoint checks, as webhook rules name them (plural resources).
 POLICY_RESOURCES: dict[str, tuple[str, ...]] = {
-    "kyverno.io": ("clusterpolicies", "policies", "policyexceptions"),
+    "kyverno.io": ("clusterpolicies", "policies", "policyexceptions", "cleanuppolicies", "clustercleanuppolicies"),
     "policies.kyverno.io": (
         "validatingpolicies",
         "namespacedvalidatingpolicies",

@@ -96,12 +96,24 @@ class ValidationResult:
         return header + ":\n" + "\n".join(f"- {problem}" for problem in self.errors)
 
 
+# Kyverno refuses cluster-wide data sources in namespaced Validating/Mutating/Generating/Deleting policies: a
+# namespace's policy author must not read other namespaces' data through them.
+_NAMESPACE_RESTRICTED_KINDS = frozenset(
+    prefix + base for prefix in ("", "Namespaced") for base in ("ValidatingPolicy", "MutatingPolicy", "GeneratingPolicy", "DeletingPolicy")
+)
+_NAMESPACE_RESTRICTED_LIBRARIES = ("globalContext", "http")
+CLEANUP_POLICY_KINDS = ("CleanupPolicy", "ClusterCleanupPolicy")
+# Kyverno's cleanup controller loads no ConfigMap or image data, and a scheduled run has no requesting user.
+_CLEANUP_FORBIDDEN_CONTEXT = {"configMap": "ConfigMap", "imageRegistry": "ImageRegistry"}
+_USER_INFO_FIELDS = ("subjects", "roles", "clusterRoles")
+
+
 def is_policy_document(document: dict[str, Any]) -> bool:
     """Whether ``validate_policy_document`` knows this kind (kyverno.io and policies.kyverno.io policy kinds)."""
     group = api_group(str(document.get("apiVersion", "")))
     kind = str(document.get("kind", ""))
     if group == KYVERNO_GROUP:
-        return kind in ("ClusterPolicy", "Policy", "PolicyException")
+        return kind in ("ClusterPolicy", "Policy", "PolicyException", *CLEANUP_POLICY_KINDS)
     if group == ADMISSION_GROUP:
         return kind in ADMISSION_POLICY_KINDS_CHECKED
     return group == CEL_POLICY_GROUP and (kind in CEL_POLICY_KINDS or kind == "PolicyException")
@@ -124,6 +136,8 @@ def validate_policy_document(document: dict[str, Any]) -> ValidationResult:
     checker = _Checker(result)
     if group == KYVERNO_GROUP and kind in ("ClusterPolicy", "Policy"):
         checker.kyverno_policy(kind, metadata, spec)
+    elif group == KYVERNO_GROUP and kind in CLEANUP_POLICY_KINDS:
+        checker.cleanup_policy(spec)
     elif group == KYVERNO_GROUP:
         checker.kyverno_exception(spec)
     elif group == ADMISSION_GROUP:
@@ -131,11 +145,27 @@ def validate_policy_document(document: dict[str, Any]) -> ValidationResult:
         checker.cel_expressions(spec, "spec")
     else:
         checker.cel_policy(kind, spec)
+        if kind in _NAMESPACE_RESTRICTED_KINDS and (kind.startswith("Namespaced") or metadata.get("namespace")):
+            checker.namespaced_cel_libraries(spec)
     return result
 
 
 # --------------------------------------------------------------------------------------------------------------
 # helpers
+
+
+def _walk_expressions(value: Any, path: str) -> Iterator[tuple[str, str]]:
+    """(path, text) for every CEL expression string (``expression``, ``messageExpression``, ...) below ``value``."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            child = f"{path}.{key}"
+            if key in CEL_EXPRESSION_KEYS and isinstance(item, str):
+                yield child, item
+            else:
+                yield from _walk_expressions(item, child)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _walk_expressions(item, f"{path}[{index}]")
 
 
 def _walk_strings(value: Any, path: str) -> Iterator[tuple[str, str]]:
@@ -732,6 +762,44 @@ class _Checker:
             self.match_block(match, "spec.match", "", required=True, rule={"validate": {"pattern": {"metadata": {}}}})
         self.conditions(spec.get("conditions"), "spec.conditions", "")
         self.variables({k: v for k, v in spec.items() if k != "match"}, "spec")
+
+    def namespaced_cel_libraries(self, spec: dict[str, Any]) -> None:
+        """Kyverno's rule for namespaced CEL policies: no ``globalContext.*`` or ``http.*`` in any expression."""
+        from stockade.cel.rewrite import uses_identifier
+
+        for library in _NAMESPACE_RESTRICTED_LIBRARIES:
+            for where, text in _walk_expressions(spec, "spec"):
+                if uses_identifier(text, library):
+                    self.error(where, f"{library}.* is not allowed in namespaced policies")
+                    break
+
+    def cleanup_policy(self, spec: dict[str, Any]) -> None:
+        """Kyverno's CleanupPolicySpec.Validate: no ConfigMap/ImageRegistry context entries, no user info in
+        match/exclude (a scheduled deletion has no admission request to take it from), a schedule."""
+        for index, entry in enumerate(spec.get("context") or []):
+            if not isinstance(entry, dict):
+                continue
+            for key, label in _CLEANUP_FORBIDDEN_CONTEXT.items():
+                if entry.get(key) is not None:
+                    self.error(f"spec.context[{index}].{key}", f"{label} is not allowed in CleanUp Policy")
+        if not spec.get("schedule"):
+            self.error("spec.schedule", "a cron schedule is required")
+        for block_name in ("match", "exclude"):
+            block = spec.get(block_name)
+            if not isinstance(block, dict):
+                continue
+            filters = [("", block)] + [
+                (f".{group}[{index}]", entry)
+                for group in ("any", "all")
+                for index, entry in enumerate(block.get(group) or [])
+                if isinstance(entry, dict)
+            ]
+            for where, entry in filters:
+                for field_name in _USER_INFO_FIELDS:
+                    if entry.get(field_name):
+                        self.error(f"spec.{block_name}{where}.{field_name}", "user info is not allowed in CleanUp Policy match/exclude")
+        if not spec.get("match"):
+            self.error("spec.match", "match resources not specified")
 
     # ---- policies.kyverno.io ------------------------------------------------------------------------------------
     def cel_policy(self, kind: str, spec: dict[str, Any]) -> None:

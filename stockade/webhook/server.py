@@ -79,8 +79,19 @@ class ServerState:
     reports: Any = None  # stockade.controllers.reports.ReportWriter when reporting to a cluster
     events: Any = None  # stockade.controllers.events.EventRecorder (record_denial) unless --no-events
     generator: Any = None  # anything with submit(AdmissionRequest): called for allowed, non-dry-run validations
+    scanner: Any = None  # anything with notify(apiVersion, kind, namespace, name): background scan of admitted objects
     kyverno_config: Any = None  # () -> stockade.engine.kyvernoconfig.KyvernoConfig: Kyverno's ConfigMap in force
     evaluations: Any = None  # stockade.webhook.isolation.IsolatedEvaluations: evaluate in worker processes
+
+
+def _notify_scanner(scanner: Any, review: AdmissionRequest) -> None:
+    """An admitted CREATE/UPDATE of an object (not a subresource) is rescanned in the background, as Kyverno's
+    background controller rescans changed resources."""
+    name = str((review.object.get("metadata") or {}).get("name") or review.name or "")
+    if review.operation not in ("CREATE", "UPDATE") or review.sub_resource or not name:
+        return
+    group, version = review.kind.group, review.kind.version
+    scanner.notify(f"{group}/{version}" if group else version, review.kind.kind, review.namespace if review.kind.kind != "Namespace" else "", name)
 
 
 def _bad_request(reason: str) -> web.Response:
@@ -166,6 +177,8 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
             (state.events.record_denial if not decision.allowed else state.events.record_success)(review, decision)
         if state.generator is not None and phase == "validate" and decision.allowed and not review.dry_run:
             state.generator.submit(review)
+        if state.scanner is not None and phase == "validate" and decision.allowed and not review.dry_run:
+            _notify_scanner(state.scanner, review)
         kind = review.kind.kind
         state.metrics.observe_rules(decision.responses, kind, review.operation, engine_seconds)
         state.metrics.observe_request(path, kind, review.namespace, review.operation, decision.allowed, time.perf_counter() - started)

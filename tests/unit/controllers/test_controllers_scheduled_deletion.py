@@ -156,3 +156,68 @@ def test_last_execution_time_defers_the_next_run_and_bad_schedules_are_skipped()
 def test_only_policies_of_the_right_groups_are_scheduled() -> None:
     stray = {**cleanpol(), "apiVersion": "example.com/v1"}
     assert [p.key for p in scheduled_policies(Store(cleanpol(), stray, dpol()).snapshot)] == ["ClusterCleanupPolicy//clean", "DeletingPolicy//del"]
+
+
+def test_deleting_policy_conditions_can_read_global_context_entries() -> None:
+    """Kyverno's DeletingPolicy conditions have the globalContext library (e2e deleting-policies/cel-lib/globalcontext-lib)."""
+    from stockade.controllers.webhookconfig import ApiResource
+
+    cluster = FakeCluster()
+    cluster.resources.append(ApiResource("kyverno.io", "v2alpha1", "globalcontextentries", "GlobalContextEntry", False))
+    cluster.resources.append(ApiResource("apps", "v1", "deployments", "Deployment"))
+    cluster.add({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "ns2"}})
+    cluster.add(
+        {
+            "apiVersion": "kyverno.io/v2alpha1",
+            "kind": "GlobalContextEntry",
+            "metadata": {"name": "deployments"},
+            "spec": {"kubernetesResource": {"group": "apps", "version": "v1", "resource": "deployments", "namespace": "ns2"}, "projections": [{"name": "names", "jmesPath": "[].metadata.name"}]},
+        }
+    )
+    pod(cluster, "doomed", "ns1")
+    conditions = [
+        {"name": "whole", "expression": 'size(globalContext.Get("deployments", "")) == 1'},
+        {"name": "projected", "expression": '"web" in globalContext.Get("deployments", "names")'},
+    ]
+    now = [at(1, 1)]
+    controller = make(cluster, Store(dpol(conditions=conditions)), now, Events())
+    controller._last_run["DeletingPolicy//del"] = at(0, 30)
+    assert controller.run_due() == ["DeletingPolicy//del"]
+    assert cluster.find("Pod", "ns1", "doomed") is None
+    assert controller.stats.failures == 0
+
+
+def test_deleting_policy_conditions_can_call_http() -> None:
+    """Kyverno's http library in DeletingPolicy conditions: a JSON object body comes back with statusCode added
+    (e2e deleting-policies/cel-lib/http-lib)."""
+    import http.server
+    import json
+    import threading
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            body = json.dumps({"metadata": {"labels": {"app": "test"}}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            return
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/"
+        cluster = FakeCluster()
+        pod(cluster, "doomed", "ns1")
+        conditions = [{"name": "http", "expression": f'http.Get("{url}").metadata.labels.app == "test" && http.Get("{url}").statusCode == 200'}]
+        controller = make(cluster, Store(dpol(conditions=conditions)), [at(1, 1)], Events())
+        controller._last_run["DeletingPolicy//del"] = at(0, 30)
+        assert controller.run_due() == ["DeletingPolicy//del"]
+        assert cluster.find("Pod", "ns1", "doomed") is None
+    finally:
+        server.shutdown()
+        server.server_close()

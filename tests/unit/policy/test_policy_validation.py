@@ -267,3 +267,83 @@ def test_wildcard_kind_rules_are_limited_like_kyverno() -> None:
     assert errors_of(cluster_policy(spec_pattern, background=False)) == [
         'rule "r": spec.rules[0].match.any[0].resources.kinds: policy can only deal with the metadata field of the resource if the rule does not match any kind'
     ]
+
+
+CLEANUP_POLICY: dict[str, Any] = {
+    "apiVersion": "kyverno.io/v2",
+    "kind": "ClusterCleanupPolicy",
+    "metadata": {"name": "cleanup-pod"},
+    "spec": {
+        "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+        "conditions": {"all": [{"key": "{{ target.metadata.name }}", "operator": "Equals", "value": "example"}]},
+        "schedule": "*/1 * * * *",
+    },
+}
+
+
+def test_a_valid_cleanup_policy_passes() -> None:
+    assert is_policy_document(CLEANUP_POLICY)
+    assert validate_policy_document(CLEANUP_POLICY).errors == []
+
+
+@pytest.mark.parametrize(
+    ("context_entry", "expected"),
+    [
+        ({"name": "imageData", "imageRegistry": {"reference": "ghcr.io/kyverno/kyverno"}}, "ImageRegistry is not allowed in CleanUp Policy"),
+        ({"name": "configData", "configMap": {"name": "cm", "namespace": "default"}}, "ConfigMap is not allowed in CleanUp Policy"),
+    ],
+)
+def test_cleanup_policies_reject_configmap_and_image_registry_context(context_entry: dict[str, Any], expected: str) -> None:
+    """Kyverno's CleanupPolicySpec.Validate (the cleanup/validation/not-supported-attributes-in-context e2e test)."""
+    policy = copy.deepcopy(CLEANUP_POLICY)
+    policy["spec"]["context"] = [{"name": "ok", "variable": {"value": "x"}}, context_entry]
+    (problem,) = validate_policy_document(policy).errors
+    assert problem.path.startswith("spec.context[1].") and problem.message == expected
+
+
+@pytest.mark.parametrize(
+    "user_info",
+    [{"subjects": [{"kind": "User", "name": "chip"}]}, {"roles": ["admin"]}, {"clusterRoles": ["clusteradmin"]}],
+)
+def test_cleanup_policies_reject_user_info_in_match(user_info: dict[str, Any]) -> None:
+    """A scheduled deletion has no requesting user: Kyverno rejects subjects/roles/clusterRoles (no-user-info-in-match)."""
+    policy = copy.deepcopy(CLEANUP_POLICY)
+    policy["kind"] = "CleanupPolicy"
+    policy["spec"]["match"]["any"][0].update(user_info)
+    (problem,) = validate_policy_document(policy).errors
+    assert problem.path == f"spec.match.any[0].{next(iter(user_info))}"
+    assert "user info is not allowed" in problem.message
+
+
+def test_cleanup_policy_needs_a_schedule() -> None:
+    policy = copy.deepcopy(CLEANUP_POLICY)
+    del policy["spec"]["schedule"]
+    assert [problem.path for problem in validate_policy_document(policy).errors] == ["spec.schedule"]
+
+
+def _namespaced_validating_policy(expression: str, kind: str = "NamespacedValidatingPolicy") -> dict[str, Any]:
+    return {
+        "apiVersion": "policies.kyverno.io/v1beta1",
+        "kind": kind,
+        "metadata": {"name": "probe", "namespace": "team-a"} if kind.startswith("Namespaced") else {"name": "probe"},
+        "spec": {
+            "validationActions": ["Deny"],
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}]},
+            "variables": [{"name": "probe", "expression": expression}],
+            "validations": [{"expression": "true"}],
+        },
+    }
+
+
+@pytest.mark.parametrize(
+    ("expression", "library"),
+    [('http.Get("http://svc.team-a/")', "http"), ('globalContext.Get("entry", "")', "globalContext")],
+)
+def test_namespaced_cel_policies_may_not_use_http_or_global_context(expression: str, library: str) -> None:
+    """Kyverno rejects http.* and globalContext.* in namespaced policies (e2e cel/http: 'not allowed in namespaced policies')."""
+    (problem,) = validate_policy_document(_namespaced_validating_policy(expression)).errors
+    assert problem.path == "spec.variables[0].expression"
+    assert problem.message == f"{library}.* is not allowed in namespaced policies"
+    # the cluster-wide kind may use them, and a field or string of that name is not the library
+    assert validate_policy_document(_namespaced_validating_policy(expression, "ValidatingPolicy")).errors == []
+    assert validate_policy_document(_namespaced_validating_policy(f'object.{library} == "{library}.Get"')).errors == []

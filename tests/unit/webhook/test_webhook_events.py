@@ -249,3 +249,66 @@ def test_mutating_policy_success_event_is_resource_mutated_on_the_policy() -> No
     assert (event.namespace, event.type, event.reason, event.action) == ("default", "Normal", "PolicyApplied", ACTION_MUTATED)
     assert event.regarding_dict == {"apiVersion": "policies.kyverno.io/v1beta1", "kind": "MutatingPolicy", "name": "add-labels", "uid": "u"}
     assert event.message == "Pod default/web is successfully mutated"
+
+
+def test_background_scan_violations_are_kyverno_scan_events_on_resource_and_policy() -> None:
+    """Kyverno's background scan (source kyverno-scan) writes, for each failing rule, a Warning PolicyViolation on the
+    resource ("policy <p>/<rule> fail: <msg>") and one on the policy with the resource as related; nothing is blocked,
+    passing and skipped rules give none (e2e events/message-exceeds-1024-characters, background-only/no-admission-event)."""
+    scanned = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "badpod01", "namespace": "default", "uid": "pod-uid"}}
+    rules = [RuleResponse("restricted", "Validation", "fail", "It violates PodSecurity"), RuleResponse("other", "Validation", "pass", "ok")]
+    core = FakeCoreApi()
+    recorder = EventRecorder(None, "kyverno", core_api=core, start=False)
+    recorder.record_scan(scanned, [EngineResponse(policy(), scanned, scanned, rules)])
+    recorder.record_scan(scanned, [EngineResponse(policy(), scanned, scanned, [RuleResponse("check-team", "Validation", "pass", "ok")])])
+    recorder.close()
+    assert len(core.created) == 2
+    (resource_namespace, on_resource), (policy_namespace, on_policy) = core.created
+    assert resource_namespace == "default" and on_resource["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "badpod01", "namespace": "default", "uid": "pod-uid"}
+    assert on_resource["message"] == "policy require-team/restricted fail: It violates PodSecurity"
+    assert (on_resource["reason"], on_resource["type"], on_resource["action"], on_resource["reportingComponent"]) == ("PolicyViolation", "Warning", ACTION_PASSED, "kyverno-scan")
+    assert policy_namespace == "default" and on_policy["involvedObject"]["name"] == "require-team" and on_policy["related"]["name"] == "badpod01"
+    assert on_policy["message"] == "Pod default/badpod01: [restricted] fail; It violates PodSecurity"
+    assert on_policy["reportingComponent"] == "kyverno-scan" and on_policy["action"] == ACTION_PASSED
+
+
+def test_controller_success_events_follow_generate_success_events_and_actions() -> None:
+    """Kyverno's event generator drops every PolicyApplied Event unless generateSuccessEvents is on, and those whose
+    action successEventActions leaves out (e2e events/clusterpolicy/generate-events-upon-successful-generation)."""
+    from stockade.controllers.events import generate_events
+
+    the_policy = policy()
+    generated = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "zk", "namespace": "test-ns"}}]
+    config: list[Any] = [parse_kyverno_config({})]
+    core = FakeCoreApi()
+    recorder = EventRecorder(None, "kyverno", core_api=core, start=False, kyverno_config=lambda: config[0])
+    for spec in generate_events(the_policy, "r", generated):
+        recorder.submit_success(spec)
+    config[0] = parse_kyverno_config({"generateSuccessEvents": "true", "successEventActions": "Resource Generated"})
+    for spec in generate_events(the_policy, "r", generated):
+        recorder.submit_success(spec)
+    config[0] = parse_kyverno_config({"generateSuccessEvents": "true"})
+    for spec in generate_events(the_policy, "other", generated):
+        recorder.submit_success(spec)
+    recorder.close()
+    actions = [(body["action"], body["reportingComponent"], body["involvedObject"]["kind"]) for _, body in core.created]
+    assert actions == [("Resource Generated", "kyverno-generate", "ClusterPolicy"), ("None", "kyverno-generate", "ConfigMap")]
+
+
+def test_the_same_violation_from_admission_and_from_a_scan_are_two_events() -> None:
+    """Kyverno's admission webhook and background scan are different reporting components: their Events about
+    the same violation are not folded into one (e2e events/clusterpolicy/message-exceeds-1024-characters)."""
+    from stockade.controllers.events import SOURCE_SCAN
+
+    core = FakeCoreApi()
+    recorder = EventRecorder(None, "kyverno", core_api=core, start=False)
+    rule = RuleResponse("check-team", "Validation", "fail", "label 'team' is required", failure_action="Audit")
+    decision = AdmissionDecision(True, responses=[EngineResponse(policy(), {}, {}, [rule])])
+    request = admission()
+    recorder.record_success(request, decision)
+    scanned = request.subject
+    recorder.record_scan(scanned, [EngineResponse(policy(), scanned, scanned, [rule])])
+    recorder.close()
+    on_resource = [body for _, body in core.created if body["involvedObject"]["kind"] == "Pod"]
+    assert sorted(body["reportingComponent"] for body in on_resource) == ["kyverno-admission", f"kyverno-{SOURCE_SCAN}"]
+    assert all(body["count"] == 1 for body in on_resource)

@@ -271,6 +271,32 @@ def test_ready_status_with_rule_count_and_autogen_rules() -> None:
     assert status_patch(CLUSTER_POLICY_KIND, CLUSTER_POLICY, snapshot, policy_identity(CLUSTER_POLICY), copy.deepcopy(patch)) is None
 
 
+def test_autogen_status_rules_have_the_crd_defaults_kyverno_generates_them_with() -> None:
+    """Kyverno autogenerates from the API-server-defaulted policy and writes Go structs: every status rule carries
+    ``skipBackgroundRequests: true``, ``validate.allowExistingViolations: true`` and ``match.resources: {}``."""
+    cel_rule = {
+        "name": "cel-check",
+        "match": {"any": [{"resources": {"kinds": ["Pod"], "operations": ["CREATE"]}}]},
+        "validate": {"cel": {"expressions": [{"expression": "true"}]}},
+    }
+    policy = with_changes(CLUSTER_POLICY, spec__rules=[*CLUSTER_POLICY["spec"]["rules"], cel_rule])
+    patch = status_patch(CLUSTER_POLICY_KIND, policy, _snapshot_of(policy), policy_identity(policy), None)
+    assert patch is not None
+    rules = patch["autogen"]["rules"]
+    assert sorted(rule["name"] for rule in rules) == ["autogen-cel-check", "autogen-check-team", "autogen-cronjob-cel-check", "autogen-cronjob-check-team"]
+    for rule in rules:
+        assert rule["skipBackgroundRequests"] is True
+        assert rule["validate"]["allowExistingViolations"] is True
+        assert rule["match"]["resources"] == {}
+    cel_status = next(rule for rule in rules if rule["name"] == "autogen-cel-check")
+    assert cel_status["validate"]["cel"]["generate"] is False
+    # a value the policy sets is kept
+    explicit = with_changes(policy, spec__rules=[{**CLUSTER_POLICY["spec"]["rules"][0], "skipBackgroundRequests": False}])
+    patch = status_patch(CLUSTER_POLICY_KIND, explicit, _snapshot_of(explicit), policy_identity(explicit), None)
+    assert patch is not None
+    assert {rule["skipBackgroundRequests"] for rule in patch["autogen"]["rules"]} == {False}
+
+
 def test_failed_status_carries_the_error_and_a_new_transition_time() -> None:
     broken = with_changes(CLUSTER_POLICY, spec__rules=[{"name": "r", "validate": {"deny": {}}}])
     snapshot = _snapshot_of(broken)

@@ -1,0 +1,86 @@
+"""Background scans of single changed resources: Kyverno's background controller rescans a resource when it is
+created or updated, reporting (PolicyReports, kyverno-scan Events) without waiting for the periodic full scan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from stockade.controllers.background import MAX_PENDING_CHANGES, BackgroundScanner
+from stockade.controllers.reports import PROCESS_BACKGROUND
+from stockade.policy.model import KyvernoPolicy
+from stockade.webhook.admission import parse_review
+from stockade.webhook.server import _notify_scanner
+from tests.unit.controllers.fakecluster import FakeCluster
+
+BACKGROUND_ONLY = {
+    "apiVersion": "kyverno.io/v1",
+    "kind": "ClusterPolicy",
+    "metadata": {"name": "validate"},
+    "spec": {
+        "admission": False,
+        "background": True,
+        "rules": [{"name": "validate", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"failureAction": "Enforce", "deny": {}}}],
+    },
+}
+
+
+@dataclass
+class Snapshot:
+    policies: list[Any]
+    evaluator: Any = None
+    cel_policies: list[Any] = field(default_factory=list)
+
+
+class Store:
+    def __init__(self, *policies: dict[str, Any]) -> None:
+        self.snapshot = Snapshot([KyvernoPolicy(p) for p in policies])
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.scanned: list[tuple[str, list[str]]] = []
+
+    def record_scan(self, obj: dict[str, Any], responses: list[Any]) -> None:
+        self.scanned.append((obj["metadata"]["name"], [f"{r.policy_name}/{rule.name}={rule.status}" for r in responses for rule in r.rules]))
+
+
+class Reports:
+    def __init__(self) -> None:
+        self.submitted: list[tuple[str, str]] = []
+
+    def submit(self, obj: dict[str, Any], responses: list[Any], **options: Any) -> None:
+        self.submitted.append((obj["metadata"]["name"], options["process"]))
+
+
+def test_a_changed_resource_is_scanned_on_its_own_with_events_and_report() -> None:
+    cluster = FakeCluster()
+    cluster.add({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pod", "namespace": "ns1"}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}})
+    events, reports = Recorder(), Reports()
+    scanner = BackgroundScanner(None, Store(BACKGROUND_ONLY), reports, cluster_data=cluster, events=events)  # type: ignore[arg-type]
+    summary = scanner.scan_resources([("v1", "Pod", "ns1", "pod"), ("v1", "Pod", "ns1", "gone")])
+    assert summary.resources == 1 and summary.errors == []
+    assert events.scanned == [("pod", ["validate/validate=fail"])]
+    assert reports.submitted == [("pod", PROCESS_BACKGROUND)]
+
+
+def test_admitted_objects_are_queued_once_and_subresources_are_not() -> None:
+    scanner = BackgroundScanner(None, Store(), None, cluster_data=FakeCluster())  # type: ignore[arg-type]
+
+    def review(operation: str, sub_resource: str = "") -> Any:
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pod", "namespace": "ns1"}}
+        request: dict[str, Any] = {
+            "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "ns1", "name": "pod", "operation": operation, "userInfo": {"username": "a"}, "object": pod,
+        }
+        if sub_resource:
+            request["subResource"] = sub_resource
+        return parse_review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+
+    _notify_scanner(scanner, review("CREATE"))
+    _notify_scanner(scanner, review("UPDATE"))
+    _notify_scanner(scanner, review("UPDATE", "status"))
+    assert list(scanner._changed) == [("v1", "Pod", "ns1", "pod")]
+    for index in range(MAX_PENDING_CHANGES):
+        scanner.notify("v1", "Pod", "ns1", f"p{index}")
+    assert scanner.notify("v1", "Pod", "ns1", "overflow") is False
