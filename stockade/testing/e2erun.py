@@ -319,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
         print("e2e-run: no test ran: failing", file=sys.stderr)
         return 1
     if args.min_pass_rate is not None:
+        if decided < MIN_DECIDED_FOR_FLOOR:
+            print(f"e2e-run: pass-rate floor not applied: only {decided} tests decided (a rate needs at least {MIN_DECIDED_FOR_FLOOR})", flush=True)
+            return 0
         if rate < args.min_pass_rate:
             print(f"e2e-run: pass rate {rate:.1%} is below the floor {args.min_pass_rate:.1%}", file=sys.stderr)
             return 1
@@ -326,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if totals["failed"] == 0 else 1
 
 
+MIN_DECIDED_FOR_FLOOR = 30  # below this a pass rate says more about which folders ran than about Stockade
 SECONDS_PER_TEST_ROUND = 40.0  # a typical Kyverno e2e test on this control plane: create policy, wait Ready, assert
 
 
