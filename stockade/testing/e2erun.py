@@ -159,6 +159,10 @@ def run_unit(
         report = {}
     operations = {f"{t.get('basePath', '')}[{t.get('name', '')}]": t for t in report.get("tests") or []}
     runnable = len(requested) - len(excluded)
+    if result.stopped and not outcomes:
+        # chainsaw has no signal handling: a stopped run prints no Go test summary, but its progress log says which
+        # tests ended (their namespace cleanup ran) and which hit an error on the way
+        outcomes = finished_tests((results / f"{report_name}.log").read_text(errors="replace"))
     if not outcomes and not result.stopped:
         result.failures.append({"test": unit.path, "error": f"chainsaw ran no test (exit {result.exit_code}); see {report_name}.log"})
         result.failed = runnable
@@ -174,6 +178,27 @@ def run_unit(
     if result.stopped:
         result.not_run = max(0, runnable - result.passed - result.failed - result.skipped)
     return result
+
+
+_SINK_LINE = re.compile(r"sink\.go:\d+:[^|]*\|[^|]*\|\s*(?P<test>[^|]+?)\s*\|\s*(?P<step>[^|]+?)\s*\|\s*(?P<operation>[^|]+?)\s*\|\s*(?P<status>[^|]+?)\s*\|")
+
+
+def finished_tests(log: str) -> dict[str, str]:
+    """Outcomes of the tests a stopped chainsaw run finished, from its progress lines: a test ended when its own
+    namespace cleanup (``@chainsaw | CLEANUP | END``) was logged, and failed when any of its operations logged ERROR.
+    Keys are bare test names (the progress log does not carry paths)."""
+    ended: set[str] = set()
+    failed: set[str] = set()
+    for line in log.splitlines():
+        match = _SINK_LINE.search(line)
+        if match is None:
+            continue
+        test, step, operation, status = match.group("test", "step", "operation", "status")
+        if status == "ERROR":
+            failed.add(test)
+        elif step == "@chainsaw" and operation == "CLEANUP" and status == "END":
+            ended.add(test)
+    return {test: ("FAIL" if test in failed else "PASS") for test in sorted(ended)}
 
 
 _RESULT_LINE = re.compile(r"^    --- (PASS|FAIL|SKIP): chainsaw/(\S.*?) \(\d")

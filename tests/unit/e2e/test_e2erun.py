@@ -189,3 +189,20 @@ def test_units_are_started_only_when_their_estimate_fits_the_budget() -> None:
     assert estimated_seconds(1, 6) == SECONDS_PER_TEST_ROUND
     assert estimated_seconds(6, 6) == SECONDS_PER_TEST_ROUND
     assert estimated_seconds(107, 6) == 18 * SECONDS_PER_TEST_ROUND
+
+
+def test_a_stopped_run_counts_the_tests_its_progress_log_shows_finished() -> None:
+    """chainsaw prints no Go test summary when it is stopped; its progress lines (with the backspaces Go's test log
+    puts before them) still tell which tests ended and which hit an error."""
+    from stockade.testing.e2erun import finished_tests
+
+    bs = "\b" * 12
+    log = "\n".join([
+        f"    sink.go:61: {bs}| 19:00:01 | good | @chainsaw | CREATE | OK | v1/Namespace @ chainsaw-a",
+        f"    sink.go:61: {bs}| 19:00:09 | good | step-01   | ASSERT | DONE | v1/Pod @ chainsaw-a/p",
+        f"    sink.go:61: {bs}| 19:00:10 | good | @chainsaw | CLEANUP | END |",
+        f"    sink.go:61: {bs}| 19:00:02 | bad | step-02 | ASSERT | ERROR | v1/Pod @ chainsaw-b/p",
+        f"    sink.go:61: {bs}| 19:00:12 | bad | @chainsaw | CLEANUP | END |",
+        f"    sink.go:61: {bs}| 19:00:03 | running | step-01 | APPLY | RUN | v1/Pod @ chainsaw-c/p",
+    ])
+    assert finished_tests(log) == {"bad": "FAIL", "good": "PASS"}
