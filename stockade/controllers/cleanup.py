@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +31,7 @@ from stockade.controllers.clusterdata import (
     object_path,
     resources_for_rules,
 )
+from stockade.controllers.periodic import LeaderPeriodicWorker
 from stockade.controllers.schedule import ScheduleError, parse_schedule
 from stockade.controllers.webhookconfig import ApiResource
 
@@ -148,7 +148,7 @@ class CleanupStats:
     skipped: list[str] = field(default_factory=list)
 
 
-class ScheduledDeletionController:
+class ScheduledDeletionController(LeaderPeriodicWorker):
     """Runs deleting and cleanup policies on their schedules (leader only)."""
 
     def __init__(
@@ -166,33 +166,17 @@ class ScheduledDeletionController:
         self.store = store
         self.cluster = cluster_data or ClusterData(api_client, ttl_seconds=0.0)
         self.events = events
-        self.is_leader = is_leader
         self.clock = clock
         self.tick_seconds = tick_seconds
+        LeaderPeriodicWorker.__init__(self, is_leader, tick_seconds)
         self.write_status = write_status
         self.stats = CleanupStats()
         self._last_run: dict[str, dt.datetime] = {}  # our own runs: the snapshot does not follow status writes
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="scheduled-deletion", daemon=True)
-            self._thread.start()
+    thread_name = "scheduled-deletion"
 
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.tick_seconds):
-            try:
-                if self.is_leader():
-                    self.run_due()
-            except Exception:  # never let the thread die
-                log.exception("scheduled deletion pass failed")
+    def run_once(self) -> object:
+        return self.run_due()
 
     # -- scheduling --------------------------------------------------------------------------------------------------
     def next_run(self, policy: ScheduledPolicy) -> dt.datetime | None:

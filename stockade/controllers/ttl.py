@@ -13,11 +13,11 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from stockade.controllers.clusterdata import ApiError, ClusterData, object_path
+from stockade.controllers.periodic import LeaderPeriodicWorker
 from stockade.controllers.webhookconfig import ApiResource
 
 log = logging.getLogger("stockade.ttl")
@@ -134,7 +134,7 @@ def deletable_resources(cluster: ClusterData) -> list[ApiResource]:
     return found
 
 
-class TtlController:
+class TtlController(LeaderPeriodicWorker):
     """Deletes objects whose ``cleanup.kyverno.io/ttl`` has expired, scanning every ``interval`` seconds."""
 
     def __init__(
@@ -148,33 +148,17 @@ class TtlController:
         resources: Callable[[], list[ApiResource]] | None = None,
     ) -> None:
         self.cluster = cluster_data or ClusterData(api_client, ttl_seconds=0.0)
-        self.is_leader = is_leader
         self.clock = clock
         self.interval = interval
+        LeaderPeriodicWorker.__init__(self, is_leader, interval)
         self.resources = resources or (lambda: deletable_resources(self.cluster))
         self.deleted = 0
         self.invalid: set[str] = set()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="ttl", daemon=True)
-            self._thread.start()
+    thread_name = "ttl"
 
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                if self.is_leader():
-                    self.scan()
-            except Exception:  # never let the thread die
-                log.exception("ttl scan failed")
+    def run_once(self) -> object:
+        return self.scan()
 
     def scan(self) -> int:
         """Delete every expired object now; returns how many were deleted."""
