@@ -208,6 +208,33 @@ def _exception_events(response: EngineResponse, rule_name: str, exceptions: list
     return events
 
 
+def _policy_violation(response: EngineResponse, rule: Any, label: str, resource: Reference, blocked: bool, source: str) -> EventSpec:
+    """Kyverno's PolicyViolation on the policy: "<Kind> <ns>/<name>: [<rule>] <status>[ (blocked)]; <message>"."""
+    policy = response.policy
+    text = f"{label}: [{rule.name}] {rule.status}" + (" (blocked)" if blocked else "") + (f"; {rule.message}" if rule.message else "")
+    return EventSpec(
+        namespace=str(getattr(policy, "namespace", "") or "") or CLUSTER_EVENT_NAMESPACE,
+        regarding=_policy_reference(policy),
+        reason=REASON_POLICY_VIOLATION,
+        message=_truncate(text),
+        action=ACTION_BLOCKED if blocked else ACTION_PASSED,
+        related=resource,
+        source=source,
+    )
+
+
+def _resource_violation(response: EngineResponse, rule: Any, namespace: str, resource: Reference, source: str) -> EventSpec:
+    """Kyverno's PolicyViolation on the resource itself (admitted requests and scans): "policy <p>/<rule> <status>: <msg>"."""
+    return EventSpec(
+        namespace=namespace or CLUSTER_EVENT_NAMESPACE,
+        regarding=resource,
+        reason=REASON_POLICY_VIOLATION,
+        message=_truncate(f"policy {response.policy_name}/{rule.name} {rule.status}: {rule.message}"),
+        action=ACTION_PASSED,
+        source=source,
+    )
+
+
 def admission_events(request: AdmissionRequest, decision: AdmissionDecision, config: KyvernoConfig | None = None) -> list[EventSpec]:
     """The Events Kyverno's admission webhook writes for one decision (see the module docstring); PolicyApplied
     Events only when ``config`` enables ``generateSuccessEvents`` (and lists their action, if it lists any)."""
@@ -230,34 +257,12 @@ def admission_events(request: AdmissionRequest, decision: AdmissionDecision, con
     for response in responses:
         if not response.rules:
             continue
-        policy = response.policy
-        policy_namespace = str(getattr(policy, "namespace", "") or "") or CLUSTER_EVENT_NAMESPACE
         if any(rule.status in (FAIL, ERROR) for rule in response.rules):
             for rule in response.rules:
                 if rule.status in (FAIL, ERROR):
-                    text = f"{label}: [{rule.name}] {rule.status}" + (" (blocked)" if blocked else "") + (f"; {rule.message}" if rule.message else "")
-                    events.append(
-                        EventSpec(
-                            namespace=policy_namespace,
-                            regarding=_policy_reference(policy),
-                            reason=REASON_POLICY_VIOLATION,
-                            message=_truncate(text),
-                            action=ACTION_BLOCKED if blocked else ACTION_PASSED,
-                            related=resource,
-                            source=SOURCE_ADMISSION,
-                        )
-                    )
+                    events.append(_policy_violation(response, rule, label, resource, blocked, SOURCE_ADMISSION))
                 if not blocked:
-                    events.append(
-                        EventSpec(
-                            namespace=namespace or CLUSTER_EVENT_NAMESPACE,
-                            regarding=resource,
-                            reason=REASON_POLICY_VIOLATION,
-                            message=_truncate(f"policy {response.policy_name}/{rule.name} {rule.status}: {rule.message}"),
-                            action=ACTION_PASSED,
-                            source=SOURCE_ADMISSION,
-                        )
-                    )
+                    events.append(_resource_violation(response, rule, namespace, resource, SOURCE_ADMISSION))
         elif any(rule.status == SKIP for rule in response.rules):
             if not blocked:
                 for rule in response.rules:
@@ -283,32 +288,10 @@ def scan_events(obj: dict[str, Any], responses: list[EngineResponse], config: Ky
     resource = _reference(obj)
     events: list[EventSpec] = []
     for response in responses:
-        policy = response.policy
-        policy_namespace = str(getattr(policy, "namespace", "") or "") or CLUSTER_EVENT_NAMESPACE
         violated = [rule for rule in response.rules if rule.status not in (PASS, SKIP)]
         for rule in violated:
-            events.append(
-                EventSpec(
-                    namespace=namespace or CLUSTER_EVENT_NAMESPACE,
-                    regarding=resource,
-                    reason=REASON_POLICY_VIOLATION,
-                    message=_truncate(f"policy {response.policy_name}/{rule.name} {rule.status}: {rule.message}"),
-                    action=ACTION_PASSED,
-                    source=SOURCE_SCAN,
-                )
-            )
-            text = f"{label}: [{rule.name}] {rule.status}" + (f"; {rule.message}" if rule.message else "")
-            events.append(
-                EventSpec(
-                    namespace=policy_namespace,
-                    regarding=_policy_reference(policy),
-                    reason=REASON_POLICY_VIOLATION,
-                    message=_truncate(text),
-                    action=ACTION_PASSED,
-                    related=resource,
-                    source=SOURCE_SCAN,
-                )
-            )
+            events.append(_resource_violation(response, rule, namespace, resource, SOURCE_SCAN))
+            events.append(_policy_violation(response, rule, label, resource, False, SOURCE_SCAN))
         for rule in response.rules:
             if rule.status == SKIP and rule.exceptions:
                 events.extend(replace(e, source=SOURCE_SCAN) for e in _exception_events(response, rule.name, rule.exceptions, key, resource))
