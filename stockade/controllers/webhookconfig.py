@@ -22,6 +22,43 @@ MANAGED_BY_VALUE = "stockade"
 MUTATING_CONFIG_NAME = "stockade-resource-mutating-webhook-cfg"
 VALIDATING_CONFIG_NAME = "stockade-resource-validating-webhook-cfg"
 POLICY_VALIDATING_CONFIG_NAME = "stockade-policy-validating-webhook-cfg"
+
+
+@dataclass(frozen=True)
+class WebhookNaming:
+    """The names and ownership label our webhook configurations carry.
+
+    Kyverno's naming is a compatibility setting (``serve --webhook-names kyverno``): tooling and tests written for
+    Kyverno look its configurations up by name and label, and Kyverno keeps both resource configurations registered
+    even when no policy needs them."""
+
+    managed_by_label: str
+    managed_by_value: str
+    mutating: str
+    validating: str
+    policy_validating: str
+    service_host: str  # the middle of webhook names: ``validate.<host>-fail``
+    keep_empty: bool
+
+    @property
+    def selector(self) -> str:
+        """The label selector that finds every configuration we own (for removal)."""
+        return f"{self.managed_by_label}={self.managed_by_value}"
+
+
+STOCKADE_NAMING = WebhookNaming(
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, MUTATING_CONFIG_NAME, VALIDATING_CONFIG_NAME, POLICY_VALIDATING_CONFIG_NAME, "stockade.svc", keep_empty=False
+)
+KYVERNO_NAMING = WebhookNaming(
+    "webhook.kyverno.io/managed-by",
+    "kyverno",
+    "kyverno-resource-mutating-webhook-cfg",
+    "kyverno-resource-validating-webhook-cfg",
+    "kyverno-policy-validating-webhook-cfg",
+    "kyverno.svc",
+    keep_empty=True,
+)
+WEBHOOK_NAMINGS = {"stockade": STOCKADE_NAMING, "kyverno": KYVERNO_NAMING}
 POLICY_VALIDATION_PATH = "/policyvalidate"
 # The policy kinds the /policyvalidate endpoint checks, as webhook rules name them (plural resources).
 POLICY_RESOURCES: dict[str, tuple[str, ...]] = {
@@ -234,10 +271,10 @@ def _timeout(policies: list[Any], default: int) -> int:
     return max(1, min(max([default, *timeouts]), MAX_TIMEOUT_SECONDS))
 
 
-def configuration_metadata(name: str, kyverno_config: KyvernoConfig | None) -> dict[str, Any]:
+def configuration_metadata(name: str, kyverno_config: KyvernoConfig | None, naming: WebhookNaming = STOCKADE_NAMING) -> dict[str, Any]:
     """Name, the ConfigMap's ``webhookLabels`` (our managed-by label always wins) and ``webhookAnnotations``."""
     labels = dict((kyverno_config.webhook_labels if kyverno_config else None) or {})
-    labels[MANAGED_BY_LABEL] = MANAGED_BY_VALUE
+    labels[naming.managed_by_label] = naming.managed_by_value
     metadata: dict[str, Any] = {"name": name, "labels": labels}
     annotations = kyverno_config.webhook_annotations if kyverno_config else None
     if annotations:
@@ -246,7 +283,12 @@ def configuration_metadata(name: str, kyverno_config: KyvernoConfig | None) -> d
 
 
 def build_policy_validation_configuration(
-    target: WebhookTarget, ca_bundle: bytes, *, timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS, kyverno_config: KyvernoConfig | None = None
+    target: WebhookTarget,
+    ca_bundle: bytes,
+    *,
+    timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
+    kyverno_config: KyvernoConfig | None = None,
+    naming: WebhookNaming = STOCKADE_NAMING,
 ) -> dict[str, Any]:
     """The ValidatingWebhookConfiguration that sends policy CREATE/UPDATE to ``/policyvalidate``.
 
@@ -257,7 +299,7 @@ def build_policy_validation_configuration(
         for group, resources in POLICY_RESOURCES.items()
     ]
     webhook = {
-        "name": "validate-policy.stockade.svc",
+        "name": f"validate-policy.{naming.service_host}",
         "clientConfig": target.client_config(POLICY_VALIDATION_PATH, ca_bundle),
         "rules": rules,
         "failurePolicy": FAILURE_POLICY_IGNORE,
@@ -269,7 +311,7 @@ def build_policy_validation_configuration(
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
-        "metadata": configuration_metadata(POLICY_VALIDATING_CONFIG_NAME, kyverno_config),
+        "metadata": configuration_metadata(naming.policy_validating, kyverno_config, naming),
         "webhooks": [webhook],
     }
 
@@ -289,6 +331,7 @@ def build_configurations(
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
     cel_policies: Iterable[Any] = (),
     kyverno_config: KyvernoConfig | None = None,
+    naming: WebhookNaming = STOCKADE_NAMING,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(MutatingWebhookConfiguration, ValidatingWebhookConfiguration); a variant with no rules is left out.
 
@@ -306,8 +349,8 @@ def build_configurations(
     cel_policies = list(cel_policies)
     configurations = []
     for phase, kind, name in (
-        ("mutate", "MutatingWebhookConfiguration", MUTATING_CONFIG_NAME),
-        ("validate", "ValidatingWebhookConfiguration", VALIDATING_CONFIG_NAME),
+        ("mutate", "MutatingWebhookConfiguration", naming.mutating),
+        ("validate", "ValidatingWebhookConfiguration", naming.validating),
     ):
         webhooks = []
         for failure, suffix in ((FAILURE_POLICY_FAIL, "fail"), (FAILURE_POLICY_IGNORE, "ignore")):
@@ -317,7 +360,7 @@ def build_configurations(
             if not rules:
                 continue
             webhook: dict[str, Any] = {
-                "name": f"{phase}.stockade.svc-{suffix}",
+                "name": f"{phase}.{naming.service_host}-{suffix}",
                 "clientConfig": target.client_config(f"/{phase}/{suffix}", ca_bundle),
                 "rules": rules,
                 "failurePolicy": failure,
@@ -338,7 +381,7 @@ def build_configurations(
             {
                 "apiVersion": "admissionregistration.k8s.io/v1",
                 "kind": kind,
-                "metadata": configuration_metadata(name, kyverno_config),
+                "metadata": configuration_metadata(name, kyverno_config, naming),
                 "webhooks": webhooks,
             }
         )

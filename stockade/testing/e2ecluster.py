@@ -74,7 +74,17 @@ KYVERNO_CONFIG_DATA: dict[str, str] = {
         )
     ),
     "webhooks": json.dumps(
-        [{"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "kyverno"]}]}}]
+        # as Kyverno's chart renders it: its default excludes kube-system, the release namespace is appended
+        [
+            {
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]},
+                        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kyverno"]},
+                    ]
+                }
+            }
+        ]
     ),
     "webhookAnnotations": json.dumps({"admissions.enforcer/disabled": "true"}),
 }
@@ -244,6 +254,8 @@ class E2ECluster:
                 "--reload-interval=0.25",
                 # Kyverno's suite asserts Kyverno's Event components (kyverno-admission, ...): the compatibility setting
                 "--event-components=kyverno",
+                # ... and Kyverno's webhook configuration names and managed-by label
+                "--webhook-names=kyverno",
                 f"--cert-dir={self.state_dir / 'stockade-certs'}",
                 *os.environ.get("STOCKADE_E2E_SERVE_ARGS", "").split(),
             ],
