@@ -75,16 +75,14 @@ KYVERNO_CONFIG_DATA: dict[str, str] = {
     ),
     "webhooks": json.dumps(
         # as Kyverno's chart renders it: its default excludes kube-system, the release namespace is appended
-        [
-            {
-                "namespaceSelector": {
-                    "matchExpressions": [
-                        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]},
-                        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kyverno"]},
-                    ]
-                }
+        {
+            "namespaceSelector": {
+                "matchExpressions": [
+                    {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]},
+                    {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kyverno"]},
+                ]
             }
-        ]
+        }
     ),
     "webhookAnnotations": json.dumps({"admissions.enforcer/disabled": "true"}),
 }
