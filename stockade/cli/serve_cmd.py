@@ -47,6 +47,7 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--generate/--no-generate", default=True, show_default=True, help="With --register-webhooks: apply generate rules in the cluster (create and synchronise downstream resources).")
 @click.option("--events/--no-events", default=True, show_default=True, help="With --register-webhooks: record a Kubernetes Event for each denial.")
 @click.option("--event-components", type=click.Choice(["kyverno", "stockade"]), default="stockade", show_default=True, help="reportingComponent of Events: stockade = 'stockade' for all; kyverno = Kyverno's names (kyverno-admission, kyverno-generate, kyverno-mutate, kyverno-cleanup), a compatibility setting for tools and tests that select Kyverno's Events.")
+@click.option("--webhook-names", type=click.Choice(["stockade", "kyverno"]), default="stockade", show_default=True, help="Names and managed-by label of the webhook configurations: stockade = stockade-resource-*-webhook-cfg, label webhook.stockade.io/managed-by; kyverno = Kyverno's (kyverno-resource-*-webhook-cfg, webhook.kyverno.io/managed-by: kyverno, kept registered even when empty), a compatibility setting for tooling and tests written against Kyverno. Do not run it beside Kyverno itself.")
 @click.option("--config-map", "config_map", default="kyverno/kyverno", show_default=True, help="With --from-cluster: Kyverno's dynamic configuration ConfigMap (NAMESPACE/NAME), watched: resourceFilters, excluded users/groups/roles, defaultRegistry, webhooks selectors, matchConditions, webhook labels/annotations, generateSuccessEvents.")
 @click.option("--exception-namespace", "exception_namespaces", multiple=True, help="Honour PolicyExceptions only in these namespaces (repeatable; default: every namespace).")
 @click.option("--tracing-endpoint", default="", help="OTLP/HTTP collector base URL (e.g. http://otel-collector:4318); one span per admission request.")
@@ -323,7 +324,7 @@ def _cluster_services(api_client: Any, certs: Any, store: Any, cluster_source: A
             store.listeners.append(cluster_source.publish_status)
         return None
     from stockade.controllers.manager import ClusterServices, LeadershipOptions, WebhookRegistration
-    from stockade.controllers.webhookconfig import WebhookTarget
+    from stockade.controllers.webhookconfig import WEBHOOK_NAMINGS, WebhookTarget
 
     leadership = LeadershipOptions(namespace=namespace, leader_election=options["leader_election"], lease_name=options["lease_name"])
     services = ClusterServices(api_client, leadership, status_publisher=cluster_source, store=store)
@@ -339,6 +340,7 @@ def _cluster_services(api_client: Any, certs: Any, store: Any, cluster_source: A
         excluded_namespaces=["kube-system", namespace, *options["exclude_namespaces"]],
         timeout_seconds=options["webhook_timeout"],
         is_leader=services.is_leader,
+        naming=WEBHOOK_NAMINGS[options.get("webhook_names") or "stockade"],
     )
     if cluster_source is not None:
         store.listeners.append(services.publish_status_if_leader)
@@ -442,12 +444,14 @@ def _start_cluster_source(api_client: Any, options: dict[str, Any]) -> Any:
 
 @click.command("cleanup")
 @click.option("--kubeconfig", type=click.Path(exists=True, dir_okay=False), default=None, help="Kubeconfig (default: in-cluster, then $KUBECONFIG / ~/.kube/config).")
-def cleanup(kubeconfig: str | None) -> None:
+@click.option("--webhook-names", type=click.Choice(["stockade", "kyverno"]), default="stockade", show_default=True, help="The naming `serve --webhook-names` used: its managed-by label finds the configurations to remove.")
+def cleanup(kubeconfig: str | None, webhook_names: str) -> None:
     """Remove the webhook configurations stockade created (e.g. after a crash left them behind)."""
     from stockade.controllers.registration import WebhookRegistrar, load_api_client
+    from stockade.controllers.webhookconfig import WEBHOOK_NAMINGS
 
     try:
-        removed = WebhookRegistrar(load_api_client(kubeconfig)).remove_all()
+        removed = WebhookRegistrar(load_api_client(kubeconfig), WEBHOOK_NAMINGS[webhook_names]).remove_all()
     except Exception as exc:
         click.echo(f"stockade cleanup: {exc}", err=True)
         sys.exit(1)

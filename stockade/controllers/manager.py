@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from stockade.controllers.webhookconfig import STOCKADE_NAMING, WebhookNaming
+
 log = logging.getLogger("stockade.controllers.manager")
 
 
@@ -32,12 +34,13 @@ class WebhookRegistration:
         timeout_seconds: int,
         is_leader: Callable[[], bool] = lambda: True,
         kyverno_config: Callable[[], Any] | None = None,
+        naming: WebhookNaming = STOCKADE_NAMING,
     ) -> None:
         from stockade.controllers.registration import WebhookRegistrar, discovery_resolver
 
         self.kyverno_config = kyverno_config  # () -> KyvernoConfig: webhooks selectors, matchConditions, labels
-
-        self.registrar = WebhookRegistrar(api_client)
+        self.naming = naming
+        self.registrar = WebhookRegistrar(api_client, naming)
         self.api_client = api_client
         self.certs = certs
         self.store = store
@@ -77,9 +80,10 @@ class WebhookRegistration:
                 timeout_seconds=self.timeout,
                 cel_policies=[*snapshot.cel_policies, *generating_policies(snapshot)],
                 kyverno_config=kyverno_config,
+                naming=self.naming,
             )
             policy_validation = build_policy_validation_configuration(
-                self.target, self.certs.ca_bundle, timeout_seconds=self.timeout, kyverno_config=kyverno_config
+                self.target, self.certs.ca_bundle, timeout_seconds=self.timeout, kyverno_config=kyverno_config, naming=self.naming
             )
             self.registrar.apply(mutating, validating, policy_validation)
 

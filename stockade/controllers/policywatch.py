@@ -621,7 +621,9 @@ def _cel_status_patch(
         patch["conditionStatus"]["message"] = message
     elif previous.get("ready") is False and previous.get("message"):
         patch["conditionStatus"]["message"] = ""  # our earlier failure reason; the policy serves now
-    if watched.kind in _GENERATED_KINDS and "generated" not in current:
+    if watched.kind in _GENERATED_KINDS and "generated" not in current and not _native_generation_requested(data):
+        # when generation is requested the generator writes ``generated`` itself; writing false here as well could
+        # land after its true and undo it
         patch["generated"] = False
     unchanged = (
         previous.get("ready") == ready
@@ -630,6 +632,14 @@ def _cel_status_patch(
         and "generated" not in patch
     )
     return None if unchanged else patch
+
+
+def _native_generation_requested(data: dict[str, Any]) -> bool:
+    """``spec.autogen.validatingAdmissionPolicy.enabled`` / ``mutatingAdmissionPolicy.enabled``."""
+    autogen = (data.get("spec") or {}).get("autogen")
+    if not isinstance(autogen, dict):
+        return False
+    return any(isinstance(autogen.get(key), dict) and autogen[key].get("enabled") is True for key in ("validatingAdmissionPolicy", "mutatingAdmissionPolicy"))
 
 
 def status_patch(

@@ -1,8 +1,8 @@
 """Talking to the Kubernetes API: discovery, webhook configuration create/update/delete, namespace labels.
 
 Uses the official ``kubernetes`` client (synchronous; callers in the event loop go through ``asyncio.to_thread``).
-Everything the server writes carries ``webhook.stockade.io/managed-by=stockade`` so cleanup can find leftovers even
-after a crash.
+Everything the server writes carries its naming's managed-by label (``webhook.stockade.io/managed-by=stockade`` by
+default) so cleanup can find leftovers even after a crash.
 """
 
 from __future__ import annotations
@@ -12,12 +12,7 @@ import threading
 import time
 from typing import Any
 
-from stockade.controllers.webhookconfig import (
-    MANAGED_BY_LABEL,
-    MANAGED_BY_VALUE,
-    ApiResource,
-    Resolver,
-)
+from stockade.controllers.webhookconfig import STOCKADE_NAMING, ApiResource, Resolver, WebhookNaming
 
 log = logging.getLogger("stockade.controllers")
 
@@ -80,14 +75,16 @@ def discovery_resolver(api_client: Any) -> Resolver:
 class WebhookRegistrar:
     """Creates or replaces our webhook configurations and removes them again."""
 
-    def __init__(self, api_client: Any) -> None:
+    def __init__(self, api_client: Any, naming: WebhookNaming = STOCKADE_NAMING) -> None:
         from kubernetes import client
 
         self.api = client.AdmissionregistrationV1Api(api_client)
+        self.naming = naming
 
     def apply(self, mutating: dict[str, Any], validating: dict[str, Any], policy_validation: dict[str, Any] | None = None) -> None:
-        """Upsert both resource webhook configurations (an empty one is deleted), plus the policy-validation one
-        when given (``webhookconfig.build_policy_validation_configuration``)."""
+        """Upsert both resource webhook configurations (an empty one is deleted unless the naming keeps empty ones,
+        as Kyverno does), plus the policy-validation one when given
+        (``webhookconfig.build_policy_validation_configuration``)."""
         if policy_validation is not None:
             self.apply_validating(policy_validation)
         for body, read, create, replace, delete in (
@@ -106,7 +103,7 @@ class WebhookRegistrar:
                 self.api.delete_validating_webhook_configuration,
             ),
         ):
-            self._upsert(body, read, create, replace, delete)
+            self._upsert(body, read, create, replace, delete, keep_empty=self.naming.keep_empty)
 
     def apply_validating(self, body: dict[str, Any]) -> None:
         """Upsert one ValidatingWebhookConfiguration (deleted when it has no webhooks)."""
@@ -119,7 +116,7 @@ class WebhookRegistrar:
         )
 
     @staticmethod
-    def _upsert(body: dict[str, Any], read: Any, create: Any, replace: Any, delete: Any) -> None:
+    def _upsert(body: dict[str, Any], read: Any, create: Any, replace: Any, delete: Any, *, keep_empty: bool = False) -> None:
         from kubernetes.client.exceptions import ApiException
 
         name = body["metadata"]["name"]
@@ -129,7 +126,7 @@ class WebhookRegistrar:
             if exc.status != 404:
                 raise
             existing = None
-        if not body["webhooks"]:
+        if not body["webhooks"] and not keep_empty:
             if existing is not None:
                 delete(name)
             return
@@ -144,7 +141,7 @@ class WebhookRegistrar:
         """Delete every configuration carrying our label; returns how many were removed."""
         from kubernetes.client.exceptions import ApiException
 
-        selector = f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE}"
+        selector = self.naming.selector
         removed = 0
         for listing, delete in (
             (self.api.list_mutating_webhook_configuration, self.api.delete_mutating_webhook_configuration),

@@ -7,22 +7,63 @@ everything (and keeps the cluster usable if we are down).  Pure functions here; 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import posixpath
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.engine.kyvernoconfig import KyvernoConfig
 from stockade.engine.match import parse_kind_selector
 from stockade.policy.model import KyvernoPolicy, Rule
-from stockade.webhook.admission import FAILURE_POLICY_FAIL, FAILURE_POLICY_IGNORE, failure_policy
+from stockade.webhook.admission import FAILURE_POLICY_FAIL, FAILURE_POLICY_IGNORE, failure_policy, has_own_webhook
 
 MANAGED_BY_LABEL = "webhook.stockade.io/managed-by"
 MANAGED_BY_VALUE = "stockade"
 MUTATING_CONFIG_NAME = "stockade-resource-mutating-webhook-cfg"
 VALIDATING_CONFIG_NAME = "stockade-resource-validating-webhook-cfg"
 POLICY_VALIDATING_CONFIG_NAME = "stockade-policy-validating-webhook-cfg"
+
+
+@dataclass(frozen=True)
+class WebhookNaming:
+    """The names and ownership label our webhook configurations carry.
+
+    Kyverno's naming is a compatibility setting (``serve --webhook-names kyverno``): tooling and tests written for
+    Kyverno look its configurations up by name and label, and Kyverno keeps both resource configurations registered
+    even when no policy needs them."""
+
+    managed_by_label: str
+    managed_by_value: str
+    mutating: str
+    validating: str
+    policy_validating: str
+    service_host: str  # the middle of webhook names: ``validate.<host>-fail``
+    keep_empty: bool
+
+    @property
+    def selector(self) -> str:
+        """The label selector that finds every configuration we own (for removal)."""
+        return f"{self.managed_by_label}={self.managed_by_value}"
+
+
+STOCKADE_NAMING = WebhookNaming(
+    MANAGED_BY_LABEL, MANAGED_BY_VALUE, MUTATING_CONFIG_NAME, VALIDATING_CONFIG_NAME, POLICY_VALIDATING_CONFIG_NAME, "stockade.svc", keep_empty=False
+)
+KYVERNO_NAMING = WebhookNaming(
+    "webhook.kyverno.io/managed-by",
+    "kyverno",
+    "kyverno-resource-mutating-webhook-cfg",
+    "kyverno-resource-validating-webhook-cfg",
+    "kyverno-policy-validating-webhook-cfg",
+    "kyverno.svc",
+    keep_empty=True,
+)
+WEBHOOK_NAMINGS = {"stockade": STOCKADE_NAMING, "kyverno": KYVERNO_NAMING}
 POLICY_VALIDATION_PATH = "/policyvalidate"
+FINE_GRAINED_PATH = "/finegrained"
 # The policy kinds the /policyvalidate endpoint checks, as webhook rules name them (plural resources).
 POLICY_RESOURCES: dict[str, tuple[str, ...]] = {
     "kyverno.io": ("clusterpolicies", "policies", "policyexceptions", "cleanuppolicies", "clustercleanuppolicies"),
@@ -173,52 +214,168 @@ def cel_resource_rules(policy: Any) -> list[tuple[str, str, str, set[str]]]:
     return found
 
 
-def compute_rules(policies: Iterable[KyvernoPolicy], phase: str, resolver: Resolver, cel_policies: Iterable[Any] = ()) -> list[dict[str, Any]]:
-    """Deduplicated, sorted webhook rules: one entry per (group, version, operations) with its resources."""
-    wanted: dict[tuple[str, str, str], set[str]] = {}  # (group, version, resource) -> operations
-    # a GeneratingPolicy's triggers reach the generate controller through the validating webhook
-    wanted_kinds = ("ValidatingPolicy", "GeneratingPolicy") if phase == "validate" else ("MutatingPolicy",)
-    for cel_policy in cel_policies:
-        if cel_policy.base_kind not in wanted_kinds:
-            continue
-        for group, version, resource, operations in cel_resource_rules(cel_policy):
-            wanted.setdefault((group, version, resource), set()).update(operations)
-    for policy in policies:
-        for rule in policy.rules:
-            if not _rule_in_phase(rule, phase):
+Operation = str
+RuleEntry = tuple[str, str, str, str, str, Operation]  # group, version, resource, subresource, scope, operation
+CREATE_UPDATE = ("CREATE", "UPDATE")
+CREATE_UPDATE_DELETE = ("CREATE", "UPDATE", "DELETE")
+SCOPE_ALL = "*"
+SCOPE_NAMESPACED = "Namespaced"
+
+
+@dataclass
+class RuleAggregate:
+    """What Kyverno's webhook controller aggregates for one webhook: every (group, version, resource, subresource,
+    scope, operation) some policy in it can match, its timeout and match conditions; ``policy`` is set for a
+    fine-grained webhook (one per policy with its own matchConditions)."""
+
+    failure: str
+    timeout: int
+    match_conditions: list[dict[str, Any]]
+    policy: KyvernoPolicy | None = None
+    entries: set[RuleEntry] = field(default_factory=set)
+
+    def covered(self, entry: RuleEntry) -> bool:
+        """Whether a broader entry already covers this one (then it is left out of the rules)."""
+        group, version, resource, subresource, scope, operation = entry
+        scopes = [scope] if scope == SCOPE_ALL else [scope, SCOPE_ALL]
+        groups = [group] if group == "*" else [group, "*"]
+        versions = [version] if version == "*" else [version, "*"]
+        if subresource == "":
+            resources = [("*", ""), ("*", "*")] if resource == "*" else [(resource, ""), ("*", ""), ("*", "*")]
+        elif subresource == "*":
+            resources = [("*", "*")] if resource == "*" else [(resource, "*"), ("*", "*")]
+        else:
+            resources = [("*", subresource), ("*", "*")] if resource == "*" else [(resource, subresource), (resource, "*"), ("*", subresource), ("*", "*")]
+        for other_scope in scopes:
+            for other_group in groups:
+                for other_version in versions:
+                    for other_resource, other_sub in resources:
+                        candidate = (other_group, other_version, other_resource, other_sub, other_scope, operation)
+                        if candidate != entry and candidate in self.entries:
+                            return True
+        return False
+
+    def rules(self) -> list[dict[str, Any]]:
+        """Entries folded into webhook rules: per (group, version, scope), resources sharing the same operations."""
+        by_gvs: dict[tuple[str, str, str], dict[str, set[str]]] = {}
+        for entry in self.entries:
+            if self.covered(entry):
                 continue
-            operations = rule_operations(rule, phase)
-            for selector in rule_kinds(rule):
-                group, version, kind, subresource = parse_kind_selector(selector)
-                if kind == "*":
-                    # Kyverno: `*` names every resource, `*/scale` one subresource of all of them, `*/*` everything
-                    targets = [("*", "*", f"*/{subresource}" if subresource else "*")]
-                else:
-                    targets = []
-                    for resource in resolver(group or "*", version or "*", kind):
-                        name = f"{resource.resource}/{subresource}" if subresource else resource.resource
-                        targets.append((resource.group, resource.version, name))
-                for group, version, resource in list(targets):
-                    # Kyverno registers pods/ephemeralcontainers with pods: a rule on Pod also sees `kubectl debug`
-                    if group in ("", "*") and version in ("v1", "*") and resource in ("pods", "*"):
-                        targets.append((group, version, "pods/ephemeralcontainers"))
-                for target in targets:
-                    wanted.setdefault(target, set()).update(operations)
-    grouped: dict[tuple[str, str, tuple[str, ...]], set[str]] = {}
-    for (group, version, resource), operations in wanted.items():
-        grouped.setdefault((group, version, tuple(sorted(operations))), set()).add(resource)
-    rules = []
-    for (group, version, operations), resources in sorted(grouped.items()):
-        rules.append(
-            {
-                "apiGroups": [group],
-                "apiVersions": [version],
-                "operations": list(operations),
-                "resources": sorted(resources),
-                "scope": "*",
-            }
-        )
-    return rules
+            group, version, resource, subresource, scope, operation = entry
+            name = f"{resource}/{subresource}" if subresource else resource
+            by_gvs.setdefault((group, version, scope), {}).setdefault(name, set()).add(operation)
+        out: list[dict[str, Any]] = []
+        for (group, version, scope), resources in by_gvs.items():
+            by_operations: dict[tuple[str, ...], set[str]] = {}
+            for name, operations in resources.items():
+                by_operations.setdefault(tuple(sorted(operations)), set()).add(name)
+            for operations, names in by_operations.items():
+                # a rule on Pods also reviews `kubectl debug` (pods/ephemeralcontainers), as Kyverno registers it
+                if group in ("", "*") and version in ("v1", "*") and names & {"pods", "*"}:
+                    names = names | {"pods/ephemeralcontainers"}
+                out.append({"apiGroups": [group], "apiVersions": [version], "operations": list(operations), "resources": sorted(names), "scope": scope})
+        return sorted_rules(out)
+
+
+def _rule_sort_key(rule: dict[str, Any]) -> tuple[Any, ...]:
+    # Kyverno orders slices by length first, then element by element
+    parts: list[Any] = []
+    for key in ("apiGroups", "apiVersions", "resources", "operations"):
+        values = list(rule.get(key) or [])
+        parts += [len(values), tuple(values)]
+    return (*parts, str(rule.get("scope") or ""))
+
+
+def sorted_rules(rules: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rules deduplicated, each one's lists sorted, then ordered as Kyverno orders them (stable output means no
+    needless configuration updates)."""
+    seen: set[tuple[Any, ...]] = set()
+    out: list[dict[str, Any]] = []
+    for rule in rules:
+        normal = {**rule, **{key: sorted(str(v) for v in rule.get(key) or []) for key in ("apiGroups", "apiVersions", "resources", "operations")}}
+        key = _rule_sort_key(normal)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(normal)
+    return sorted(out, key=_rule_sort_key)
+
+
+def _described_operations(rule: Rule, default_operations: tuple[str, ...]) -> dict[str, set[str]]:
+    """Kind selector -> operations a rule's match names (Kyverno's collectResourceDescriptions), minus what an
+    ``exclude.any`` entry that only names kinds/operations takes away."""
+    out: dict[str, set[str]] = {}
+    for block in _resource_blocks(rule):
+        operations = [str(op).upper() for op in block.get("operations") or []] or list(default_operations)
+        for kind in block.get("kinds") or []:
+            out.setdefault(str(kind), set()).update(operations)
+    for entry in (rule.exclude or {}).get("any") or []:
+        if not isinstance(entry, dict) or any(entry.get(key) for key in ("roles", "clusterRoles", "subjects")):
+            continue
+        resources = entry.get("resources") or {}
+        if any(resources.get(key) for key in ("name", "names", "namespaces", "annotations", "selector", "namespaceSelector")):
+            continue
+        kinds = [str(k) for k in resources.get("kinds") or []] or list(out)
+        operations = {str(op).upper() for op in resources.get("operations") or []} or set(ALL_OPERATIONS)
+        for kind in kinds:
+            if kind in out:
+                out[kind] -= operations
+    return out
+
+
+def _kinds_for(rule: Rule, validating: bool) -> dict[str, set[str]]:
+    """What a rule registers in the validating (``validating``) or mutating webhook, as Kyverno's mergeWebhook."""
+    matched: dict[str, set[str]] = {}
+    if rule.has_generate():
+        # triggers on every operation (CONNECT too), and the generated kinds so synchronisation sees their changes
+        for kind, operations in _described_operations(rule, ALL_OPERATIONS).items():
+            matched.setdefault(kind, set()).update(operations)
+        generate = rule.generate or {}
+        for item in [generate, *[g for g in generate.get("foreach") or [] if isinstance(g, dict)]]:
+            kinds = [str(item["kind"])] if item.get("kind") else [str(k) for k in ((item.get("cloneList") or {}).get("kinds") or [])]
+            for kind in kinds:
+                matched.setdefault(kind, set()).update(CREATE_UPDATE_DELETE)
+        return matched
+    if validating:
+        wanted = rule.has_validate() or rule.has_verify_images() or rule.has_mutate_existing()
+    else:
+        wanted = (rule.has_mutate() and not rule.has_mutate_existing()) or rule.has_verify_images()
+    if wanted:
+        return _described_operations(rule, ALL_OPERATIONS if validating else CREATE_UPDATE)
+    return matched
+
+
+def _merge_policy(aggregate: RuleAggregate, policy: KyvernoPolicy, validating: bool, resolver: Resolver) -> None:
+    matched: dict[str, set[str]] = {}
+    for rule in policy.rules:
+        for kind, operations in _kinds_for(rule, validating).items():
+            matched.setdefault(kind, set()).update(operations)
+    policy_scope = SCOPE_NAMESPACED if policy.kind == "Policy" else SCOPE_ALL
+    for selector, operations in matched.items():
+        group, version, kind, subresource = parse_kind_selector(selector)
+        if kind == "*":
+            targets = [(group, version, "*", subresource, policy_scope)]
+        else:
+            targets = [
+                (resource.group, resource.version, resource.resource, subresource, SCOPE_NAMESPACED if resource.namespaced else SCOPE_ALL)
+                for resource in resolver(group or "*", version or "*", kind)
+            ]
+        for group_, version_, resource_, subresource_, scope in targets:
+            for operation in operations:
+                aggregate.entries.add((group_, version_, resource_, subresource_, scope, operation))
+    aggregate.timeout = max(aggregate.timeout, _declared_timeout(policy))
+
+
+def _declared_timeout(policy: Any) -> int:
+    from stockade.webhook.admission import policy_timeout
+
+    return math.ceil(policy_timeout(policy, 0))
+
+
+def _custom_match_conditions(policy: KyvernoPolicy) -> list[dict[str, Any]]:
+    if not has_own_webhook(policy):
+        return []
+    return [dict(c) for c in policy.spec["webhookConfiguration"]["matchConditions"] if isinstance(c, dict)]
 
 
 def excluded_namespaces_selector(namespaces: Iterable[str]) -> dict[str, Any]:
@@ -226,18 +383,10 @@ def excluded_namespaces_selector(namespaces: Iterable[str]) -> dict[str, Any]:
     return {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": values}]}
 
 
-def _timeout(policies: list[Any], default: int) -> int:
-    """The apiserver must wait at least as long as the slowest policy of a webhook may take."""
-    from stockade.webhook.admission import policy_timeout
-
-    timeouts = [math.ceil(policy_timeout(p, 0)) for p in policies]
-    return max(1, min(max([default, *timeouts]), MAX_TIMEOUT_SECONDS))
-
-
-def configuration_metadata(name: str, kyverno_config: KyvernoConfig | None) -> dict[str, Any]:
+def configuration_metadata(name: str, kyverno_config: KyvernoConfig | None, naming: WebhookNaming = STOCKADE_NAMING) -> dict[str, Any]:
     """Name, the ConfigMap's ``webhookLabels`` (our managed-by label always wins) and ``webhookAnnotations``."""
     labels = dict((kyverno_config.webhook_labels if kyverno_config else None) or {})
-    labels[MANAGED_BY_LABEL] = MANAGED_BY_VALUE
+    labels[naming.managed_by_label] = naming.managed_by_value
     metadata: dict[str, Any] = {"name": name, "labels": labels}
     annotations = kyverno_config.webhook_annotations if kyverno_config else None
     if annotations:
@@ -246,7 +395,12 @@ def configuration_metadata(name: str, kyverno_config: KyvernoConfig | None) -> d
 
 
 def build_policy_validation_configuration(
-    target: WebhookTarget, ca_bundle: bytes, *, timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS, kyverno_config: KyvernoConfig | None = None
+    target: WebhookTarget,
+    ca_bundle: bytes,
+    *,
+    timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
+    kyverno_config: KyvernoConfig | None = None,
+    naming: WebhookNaming = STOCKADE_NAMING,
 ) -> dict[str, Any]:
     """The ValidatingWebhookConfiguration that sends policy CREATE/UPDATE to ``/policyvalidate``.
 
@@ -257,7 +411,7 @@ def build_policy_validation_configuration(
         for group, resources in POLICY_RESOURCES.items()
     ]
     webhook = {
-        "name": "validate-policy.stockade.svc",
+        "name": f"validate-policy.{naming.service_host}",
         "clientConfig": target.client_config(POLICY_VALIDATION_PATH, ca_bundle),
         "rules": rules,
         "failurePolicy": FAILURE_POLICY_IGNORE,
@@ -269,7 +423,7 @@ def build_policy_validation_configuration(
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
-        "metadata": configuration_metadata(POLICY_VALIDATING_CONFIG_NAME, kyverno_config),
+        "metadata": configuration_metadata(naming.policy_validating, kyverno_config, naming),
         "webhooks": [webhook],
     }
 
@@ -277,6 +431,272 @@ def build_policy_validation_configuration(
 def _cel_failure_policy(policy: Any) -> str:
     """Generation happens after admission: a GeneratingPolicy's webhook never blocks its triggers (Ignore)."""
     return FAILURE_POLICY_IGNORE if policy.base_kind == "GeneratingPolicy" else failure_policy(policy)
+
+
+# The CEL policy kinds' webhooks: (base kind, namespaced, webhook name prefix, path prefix), as Kyverno names them
+# (its MutatingPolicy webhooks really are called "mpol.validate...").  The path carries the policy names, so a
+# review is evaluated against exactly the policies of the webhook that sent it.
+CEL_VALIDATING_WEBHOOKS: tuple[tuple[str, bool, str, str], ...] = (
+    ("ValidatingPolicy", False, "vpol.validate", "/vpol"),
+    ("ValidatingPolicy", True, "nvpol.validate", "/nvpol"),
+    ("GeneratingPolicy", False, "gpol.validate", "/gpol"),
+    ("GeneratingPolicy", True, "ngpol.validate", "/ngpol"),
+)
+CEL_MUTATING_WEBHOOKS: tuple[tuple[str, bool, str, str], ...] = (
+    ("MutatingPolicy", False, "mpol.validate", "/mpol"),
+    ("MutatingPolicy", True, "nmpol.validate", "/nmpol"),
+)
+ALL_CEL_OPERATIONS = ["CREATE", "UPDATE", "DELETE", "CONNECT"]
+
+
+def merge_label_selectors(first: dict[str, Any] | None, second: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Both selectors must match: labels and expressions of both (Kyverno's mergeLabelSelectors)."""
+    if first is None:
+        return second
+    if second is None:
+        return first
+    labels = {**(first.get("matchLabels") or {}), **(second.get("matchLabels") or {})}
+    expressions = [*(first.get("matchExpressions") or []), *(second.get("matchExpressions") or [])]
+    merged: dict[str, Any] = {}
+    if labels:
+        merged["matchLabels"] = labels
+    if expressions:
+        merged["matchExpressions"] = expressions
+    return merged
+
+
+def _go_selector(selector: dict[str, Any] | None) -> Any:
+    """A label selector in Go's JSON field order (matchLabels, matchExpressions; key, operator, values)."""
+    if selector is None:
+        return None
+    out: dict[str, Any] = {}
+    if selector.get("matchLabels"):
+        out["matchLabels"] = dict(sorted(selector["matchLabels"].items()))
+    if selector.get("matchExpressions"):
+        out["matchExpressions"] = [
+            {k: e[k] for k in ("key", "operator", "values") if k in e and (k != "values" or e[k])} for e in selector["matchExpressions"]
+        ]
+    return out
+
+
+def selector_key(namespace_selector: dict[str, Any] | None, object_selector: dict[str, Any] | None) -> str:
+    """A stable digest of a webhook's selectors: policies with equal selectors share a webhook, and the name
+    suffix derived from it does not change when policies come and go."""
+    serialized = json.dumps([_go_selector(namespace_selector), _go_selector(object_selector)], separators=(",", ":"))
+    return hashlib.sha256(serialized.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class WebhookSettings:
+    """What every webhook of one configuration shares: where it calls, the CA, and the ConfigMap's selectors."""
+
+    target: WebhookTarget
+    ca_bundle: bytes
+    namespace_selector: dict[str, Any] | None
+    object_selector: dict[str, Any] | None
+    match_conditions: list[dict[str, Any]]
+    timeout_seconds: int
+
+
+def _autogen_match_conditions(config: str, targets: list[tuple[str, str, str]], conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A policy's matchConditions rewritten so they only apply to the kinds of one autogen variant."""
+    if not targets or not conditions:
+        return []
+    kinds = sorted({f"(object.apiVersion == '{(group + '/') if group else ''}{version}' && object.kind =='{kind}')" for group, version, kind in targets})
+    precondition = " || ".join(kinds)
+    prefix = f"autogen-{config}" if config else "autogen"
+    return [{"name": f"{prefix}-{c.get('name', '')}", "expression": f"!({precondition}) || ({c.get('expression', '')})"} for c in conditions]
+
+
+def _autogen_variants(policy: Any) -> list[tuple[str, list[tuple[str, str, str]], dict[str, Any]]]:
+    """(config name, target kinds, spec) of a Validating/MutatingPolicy's pod-controller variants."""
+    from stockade.celpolicy.autogen import CONTROLLERS, autogen_specs
+
+    if policy.base_kind not in ("ValidatingPolicy", "MutatingPolicy"):
+        return []
+    variants = []
+    for spec in autogen_specs(policy.spec):
+        targets = []
+        for rule in (spec.get("matchConstraints") or {}).get("resourceRules") or []:
+            for resource in rule.get("resources") or []:
+                group, version, kind, replacement = CONTROLLERS[str(resource)]
+                targets.append((group, version, kind))
+        config = CONTROLLERS[str(((spec.get("matchConstraints") or {}).get("resourceRules") or [{}])[0].get("resources", ["deployments"])[0])][3]
+        variants.append((config, targets, spec))
+    return sorted(variants, key=lambda v: v[0])
+
+
+def _webhook_rules(spec: dict[str, Any], generating: bool) -> list[dict[str, Any]]:
+    rules = []
+    for rule in (spec.get("matchConstraints") or {}).get("resourceRules") or []:
+        if not isinstance(rule, dict):
+            continue
+        entry = {k: rule[k] for k in ("apiGroups", "apiVersions", "resources", "operations", "scope") if k in rule}
+        if generating:
+            entry["operations"] = list(ALL_CEL_OPERATIONS)  # generate needs every operation, CONNECT included
+        rules.append(entry)
+    return rules
+
+
+def _synchronizing(policy: Any) -> bool:
+    synchronize = ((policy.spec.get("evaluation") or {}).get("synchronize") or {}) if isinstance(policy.spec.get("evaluation"), dict) else {}
+    return isinstance(synchronize, dict) and synchronize.get("enabled") is True
+
+
+def _namespace_selector_of(policy: Any, settings: WebhookSettings) -> dict[str, Any] | None:
+    """A namespaced policy only sees its own namespace; a cluster-wide one keeps its matchConstraints selector."""
+    if policy.is_namespaced:
+        own = {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In", "values": [policy.namespace]}]}
+        return merge_label_selectors(own, settings.namespace_selector)
+    return merge_label_selectors((policy.spec.get("matchConstraints") or {}).get("namespaceSelector"), settings.namespace_selector)
+
+
+def _fine_grained(policy: Any) -> bool:
+    constraints = policy.spec.get("matchConstraints") or {}
+    configuration = policy.spec.get("webhookConfiguration")
+    timeout = configuration.get("timeoutSeconds") if isinstance(configuration, dict) else None
+    return bool(policy.spec.get("matchConditions")) or constraints.get("matchPolicy") == "Exact" or timeout is not None
+
+
+def cel_webhooks(policies: list[Any], name: str, path: str, settings: WebhookSettings) -> list[dict[str, Any]]:
+    """The webhooks for one CEL policy kind, as Kyverno builds them: a webhook per policy for those with their own
+    matchConditions, matchPolicy Exact or timeout ("fine-grained"), and shared ones per selector pair for the rest."""
+    fine = sorted((p for p in policies if _fine_grained(p)), key=lambda p: (p.namespace, p.name))
+    basic = [p for p in policies if not _fine_grained(p)]
+    webhooks: list[dict[str, Any]] = []
+    fail_list: list[dict[str, Any]] = []
+    ignore_list: list[dict[str, Any]] = []
+    for policy in fine:
+        generating = policy.base_kind == "GeneratingPolicy"
+        conditions = [dict(c) for c in policy.spec.get("matchConditions") or [] if isinstance(c, dict)]
+        if generating and _synchronizing(policy):
+            # UPDATE/DELETE of a trigger that stopped matching must still arrive, so synchronisation can clean up
+            conditions = [{"name": c.get("name"), "expression": f"request.operation != 'CREATE' || ({c.get('expression')})"} for c in conditions]
+        from stockade.celpolicy.autogen import can_autogen
+
+        webhook: dict[str, Any] = {"admissionReviewVersions": ["v1"], "sideEffects": "NoneOnDryRun"}
+        match_conditions = (
+            _autogen_match_conditions("", [("", "v1", "Pod")], conditions) if can_autogen(policy.spec.get("matchConstraints")) else conditions
+        )
+        rules = _webhook_rules(policy.spec, generating)
+        for config, targets, spec in _autogen_variants(policy):
+            match_conditions += _autogen_match_conditions(config, targets, [dict(c) for c in spec.get("matchConditions") or []])
+            rules += _webhook_rules(spec, False)
+        webhook["rules"] = sorted_rules(rules)
+        if match_conditions:
+            webhook["matchConditions"] = match_conditions
+        if (policy.spec.get("matchConstraints") or {}).get("matchPolicy") == "Exact":
+            webhook["matchPolicy"] = "Exact"
+        configuration = policy.spec.get("webhookConfiguration")
+        if isinstance(configuration, dict) and isinstance(configuration.get("timeoutSeconds"), int):
+            webhook["timeoutSeconds"] = configuration["timeoutSeconds"]
+        failure = _cel_failure_policy(policy)
+        owner = f"{policy.namespace}-{policy.name}" if policy.is_namespaced else policy.name
+        webhook["failurePolicy"] = failure
+        webhook["name"] = f"{name}-{'ignore' if failure == FAILURE_POLICY_IGNORE else 'fail'}-finegrained-{owner}"
+        webhook["clientConfig"] = settings.target.client_config(posixpath.join(path, policy.name), settings.ca_bundle)
+        selector = _namespace_selector_of(policy, settings)
+        if selector is not None:
+            webhook["namespaceSelector"] = selector
+        object_selector = merge_label_selectors((policy.spec.get("matchConstraints") or {}).get("objectSelector"), settings.object_selector)
+        if object_selector is not None:
+            webhook["objectSelector"] = object_selector
+        (ignore_list if failure == FAILURE_POLICY_IGNORE else fail_list).append(webhook)
+    webhooks += fail_list + ignore_list
+    groups: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None, list[Any]]] = {}
+    for policy in basic:
+        namespace_selector = _namespace_selector_of(policy, settings)
+        object_selector = merge_label_selectors((policy.spec.get("matchConstraints") or {}).get("objectSelector"), settings.object_selector)
+        key = selector_key(namespace_selector, object_selector)
+        groups.setdefault(key, (namespace_selector, object_selector, []))[2].append(policy)
+    for key in sorted(groups):
+        namespace_selector, object_selector, members = groups[key]
+        suffix = f"-{key[:8]}" if len(groups) > 1 else ""
+        member_path = posixpath.join(path, *sorted(p.name for p in members))
+        by_failure: dict[str, list[dict[str, Any]]] = {FAILURE_POLICY_FAIL: [], FAILURE_POLICY_IGNORE: []}
+        for policy in members:
+            rules = []
+            for _config, _targets, spec in _autogen_variants(policy):
+                rules += _webhook_rules(spec, False)
+            rules += _webhook_rules(policy.spec, policy.base_kind == "GeneratingPolicy")
+            by_failure[_cel_failure_policy(policy)] += rules
+        for failure, label in ((FAILURE_POLICY_FAIL, "fail"), (FAILURE_POLICY_IGNORE, "ignore")):
+            if not by_failure[failure]:
+                continue
+            webhook = {
+                "name": f"{name}-{label}{suffix}",
+                "clientConfig": settings.target.client_config(member_path, settings.ca_bundle),
+                "rules": sorted_rules(by_failure[failure]),
+                "failurePolicy": failure,
+                "sideEffects": "NoneOnDryRun",
+                "admissionReviewVersions": ["v1"],
+            }
+            if namespace_selector is not None:
+                webhook["namespaceSelector"] = namespace_selector
+            if object_selector is not None:
+                webhook["objectSelector"] = object_selector
+            webhooks.append(webhook)
+    return webhooks
+
+
+def kyverno_policy_webhooks(policies: list[KyvernoPolicy], phase: str, resolver: Resolver, settings: WebhookSettings, host: str) -> list[dict[str, Any]]:
+    """ClusterPolicy/Policy webhooks: one per failurePolicy, plus one per policy that declares its own
+    ``webhookConfiguration.matchConditions`` (path ``/<phase>/<fail|ignore>/finegrained/[<ns>/]<name>``)."""
+    validating = phase == "validate"
+    shared = {
+        failure: RuleAggregate(failure, settings.timeout_seconds, list(settings.match_conditions)) for failure in (FAILURE_POLICY_FAIL, FAILURE_POLICY_IGNORE)
+    }
+    fine: list[RuleAggregate] = []
+    for policy in policies:
+        if not policy.admission:
+            continue
+        rules = policy.rules
+        if validating:
+            relevant = any(r.has_validate() or r.has_generate() or r.has_mutate_existing() or r.has_verify_images() for r in rules)
+        else:
+            relevant = any((r.has_mutate() and not r.has_mutate_existing()) or r.has_verify_images() for r in rules)
+        if not relevant:
+            continue
+        failure = failure_policy(policy)
+        custom = _custom_match_conditions(policy)
+        if custom:
+            aggregate = RuleAggregate(failure, settings.timeout_seconds, custom, policy)
+            fine.append(aggregate)
+        else:
+            aggregate = shared[failure]
+        _merge_policy(aggregate, policy, validating, resolver)
+    webhooks = []
+    for aggregate in [shared[FAILURE_POLICY_IGNORE], shared[FAILURE_POLICY_FAIL], *fine]:
+        if not aggregate.entries:
+            continue
+        label = "ignore" if aggregate.failure == FAILURE_POLICY_IGNORE else "fail"
+        name, path = f"{phase}.{host}-{label}", f"/{phase}/{label}"
+        if aggregate.policy is not None:
+            owner = aggregate.policy
+            name += "-finegrained-" + (f"{owner.namespace}-{owner.name}" if owner.kind == "Policy" else owner.name)
+            path += FINE_GRAINED_PATH + "/" + (f"{owner.namespace}/{owner.name}" if owner.kind == "Policy" else owner.name)
+        rules = aggregate.rules()
+        if not rules:
+            continue
+        webhook: dict[str, Any] = {
+            "name": name,
+            "clientConfig": settings.target.client_config(path, settings.ca_bundle),
+            "rules": rules,
+            "failurePolicy": aggregate.failure,
+            "matchPolicy": "Equivalent",
+            "sideEffects": "NoneOnDryRun",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": max(1, min(aggregate.timeout, MAX_TIMEOUT_SECONDS)),
+            "objectSelector": dict(settings.object_selector or {}),
+        }
+        if settings.namespace_selector is not None:
+            webhook["namespaceSelector"] = settings.namespace_selector
+        if aggregate.match_conditions:
+            webhook["matchConditions"] = aggregate.match_conditions
+        if phase == "mutate":
+            webhook["reinvocationPolicy"] = "IfNeeded"
+        webhooks.append(webhook)
+    return webhooks
 
 
 def build_configurations(
@@ -289,56 +709,40 @@ def build_configurations(
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
     cel_policies: Iterable[Any] = (),
     kyverno_config: KyvernoConfig | None = None,
+    naming: WebhookNaming = STOCKADE_NAMING,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(MutatingWebhookConfiguration, ValidatingWebhookConfiguration); a variant with no rules is left out.
+    """(MutatingWebhookConfiguration, ValidatingWebhookConfiguration) shaped as Kyverno's webhook controller shapes
+    them: shared webhooks per failurePolicy for ClusterPolicies, fine-grained ones per policy with its own match
+    conditions, and per-kind webhooks for the CEL policies whose paths name their policies; sorted by name.
 
     Kyverno's ConfigMap (``kyverno_config``) supplies the ``webhooks`` namespaceSelector (replacing the
     excluded-namespaces one) and objectSelector, ``matchConditions``, and labels/annotations, as Kyverno does."""
-    selector = excluded_namespaces_selector(excluded_namespaces)
+    namespace_selector: dict[str, Any] | None = excluded_namespaces_selector(excluded_namespaces)
     object_selector: dict[str, Any] | None = None
-    match_conditions: list[dict[str, str]] = []
+    match_conditions: list[dict[str, Any]] = []
     if kyverno_config is not None:
         if kyverno_config.webhook.namespace_selector is not None:
-            selector = dict(kyverno_config.webhook.namespace_selector)
+            namespace_selector = dict(kyverno_config.webhook.namespace_selector)
         if kyverno_config.webhook.object_selector is not None:
             object_selector = dict(kyverno_config.webhook.object_selector)
         match_conditions = [dict(c) for c in kyverno_config.match_conditions or ()]
-    cel_policies = list(cel_policies)
+    settings = WebhookSettings(target, ca_bundle, namespace_selector, object_selector, match_conditions, timeout_seconds)
+    cel = [p for p in cel_policies if getattr(p, "admission", True)]
     configurations = []
-    for phase, kind, name in (
-        ("mutate", "MutatingWebhookConfiguration", MUTATING_CONFIG_NAME),
-        ("validate", "ValidatingWebhookConfiguration", VALIDATING_CONFIG_NAME),
+    for phase, kind, name, cel_kinds in (
+        ("mutate", "MutatingWebhookConfiguration", naming.mutating, CEL_MUTATING_WEBHOOKS),
+        ("validate", "ValidatingWebhookConfiguration", naming.validating, CEL_VALIDATING_WEBHOOKS),
     ):
-        webhooks = []
-        for failure, suffix in ((FAILURE_POLICY_FAIL, "fail"), (FAILURE_POLICY_IGNORE, "ignore")):
-            chosen = [p for p in policies if failure_policy(p) == failure]
-            chosen_cel = [p for p in cel_policies if _cel_failure_policy(p) == failure]
-            rules = compute_rules(chosen, phase, resolver, chosen_cel)
-            if not rules:
-                continue
-            webhook: dict[str, Any] = {
-                "name": f"{phase}.stockade.svc-{suffix}",
-                "clientConfig": target.client_config(f"/{phase}/{suffix}", ca_bundle),
-                "rules": rules,
-                "failurePolicy": failure,
-                "matchPolicy": "Equivalent",
-                "sideEffects": "NoneOnDryRun",
-                "admissionReviewVersions": ["v1"],
-                "timeoutSeconds": _timeout([*chosen, *chosen_cel], timeout_seconds),
-                "namespaceSelector": selector,
-            }
-            if object_selector is not None:
-                webhook["objectSelector"] = object_selector
-            if match_conditions:
-                webhook["matchConditions"] = match_conditions
-            if phase == "mutate":
-                webhook["reinvocationPolicy"] = "IfNeeded"
-            webhooks.append(webhook)
+        webhooks = kyverno_policy_webhooks(policies, phase, resolver, settings, naming.service_host)
+        for base_kind, namespaced, prefix, path in cel_kinds:
+            chosen = [p for p in cel if p.base_kind == base_kind and bool(p.is_namespaced) == namespaced]
+            webhooks += cel_webhooks(chosen, f"{prefix}.{naming.service_host}", path, settings)
+        webhooks.sort(key=lambda w: str(w["name"]))
         configurations.append(
             {
                 "apiVersion": "admissionregistration.k8s.io/v1",
                 "kind": kind,
-                "metadata": configuration_metadata(name, kyverno_config),
+                "metadata": configuration_metadata(name, kyverno_config, naming),
                 "webhooks": webhooks,
             }
         )

@@ -40,6 +40,10 @@ from stockade.testing.apiserver import REPO_ROOT, ControlPlane, ControlPlaneUnav
 DEFAULT_STATE_DIR = REPO_ROOT / ".cache" / "e2e" / "cluster"
 STOCKADE_USER = "system:serviceaccount:kyverno:kyverno-admission-controller"
 STOCKADE_NAMESPACE = "kyverno"
+# Kyverno's webhooks call the kyverno-svc Service; its fixed cluster IP is what the CONNECT proxy redirects to
+# stockade serve (see connectproxy.py)
+SERVICE_NAME = "kyverno-svc"
+SERVICE_CLUSTER_IP = "10.96.0.100"
 FAKE_NODES = ("kind-control-plane", "kind-worker")
 EXTRA_CRDS = REPO_ROOT / "hack" / "e2e" / "extra-crds.yaml"
 
@@ -74,7 +78,15 @@ KYVERNO_CONFIG_DATA: dict[str, str] = {
         )
     ),
     "webhooks": json.dumps(
-        [{"namespaceSelector": {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "kyverno"]}]}}]
+        # as Kyverno's chart renders it: its default excludes kube-system, the release namespace is appended
+        {
+            "namespaceSelector": {
+                "matchExpressions": [
+                    {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]},
+                    {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kyverno"]},
+                ]
+            }
+        }
     ),
     "webhookAnnotations": json.dumps({"admissions.enforcer/disabled": "true"}),
 }
@@ -89,9 +101,28 @@ class E2EControlPlane(ControlPlane):
     """kube-apiserver configured like kind's (see module docstring) plus an extra token for stockade's identity."""
 
     stockade_token: str = field(default_factory=lambda: os.urandom(16).hex())
+    egress_proxy_socket: str = ""
 
     def apiserver_args(self) -> list[str]:
+        egress = self.workdir / "egress-selector.yaml"
+        if self.egress_proxy_socket:
+            # webhook calls ("cluster" traffic) go through the CONNECT proxy, which reaches the Service's stand-in
+            egress.write_text(
+                yaml.safe_dump(
+                    {
+                        "apiVersion": "apiserver.k8s.io/v1beta1",
+                        "kind": "EgressSelectorConfiguration",
+                        "egressSelections": [
+                            {
+                                "name": "cluster",
+                                "connection": {"proxyProtocol": "HTTPConnect", "transport": {"uds": {"udsName": self.egress_proxy_socket}}},
+                            }
+                        ],
+                    }
+                )
+            )
         return [
+            *([f"--egress-selector-config-file={egress}"] if self.egress_proxy_socket else []),
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
@@ -128,6 +159,7 @@ class E2ECluster:
     state_dir: Path = DEFAULT_STATE_DIR
     python: str = sys.executable
     timings: dict[str, float] = field(default_factory=dict)
+    stockade_port: int = 0
 
     @property
     def kubeconfig(self) -> Path:
@@ -150,10 +182,12 @@ class E2ECluster:
             shutil.rmtree(self.state_dir)
         self.state_dir.mkdir(parents=True)
         started = time.monotonic()
-        plane = E2EControlPlane(workdir=self.state_dir)
+        self.stockade_port = free_port()
+        plane = E2EControlPlane(workdir=self.state_dir, egress_proxy_socket=str(self.state_dir / "egress.sock"))
         try:
             plane.start()
             self.timings["apiserver_ready_s"] = time.monotonic() - started
+            self._start_egress_proxy(plane)
             self._record(plane.processes)
             self._start_controllers(plane, binaries)
             self._record(plane.processes)
@@ -167,6 +201,19 @@ class E2ECluster:
             raise
         self.timings["total_s"] = time.monotonic() - started
         (self.state_dir / "timings.json").write_text(json.dumps(self.timings, indent=2))
+
+    def _start_egress_proxy(self, plane: E2EControlPlane) -> None:
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        log = open(self.state_dir / "egress-proxy.log", "wb")  # noqa: SIM115 - lives as long as the process
+        plane.processes.append(
+            subprocess.Popen(
+                [
+                    self.python, "-m", "stockade.testing.connectproxy", f"--socket={plane.egress_proxy_socket}",
+                    f"--map={SERVICE_CLUSTER_IP}:443=127.0.0.1:{self.stockade_port}",
+                ],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=REPO_ROOT,
+            )
+        )
 
     def _start_controllers(self, plane: E2EControlPlane, binaries: dict[str, str]) -> None:
         kubeconfig = str(plane.kubeconfig)
@@ -209,6 +256,12 @@ class E2ECluster:
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": STOCKADE_NAMESPACE}},
             {
                 "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": SERVICE_NAME, "namespace": STOCKADE_NAMESPACE},
+                "spec": {"clusterIP": SERVICE_CLUSTER_IP, "ports": [{"name": "https", "port": 443, "targetPort": 9443}]},
+            },
+            {
+                "apiVersion": "v1",
                 "kind": "ConfigMap",
                 "metadata": {"name": "kyverno", "namespace": STOCKADE_NAMESPACE},
                 "data": KYVERNO_CONFIG_DATA,
@@ -228,7 +281,7 @@ class E2ECluster:
         self._kubectl(kubectl, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(manifests))
 
     def _start_stockade(self, plane: E2EControlPlane) -> None:
-        port = free_port()
+        port = self.stockade_port
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         log = open(self.state_dir / "stockade.log", "wb")  # noqa: SIM115 - lives as long as the process
         started = time.monotonic()
@@ -237,13 +290,16 @@ class E2ECluster:
                 self.python, "-m", "stockade", "serve",
                 "--from-cluster", "--register-webhooks",
                 f"--kubeconfig={self.state_dir / 'stockade.kubeconfig'}",
-                "--host=127.0.0.1", f"--port={port}", f"--webhook-url=https://127.0.0.1:{port}",
+                # registered as Kyverno registers itself: clientConfig.service kyverno-svc/kyverno (via the egress proxy)
+                "--host=127.0.0.1", f"--port={port}", f"--service-name={SERVICE_NAME}",
                 f"--namespace={STOCKADE_NAMESPACE}", "--no-leader-election",
                 # policy changes reach the snapshot within one reload interval (default 5 s); chainsaw creates the
                 # next test's namespace right after deleting a policy, and Kyverno drops it within milliseconds
                 "--reload-interval=0.25",
                 # Kyverno's suite asserts Kyverno's Event components (kyverno-admission, ...): the compatibility setting
                 "--event-components=kyverno",
+                # ... and Kyverno's webhook configuration names and managed-by label
+                "--webhook-names=kyverno",
                 f"--cert-dir={self.state_dir / 'stockade-certs'}",
                 *os.environ.get("STOCKADE_E2E_SERVE_ARGS", "").split(),
             ],
@@ -280,7 +336,7 @@ class E2ECluster:
         return result.stdout
 
     def _record(self, processes: list[subprocess.Popen[bytes]]) -> None:
-        pids = {("stockade" if p.args[0] == self.python else Path(str(p.args[0])).name): p.pid for p in processes}
+        pids = {_process_name(p, self.python): p.pid for p in processes}
         self.pid_file.write_text(json.dumps(pids, indent=2))
 
     def _recorded_pids(self) -> dict[str, int]:
@@ -311,6 +367,13 @@ class E2ECluster:
     def env(self) -> str:
         bin_dir = REPO_ROOT / ".cache" / "bin"
         return f"export KUBECONFIG={self.kubeconfig}\nexport PATH={bin_dir}:$PATH\n"
+
+
+def _process_name(process: subprocess.Popen[bytes], python: str) -> str:
+    args = [str(a) for a in process.args]  # type: ignore[union-attr]
+    if args[0] == python:
+        return "stockade" if args[2] == "stockade" else args[2].rpartition(".")[2]
+    return Path(args[0]).name
 
 
 def _fake_node(name: str) -> dict[str, Any]:

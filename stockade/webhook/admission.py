@@ -7,6 +7,7 @@ with plain dictionaries and reusable by the benchmark.
 from __future__ import annotations
 
 import base64
+import copy
 import dataclasses
 import json
 import time
@@ -273,6 +274,84 @@ def top_level_kind(request: AdmissionRequest, lookup: KindLookup | None) -> Reso
 VALIDATING_POLICY_KINDS = ("ValidatingPolicy", "NamespacedValidatingPolicy")
 MUTATING_POLICY_KINDS = ("MutatingPolicy", "NamespacedMutatingPolicy")
 
+SCOPE_ALL = "all"  # every policy (the catch-all /validate and /mutate endpoints)
+SCOPE_KYVERNO = "kyverno"  # ClusterPolicies/Policies without a webhook of their own
+SCOPE_KYVERNO_POLICY = "kyverno-policy"  # the one ClusterPolicy/Policy of a fine-grained webhook
+# CEL policy webhook path prefix -> (policy kind, phase); the rest of the path names the policies
+CEL_ROUTES: dict[str, tuple[str, str]] = {
+    "vpol": ("ValidatingPolicy", "validate"),
+    "nvpol": ("NamespacedValidatingPolicy", "validate"),
+    "gpol": ("GeneratingPolicy", "validate"),
+    "ngpol": ("NamespacedGeneratingPolicy", "validate"),
+    "mpol": ("MutatingPolicy", "mutate"),
+    "nmpol": ("NamespacedMutatingPolicy", "mutate"),
+}
+MAX_SCOPED_VIEWS = 256
+
+
+@dataclass(frozen=True)
+class PolicyScope:
+    """Which loaded policies one webhook path evaluates."""
+
+    family: str = SCOPE_ALL
+    names: tuple[str, ...] = ()
+
+    def select(self, policies: list[KyvernoPolicy], cel_validating: list[Any], cel_mutating: list[Any]) -> tuple[list[KyvernoPolicy], list[Any], list[Any]]:
+        if self.family == SCOPE_ALL:
+            return policies, cel_validating, cel_mutating
+        if self.family == SCOPE_KYVERNO:
+            return [p for p in policies if not has_own_webhook(p)], [], []
+        if self.family == SCOPE_KYVERNO_POLICY:
+            return [p for p in policies if p.key in self.names and has_own_webhook(p)], [], []
+        kind, _phase = CEL_ROUTES[self.family]
+        wanted = set(self.names)
+        return (
+            [],
+            [p for p in cel_validating if p.kind == kind and p.name in wanted],
+            [p for p in cel_mutating if p.kind == kind and p.name in wanted],
+        )
+
+
+@dataclass(frozen=True)
+class Route:
+    """What a webhook path asks for: the phase, the failurePolicy variant (None: decided by the policies in
+    play) and the policies."""
+
+    phase: str
+    failure: str | None
+    scope: PolicyScope
+
+
+def has_own_webhook(policy: KyvernoPolicy) -> bool:
+    """A ClusterPolicy/Policy with ``webhookConfiguration.matchConditions`` gets a fine-grained webhook."""
+    configuration = policy.spec.get("webhookConfiguration")
+    return bool(isinstance(configuration, dict) and configuration.get("matchConditions"))
+
+
+def parse_route(path: str) -> Route | None:
+    """The webhook paths our configurations register (Kyverno's layout): ``/validate``, ``/mutate`` (everything),
+    ``/<phase>/<fail|ignore>`` (ClusterPolicies of that failurePolicy), ``/<phase>/<fail|ignore>/finegrained/
+    [<namespace>/]<name>`` (one policy), and ``/<vpol|nvpol|gpol|ngpol|mpol|nmpol>/<name>[/<name>...]``; None for
+    anything else."""
+    parts = [part for part in path.split("/") if part]
+    if not parts:
+        return None
+    head = parts[0]
+    if head in ("validate", "mutate"):
+        if len(parts) == 1:
+            return Route(head, None, PolicyScope())
+        failure = {"fail": FAILURE_POLICY_FAIL, "ignore": FAILURE_POLICY_IGNORE}.get(parts[1])
+        if failure is None:
+            return None
+        if len(parts) == 2:
+            return Route(head, failure, PolicyScope(SCOPE_KYVERNO))
+        if parts[2] != "finegrained" or len(parts) not in (4, 5):
+            return None
+        return Route(head, failure, PolicyScope(SCOPE_KYVERNO_POLICY, ("/".join(parts[3:]),)))
+    if head in CEL_ROUTES and len(parts) > 1:
+        return Route(CEL_ROUTES[head][1], None, PolicyScope(head, tuple(sorted(set(parts[1:])))))
+    return None
+
 
 def validation_actions(policy: Any) -> set[str]:
     """A ValidatingPolicy's ``validationActions``: Deny blocks, Warn answers with warnings, Audit only records."""
@@ -301,29 +380,53 @@ class AdmissionEvaluator:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.engine = engine
-        # background-only policies (spec.admission / evaluation.admission.enabled false) are never applied here
-        self.policies = [p for p in policies if p.admission]
-        self.cel_policies = [p for p in cel_policies or [] if p.kind in VALIDATING_POLICY_KINDS and p.admission]
-        self.cel_mutating = [p for p in cel_policies or [] if p.kind in MUTATING_POLICY_KINDS and p.admission]
         self.cel_evaluator = cel_evaluator
         self._namespace_labels = namespace_labels
         self.role_resolver = role_resolver
         self.kind_resolver = kind_resolver
         self.default_timeout_seconds = default_timeout_seconds
         self.clock = clock
+        # background-only policies (spec.admission / evaluation.admission.enabled false) are never applied here
+        self._index(
+            [p for p in policies if p.admission],
+            [p for p in cel_policies or [] if p.kind in VALIDATING_POLICY_KINDS and p.admission],
+            [p for p in cel_policies or [] if p.kind in MUTATING_POLICY_KINDS and p.admission],
+        )
+
+    def _index(self, policies: list[KyvernoPolicy], cel_validating: list[Any], cel_mutating: list[Any]) -> None:
+        """The per-variant lists every review uses, computed once per evaluator (and per scoped view)."""
+        self.policies = policies
+        self.cel_policies = cel_validating
+        self.cel_mutating = cel_mutating
         self._timeouts: dict[int, float] = {}
         self._in_play: dict[tuple[str, str | None], list[Any]] = {}
+        self._scoped: dict[PolicyScope, AdmissionEvaluator] = {}
         # roles cost API lookups: resolved only when some loaded policy can look at them
         self.needs_roles = any(uses_roles(p) for p in self.policies)
         self._by_failure_policy = {
             FAILURE_POLICY_FAIL: [p for p in self.policies if failure_policy(p) == FAILURE_POLICY_FAIL],
             FAILURE_POLICY_IGNORE: [p for p in self.policies if failure_policy(p) == FAILURE_POLICY_IGNORE],
         }
-        can_verify = getattr(engine, "image_verifier", None) is not None
+        can_verify = getattr(self.engine, "image_verifier", None) is not None
         self._verifying_by_failure: dict[str | None, list[KyvernoPolicy]] = {
             failure: [p for p in self.policies_for(failure) if can_verify and p.has_verify_images()]
             for failure in (None, FAILURE_POLICY_FAIL, FAILURE_POLICY_IGNORE)
         }
+
+    def scoped(self, scope: PolicyScope) -> AdmissionEvaluator:
+        """A view evaluating only the policies of one webhook (see ``parse_route``), so a review that several of
+        our webhooks receive evaluates each policy once.  Views are cached per scope, at most ``MAX_SCOPED_VIEWS``
+        (paths come from the network)."""
+        if scope.family == SCOPE_ALL:
+            return self
+        view = self._scoped.get(scope)
+        if view is not None:
+            return view
+        view = copy.copy(self)
+        view._index(*scope.select(self.policies, self.cel_policies, self.cel_mutating))
+        if len(self._scoped) < MAX_SCOPED_VIEWS:
+            self._scoped[scope] = view
+        return view
 
     @property
     def needs_network(self) -> bool:

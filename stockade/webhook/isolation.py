@@ -53,10 +53,12 @@ from stockade.policy.loader import Document
 from stockade.webhook.admission import (
     FAILURE_POLICY_FAIL,
     FAILURE_POLICY_IGNORE,
+    MAX_SCOPED_VIEWS,
     AdmissionDecision,
     AdmissionEvaluator,
     AdmissionRequest,
     InvalidAdmissionReview,
+    PolicyScope,
     block_message,
     blocking_rules,
     failure_policy,
@@ -331,7 +333,7 @@ providers, image verifier and cache, namespace labels, evaluator options, except
 
 _FRAME = struct.Struct("!QB")  # payload length, message kind
 MESSAGE_POLICIES, MESSAGE_READY, MESSAGE_REVIEW, MESSAGE_RESULT = 1, 2, 3, 4
-_REVIEW = struct.Struct("!QBBdq")  # request id, phase, failurePolicy, arrival (monotonic), policy generation needed; the raw body follows
+_REVIEW = struct.Struct("!QBBdqH")  # request id, phase, failurePolicy, arrival (monotonic), policy generation needed, scope length; the scope then the raw body follow
 _RESULT = struct.Struct("!QBQq")  # request id, flags, answer length, policy generation used; answer bytes then summary JSON or error text follow
 _READY = struct.Struct("!q")  # generation of the policy set now built
 RESULT_ALLOWED, RESULT_RETIRE, RESULT_ERROR = 1, 2, 4
@@ -343,8 +345,21 @@ def frame(kind: int, *parts: bytes) -> bytes:
     return b"".join((_FRAME.pack(sum(len(part) for part in parts), kind), *parts))
 
 
-def review_frame(request_id: int, phase: str, failure: str | None, arrived: float, body: bytes, generation: int = 0) -> bytes:
-    return frame(MESSAGE_REVIEW, _REVIEW.pack(request_id, PHASES.index(phase), FAILURE_POLICIES.index(failure), arrived, generation), body)
+def encode_scope(scope: PolicyScope) -> bytes:
+    return "\n".join((scope.family, *scope.names)).encode()
+
+
+def decode_scope(data: bytes) -> PolicyScope:
+    family, *names = data.decode().split("\n")
+    return PolicyScope(family, tuple(names))
+
+
+def review_frame(
+    request_id: int, phase: str, failure: str | None, arrived: float, body: bytes, generation: int = 0, scope: PolicyScope = PolicyScope()
+) -> bytes:
+    encoded = encode_scope(scope)  # bounded by the request line limit: the names come from the path
+    header = _REVIEW.pack(request_id, PHASES.index(phase), FAILURE_POLICIES.index(failure), arrived, generation, len(encoded))
+    return frame(MESSAGE_REVIEW, header, encoded, body)
 
 
 def result_frame(
@@ -433,13 +448,15 @@ def _serve_worker(channel: socket.socket, setup: WorkerSetup | None, done: threa
                 store.load()
                 channel.sendall(frame(MESSAGE_READY, _READY.pack(source.generation)))
             elif kind == MESSAGE_REVIEW:
-                request_id, phase, failure, arrived, needed = _REVIEW.unpack_from(payload)
+                request_id, phase, failure, arrived, needed, scope_size = _REVIEW.unpack_from(payload)
+                scope = decode_scope(payload[_REVIEW.size : _REVIEW.size + scope_size])
                 assert store.snapshot is not None
                 if needed > source.generation:
                     stale = f"worker holds policy generation {source.generation}, the review needs {needed}"
                     channel.sendall(result_frame(request_id, None, False, [], False, stale, source.generation))
                     continue
-                outcome = _evaluate_in_worker(store.snapshot.evaluator, payload[_REVIEW.size :], PHASES[phase], FAILURE_POLICIES[failure], arrived)
+                evaluator = store.snapshot.evaluator.scoped(scope)
+                outcome = _evaluate_in_worker(evaluator, payload[_REVIEW.size + scope_size :], PHASES[phase], FAILURE_POLICIES[failure], arrived)
                 channel.sendall(result_frame(request_id, *outcome, source.generation))
                 if outcome[3]:
                     return  # state after a MemoryError is not trusted: the parent starts a fresh worker
@@ -777,7 +794,9 @@ class EvaluationPool:
             child.join(2)
 
     # requests
-    async def evaluate(self, body: bytes, phase: str, failure: str | None, arrived: float, deadline: float, generation: int = 0) -> WorkerAnswer:
+    async def evaluate(
+        self, body: bytes, phase: str, failure: str | None, arrived: float, deadline: float, generation: int = 0, scope: PolicyScope = PolicyScope()
+    ) -> WorkerAnswer:
         """Evaluate on an idle worker with policy ``generation`` or newer; raises TimeoutError when ``deadline``
         (monotonic) passes first (the worker is then killed and replaced) and WorkerUnavailable when the worker died
         or the pool closes.  One timer covers both the wait for a worker and the evaluation."""
@@ -788,7 +807,7 @@ class EvaluationPool:
             raise StalePolicies(f"policy generation {generation} was never published to the workers (newest: {self._generation})")
         loop = asyncio.get_running_loop()
         request_id = next(self._ids)
-        job = _Job(request_id, review_frame(request_id, phase, failure, arrived, body, generation), loop.create_future())
+        job = _Job(request_id, review_frame(request_id, phase, failure, arrived, body, generation, scope), loop.create_future())
         job.timer = loop.call_at(loop.time() + (deadline - time.monotonic()), self._expire, job)
         if self._idle:
             self._run(self._idle.popleft(), job)
@@ -835,7 +854,7 @@ class IsolatedEvaluations:
         self.pool = pool
         self._snapshot: Any = None  # held, not its id: a new snapshot could reuse a collected one's id
         self._policy_index: dict[str, Any] = {}
-        self._in_play: dict[tuple[str, str | None], tuple[list[Any], float]] = {}
+        self._in_play: dict[tuple[str, str | None, PolicyScope], tuple[list[Any], float]] = {}
 
     def _for_snapshot(self, snapshot: Any) -> None:
         """Per-snapshot lookups (policies by key, policies in play and their budget per endpoint), built once."""
@@ -844,20 +863,24 @@ class IsolatedEvaluations:
             self._in_play = {}
             self._snapshot = snapshot
 
-    async def decide(self, snapshot: Any, review: AdmissionRequest, body: bytes, phase: str, failure: str | None, arrived: float) -> tuple[AdmissionDecision, bytes | None]:
+    async def decide(
+        self, snapshot: Any, review: AdmissionRequest, body: bytes, phase: str, failure: str | None, arrived: float, scope: PolicyScope = PolicyScope()
+    ) -> tuple[AdmissionDecision, bytes | None]:
         """(decision, serialized answer or None when the caller must serialize ``decision`` itself)."""
-        evaluator: AdmissionEvaluator = snapshot.evaluator
+        evaluator: AdmissionEvaluator = snapshot.evaluator.scoped(scope)
         self._for_snapshot(snapshot)
-        cached = self._in_play.get((phase, failure))
+        cached = self._in_play.get((phase, failure, scope))
         if cached is None:
             in_play = evaluator.policies_in_play(phase, failure)
-            cached = self._in_play[(phase, failure)] = (in_play, evaluator.budget(in_play))
+            cached = (in_play, evaluator.budget(in_play))
+            if len(self._in_play) < MAX_SCOPED_VIEWS * 4:  # scopes come from request paths: bounded
+                self._in_play[(phase, failure, scope)] = cached
         in_play, budget = cached
         if not in_play:
             return evaluate_review(evaluator, review, phase, failure, arrived), None
         deadline = arrived + budget - min(DEADLINE_MARGIN_SECONDS, budget / 10)
         try:
-            answer = await self.pool.evaluate(body, phase, failure, arrived, deadline, int(getattr(snapshot, "generation", 0)))
+            answer = await self.pool.evaluate(body, phase, failure, arrived, deadline, int(getattr(snapshot, "generation", 0)), scope)
         except TimeoutError:
             return deadline_decision(review, in_play, budget, phase), None
         except (WorkerUnavailable, StalePolicies) as exc:

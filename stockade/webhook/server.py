@@ -22,14 +22,17 @@ from typing import Any
 from aiohttp import web
 
 from stockade.webhook.admission import (
+    CEL_ROUTES,
     FAILURE_POLICY_FAIL,
     FAILURE_POLICY_IGNORE,
     AdmissionDecision,
     AdmissionRequest,
     InvalidAdmissionReview,
+    Route,
     kind_lookup_pending,
     labels_namespace,
     parse_review,
+    parse_route,
     review_response,
     top_level_kind,
 )
@@ -55,14 +58,9 @@ except ImportError:  # pragma: no cover - orjson is part of the server extra
 log = logging.getLogger("stockade.webhook")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024  # the apiserver caps objects at ~3 MiB; a review carries two of them
-WEBHOOK_PATHS: dict[str, tuple[str, str | None]] = {
-    "/validate": ("validate", None),
-    "/validate/fail": ("validate", FAILURE_POLICY_FAIL),
-    "/validate/ignore": ("validate", FAILURE_POLICY_IGNORE),
-    "/mutate": ("mutate", None),
-    "/mutate/fail": ("mutate", FAILURE_POLICY_FAIL),
-    "/mutate/ignore": ("mutate", FAILURE_POLICY_IGNORE),
-}
+# The fixed endpoints; the CEL policy kinds' and fine-grained webhooks add their policy names to the path
+# (``parse_route``).  Metrics label requests by these bounded prefixes, never by the full path.
+WEBHOOK_PATHS: tuple[str, ...] = ("/validate", "/validate/fail", "/validate/ignore", "/mutate", "/mutate/fail", "/mutate/ignore")
 POLICY_VALIDATION_PATH = "/policyvalidate"
 
 
@@ -118,9 +116,16 @@ async def _read_review(http_request: web.Request, state: ServerState, path: str)
         return _bad_request(str(exc) if isinstance(exc, InvalidAdmissionReview) else f"body is not valid JSON: {exc}")
 
 
-def make_handler(state: ServerState, phase: str, failure: str | None, path: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """The admission endpoint for ``fixed`` (or, for dynamic paths, the route the request path names); ``path``
+    is the bounded label metrics and spans use."""
+
     async def handle(http_request: web.Request) -> web.Response:
         started = time.perf_counter()
+        route = fixed or parse_route(http_request.path)
+        if route is None:
+            return web.json_response({"error": f"no webhook at {http_request.path[:200]}"}, status=404)
+        phase, failure = route.phase, route.failure
         read = await _read_review(http_request, state, path)
         if isinstance(read, web.Response):
             return read
@@ -134,7 +139,7 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
             pass  # workers look namespace labels and roles up themselves, inside the review's budget
         elif labels_namespace(review) and labels is not None and getattr(labels, "needs_fetch", lambda _ns: False)(review.namespace):
             await asyncio.to_thread(labels, review.namespace)  # warm the cache off the event loop
-        evaluator = snapshot.evaluator
+        evaluator = snapshot.evaluator.scoped(route.scope)
         kinds = evaluator.kind_resolver
         if state.evaluations is None and kind_lookup_pending(review, kinds):
             await asyncio.to_thread(top_level_kind, review, kinds)  # a discovery lookup, off the event loop
@@ -159,7 +164,7 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
             try:
                 evaluate = evaluator.mutate if phase == "mutate" else evaluator.validate
                 if state.evaluations is not None:
-                    decision, answer_bytes = await state.evaluations.decide(snapshot, review, body, phase, failure, arrived)
+                    decision, answer_bytes = await state.evaluations.decide(snapshot, review, body, phase, failure, arrived, route.scope)
                 elif evaluator.needs_network:
                     decision = await asyncio.to_thread(evaluate, review, failure, arrived)  # registry calls must not stall other reviews
                 else:
@@ -230,8 +235,14 @@ def policy_validation_decision(review: AdmissionRequest) -> AdmissionDecision:
 
 def build_app(state: ServerState) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY_BYTES)
-    for path, (phase, failure) in WEBHOOK_PATHS.items():
-        app.router.add_post(path, make_handler(state, phase, failure, path))
+    for path in WEBHOOK_PATHS:
+        app.router.add_post(path, make_handler(state, path, parse_route(path)))
+    for phase in ("validate", "mutate"):
+        for failure in ("fail", "ignore"):
+            prefix = f"/{phase}/{failure}/finegrained"
+            app.router.add_post(prefix + "/{policy:.+}", make_handler(state, prefix))
+    for prefix in CEL_ROUTES:
+        app.router.add_post(f"/{prefix}/{{policies:.+}}", make_handler(state, f"/{prefix}"))
     app.router.add_post(POLICY_VALIDATION_PATH, make_policy_validation_handler(state))
 
     async def liveness(_: web.Request) -> web.Response:

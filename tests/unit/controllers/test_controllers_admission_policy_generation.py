@@ -122,6 +122,8 @@ def test_validating_policy_builders_turn_exceptions_into_conditions_and_variable
     vap = build_vpol_vap(vpol, [exception])
     assert vap["metadata"]["name"] == "vpol-check"
     assert vap["metadata"]["ownerReferences"][0]["apiVersion"] == "policies.kyverno.io/v1beta1"
+    # read back in the stored version (v1), the owner reference still names Kyverno's client version, as Kyverno writes it
+    assert build_vpol_vap({**vpol, "apiVersion": "policies.kyverno.io/v1"}, [])["metadata"]["ownerReferences"][0]["apiVersion"] == "policies.kyverno.io/v1beta1"
     assert vap["spec"]["matchConditions"] == [{"name": "skip", "expression": "!(object.metadata.name == 'x')"}]
     assert vap["spec"]["variables"] == [{"name": "allowedImages", "expression": "['nginx']"}]
     assert vap["spec"]["validations"] == [{"expression": "object.spec.image in variables.allowedImages"}]

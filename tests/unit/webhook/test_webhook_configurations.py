@@ -11,10 +11,15 @@ from stockade.controllers.webhookconfig import (
     MANAGED_BY_LABEL,
     WebhookTarget,
     build_configurations,
-    compute_rules,
     static_resolver,
 )
 from stockade.policy.model import KyvernoPolicy
+
+
+def compute_rules(policies: list[KyvernoPolicy], phase: str, resolver: Any) -> list[dict[str, Any]]:
+    """The rules of every webhook the policies produce in one phase."""
+    mutating, validating = build_configurations(policies, WebhookTarget(url="https://x"), b"x", resolver)
+    return [rule for webhook in (mutating if phase == "mutate" else validating)["webhooks"] for rule in webhook["rules"]]
 
 
 def policy(text: str) -> KyvernoPolicy:
@@ -74,7 +79,7 @@ def test_validate_rules_include_autogen_controllers_and_all_operations() -> None
 
 def test_listed_operations_and_subresources() -> None:
     assert compute_rules([EXEC_DENY], "validate", static_resolver()) == [
-        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CONNECT"], "resources": ["pods/exec"], "scope": "*"}
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CONNECT"], "resources": ["pods/exec"], "scope": "Namespaced"}
     ]
     assert compute_rules([MUTATE_CM_IGNORE], "mutate", static_resolver())[0]["operations"] == ["CREATE"]
 
@@ -148,8 +153,8 @@ def test_subresource_kinds_register_their_subresources() -> None:
         {"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["*/ephemeralcontainers"], "scope": "*"}
     ]
     assert compute_rules([_deny_kinds("Deployment/scale")], "validate", static_resolver()) == [
-        {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["deployments/scale"], "scope": "*"}
+        {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["deployments/scale"], "scope": "Namespaced"}
     ]
     assert compute_rules([_deny_kinds("Pod/ephemeralcontainers")], "validate", static_resolver()) == [
-        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods/ephemeralcontainers"], "scope": "*"}
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"}
     ]

@@ -146,7 +146,8 @@ def test_webhook_configurations_take_selectors_conditions_labels_and_annotations
     _, plain = build_configurations([REQUIRE_TEAM], target, b"ca", static_resolver(), kyverno_config=KyvernoConfig())
     _, default = build_configurations([REQUIRE_TEAM], target, b"ca", static_resolver())
     assert plain == default
-    assert "objectSelector" not in default["webhooks"][0] and "matchConditions" not in default["webhooks"][0]
+    # Kyverno writes an empty objectSelector (everything), as the apiserver would default it
+    assert default["webhooks"][0]["objectSelector"] == {} and "matchConditions" not in default["webhooks"][0]
     assert default["webhooks"][0]["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system"]
 
 

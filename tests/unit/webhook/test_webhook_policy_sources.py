@@ -338,6 +338,10 @@ def test_cel_policy_status_has_kyvernos_webhook_and_rbac_conditions() -> None:
         ("WebhookConfigured", "True", "Succeeded", "Webhook configured."),
         ("RBACPermissionsGranted", "True", "Succeeded", "Policy is ready for reporting."),
     ]
+    # with native generation requested, ``generated`` is the generator's to write: a false from here could land last
+    requesting = {**VALIDATING_POLICY, "spec": {**VALIDATING_POLICY["spec"], "autogen": {"validatingAdmissionPolicy": {"enabled": True}}}}
+    requested = status_patch(VALIDATING_KIND, requesting, _snapshot_of(requesting), policy_identity(requesting), {})
+    assert requested is not None and "generated" not in requested
     current = copy.deepcopy(patch)
     assert status_patch(VALIDATING_KIND, VALIDATING_POLICY, snapshot, policy_identity(VALIDATING_POLICY), current) is None
     # a Ready condition an older Stockade wrote is dropped (Kyverno's MutatingPolicy step asserts exactly 2 conditions)

@@ -12,9 +12,12 @@ from stockade.controllers.registration import WebhookRegistrar
 from stockade.controllers.webhookconfig import (
     MANAGED_BY_LABEL,
     MANAGED_BY_VALUE,
+    KYVERNO_NAMING,
     POLICY_VALIDATING_CONFIG_NAME,
     WebhookTarget,
+    build_configurations,
     build_policy_validation_configuration,
+    static_resolver,
 )
 
 
@@ -94,3 +97,22 @@ def test_registrar_applies_it_and_remove_all_removes_it(fake_api: tuple[FakeApiS
     assert list(fake.objects["validatingwebhookconfigurations"]) == [POLICY_VALIDATING_CONFIG_NAME]
     assert registrar.remove_all() == 1
     assert fake.objects["validatingwebhookconfigurations"] == {}
+
+
+def test_kyverno_naming_uses_kyverno_names_label_and_keeps_empty_configurations(fake_api: tuple[FakeApiServer, Any]) -> None:  # noqa: F811
+    """`serve --webhook-names kyverno`: tooling written for Kyverno finds the configurations by Kyverno's names and
+    label, and, as in Kyverno, the resource configurations stay registered while no policy needs them."""
+    fake, api_client = fake_api
+    target = WebhookTarget(url="https://x")
+    mutating, validating = build_configurations([], target, b"CA", static_resolver(), naming=KYVERNO_NAMING)
+    policy_validation = build_policy_validation_configuration(target, b"CA", naming=KYVERNO_NAMING)
+    assert validating["metadata"] == {"name": "kyverno-resource-validating-webhook-cfg", "labels": {"webhook.kyverno.io/managed-by": "kyverno"}}
+    assert mutating["metadata"]["name"] == "kyverno-resource-mutating-webhook-cfg"
+    assert policy_validation["webhooks"][0]["name"] == "validate-policy.kyverno.svc"
+    registrar = WebhookRegistrar(api_client, KYVERNO_NAMING)
+    registrar.apply(mutating, validating, policy_validation)
+    assert sorted(fake.objects["validatingwebhookconfigurations"]) == ["kyverno-policy-validating-webhook-cfg", "kyverno-resource-validating-webhook-cfg"]
+    assert list(fake.objects["mutatingwebhookconfigurations"]) == ["kyverno-resource-mutating-webhook-cfg"]
+    assert WebhookRegistrar(api_client).remove_all() == 0  # the default naming's label does not select Kyverno-named ones
+    assert registrar.remove_all() == 3
+    assert fake.objects["validatingwebhookconfigurations"] == {} and fake.objects["mutatingwebhookconfigurations"] == {}

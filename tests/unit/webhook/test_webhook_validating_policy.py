@@ -47,11 +47,26 @@ def vpol_server(tmp_path: Path) -> Iterator[tuple[RunningServer, WebhookClient]]
 
 def test_deny_action_blocks_with_policy_message(vpol_server: tuple[RunningServer, WebhookClient]) -> None:
     _, client = vpol_server
-    response = client.post_review("/validate/fail", review(pod(labels={"app": "x"})))["response"]
+    response = client.post_review("/vpol/need-team", review(pod(labels={"app": "x"})))["response"]
     assert response["allowed"] is False
     message = response["status"]["message"]
     assert "resource Pod/default/web was blocked due to the following policies" in message
     assert message.endswith("need-team:\n  need-team: label 'team' is required\n")
+
+
+def test_each_webhook_path_evaluates_only_its_policies(vpol_server: tuple[RunningServer, WebhookClient]) -> None:
+    """As in Kyverno, the CEL policies' webhooks name their policies in the path; the ClusterPolicy webhooks
+    (/validate/fail) do not evaluate them, so a review reaching several of our webhooks runs each policy once."""
+    _, client = vpol_server
+    unlabeled = review(pod(labels={"app": "x"}))
+    assert client.post_review("/validate/fail", unlabeled)["response"]["allowed"] is True
+    assert client.post_review("/vpol/want-owner/track-cost", unlabeled)["response"]["allowed"] is True
+    assert client.post_review("/vpol/need-team/track-cost", unlabeled)["response"]["allowed"] is False
+    assert client.post_review("/nvpol/need-team", unlabeled)["response"]["allowed"] is True  # another kind's path
+    import json
+
+    status, _ = client.request("POST", "/validate/bogus", json.dumps(unlabeled).encode())
+    assert status == 404
 
 
 def test_warn_action_warns_and_audit_is_silent(vpol_server: tuple[RunningServer, WebhookClient]) -> None:
@@ -110,7 +125,7 @@ def test_mutating_policy_patch_comes_back_and_is_registered(tmp_path: Path) -> N
     try:
         client = running.client()
         original = pod(labels={"team": "a"})
-        response = client.post_review("/mutate/fail", review(original))["response"]
+        response = client.post_review("/mpol/add-tier", review(original))["response"]
         client.close()
     finally:
         running.stop()
