@@ -947,8 +947,9 @@ class RegistryClient:
         while True:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{limit.what}: response not read within {self.limits.response_seconds:g} s")
-            chunk = raw.read(min(_READ_CHUNK_BYTES, cap + 1 - total))
+            chunk = raw.read1(min(_READ_CHUNK_BYTES, cap + 1 - total))  # one socket read: the deadline is checked often
             if not chunk:
+                raw.read()  # marks the response finished, so the connection can serve the next request
                 return b"".join(chunks), True
             chunks.append(chunk)
             total += len(chunk)
