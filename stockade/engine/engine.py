@@ -258,22 +258,23 @@ class Engine:
 
         return self._run_rules(pctx, RULE_TYPE_MUTATION, wants, handler)
 
-    def verify_images(self, pctx: PolicyContext) -> tuple[EngineResponse, Any]:
-        """Mutate phase of verifyImages rules: verify signatures, pin digests, record results (needs a verifier)."""
+    def verify_images(self, pctx: PolicyContext, record: Any = None) -> tuple[EngineResponse, Any]:
+        """Mutate phase of verifyImages rules: verify signatures, pin digests, record results (needs a verifier).
+
+        `record` accumulates every policy's results of one request (a fresh one when omitted); the returned record
+        is that accumulator, to be written onto the final object with `apply_record` once all policies ran."""
         from stockade.engine.handlers.verify_images import VerificationRecord, verify_and_patch
 
-        record = VerificationRecord.from_resource({})
+        shared = record if record is not None else VerificationRecord()
         verifier, cache = self.image_verifier, self.verification_cache
 
         def handler(ctx: PolicyContext, rule: Rule, resource: dict[str, Any]) -> tuple[dict[str, Any], RuleResponse | None]:
-            nonlocal record
             ctx.new_resource = resource
-            outcome = verify_and_patch(ctx, rule, verifier, cache)
-            record = outcome.record
+            outcome = verify_and_patch(ctx, rule, verifier, cache, shared)
             return outcome.resource, outcome.rule_response
 
         response = self._run_rules(pctx, RULE_TYPE_IMAGE_VERIFY, Rule.has_verify_images, handler)
-        return response, record
+        return response, shared
 
     def validate(self, pctx: PolicyContext, verification_record: Any = None) -> EngineResponse:
         def handler(ctx: PolicyContext, rule: Rule, resource: dict[str, Any]) -> tuple[dict[str, Any], RuleResponse | None]:
@@ -281,7 +282,7 @@ class Engine:
                 from stockade.engine.handlers.verify_images import VerificationRecord, validate_verified_images
 
                 # Trust only what this process verified, never an annotation found on the object.
-                record = verification_record if verification_record is not None else VerificationRecord.from_resource({})
+                record = verification_record if verification_record is not None else VerificationRecord()
                 return resource, validate_verified_images(ctx, rule, record)
             validate = rule.validate or {}
             if validate.get("podSecurity") is not None:

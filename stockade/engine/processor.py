@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.engine.engine import Engine, Request
+from stockade.engine.handlers.verify_images import VerificationRecord, apply_record
 from stockade.engine.response import EngineResponse
 from stockade.policy.model import KyvernoPolicy
 
@@ -59,14 +60,17 @@ def apply_policies(
             resource = response.patched_resource
     records: dict[str, object] = {}
     if engine.image_verifier is not None:
+        record = VerificationRecord()
         for policy in policies:
             if not policy.has_verify_images():
                 continue
-            response, record = engine.verify_images(engine.policy_context(policy, request_for(policy)))
+            response, record = engine.verify_images(engine.policy_context(policy, request_for(policy)), record)
             records[policy.key] = record
             result.responses.append(response)
             if response.patched_resource:
                 resource = response.patched_resource
+        # the record annotations hold only what was verified above: whatever the object carried is replaced
+        resource, _ = apply_record(resource, record)
     for policy in policies:
         if not (policy.has_validate() or policy.has_verify_images()):
             continue

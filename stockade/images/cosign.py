@@ -14,7 +14,14 @@ from typing import Any, Mapping
 
 from stockade.images.keys import PrivateKey, sign_payload
 from stockade.images.reference import ImageReference, parse_reference
-from stockade.images.registry import OCI_IMAGE_CONFIG, OCI_IMAGE_MANIFEST, RegistryClient, RegistryNotFoundError
+from stockade.images.registry import (
+    OCI_IMAGE_CONFIG,
+    OCI_IMAGE_MANIFEST,
+    RegistryClient,
+    RegistryLimitError,
+    RegistryNotFoundError,
+    RegistryProtocolError,
+)
 
 SIMPLE_SIGNING_MEDIA_TYPE = "application/vnd.dev.cosign.simplesigning.v1+json"
 DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
@@ -74,18 +81,30 @@ def fetch_layers(
 ) -> list[SignatureLayer]:
     """All layers of the `.sig`/`.att` manifest for `digest`; an absent manifest means no signatures (empty list).
 
-    Registry failures other than 404 propagate: the caller must turn them into an error, never a pass.
+    Registry failures other than 404 propagate: the caller must turn them into an error, never a pass. More
+    layers than `client.limits.max_signature_layers` is refused before any blob is fetched (cosign's cap).
     """
     repo = signature_repository(image, repository)
+    tag_ref = repo.with_tag(signature_tag(digest, suffix))
     try:
-        manifest_bytes, _, _ = client.get_manifest(repo.with_tag(signature_tag(digest, suffix)))
+        manifest_bytes, _, _ = client.get_manifest(tag_ref)
     except RegistryNotFoundError:
         return []
     manifest = json.loads(manifest_bytes)
+    descriptors = manifest.get("layers") if isinstance(manifest, dict) else None
+    if not isinstance(descriptors, list) or not all(isinstance(d, dict) for d in descriptors):
+        raise RegistryProtocolError(f"signature manifest {tag_ref}: `layers` is not a list of descriptors")
+    cap = client.limits.max_signature_layers
+    if len(descriptors) > cap:
+        raise RegistryLimitError(
+            f"signature manifest {tag_ref} has {len(descriptors)} layers, more than the max_signature_layers limit of {cap}",
+            limit_name="max_signature_layers", limit=cap,
+        )
     layers: list[SignatureLayer] = []
-    for descriptor in manifest.get("layers") or []:
+    for descriptor in descriptors:
         annotations = {str(k): str(v) for k, v in (descriptor.get("annotations") or {}).items()}
-        payload = client.get_blob(repo, str(descriptor.get("digest", "")))
+        size = descriptor.get("size")
+        payload = client.get_blob(repo, str(descriptor.get("digest", "")), size if isinstance(size, int) and not isinstance(size, bool) else None)
         raw_signature = annotations.get(SIGNATURE_ANNOTATION, "")
         try:
             signature = base64.b64decode(raw_signature, validate=True) if raw_signature else b""

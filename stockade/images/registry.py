@@ -8,6 +8,10 @@ explicit (never silent) plain-HTTP use.
 Authentication follows the registry token spec: an unauthenticated request that gets 401 reads `WWW-Authenticate`;
 `Basic` means "send the stored user/password", `Bearer` means "fetch a token from the realm for this scope". The
 challenge and tokens are cached per registry (and per scope), so later requests authenticate up front.
+
+Every response body is read in chunks against a cap (`RegistryLimits`) and a wall-clock deadline, so a hostile or
+broken registry (huge manifests, endless bodies, a byte every few seconds) costs bounded memory and time. The
+environment's `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY` are honoured (HTTPS through a CONNECT tunnel).
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ import socket
 import ssl
 import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
 from email.message import Message
 from typing import Iterable, Mapping
-from urllib.parse import urlencode, urljoin, urlsplit
+from urllib.parse import unquote, urlencode, urljoin, urlsplit
 
 from stockade.images.auth import Credential, CredentialError, CredentialStore
 from stockade.images.reference import ImageReference
@@ -41,9 +46,14 @@ __all__ = [
     "OCI_IMAGE_MANIFEST",
     "RegistryAuthError",
     "RegistryClient",
+    "RegistryContentError",
     "RegistryError",
+    "RegistryLimitError",
+    "RegistryLimits",
     "RegistryNotFoundError",
+    "RegistryProtocolError",
     "compute_digest",
+    "bypasses_proxy",
     "parse_link_next",
     "parse_www_authenticate",
 ]
@@ -63,6 +73,37 @@ _MAX_RETRY_AFTER_SECONDS = 30.0
 _DEFAULT_TOKEN_LIFETIME_SECONDS = 60.0
 _TOKEN_EXPIRY_MARGIN_SECONDS = 5.0
 _HASHES = {"sha256": hashlib.sha256, "sha384": hashlib.sha384, "sha512": hashlib.sha512}
+_MIB = 1024 * 1024
+_READ_CHUNK_BYTES = 64 * 1024
+_MAX_ERROR_BODY_BYTES = 64 * 1024  # error bodies are only read for their message: truncated, never an error
+_MAX_TOKEN_BODY_BYTES = 1 * _MIB
+_HTML_TYPES = ("text/html", "application/xhtml+xml")
+
+
+@dataclass(frozen=True)
+class RegistryLimits:
+    """Caps on what one registry answer may cost; exceeding one is a `RegistryLimitError`, never a partial read.
+
+    Defaults: manifests 4 MiB (the size the OCI distribution spec tells registries to accept at least; real image
+    manifests and indexes are a few KiB); blobs 32 MiB (signature payloads are under 1 KiB, SBOM attestations a few
+    MiB; cosign allows 128 MiB but runs once, not per admission request); 100 signature/attestation layers per
+    `.sig`/`.att` manifest (cosign's own cap since CVE-2023-46737); 30 s to read one response, however slowly the
+    server drips it (each socket read also has the client `timeout`).
+    """
+
+    max_manifest_bytes: int = 4 * _MIB
+    max_blob_bytes: int = 32 * _MIB
+    max_signature_layers: int = 100
+    response_seconds: float = 30.0
+
+
+@dataclass(frozen=True)
+class _BodyLimit:
+    """The cap for one response body and what to call it in an error."""
+
+    max_bytes: int
+    name: str  # the RegistryLimits field, so errors say which setting to raise
+    what: str  # "manifest ghcr.io/acme/app:1.0"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -95,8 +136,25 @@ class RegistryNotFoundError(RegistryError):
     """The manifest, blob or repository does not exist (HTTP 404)."""
 
 
-class DigestMismatchError(RegistryError):
+class RegistryContentError(RegistryError):
+    """The registry answered, but with content that must not be used (too large, not what was asked, tampered)."""
+
+
+class DigestMismatchError(RegistryContentError):
     """Content whose digest differs from the one it was requested or announced by."""
+
+
+class RegistryLimitError(RegistryContentError):
+    """A response (or a signature manifest's layer count) exceeds one of the `RegistryLimits`."""
+
+    def __init__(self, message: str, *, limit_name: str, limit: int, registry: str = "", repository: str = "") -> None:
+        super().__init__(message, registry=registry, repository=repository)
+        self.limit_name = limit_name
+        self.limit = limit
+
+
+class RegistryProtocolError(RegistryContentError):
+    """A successful status with a body that is not what the API promises (HTML, truncated or non-object JSON)."""
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -162,6 +220,39 @@ def _digest_algorithm(digest: str) -> str:
     return digest.split(":", 1)[0]
 
 
+def bypasses_proxy(netloc: str, no_proxy: str) -> bool:
+    """`NO_PROXY` semantics as curl and Go use them: `*`; a host or domain suffix (`example.com` and
+    `.example.com` both cover `a.example.com`), optionally with `:port`; an IP address or CIDR block."""
+    target = urlsplit(f"//{netloc}")
+    hostname = (target.hostname or "").lower()
+    for raw_entry in no_proxy.split(","):
+        entry = raw_entry.strip().lower()
+        if not entry:
+            continue
+        if entry == "*":
+            return True
+        entry_host, entry_port = entry, ""
+        if entry.count(":") == 1 and not entry.startswith("["):
+            entry_host, entry_port = entry.split(":")
+        if entry_port and str(target.port or "") != entry_port:
+            continue
+        try:
+            address = ipaddress.ip_address(hostname)
+        except ValueError:
+            address = None
+        if address is not None:
+            try:
+                if address in ipaddress.ip_network(entry_host.strip("[]"), strict=False):
+                    return True
+            except ValueError:
+                pass
+            continue
+        domain = entry_host.lstrip(".")
+        if hostname == domain or hostname.endswith("." + domain):
+            return True
+    return False
+
+
 def _is_loopback(host: str) -> bool:
     hostname = urlsplit(f"//{host}").hostname or ""
     if hostname == "localhost" or hostname.endswith(".localhost"):
@@ -213,6 +304,14 @@ class _Target:
     display: str
 
 
+@dataclass(frozen=True)
+class _Proxy:
+    scheme: str
+    host: str
+    port: int
+    authorization: str  # "Basic …" from credentials in the proxy URL, or ""
+
+
 class RegistryClient:
     """Synchronous OCI distribution client; thread-safe, connections are reused per host."""
 
@@ -227,10 +326,15 @@ class RegistryClient:
         backoff: float = 0.5,
         allow_http_localhost: bool = False,
         user_agent: str = "stockade",
+        limits: RegistryLimits | None = None,
+        proxies: Mapping[str, str] | None = None,
     ) -> None:
         """`insecure_registries` may use plain HTTP (or TLS without verification, probed first, as Docker does);
         `allow_http_localhost` extends that to loopback registries. Everything else is HTTPS, verified against the
-        system CA store plus `ca_file`."""
+        system CA store plus `ca_file`. `proxies` maps `http`/`https`/`no` like `urllib.request.getproxies()`;
+        by default they come from `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY` in the environment."""
+        self.limits = limits or RegistryLimits()
+        self._proxies = {k.lower(): v for k, v in (urllib.request.getproxies_environment() if proxies is None else proxies).items()}
         self._credentials = credentials or CredentialStore()
         self._insecure = {host.strip().lower() for host in insecure_registries if host.strip()}
         self._allow_http_localhost = allow_http_localhost
@@ -269,7 +373,8 @@ class RegistryClient:
         """Raw manifest (image or index) bytes, its media type and digest; a pinned digest is verified."""
         target = self._target(ref)
         path = f"/v2/{target.repository}/manifests/{ref.identifier()}"
-        response = self._request(target, "GET", path, headers={"Accept": ", ".join(MANIFEST_ACCEPT)})
+        limit = _BodyLimit(self.limits.max_manifest_bytes, "max_manifest_bytes", f"manifest {target.display}")
+        response = self._request(target, "GET", path, headers={"Accept": ", ".join(MANIFEST_ACCEPT)}, limit=limit)
         if response.status != 200:
             self._raise_for_status(response, target, "get manifest")
         body = response.body
@@ -292,12 +397,21 @@ class RegistryClient:
                     registry=target.host,
                     repository=target.repository,
                 )
+        self._check_manifest_document(response, target)
         return body, self._manifest_media_type(response, body), digest
 
-    def get_blob(self, repo_ref: ImageReference, digest: str) -> bytes:
-        """Blob content, verified against `digest` (redirects to storage backends are followed)."""
+    def get_blob(self, repo_ref: ImageReference, digest: str, size: int | None = None) -> bytes:
+        """Blob content, verified against `digest` and, when given, the descriptor's `size` (redirects to storage
+        backends are followed). Larger than `limits.max_blob_bytes` is an error before anything is downloaded
+        when the size is known, and while reading otherwise."""
         target = self._target(repo_ref, repository_level=True)
-        response = self._request(target, "GET", f"/v2/{target.repository}/blobs/{digest}")
+        limit = _BodyLimit(self.limits.max_blob_bytes, "max_blob_bytes", f"blob {digest} of {target.display}")
+        if size is not None and size > limit.max_bytes:
+            raise RegistryLimitError(
+                f"{limit.what}: descriptor size {size} bytes exceeds the {limit.name} limit of {limit.max_bytes} bytes",
+                limit_name=limit.name, limit=limit.max_bytes, registry=target.host, repository=target.repository,
+            )
+        response = self._request(target, "GET", f"/v2/{target.repository}/blobs/{digest}", limit=limit)
         if response.status != 200:
             self._raise_for_status(response, target, f"get blob {digest} of")
         algorithm = _digest_algorithm(digest)
@@ -314,6 +428,12 @@ class RegistryClient:
                 registry=target.host,
                 repository=target.repository,
             )
+        if size is not None and len(response.body) != size:
+            raise DigestMismatchError(
+                f"blob {digest} of {target.display} is {len(response.body)} bytes, its descriptor says {size}",
+                registry=target.host,
+                repository=target.repository,
+            )
         return response.body
 
     def list_tags(self, repo_ref: ImageReference, page_size: int | None = None) -> list[str]:
@@ -326,7 +446,8 @@ class RegistryClient:
         seen_pages: set[str] = set()
         for _ in range(_MAX_TAG_PAGES):
             seen_pages.add(path)
-            response = self._request(target, "GET", path)
+            limit = _BodyLimit(self.limits.max_manifest_bytes, "max_manifest_bytes", f"tag list of {target.display}")
+            response = self._request(target, "GET", path, limit=limit)
             if response.status != 200:
                 self._raise_for_status(response, target, "list tags of")
             try:
@@ -409,7 +530,7 @@ class RegistryClient:
             self._raise_for_status(response, target, "push manifest to")
         return digest
 
-    def push_image(self, ref: ImageReference, layers: list[bytes], config: dict | None = None) -> str:
+    def push_image(self, ref: ImageReference, layers: list[bytes], config: dict[str, object] | None = None) -> str:
         """Push an OCI image made of uncompressed tar `layers` (any bytes do for tests); returns its digest."""
         layer_descriptors = [
             {"mediaType": OCI_IMAGE_LAYER, "digest": self.push_blob(ref, layer), "size": len(layer)}
@@ -471,6 +592,7 @@ class RegistryClient:
         headers: Mapping[str, str] | None = None,
         body: bytes | None = None,
         push: bool = False,
+        limit: _BodyLimit | None = None,
     ) -> _Response:
         """One registry API call with authentication, redirects and retries; returns any final HTTP status."""
         scope = f"repository:{target.repository}:{'pull,push' if push else 'pull'}"
@@ -480,8 +602,9 @@ class RegistryClient:
             request_headers["Authorization"] = authorization
         scheme = self._scheme(target.host)
         try:
-            response = self._send_following_redirects(scheme, target.host, method, path, request_headers, body)
+            response = self._send_following_redirects(scheme, target.host, method, path, request_headers, body, limit)
         except RegistryError as exc:
+            exc.registry = exc.registry or target.host
             exc.repository = exc.repository or target.repository
             raise
         if response.status != 401:
@@ -511,7 +634,12 @@ class RegistryClient:
                 status=401,
             )
         request_headers["Authorization"] = authorization
-        return self._send_following_redirects(scheme, target.host, method, path, request_headers, body)
+        try:
+            return self._send_following_redirects(scheme, target.host, method, path, request_headers, body, limit)
+        except RegistryError as exc:
+            exc.registry = exc.registry or target.host
+            exc.repository = exc.repository or target.repository
+            raise
 
     def _authorization(
         self, target: _Target, scope: str, *, fresh: bool, challenge_scope: str | None = None
@@ -604,7 +732,8 @@ class RegistryClient:
             query.extend(("scope", each) for each in scopes)  # token spec: one parameter per scope
             joined_query = "&".join(part for part in (realm_url.query, urlencode(query)) if part)
             path = f"{realm_path}?{joined_query}"
-        response = self._send_following_redirects(realm_url.scheme, realm_url.netloc, method, path, headers, body)
+        token_limit = _BodyLimit(_MAX_TOKEN_BODY_BYTES, "token response", f"token endpoint {realm}")
+        response = self._send_following_redirects(realm_url.scheme, realm_url.netloc, method, path, headers, body, token_limit)
         if response.status != 200:
             who = f"user {credential.username!r}" if credential and credential.username else "anonymous access"
             raise RegistryAuthError(
@@ -684,11 +813,12 @@ class RegistryClient:
         path: str,
         headers: Mapping[str, str],
         body: bytes | None,
+        limit: _BodyLimit | None = None,
     ) -> _Response:
         current_scheme, current_netloc, current_path = scheme, netloc, path
         current_headers = dict(headers)
         for _ in range(_MAX_REDIRECTS + 1):
-            response = self._send_with_retries(current_scheme, current_netloc, method, current_path, current_headers, body)
+            response = self._send_with_retries(current_scheme, current_netloc, method, current_path, current_headers, body, limit)
             if response.status not in _REDIRECT_STATUSES or method not in ("GET", "HEAD"):
                 return response
             location = response.header("Location")
@@ -711,8 +841,11 @@ class RegistryClient:
         path: str,
         headers: Mapping[str, str],
         body: bytes | None,
+        limit: _BodyLimit | None = None,
     ) -> _Response:
-        """Retry connection failures, 5xx and 429 with exponential backoff; other statuses go to the caller."""
+        """Retry connection failures, 5xx and 429 with exponential backoff; other statuses go to the caller.
+
+        Limit violations are not retried: the same server would send the same oversized answer."""
         url = f"{scheme}://{netloc}{path}"
         last_error: Exception | None = None
         previous_response: _Response | None = None
@@ -721,7 +854,7 @@ class RegistryClient:
                 time.sleep(self._retry_delay(attempt, previous_response))
             previous_response = None
             try:
-                response = self._send_once(scheme, netloc, method, path, headers, body)
+                response = self._send_once(scheme, netloc, method, path, headers, body, limit)
             except ssl.SSLCertVerificationError as exc:  # retrying cannot fix trust; say how to fix it instead
                 raise RegistryError(
                     f"{method} {url}: TLS certificate of {netloc} is not trusted ({exc.verify_message}); "
@@ -741,7 +874,7 @@ class RegistryClient:
         )
 
     def _retry_delay(self, attempt: int, response: _Response | None) -> float:
-        delay = self._backoff * (2 ** (attempt - 1))
+        delay: float = self._backoff * float(2 ** (attempt - 1))
         retry_after = response.header("Retry-After") if response is not None else None
         if retry_after:
             try:
@@ -758,16 +891,24 @@ class RegistryClient:
         path: str,
         headers: Mapping[str, str],
         body: bytes | None,
+        limit: _BodyLimit | None = None,
     ) -> _Response:
         request_headers = {"User-Agent": self._user_agent, **headers}
         if body is not None:
             request_headers["Content-Length"] = str(len(body))
+        limit = limit or _BodyLimit(self.limits.max_manifest_bytes, "max_manifest_bytes", f"{method} {scheme}://{netloc}{path}")
+        proxy = self._proxy_for(scheme, netloc)
+        request_target = path
+        if proxy is not None and scheme == "http":
+            request_target = f"http://{netloc}{path}"  # a forwarding proxy takes the absolute form
+            if proxy.authorization:
+                request_headers["Proxy-Authorization"] = proxy.authorization
         for fresh in (False, True):
             connection, reused = self._checkout(scheme, netloc, force_new=fresh)
             try:
-                connection.request(method, path, body=body, headers=request_headers)
+                connection.request(method, request_target, body=body, headers=request_headers)
                 raw = connection.getresponse()
-                data = raw.read()
+                data, complete = self._read_body(raw, method, limit)
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
                 connection.close()
                 if reused and not fresh:
@@ -776,12 +917,69 @@ class RegistryClient:
             except BaseException:
                 connection.close()
                 raise
-            if raw.will_close:
+            if raw.will_close or not complete:
                 connection.close()
             else:
                 self._checkin(scheme, netloc, connection)
             return _Response(raw.status, raw.headers, data, f"{scheme}://{netloc}{path}")
         raise AssertionError("unreachable")
+
+    def _read_body(self, raw: http.client.HTTPResponse, method: str, limit: _BodyLimit) -> tuple[bytes, bool]:
+        """The body, read in chunks: (bytes, read completely).
+
+        A successful answer larger than `limit` raises RegistryLimitError as soon as the cap is crossed (or up
+        front, from Content-Length); other answers are only read for their error message and are truncated.
+        The whole read must finish within `limits.response_seconds` (a TimeoutError, retried like any timeout).
+        """
+        if method == "HEAD":
+            return raw.read(), True  # no body, but the response must be finished before the connection is reused
+        successful = 200 <= raw.status < 300
+        cap = limit.max_bytes if successful else min(limit.max_bytes, _MAX_ERROR_BODY_BYTES)
+        declared = (raw.getheader("Content-Length") or "").strip()
+        if successful and declared.isdigit() and int(declared) > cap:
+            raise RegistryLimitError(
+                f"{limit.what}: the registry announced {int(declared)} bytes, more than the {limit.name} limit of {cap} bytes",
+                limit_name=limit.name, limit=cap,
+            )
+        deadline = time.monotonic() + self.limits.response_seconds
+        chunks: list[bytes] = []
+        total = 0
+        while True:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{limit.what}: response not read within {self.limits.response_seconds:g} s")
+            chunk = raw.read1(min(_READ_CHUNK_BYTES, cap + 1 - total))  # one socket read: the deadline is checked often
+            if not chunk:
+                raw.read()  # marks the response finished, so the connection can serve the next request
+                return b"".join(chunks), True
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > cap:
+                if successful:
+                    raise RegistryLimitError(
+                        f"{limit.what}: response exceeds the {limit.name} limit of {cap} bytes",
+                        limit_name=limit.name, limit=cap,
+                    )
+                return b"".join(chunks)[:cap], False
+
+    def _proxy_for(self, scheme: str, netloc: str) -> _Proxy | None:
+        """The proxy for `scheme://netloc`, honouring `no_proxy` (host, domain suffix, `*`)."""
+        url = self._proxies.get(scheme)
+        if not url:
+            return None
+        if bypasses_proxy(netloc, self._proxies.get("no", "")):
+            return None
+        parsed = urlsplit(url if "://" in url else f"http://{url}")
+        if parsed.scheme != "http" or not parsed.hostname:
+            raise RegistryError(
+                f"{scheme} proxy {url!r} (from {scheme.upper()}_PROXY): only http://host:port proxies are supported",
+                registry=netloc,
+            )
+        authorization = ""
+        if parsed.username is not None:
+            pair = f"{unquote(parsed.username)}:{unquote(parsed.password or '')}".encode()
+            authorization = "Basic " + base64.b64encode(pair).decode()
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        return _Proxy(parsed.scheme, parsed.hostname, port, authorization)
 
     def _checkout(self, scheme: str, netloc: str, *, force_new: bool) -> tuple[http.client.HTTPConnection, bool]:
         if not force_new:
@@ -789,11 +987,21 @@ class RegistryClient:
                 pool = self._idle.get((scheme, netloc))
                 if pool:
                     return pool.pop(), True
+        if scheme not in ("http", "https"):
+            raise RegistryError(f"unsupported URL scheme {scheme!r} for {netloc}")
+        proxy = self._proxy_for(scheme, netloc)
         if scheme == "https":
             context = self._unverified_context if self._http_allowed(netloc) else self._verified_context
-            return http.client.HTTPSConnection(netloc, timeout=self._timeout, context=context), False
-        if scheme != "http":
-            raise RegistryError(f"unsupported URL scheme {scheme!r} for {netloc}")
+            if proxy is None:
+                return http.client.HTTPSConnection(netloc, timeout=self._timeout, context=context), False
+            # TLS to the registry inside a CONNECT tunnel: the proxy sees only the host name, never the traffic
+            tunnelled = http.client.HTTPSConnection(proxy.host, proxy.port, timeout=self._timeout, context=context)
+            target = urlsplit(f"//{netloc}")
+            tunnel_headers = {"Proxy-Authorization": proxy.authorization} if proxy.authorization else None
+            tunnelled.set_tunnel(target.hostname or netloc, target.port or 443, headers=tunnel_headers)
+            return tunnelled, False
+        if proxy is not None:
+            return http.client.HTTPConnection(proxy.host, proxy.port, timeout=self._timeout), False
         return http.client.HTTPConnection(netloc, timeout=self._timeout), False
 
     def _checkin(self, scheme: str, netloc: str, connection: http.client.HTTPConnection) -> None:
@@ -801,6 +1009,30 @@ class RegistryClient:
             self._idle.setdefault((scheme, netloc), []).append(connection)
 
     # -- response interpretation --------------------------------------------------------------------------------
+    @staticmethod
+    def _check_manifest_document(response: _Response, target: _Target) -> None:
+        """A 200 answer to a manifest GET must be a JSON object: an HTML page (a captive portal, a login page, a
+        misconfigured proxy) or truncated JSON is an error naming what came back, never something to hash."""
+        content_type = (response.header("Content-Type") or "").split(";")[0].strip().lower()
+        problem = ""
+        if content_type in _HTML_TYPES:
+            problem = f"an HTML page (Content-Type {content_type})"
+        else:
+            try:
+                document = json.loads(response.body)
+            except ValueError:
+                problem = f"{len(response.body)} bytes that are not JSON (Content-Type {content_type or 'missing'}; truncated?)"
+            else:
+                if not isinstance(document, dict):
+                    problem = f"JSON that is not an object (Content-Type {content_type or 'missing'})"
+        if problem:
+            raise RegistryProtocolError(
+                f"get manifest {target.display}: registry {target.host} answered HTTP {response.status} with {problem}",
+                registry=target.host,
+                repository=target.repository,
+                status=response.status,
+            )
+
     @staticmethod
     def _manifest_media_type(response: _Response, body: bytes) -> str:
         content_type = (response.header("Content-Type") or "").split(";")[0].strip()

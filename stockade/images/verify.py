@@ -32,7 +32,7 @@ from stockade.images.cosign import (
 )
 from stockade.images.keys import KeyFormatError, KeyResolver, PublicKey, pem_blocks, verify_signature
 from stockade.images.reference import ImageReference, InvalidReferenceError, parse_reference
-from stockade.images.registry import RegistryClient, RegistryError
+from stockade.images.registry import RegistryClient, RegistryContentError, RegistryError
 from stockade.images.verifier_api import InvalidAttestor, SignatureOptions, VerificationFailure, VerificationUnavailable
 
 # Fulcio certificate extensions (OIDC issuer v1 is a raw string, v2 a DER UTF8String).
@@ -176,6 +176,8 @@ class CosignVerifier:
         reference = self._reference(image)
         try:
             return self.client.resolve_digest(reference)
+        except RegistryContentError as exc:  # oversized, tampered or non-manifest answers: the image fails
+            raise VerificationFailure(f"failed to resolve digest of {image}: {exc}") from None
         except RegistryError as exc:
             raise VerificationUnavailable(f"failed to resolve digest of {image}: {exc}") from None
 
@@ -226,6 +228,8 @@ class CosignVerifier:
         reference = self._reference(image)
         try:
             return fetch_layers(self.client, reference, digest, suffix, options.repository)
+        except RegistryContentError as exc:  # too many layers, oversized or tampered content: the image fails
+            raise VerificationFailure(f"refusing {'signatures' if suffix == SIGNATURE_SUFFIX else 'attestations'} of {image}: {exc}") from None
         except RegistryError as exc:
             raise VerificationUnavailable(f"failed to fetch {'signatures' if suffix == SIGNATURE_SUFFIX else 'attestations'} of {image}: {exc}") from None
         except ValueError as exc:

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from stockade.engine.engine import Engine, Request
+from stockade.engine.handlers.verify_images import VerificationRecord, apply_record
 from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.mutate import diff_json_patch
 from stockade.engine.response import ERROR, FAIL, PASS, SKIP, EngineResponse, RuleResponse
@@ -601,12 +602,20 @@ class AdmissionEvaluator:
         cel_responses, current = self._mutate_cel(request, failure, current, started)
         responses += cel_responses
         blocked = blocking_rules_for_mutation(responses)
-        # verifyImages: verify signatures, pin digests, record results; an Enforce failure denies here, as in Kyverno
-        for policy in verifying:
+        # verifyImages: verify signatures, pin digests, record results; an Enforce failure denies here, as in Kyverno.
+        # The record covers the policies of every webhook variant (the other variant's results are cache lookups
+        # after its own call), so both variants write the same annotations and neither keeps user-written entries.
+        record = VerificationRecord()
+        verifying_ids = {id(p) for p in verifying}
+        for policy in self._verifying(None) if verifying else []:
+            if id(policy) not in verifying_ids:
+                if not self._expired(policy, started):
+                    self.engine.verify_images(self.engine.policy_context(policy, self.engine_request(request, current)), record)
+                continue
             if self._expired(policy, started):
                 response = timed_out_response(policy, None, current, self._budget(policy), "ImageVerify")
             else:
-                response, _record = self.engine.verify_images(self.engine.policy_context(policy, self.engine_request(request, current)))
+                response, record = self.engine.verify_images(self.engine.policy_context(policy, self.engine_request(request, current)), record)
                 if self._expired(policy, started):
                     response = timed_out_response(policy, response, current, self._budget(policy), "ImageVerify")
                 else:
@@ -617,6 +626,8 @@ class AdmissionEvaluator:
                     blocked.setdefault(name, {}).update(rules)
             if response.patched_resource:
                 current = response.patched_resource
+        if verifying:
+            current, _ = apply_record(current, record)
         if blocked:
             return AdmissionDecision(False, block_message(resource_label(original, request), blocked), responses=responses)
         patch = diff_json_patch(original, current) if current is not original else []

@@ -7,13 +7,15 @@ Two phases, as in Kyverno:
   outcomes into the annotations `kyverno.io/verify-images` and `kyverno.io/verify-images-scoped`;
 - validate (`validate_verified_images`): `verifyDigest` and `required` checks against the record.
 
-Correctness rules that fix Kyverno issue #7651 and its follow-ups:
-- on UPDATE an image is carried forward without re-verification only when its JSON pointer is unchanged **and**
-  the OLD object's record says this policy+rule passed/skipped it; carried-forward images stay in the record, so
-  the annotation always lists every matched image;
-- the record written on the new object is rebuilt from our own results: a user-written annotation on the new
-  object is never read by the mutate phase and is overwritten for this policy+rule;
-- cached successes are keyed by the resolved manifest digest, so a tag re-pointed at other content is re-verified.
+Correctness rules that fix Kyverno issue #7651 and its follow-ups, and make the record unforgeable:
+- the record is built only from verifications this process performed for this request (a cache hit counts: the
+  cache holds only our own successes, keyed by the resolved manifest digest); annotations found on the new or the
+  old object are never read, so forged `pass`/`fail` entries, entries under rules that do not run on this kind and
+  stale entries for images no longer in the spec all disappear when the record is rewritten;
+- unchanged images of an UPDATE are verified again (a cache lookup when this process verified them before), so
+  the annotation always lists every matched image and an annotate-only update cannot smuggle in a result;
+- `apply_record` rewrites both annotations from the record, or removes them when nothing was verified; callers
+  apply it once per request after every verifyImages policy ran, whether or not a rule matched.
 """
 
 from __future__ import annotations
@@ -57,30 +59,6 @@ class VerificationRecord:
 
     policies: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
 
-    @classmethod
-    def from_resource(cls, resource: Mapping[str, Any] | None) -> VerificationRecord:
-        """Parse the scoped annotation of `resource`; anything malformed counts as no record at all."""
-        annotations = ((resource or {}).get("metadata") or {}).get("annotations") or {}
-        raw = annotations.get(SCOPED_ANNOTATION) if isinstance(annotations, Mapping) else None
-        if not isinstance(raw, str):
-            return cls()
-        try:
-            document = json.loads(raw)
-        except ValueError:
-            return cls()
-        policies = document.get("policies") if isinstance(document, dict) else None
-        record = cls()
-        if isinstance(policies, dict):
-            for policy_key, rules in policies.items():
-                if not isinstance(rules, dict):
-                    continue
-                for rule_name, images in rules.items():
-                    if isinstance(images, dict):
-                        record.policies.setdefault(str(policy_key), {})[str(rule_name)] = {
-                            str(image): str(status) for image, status in images.items() if isinstance(status, str)
-                        }
-        return record
-
     def status(self, policy_key: str, rule_name: str, image: str) -> str | None:
         return self.policies.get(policy_key, {}).get(rule_name, {}).get(image)
 
@@ -98,12 +76,49 @@ class VerificationRecord:
                         result[image] = status if status in rank else STATUS_FAIL
         return result
 
+    def is_empty(self) -> bool:
+        return not any(images for rules in self.policies.values() for images in rules.values())
+
     def annotations(self) -> dict[str, str]:
         scoped = {"version": 1, "policies": self.policies}
         return {
             VERIFY_IMAGES_ANNOTATION: json.dumps(self.flat(), sort_keys=True, separators=(",", ":")),
             SCOPED_ANNOTATION: json.dumps(scoped, sort_keys=True, separators=(",", ":")),
         }
+
+
+def _annotation_pointer(name: str) -> str:
+    return "/metadata/annotations/" + name.replace("~", "~0").replace("/", "~1")
+
+
+def apply_record(resource: dict[str, Any], record: VerificationRecord) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """`resource` with both record annotations rewritten from `record` (removed when it is empty), and the patches.
+
+    Whatever the annotations held before (user-written or stale) is discarded; `resource` itself is not modified.
+    """
+    raw_metadata = resource.get("metadata")
+    metadata: dict[str, Any] = raw_metadata if isinstance(raw_metadata, dict) else {}
+    raw_annotations = metadata.get("annotations")
+    annotations: dict[str, Any] = raw_annotations if isinstance(raw_annotations, dict) else {}
+    wanted = {} if record.is_empty() else record.annotations()
+    current = {name: annotations.get(name) for name in (VERIFY_IMAGES_ANNOTATION, SCOPED_ANNOTATION)}
+    if all(current[name] == wanted.get(name) for name in current):
+        return resource, []
+    patched = copy.deepcopy(resource)
+    patched_metadata = patched.setdefault("metadata", {})
+    patches: list[dict[str, Any]] = []
+    if not isinstance(patched_metadata.get("annotations"), dict):
+        patches.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+        patched_metadata["annotations"] = {}
+    target = patched_metadata["annotations"]
+    for name in (VERIFY_IMAGES_ANNOTATION, SCOPED_ANNOTATION):
+        if name in wanted:
+            patches.append({"op": "add", "path": _annotation_pointer(name), "value": wanted[name]})
+            target[name] = wanted[name]
+        elif name in target:
+            patches.append({"op": "remove", "path": _annotation_pointer(name)})
+            del target[name]
+    return patched, patches
 
 
 # -- cache ----------------------------------------------------------------------------------------------------------
@@ -196,7 +211,7 @@ def _expand_static_keys(entries: list[Mapping[str, Any]]) -> list[Mapping[str, A
         keys = entry.get("keys") if isinstance(entry, Mapping) else None
         public_keys = str(keys.get("publicKeys") or "") if isinstance(keys, Mapping) else ""
         blocks = public_keys.count(_PEM_BEGIN)
-        if blocks > 1:
+        if blocks > 1 and isinstance(keys, Mapping):
             parts = [f"{_PEM_BEGIN}{chunk}".strip() for chunk in public_keys.split(_PEM_BEGIN)[1:]]
             for part in parts:
                 expanded.append({**entry, "keys": {**keys, "publicKeys": part + "\n"}})
@@ -215,19 +230,6 @@ def _references_match(patterns: list[Any], info: Mapping[str, Any]) -> bool:
     if info.get("tag") and info.get("digest"):
         candidates.add(f"{info['referenceWithTag']}@{info['digest']}")
     return any(wildcard_match(str(pattern), candidate) for pattern in patterns for candidate in candidates if candidate)
-
-
-def _pointer_get(document: Any, pointer: str) -> Any:
-    node = document
-    for token in pointer.split("/")[1:]:
-        token = token.replace("~1", "/").replace("~0", "~")
-        if isinstance(node, dict):
-            node = node.get(token)
-        elif isinstance(node, list) and token.isdigit() and int(token) < len(node):
-            node = node[int(token)]
-        else:
-            return None
-    return node
 
 
 def _pointer_set(document: Any, pointer: str, value: Any) -> None:
@@ -262,7 +264,6 @@ class _RuleVerification:
         self.cache = cache
         self.policy_key = policy_key(pctx)
         self.identity = _policy_identity(pctx, rule)
-        self.old_record = VerificationRecord.from_resource(pctx.old_resource) if pctx.operation == "UPDATE" else VerificationRecord()
         self.statuses: dict[str, str] = {}
 
     def _respond(self, status: str, message: str) -> RuleResponse:
@@ -270,10 +271,6 @@ class _RuleVerification:
         if factory is None:
             return rule_error(self.rule.name, RULE_TYPE_IMAGE_VERIFY, message)
         return factory(self.rule.name, RULE_TYPE_IMAGE_VERIFY, message)
-
-    def _unchanged(self, pointer: str) -> bool:
-        old = self.pctx.old_resource
-        return bool(old) and _pointer_get(old, pointer) == _pointer_get(self.pctx.new_resource, pointer)
 
     def run_entry(self, entry: Mapping[str, Any], resource: dict[str, Any], responses: list[RuleResponse], patches: list[dict[str, Any]]) -> None:
         references = list(entry.get("imageReferences") or [])
@@ -288,14 +285,6 @@ class _RuleVerification:
         for info in matched_images(self.pctx.new_resource, references):
             image = str(info["reference"])
             pointer = str(info["jsonPointer"])
-            if (
-                has_checks
-                and self.pctx.operation == "UPDATE"
-                and self._unchanged(pointer)
-                and self.old_record.status(self.policy_key, self.rule.name, image) in (STATUS_PASS, STATUS_SKIP)
-            ):
-                self.statuses[image] = STATUS_PASS
-                continue
             if _references_match(skip_references, info):
                 self.statuses[image] = STATUS_SKIP
                 responses.append(self._respond(SKIP, f"skipping image reference image {image}, policy {self.pctx.policy.name} ruleName {self.rule.name}"))
@@ -480,7 +469,7 @@ def _substitute_rule(rule: Rule, pctx: PolicyContext) -> list[dict[str, Any]]:
                 attestation["conditions"] = condition
         if deny is not None:
             entry.setdefault("validate", {})["deny"] = deny
-    return substituted
+    return list(substituted)
 
 
 def verify_and_patch(
@@ -488,44 +477,40 @@ def verify_and_patch(
     rule: Rule,
     verifier: ImageSignatureVerifier,
     cache: VerificationCache | None = None,
+    record: VerificationRecord | None = None,
 ) -> VerifyImagesOutcome:
     """Mutate phase of a verifyImages rule: per-image responses, digest patches, and the annotation record.
 
-    The returned resource has the patches applied; `patches` lists them (RFC 6902) for an admission response.
+    `record` accumulates the results of every verifyImages rule of this request (a fresh one when omitted); this
+    rule's entry is replaced in it and the annotations are rewritten from it, never merged with what the object
+    carried. The returned resource has the patches applied; `patches` lists them (RFC 6902).
     """
-    resource = copy.deepcopy(pctx.new_resource)
+    record = record if record is not None else VerificationRecord()
     try:
         entries = _substitute_rule(rule, pctx)
     except (SubstitutionError, ContextError, JMESPathError) as exc:
         response = rule_error(rule.name, RULE_TYPE_IMAGE_VERIFY, "failed to substitute variables", exc)
-        return VerifyImagesOutcome(pctx.new_resource, [response], [], VerificationRecord.from_resource(pctx.new_resource))
+        cleaned, cleaning_patches = apply_record(pctx.new_resource, record)
+        return VerifyImagesOutcome(cleaned, [response], cleaning_patches, record)
+    resource = copy.deepcopy(pctx.new_resource)
     state = _RuleVerification(pctx, rule, verifier, cache)
     responses: list[RuleResponse] = []
     patches: list[dict[str, Any]] = []
     for entry in entries:
         state.run_entry(entry, resource, responses, patches)
-    record = VerificationRecord.from_resource(resource)
-    if state.statuses or record.status(state.policy_key, rule.name, "") is not None or state.policy_key in record.policies:
+    if state.statuses:
         record.replace_rule(state.policy_key, rule.name, state.statuses)
-        metadata = resource.setdefault("metadata", {})
-        if "annotations" not in metadata or not isinstance(metadata.get("annotations"), dict):
-            patches.append({"op": "add", "path": "/metadata/annotations", "value": {}})
-            metadata["annotations"] = {}
-        for name, value in record.annotations().items():
-            patches.append({"op": "add", "path": "/metadata/annotations/" + name.replace("~", "~0").replace("/", "~1"), "value": value})
-            metadata["annotations"][name] = value
-    return VerifyImagesOutcome(resource, responses, patches, record)
+    resource, record_patches = apply_record(resource, record)
+    return VerifyImagesOutcome(resource, responses, patches + record_patches, record)
 
 
 # -- validate phase -------------------------------------------------------------------------------------------------
-def validate_verified_images(pctx: PolicyContext, rule: Rule, record: VerificationRecord | None = None) -> RuleResponse | None:
+def validate_verified_images(pctx: PolicyContext, rule: Rule, record: VerificationRecord) -> RuleResponse | None:
     """`verifyDigest` and `required` checks of every matched image (not only the changed ones).
 
-    `record` should be the one `verify_and_patch` returned when both phases run in-process; otherwise the scoped
-    annotation of the (already mutated) new object is read.
+    `record` is the one `verify_and_patch` built in this process for this request; the annotations on the object
+    are never consulted, so nothing a user writes there counts.
     """
-    if record is None:
-        record = VerificationRecord.from_resource(pctx.new_resource)
     key = policy_key(pctx)
     skipped: list[str] = []
     passed: list[str] = []

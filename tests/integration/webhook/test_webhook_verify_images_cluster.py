@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +16,7 @@ from stockade.images.cosign import sign_image
 from stockade.images.keys import public_key_pem
 from stockade.images.reference import parse_reference
 from stockade.images.registry import RegistryClient
-from stockade.testing.apiserver import ControlPlane
+from stockade.testing.apiserver import ControlPlane, find_binary
 from stockade.testing.registry import LocalRegistry
 
 
@@ -140,3 +142,36 @@ def test_updating_one_image_of_a_two_container_deployment_is_admitted(
     assert images[1].startswith(deployment_images["sidecar"] + "@sha256:")
     recorded = body["metadata"]["annotations"]["kyverno.io/verify-images"]
     assert deployment_images["app-v2"].split(":v")[0] in recorded and "team/sidecar" in recorded
+
+
+def _kubectl(control_plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
+    kubectl = find_binary("kubectl", "STOCKADE_KUBECTL")
+    return subprocess.run([kubectl, "--kubeconfig", str(control_plane.kubeconfig), *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_kubectl_annotate_cannot_forge_the_verification_record(
+    verifying_serve: Serve, kube: Kube, control_plane: ControlPlane, deployment_images: dict[str, str], signed_registry: tuple[LocalRegistry, str, str, str, str]
+) -> None:
+    """Forged `pass` for an unsigned image (under a rule that never runs on Deployments), forged `fail` for a verified
+    one, an invented policy, and removal: after each `kubectl annotate` the stored record is Stockade's own again."""
+    unsigned = signed_registry[3]
+    name = f"annotated-{uuid.uuid4().hex[:6]}"
+    status, created, _ = kube.request("POST", "/apis/apps/v1/namespaces/default/deployments", _deployment(name, deployment_images["app-v1"], deployment_images["sidecar"]))
+    assert status == 201, (created, verifying_serve.log())
+    genuine = {key: created["metadata"]["annotations"][key] for key in ("kyverno.io/verify-images", "kyverno.io/verify-images-scoped")}
+    verified_images = list(json.loads(genuine["kyverno.io/verify-images"]))
+    assert len(verified_images) == 2 and set(json.loads(genuine["kyverno.io/verify-images"]).values()) == {"pass"}
+    forged_flat = json.dumps({unsigned: "pass", verified_images[0]: "fail"})
+    forged_scoped = json.dumps(
+        {"version": 1, "policies": {"signed-images": {"verify-signature": {unsigned: "pass"}, "autogen-verify-signature": {verified_images[0]: "fail"}}, "ghost": {"r": {unsigned: "pass"}}}}
+    )
+    path = f"/apis/apps/v1/namespaces/default/deployments/{name}"
+    for change in (
+        [f"kyverno.io/verify-images={forged_flat}", f"kyverno.io/verify-images-scoped={forged_scoped}"],
+        ["kyverno.io/verify-images-", "kyverno.io/verify-images-scoped-"],
+    ):
+        annotated = _kubectl(control_plane, "annotate", "--overwrite", "-n", "default", f"deployment/{name}", *change)
+        assert annotated.returncode == 0, (annotated.stderr, verifying_serve.log())
+        status, stored, _ = kube.request("GET", path)
+        assert status == 200
+        assert {key: stored["metadata"]["annotations"].get(key) for key in genuine} == genuine, change

@@ -14,6 +14,7 @@ from stockade.engine.handlers.verify_images import (
     VERIFY_IMAGES_ANNOTATION,
     VerificationCache,
     VerificationRecord,
+    apply_record,
     validate_verified_images,
     verify_and_patch,
 )
@@ -104,7 +105,7 @@ def run(pol: KyvernoPolicy, resource: dict[str, Any], verifier: FakeVerifier, *,
     rule = next(r for r in pol.rules if r.name == rule_name)
     outcome = verify_and_patch(pctx, rule, verifier, cache)
     validate_pctx = engine.policy_context(pol, Request(resource=outcome.resource, operation=request.operation, old_resource=old or {}))
-    return outcome, validate_verified_images(validate_pctx, rule)
+    return outcome, validate_verified_images(validate_pctx, rule, outcome.record)
 
 
 def test_signed_image_passes_and_digest_is_pinned() -> None:
@@ -197,8 +198,8 @@ def test_cache_expires_after_ttl() -> None:
 
 
 # -- issue #7651 and follow-ups -----------------------------------------------------------------------------------
-def _admit_create(pol: KyvernoPolicy, resource: dict[str, Any], verifier: FakeVerifier, rule_name: str = "verify") -> dict[str, Any]:
-    outcome, validation = run(pol, resource, verifier, rule_name=rule_name)
+def _admit_create(pol: KyvernoPolicy, resource: dict[str, Any], verifier: FakeVerifier, rule_name: str = "verify", cache: VerificationCache | None = None) -> dict[str, Any]:
+    outcome, validation = run(pol, resource, verifier, rule_name=rule_name, cache=cache)
     assert validation is not None and validation.status == "pass", validation
     return outcome.resource
 
@@ -209,32 +210,35 @@ def test_update_changing_one_of_two_images_is_admitted_and_annotation_lists_both
         verifier.signed.add((DIGESTS[image], KEY_A))
     pol = policy({"mutateDigest": False, "verifyDigest": False})
     pol_rules_name = "autogen-verify"
-    stored = _admit_create(pol, deployment("ghcr.io/acme/app:1.0", "ghcr.io/acme/sidecar:6.3.3"), verifier, pol_rules_name)
+    cache = VerificationCache()
+    stored = _admit_create(pol, deployment("ghcr.io/acme/app:1.0", "ghcr.io/acme/sidecar:6.3.3"), verifier, pol_rules_name, cache)
     calls_after_create = verifier.calls
     updated = copy.deepcopy(stored)
     updated["spec"]["template"]["spec"]["containers"][0]["image"] = "ghcr.io/acme/app:2.0"
-    outcome, validation = run(pol, updated, verifier, old=stored, rule_name=pol_rules_name)
+    outcome, validation = run(pol, updated, verifier, old=stored, rule_name=pol_rules_name, cache=cache)
     assert validation is not None and validation.status == "pass", validation.message
-    assert verifier.calls == calls_after_create + 1  # only the changed image was re-verified
+    assert verifier.calls == calls_after_create + 1  # the unchanged sidecar came from our own digest-bound cache
     flat = json.loads(outcome.resource["metadata"]["annotations"][VERIFY_IMAGES_ANNOTATION])
     assert flat == {"ghcr.io/acme/app:2.0": "pass", "ghcr.io/acme/sidecar:6.3.3": "pass"}
+
+
+def _forged(flat: dict[str, str], scoped: dict[str, Any]) -> dict[str, str]:
+    return {VERIFY_IMAGES_ANNOTATION: json.dumps(flat), SCOPED_ANNOTATION: json.dumps({"version": 1, "policies": scoped})}
 
 
 def test_user_written_annotation_cannot_bypass_verification() -> None:
     verifier = FakeVerifier()  # nothing is signed
     pol = policy({"mutateDigest": False, "verifyDigest": False})
-    forged_scoped = json.dumps({"version": 1, "policies": {"check-images": {"verify": {"ghcr.io/acme/evil:1.0": "pass"}}}})
-    forged = {VERIFY_IMAGES_ANNOTATION: json.dumps({"ghcr.io/acme/evil:1.0": "pass"}), SCOPED_ANNOTATION: forged_scoped}
+    forged = _forged({"ghcr.io/acme/evil:1.0": "pass"}, {"check-images": {"verify": {"ghcr.io/acme/evil:1.0": "pass"}}})
     outcome, validation = run(pol, pod("ghcr.io/acme/evil:1.0", annotations=forged), verifier)
     assert outcome.rule_response.status == "fail"
     assert validation is not None and validation.status == "fail" and validation.message == "unverified image ghcr.io/acme/evil:1.0"
-    # on UPDATE too: the forged annotation on the NEW object is not trusted, only the old object's record is
-    old = pod("ghcr.io/acme/app:1.0")
-    new = pod("ghcr.io/acme/evil:1.0", annotations=forged)
-    outcome, validation = run(pol, new, verifier, old=old)
+    assert json.loads(outcome.resource["metadata"]["annotations"][VERIFY_IMAGES_ANNOTATION]) == {"ghcr.io/acme/evil:1.0": "fail"}
+    # on UPDATE too: neither the new object's nor the old object's annotations are trusted
+    outcome, validation = run(pol, pod("ghcr.io/acme/evil:1.0", annotations=forged), verifier, old=pod("ghcr.io/acme/app:1.0"))
     assert validation.status == "fail"
-    # and with the image unchanged but the old object never verified, it is still verified afresh
-    outcome, validation = run(pol, pod("ghcr.io/acme/evil:1.0", annotations=forged), verifier, old=pod("ghcr.io/acme/evil:1.0"))
+    # annotate-only update of an object whose stored record was forged (e.g. written while the webhook was down)
+    outcome, validation = run(pol, pod("ghcr.io/acme/evil:1.0", annotations=forged), verifier, old=pod("ghcr.io/acme/evil:1.0", annotations=forged))
     assert outcome.rule_response.status == "fail" and validation.status == "fail"
 
 
@@ -256,14 +260,110 @@ def test_user_written_annotation_cannot_block_an_update() -> None:
     }
 
 
-def test_carry_forward_needs_same_policy_and_rule_in_old_record() -> None:
-    verifier = FakeVerifier()
-    verifier.signed.add((DIGESTS["ghcr.io/acme/app:1.0"], KEY_A))
+def test_old_record_is_never_carried_forward() -> None:
+    verifier = FakeVerifier()  # nothing signed, yet the stored object claims this very policy and rule passed it
     pol = policy({"mutateDigest": False, "verifyDigest": False})
-    other = json.dumps({"version": 1, "policies": {"other-policy": {"verify": {"ghcr.io/acme/app:1.0": "pass"}}}})
-    old = pod("ghcr.io/acme/app:1.0", annotations={SCOPED_ANNOTATION: other})
-    run(pol, copy.deepcopy(old), verifier, old=old)
-    assert verifier.calls == 1  # re-verified: the old record was written for another policy
+    claimed = _forged({"ghcr.io/acme/app:1.0": "pass"}, {"check-images": {"verify": {"ghcr.io/acme/app:1.0": "pass"}}})
+    old = pod("ghcr.io/acme/app:1.0", annotations=claimed)
+    outcome, validation = run(pol, copy.deepcopy(old), verifier, old=old)
+    assert verifier.calls == 1 and outcome.rule_response.status == "fail" and validation.status == "fail"
+
+
+# -- forged records: every form is dropped ---------------------------------------------------------------------------
+def _signed_verifier() -> FakeVerifier:
+    verifier = FakeVerifier()
+    for image in ("ghcr.io/acme/app:1.0", "ghcr.io/acme/sidecar:6.3.3"):
+        verifier.signed.add((DIGESTS[image], KEY_A))
+    return verifier
+
+
+def _record_of(resource: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    annotations = resource["metadata"]["annotations"]
+    return json.loads(annotations[VERIFY_IMAGES_ANNOTATION]), json.loads(annotations[SCOPED_ANNOTATION])["policies"]
+
+
+def test_annotate_only_update_rebuilds_the_record_from_our_results() -> None:
+    verifier = _signed_verifier()
+    pol = policy({"mutateDigest": False, "verifyDigest": False})
+    cache = VerificationCache()
+    stored = _admit_create(pol, pod("ghcr.io/acme/app:1.0", "ghcr.io/acme/sidecar:6.3.3"), verifier, cache=cache)
+    annotated = copy.deepcopy(stored)  # what `kubectl annotate --overwrite` sends: only the annotation differs
+    annotated["metadata"]["annotations"].update(
+        _forged(
+            {"ghcr.io/acme/evil:1.0": "pass", "ghcr.io/acme/app:1.0": "fail"},
+            {"check-images": {"verify": {"ghcr.io/acme/app:1.0": "fail"}, "never-runs": {"ghcr.io/acme/evil:1.0": "pass"}}, "ghost-policy": {"r": {"x": "pass"}}},
+        )
+    )
+    outcome, validation = run(pol, annotated, verifier, old=stored, cache=cache)
+    assert validation.status == "pass"
+    assert _record_of(outcome.resource) == _record_of(stored)
+    assert _record_of(outcome.resource)[0] == {"ghcr.io/acme/app:1.0": "pass", "ghcr.io/acme/sidecar:6.3.3": "pass"}
+
+
+def test_forged_pass_for_an_unsigned_image_under_a_rule_that_never_runs_on_the_kind() -> None:
+    verifier = _signed_verifier()
+    pol = policy({"mutateDigest": False, "verifyDigest": False})  # rules: verify (Pod) and autogen-verify (Deployment)
+    forged = _forged({"ghcr.io/acme/evil:1.0": "pass"}, {"check-images": {"verify": {"ghcr.io/acme/evil:1.0": "pass"}}})
+    outcome, validation = run(pol, deployment("ghcr.io/acme/app:1.0", annotations=forged), verifier, rule_name="autogen-verify")
+    assert validation.status == "pass"
+    flat, scoped = _record_of(outcome.resource)
+    assert flat == {"ghcr.io/acme/app:1.0": "pass"}
+    assert scoped == {"check-images": {"autogen-verify": {"ghcr.io/acme/app:1.0": "pass"}}}
+
+
+def test_forged_fail_for_a_verified_image_is_dropped() -> None:
+    verifier = _signed_verifier()
+    pol = policy({"mutateDigest": False, "verifyDigest": False})
+    forged = _forged({"ghcr.io/acme/app:1.0": "fail"}, {"other/policy": {"x": {"ghcr.io/acme/app:1.0": "fail"}}})
+    outcome, validation = run(pol, pod("ghcr.io/acme/app:1.0", annotations=forged), verifier)
+    assert validation.status == "pass"
+    assert _record_of(outcome.resource) == ({"ghcr.io/acme/app:1.0": "pass"}, {"check-images": {"verify": {"ghcr.io/acme/app:1.0": "pass"}}})
+
+
+def test_stale_entries_for_images_no_longer_in_the_spec_are_dropped() -> None:
+    verifier = _signed_verifier()
+    verifier.signed.add((DIGESTS["ghcr.io/acme/app:2.0"], KEY_A))
+    pol = policy({"mutateDigest": False, "verifyDigest": False})
+    stored = _admit_create(pol, pod("ghcr.io/acme/app:1.0", "ghcr.io/acme/sidecar:6.3.3"), verifier)
+    updated = copy.deepcopy(stored)
+    updated["spec"]["containers"] = [{"name": "c0", "image": "ghcr.io/acme/app:2.0"}]
+    outcome, validation = run(pol, updated, verifier, old=stored)
+    assert validation.status == "pass"
+    assert _record_of(outcome.resource)[0] == {"ghcr.io/acme/app:2.0": "pass"}
+
+
+def test_removed_or_edited_annotations_are_written_back() -> None:
+    verifier = _signed_verifier()
+    pol = policy({"mutateDigest": False, "verifyDigest": False})
+    stored = _admit_create(pol, pod("ghcr.io/acme/app:1.0"), verifier)
+    removed = copy.deepcopy(stored)
+    del removed["metadata"]["annotations"]
+    outcome, _ = run(pol, removed, verifier, old=stored)
+    assert _record_of(outcome.resource) == _record_of(stored)
+    assert {"op": "add", "path": "/metadata/annotations", "value": {}} in outcome.patches
+
+
+def test_apply_record_removes_annotations_when_nothing_was_verified() -> None:
+    forged = _forged({"ghcr.io/acme/evil:1.0": "pass"}, {"p": {"r": {"ghcr.io/acme/evil:1.0": "pass"}}})
+    resource = pod("ghcr.io/acme/evil:1.0", annotations={**forged, "keep": "me"})
+    cleaned, patches = apply_record(resource, VerificationRecord())
+    assert cleaned["metadata"]["annotations"] == {"keep": "me"}
+    assert [p["op"] for p in patches] == ["remove", "remove"]
+    assert resource["metadata"]["annotations"][VERIFY_IMAGES_ANNOTATION]  # the input is not modified
+    untouched, none = apply_record(pod("ghcr.io/acme/app:1.0"), VerificationRecord())
+    assert none == [] and "annotations" not in untouched["metadata"]
+
+
+def test_processor_strips_forged_records_even_when_no_rule_matches() -> None:
+    from stockade.engine.processor import apply_policies
+
+    verifier = _signed_verifier()
+    pol = policy({"imageReferences": ["ghcr.io/other/*"]})  # matches the Pod kind, but none of its images
+    forged = _forged({"ghcr.io/acme/evil:1.0": "pass"}, {"check-images": {"verify": {"ghcr.io/acme/evil:1.0": "pass"}}})
+    engine = Engine(image_verifier=verifier)
+    result = apply_policies(engine, [pol], Request(resource=pod("ghcr.io/acme/evil:1.0", annotations=forged)))
+    assert VERIFY_IMAGES_ANNOTATION not in result.patched_resource["metadata"].get("annotations", {})
+    assert SCOPED_ANNOTATION not in result.patched_resource["metadata"].get("annotations", {})
 
 
 def test_attestation_conditions_and_context_entry() -> None:
@@ -300,11 +400,6 @@ def test_verify_digest_false_and_required_false() -> None:
     outcome, validation = run(pol, pod("ghcr.io/acme/app:1.0"), verifier)
     assert outcome.rule_response.status == "fail"
     assert validation is not None and validation.status == "pass"
-
-
-def test_record_parsing_ignores_garbage() -> None:
-    assert VerificationRecord.from_resource({"metadata": {"annotations": {SCOPED_ANNOTATION: "[1,2"}}}).policies == {}
-    assert VerificationRecord.from_resource({"metadata": {"annotations": {SCOPED_ANNOTATION: '{"policies": {"p": {"r": {"i": 3}}}}'}}}).policies == {"p": {"r": {}}}
 
 
 def test_required_without_attestors_can_never_be_satisfied() -> None:

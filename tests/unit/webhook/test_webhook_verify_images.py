@@ -115,3 +115,53 @@ def test_review_response_carries_the_digest_patch(tmp_path: Path) -> None:
     answer = review_response(request, policy_store.snapshot.evaluator.mutate(request))  # type: ignore[union-attr]
     operations = json.loads(base64.b64decode(answer["response"]["patch"]))
     assert any(op["path"] == "/spec/containers/0/image" for op in operations)
+
+
+# -- the stored record: rebuilt from this process's verifications on every update path -------------------------------
+def _admitted(evaluator: Any, obj: dict[str, Any], operation: str = "CREATE", old: dict[str, Any] | None = None, failure: str | None = None) -> dict[str, Any]:
+    decision = evaluator.mutate(parse_review(review(obj, operation, old)), failure)
+    assert decision.allowed, decision.message
+    return jsonpatch.apply_patch(obj, decision.patch) if decision.patch else obj
+
+
+def _record(obj: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    annotations = obj["metadata"].get("annotations") or {}
+    return json.loads(annotations["kyverno.io/verify-images"]), json.loads(annotations["kyverno.io/verify-images-scoped"])["policies"]
+
+
+def test_annotate_only_update_drops_every_forged_entry(tmp_path: Path) -> None:
+    policy_store, _ = store(tmp_path)
+    evaluator = policy_store.snapshot.evaluator  # type: ignore[union-attr]
+    stored = _admitted(evaluator, pod(image=SIGNED))
+    pinned = f"ghcr.io/acme/app@{DIGESTS[SIGNED]}"
+    assert _record(stored) == ({pinned: "pass"}, {"signed-images": {"verify": {pinned: "pass"}}})
+    annotated = json.loads(json.dumps(stored))  # kubectl annotate --overwrite: only the annotations change
+    annotated["metadata"]["annotations"]["kyverno.io/verify-images"] = json.dumps({UNSIGNED: "pass", pinned: "fail"})
+    annotated["metadata"]["annotations"]["kyverno.io/verify-images-scoped"] = json.dumps(
+        {"version": 1, "policies": {"signed-images": {"verify": {pinned: "fail"}, "autogen-verify": {UNSIGNED: "pass"}}, "ghost": {"r": {UNSIGNED: "pass"}}}}
+    )
+    assert _record(_admitted(evaluator, annotated, "UPDATE", stored)) == _record(stored)
+    removed = json.loads(json.dumps(stored))
+    del removed["metadata"]["annotations"]
+    assert _record(_admitted(evaluator, removed, "UPDATE", stored)) == _record(stored)
+
+
+def test_a_kind_no_rule_verifies_loses_forged_records(tmp_path: Path) -> None:
+    policy_store, verifier = store(tmp_path)
+    evaluator = policy_store.snapshot.evaluator  # type: ignore[union-attr]
+    forged = pod(image="docker.io/library/nginx:1.27")  # outside imageReferences: nothing to verify
+    forged["metadata"]["annotations"] = {"kyverno.io/verify-images": json.dumps({UNSIGNED: "pass"}), "keep": "me"}
+    assert _admitted(evaluator, forged)["metadata"]["annotations"] == {"keep": "me"}
+    assert verifier.calls == 0
+
+
+def test_both_webhook_variants_write_the_same_complete_record(tmp_path: Path) -> None:
+    (tmp_path / "ignore.yaml").write_text(POLICY.replace("name: signed-images", "name: signed-images-ignore").replace("webhookTimeoutSeconds: 15", "webhookTimeoutSeconds: 15\n  failurePolicy: Ignore"))
+    policy_store, _ = store(tmp_path)
+    evaluator = policy_store.snapshot.evaluator  # type: ignore[union-attr]
+    forged = pod(image=SIGNED)
+    forged["metadata"]["annotations"] = {"kyverno.io/verify-images-scoped": json.dumps({"version": 1, "policies": {"ghost": {"r": {UNSIGNED: "pass"}}}})}
+    after_fail = _admitted(evaluator, forged, failure="Fail")
+    after_both = _admitted(evaluator, after_fail, failure="Ignore")
+    assert set(_record(after_fail)[1]) == {"signed-images", "signed-images-ignore"}
+    assert _record(after_both) == _record(after_fail)
