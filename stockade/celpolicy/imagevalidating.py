@@ -161,10 +161,16 @@ class ImageValidatingEvaluator:
             matcher = self._matchers[key] = ImageReferenceMatcher(spec.get("matchImageReferences"))
         return matcher
 
-    def mutate_digest(self, policy: CelPolicy, request: AdmissionInput) -> tuple[list[dict[str, Any]], str]:
+    def mutate_digest(self, policy: CelPolicy, request: AdmissionInput) -> tuple[list[dict[str, Any]], Any]:
         """Kyverno's mutateDigest: JSON patches pinning each matched, tag-only container image to the digest it
-        resolves to; the text names images that could not be resolved ("" when all were).  Verification is left
-        to the validating phase."""
+        resolves to, and an error response naming images that could not be resolved (None when all were; an
+        unpinned image must not slip through).  Verification is left to the validating phase."""
+        patches, problem = self._digest_patches(policy, request)
+        if not problem:
+            return patches, None
+        return patches, self.base._response(policy, request, "mutateDigest", _Outcome("error", f"failed to update digest: {problem}"))
+
+    def _digest_patches(self, policy: CelPolicy, request: AdmissionInput) -> tuple[list[dict[str, Any]], str]:
         spec_pair = self._matching_spec(policy, request)
         if spec_pair is None or self.image_verifier is None or request.object is None:
             return [], ""

@@ -158,7 +158,7 @@ def cel_resource_rules(policy: Any) -> list[tuple[str, str, str, set[str]]]:
     from stockade.celpolicy.autogen import autogen_specs
 
     specs = [policy.spec]
-    if policy.base_kind in ("ValidatingPolicy", "MutatingPolicy"):
+    if policy.base_kind in ("ValidatingPolicy", "MutatingPolicy", "ImageValidatingPolicy"):
         specs += autogen_specs(policy.spec)
     found = []
     for spec in specs:
@@ -177,9 +177,12 @@ def compute_rules(policies: Iterable[KyvernoPolicy], phase: str, resolver: Resol
     """Deduplicated, sorted webhook rules: one entry per (group, version, operations) with its resources."""
     wanted: dict[tuple[str, str, str], set[str]] = {}  # (group, version, resource) -> operations
     # a GeneratingPolicy's triggers reach the generate controller through the validating webhook
-    wanted_kinds = ("ValidatingPolicy", "GeneratingPolicy") if phase == "validate" else ("MutatingPolicy",)
+    # an ImageValidatingPolicy verifies in the validating webhook and pins digests (mutateDigest) in the mutating one
+    wanted_kinds = ("ValidatingPolicy", "GeneratingPolicy", "ImageValidatingPolicy") if phase == "validate" else ("MutatingPolicy", "ImageValidatingPolicy")
     for cel_policy in cel_policies:
         if cel_policy.base_kind not in wanted_kinds:
+            continue
+        if phase == "mutate" and cel_policy.base_kind == "ImageValidatingPolicy" and (cel_policy.spec.get("validationConfigurations") or {}).get("mutateDigest", True) is False:
             continue
         for group, version, resource, operations in cel_resource_rules(cel_policy):
             wanted.setdefault((group, version, resource), set()).update(operations)

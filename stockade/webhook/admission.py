@@ -272,6 +272,7 @@ def top_level_kind(request: AdmissionRequest, lookup: KindLookup | None) -> Reso
 
 VALIDATING_POLICY_KINDS = ("ValidatingPolicy", "NamespacedValidatingPolicy")
 MUTATING_POLICY_KINDS = ("MutatingPolicy", "NamespacedMutatingPolicy")
+IMAGE_VALIDATING_POLICY_KINDS = ("ImageValidatingPolicy", "NamespacedImageValidatingPolicy")
 
 
 def validation_actions(policy: Any) -> set[str]:
@@ -303,9 +304,23 @@ class AdmissionEvaluator:
         self.engine = engine
         # background-only policies (spec.admission / evaluation.admission.enabled false) are never applied here
         self.policies = [p for p in policies if p.admission]
-        self.cel_policies = [p for p in cel_policies or [] if p.kind in VALIDATING_POLICY_KINDS and p.admission]
+        self.cel_policies = [p for p in cel_policies or [] if p.kind in VALIDATING_POLICY_KINDS + IMAGE_VALIDATING_POLICY_KINDS and p.admission]
         self.cel_mutating = [p for p in cel_policies or [] if p.kind in MUTATING_POLICY_KINDS and p.admission]
         self.cel_evaluator = cel_evaluator
+        # ImageValidatingPolicies: verified in the validating phase, digests pinned (mutateDigest) in the mutating one
+        self.image_evaluator: Any = None
+        self.cel_digest_pinning: list[Any] = []
+        if cel_evaluator is not None and any(p.kind in IMAGE_VALIDATING_POLICY_KINDS for p in self.cel_policies):
+            from stockade.celpolicy.imagevalidating import ImageValidatingEvaluator
+
+            self.image_evaluator = ImageValidatingEvaluator(
+                cel_evaluator, getattr(engine, "image_verifier", None), getattr(engine, "verification_cache", None)
+            )
+            if self.image_evaluator.image_verifier is not None:
+                self.cel_digest_pinning = [
+                    p for p in self.cel_policies
+                    if p.kind in IMAGE_VALIDATING_POLICY_KINDS and (p.spec.get("validationConfigurations") or {}).get("mutateDigest", True) is not False
+                ]
         self._namespace_labels = namespace_labels
         self.role_resolver = role_resolver
         self.kind_resolver = kind_resolver
@@ -327,8 +342,9 @@ class AdmissionEvaluator:
 
     @property
     def needs_network(self) -> bool:
-        """True when evaluation may call registries (verifyImages), so callers keep it off their event loop."""
-        return bool(self._verifying(None))
+        """True when evaluation may call registries (verifyImages, ImageValidatingPolicy), so callers keep it off
+        their event loop."""
+        return bool(self._verifying(None)) or (self.image_evaluator is not None and self.image_evaluator.image_verifier is not None)
 
     def _verifying(self, failure: str | None) -> list[KyvernoPolicy]:
         return self._verifying_by_failure[failure]
@@ -353,9 +369,10 @@ class AdmissionEvaluator:
         )
 
     def _mutate_cel(self, request: AdmissionRequest, failure: str | None, current: dict[str, Any], started: float) -> tuple[list[EngineResponse], dict[str, Any]]:
-        """MutatingPolicies in order, each seeing the previous one's output."""
+        """MutatingPolicies in order, each seeing the previous one's output, then ImageValidatingPolicy digest pinning."""
         policies = [p for p in self.cel_mutating if failure is None or failure_policy(p) == failure]
-        if not policies or self.cel_evaluator is None:
+        pinning = [p for p in self.cel_digest_pinning if failure is None or failure_policy(p) == failure]
+        if not (policies or pinning) or self.cel_evaluator is None:
             return [], current
         labels = self.namespace_labels(request)
         responses: list[EngineResponse] = []
@@ -372,6 +389,17 @@ class AdmissionEvaluator:
             responses.append(response)
             if response.patched_resource:
                 current = response.patched_resource
+        for policy in pinning:
+            if self._expired(policy, started):
+                responses.append(timed_out_response(policy, None, current, self._budget(policy), "Mutation"))
+                continue
+            patches, problem = self.image_evaluator.mutate_digest(policy, self._cel_input(request, labels, current))
+            if problem is not None and "Deny" in validation_actions(policy):
+                responses.append(problem)
+            if patches:
+                import jsonpatch
+
+                current = jsonpatch.apply_patch(current, patches)
         return responses, current
 
     def _validate_cel(self, request: AdmissionRequest, failure: str | None, labels: dict[str, str], started: float) -> tuple[list[EngineResponse], list[str]]:
@@ -386,7 +414,8 @@ class AdmissionEvaluator:
             if self._expired(policy, started):
                 responses.append(timed_out_response(policy, None, request.subject, self._budget(policy), "Validation"))
                 continue
-            response = self.cel_evaluator.validate(policy, cel_request)
+            evaluator = self.image_evaluator if policy.kind in IMAGE_VALIDATING_POLICY_KINDS else self.cel_evaluator
+            response = evaluator.validate(policy, cel_request)
             if response is None or not response.rules:
                 continue
             if self._expired(policy, started):
@@ -408,7 +437,7 @@ class AdmissionEvaluator:
             return cached
         verifying = self._verifying(failure)
         if phase == "mutate":
-            mutating = [p for p in self.cel_mutating if failure is None or failure_policy(p) == failure]
+            mutating = [p for p in self.cel_mutating + self.cel_digest_pinning if failure is None or failure_policy(p) == failure]
             kyverno = [p for p in self.policies_for(failure) if p.has_mutate()]
             chosen: list[Any] = kyverno + mutating + [p for p in verifying if p not in kyverno] if (kyverno or mutating or verifying) else []
         else:
@@ -476,7 +505,7 @@ class AdmissionEvaluator:
         ``started`` is when the request arrived (``clock()`` time); each policy's timeout counts from it."""
         policies = [p for p in self.policies_for(failure) if p.has_mutate()]
         verifying = self._verifying(failure)
-        if request.operation in ("DELETE", "CONNECT") or not (policies or self.cel_mutating or verifying):
+        if request.operation in ("DELETE", "CONNECT") or not (policies or self.cel_mutating or self.cel_digest_pinning or verifying):
             return AdmissionDecision(allowed=True)
         started = self.clock() if started is None else started
         request = self.with_roles(request)

@@ -30,8 +30,6 @@ from stockade.testing.sigstore import FakeFulcio, FakeRekor, trusted_root_json
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 COSIGN = Path(os.environ.get("STOCKADE_COSIGN", REPO_ROOT / ".cache" / "bin" / "cosign"))
-if not COSIGN.exists():
-    COSIGN = Path("/work/main/.cache/bin/cosign")
 PASSWORD = "ivpol-pass"
 REGISTRY_FLAGS = ("--allow-insecure-registry", "--allow-http-registry")
 IDENTITY = "https://github.com/acme/app/.github/workflows/release.yaml@refs/heads/main"
