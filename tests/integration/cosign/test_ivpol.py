@@ -10,6 +10,7 @@ import base64
 import json
 import os
 import subprocess
+import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -387,3 +388,30 @@ def test_real_cosign_accepts_our_test_rekor_bundle(registry: LocalRegistry, clie
                       "--certificate-oidc-issuer", ISSUER, "--insecure-ignore-sct", *REGISTRY_FLAGS, pinned(image, digest),
                       cwd=tmp_path, env={"SIGSTORE_REKOR_PUBLIC_KEY": str(tmp_path / "rekor.pub")}, check=False)
     assert verified.returncode == 0, verified.stderr
+
+
+# -- the CLI --------------------------------------------------------------------------------------------------------
+def test_stockade_apply_verifies_image_validating_policies(client: RegistryClient, registry: LocalRegistry, signer: Signer, tmp_path: Path) -> None:
+    import yaml
+
+    image, digest = push(client, registry, "ivp/cli:v1")
+    cosign("sign", "--key", "cosign.key", "--tlog-upload=false", *REGISTRY_FLAGS, pinned(image, digest), cwd=signer.directory)
+    unsigned, unsigned_digest = push(client, registry, "ivp/cli-unsigned:v1")
+    (tmp_path / "policy.yaml").write_text(yaml.safe_dump(policy([key_attestor(signer.public_pem)], SIGNED_BY_ALL)))
+    (tmp_path / "signed.yaml").write_text(yaml.safe_dump(pod(pinned(image, digest))))
+    bad = pod(pinned(unsigned, unsigned_digest))
+    bad["metadata"]["name"] = "bad"
+    (tmp_path / "unsigned.yaml").write_text(yaml.safe_dump(bad))
+
+    def apply(resource: str, *extra: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-c", "from stockade.cli.main import main; main()", "apply", str(tmp_path / "policy.yaml"),
+                   "-r", str(tmp_path / resource), *extra]
+        return subprocess.run(command, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+
+    passed = apply("signed.yaml", "--registry", "--insecure-registry", registry.host)
+    assert passed.returncode == 0 and "pass: 1, fail: 0" in passed.stdout, passed.stdout + passed.stderr
+    failed = apply("unsigned.yaml", "--registry", "--insecure-registry", registry.host)
+    assert failed.returncode == 1 and "fail: 1" in failed.stdout and "unsigned image" in failed.stdout, failed.stdout + failed.stderr
+    offline = apply("signed.yaml")
+    assert offline.returncode == 1 and "error: 1" in offline.stdout and "--registry" in offline.stdout, offline.stdout + offline.stderr
+    assert "Traceback" not in passed.stderr + failed.stderr + offline.stderr
