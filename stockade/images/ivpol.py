@@ -1,8 +1,9 @@
 """ImageValidatingPolicy's image functions over the one cosign verifier (`stockade.images.verify.CosignVerifier`).
 
 An ImageValidatingPolicy names its attestors in Kyverno's policies.kyverno.io shape (``cosign: {key | keyless |
-certificate, ctlog, trustedRoot, source, annotations}``, ``notary: {certs}``); this module translates each into the
-attestor/options pair `CosignVerifier` already checks, so there is a single cosign implementation.  One
+certificate, ctlog, trustedRoot, source, annotations}``, ``notary: {certs}``); this module translates each cosign
+attestor into the attestor/options pair `CosignVerifier` already checks, so there is a single cosign implementation;
+notary attestors go to `stockade.images.notary`.  One
 `IvpolImageVerifier` serves one evaluation (one admission request): it answers ``verifyImageSignatures``,
 ``verifyAttestationSignatures``, ``extractPayload`` and ``getImageData`` (the ``imageVerify`` CEL provider).
 
@@ -23,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from stockade.images.notary import NotaryVerifier, trusted_certificates
 from stockade.images.reference import ImageReference, InvalidReferenceError, parse_reference
 from stockade.images.registry import RegistryError
 from stockade.images.sigstore_trust import TrustRoot, parse_trusted_root, rekor_keys_from_pem
@@ -171,7 +173,8 @@ class IvpolImageVerifier:
         count = 0
         for attestor in attestors:
             attestor = _attestor(attestor)
-            if self._is_notary(attestor):
+            if isinstance(attestor.get("notary"), Mapping):
+                count += self._notary_verified(image, digest, attestor)
                 continue
             for check in cosign_checks(attestor):
                 try:
@@ -202,8 +205,8 @@ class IvpolImageVerifier:
         count = 0
         for attestor in attestors:
             attestor = _attestor(attestor)
-            if self._is_notary(attestor):
-                continue
+            if isinstance(attestor.get("notary"), Mapping):
+                raise VerificationUnavailable(f"attestor {attestor.get('name')}: notary verifies OCI referrer attestations only, and those are not supported yet")
             for check in cosign_checks(attestor):
                 try:
                     statements = self.verifier.fetch_attestations(image, digest, check.attestor, check.options, predicate_type)
@@ -288,11 +291,20 @@ class IvpolImageVerifier:
             raise VerificationUnavailable(f"attestation {attestation}: OCI referrer attestations (notary) are not supported yet")
         raise InvalidAttestor(f"attestation {attestation}: needs intoto.type")
 
-    @staticmethod
-    def _is_notary(attestor: Mapping[str, Any]) -> bool:
-        if isinstance(attestor.get("notary"), Mapping):
-            raise VerificationUnavailable(f"attestor {attestor.get('name')}: notary (Notary v2) signatures are not supported yet")
-        return False
+    def _notary_verified(self, image: str, digest: str, attestor: Mapping[str, Any]) -> int:
+        """1 when a notation signature of the digest verifies under the attestor's ``notary.certs``, else 0."""
+        notary = attestor.get("notary")
+        assert isinstance(notary, Mapping)
+        field_name = f"attestor {attestor.get('name')}: notary.certs"
+        certs = _text(notary.get("certs"))
+        if not certs:
+            raise InvalidAttestor(f"{field_name}: no certificates")
+        trusted = trusted_certificates(certs, field_name)
+        try:
+            NotaryVerifier(self.verifier.client).verify(_reference(image), digest, trusted)
+        except VerificationFailure:
+            return 0
+        return 1
 
     def _cache_key(self, function: str, qualifier: str, attestors: list[Any], digest: str) -> tuple[str, ...]:
         return ("ivpol", self.cache_scope, function, qualifier, _digest_key(attestors), digest)
