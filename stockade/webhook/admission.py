@@ -304,13 +304,15 @@ class AdmissionEvaluator:
         self.engine = engine
         # background-only policies (spec.admission / evaluation.admission.enabled false) are never applied here
         self.policies = [p for p in policies if p.admission]
-        self.cel_policies = [p for p in cel_policies or [] if p.kind in VALIDATING_POLICY_KINDS + IMAGE_VALIDATING_POLICY_KINDS and p.admission]
+        self.cel_policies = [p for p in cel_policies or [] if p.kind in VALIDATING_POLICY_KINDS and p.admission]
+        # kept apart from cel_policies, which background scans evaluate as ValidatingPolicies
+        self.cel_image_policies = [p for p in cel_policies or [] if p.kind in IMAGE_VALIDATING_POLICY_KINDS and p.admission]
         self.cel_mutating = [p for p in cel_policies or [] if p.kind in MUTATING_POLICY_KINDS and p.admission]
         self.cel_evaluator = cel_evaluator
         # ImageValidatingPolicies: verified in the validating phase, digests pinned (mutateDigest) in the mutating one
         self.image_evaluator: Any = None
         self.cel_digest_pinning: list[Any] = []
-        if cel_evaluator is not None and any(p.kind in IMAGE_VALIDATING_POLICY_KINDS for p in self.cel_policies):
+        if cel_evaluator is not None and self.cel_image_policies:
             from stockade.celpolicy.imagevalidating import ImageValidatingEvaluator
 
             self.image_evaluator = ImageValidatingEvaluator(
@@ -318,8 +320,8 @@ class AdmissionEvaluator:
             )
             if self.image_evaluator.image_verifier is not None:
                 self.cel_digest_pinning = [
-                    p for p in self.cel_policies
-                    if p.kind in IMAGE_VALIDATING_POLICY_KINDS and (p.spec.get("validationConfigurations") or {}).get("mutateDigest", True) is not False
+                    p for p in self.cel_image_policies
+                    if (p.spec.get("validationConfigurations") or {}).get("mutateDigest", True) is not False
                 ]
         self._namespace_labels = namespace_labels
         self.role_resolver = role_resolver
@@ -350,9 +352,11 @@ class AdmissionEvaluator:
         return self._verifying_by_failure[failure]
 
     def cel_policies_for(self, failure: str | None) -> list[Any]:
+        """Validating and ImageValidating policies of one webhook variant (``None``: all)."""
+        policies = self.cel_policies + self.cel_image_policies
         if failure is None:
-            return self.cel_policies
-        return [p for p in self.cel_policies if failure_policy(p) == failure]
+            return policies
+        return [p for p in policies if failure_policy(p) == failure]
 
     @staticmethod
     def _cel_input(request: AdmissionRequest, labels: dict[str, str], new_object: dict[str, Any] | None = None) -> Any:
