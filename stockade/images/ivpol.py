@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from stockade.images.attest import predicate_type_uri
 from stockade.images.notary import NotaryVerifier, trusted_certificates
 from stockade.images.reference import ImageReference, InvalidReferenceError, parse_reference
 from stockade.images.registry import RegistryError
@@ -286,7 +287,7 @@ class IvpolImageVerifier:
             raise InvalidAttestor(f"attestation not found in policy: {attestation}")
         intoto = entry.get("intoto")
         if isinstance(intoto, Mapping) and intoto.get("type"):
-            return str(intoto["type"])
+            return predicate_type_uri(str(intoto["type"]))  # cosign's short names (cyclonedx, slsaprovenance...)
         if isinstance(entry.get("referrer"), Mapping):
             raise VerificationUnavailable(f"attestation {attestation}: OCI referrer attestations (notary) are not supported yet")
         raise InvalidAttestor(f"attestation {attestation}: needs intoto.type")
