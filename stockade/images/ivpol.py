@@ -25,7 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from stockade.images.attest import predicate_type_uri
-from stockade.images.notary import NotaryVerifier, trusted_certificates
+from stockade.images.notary import (
+    MAX_SIGNATURE_ATTEMPTS,
+    NotaryVerifier,
+    referrer_payload,
+    referrers,
+    trusted_certificates,
+)
 from stockade.images.reference import ImageReference, InvalidReferenceError, parse_reference
 from stockade.images.registry import RegistryError
 from stockade.images.sigstore_trust import TrustRoot, parse_trusted_root, rekor_keys_from_pem
@@ -190,7 +196,7 @@ class IvpolImageVerifier:
     def verify_attestation_signatures(self, image: str, attestation: str, attestors: list[Any]) -> int:
         if not self.image_matches(image):
             return 0
-        predicate_type = self._predicate_type(attestation)
+        predicate_type = self._attestation_type(attestation)
         digest = self.digest(image)
         key = self._cache_key("verifyAttestationSignatures", attestation, attestors, digest)
         if self.cache is not None and attestors and self.cache.get(key):
@@ -204,13 +210,19 @@ class IvpolImageVerifier:
         self, image: str, attestation: str, predicate_type: str, digest: str, attestors: list[Any], key: tuple[str, ...]
     ) -> int:
         count = 0
+        kind, _, wanted = predicate_type.partition(":")
         for attestor in attestors:
             attestor = _attestor(attestor)
             if isinstance(attestor.get("notary"), Mapping):
-                raise VerificationUnavailable(f"attestor {attestor.get('name')}: notary verifies OCI referrer attestations only, and those are not supported yet")
+                if kind != "referrer":
+                    raise VerificationUnavailable(f"attestor {attestor.get('name')}: notary verifier only supports OCI 1.1 referrers as attestations")
+                count += self._notary_referrer_verified(image, attestation, digest, wanted, attestor)
+                continue
+            if kind != "intoto":
+                continue  # Kyverno: the cosign verifier only supports in-toto attestations, so it does not count
             for check in cosign_checks(attestor):
                 try:
-                    statements = self.verifier.fetch_attestations(image, digest, check.attestor, check.options, predicate_type)
+                    statements = self.verifier.fetch_attestations(image, digest, check.attestor, check.options, wanted)
                 except VerificationFailure:
                     continue
                 if not statements:
@@ -222,7 +234,7 @@ class IvpolImageVerifier:
         return count
 
     def extract_payload(self, image: str, attestation: str) -> Any:
-        predicate_type = self._predicate_type(attestation)
+        predicate_type = self._attestation_type(attestation)
         pending = self._pending.pop((image, attestation), None)
         if pending is not None and (image, attestation) not in self._statements:
             digest = self.digest(image)
@@ -231,7 +243,7 @@ class IvpolImageVerifier:
         statements = self._statements.get((image, attestation))
         if not statements:
             raise VerificationFailure(
-                f"failed to get payload: intoto attestation {attestation} of {image} cannot be read before verifyAttestationSignatures verified it"
+                f"failed to get payload: attestation {attestation} of {image} cannot be read before verifyAttestationSignatures verified it"
             )
         return statements[0]
 
@@ -281,26 +293,46 @@ class IvpolImageVerifier:
             digest = self._digests[image] = self.verifier.resolve_digest(image)
         return digest
 
-    def _predicate_type(self, attestation: str) -> str:
+    def _attestation_type(self, attestation: str) -> str:
+        """``intoto:<predicate type URI>`` or ``referrer:<artifact type>``."""
         entry = self.attestations.get(attestation)
         if entry is None:
             raise InvalidAttestor(f"attestation not found in policy: {attestation}")
         intoto = entry.get("intoto")
         if isinstance(intoto, Mapping) and intoto.get("type"):
-            return predicate_type_uri(str(intoto["type"]))  # cosign's short names (cyclonedx, slsaprovenance...)
-        if isinstance(entry.get("referrer"), Mapping):
-            raise VerificationUnavailable(f"attestation {attestation}: OCI referrer attestations (notary) are not supported yet")
-        raise InvalidAttestor(f"attestation {attestation}: needs intoto.type")
+            return "intoto:" + predicate_type_uri(str(intoto["type"]))  # cosign's short names (cyclonedx, ...)
+        referrer = entry.get("referrer")
+        if isinstance(referrer, Mapping) and referrer.get("type"):
+            return f"referrer:{referrer['type']}"
+        raise InvalidAttestor(f"attestation {attestation}: needs intoto.type or referrer.type")
 
-    def _notary_verified(self, image: str, digest: str, attestor: Mapping[str, Any]) -> int:
-        """1 when a notation signature of the digest verifies under the attestor's ``notary.certs``, else 0."""
+    def _notary_referrer_verified(self, image: str, attestation: str, digest: str, artifact_type: str, attestor: Mapping[str, Any]) -> int:
+        """1 when a referrer of `artifact_type` carries a notation signature trusted by the attestor (its content
+        becomes the attestation's payload), else 0."""
+        reference = _reference(image)
+        notary = NotaryVerifier(self.verifier.client)
+        for descriptor in referrers(self.verifier.client, reference, digest, artifact_type)[:MAX_SIGNATURE_ATTEMPTS]:
+            try:
+                notary.verify(reference, str(descriptor.get("digest")), self._notary_trust(attestor))
+            except VerificationFailure:
+                continue
+            self._statements[(image, attestation)] = [referrer_payload(self.verifier.client, reference, descriptor)]
+            return 1
+        return 0
+
+    @staticmethod
+    def _notary_trust(attestor: Mapping[str, Any]) -> list[Any]:
         notary = attestor.get("notary")
         assert isinstance(notary, Mapping)
         field_name = f"attestor {attestor.get('name')}: notary.certs"
         certs = _text(notary.get("certs"))
         if not certs:
             raise InvalidAttestor(f"{field_name}: no certificates")
-        trusted = trusted_certificates(certs, field_name)
+        return trusted_certificates(certs, field_name)
+
+    def _notary_verified(self, image: str, digest: str, attestor: Mapping[str, Any]) -> int:
+        """1 when a notation signature of the digest verifies under the attestor's ``notary.certs``, else 0."""
+        trusted = self._notary_trust(attestor)
         try:
             NotaryVerifier(self.verifier.client).verify(_reference(image), digest, trusted)
         except VerificationFailure:

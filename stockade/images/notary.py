@@ -172,6 +172,25 @@ def verify_envelope(envelope: bytes, media_type: str, digest: str, trusted: list
     return target
 
 
+MAX_REFERRER_PAYLOAD_BYTES = 4 << 20
+
+
+def referrer_payload(client: RegistryClient, image: ImageReference, descriptor: Mapping[str, Any]) -> Any:
+    """The JSON content of a referrer artifact (its single layer), e.g. an SBOM attached to an image."""
+    try:
+        manifest = json.loads(client.get_manifest(image.with_digest(str(descriptor.get("digest"))))[0])
+        layers = manifest.get("layers") or []
+        if not layers:
+            raise VerificationFailure(f"referrer {descriptor.get('digest')} has no content layer")
+        if int(layers[0].get("size") or 0) > MAX_REFERRER_PAYLOAD_BYTES:
+            raise VerificationFailure(f"referrer {descriptor.get('digest')} is larger than {MAX_REFERRER_PAYLOAD_BYTES} bytes")
+        return json.loads(client.get_blob(image.repository(), str(layers[0].get("digest"))))
+    except RegistryError as exc:
+        raise VerificationUnavailable(f"failed to fetch referrer {descriptor.get('digest')}: {exc}") from None
+    except (ValueError, TypeError, AttributeError):
+        raise VerificationFailure(f"referrer {descriptor.get('digest')} is not a JSON artifact") from None
+
+
 class NotaryVerifier:
     """Verifies notation signatures of a digest over a RegistryClient."""
 
@@ -209,4 +228,4 @@ class NotaryVerifier:
         raise VerificationFailure("; ".join(dict.fromkeys(problems)))
 
 
-__all__ = ["NOTARY_SIGNATURE_ARTIFACT", "NotaryVerifier", "referrers", "trusted_certificates", "verify_envelope"]
+__all__ = ["NOTARY_SIGNATURE_ARTIFACT", "NotaryVerifier", "referrer_payload", "referrers", "trusted_certificates", "verify_envelope"]

@@ -125,3 +125,65 @@ def test_bad_certs_in_policy_are_an_error(client: RegistryClient, registry: Loca
     image = _push(client, registry, "notary/bad-certs:v1")
     status, message = _evaluate(client, "-----BEGIN CERTIFICATE-----\n" + base64.b64encode(b"junk").decode() + "\n-----END CERTIFICATE-----", image)
     assert status == "error" and "notary.certs" in message
+
+
+def _attach_referrer(client: RegistryClient, image: str, artifact_type: str, content: dict[str, Any]) -> str:
+    """Push an artifact whose subject is `image` and list it in the referrers tag index (what `oras attach` does on
+    registries without the referrers API); returns the artifact's pinned reference."""
+    from stockade.images.registry import OCI_IMAGE_MANIFEST
+
+    repo = parse_reference(image).repository()
+    image_digest = image.split("@")[1]
+    blob = json.dumps(content).encode()
+    subject_bytes, _, _ = client.get_manifest(parse_reference(image))
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": OCI_IMAGE_MANIFEST,
+        "artifactType": artifact_type,
+        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "size": 2, "digest": client.push_blob(repo, b"{}")},
+        "layers": [{"mediaType": artifact_type, "size": len(blob), "digest": client.push_blob(repo, blob)}],
+        "subject": {"mediaType": OCI_IMAGE_MANIFEST, "size": len(subject_bytes), "digest": image_digest},
+    }
+    manifest_bytes = json.dumps(manifest).encode()
+    artifact_digest = client.push_manifest(repo.with_tag("sbom-" + image_digest.split(":")[1][:12]), manifest_bytes, OCI_IMAGE_MANIFEST)
+    index_tag = repo.with_tag(image_digest.replace(":", "-"))
+    try:
+        index = json.loads(client.get_manifest(index_tag)[0])
+    except Exception:  # noqa: BLE001 - no index yet
+        index = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": []}
+    index["manifests"].append({"mediaType": OCI_IMAGE_MANIFEST, "digest": artifact_digest, "size": len(manifest_bytes), "artifactType": artifact_type})
+    client.push_manifest(index_tag, json.dumps(index).encode(), "application/vnd.oci.image.index.v1+json")
+    return f"{image.split('@')[0]}@{artifact_digest}"
+
+
+def test_notary_signed_referrer_attestation_and_extract_payload(client: RegistryClient, registry: LocalRegistry, notation: Notation) -> None:
+    """Kyverno's SBOM example: a CycloneDX referrer, signed with notation, read by extractPayload."""
+    image = _push(client, registry, "notary/with-sbom:v1")
+    notation.run("sign", "--insecure-registry", image)
+    sbom = _attach_referrer(client, image, "application/vnd.cyclonedx+json", {"bomFormat": "CycloneDX", "specVersion": "1.5"})
+    validations = [
+        {"expression": "images.containers.map(i, verifyAttestationSignatures(i, attestations.sbom, [attestors.notary])).all(e, e > 0)", "message": "no signed SBOM"},
+        {"expression": "images.containers.map(i, extractPayload(i, attestations.sbom).bomFormat == 'CycloneDX').all(e, e)", "message": "not CycloneDX"},
+    ]
+    document = {
+        "apiVersion": "policies.kyverno.io/v1beta1",
+        "kind": "ImageValidatingPolicy",
+        "metadata": {"name": "notary"},
+        "spec": {
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+            "attestors": [{"name": "notary", "notary": {"certs": {"value": notation.certificate_pem}}}],
+            "attestations": [{"name": "sbom", "referrer": {"type": "application/vnd.cyclonedx+json"}}],
+            "validations": validations,
+        },
+    }
+    resource: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                                "spec": {"containers": [{"name": "c", "image": image}]}}
+
+    def status() -> tuple[str, str]:
+        run = CelPolicyRun(documents=[document], image_verifier=CosignVerifier(client))
+        rules = [rule for response in run.responses(resource, "CREATE", RequestInfo(), {}) for rule in response.rules]
+        return rules[0].status, rules[0].message
+
+    assert status() == ("fail", "no signed SBOM")  # the SBOM is attached but not signed yet
+    notation.run("sign", "--insecure-registry", sbom)
+    assert status() == ("pass", "success")
