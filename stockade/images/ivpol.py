@@ -18,6 +18,7 @@ after verification is verified again.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Mapping
@@ -66,13 +67,31 @@ def _text(value: Any) -> str:
     return str(value or "")
 
 
-def _transparency(cosign: Mapping[str, Any], name: str, trust: TrustRoot | None) -> tuple[dict[str, Any] | None, bool]:
-    """(trusted Rekor keys or None when the log is ignored, whether embedded SCTs are ignored)."""
+def _certificate_transparency(cosign: Mapping[str, Any], name: str, trust: TrustRoot | None) -> dict[str, Any] | None:
+    """Trusted CT log keys for keyless certificates' embedded SCTs, or None when ``ctlog.insecureIgnoreSCT``."""
     ctlog = cosign.get("ctlog") if isinstance(cosign.get("ctlog"), Mapping) else {}
     assert isinstance(ctlog, Mapping)
-    ignore_sct = bool(ctlog.get("insecureIgnoreSCT"))
+    if ctlog.get("insecureIgnoreSCT"):
+        return None
+    keys: dict[str, Any] = {}
+    if ctlog.get("ctLogPubKey"):
+        keys.update(rekor_keys_from_pem(str(ctlog["ctLogPubKey"]), f"attestors[{name}].cosign.ctlog.ctLogPubKey"))
+    elif trust is not None:
+        keys.update(trust.ct_keys)
+    if not keys:
+        raise VerificationUnavailable(
+            f"attestor {name}: the certificate transparency (SCT) check needs ctlog.ctLogPubKey or trustedRoot ctlogs "
+            "(the public Sigstore TUF root is not fetched offline); set ctlog.insecureIgnoreSCT: true to skip it"
+        )
+    return keys
+
+
+def _transparency(cosign: Mapping[str, Any], name: str, trust: TrustRoot | None) -> dict[str, Any] | None:
+    """Trusted Rekor keys, or None when the log is ignored (``ctlog.insecureIgnoreTlog``)."""
+    ctlog = cosign.get("ctlog") if isinstance(cosign.get("ctlog"), Mapping) else {}
+    assert isinstance(ctlog, Mapping)
     if ctlog.get("insecureIgnoreTlog"):
-        return None, ignore_sct
+        return None
     keys: dict[str, Any] = {}
     if ctlog.get("rekorPubKey"):
         keys.update(rekor_keys_from_pem(str(ctlog["rekorPubKey"]), f"attestors[{name}].cosign.ctlog.rekorPubKey"))
@@ -83,7 +102,7 @@ def _transparency(cosign: Mapping[str, Any], name: str, trust: TrustRoot | None)
             f"attestor {name}: the transparency log check needs ctlog.rekorPubKey or trustedRoot (the public Sigstore "
             "TUF root is not fetched offline); set ctlog.insecureIgnoreTlog: true to skip it"
         )
-    return keys, ignore_sct
+    return keys
 
 
 def cosign_checks(attestor: Mapping[str, Any]) -> list[_Check]:
@@ -101,7 +120,7 @@ def cosign_checks(attestor: Mapping[str, Any]) -> list[_Check]:
             raise InvalidAttestor(f"attestor {name}: cosign.{exc}") from None
     elif isinstance(cosign.get("tuf"), Mapping):
         raise VerificationUnavailable(f"attestor {name}: cosign.tuf needs a TUF mirror, which is not contacted offline; use cosign.trustedRoot")
-    rekor_keys, ignore_sct = _transparency(cosign, name, trust)
+    rekor_keys = _transparency(cosign, name, trust)
     source = cosign.get("source") if isinstance(cosign.get("source"), Mapping) else {}
     assert isinstance(source, Mapping)
     if source.get("tagPrefix"):
@@ -128,10 +147,7 @@ def cosign_checks(attestor: Mapping[str, Any]) -> list[_Check]:
         return [_Check({"certificates": {"cert": cert, "certChain": chain}}, options)]
     keyless = cosign.get("keyless")
     if isinstance(keyless, Mapping):
-        if not ignore_sct:
-            raise VerificationUnavailable(
-                f"attestor {name}: certificate transparency (SCT) checks are not supported offline; set cosign.ctlog.insecureIgnoreSCT: true"
-            )
+        options = dataclasses.replace(options, ct_keys=_certificate_transparency(cosign, name, trust))
         identities = [i for i in keyless.get("identities") or [] if isinstance(i, Mapping)]
         if not identities:
             raise InvalidAttestor(f"attestor {name}: cosign.keyless needs at least one identity")

@@ -44,15 +44,11 @@ class TrustRoot:
     roots: tuple[x509.Certificate, ...] = ()
     intermediates: tuple[x509.Certificate, ...] = ()
     rekor_keys: Mapping[str, PublicKey] = field(default_factory=dict)
-
-    def merged(self, other: TrustRoot) -> TrustRoot:
-        return TrustRoot(
-            self.roots + other.roots, self.intermediates + other.intermediates, {**self.rekor_keys, **other.rekor_keys}
-        )
+    ct_keys: Mapping[str, PublicKey] = field(default_factory=dict)
 
 
 def rekor_keys_from_pem(text: str, field_name: str) -> dict[str, PublicKey]:
-    """Every PUBLIC KEY block of a policy field (``ctlog.rekorPubKey``), keyed by log ID."""
+    """Every PUBLIC KEY block of a policy field (``ctlog.rekorPubKey``, ``ctlog.ctLogPubKey``), keyed by log ID."""
     blocks = split_pem(text)
     if not blocks:
         raise InvalidAttestor(f"{field_name}: no PEM public key found")
@@ -123,18 +119,52 @@ def parse_trusted_root(text: str, now: datetime | None = None) -> TrustRoot:
             except ValueError as exc:
                 raise InvalidAttestor(f"trustedRoot: {where}: {exc}") from None
             (roots if certificate.issuer == certificate.subject else intermediates).append(certificate)
-    rekor: dict[str, PublicKey] = {}
-    for index, tlog in enumerate(document.get("tlogs") or []):
-        public = (tlog or {}).get("publicKey") or {}
-        if not isinstance(public, Mapping) or not _valid_now(public, moment):
+    logs: dict[str, dict[str, PublicKey]] = {"tlogs": {}, "ctlogs": {}}
+    for kind, found in logs.items():
+        for index, tlog in enumerate(document.get(kind) or []):
+            public = (tlog or {}).get("publicKey") or {}
+            if not isinstance(public, Mapping) or not _valid_now(public, moment):
+                continue
+            der = _b64(public.get("rawBytes"), f"{kind}[{index}].publicKey.rawBytes")
+            try:
+                key: Any = serialization.load_der_public_key(der)
+            except ValueError as exc:
+                raise InvalidAttestor(f"trustedRoot: {kind}[{index}].publicKey: {exc}") from None
+            found[log_id(key)] = key
+    return TrustRoot(tuple(roots), tuple(intermediates), logs["tlogs"], logs["ctlogs"])
+
+
+def verify_embedded_scts(leaf: x509.Certificate, issuer: x509.Certificate, ct_keys: Mapping[str, PublicKey]) -> None:
+    """Certificate transparency: one SCT embedded in `leaf` must be a trusted CT log's signature over the
+    precertificate (RFC 6962 section 3.2: the TBS without the SCT list, bound to the issuer's key hash)."""
+    if not ct_keys:
+        raise VerificationFailure("certificate transparency check needs a CT log public key (ctlog.ctLogPubKey or trustedRoot ctlogs)")
+    try:
+        scts = leaf.extensions.get_extension_for_class(x509.PrecertificateSignedCertificateTimestamps).value
+    except x509.ExtensionNotFound:
+        raise VerificationFailure("certificate carries no embedded SCT (certificate transparency)") from None
+    issuer_key_hash = hashlib.sha256(
+        issuer.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    ).digest()
+    tbs = leaf.tbs_precertificate_bytes
+    for sct in scts:
+        key = ct_keys.get(sct.log_id.hex())
+        if key is None:
             continue
-        der = _b64(public.get("rawBytes"), f"tlogs[{index}].publicKey.rawBytes")
+        moment = sct.timestamp.replace(tzinfo=timezone.utc)
+        milliseconds = int(moment.timestamp()) * 1000 + moment.microsecond // 1000
+        extensions = sct.extension_bytes
+        signed = (
+            b"\x00\x00" + milliseconds.to_bytes(8, "big") + b"\x00\x01" + issuer_key_hash
+            + len(tbs).to_bytes(3, "big") + tbs + len(extensions).to_bytes(2, "big") + extensions
+        )
+        hash_name = getattr(sct.signature_hash_algorithm, "name", "sha256")
         try:
-            key: Any = serialization.load_der_public_key(der)
-        except ValueError as exc:
-            raise InvalidAttestor(f"trustedRoot: tlogs[{index}].publicKey: {exc}") from None
-        rekor[log_id(key)] = key
-    return TrustRoot(tuple(roots), tuple(intermediates), rekor)
+            verify_signature(key, sct.signature, signed, hash_name)
+        except (VerificationFailure, KeyFormatError):
+            raise VerificationFailure("embedded SCT signature is invalid") from None
+        return
+    raise VerificationFailure("no embedded SCT is from a trusted CT log")
 
 
 @dataclass(frozen=True)
@@ -241,5 +271,6 @@ __all__ = [
     "log_id",
     "parse_trusted_root",
     "rekor_keys_from_pem",
+    "verify_embedded_scts",
     "verify_set",
 ]

@@ -39,6 +39,8 @@ class SignatureOptions:
     trust_root: Any = None
     # Trusted Rekor keys by log ID; None means the transparency log is not checked (ignoreTlog).
     rekor_keys: Mapping[str, Any] | None = None
+    # Trusted CT log keys by log ID for keyless certificates' embedded SCTs; None means SCTs are not checked.
+    ct_keys: Mapping[str, Any] | None = None
 
 
 class ImageSignatureVerifier(Protocol):

@@ -36,7 +36,14 @@ from stockade.images.cosign import (
 from stockade.images.keys import KeyFormatError, KeyResolver, PublicKey, pem_blocks, verify_signature
 from stockade.images.reference import ImageReference, InvalidReferenceError, parse_reference
 from stockade.images.registry import RegistryClient, RegistryError
-from stockade.images.sigstore_trust import LogEntry, TrustRoot, check_entry_binds_signature, rekor_keys_from_pem, verify_set
+from stockade.images.sigstore_trust import (
+    LogEntry,
+    TrustRoot,
+    check_entry_binds_signature,
+    rekor_keys_from_pem,
+    verify_embedded_scts,
+    verify_set,
+)
 from stockade.images.verifier_api import InvalidAttestor, SignatureOptions, VerificationFailure, VerificationUnavailable
 
 # Fulcio certificate extensions (OIDC issuer v1 is a raw string, v2 a DER UTF8String).
@@ -63,6 +70,7 @@ class _Identity:
     unchecked: bool = False  # attestor-less attestation entries: signature not checked
     trust: TrustRoot | None = None  # keyless roots when the attestor has no `roots`
     rekor_keys: Mapping[str, PublicKey] | None = None  # None: transparency log not checked
+    ct_keys: Mapping[str, PublicKey] | None = None  # None: embedded SCTs not checked
 
 
 def _load_certificates(pem: str) -> list[x509.Certificate]:
@@ -245,7 +253,10 @@ class CosignVerifier:
         if isinstance(rekor, Mapping) and rekor.get("pubkey") and not rekor.get("ignoreTlog"):
             rekor_keys = {**(rekor_keys or {}), **rekor_keys_from_pem(str(rekor["pubkey"]), "rekor.pubkey")}
         trust = options.trust_root if isinstance(options.trust_root, TrustRoot) else None
-        return _Identity(identity.keys, identity.certificate, identity.chain, identity.keyless, identity.hash_name, identity.unchecked, trust, rekor_keys)
+        return _Identity(
+            identity.keys, identity.certificate, identity.chain, identity.keyless, identity.hash_name, identity.unchecked,
+            trust, rekor_keys, options.ct_keys,
+        )
 
     def _identity_material(self, attestor: Mapping[str, Any], options: SignatureOptions) -> _Identity:
         hash_name = str(attestor.get("signatureAlgorithm") or options.signature_algorithm or "sha256")
@@ -312,6 +323,11 @@ class CosignVerifier:
                 )
             intermediates += [c for c in layer_chain if c.issuer != c.subject]
             verify_chain(leaf, intermediates, roots, at)
+            if identity.ct_keys is not None:
+                issuer = next((c for c in [*intermediates, *roots] if c.subject == leaf.issuer), None)
+                if issuer is None:
+                    raise VerificationFailure("certificate transparency: the certificate's issuer is not in its chain")
+                verify_embedded_scts(leaf, issuer, identity.ct_keys)
             self._check_keyless_identity(leaf, identity.keyless)
             return [_public_key(leaf)]
         # certificates attestor

@@ -22,6 +22,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 FULCIO_ISSUER_V1 = x509.ObjectIdentifier("1.3.6.1.4.1.57264.1.1")
 FULCIO_ISSUER_V2 = x509.ObjectIdentifier("1.3.6.1.4.1.57264.1.8")
+SCT_LIST = x509.ObjectIdentifier("1.3.6.1.4.1.11129.2.4.2")
 
 
 def _pem(certificate: x509.Certificate) -> str:
@@ -34,6 +35,13 @@ def _der_utf8(text: str) -> bytes:
         return b"\x0c" + bytes([len(raw)]) + raw
     length = len(raw).to_bytes((len(raw).bit_length() + 7) // 8, "big")
     return b"\x0c" + bytes([0x80 | len(length)]) + length + raw
+
+
+def _der_octets(raw: bytes) -> bytes:
+    if len(raw) < 128:
+        return b"\x04" + bytes([len(raw)]) + raw
+    length = len(raw).to_bytes((len(raw).bit_length() + 7) // 8, "big")
+    return b"\x04" + bytes([0x80 | len(length)]) + length + raw
 
 
 def _ca(subject: str, key: ec.EllipticCurvePrivateKey, issuer: tuple[x509.Name, ec.EllipticCurvePrivateKey] | None, now: datetime) -> x509.Certificate:
@@ -80,12 +88,21 @@ class FakeFulcio:
         """cosign's --certificate-chain order: parent intermediate first, root last."""
         return _pem(self.intermediate) + _pem(self.root)
 
-    def issue(self, identity: str, issuer: str, *, valid_for: timedelta = timedelta(minutes=10), not_before: datetime | None = None) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
-        """A signing key and its certificate for an OIDC identity (email, or a URI such as a workflow)."""
+    def issue(
+        self,
+        identity: str,
+        issuer: str,
+        *,
+        valid_for: timedelta = timedelta(minutes=10),
+        not_before: datetime | None = None,
+        ct_log: FakeRekor | None = None,
+    ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+        """A signing key and its certificate for an OIDC identity (email, or a URI such as a workflow); with
+        `ct_log`, the certificate embeds that log's SCT over its precertificate, as Fulcio's do."""
         key = ec.generate_private_key(ec.SECP256R1())
         start = not_before or self.now - timedelta(minutes=1)
         san: x509.GeneralName = x509.UniformResourceIdentifier(identity) if "://" in identity else x509.RFC822Name(identity)
-        certificate = (
+        builder = (
             x509.CertificateBuilder()
             .subject_name(x509.Name([]))
             .issuer_name(self.intermediate.subject)
@@ -100,8 +117,14 @@ class FakeFulcio:
             .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
             .add_extension(x509.UnrecognizedExtension(FULCIO_ISSUER_V1, issuer.encode()), critical=False)
             .add_extension(x509.UnrecognizedExtension(FULCIO_ISSUER_V2, _der_utf8(issuer)), critical=False)
-            .sign(self.intermediate_key, hashes.SHA256())
         )
+        certificate = builder.sign(self.intermediate_key, hashes.SHA256())
+        if ct_log is not None:
+            sct = ct_log.sct(certificate.tbs_certificate_bytes, self.intermediate, start)
+            entry = len(sct).to_bytes(2, "big") + sct
+            listing = len(entry).to_bytes(2, "big") + entry
+            builder = builder.add_extension(x509.UnrecognizedExtension(SCT_LIST, _der_octets(listing)), critical=False)
+            certificate = builder.sign(self.intermediate_key, hashes.SHA256())
         return key, certificate
 
 
@@ -120,6 +143,19 @@ class FakeRekor:
     def log_id(self) -> str:
         der = self.key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
         return hashlib.sha256(der).hexdigest()
+
+    def sct(self, precertificate_tbs: bytes, issuer: x509.Certificate, moment: datetime) -> bytes:
+        """An RFC 6962 v1 SCT (TLS encoding) over a precertificate entry: this key acting as a CT log."""
+        issuer_key_hash = hashlib.sha256(
+            issuer.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+        ).digest()
+        milliseconds = int(moment.timestamp() * 1000).to_bytes(8, "big")
+        signed = (
+            b"\x00\x00" + milliseconds + b"\x00\x01" + issuer_key_hash
+            + len(precertificate_tbs).to_bytes(3, "big") + precertificate_tbs + b"\x00\x00"
+        )
+        signature = self.key.sign(signed, ec.ECDSA(hashes.SHA256()))
+        return b"\x00" + bytes.fromhex(self.log_id) + milliseconds + b"\x00\x00" + b"\x04\x03" + len(signature).to_bytes(2, "big") + signature
 
     def hashedrekord_body(self, payload: bytes, signature: bytes, signer_pem: str) -> dict[str, Any]:
         return {
@@ -146,23 +182,15 @@ class FakeRekor:
         return {"SignedEntryTimestamp": base64.b64encode(signature).decode(), "Payload": payload}
 
 
-def trusted_root_json(fulcio: FakeFulcio, rekor: FakeRekor) -> str:
-    """A Sigstore trusted_root.json (v0.1) naming the fake CA chain and log key."""
+def trusted_root_json(fulcio: FakeFulcio, rekor: FakeRekor, ct_log: FakeRekor | None = None) -> str:
+    """A Sigstore trusted_root.json (v0.1) naming the fake CA chain, log key and (optionally) CT log key."""
     def raw(certificate: x509.Certificate) -> dict[str, str]:
         return {"rawBytes": base64.b64encode(certificate.public_bytes(serialization.Encoding.DER)).decode()}
 
     start = (fulcio.now - timedelta(days=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    der = rekor.key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     document = {
         "mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1",
-        "tlogs": [
-            {
-                "baseUrl": "https://rekor.invalid",
-                "hashAlgorithm": "SHA2_256",
-                "publicKey": {"rawBytes": base64.b64encode(der).decode(), "keyDetails": "PKIX_ECDSA_P256_SHA_256", "validFor": {"start": start}},
-                "logId": {"keyId": base64.b64encode(bytes.fromhex(rekor.log_id)).decode()},
-            }
-        ],
+        "tlogs": [_log_entry(rekor, start)],
         "certificateAuthorities": [
             {
                 "subject": {"organization": "stockade-test", "commonName": fulcio.name},
@@ -171,10 +199,20 @@ def trusted_root_json(fulcio: FakeFulcio, rekor: FakeRekor) -> str:
                 "validFor": {"start": start},
             }
         ],
-        "ctlogs": [],
+        "ctlogs": [] if ct_log is None else [_log_entry(ct_log, start)],
         "timestampAuthorities": [],
     }
     return json.dumps(document, indent=2)
+
+
+def _log_entry(log: FakeRekor, start: str) -> dict[str, Any]:
+    der = log.key.public_key().public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return {
+        "baseUrl": "https://log.invalid",
+        "hashAlgorithm": "SHA2_256",
+        "publicKey": {"rawBytes": base64.b64encode(der).decode(), "keyDetails": "PKIX_ECDSA_P256_SHA_256", "validFor": {"start": start}},
+        "logId": {"keyId": base64.b64encode(bytes.fromhex(log.log_id)).decode()},
+    }
 
 
 __all__ = ["FakeFulcio", "FakeRekor", "trusted_root_json"]

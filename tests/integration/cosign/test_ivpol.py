@@ -277,9 +277,11 @@ def _write_bundle(directory: Path, signature: bytes, bundle: dict[str, Any]) -> 
     (directory / "bundle.json").write_text(json.dumps(local))
 
 
-def _sign_keyless_with_bundle(tmp: Path, image_ref: str, fulcio: FakeFulcio, rekor: FakeRekor, identity: str = IDENTITY) -> None:
+def _sign_keyless_with_bundle(
+    tmp: Path, image_ref: str, fulcio: FakeFulcio, rekor: FakeRekor, identity: str = IDENTITY, ct_log: FakeRekor | None = None
+) -> None:
     """cosign attach signature with a payload we sign, the Fulcio-like chain and a Rekor bundle carrying a SET."""
-    key, certificate = fulcio.issue(identity, ISSUER)
+    key, certificate = fulcio.issue(identity, ISSUER, ct_log=ct_log)
     certificate_pem = certificate.public_bytes(serialization.Encoding.PEM).decode()
     _write_leaf(tmp, key, certificate_pem, fulcio.chain_pem)
     payload = cosign("generate", *REGISTRY_FLAGS, image_ref, cwd=tmp).stdout.encode()
@@ -378,16 +380,35 @@ def test_bundle_for_another_signature_is_rejected(client: RegistryClient, regist
     assert evaluate(client, policy([_keyless_attestor(fulcio, with_key, subject=IDENTITY, issuer=ISSUER)], SIGNED_BY_ALL), pod(pinned(image, digest)))[0] == "fail"
 
 
-def test_real_cosign_accepts_our_test_rekor_bundle(registry: LocalRegistry, client: RegistryClient, fulcio: FakeFulcio, rekor: FakeRekor, tmp_path: Path) -> None:
-    """Cross-check of the fixtures: cosign itself verifies the SET we computed, offline, with the test Rekor key."""
+def test_real_cosign_accepts_our_test_rekor_bundle_and_sct(registry: LocalRegistry, client: RegistryClient, fulcio: FakeFulcio, rekor: FakeRekor, tmp_path: Path) -> None:
+    """Cross-check of the fixtures: cosign itself verifies the SET and the embedded SCT we computed, offline, with
+    the test Rekor and CT log keys."""
     image, digest = push(client, registry, "ivp/cosign-crosscheck:v1")
-    _sign_keyless_with_bundle(tmp_path, pinned(image, digest), fulcio, rekor)
+    ct_log = FakeRekor()
+    _sign_keyless_with_bundle(tmp_path, pinned(image, digest), fulcio, rekor, ct_log=ct_log)
     (tmp_path / "rekor.pub").write_text(rekor.public_pem)
+    (tmp_path / "ctlog.pub").write_text(ct_log.public_pem)
     (tmp_path / "root.pem").write_text(fulcio.chain_pem)
     verified = cosign("verify", "--offline", "--certificate-chain", "root.pem", "--certificate-identity", IDENTITY,
-                      "--certificate-oidc-issuer", ISSUER, "--insecure-ignore-sct", *REGISTRY_FLAGS, pinned(image, digest),
-                      cwd=tmp_path, env={"SIGSTORE_REKOR_PUBLIC_KEY": str(tmp_path / "rekor.pub")}, check=False)
+                      "--certificate-oidc-issuer", ISSUER, *REGISTRY_FLAGS, pinned(image, digest), cwd=tmp_path,
+                      env={"SIGSTORE_REKOR_PUBLIC_KEY": str(tmp_path / "rekor.pub"), "SIGSTORE_CT_LOG_PUBLIC_KEY_FILE": str(tmp_path / "ctlog.pub")},
+                      check=False)
     assert verified.returncode == 0, verified.stderr
+    # and so do we, with the SCT checked (no insecureIgnoreSCT)
+    checked = {"rekorPubKey": rekor.public_pem, "ctLogPubKey": ct_log.public_pem}
+    assert evaluate(client, policy([_keyless_attestor(fulcio, checked, subject=IDENTITY, issuer=ISSUER)], SIGNED_BY_ALL), pod(pinned(image, digest))) == ("pass", "success")
+    trusted = {"name": "signer", "cosign": {"keyless": {"identities": [{"subject": IDENTITY, "issuer": ISSUER}]},
+                                            "trustedRoot": {"value": trusted_root_json(fulcio, rekor, ct_log)}}}
+    assert evaluate(client, policy([trusted], SIGNED_BY_ALL), pod(pinned(image, digest))) == ("pass", "success")
+    other_ct = {"rekorPubKey": rekor.public_pem, "ctLogPubKey": FakeRekor().public_pem}
+    assert evaluate(client, policy([_keyless_attestor(fulcio, other_ct, subject=IDENTITY, issuer=ISSUER)], SIGNED_BY_ALL), pod(pinned(image, digest)))[0] == "fail"
+
+
+def test_keyless_certificate_without_sct_fails_when_scts_are_checked(client: RegistryClient, registry: LocalRegistry, fulcio: FakeFulcio, rekor: FakeRekor, tmp_path: Path) -> None:
+    image, digest = push(client, registry, "ivp/no-sct:v1")
+    _sign_keyless_with_bundle(tmp_path, pinned(image, digest), fulcio, rekor)
+    checked = {"rekorPubKey": rekor.public_pem, "ctLogPubKey": FakeRekor().public_pem}
+    assert evaluate(client, policy([_keyless_attestor(fulcio, checked, subject=IDENTITY, issuer=ISSUER)], SIGNED_BY_ALL), pod(pinned(image, digest)))[0] == "fail"
 
 
 # -- the CLI --------------------------------------------------------------------------------------------------------

@@ -113,3 +113,20 @@ def test_ivp_attestor_translation(rekor: FakeRekor, fulcio: FakeFulcio) -> None:
         cosign_checks({"name": "k", "cosign": {"key": {"data": key_pem}, "trustedRoot": {"value": "{"}}})
     trusted = cosign_checks({"name": "t", "cosign": {"key": {"data": key_pem}, "trustedRoot": {"value": trusted_root_json(fulcio, rekor)}}})
     assert trusted[0].options.rekor_keys is not None and rekor.log_id in trusted[0].options.rekor_keys
+
+
+def test_embedded_sct_verified_against_the_ct_log_key(fulcio: FakeFulcio) -> None:
+    from stockade.images.sigstore_trust import verify_embedded_scts
+
+    ct_log = FakeRekor()
+    _, certificate = fulcio.issue(IDENTITY, ISSUER, ct_log=ct_log)
+    verify_embedded_scts(certificate, fulcio.intermediate, rekor_keys_from_pem(ct_log.public_pem, "ctLogPubKey"))
+    with pytest.raises(VerificationFailure, match="no embedded SCT is from a trusted CT log"):
+        verify_embedded_scts(certificate, fulcio.intermediate, rekor_keys_from_pem(FakeRekor().public_pem, "ctLogPubKey"))
+    with pytest.raises(VerificationFailure, match="SCT signature is invalid"):
+        verify_embedded_scts(certificate, FakeFulcio(name="other").intermediate, rekor_keys_from_pem(ct_log.public_pem, "ctLogPubKey"))
+    _, bare = fulcio.issue(IDENTITY, ISSUER)
+    with pytest.raises(VerificationFailure, match="no embedded SCT"):
+        verify_embedded_scts(bare, fulcio.intermediate, rekor_keys_from_pem(ct_log.public_pem, "ctLogPubKey"))
+    trust = parse_trusted_root(trusted_root_json(fulcio, FakeRekor(), ct_log))
+    assert list(trust.ct_keys) == [ct_log.log_id]
