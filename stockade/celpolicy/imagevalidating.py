@@ -18,6 +18,7 @@ import fnmatch
 import hashlib
 import json
 import re
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from stockade.cel import IMAGE_VALIDATING_LIBRARIES, CelEnvironment, CelError, CelEvalError
@@ -126,6 +127,29 @@ def _has_digest(image: str) -> bool:
         return "@sha256:" in image
 
 
+@dataclass
+class RequestVerifications:
+    """What one request's ImageValidatingPolicies verified, shared between them: Kyverno's ``required`` (default
+    on) turns a passing policy into a failure when an image it matched was verified by no policy of the request."""
+
+    verified: dict[str, bool] = field(default_factory=dict)
+    pending: list[tuple[Any, list[str]]] = field(default_factory=list)  # (passing rule, images its policy matched)
+
+    def enforce_required(self) -> None:
+        """Call once every policy of the request has been evaluated (a later policy may verify an image)."""
+        for rule, images in self.pending:
+            for image in images:
+                if self.verified.get(image):
+                    continue
+                rule.status = "fail"
+                if image in self.verified:
+                    rule.message = f"image {image} failed signature or attestation verification"
+                else:
+                    rule.message = f"image {image} is not verified: no policy performed a signature or attestation check on it"
+                break
+        self.pending.clear()
+
+
 class ImageValidatingEvaluator:
     """Evaluates (Namespaced)ImageValidatingPolicies, sharing exceptions/providers with a
     :class:`CelPolicyEvaluator`.
@@ -145,14 +169,21 @@ class ImageValidatingEvaluator:
         scope = self.base._scope(key, request)
         return Scope(self.compiler, key, scope.values, {**scope.providers, **(extra_providers or {})})
 
-    def _image_provider(self, key: str, spec: Mapping[str, Any]) -> IvpolImageVerifier | NoRegistryAccess:
+    def _image_provider(
+        self, key: str, spec: Mapping[str, Any], verifications: RequestVerifications | None = None
+    ) -> IvpolImageVerifier | NoRegistryAccess:
         """The per-evaluation answerer of the image functions, bound to this policy's attestations and images."""
         if self.image_verifier is None:
             return NoRegistryAccess()
         attestations = {str(a.get("name")): a for a in spec.get("attestations") or [] if isinstance(a, Mapping)}
         fingerprint = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:24]
         return IvpolImageVerifier(
-            self.image_verifier, attestations, self._matcher(key, spec).matches, self.cache, f"{key}#{fingerprint}"
+            self.image_verifier,
+            attestations,
+            self._matcher(key, spec).matches,
+            self.cache,
+            f"{key}#{fingerprint}",
+            verifications.verified if verifications is not None else {},
         )
 
     def _matcher(self, key: str, spec: Mapping[str, Any]) -> ImageReferenceMatcher:
@@ -211,8 +242,11 @@ class ImageValidatingEvaluator:
                 return index, spec
         return None
 
-    def validate(self, policy: CelPolicy, request: AdmissionInput) -> Any:
-        """The policy's response for ``request``; ``None`` when Kyverno's CLI drops it (namespace/selector mismatch)."""
+    def validate(self, policy: CelPolicy, request: AdmissionInput, verifications: RequestVerifications | None = None) -> Any:
+        """The policy's response for ``request``; ``None`` when Kyverno's CLI drops it (namespace/selector mismatch).
+
+        With a registry verifier and ``verifications`` shared by the request's policies, a passing response joins
+        the ``required`` check (`RequestVerifications.enforce_required`)."""
         matched = self._matching_spec(policy, request)
         if matched is None:
             constraints = policy.spec.get("matchConstraints") or {}
@@ -221,15 +255,27 @@ class ImageValidatingEvaluator:
             return self.base._response(policy, request, IMAGE_VERIFY, None)
         index, spec = matched
         key = policy.key if index == 0 else f"{policy.key}#autogen{index}"
-        outcome = self._evaluate(policy, key, spec, request)
+        matched_images: list[str] = []
+        outcome = self._evaluate(policy, key, spec, request, verifications, matched_images)
         response = self.base._response(policy, request, IMAGE_VERIFY, outcome)
         actions = {str(a) for a in spec.get("validationActions") or ["Deny"]}
         for rule in response.rules:
             rule.failure_action = "Enforce" if "Deny" in actions else "Audit"
+        required = (spec.get("validationConfigurations") or {}).get("required", True) is not False
+        if verifications is not None and self.image_verifier is not None and required and outcome.status == "pass" and response.rules:
+            verifications.pending.append((response.rules[0], matched_images))
         return response
 
-    def _evaluate(self, policy: CelPolicy, key: str, spec: dict[str, Any], request: AdmissionInput) -> _Outcome:
-        provider = self._image_provider(key, spec)
+    def _evaluate(
+        self,
+        policy: CelPolicy,
+        key: str,
+        spec: dict[str, Any],
+        request: AdmissionInput,
+        verifications: RequestVerifications | None = None,
+        matched_images: list[str] | None = None,
+    ) -> _Outcome:
+        provider = self._image_provider(key, spec, verifications)
         scope = self._scope(key, request, {"imageVerify": provider})
         ignore = str(spec.get("failurePolicy") or "Fail") == "Ignore"
         try:
@@ -248,6 +294,8 @@ class ImageValidatingEvaluator:
         except CelError as error:
             return _Outcome("error", f"policy {policy.name}: failed to extract images: {error}")
         checked = [image for images_of in selected.values() for image in images_of]
+        if matched_images is not None:
+            matched_images.extend(dict.fromkeys(checked))
         if (spec.get("validationConfigurations") or {}).get("verifyDigest", True) is not False:
             for image in checked:
                 if not _has_digest(image):
@@ -367,4 +415,4 @@ def container_image_pointers(resource: Mapping[str, Any]) -> list[tuple[str, str
     return found
 
 
-__all__ = ["ImageReferenceMatcher", "ImageValidatingEvaluator", "REGISTRY_NEEDED", "container_image_pointers", "default_images"]
+__all__ = ["ImageReferenceMatcher", "ImageValidatingEvaluator", "RequestVerifications", "REGISTRY_NEEDED", "container_image_pointers", "default_images"]

@@ -359,8 +359,8 @@ class IvpolImageVerifier:
         return ("ivpol", self.cache_scope, function, qualifier, _digest_key(attestors), digest)
 
     def _record(self, image: str, attestors: list[Any], count: int, key: tuple[str, ...]) -> None:
-        if attestors:
-            self.verified_images[image] = self.verified_images.get(image, True) and count > 0
+        if attestors:  # Kyverno: verified once by any call of the request stays verified
+            self.verified_images[image] = self.verified_images.get(image, False) or count > 0
         if self.cache is not None and attestors and count == len(attestors):
             self.cache.add(key)
 

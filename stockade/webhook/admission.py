@@ -414,23 +414,35 @@ class AdmissionEvaluator:
         cel_request = self._cel_input(request, labels)
         responses: list[EngineResponse] = []
         warnings: list[str] = []
+        evaluated: list[tuple[Any, EngineResponse]] = []
+        verifications = None
+        if self.image_evaluator is not None:
+            from stockade.celpolicy.imagevalidating import RequestVerifications
+
+            verifications = RequestVerifications()
         for policy in policies:
             if self._expired(policy, started):
                 responses.append(timed_out_response(policy, None, request.subject, self._budget(policy), "Validation"))
                 continue
-            evaluator = self.image_evaluator if policy.kind in IMAGE_VALIDATING_POLICY_KINDS else self.cel_evaluator
-            response = evaluator.validate(policy, cel_request)
+            if policy.kind in IMAGE_VALIDATING_POLICY_KINDS:
+                response = self.image_evaluator.validate(policy, cel_request, verifications)
+            else:
+                response = self.cel_evaluator.validate(policy, cel_request)
             if response is None or not response.rules:
                 continue
             if self._expired(policy, started):
                 responses.append(timed_out_response(policy, response, request.subject, self._budget(policy), "Validation"))
                 continue
+            responses.append(response)
+            evaluated.append((policy, response))
+        if verifications is not None:
+            verifications.enforce_required()  # only now: a later ImageValidatingPolicy may verify an earlier one's image
+        for policy, response in evaluated:
             actions = validation_actions(policy)
             for rule in response.rules:
                 rule.failure_action = "Enforce" if "Deny" in actions else "Audit"
                 if "Warn" in actions and rule.status not in (PASS, SKIP):
                     warnings.append(f"policy {response.policy_name}.{rule.name}: {rule.message}")
-            responses.append(response)
         return responses, warnings
 
     def policies_in_play(self, phase: str, failure: str | None) -> list[Any]:

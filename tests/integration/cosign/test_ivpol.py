@@ -257,7 +257,23 @@ def test_attestation_verified_and_payload_checked_by_cel(client: RegistryClient,
 def test_get_image_data_reports_the_manifest(client: RegistryClient, registry: LocalRegistry) -> None:
     image, digest = push(client, registry, "ivp/data:v1")
     validations = [{"expression": f"images.containers.all(i, getImageData(i).digest == '{digest}' && size(getImageData(i).manifest.layers) == 1)"}]
-    assert evaluate(client, policy([], validations), pod(pinned(image, digest))) == ("pass", "success")
+    not_required = {"required": False}
+    assert evaluate(client, policy([], validations, validationConfigurations=not_required), pod(pinned(image, digest))) == ("pass", "success")
+
+
+def test_required_images_must_be_verified_by_some_policy_of_the_request(client: RegistryClient, registry: LocalRegistry, signer: Signer) -> None:
+    """validationConfigurations.required (default on): a passing policy fails when an image it matched was verified
+    by no policy of the request; another policy's verification counts (Kyverno's request-wide evidence)."""
+    image, digest = push(client, registry, "ivp/required:v1")
+    cosign("sign", "--key", "cosign.key", "--tlog-upload=false", *REGISTRY_FLAGS, pinned(image, digest), cwd=signer.directory)
+    metadata_only = policy([], [{"expression": "images.containers.all(i, getImageData(i).digest != '')"}])
+    metadata_only["metadata"]["name"] = "metadata-only"
+    status, message = evaluate(client, metadata_only, pod(pinned(image, digest)))
+    assert status == "fail" and message == f"image {pinned(image, digest)} is not verified: no policy performed a signature or attestation check on it"
+
+    run = CelPolicyRun(documents=[metadata_only, policy([key_attestor(signer.public_pem)], SIGNED_BY_ALL)], image_verifier=CosignVerifier(client))
+    results = {(r.policy_name, rule.status) for r in run.responses(pod(pinned(image, digest)), "CREATE", RequestInfo(), {}) for rule in r.rules}
+    assert results == {("metadata-only", "pass"), ("ivp", "pass")}
 
 
 # -- certificates and keyless ---------------------------------------------------------------------------------------
