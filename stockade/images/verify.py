@@ -368,19 +368,19 @@ class CosignVerifier:
             raise VerificationFailure("signature layer has no signature annotation")
         entry = self._logged_entry(layer, identity)
         keys = self._signing_keys(layer, identity, entry)
-        verified = False
+        signer: PublicKey | None = None
         for key in keys:
             try:
                 verify_signature(key, layer.signature, layer.payload, identity.hash_name)
-                verified = True
+                signer = key
                 break
             except VerificationFailure:
                 continue
-        if not verified:
+        if signer is None:
             raise VerificationFailure("invalid signature when validating ASN.1 encoded signature")
         if entry is not None:
             check_entry_binds_signature(
-                entry, signature=layer.signature, payload=layer.payload, certificate_pem=layer.certificate_pem, key=keys[0], dsse=False
+                entry, signature=layer.signature, payload=layer.payload, certificate_pem=layer.certificate_pem, key=signer, dsse=False
             )
         try:
             payload = json.loads(layer.payload)

@@ -452,3 +452,24 @@ def test_stockade_apply_verifies_image_validating_policies(client: RegistryClien
     offline = apply("signed.yaml")
     assert offline.returncode == 1 and "error: 1" in offline.stdout and "--registry" in offline.stdout, offline.stdout + offline.stderr
     assert "Traceback" not in passed.stderr + failed.stderr + offline.stderr
+
+
+def test_key_signature_with_rekor_bundle(client: RegistryClient, registry: LocalRegistry, rekor: FakeRekor, tmp_path: Path) -> None:
+    """A key attestor with ctlog.rekorPubKey: the bundle's SET must verify and its entry must name the signing key
+    (any of the policy's keys, not only the first)."""
+    image, digest = push(client, registry, "ivp/key-tlog:v1")
+    key = ec.generate_private_key(ec.SECP256R1())
+    public_pem = key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    payload = cosign("generate", *REGISTRY_FLAGS, pinned(image, digest), cwd=tmp_path).stdout.encode()
+    (tmp_path / "payload.json").write_bytes(payload)
+    signature = key.sign(payload, ec.ECDSA(hashes.SHA256()))
+    (tmp_path / "sig.b64").write_text(base64.b64encode(signature).decode())
+    _write_bundle(tmp_path, signature, rekor.bundle(rekor.hashedrekord_body(payload, signature, public_pem)))
+    cosign("attach", "signature", "--payload", "payload.json", "--signature", "sig.b64", "--rekor-response", "bundle.json",
+           *REGISTRY_FLAGS, pinned(image, digest), cwd=tmp_path)
+    _, other_public = generate_key_pair("x")
+    for keys in (public_pem, other_public.decode() + public_pem):
+        attestor = {"name": "signer", "cosign": {"key": {"data": keys}, "ctlog": {"rekorPubKey": rekor.public_pem}}}
+        assert evaluate(client, policy([attestor], SIGNED_BY_ALL), pod(pinned(image, digest))) == ("pass", "success")
+    foreign_log = {"name": "signer", "cosign": {"key": {"data": public_pem}, "ctlog": {"rekorPubKey": FakeRekor().public_pem}}}
+    assert evaluate(client, policy([foreign_log], SIGNED_BY_ALL), pod(pinned(image, digest)))[0] == "fail"
