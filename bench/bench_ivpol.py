@@ -57,7 +57,7 @@ def main() -> None:
                            "spec": {"containers": [{"name": "c", "image": image}]}}
                     response = evaluator.validate(policy, AdmissionInput(object=pod, operation="CREATE"))
                     assert response.rules[0].status == "pass", response.rules[0].message
-            return args.rounds * len(images) / (time.perf_counter() - started)
+            return float(args.rounds * len(images) / (time.perf_counter() - started))
 
         cold = run(ImageValidatingEvaluator(CelPolicyEvaluator(), verifier, VerificationCache(max_entries=0)))
         warm_evaluator = ImageValidatingEvaluator(CelPolicyEvaluator(), verifier, VerificationCache())
