@@ -22,7 +22,7 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-for builder in .ci/build-cosign.sh .ci/build-apiserver.sh .ci/build-helm.sh; do
+for builder in .ci/build-cosign.sh .ci/build-notation.sh .ci/build-apiserver.sh .ci/build-helm.sh; do
   if [ -x "$builder" ]; then
     "$builder"
   fi

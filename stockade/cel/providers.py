@@ -65,6 +65,20 @@ class AuthorizerProvider(Protocol):
     def check(self, attributes: Mapping[str, Any]) -> tuple[str, str]: ...
 
 
+@runtime_checkable
+class ImageVerificationProvider(Protocol):
+    """Answers ImageValidatingPolicy's ``verifyImageSignatures``, ``verifyAttestationSignatures``,
+    ``extractPayload`` and ``getImageData`` (declared only for that policy kind, see ``cel.libs.imageverify``)."""
+
+    def verify_image_signatures(self, image: str, attestors: list[Any]) -> int: ...
+
+    def verify_attestation_signatures(self, image: str, attestation: str, attestors: list[Any]) -> int: ...
+
+    def extract_payload(self, image: str, attestation: str) -> Any: ...
+
+    def get_image_data(self, image: str) -> Mapping[str, Any]: ...
+
+
 # Provider key -> list of (function name, parameter types, result type, adapter building the implementation).
 ProviderAdapter = Callable[[Any], Callable[..., Any]]
 _PROVIDER_FUNCTIONS: dict[str, list[tuple[str, tuple[str, ...], str, ProviderAdapter]]] = {}
@@ -125,10 +139,23 @@ def _apply(provider: GeneratorProvider) -> Callable[..., Any]:
 _register("generator", ("generator.Apply", "generator.apply"), (_S, "list"), "bool", _apply)
 
 
+_register("imageVerify", ("verifyImageSignatures",), (_S, "list"), "int",
+          lambda p: lambda image, attestors: p.verify_image_signatures(image, list(attestors)))
+_register("imageVerify", ("verifyAttestationSignatures",), (_S, _S, "list"), "int",
+          lambda p: lambda image, attestation, attestors: p.verify_attestation_signatures(image, attestation, list(attestors)))
+_register("imageVerify", ("extractPayload",), (_S, _S), "dyn", lambda p: lambda image, name: p.extract_payload(image, name))
+_register("imageVerify", ("getImageData",), (_S,), "dyn", lambda p: lambda image: p.get_image_data(image))
+
+# Providers whose functions a library of their own declares (only in the environments that include it).
+_SELF_DECLARED: frozenset[str] = frozenset({"imageVerify"})
+
+
 def provider_library() -> Library:
     """Declarations (without implementations) of every provider-answered function."""
     library = Library("providers")
     for key, entries in _PROVIDER_FUNCTIONS.items():
+        if key in _SELF_DECLARED:
+            continue
         for name, params, result, _ in entries:
             library.add(name, params, result, None, overload_id=f"provider:{key}:{name}:{'_'.join(params)}")
     return library

@@ -6,7 +6,7 @@ from typing import Any
 
 from stockade.celpolicy.authz import AUTHZ_MODES, AuthzEvaluator, evaluation_mode, request_for_mode
 from stockade.celpolicy.evaluator import CelPolicyEvaluator
-from stockade.celpolicy.imagevalidating import ImageValidatingEvaluator
+from stockade.celpolicy.imagevalidating import ImageValidatingEvaluator, RequestVerifications
 from stockade.celpolicy.model import CelPolicy
 from stockade.celpolicy.providers import MockHttp, StaticGlobalContext, StaticImageData, StaticResources
 from stockade.celpolicy.request import AdmissionInput
@@ -161,10 +161,12 @@ class CelPolicyRun:
             if response is not None:
                 out.append(response)
         if self.image_evaluator is not None:
+            verifications = RequestVerifications()
             for policy in self.image_validating:
-                response = self.image_evaluator.validate(policy, request_for(current))
+                response = self.image_evaluator.validate(policy, request_for(current), verifications)
                 if response is not None:
                     out.append(response)
+            verifications.enforce_required()
         for policy in self.generating:
             response = self.evaluator.generate(policy, request_for(current))
             if response is not None:

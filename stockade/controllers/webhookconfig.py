@@ -199,7 +199,7 @@ def cel_resource_rules(policy: Any) -> list[tuple[str, str, str, set[str]]]:
     from stockade.celpolicy.autogen import autogen_specs
 
     specs = [policy.spec]
-    if policy.base_kind in ("ValidatingPolicy", "MutatingPolicy"):
+    if policy.base_kind in ("ValidatingPolicy", "MutatingPolicy", "ImageValidatingPolicy"):
         specs += autogen_specs(policy.spec)
     found = []
     for spec in specs:
@@ -441,10 +441,15 @@ CEL_VALIDATING_WEBHOOKS: tuple[tuple[str, bool, str, str], ...] = (
     ("ValidatingPolicy", True, "nvpol.validate", "/nvpol"),
     ("GeneratingPolicy", False, "gpol.validate", "/gpol"),
     ("GeneratingPolicy", True, "ngpol.validate", "/ngpol"),
+    ("ImageValidatingPolicy", False, "ivpol.validate", "/ivpol/validate"),
+    ("ImageValidatingPolicy", True, "ivpol.validate", "/nivpol/validate"),
 )
 CEL_MUTATING_WEBHOOKS: tuple[tuple[str, bool, str, str], ...] = (
     ("MutatingPolicy", False, "mpol.validate", "/mpol"),
     ("MutatingPolicy", True, "nmpol.validate", "/nmpol"),
+    # ImageValidatingPolicies pin digests (mutateDigest, on unless set false) in the mutating phase
+    ("ImageValidatingPolicy", False, "ivpol.mutate", "/ivpol/mutate"),
+    ("ImageValidatingPolicy", True, "ivpol.mutate", "/nivpol/mutate"),
 )
 ALL_CEL_OPERATIONS = ["CREATE", "UPDATE", "DELETE", "CONNECT"]
 
@@ -512,7 +517,7 @@ def _autogen_variants(policy: Any) -> list[tuple[str, list[tuple[str, str, str]]
     """(config name, target kinds, spec) of a Validating/MutatingPolicy's pod-controller variants."""
     from stockade.celpolicy.autogen import CONTROLLERS, autogen_specs
 
-    if policy.base_kind not in ("ValidatingPolicy", "MutatingPolicy"):
+    if policy.base_kind not in ("ValidatingPolicy", "MutatingPolicy", "ImageValidatingPolicy"):
         return []
     variants = []
     for spec in autogen_specs(policy.spec):
@@ -736,6 +741,8 @@ def build_configurations(
         webhooks = kyverno_policy_webhooks(policies, phase, resolver, settings, naming.service_host)
         for base_kind, namespaced, prefix, path in cel_kinds:
             chosen = [p for p in cel if p.base_kind == base_kind and bool(p.is_namespaced) == namespaced]
+            if phase == "mutate" and base_kind == "ImageValidatingPolicy":
+                chosen = [p for p in chosen if (p.spec.get("validationConfigurations") or {}).get("mutateDigest", True) is not False]
             webhooks += cel_webhooks(chosen, f"{prefix}.{naming.service_host}", path, settings)
         webhooks.sort(key=lambda w: str(w["name"]))
         configurations.append(

@@ -35,6 +35,12 @@ class SignatureOptions:
     annotations: Mapping[str, str] = field(default_factory=dict)
     signature_algorithm: str = "sha256"
     verifier_type: str = "Cosign"
+    # Sigstore trust (stockade.images.sigstore_trust.TrustRoot): keyless roots when the attestor names none.
+    trust_root: Any = None
+    # Trusted Rekor keys by log ID; None means the transparency log is not checked (ignoreTlog).
+    rekor_keys: Mapping[str, Any] | None = None
+    # Trusted CT log keys by log ID for keyless certificates' embedded SCTs; None means SCTs are not checked.
+    ct_keys: Mapping[str, Any] | None = None
 
 
 class ImageSignatureVerifier(Protocol):

@@ -2,8 +2,10 @@
 
 `CosignVerifier` implements `stockade.images.verifier_api.ImageSignatureVerifier`: the engine handler decides
 *which* attestors must agree (counts, nesting, conditions); this module answers "did this attestor sign this
-digest?". Everything is offline: keys, certificates and keyless roots come from the policy; transparency-log
-checks are not performed (policies may say `rekor.ignoreTlog`, and we behave as if they always did).
+digest?". Everything is offline: keys, certificates and keyless roots come from the policy (or a trusted root);
+the transparency log is checked when trusted Rekor keys are configured (`SignatureOptions.rekor_keys`, a legacy
+attestor's `rekor.pubkey`): the layer's Rekor bundle must carry a valid SET for an entry naming this very signature,
+and keyless certificates are then checked at the logged time (`stockade.images.sigstore_trust`).
 
 Binding to the digest is the security core: the simple-signing payload (or in-toto subject) must name the exact
 manifest digest the reference resolves to, so a re-pointed tag or a signature copied from another image fails.
@@ -24,6 +26,7 @@ from stockade.goregex import GoRegexError, compile_go_regex
 from stockade.images.attest import statement_covers, verify_envelope
 from stockade.images.cosign import (
     ATTESTATION_SUFFIX,
+    BUNDLE_ANNOTATION,
     DSSE_MEDIA_TYPE,
     SIGNATURE_SUFFIX,
     SIGNATURE_TYPE,
@@ -33,6 +36,14 @@ from stockade.images.cosign import (
 from stockade.images.keys import KeyFormatError, KeyResolver, PublicKey, pem_blocks, verify_signature
 from stockade.images.reference import ImageReference, InvalidReferenceError, parse_reference
 from stockade.images.registry import RegistryClient, RegistryContentError, RegistryError
+from stockade.images.sigstore_trust import (
+    LogEntry,
+    TrustRoot,
+    check_entry_binds_signature,
+    rekor_keys_from_pem,
+    verify_embedded_scts,
+    verify_set,
+)
 from stockade.images.verifier_api import InvalidAttestor, SignatureOptions, VerificationFailure, VerificationUnavailable
 
 # Fulcio certificate extensions (OIDC issuer v1 is a raw string, v2 a DER UTF8String).
@@ -57,6 +68,9 @@ class _Identity:
     keyless: Mapping[str, Any] | None = None
     hash_name: str = "sha256"
     unchecked: bool = False  # attestor-less attestation entries: signature not checked
+    trust: TrustRoot | None = None  # keyless roots when the attestor has no `roots`
+    rekor_keys: Mapping[str, PublicKey] | None = None  # None: transparency log not checked
+    ct_keys: Mapping[str, PublicKey] | None = None  # None: embedded SCTs not checked
 
 
 def _load_certificates(pem: str) -> list[x509.Certificate]:
@@ -236,6 +250,19 @@ class CosignVerifier:
             raise VerificationFailure(f"malformed signature manifest for {image}: {exc}") from None
 
     def _identity(self, attestor: Mapping[str, Any], options: SignatureOptions) -> _Identity:
+        identity = self._identity_material(attestor, options)
+        rekor_keys = options.rekor_keys
+        entry: Any = next((attestor[name] for name in ("keys", "certificates", "keyless") if isinstance(attestor.get(name), Mapping)), {})
+        rekor = entry.get("rekor") if isinstance(entry, Mapping) else None
+        if isinstance(rekor, Mapping) and rekor.get("pubkey") and not rekor.get("ignoreTlog"):
+            rekor_keys = {**(rekor_keys or {}), **rekor_keys_from_pem(str(rekor["pubkey"]), "rekor.pubkey")}
+        trust = options.trust_root if isinstance(options.trust_root, TrustRoot) else None
+        return _Identity(
+            identity.keys, identity.certificate, identity.chain, identity.keyless, identity.hash_name, identity.unchecked,
+            trust, rekor_keys, options.ct_keys,
+        )
+
+    def _identity_material(self, attestor: Mapping[str, Any], options: SignatureOptions) -> _Identity:
         hash_name = str(attestor.get("signatureAlgorithm") or options.signature_algorithm or "sha256")
         keys = attestor.get("keys")
         if isinstance(keys, Mapping):
@@ -267,7 +294,19 @@ class CosignVerifier:
             return _Identity(keyless=keyless, hash_name=hash_name)
         raise VerificationFailure("attestor has none of keys, certificates or keyless")
 
-    def _signing_keys(self, layer: SignatureLayer, identity: _Identity) -> list[PublicKey]:
+    @staticmethod
+    def _logged_entry(layer: SignatureLayer, identity: _Identity) -> LogEntry | None:
+        """The layer's Rekor entry (SET checked), or None when no log is required."""
+        if identity.rekor_keys is None:
+            return None
+        bundle = layer.annotations.get(BUNDLE_ANNOTATION, "")
+        if not bundle:
+            raise VerificationFailure("signature has no Rekor bundle, and the transparency log is required")
+        return verify_set(bundle, identity.rekor_keys)
+
+    def _signing_keys(self, layer: SignatureLayer, identity: _Identity, entry: LogEntry | None) -> list[PublicKey]:
+        """Keys that may have signed the layer; certificates are checked at the logged time when there is one."""
+        at = entry.integrated_time if entry is not None else self._clock()
         if identity.keys:
             return list(identity.keys)
         layer_chain = _load_certificates(layer.chain_pem) if layer.chain_pem else []
@@ -276,14 +315,23 @@ class CosignVerifier:
                 raise VerificationFailure("keyless verification: signature carries no certificate")
             leaf = _load_certificates(layer.certificate_pem)[0]
             roots_pem = str(identity.keyless.get("roots") or "")
-            if not roots_pem:
+            if roots_pem:
+                trusted = _policy_certificates(roots_pem, "roots")
+                roots = [c for c in trusted if c.issuer == c.subject]
+                intermediates = [c for c in trusted if c.issuer != c.subject]
+            elif identity.trust is not None and identity.trust.roots:
+                roots, intermediates = list(identity.trust.roots), list(identity.trust.intermediates)
+            else:
                 raise VerificationUnavailable(
-                    "keyless verification needs `roots` in the policy (public Fulcio roots are not fetched offline)"
+                    "keyless verification needs `roots` or a trustedRoot in the policy (public Fulcio roots are not fetched offline)"
                 )
-            trusted = _policy_certificates(roots_pem, "roots")
-            roots = [c for c in trusted if c.issuer == c.subject]
-            intermediates = [c for c in trusted if c.issuer != c.subject] + [c for c in layer_chain if c.issuer != c.subject]
-            verify_chain(leaf, intermediates, roots, self._clock())
+            intermediates += [c for c in layer_chain if c.issuer != c.subject]
+            verify_chain(leaf, intermediates, roots, at)
+            if identity.ct_keys is not None:
+                issuer = next((c for c in [*intermediates, *roots] if c.subject == leaf.issuer), None)
+                if issuer is None:
+                    raise VerificationFailure("certificate transparency: the certificate's issuer is not in its chain")
+                verify_embedded_scts(leaf, issuer, identity.ct_keys)
             self._check_keyless_identity(leaf, identity.keyless)
             return [_public_key(leaf)]
         # certificates attestor
@@ -297,7 +345,7 @@ class CosignVerifier:
         if identity.chain:
             roots = [c for c in identity.chain if c.issuer == c.subject]
             intermediates = [c for c in identity.chain if c.issuer != c.subject]
-            verify_chain(signing_certificate, intermediates, roots, self._clock())
+            verify_chain(signing_certificate, intermediates, roots, at)
         return [_public_key(signing_certificate)]
 
     @staticmethod
@@ -322,17 +370,22 @@ class CosignVerifier:
     def _check_signature_layer(self, layer: SignatureLayer, digest: str, identity: _Identity, options: SignatureOptions) -> None:
         if not layer.signature:
             raise VerificationFailure("signature layer has no signature annotation")
-        keys = self._signing_keys(layer, identity)
-        verified = False
+        entry = self._logged_entry(layer, identity)
+        keys = self._signing_keys(layer, identity, entry)
+        signer: PublicKey | None = None
         for key in keys:
             try:
                 verify_signature(key, layer.signature, layer.payload, identity.hash_name)
-                verified = True
+                signer = key
                 break
             except VerificationFailure:
                 continue
-        if not verified:
+        if signer is None:
             raise VerificationFailure("invalid signature when validating ASN.1 encoded signature")
+        if entry is not None:
+            check_entry_binds_signature(
+                entry, signature=layer.signature, payload=layer.payload, certificate_pem=layer.certificate_pem, key=signer, dsse=False
+            )
         try:
             payload = json.loads(layer.payload)
             critical = payload["critical"]
@@ -352,8 +405,11 @@ class CosignVerifier:
     def _check_attestation_layer(self, layer: SignatureLayer, digest: str, identity: _Identity) -> dict[str, Any]:
         if layer.media_type != DSSE_MEDIA_TYPE:
             raise VerificationFailure(f"attestation layer has media type {layer.media_type!r}")
-        keys = [] if identity.unchecked else self._signing_keys(layer, identity)
+        entry = None if identity.unchecked else self._logged_entry(layer, identity)
+        keys = [] if identity.unchecked else self._signing_keys(layer, identity, entry)
         statement = verify_envelope(layer.payload, keys, identity.hash_name)
+        if entry is not None:
+            check_entry_binds_signature(entry, signature=b"", payload=layer.payload, certificate_pem=layer.certificate_pem, key=None, dsse=True)
         if not statement_covers(statement, digest):
             raise VerificationFailure(f"attestation subject does not match digest {digest}")
         return statement

@@ -274,6 +274,7 @@ def top_level_kind(request: AdmissionRequest, lookup: KindLookup | None) -> Reso
 
 VALIDATING_POLICY_KINDS = ("ValidatingPolicy", "NamespacedValidatingPolicy")
 MUTATING_POLICY_KINDS = ("MutatingPolicy", "NamespacedMutatingPolicy")
+IMAGE_VALIDATING_POLICY_KINDS = ("ImageValidatingPolicy", "NamespacedImageValidatingPolicy")
 
 SCOPE_ALL = "all"  # every policy (the catch-all /validate and /mutate endpoints)
 SCOPE_KYVERNO = "kyverno"  # ClusterPolicies/Policies without a webhook of their own
@@ -287,7 +288,19 @@ CEL_ROUTES: dict[str, tuple[str, str]] = {
     "mpol": ("MutatingPolicy", "mutate"),
     "nmpol": ("NamespacedMutatingPolicy", "mutate"),
 }
+# ImageValidatingPolicies have a webhook per phase: /<ivpol|nivpol>/<validate|mutate>/<name>...
+IMAGE_ROUTES: dict[str, str] = {"ivpol": "ImageValidatingPolicy", "nivpol": "NamespacedImageValidatingPolicy"}
 MAX_SCOPED_VIEWS = 256
+
+
+@dataclass(frozen=True)
+class PolicySets:
+    """The policies an evaluator serves, by engine: ClusterPolicy/Policy, and the CEL kinds."""
+
+    kyverno: list[KyvernoPolicy]
+    validating: list[Any]
+    image_validating: list[Any]
+    mutating: list[Any]
 
 
 @dataclass(frozen=True)
@@ -297,20 +310,20 @@ class PolicyScope:
     family: str = SCOPE_ALL
     names: tuple[str, ...] = ()
 
-    def select(self, policies: list[KyvernoPolicy], cel_validating: list[Any], cel_mutating: list[Any]) -> tuple[list[KyvernoPolicy], list[Any], list[Any]]:
+    def select(self, sets: PolicySets) -> PolicySets:
         if self.family == SCOPE_ALL:
-            return policies, cel_validating, cel_mutating
+            return sets
         if self.family == SCOPE_KYVERNO:
-            return [p for p in policies if not has_own_webhook(p)], [], []
+            return PolicySets([p for p in sets.kyverno if not has_own_webhook(p)], [], [], [])
         if self.family == SCOPE_KYVERNO_POLICY:
-            return [p for p in policies if p.key in self.names and has_own_webhook(p)], [], []
-        kind, _phase = CEL_ROUTES[self.family]
+            return PolicySets([p for p in sets.kyverno if p.key in self.names and has_own_webhook(p)], [], [], [])
+        kind = IMAGE_ROUTES[self.family] if self.family in IMAGE_ROUTES else CEL_ROUTES[self.family][0]
         wanted = set(self.names)
-        return (
-            [],
-            [p for p in cel_validating if p.kind == kind and p.name in wanted],
-            [p for p in cel_mutating if p.kind == kind and p.name in wanted],
-        )
+
+        def chosen(policies: list[Any]) -> list[Any]:
+            return [p for p in policies if p.kind == kind and p.name in wanted]
+
+        return PolicySets([], chosen(sets.validating), chosen(sets.image_validating), chosen(sets.mutating))
 
 
 @dataclass(frozen=True)
@@ -332,8 +345,8 @@ def has_own_webhook(policy: KyvernoPolicy) -> bool:
 def parse_route(path: str) -> Route | None:
     """The webhook paths our configurations register (Kyverno's layout): ``/validate``, ``/mutate`` (everything),
     ``/<phase>/<fail|ignore>`` (ClusterPolicies of that failurePolicy), ``/<phase>/<fail|ignore>/finegrained/
-    [<namespace>/]<name>`` (one policy), and ``/<vpol|nvpol|gpol|ngpol|mpol|nmpol>/<name>[/<name>...]``; None for
-    anything else."""
+    [<namespace>/]<name>`` (one policy), ``/<vpol|nvpol|gpol|ngpol|mpol|nmpol>/<name>[/<name>...]`` and
+    ``/<ivpol|nivpol>/<validate|mutate>/<name>[/<name>...]``; None for anything else."""
     parts = [part for part in path.split("/") if part]
     if not parts:
         return None
@@ -351,6 +364,8 @@ def parse_route(path: str) -> Route | None:
         return Route(head, failure, PolicyScope(SCOPE_KYVERNO_POLICY, ("/".join(parts[3:]),)))
     if head in CEL_ROUTES and len(parts) > 1:
         return Route(CEL_ROUTES[head][1], None, PolicyScope(head, tuple(sorted(set(parts[1:])))))
+    if head in IMAGE_ROUTES and len(parts) > 2 and parts[1] in ("validate", "mutate"):
+        return Route(parts[1], None, PolicyScope(head, tuple(sorted(set(parts[2:])))))
     return None
 
 
@@ -382,6 +397,16 @@ class AdmissionEvaluator:
     ) -> None:
         self.engine = engine
         self.cel_evaluator = cel_evaluator
+        # kept apart from cel_policies, which background scans evaluate as ValidatingPolicies
+        image_policies = [p for p in cel_policies or [] if p.kind in IMAGE_VALIDATING_POLICY_KINDS and p.admission]
+        # ImageValidatingPolicies: verified in the validating phase, digests pinned (mutateDigest) in the mutating one
+        self.image_evaluator: Any = None
+        if cel_evaluator is not None and image_policies:
+            from stockade.celpolicy.imagevalidating import ImageValidatingEvaluator
+
+            self.image_evaluator = ImageValidatingEvaluator(
+                cel_evaluator, getattr(engine, "image_verifier", None), getattr(engine, "verification_cache", None)
+            )
         self._namespace_labels = namespace_labels
         self.role_resolver = role_resolver
         self.kind_resolver = kind_resolver
@@ -389,16 +414,25 @@ class AdmissionEvaluator:
         self.clock = clock
         # background-only policies (spec.admission / evaluation.admission.enabled false) are never applied here
         self._index(
-            [p for p in policies if p.admission],
-            [p for p in cel_policies or [] if p.kind in VALIDATING_POLICY_KINDS and p.admission],
-            [p for p in cel_policies or [] if p.kind in MUTATING_POLICY_KINDS and p.admission],
+            PolicySets(
+                [p for p in policies if p.admission],
+                [p for p in cel_policies or [] if p.kind in VALIDATING_POLICY_KINDS and p.admission],
+                image_policies,
+                [p for p in cel_policies or [] if p.kind in MUTATING_POLICY_KINDS and p.admission],
+            )
         )
 
-    def _index(self, policies: list[KyvernoPolicy], cel_validating: list[Any], cel_mutating: list[Any]) -> None:
+    def _index(self, sets: PolicySets) -> None:
         """The per-variant lists every review uses, computed once per evaluator (and per scoped view)."""
-        self.policies = policies
-        self.cel_policies = cel_validating
-        self.cel_mutating = cel_mutating
+        self.policies = sets.kyverno
+        self.cel_policies = sets.validating
+        self.cel_image_policies = sets.image_validating
+        self.cel_mutating = sets.mutating
+        self.cel_digest_pinning: list[Any] = []
+        if self.image_evaluator is not None and self.image_evaluator.image_verifier is not None:
+            self.cel_digest_pinning = [
+                p for p in self.cel_image_policies if (p.spec.get("validationConfigurations") or {}).get("mutateDigest", True) is not False
+            ]
         self._timeouts: dict[int, float] = {}
         self._in_play: dict[tuple[str, str | None], list[Any]] = {}
         self._scoped: dict[PolicyScope, AdmissionEvaluator] = {}
@@ -424,23 +458,26 @@ class AdmissionEvaluator:
         if view is not None:
             return view
         view = copy.copy(self)
-        view._index(*scope.select(self.policies, self.cel_policies, self.cel_mutating))
+        view._index(scope.select(PolicySets(self.policies, self.cel_policies, self.cel_image_policies, self.cel_mutating)))
         if len(self._scoped) < MAX_SCOPED_VIEWS:
             self._scoped[scope] = view
         return view
 
     @property
     def needs_network(self) -> bool:
-        """True when evaluation may call registries (verifyImages), so callers keep it off their event loop."""
-        return bool(self._verifying(None))
+        """True when evaluation may call registries (verifyImages, ImageValidatingPolicy), so callers keep it off
+        their event loop."""
+        return bool(self._verifying(None)) or (self.image_evaluator is not None and self.image_evaluator.image_verifier is not None)
 
     def _verifying(self, failure: str | None) -> list[KyvernoPolicy]:
         return self._verifying_by_failure[failure]
 
     def cel_policies_for(self, failure: str | None) -> list[Any]:
+        """Validating and ImageValidating policies of one webhook variant (``None``: all)."""
+        policies = self.cel_policies + self.cel_image_policies
         if failure is None:
-            return self.cel_policies
-        return [p for p in self.cel_policies if failure_policy(p) == failure]
+            return policies
+        return [p for p in policies if failure_policy(p) == failure]
 
     @staticmethod
     def _cel_input(request: AdmissionRequest, labels: dict[str, str], new_object: dict[str, Any] | None = None) -> Any:
@@ -457,9 +494,10 @@ class AdmissionEvaluator:
         )
 
     def _mutate_cel(self, request: AdmissionRequest, failure: str | None, current: dict[str, Any], started: float) -> tuple[list[EngineResponse], dict[str, Any]]:
-        """MutatingPolicies in order, each seeing the previous one's output."""
+        """MutatingPolicies in order, each seeing the previous one's output, then ImageValidatingPolicy digest pinning."""
         policies = [p for p in self.cel_mutating if failure is None or failure_policy(p) == failure]
-        if not policies or self.cel_evaluator is None:
+        pinning = [p for p in self.cel_digest_pinning if failure is None or failure_policy(p) == failure]
+        if not (policies or pinning) or self.cel_evaluator is None:
             return [], current
         labels = self.namespace_labels(request)
         responses: list[EngineResponse] = []
@@ -476,6 +514,17 @@ class AdmissionEvaluator:
             responses.append(response)
             if response.patched_resource:
                 current = response.patched_resource
+        for policy in pinning:
+            if self._expired(policy, started):
+                responses.append(timed_out_response(policy, None, current, self._budget(policy), "Mutation"))
+                continue
+            patches, problem = self.image_evaluator.mutate_digest(policy, self._cel_input(request, labels, current))
+            if problem is not None and "Deny" in validation_actions(policy):
+                responses.append(problem)
+            if patches:
+                import jsonpatch
+
+                current = jsonpatch.apply_patch(current, patches)
         return responses, current
 
     def _validate_cel(self, request: AdmissionRequest, failure: str | None, labels: dict[str, str], started: float) -> tuple[list[EngineResponse], list[str]]:
@@ -486,22 +535,35 @@ class AdmissionEvaluator:
         cel_request = self._cel_input(request, labels)
         responses: list[EngineResponse] = []
         warnings: list[str] = []
+        evaluated: list[tuple[Any, EngineResponse]] = []
+        verifications = None
+        if self.image_evaluator is not None:
+            from stockade.celpolicy.imagevalidating import RequestVerifications
+
+            verifications = RequestVerifications()
         for policy in policies:
             if self._expired(policy, started):
                 responses.append(timed_out_response(policy, None, request.subject, self._budget(policy), "Validation"))
                 continue
-            response = self.cel_evaluator.validate(policy, cel_request)
+            if policy.kind in IMAGE_VALIDATING_POLICY_KINDS:
+                response = self.image_evaluator.validate(policy, cel_request, verifications)
+            else:
+                response = self.cel_evaluator.validate(policy, cel_request)
             if response is None or not response.rules:
                 continue
             if self._expired(policy, started):
                 responses.append(timed_out_response(policy, response, request.subject, self._budget(policy), "Validation"))
                 continue
+            responses.append(response)
+            evaluated.append((policy, response))
+        if verifications is not None:
+            verifications.enforce_required()  # only now: a later ImageValidatingPolicy may verify an earlier one's image
+        for policy, response in evaluated:
             actions = validation_actions(policy)
             for rule in response.rules:
                 rule.failure_action = "Enforce" if "Deny" in actions else "Audit"
                 if "Warn" in actions and rule.status not in (PASS, SKIP):
                     warnings.append(f"policy {response.policy_name}.{rule.name}: {rule.message}")
-            responses.append(response)
         return responses, warnings
 
     def policies_in_play(self, phase: str, failure: str | None) -> list[Any]:
@@ -512,7 +574,7 @@ class AdmissionEvaluator:
             return cached
         verifying = self._verifying(failure)
         if phase == "mutate":
-            mutating = [p for p in self.cel_mutating if failure is None or failure_policy(p) == failure]
+            mutating = [p for p in self.cel_mutating + self.cel_digest_pinning if failure is None or failure_policy(p) == failure]
             kyverno = [p for p in self.policies_for(failure) if p.has_mutate()]
             chosen: list[Any] = kyverno + mutating + [p for p in verifying if p not in kyverno] if (kyverno or mutating or verifying) else []
         else:
@@ -580,7 +642,7 @@ class AdmissionEvaluator:
         ``started`` is when the request arrived (``clock()`` time); each policy's timeout counts from it."""
         policies = [p for p in self.policies_for(failure) if p.has_mutate()]
         verifying = self._verifying(failure)
-        if request.operation in ("DELETE", "CONNECT") or not (policies or self.cel_mutating or verifying):
+        if request.operation in ("DELETE", "CONNECT") or not (policies or self.cel_mutating or self.cel_digest_pinning or verifying):
             return AdmissionDecision(allowed=True)
         started = self.clock() if started is None else started
         request = self.with_roles(request)

@@ -31,7 +31,13 @@ from stockade.engine.engine import Engine
 from stockade.policy.loader import Document, LoadError, expand_paths, load_documents
 from stockade.policy.model import CEL_POLICY_GROUP, KyvernoPolicy, api_group, is_kyverno_policy
 from stockade.policy.resources import split_policies
-from stockade.webhook.admission import MUTATING_POLICY_KINDS, VALIDATING_POLICY_KINDS, AdmissionEvaluator, NamespaceLabels
+from stockade.webhook.admission import (
+    IMAGE_VALIDATING_POLICY_KINDS,
+    MUTATING_POLICY_KINDS,
+    VALIDATING_POLICY_KINDS,
+    AdmissionEvaluator,
+    NamespaceLabels,
+)
 
 log = logging.getLogger("stockade.webhook")
 
@@ -414,7 +420,7 @@ def _cel_validating(documents: list[Document], compiler: Any = None, view: Calla
 
     CEL providers that need the cluster (``resource.*``, ``http.*``, global context) are not wired yet, so policies
     using them evaluate to errors (and deny under failurePolicy Fail)."""
-    wanted = [d for d in documents if d.kind in VALIDATING_POLICY_KINDS + MUTATING_POLICY_KINDS]
+    wanted = [d for d in documents if d.kind in VALIDATING_POLICY_KINDS + MUTATING_POLICY_KINDS + IMAGE_VALIDATING_POLICY_KINDS]
     if not wanted:
         return [], None
     from stockade.celpolicy import CelPolicy, CelPolicyEvaluator

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from stockade.webhook.admission import (
     CEL_ROUTES,
+    IMAGE_ROUTES,
     FAILURE_POLICY_FAIL,
     FAILURE_POLICY_IGNORE,
     AdmissionDecision,
@@ -243,6 +244,9 @@ def build_app(state: ServerState) -> web.Application:
             app.router.add_post(prefix + "/{policy:.+}", make_handler(state, prefix))
     for prefix in CEL_ROUTES:
         app.router.add_post(f"/{prefix}/{{policies:.+}}", make_handler(state, f"/{prefix}"))
+    for prefix in IMAGE_ROUTES:
+        for phase in ("validate", "mutate"):
+            app.router.add_post(f"/{prefix}/{phase}/{{policies:.+}}", make_handler(state, f"/{prefix}/{phase}"))
     app.router.add_post(POLICY_VALIDATION_PATH, make_policy_validation_handler(state))
 
     async def liveness(_: web.Request) -> web.Response:

@@ -2,15 +2,13 @@
 
 Kyverno's signatures: ``verifyImageSignatures(string, list) -> int`` and
 ``verifyAttestationSignatures(string, string, list) -> int`` count the attestors that verified the image (or its
-attestation), ``extractPayload(string, string) -> dyn`` returns an attestation's payload and
-``getImageData(string) -> dyn`` the image's registry metadata.  Declaring them lets such policies compile and pass
-validation.  All four need a registry; the implementations here fail with :class:`ImageVerificationUnavailable`, so
-a call is an evaluation error (the policy's failurePolicy decides), never a silent pass.
+attestation), ``extractPayload(string, string) -> dyn`` returns a verified attestation's statement and
+``getImageData(string) -> dyn`` the image's registry metadata.  They are declared here, for this policy kind only,
+without implementations: the ``imageVerify`` provider (``stockade.cel.providers.ImageVerificationProvider``) binds
+them per evaluation, so the CEL layer does no I/O and an evaluation without a registry verifier cannot pass.
 """
 
 from __future__ import annotations
-
-from typing import Any, NoReturn
 
 from stockade.cel.functions import Library
 
@@ -25,22 +23,11 @@ IMAGE_VERIFY_FUNCTIONS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-class ImageVerificationUnavailable(ValueError):
-    """An image-verification function was called where no registry verifier is wired in."""
-
-
-def _unavailable(name: str) -> Any:
-    def call(image: Any, *_rest: Any) -> NoReturn:
-        raise ImageVerificationUnavailable(f"{name}({image!s}): image verification needs registry access, which is not available here")
-
-    return call
-
-
 def build_imageverify() -> Library:
     library = Library(IMAGE_VERIFY_LIBRARY)
     for name, (params, result) in IMAGE_VERIFY_FUNCTIONS.items():
-        library.add(name, params, result, _unavailable(name))
+        library.add(name, params, result, None, overload_id=f"provider:imageVerify:{name}:{'_'.join(params)}")
     return library
 
 
-__all__ = ["IMAGE_VERIFY_FUNCTIONS", "IMAGE_VERIFY_LIBRARY", "ImageVerificationUnavailable", "build_imageverify"]
+__all__ = ["IMAGE_VERIFY_FUNCTIONS", "IMAGE_VERIFY_LIBRARY", "build_imageverify"]

@@ -6,10 +6,18 @@ import copy
 from typing import Any
 
 from stockade.celpolicy import CelPolicy, CelPolicyEvaluator
-from stockade.celpolicy.imagevalidating import REGISTRY_NEEDED, ImageReferenceMatcher, ImageValidatingEvaluator, default_images
+from stockade.celpolicy.imagevalidating import (
+    REGISTRY_NEEDED,
+    ImageReferenceMatcher,
+    ImageValidatingEvaluator,
+    container_image_pointers,
+    default_images,
+)
 from stockade.celpolicy.request import AdmissionInput
 from stockade.celpolicy.testing import CelPolicyRun
 from stockade.engine.match import RequestInfo
+from stockade.images.verifier_api import VerificationUnavailable
+from stockade.images.verify import CosignVerifier
 
 DIGEST = "@sha256:" + "a" * 64
 
@@ -178,3 +186,45 @@ def test_image_verification_call_outside_a_validation_is_an_evaluation_error() -
     status, message = _evaluate(document, _pod("ghcr.io/acme/app:1"))
     assert status == "error"
     assert "ivp" in message and "extractPayload(ghcr.io/acme/app:1)" in message and "registry" in message
+
+
+class _Resolver(CosignVerifier):
+    """Resolves tags from a table; anything else is an unreachable registry."""
+
+    def __init__(self, digests: dict[str, str]) -> None:
+        self.digests = digests
+
+    def resolve_digest(self, image: str) -> str:
+        if image not in self.digests:
+            raise VerificationUnavailable(f"registry of {image} is unreachable")
+        return self.digests[image]
+
+
+def test_mutate_digest_pins_matched_tags_only() -> None:
+    pinned = "ghcr.io/acme/sidecar" + DIGEST
+    resource = _pod("ghcr.io/acme/app:1.0", pinned, "docker.io/library/nginx:1")
+    resource["spec"]["initContainers"] = [{"name": "init", "image": "ghcr.io/acme/init:2"}]
+    digest = "sha256:" + "b" * 64
+    evaluator = ImageValidatingEvaluator(CelPolicyEvaluator(), _Resolver({"ghcr.io/acme/app:1.0": digest, "ghcr.io/acme/init:2": digest}))
+    patches, problem = evaluator.mutate_digest(CelPolicy(_policy()), AdmissionInput(object=resource, operation="CREATE"))
+    assert problem is None
+    assert patches == [
+        {"op": "replace", "path": "/spec/containers/0/image", "value": f"ghcr.io/acme/app:1.0@{digest}"},
+        {"op": "replace", "path": "/spec/initContainers/0/image", "value": f"ghcr.io/acme/init:2@{digest}"},
+    ]
+    disabled = _policy(validationConfigurations={"mutateDigest": False})
+    assert evaluator.mutate_digest(CelPolicy(disabled), AdmissionInput(object=resource, operation="CREATE")) == ([], None)
+
+
+def test_mutate_digest_reports_unresolvable_images_as_an_error() -> None:
+    evaluator = ImageValidatingEvaluator(CelPolicyEvaluator(), _Resolver({}))
+    patches, problem = evaluator.mutate_digest(CelPolicy(_policy()), AdmissionInput(object=_pod("ghcr.io/acme/app:1.0"), operation="CREATE"))
+    assert patches == []
+    assert problem is not None and problem.rules[0].status == "error"
+    assert "failed to resolve digest for image ghcr.io/acme/app:1.0" in problem.rules[0].message
+
+
+def test_container_image_pointers_of_a_cronjob() -> None:
+    cronjob = {"kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "a", "image": "x:1"}]}}}}}}
+    assert container_image_pointers(cronjob) == [("/spec/jobTemplate/spec/template/spec/containers/0/image", "x:1")]
+    assert container_image_pointers({"kind": "ConfigMap"}) == []
