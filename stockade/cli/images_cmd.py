@@ -300,6 +300,9 @@ def reconcile_command(paths: tuple[str, ...], store_dir: str, force: bool, ca_fi
     else:
         for kind, result in results:
             click.echo(_result_line(kind, result))
+    for kind, result in results:
+        for warning in result.warnings:
+            click.echo(f"warning: {kind} {object_key(result.object)}: {warning}; ignored", err=True)
     if show_events:
         for kind, result in results:
             for event in result.events:

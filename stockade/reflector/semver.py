@@ -203,7 +203,7 @@ class _Comparator:
     def check(self, candidate: Version, include_prerelease: bool) -> bool:
         if candidate.prerelease and not include_prerelease:
             return False
-        return _CHECKS[self.operator](candidate, self)
+        return bool(_CHECKS[self.operator](candidate, self))
 
 
 def _parse_comparator(text: str) -> _Comparator:
