@@ -43,6 +43,7 @@ from stockade.reflector.policy import (
 from stockade.reflector.repository import (
     ClientFactory,
     SecretLookup,
+    ServiceAccountLookup,
     default_client_factory,
     parse_repository_image,
     registry_access,
@@ -98,7 +99,9 @@ class ImagePolicyReconciler:
         ca_file: str | None = None,
         clock: Callable[[], datetime.datetime] = _utcnow,
         namespace_labels: NamespaceLabels = _default_namespace_labels,
+        service_accounts: ServiceAccountLookup | None = None,
     ) -> None:
+        self.service_accounts = service_accounts
         self.store = store
         self.repositories = repositories
         self.secrets = secrets
@@ -207,7 +210,7 @@ class ImagePolicyReconciler:
             and current.digest
         ):
             return ImageRef(ref.name, ref.tag, current.digest)
-        access = registry_access(repository, self.secrets, self.ca_file)
+        access = registry_access(repository, self.secrets, self.ca_file, self.service_accounts)
         client = self.client_factory(access)
         try:
             digest = client.resolve_digest(access.reference.with_tag(ref.tag))

@@ -9,8 +9,13 @@ decided from the last scan time and the interval alone, as Flux's shouldScan doe
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import datetime
+import hashlib
+import os
+import tempfile
 import json
 import zlib
 from collections.abc import Callable, Mapping
@@ -47,6 +52,7 @@ __all__ = [
     "ImageRepositoryReconciler",
     "RegistryAccess",
     "SecretLookup",
+    "ServiceAccountLookup",
     "canonical_image_name",
     "default_client_factory",
     "parse_repository_image",
@@ -61,6 +67,7 @@ DEFAULT_TIMEOUT_SECONDS = 60.0
 RECONCILE_REQUEST_ANNOTATION = "reconcile.fluxcd.io/requestedAt"
 
 SecretLookup = Callable[[str, str], "Mapping[str, Any] | None"]
+ServiceAccountLookup = Callable[[str, str], "Mapping[str, Any] | None"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,7 @@ class RegistryAccess:
     insecure: bool
     timeout: float
     ca_file: str | None = None
+    ca_pem: bytes | None = None  # `ca.crt` of spec.certSecretRef, added to the trusted CAs
 
 
 class TagLister(Protocol):
@@ -83,11 +91,30 @@ class TagLister(Protocol):
 ClientFactory = Callable[[RegistryAccess], TagLister]
 
 
+def _ca_bundle(access: RegistryAccess) -> str | None:
+    """The registry client reads CAs from a file: write certSecretRef's CA (plus `ca_file`) to one named by
+    its content, so repeated scans reuse it."""
+    if access.ca_pem is None:
+        return access.ca_file
+    bundle = access.ca_pem
+    if access.ca_file:
+        with open(access.ca_file, "rb") as existing:
+            bundle = existing.read() + b"\n" + bundle
+    directory = os.path.join(tempfile.gettempdir(), f"stockade-registry-ca-{os.getuid()}")
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    path = os.path.join(directory, hashlib.sha256(bundle).hexdigest() + ".pem")
+    if not os.path.exists(path):
+        with tempfile.NamedTemporaryFile("wb", dir=directory, delete=False) as handle:
+            handle.write(bundle)
+        os.replace(handle.name, path)
+    return path
+
+
 def default_client_factory(access: RegistryAccess) -> RegistryClient:
     return RegistryClient(
         credentials=access.credentials,
         insecure_registries=[access.reference.registry] if access.insecure else [],
-        ca_file=access.ca_file,
+        ca_file=_ca_bundle(access),
         timeout=access.timeout,
         retries=1,
         backoff=0.2,
@@ -127,25 +154,65 @@ def _interval_and_timeout(spec: Mapping[str, Any]) -> tuple[float | None, float]
     return interval, max(1.0, timeout)
 
 
+def _secret_bytes(secret: Mapping[str, Any], key: str) -> bytes | None:
+    data = (secret.get("data") or {}).get(key)
+    if data is not None:
+        try:
+            return base64.b64decode(str(data), validate=True)
+        except (binascii.Error, ValueError):
+            raise CredentialError(f"secret data {key!r} is not valid base64") from None
+    text = (secret.get("stringData") or {}).get(key)
+    return str(text).encode() if text is not None else None
+
+
 def registry_access(
     repository: Mapping[str, Any],
     secrets: SecretLookup | None,
     ca_file: str | None = None,
+    service_accounts: ServiceAccountLookup | None = None,
 ) -> RegistryAccess:
-    """Build the access settings of an ImageRepository; raises InvalidReferenceError, SpecError or CredentialError."""
+    """Build the access settings of an ImageRepository from Flux's credential fields: secretRef
+    (dockerconfigjson), serviceAccountName (its imagePullSecrets), certSecretRef (`ca.crt`) and insecure.
+    Raises InvalidReferenceError, SpecError or CredentialError."""
     spec = repository.get("spec") or {}
     reference = parse_repository_image(spec.get("image"))
     _interval, timeout = _interval_and_timeout(spec)
+    key = object_key(repository)
     credentials = CredentialStore()
+
+    def secret_named(name: str, field_name: str) -> Mapping[str, Any]:
+        secret = secrets(key.namespace, name) if secrets is not None else None
+        if secret is None:
+            raise CredentialError(f"{field_name}: secret '{key.namespace}/{name}' not found")
+        return secret
+
     secret_ref = spec.get("secretRef")
     if secret_ref:
-        key = object_key(repository)
         name = str((secret_ref or {}).get("name") or "")
         secret = secrets(key.namespace, name) if secrets is not None else None
         if secret is None:
             raise CredentialError(f"secret '{key.namespace}/{name}' not found")
         credentials.add_pull_secret(secret)
-    return RegistryAccess(reference, credentials, bool(spec.get("insecure")), timeout, ca_file)
+    account_name = spec.get("serviceAccountName")
+    if account_name:
+        account = service_accounts(key.namespace, str(account_name)) if service_accounts is not None else None
+        if account is None:
+            raise CredentialError(f"serviceAccountName: service account '{key.namespace}/{account_name}' not found")
+        for entry in account.get("imagePullSecrets") or []:
+            pull_name = str((entry or {}).get("name") or "")
+            if pull_name:
+                credentials.add_pull_secret(secret_named(pull_name, "serviceAccountName imagePullSecrets"))
+    ca_pem: bytes | None = None
+    cert_ref = spec.get("certSecretRef")
+    if cert_ref:
+        cert_secret = secret_named(str((cert_ref or {}).get("name") or ""), "certSecretRef")
+        ca_pem = _secret_bytes(cert_secret, "ca.crt")
+        if _secret_bytes(cert_secret, "tls.crt") is not None:
+            raise CredentialError("certSecretRef: client certificates (tls.crt/tls.key) are not supported, only ca.crt")
+    if spec.get("proxySecretRef"):
+        # Connecting directly would bypass a proxy the cluster may rely on for egress control.
+        raise CredentialError("proxySecretRef: registry access through a proxy is not supported")
+    return RegistryAccess(reference, credentials, bool(spec.get("insecure")), timeout, ca_file, ca_pem)
 
 
 class InvalidExclusionError(ValueError):
@@ -189,9 +256,11 @@ class ImageRepositoryReconciler:
         ca_file: str | None = None,
         clock: Callable[[], datetime.datetime] = _utcnow,
         page_size: int | None = TAG_PAGE_SIZE,
+        service_accounts: ServiceAccountLookup | None = None,
     ) -> None:
         self.store = store
         self.secrets = secrets
+        self.service_accounts = service_accounts
         self.client_factory = client_factory
         self.ca_file = ca_file
         self.clock = clock
@@ -223,7 +292,7 @@ class ImageRepositoryReconciler:
         if not (scan or force):
             return self._keep_last_scan(result, before, next_in, now)
         try:
-            access = registry_access(obj, self.secrets, self.ca_file)
+            access = registry_access(obj, self.secrets, self.ca_file, self.service_accounts)
             client = self.client_factory(access)
         except CredentialError as exc:
             result.requeue_after = min(interval or 60.0, 60.0)

@@ -248,3 +248,42 @@ def test_bad_interval_stalls(store, registry, clock) -> None:  # type: ignore[no
 def test_suspended_repository_is_left_alone(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
     result = reconciler(store, registry, clock).reconcile(repo(suspend=True))
     assert registry.list_calls == [] and "conditions" not in result.status
+
+
+def _pull_secret(name: str, user: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "flux-system"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": '{"auths": {"ghcr.io": {"username": "%s", "password": "p"}}}' % user},
+    }
+
+
+def test_service_account_image_pull_secrets_and_cert_secret_reach_the_client(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
+    registry.tags["org/app"] = ["1"]
+    secrets = {"from-sa": _pull_secret("from-sa", "sa-user"),
+               "ca": {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ca"}, "data": {"ca.crt": "LS0tQ0EtLS0="}}}
+    accounts = {"puller": {"metadata": {"name": "puller"}, "imagePullSecrets": [{"name": "from-sa"}]}}
+    rec = reconciler(store, registry, clock, secrets=lambda ns, n: secrets.get(n),
+                     service_accounts=lambda ns, n: accounts.get(n))
+    assert rec.reconcile(repo(serviceAccountName="puller", certSecretRef={"name": "ca"})).ready
+    access = registry.accesses[-1]
+    found = access.credentials.lookup("ghcr.io", "org/app")
+    assert found is not None and found.username == "sa-user"
+    assert access.ca_pem == b"---CA---"
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"serviceAccountName": "nobody"}, "service account 'flux-system/nobody' not found"),
+        ({"certSecretRef": {"name": "missing"}}, "certSecretRef: secret 'flux-system/missing' not found"),
+        ({"proxySecretRef": {"name": "proxy"}}, "proxySecretRef: registry access through a proxy is not supported"),
+    ],
+)
+def test_unusable_credentials_are_authentication_failures_that_retry(store, registry, clock, spec, message) -> None:  # type: ignore[no-untyped-def]
+    rec = reconciler(store, registry, clock, secrets=lambda ns, n: None, service_accounts=lambda ns, n: None)
+    result = rec.reconcile(repo(**spec))
+    ready = condition(result.object, "Ready")
+    assert ready["reason"] == "AuthenticationFailed" and message in ready["message"]
+    assert not result.stalled and result.requeue_after is not None
+    assert registry.list_calls == []
