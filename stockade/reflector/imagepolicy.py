@@ -41,6 +41,7 @@ from stockade.reflector.policy import (
     select_latest,
 )
 from stockade.reflector.repository import (
+    RECONCILE_REQUEST_ANNOTATION,
     ClientFactory,
     SecretLookup,
     ServiceAccountLookup,
@@ -122,6 +123,9 @@ class ImagePolicyReconciler:
             return result
         now = self.clock()
         key = object_key(obj)
+        requested = ((obj.get("metadata") or {}).get("annotations") or {}).get(RECONCILE_REQUEST_ANNOTATION)
+        if requested:  # Flux marks the request handled whatever the outcome
+            status["lastHandledReconcileAt"] = requested
 
         # 1. spec checks that no retry can fix
         reflection = spec.get("digestReflectionPolicy") or NEVER

@@ -286,3 +286,12 @@ def test_cross_namespace_needs_access_from(store, registry, clock) -> None:  # t
 def test_suspended_policy_is_untouched(world: World) -> None:
     result = world.policies.reconcile(policy(suspend=True))
     assert "latestRef" not in result.status and "conditions" not in result.status
+
+
+def test_reconcile_request_is_marked_handled_even_when_failing(world: World) -> None:
+    obj = policy()
+    obj["metadata"]["annotations"] = {"reconcile.fluxcd.io/requestedAt": "2025-01-01T00:00:00Z"}
+    assert world.policies.reconcile(obj).status["lastHandledReconcileAt"] == "2025-01-01T00:00:00Z"
+    obj["spec"]["imageRepositoryRef"] = {"name": "nope"}
+    failed = world.policies.reconcile(obj)
+    assert not failed.ready and failed.status["lastHandledReconcileAt"] == "2025-01-01T00:00:00Z"
