@@ -313,6 +313,15 @@ def reconcile_command(paths: tuple[str, ...], store_dir: str, force: bool, ca_fi
 images.add_command(reconcile_command, "apply")
 
 
+def _register_controller() -> None:
+    from stockade.cli.images_controller_cmd import controller
+
+    images.add_command(controller)
+
+
+_register_controller()
+
+
 # -- update ---------------------------------------------------------------------------------------------------------
 def _policy_refs(policy_paths: tuple[str, ...], store_dir: str | None) -> dict[ObjectKey, ImageRef]:
     refs: dict[ObjectKey, ImageRef] = {}

@@ -127,7 +127,8 @@ def _requested_at(obj: Mapping[str, Any]) -> object:
     return ((obj.get("metadata") or {}).get("annotations") or {}).get(RECONCILE_REQUEST_ANNOTATION)
 
 
-def _reference(obj: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+def object_reference(obj: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The core/v1 ObjectReference of an Event about `obj`."""
     metadata = obj.get("metadata") or {}
     fields = {
         "apiVersion": str(obj.get("apiVersion") or ""),
@@ -239,7 +240,7 @@ class ImageReflectorController(LeaderPeriodicWorker):
                 log.debug("%s %s: %s", plural, key, event.message)
             elif self.recorder is not None:
                 self.recorder.submit(EventSpec(
-                    namespace=key.namespace, regarding=_reference(result.object), reason=event.reason,
+                    namespace=key.namespace, regarding=object_reference(result.object), reason=event.reason,
                     message=event.message, type=event.type, action=ACTION_NONE, source=EVENT_SOURCE))
         for warning in result.warnings:
             log.warning("%s %s: %s; ignored", plural, key, warning)

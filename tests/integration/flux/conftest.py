@@ -124,3 +124,44 @@ def relay(registry: LocalRegistry) -> Iterator[Relay]:
         yield forward
     finally:
         forward.down()
+
+
+class GitServer:
+    """Debian's `git daemon` on 127.0.0.1 serving bare repositories under a temporary base path, push enabled."""
+
+    def __init__(self, base: Path) -> None:
+        import subprocess
+
+        from stockade.testing.registry import free_port
+
+        self.base = base
+        self.port = free_port()
+        self._process = subprocess.Popen(
+            ["git", "daemon", "--reuseaddr", "--export-all", "--enable=receive-pack", "--listen=127.0.0.1",
+             f"--port={self.port}", f"--base-path={base}", str(base)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "git daemon did not start"
+                time.sleep(0.1)
+
+    def url(self, name: str) -> str:
+        return f"git://127.0.0.1:{self.port}/{name}"
+
+    def stop(self) -> None:
+        self._process.terminate()
+        self._process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def git_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GitServer]:
+    server = GitServer(tmp_path_factory.mktemp("git-repos"))
+    try:
+        yield server
+    finally:
+        server.stop()
