@@ -31,6 +31,7 @@ __all__ = [
     "GitAccess",
     "GitError",
     "PushRejectedError",
+    "TemplateData",
     "run_automation",
 ]
 
@@ -86,6 +87,15 @@ class AutomationKey:
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True)
+class TemplateData:
+    """The value a commit message template sees, as Flux's TemplateData (a struct: unknown fields are errors)."""
+
+    AutomationObject: AutomationKey
+    Changed: UpdateResult
+    Values: dict[str, str]
 
 
 @dataclass(frozen=True)
@@ -223,11 +233,7 @@ def run_automation(
                 return outcome
             write_updates(updates)
             outcome.result = update_result(updates)
-            data: dict[str, Any] = {
-                "AutomationObject": automation,
-                "Changed": outcome.result,
-                "Values": dict(template_values or {}),
-            }
+            data = TemplateData(automation, outcome.result, dict(template_values or {}))
             outcome.message = render(message_template or DEFAULT_MESSAGE_TEMPLATE, data)
             git.run("add", "--all", "--", ".", cwd=checkout)
             when = clock().strftime("%Y-%m-%dT%H:%M:%S%z")

@@ -124,8 +124,9 @@ class _Evaluator:
         self.out.append(text)
 
     def field_of(self, value: Any, name: str) -> Any:
-        if isinstance(value, Mapping) and name in value:
-            return value[name]
+        if isinstance(value, Mapping):
+            # Go yields the zero value for a missing key; the maps templates see here map to strings
+            return value.get(name, "")
         if hasattr(value, name) and not name.startswith("_"):
             return getattr(value, name)
         raise TemplateError(f"can't evaluate field {name} in {type(value).__name__}")
@@ -186,7 +187,7 @@ class _Evaluator:
             return sorted(value.items(), key=lambda item: _sort_key(item[0]))
         if isinstance(value, Sequence) and not isinstance(value, str):
             return list(enumerate(value))
-        if value is None:
+        if value is None or value == "":  # the zero value a missing map key yields
             return []
         raise TemplateError(f"range can't iterate over {type(value).__name__}")
 
