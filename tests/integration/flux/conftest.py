@@ -16,7 +16,7 @@ import yaml
 from stockade.testing.apiserver import ControlPlane
 from stockade.testing.registry import LocalRegistry
 
-CRDS = Path(__file__).resolve().parents[3] / "deploy" / "crds" / "flux-image.yaml"
+CRDS = Path(__file__).resolve().parents[3] / "deploy" / "flux" / "crds.yaml"
 
 
 @pytest.fixture(scope="session")
