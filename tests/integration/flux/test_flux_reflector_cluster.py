@@ -153,3 +153,12 @@ def test_registry_outage_is_not_ready_with_flux_reason_then_recovers(flux_crds: 
     repo = get(plane, "imagerepositories", ns, "app")
     assert ready(repo)["status"] == "True"
     assert not any(c["type"] in ("Reconciling", "Stalled") for c in repo["status"]["conditions"])
+
+
+def test_crd_rejects_an_interval_without_always_with_flux_wording(flux_crds: ControlPlane) -> None:
+    ns = namespace(flux_crds)
+    status, body, _ = flux_crds.request("POST", f"{API}/namespaces/{ns}/imagepolicies", policy("bad", "app", interval="5m"))
+    assert status == 422
+    assert "spec.interval is only accepted when spec.digestReflectionPolicy is set to 'Always'" in body["message"]
+    status, body, _ = flux_crds.request("POST", f"{API}/namespaces/{ns}/imagepolicies", policy("bad", "app", digestReflectionPolicy="Always"))
+    assert status == 422 and "spec.interval must be set" in body["message"]
