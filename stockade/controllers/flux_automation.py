@@ -138,16 +138,16 @@ class ImageUpdateAutomationController(LeaderPeriodicWorker):
             return self._finish(before, obj, now, stalled=(REASON_INVALID_SOURCE, str(exc)), retry=None)
         retry = interval
         try:
-            access, checkout_branch = self._source(obj)
             git_spec = spec.get("git") or {}
+            commit_spec = git_spec.get("commit") or {}
+            author = commit_spec.get("author") or {}
+            if git_spec and not author.get("email"):
+                raise AutomationSpecError("spec.git.commit.author.email is required")
+            access, checkout_branch = self._source(obj)
             push = git_spec.get("push") or {}
             checkout_ref = ((git_spec.get("checkout") or {}).get("ref") or {})
             checkout_branch = str(checkout_ref.get("branch") or checkout_branch)
             push_branch = str(push.get("branch") or checkout_branch)
-            commit_spec = git_spec.get("commit") or {}
-            author = commit_spec.get("author") or {}
-            if not author.get("email"):
-                raise AutomationSpecError("spec.git.commit.author.email is required")
             policies = self._policies(key.namespace, spec.get("policySelector"))
         except AutomationSpecError as exc:
             return self._finish(before, obj, now, stalled=(REASON_INVALID_SOURCE, str(exc)), retry=None)
