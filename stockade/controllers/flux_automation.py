@@ -22,7 +22,7 @@ from stockade.controllers.events import ACTION_NONE, EventRecorder, EventSpec
 from stockade.controllers.flux_image import ClusterObjects, object_reference
 from stockade.controllers.periodic import LeaderPeriodicWorker
 from stockade.reflector import models
-from stockade.reflector.automation import AutomationKey, GitAccess, GitError, run_automation
+from stockade.reflector.automation import AutomationKey, CheckoutError, GitAccess, GitError, run_automation
 from stockade.reflector.gotemplate import TemplateError
 from stockade.reflector.markers import MarkerError
 from stockade.reflector.models import ImageRef, ObjectKey, SpecError, duration_seconds, format_time, object_key
@@ -39,7 +39,7 @@ EVENT_SOURCE = "image-automation-controller"
 REASON_INVALID_SOURCE = "InvalidSourceConfiguration"
 REASON_GIT_OPERATION_FAILED = "GitOperationFailed"
 REASON_UPDATE_FAILED = "UpdateFailed"
-REASON_SOURCE_NOT_FOUND = "SourceNotFound"
+REASON_SOURCE_MANAGER_FAILED = "SourceManagerFailed"
 REASON_INVALID_POLICY_SELECTOR = "InvalidPolicySelector"
 REASON_DEPENDENCY_NOT_READY = "DependencyNotReady"
 UP_TO_DATE = "repository up-to-date"
@@ -131,6 +131,7 @@ class ImageUpdateAutomationController(LeaderPeriodicWorker):
         annotation = ((obj.get("metadata") or {}).get("annotations") or {}).get(RECONCILE_REQUEST_ANNOTATION)
         if annotation:
             status["lastHandledReconcileAt"] = annotation
+        status["lastAutomationRunTime"] = format_time(now)
         retry: float | None
         try:
             interval = duration_seconds(spec.get("interval"), "spec.interval") or 60.0
@@ -152,7 +153,8 @@ class ImageUpdateAutomationController(LeaderPeriodicWorker):
         except AutomationSpecError as exc:
             return self._finish(before, obj, now, stalled=(REASON_INVALID_SOURCE, str(exc)), retry=None)
         except _NotFound as exc:
-            return self._finish(before, obj, now, failed=(REASON_SOURCE_NOT_FOUND, str(exc)), retry=min(interval, 30.0))
+            return self._finish(before, obj, now, failed=(REASON_SOURCE_MANAGER_FAILED, f"failed configuring source manager: {exc}"),
+                                retry=min(interval, 30.0))
 
         def resolve(namespace: str, name: str) -> dict[str, object] | None:
             ref = policies.get(ObjectKey(namespace, name))
@@ -174,24 +176,25 @@ class ImageUpdateAutomationController(LeaderPeriodicWorker):
                 clock=self.clock,
                 before_push=self.before_push,
             )
-        except (TemplateError, MarkerError) as exc:
-            return self._finish(before, obj, now, failed=(REASON_UPDATE_FAILED, str(exc)), retry=retry)
-        except GitError as exc:
-            return self._finish(before, obj, now, failed=(REASON_GIT_OPERATION_FAILED, str(exc)), retry=min(interval, 30.0))
-        status["lastAutomationRunTime"] = format_time(now)
+        except MarkerError as exc:
+            return self._finish(before, obj, now, failed=(REASON_UPDATE_FAILED, f"failed to apply policies: {exc}"), retry=retry)
+        except CheckoutError as exc:
+            return self._finish(before, obj, now, failed=(REASON_GIT_OPERATION_FAILED, f"failed to checkout source: {exc}"),
+                                retry=min(interval, 30.0))
+        except (GitError, TemplateError) as exc:
+            return self._finish(before, obj, now, failed=(REASON_GIT_OPERATION_FAILED, f"failed to update source: {exc}"),
+                                retry=min(interval, 30.0))
         status["observedSourceRevision"] = outcome.source_revision
         status["observedPolicies"] = {
             policy_key.name: ref.to_dict() for policy_key, ref in sorted(policies.items(), key=lambda item: item[0].name)
         }
-        message = UP_TO_DATE
+        pushed = ""
         if outcome.commit:
             status["lastPushCommit"] = outcome.commit
             status["lastPushTime"] = format_time(self.clock())
-            message = f"pushed commit '{outcome.commit[:7]}' to branch '{push_branch}'"
-            if outcome.message:
-                message += f"\n{outcome.message}"
-        models.mark_ready(obj, message, now)
-        return self._finish(before, obj, now, retry=retry)
+            pushed = f"pushed commit '{outcome.commit}' to 'refs/heads/{push_branch}'\n{outcome.message}"
+        models.mark_ready(obj, UP_TO_DATE, now)  # Flux's Ready message after a push too; the Event carries the push
+        return self._finish(before, obj, now, retry=retry, pushed=pushed)
 
     # -- inputs -------------------------------------------------------------------------------------------------
     def _source(self, obj: Mapping[str, Any]) -> tuple[GitAccess, str]:
@@ -244,6 +247,7 @@ class ImageUpdateAutomationController(LeaderPeriodicWorker):
         retry: float | None,
         stalled: tuple[str, str] | None = None,
         failed: tuple[str, str] | None = None,
+        pushed: str = "",
     ) -> dict[str, Any]:
         if stalled is not None:
             models.mark_stalled(obj, stalled[0], stalled[1], now)
@@ -256,6 +260,8 @@ class ImageUpdateAutomationController(LeaderPeriodicWorker):
             except Exception as exc:  # gone or changed meanwhile: the next pass retries
                 log.warning("writing status of ImageUpdateAutomation %s failed: %s", key, exc)
         event = models.notify(before, obj)
+        if pushed and models.is_ready(obj):  # Flux: a push is always a Normal event carrying the commit
+            event = models.Event(models.EVENT_NORMAL, models.SUCCEEDED, pushed)
         if self.recorder is not None and event.type != models.EVENT_TRACE:
             self.recorder.submit(EventSpec(
                 namespace=key.namespace, regarding=object_reference(obj), reason=event.reason, message=event.message[:1000],

@@ -29,6 +29,7 @@ __all__ = [
     "DEFAULT_MESSAGE_TEMPLATE",
     "AutomationOutcome",
     "GitAccess",
+    "CheckoutError",
     "GitError",
     "PushRejectedError",
     "TemplateData",
@@ -42,6 +43,10 @@ MAX_PUSH_ATTEMPTS = 4
 
 class GitError(RuntimeError):
     """A git command failed; the message carries git's own error output."""
+
+
+class CheckoutError(GitError):
+    """Cloning or checking out the source failed (Flux: "failed to checkout source")."""
 
 
 class PushRejectedError(GitError):
@@ -218,16 +223,11 @@ def run_automation(
         outcome: AutomationOutcome | None = None
         for attempt in range(1, MAX_PUSH_ATTEMPTS + 1):
             checkout = os.path.join(scratch, f"checkout-{attempt}")
-            git.run("clone", "--quiet", "--no-tags", "--single-branch", "--branch", checkout_branch, access.url, checkout)
-            head = git.run("rev-parse", "HEAD", cwd=checkout).stdout.strip()
+            try:
+                head = _checkout(git, checkout, checkout_branch, push_branch)
+            except GitError as exc:
+                raise CheckoutError(str(exc)) from None
             outcome = AutomationOutcome(source_revision=f"{checkout_branch}@sha1:{head}", attempts=attempt)
-            if push_branch != checkout_branch:
-                remote = git.run("ls-remote", "--heads", "origin", f"refs/heads/{push_branch}", cwd=checkout).stdout.strip()
-                if remote:
-                    git.run("fetch", "--quiet", "--no-tags", "origin", f"refs/heads/{push_branch}", cwd=checkout)
-                    git.run("checkout", "--quiet", "-B", push_branch, "FETCH_HEAD", cwd=checkout)
-                else:
-                    git.run("checkout", "--quiet", "-B", push_branch, cwd=checkout)
             updates = plan_updates(_safe_subpath(checkout, update_path), resolve)
             if not updates:
                 return outcome
@@ -241,6 +241,8 @@ def run_automation(
             git.run(*identity, "commit", "--quiet", "--no-verify", "--author", f"{author_name} <{author_email}>",
                     "--date", when, "-F", _message_file(scratch, outcome.message), cwd=checkout)
             outcome.commit = git.run("rev-parse", "HEAD", cwd=checkout).stdout.strip()
+            if push_branch == checkout_branch:  # Flux observes the pushed commit unless it switched branches
+                outcome.source_revision = f"{push_branch}@sha1:{outcome.commit}"
             if before_push is not None:
                 before_push(attempt)
             try:
@@ -253,6 +255,21 @@ def run_automation(
                 _push(git, checkout, push_refspec)
             return outcome
         raise GitError("push was not attempted")  # unreachable: the loop returns or raises
+
+
+def _checkout(git: _Git, checkout: str, checkout_branch: str, push_branch: str) -> str:
+    """Clone the checkout branch and switch to the push branch (its remote state if it exists); returns the
+    checkout branch's head."""
+    git.run("clone", "--quiet", "--no-tags", "--single-branch", "--branch", checkout_branch, git.access.url, checkout)
+    head = git.run("rev-parse", "HEAD", cwd=checkout).stdout.strip()
+    if push_branch != checkout_branch:
+        remote = git.run("ls-remote", "--heads", "origin", f"refs/heads/{push_branch}", cwd=checkout).stdout.strip()
+        if remote:
+            git.run("fetch", "--quiet", "--no-tags", "origin", f"refs/heads/{push_branch}", cwd=checkout)
+            git.run("checkout", "--quiet", "-B", push_branch, "FETCH_HEAD", cwd=checkout)
+        else:
+            git.run("checkout", "--quiet", "-B", push_branch, cwd=checkout)
+    return head
 
 
 def _message_file(scratch: str, message: str) -> str:

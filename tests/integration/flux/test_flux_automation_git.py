@@ -7,11 +7,13 @@ import itertools
 import os
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
 from conftest import GitServer
 
+from stockade.controllers.events import EventRecorder
 from stockade.controllers.flux_automation import ImageUpdateAutomationController
 from stockade.controllers.flux_image import ClusterObjects
 from stockade.testing.apiserver import ControlPlane
@@ -115,7 +117,7 @@ def test_commit_and_push_keep_comments_and_layout_with_flux_template_data(flux_c
     obj["spec"]["git"]["commit"]["messageTemplate"] = TEMPLATE
     obj["spec"]["git"]["commit"]["messageTemplateValues"] = {"team": "payments"}
     assert flux_crds.request("PUT", f"/apis/image.toolkit.fluxcd.io/v1beta2/namespaces/{ns}/imageupdateautomations/fleet", obj)[0] == 200
-    controller = ImageUpdateAutomationController(ClusterObjects(api_client))
+    controller = ImageUpdateAutomationController(ClusterObjects(api_client), recorder=EventRecorder(api_client))
     assert controller.run_once() >= 1
 
     clone = tmp_path / "check"
@@ -137,9 +139,16 @@ def test_commit_and_push_keep_comments_and_layout_with_flux_template_data(flux_c
     head = git(clone, "rev-parse", "HEAD").strip()
     assert status_["lastPushCommit"] == head and status_["lastPushTime"]
     assert status_["observedPolicies"] == {"podinfo": {"name": "ghcr.io/org/podinfo", "tag": "5.1.0"}}
-    assert status_["observedSourceRevision"].startswith("main@sha1:")
+    assert status_["observedSourceRevision"] == f"main@sha1:{head}"
     ready = next(c for c in status_["conditions"] if c["type"] == "Ready")
-    assert ready["status"] == "True" and ready["message"].startswith(f"pushed commit '{head[:7]}' to branch 'main'")
+    assert ready["status"] == "True" and ready["message"] == "repository up-to-date"
+    deadline = time.monotonic() + 30
+    while not (events := [e for e in flux_crds.request("GET", f"/api/v1/namespaces/{ns}/events")[1]["items"]
+                          if e["involvedObject"].get("kind") == "ImageUpdateAutomation"]):
+        assert time.monotonic() < deadline, "no Event about the push"
+        time.sleep(0.3)
+    assert events[0]["type"] == "Normal"
+    assert events[0]["message"] == f"pushed commit '{head}' to 'refs/heads/main'\n{message}"
 
     # nothing left to change: Flux's "repository up-to-date", no new commit
     obj = automation(flux_crds, ns)

@@ -114,7 +114,7 @@ def automation(**spec: Any) -> dict[str, Any]:
         ({"sourceRef": {"kind": "Bucket", "name": "x"}}, "InvalidSourceConfiguration", True),
         ({"git": None}, "InvalidSourceConfiguration", True),
         ({"git": {"commit": {"author": {"name": "no email"}}}}, "InvalidSourceConfiguration", True),
-        ({}, "SourceNotFound", False),
+        ({}, "SourceManagerFailed", False),
     ],
 )
 def test_automation_spec_and_source_failures(spec: dict[str, Any], reason: str, stalled: bool) -> None:
