@@ -300,6 +300,9 @@ def reconcile_command(paths: tuple[str, ...], store_dir: str, force: bool, ca_fi
     else:
         for kind, result in results:
             click.echo(_result_line(kind, result))
+    for kind, result in results:
+        for warning in result.warnings:
+            click.echo(f"warning: {kind} {object_key(result.object)}: {warning}; ignored", err=True)
     if show_events:
         for kind, result in results:
             for event in result.events:
@@ -308,6 +311,15 @@ def reconcile_command(paths: tuple[str, ...], store_dir: str, force: bool, ca_fi
 
 
 images.add_command(reconcile_command, "apply")
+
+
+def _register_controller() -> None:
+    from stockade.cli.images_controller_cmd import controller
+
+    images.add_command(controller)
+
+
+_register_controller()
 
 
 # -- update ---------------------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """ImagePolicy reconcile: elect the latest tag from stored tags and (optionally) reflect its digest.
 
 Safety choices follow Flux after PR 368: the last good `latestRef` is never cleared by a failure; an
-invalid policy, an invalid repository image or `Always` without `interval` stall (no retry loop); the
+invalid policy, an invalid repository image or `Always` without `interval` stall (no retry loop); an
+`interval` without `Always` is ignored (with the CRD's "only accepted" message as a warning); the
 digest is fetched for the elected tag only; a digest change under the same tag changes `latestRef`
 and the Ready message, and therefore produces a Normal event.
 """
@@ -40,8 +41,10 @@ from stockade.reflector.policy import (
     select_latest,
 )
 from stockade.reflector.repository import (
+    RECONCILE_REQUEST_ANNOTATION,
     ClientFactory,
     SecretLookup,
+    ServiceAccountLookup,
     default_client_factory,
     parse_repository_image,
     registry_access,
@@ -50,6 +53,7 @@ from stockade.reflector.store import TagStore
 
 __all__ = [
     "DIGEST_POLICIES",
+    "INTERVAL_ONLY_WITH_ALWAYS",
     "ImagePolicyReconciler",
     "RepositoryLookup",
     "ready_message",
@@ -59,6 +63,7 @@ NEVER, IF_NOT_PRESENT, ALWAYS = "Never", "IfNotPresent", "Always"
 DIGEST_POLICIES = (NEVER, IF_NOT_PRESENT, ALWAYS)
 DEPENDENCY_REQUEUE_SECONDS = 30.0
 DEFAULT_ALWAYS_INTERVAL_SECONDS = 600.0
+INTERVAL_ONLY_WITH_ALWAYS = "spec.interval is only accepted when spec.digestReflectionPolicy is set to 'Always'"
 
 RepositoryLookup = Callable[[ObjectKey], "Mapping[str, Any] | None"]
 NamespaceLabels = Callable[[str], "Mapping[str, str]"]
@@ -95,7 +100,9 @@ class ImagePolicyReconciler:
         ca_file: str | None = None,
         clock: Callable[[], datetime.datetime] = _utcnow,
         namespace_labels: NamespaceLabels = _default_namespace_labels,
+        service_accounts: ServiceAccountLookup | None = None,
     ) -> None:
+        self.service_accounts = service_accounts
         self.store = store
         self.repositories = repositories
         self.secrets = secrets
@@ -116,24 +123,27 @@ class ImagePolicyReconciler:
             return result
         now = self.clock()
         key = object_key(obj)
+        requested = ((obj.get("metadata") or {}).get("annotations") or {}).get(RECONCILE_REQUEST_ANNOTATION)
+        if requested:  # Flux marks the request handled whatever the outcome
+            status["lastHandledReconcileAt"] = requested
 
         # 1. spec checks that no retry can fix
         reflection = spec.get("digestReflectionPolicy") or NEVER
         if reflection not in DIGEST_POLICIES:
             return self._stall(result, before, now, models.INVALID_POLICY,
                                f"invalid spec.digestReflectionPolicy {reflection!r}: must be one of {', '.join(DIGEST_POLICIES)}")
-        try:
-            interval = duration_seconds(spec.get("interval"), "spec.interval")
-        except SpecError as exc:
-            return self._stall(result, before, now, models.INVALID_POLICY, str(exc))
-        if reflection == ALWAYS and interval is None:
+        if reflection == ALWAYS and spec.get("interval") is None:
             return self._stall(result, before, now, models.INTERVAL_NOT_CONFIGURED,
                                "spec.interval must be set when spec.digestReflectionPolicy is set to 'Always'")
-        if reflection != ALWAYS and interval is not None:
-            return self._stall(result, before, now, models.INVALID_POLICY,
-                               "spec.interval is only allowed when spec.digestReflectionPolicy is set to 'Always'")
         if reflection == ALWAYS:
+            try:
+                interval = duration_seconds(spec.get("interval"), "spec.interval")
+            except SpecError as exc:
+                return self._stall(result, before, now, models.INVALID_POLICY, str(exc))
             result.requeue_after = interval or DEFAULT_ALWAYS_INTERVAL_SECONDS
+        elif spec.get("interval") is not None:
+            # Flux's CRD rejects this at admission; its reconciler, which is what runs offline, ignores it.
+            result.warnings.append(INTERVAL_ONLY_WITH_ALWAYS)
 
         # 2. the repository
         repo_ref = spec.get("imageRepositoryRef") or {}
@@ -204,7 +214,7 @@ class ImagePolicyReconciler:
             and current.digest
         ):
             return ImageRef(ref.name, ref.tag, current.digest)
-        access = registry_access(repository, self.secrets, self.ca_file)
+        access = registry_access(repository, self.secrets, self.ca_file, self.service_accounts)
         client = self.client_factory(access)
         try:
             digest = client.resolve_digest(access.reference.with_tag(ref.tag))

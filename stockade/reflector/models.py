@@ -147,10 +147,12 @@ class ReconcileResult:
     requeue_after: float | None = None
     error: str | None = None
     detail: str = ""  # e.g. why a scan happened; for logs and tests
+    warnings: list[str] = field(default_factory=list)  # spec problems Flux's CRD would reject but its reconciler ignores
 
     @property
     def status(self) -> dict[str, Any]:
-        return self.object.setdefault("status", {})
+        status: dict[str, Any] = self.object.setdefault("status", {})
+        return status
 
     @property
     def ready(self) -> bool:

@@ -1,15 +1,21 @@
 """ImageRepository reconcile: list a repository's tags, store them, and report it in Flux's status shape.
 
 The registry is reached only through `RegistryClient` created by a factory, so unit tests can hand in a
-scripted client and the CLI a real one. Invalid configuration (image with scheme or tag, bad exclusion
-regexp, unparsable durations) stalls — retrying cannot fix it — while registry and credential failures
-leave Ready=False with a retry.
+scripted client and the CLI a real one. Invalid configuration (image with scheme or tag, unparsable
+durations) stalls — retrying cannot fix it — while registry and credential failures and a bad exclusion
+regexp (compiled inside the scan, as Flux does) leave Ready=False with a retry. Whether to scan is
+decided from the last scan time and the interval alone, as Flux's shouldScan does.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import copy
 import datetime
+import hashlib
+import os
+import tempfile
 import json
 import zlib
 from collections.abc import Callable, Mapping
@@ -34,15 +40,19 @@ from stockade.reflector.models import (
     object_key,
     parse_time,
 )
-from stockade.reflector.policy import InvalidPolicyError, compile_tag_filter
+from stockade.goregex import GoRegexError, GoRegexp, compile_go_regex
+from stockade.units.duration import format_duration
 from stockade.reflector.store import TagStore
 
 __all__ = [
     "DEFAULT_EXCLUSION_LIST",
+    "InvalidExclusionError",
+    "compile_exclusion",
     "ClientFactory",
     "ImageRepositoryReconciler",
     "RegistryAccess",
     "SecretLookup",
+    "ServiceAccountLookup",
     "canonical_image_name",
     "default_client_factory",
     "parse_repository_image",
@@ -57,6 +67,7 @@ DEFAULT_TIMEOUT_SECONDS = 60.0
 RECONCILE_REQUEST_ANNOTATION = "reconcile.fluxcd.io/requestedAt"
 
 SecretLookup = Callable[[str, str], "Mapping[str, Any] | None"]
+ServiceAccountLookup = Callable[[str, str], "Mapping[str, Any] | None"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +79,7 @@ class RegistryAccess:
     insecure: bool
     timeout: float
     ca_file: str | None = None
+    ca_pem: bytes | None = None  # `ca.crt` of spec.certSecretRef, added to the trusted CAs
 
 
 class TagLister(Protocol):
@@ -79,11 +91,30 @@ class TagLister(Protocol):
 ClientFactory = Callable[[RegistryAccess], TagLister]
 
 
+def _ca_bundle(access: RegistryAccess) -> str | None:
+    """The registry client reads CAs from a file: write certSecretRef's CA (plus `ca_file`) to one named by
+    its content, so repeated scans reuse it."""
+    if access.ca_pem is None:
+        return access.ca_file
+    bundle = access.ca_pem
+    if access.ca_file:
+        with open(access.ca_file, "rb") as existing:
+            bundle = existing.read() + b"\n" + bundle
+    directory = os.path.join(tempfile.gettempdir(), f"stockade-registry-ca-{os.getuid()}")
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    path = os.path.join(directory, hashlib.sha256(bundle).hexdigest() + ".pem")
+    if not os.path.exists(path):
+        with tempfile.NamedTemporaryFile("wb", dir=directory, delete=False) as handle:
+            handle.write(bundle)
+        os.replace(handle.name, path)
+    return path
+
+
 def default_client_factory(access: RegistryAccess) -> RegistryClient:
     return RegistryClient(
         credentials=access.credentials,
         insecure_registries=[access.reference.registry] if access.insecure else [],
-        ca_file=access.ca_file,
+        ca_file=_ca_bundle(access),
         timeout=access.timeout,
         retries=1,
         backoff=0.2,
@@ -123,25 +154,90 @@ def _interval_and_timeout(spec: Mapping[str, Any]) -> tuple[float | None, float]
     return interval, max(1.0, timeout)
 
 
+def _secret_bytes(secret: Mapping[str, Any], key: str) -> bytes | None:
+    data = (secret.get("data") or {}).get(key)
+    if data is not None:
+        try:
+            return base64.b64decode(str(data), validate=True)
+        except (binascii.Error, ValueError):
+            raise CredentialError(f"secret data {key!r} is not valid base64") from None
+    text = (secret.get("stringData") or {}).get(key)
+    return str(text).encode() if text is not None else None
+
+
 def registry_access(
     repository: Mapping[str, Any],
     secrets: SecretLookup | None,
     ca_file: str | None = None,
+    service_accounts: ServiceAccountLookup | None = None,
 ) -> RegistryAccess:
-    """Build the access settings of an ImageRepository; raises InvalidReferenceError, SpecError or CredentialError."""
+    """Build the access settings of an ImageRepository from Flux's credential fields: secretRef
+    (dockerconfigjson), serviceAccountName (its imagePullSecrets), certSecretRef (`ca.crt`) and insecure.
+    Raises InvalidReferenceError, SpecError or CredentialError."""
     spec = repository.get("spec") or {}
     reference = parse_repository_image(spec.get("image"))
     _interval, timeout = _interval_and_timeout(spec)
+    key = object_key(repository)
     credentials = CredentialStore()
+
+    def secret_named(name: str, field_name: str) -> Mapping[str, Any]:
+        secret = secrets(key.namespace, name) if secrets is not None else None
+        if secret is None:
+            raise CredentialError(f"{field_name}: secret '{key.namespace}/{name}' not found")
+        return secret
+
     secret_ref = spec.get("secretRef")
     if secret_ref:
-        key = object_key(repository)
         name = str((secret_ref or {}).get("name") or "")
         secret = secrets(key.namespace, name) if secrets is not None else None
         if secret is None:
             raise CredentialError(f"secret '{key.namespace}/{name}' not found")
         credentials.add_pull_secret(secret)
-    return RegistryAccess(reference, credentials, bool(spec.get("insecure")), timeout, ca_file)
+    account_name = spec.get("serviceAccountName")
+    if account_name:
+        account = service_accounts(key.namespace, str(account_name)) if service_accounts is not None else None
+        if account is None:
+            raise CredentialError(f"serviceAccountName: service account '{key.namespace}/{account_name}' not found")
+        for entry in account.get("imagePullSecrets") or []:
+            pull_name = str((entry or {}).get("name") or "")
+            if pull_name:
+                credentials.add_pull_secret(secret_named(pull_name, "serviceAccountName imagePullSecrets"))
+    ca_pem: bytes | None = None
+    cert_ref = spec.get("certSecretRef")
+    if cert_ref:
+        cert_secret = secret_named(str((cert_ref or {}).get("name") or ""), "certSecretRef")
+        ca_pem = _secret_bytes(cert_secret, "ca.crt")
+        if _secret_bytes(cert_secret, "tls.crt") is not None:
+            raise CredentialError("certSecretRef: client certificates (tls.crt/tls.key) are not supported, only ca.crt")
+    if spec.get("proxySecretRef"):
+        # Connecting directly would bypass a proxy the cluster may rely on for egress control.
+        raise CredentialError("proxySecretRef: registry access through a proxy is not supported")
+    return RegistryAccess(reference, credentials, bool(spec.get("insecure")), timeout, ca_file, ca_pem)
+
+
+class InvalidExclusionError(ValueError):
+    """An `exclusionList` entry that is not a Go regexp; the scan fails (and is retried) as in Flux."""
+
+
+def compile_exclusion(pattern: str) -> GoRegexp:
+    try:
+        return compile_go_regex(pattern)
+    except GoRegexError as exc:
+        raise InvalidExclusionError(f"failed to compile regex {pattern}: {exc}") from None
+
+
+def _go_duration(seconds: float | None) -> str:
+    """Go's time.Duration text (`5m0s`), as Flux prints next-scan times."""
+    if seconds is None or seconds == float("inf"):
+        return "never"
+    return format_duration(int(round(seconds * 1e9)))
+
+
+def _with_trace_message(event: Event, message: str) -> Event:
+    """Flux's notify: an unchanged Ready state is only traced, with the next-scan message."""
+    if event.type == models.EVENT_TRACE:
+        return Event(models.EVENT_TRACE, models.SUCCEEDED, message)
+    return event
 
 
 def _utcnow() -> datetime.datetime:
@@ -160,9 +256,11 @@ class ImageRepositoryReconciler:
         ca_file: str | None = None,
         clock: Callable[[], datetime.datetime] = _utcnow,
         page_size: int | None = TAG_PAGE_SIZE,
+        service_accounts: ServiceAccountLookup | None = None,
     ) -> None:
         self.store = store
         self.secrets = secrets
+        self.service_accounts = service_accounts
         self.client_factory = client_factory
         self.ca_file = ca_file
         self.clock = clock
@@ -188,29 +286,23 @@ class ImageRepositoryReconciler:
         except InvalidReferenceError as exc:
             return self._finish(result, before, stalled=(models.IMAGE_URL_INVALID, str(exc)), now=now)
         exclusion_list = self._exclusion_list(spec)
-        try:
-            exclusions = [compile_tag_filter(pattern) for pattern in exclusion_list]
-        except InvalidPolicyError as exc:
-            return self._finish(
-                result, before, stalled=(models.INVALID_EXCLUSION_LIST, f"invalid exclusionList: {exc}"), now=now
-            )
         canonical = canonical_image_name(reference)
         scan, reason, next_in = self._should_scan(obj, canonical, exclusion_list, key, interval, now)
+        self._record_reconcile_request(obj)
         if not (scan or force):
-            result.requeue_after = next_in
-            result.events.append(
-                Event(models.EVENT_TRACE, models.SUCCEEDED, f"no change in repository configuration since last scan, next scan in {next_in:.0f}s")
-            )
-            return result
+            return self._keep_last_scan(result, before, next_in, now)
         try:
-            access = registry_access(obj, self.secrets, self.ca_file)
+            access = registry_access(obj, self.secrets, self.ca_file, self.service_accounts)
             client = self.client_factory(access)
         except CredentialError as exc:
             result.requeue_after = min(interval or 60.0, 60.0)
             return self._finish(result, before, failed=(models.AUTHENTICATION_FAILED, str(exc)), now=now)
         try:
             listed = client.list_tags(reference, page_size=self.page_size)
-        except (RegistryError, OSError) as exc:
+            # Flux compiles the exclusion list inside the scan, so a bad pattern is a failed scan that is
+            # retried (the pattern may be fixed at any time), not a stall.
+            exclusions = [compile_exclusion(pattern) for pattern in exclusion_list]
+        except (RegistryError, OSError, InvalidExclusionError) as exc:
             result.requeue_after = min(interval or 60.0, 60.0)
             return self._finish(result, before, failed=(models.READ_OPERATION_FAILED, f"scan failed: {exc}"), now=now)
         finally:
@@ -218,6 +310,7 @@ class ImageRepositoryReconciler:
             if callable(close):
                 close()
         kept = sorted({tag for tag in listed if not any(rx.search(tag) for rx in exclusions)}, reverse=True)
+        previous_revision = ((before.get("status") or {}).get("lastScanResult") or {}).get("revision")
         self.store.set_tags(key, canonical, kept)
         revision = tags_revision(kept)
         status = obj.setdefault("status", {})
@@ -229,13 +322,35 @@ class ImageRepositoryReconciler:
             "latestTags": kept[:LATEST_TAGS_COUNT],
             "revision": revision,
         }
-        annotation = ((obj.get("metadata") or {}).get("annotations") or {}).get(RECONCILE_REQUEST_ANNOTATION)
-        if annotation:
-            status["lastHandledReconcileAt"] = annotation
         mark_ready(obj, f"successful scan: found {len(kept)} tags with checksum {revision}", now)
         result.requeue_after = interval
-        result.events.append(notify(before, obj))
-        result.detail = reason
+        next_scan = f"next scan in {_go_duration(interval)}"
+        unchanged = previous_revision is not None and previous_revision == revision
+        result.events.append(
+            _with_trace_message(notify(before, obj), ("tags did not change, " if unchanged else "successful scan, ") + next_scan)
+        )
+        result.detail = reason if scan else "forced"
+        return result
+
+    @staticmethod
+    def _record_reconcile_request(obj: dict[str, Any]) -> None:
+        """Flux marks `reconcile.fluxcd.io/requestedAt` handled on every reconcile, whatever its outcome."""
+        annotation = ((obj.get("metadata") or {}).get("annotations") or {}).get(RECONCILE_REQUEST_ANNOTATION)
+        if annotation:
+            obj.setdefault("status", {})["lastHandledReconcileAt"] = annotation
+
+    def _keep_last_scan(
+        self, result: ReconcileResult, before: Mapping[str, Any], next_in: float, now: datetime.datetime
+    ) -> ReconcileResult:
+        """Not due: like Flux, report the last scan as the Ready state (this also clears a failed retry's
+        Ready=False) and come back when the interval has elapsed."""
+        obj = result.object
+        last = (obj.get("status") or {}).get("lastScanResult") or {}
+        mark_ready(obj, f"successful scan: found {last.get('tagCount', 0)} tags with checksum {last.get('revision', '')}", now)
+        result.requeue_after = next_in
+        message = f"no change in repository configuration since last scan, next scan in {_go_duration(next_in)}"
+        result.events.append(_with_trace_message(notify(before, obj), message))
+        result.detail = "not due"
         return result
 
     @staticmethod
@@ -254,7 +369,8 @@ class ImageRepositoryReconciler:
         interval: float | None,
         now: datetime.datetime,
     ) -> tuple[bool, str, float]:
-        """(scan now?, why, seconds until the next scan is due) — Flux's shouldScan plus "last scan failed"."""
+        """(scan now?, why, seconds until the next scan is due) — Flux's shouldScan: a failed last scan is no reason
+        by itself; it is retried when the interval since the last successful scan has elapsed."""
         status = obj.get("status") or {}
         last = status.get("lastScanResult") or {}
         scan_time = parse_time(last.get("scanTime"))
@@ -269,8 +385,6 @@ class ImageRepositoryReconciler:
             return True, "updated exclusion list", 0.0
         if not self.store.tags(key):
             return True, "no tags in database", 0.0
-        if not models.is_ready(obj):
-            return True, "last reconciliation failed", 0.0
         if interval is None:
             return False, "", float("inf")
         remaining = interval - (now - scan_time).total_seconds()
@@ -287,6 +401,7 @@ class ImageRepositoryReconciler:
         stalled: tuple[str, str] | None = None,
         failed: tuple[str, str] | None = None,
     ) -> ReconcileResult:
+        ImageRepositoryReconciler._record_reconcile_request(result.object)
         if stalled is not None:
             mark_stalled(result.object, stalled[0], stalled[1], now)
             result.error = stalled[1]

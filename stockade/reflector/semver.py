@@ -139,29 +139,6 @@ class Version:
         return text
 
 
-def _strict_parse(text: str, original: str) -> Version:
-    """Mirror StrictNewVersion: exactly MAJOR.MINOR.PATCH, no leading zeros."""
-    if not text:
-        raise SemverError("version string empty")
-    parts = text.split(".", 2)
-    if len(parts) != 3:
-        raise SemverError(f"invalid semantic version: {original!r}")
-    metadata = prerelease = ""
-    if "+" in parts[2]:
-        parts[2], metadata = parts[2].split("+", 1)
-        _validate_metadata(metadata)
-    if "-" in parts[2]:
-        parts[2], prerelease = parts[2].split("-", 1)
-        _validate_prerelease(prerelease)
-    for part in parts:
-        if not _DIGITS.fullmatch(part):
-            raise SemverError(f"invalid characters in version: {original!r}")
-        if len(part) > 1 and part[0] == "0":
-            raise SemverError(f"version segment starts with 0: {original!r}")
-    major, minor, patch = (_segment(part) for part in parts)
-    return Version(major, minor, patch, prerelease, metadata, original)
-
-
 def _loose_parse(text: str) -> Version:
     """Mirror NewVersion with coercion: missing minor/patch become 0."""
     match = _LOOSE.fullmatch(text)
@@ -182,12 +159,13 @@ def _loose_parse(text: str) -> Version:
 def parse_version(text: str, strict: bool = True) -> Version:
     """Parse a tag the way Flux does (`strict`) or a version the way NewVersion does.
 
-    Strict mode is fluxcd/pkg/version.ParseVersion: one optional leading `v`,
-    then a complete `X.Y.Z[-pre][+meta]`; `1.0`, `1.2.3.4` and `2022.04.1` are
-    rejected so that such tags never win a semver policy.
+    Strict mode is fluxcd/pkg/version.ParseVersion (v0.10+): the tag must split
+    into exactly three parts on its first two dots, and is then read by the
+    coercing grammar, so CalVer tags with leading zeros (`2025.07.03`) are
+    versions while `1.0` and `1.2.3.4` are not.
     """
-    if strict:
-        return _strict_parse(text[1:] if text.startswith("v") else text, text)
+    if strict and len(text.split(".", 2)) != 3:
+        raise SemverError(f"invalid semantic version: {text!r}")
     return _loose_parse(text)
 
 
@@ -225,7 +203,7 @@ class _Comparator:
     def check(self, candidate: Version, include_prerelease: bool) -> bool:
         if candidate.prerelease and not include_prerelease:
             return False
-        return _CHECKS[self.operator](candidate, self)
+        return bool(_CHECKS[self.operator](candidate, self))
 
 
 def _parse_comparator(text: str) -> _Comparator:

@@ -85,3 +85,12 @@ def test_install_yaml_namespace_enforces_restricted_pod_security() -> None:
 def test_no_pre_delete_hook_in_install_yaml() -> None:
     """kubectl does not know Helm hooks: it would run the cleanup Job right at install time."""
     assert not any("helm.sh/hook" in (doc["metadata"].get("annotations") or {}) for doc in install_docs())
+
+
+def test_chart_flux_image_crds_are_an_exact_copy_of_deploy_flux_crds() -> None:
+    """The optional Flux image CRDs (imageAutomation.installCRDs) ship as a chart file, outside crds/."""
+    source = REPO_ROOT / "deploy" / "flux" / "crds.yaml"
+    chart_copy = REPO_ROOT / "deploy" / "helm" / "stockade" / "files" / "flux-image-crds.yaml"
+    assert chart_copy.read_bytes() == source.read_bytes(), "copy deploy/flux/crds.yaml into the chart's files/"
+    kinds = {doc["spec"]["names"]["kind"] for doc in yaml.safe_load_all(source.read_text())}
+    assert kinds == {"ImageRepository", "ImagePolicy", "ImageUpdateAutomation", "GitRepository"}

@@ -38,12 +38,24 @@ def test_strict_parse_accepts_complete_versions(text: str, expected: tuple[objec
 
 @pytest.mark.parametrize(
     "text",
-    ["1.0", "v1", "1.2.3.4", "1.0.0p", "2022.04.1", "b1.2.3", "", "vv1.2.3", "V1.2.3", "1.2.3-01", "1.2.3+", "1.2.3-",
+    ["1.0", "v1", "1.2.3.4", "1.0.0p", "v1.2.beta", "v1.2-5", "\nv1.2", "b1.2.3", "", "vv1.2.3", "V1.2.3", "1.2.3-01", "1.2.3+", "1.2.3-",
      "1.2.3-a..b", "18446744073709551616.0.0", " 1.2.3", "1.2.3 "],
 )
 def test_strict_parse_rejects_what_flux_ignores(text: str) -> None:
     with pytest.raises(SemverError):
         parse_version(text)
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("2025.07.03", (2025, 7, 3)), ("v2025.02.03-rc.1", (2025, 2, 3)), ("01.02.03", (1, 2, 3)),
+     ("v1.2.0-x.Y.0+metadata-width-hypen", (1, 2, 0)), ("v1.2.3-rc1-with-hypen", (1, 2, 3))],
+)
+def test_strict_parse_accepts_calver_with_leading_zeros(text: str, expected: tuple[int, int, int]) -> None:
+    """fluxcd/pkg version.ParseVersion (v0.10+) only asks for three dot-separated parts."""
+    version = parse_version(text)
+    assert (version.major, version.minor, version.patch) == expected
+    assert version.original == text
 
 
 def test_loose_parse_coerces_missing_parts_and_leading_zeros() -> None:

@@ -155,9 +155,18 @@ def test_always_without_interval_stalls(world: World) -> None:
     assert result.requeue_after is None
 
 
-@pytest.mark.parametrize("spec", [{"interval": "1m"}, {"interval": "1m", "digestReflectionPolicy": "Never"}, {"digestReflectionPolicy": "Sometimes"}])
-def test_interval_only_with_always_and_known_modes(world: World, spec: dict[str, Any]) -> None:
+@pytest.mark.parametrize("spec", [{"interval": "1m"}, {"interval": "1m", "digestReflectionPolicy": "Never"},
+                                  {"interval": "1m", "digestReflectionPolicy": "IfNotPresent"}])
+def test_interval_without_always_is_ignored_with_flux_wording(world: World, spec: dict[str, Any]) -> None:
+    """Flux's reconciler only reads spec.interval under Always (GetInterval is 0 otherwise): no stall, no requeue."""
     result = world.policies.reconcile(policy(**spec))
+    assert result.ready and not result.stalled
+    assert result.requeue_after is None
+    assert result.warnings == ["spec.interval is only accepted when spec.digestReflectionPolicy is set to 'Always'"]
+
+
+def test_unknown_reflection_mode_stalls(world: World) -> None:
+    result = world.policies.reconcile(policy(digestReflectionPolicy="Sometimes"))
     assert result.stalled and condition(result.object, "Ready")["reason"] == "InvalidPolicy"
 
 
@@ -277,3 +286,12 @@ def test_cross_namespace_needs_access_from(store, registry, clock) -> None:  # t
 def test_suspended_policy_is_untouched(world: World) -> None:
     result = world.policies.reconcile(policy(suspend=True))
     assert "latestRef" not in result.status and "conditions" not in result.status
+
+
+def test_reconcile_request_is_marked_handled_even_when_failing(world: World) -> None:
+    obj = policy()
+    obj["metadata"]["annotations"] = {"reconcile.fluxcd.io/requestedAt": "2025-01-01T00:00:00Z"}
+    assert world.policies.reconcile(obj).status["lastHandledReconcileAt"] == "2025-01-01T00:00:00Z"
+    obj["spec"]["imageRepositoryRef"] = {"name": "nope"}
+    failed = world.policies.reconcile(obj)
+    assert not failed.ready and failed.status["lastHandledReconcileAt"] == "2025-01-01T00:00:00Z"

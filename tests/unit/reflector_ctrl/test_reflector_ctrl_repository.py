@@ -140,9 +140,21 @@ def test_registry_host_with_port_is_a_repository_not_a_tag() -> None:
     assert canonical_image_name(parse_repository_image("nginx")) == "index.docker.io/library/nginx"
 
 
-def test_invalid_exclusion_regexp_stalls(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
-    result = reconciler(store, registry, clock).reconcile(repo(exclusionList=["[="]))
-    assert result.stalled and condition(result.object, "Ready")["reason"] == "InvalidExclusionList"
+def test_invalid_exclusion_regexp_is_a_failed_scan_that_is_retried(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
+    """Flux compiles the exclusion list inside the scan: ReadOperationFailed, "scan failed: ...", retried, no stall."""
+    registry.tags["org/app"] = ["1.0.0", "1.0.0.sig"]
+    rec = reconciler(store, registry, clock)
+    result = rec.reconcile(repo(exclusionList=["[="]))
+    ready = condition(result.object, "Ready")
+    assert not result.stalled and condition(result.object, "Stalled") is None
+    assert ready["status"] == "False" and ready["reason"] == "ReadOperationFailed"
+    assert ready["message"] == "scan failed: failed to compile regex [=: error parsing regexp: missing closing ]: `[=`"
+    assert result.requeue_after is not None
+    assert result.events[-1].type == "Warning" and result.events[-1].reason == "ReadOperationFailed"
+    fixed = result.object
+    fixed["spec"]["exclusionList"] = ["\\.sig$"]
+    again = rec.reconcile(fixed)
+    assert again.ready and again.status["lastScanResult"]["latestTags"] == ["1.0.0"]
 
 
 def test_scan_failure_keeps_last_result_and_retries(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
@@ -159,9 +171,37 @@ def test_scan_failure_keeps_last_result_and_retries(store, registry, clock) -> N
     assert result.status["lastScanResult"] == good["status"]["lastScanResult"]
     assert store.tags(result_key()) == ["1.0.0"]
     assert result.requeue_after is not None
-    # once the registry is back, the failed object scans at once (not only after the interval)
+    # the interval since the last good scan has elapsed, so the retry scans and recovers
     registry.fail_with = None
-    assert rec.reconcile(result.object).ready
+    recovered = rec.reconcile(result.object)
+    assert recovered.ready and recovered.detail == "triggered by interval"
+
+
+def test_failed_scan_within_interval_is_not_retried_until_due(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
+    """Flux decides a rescan from the last scan time and interval alone, not from the Ready condition: a
+    retry before the interval has elapsed does not scan, and reports the last successful scan as Ready."""
+    registry.tags["org/app"] = ["1.0.0"]
+    rec = reconciler(store, registry, clock)
+    good = rec.reconcile(repo()).object
+    registry.fail_with = RegistryAuthError("list tags of ghcr.io/org/app: HTTP 401")
+    clock.advance(10)
+    good["metadata"]["annotations"] = {"reconcile.fluxcd.io/requestedAt": "t1"}
+    failed = rec.reconcile(good)
+    assert failed.detail == "" and condition(failed.object, "Ready")["reason"] == "ReadOperationFailed"
+    assert failed.status["lastHandledReconcileAt"] == "t1"
+    registry.fail_with = None
+    clock.advance(10)
+    retry = rec.reconcile(failed.object)
+    assert len(registry.list_calls) == 2 and retry.detail == "not due"
+    assert retry.ready and condition(retry.object, "Ready")["message"] == condition(good, "Ready")["message"]
+    assert condition(retry.object, "Reconciling") is None
+    assert retry.requeue_after == pytest.approx(280)
+    assert retry.events[-1].type == "Normal"
+    clock.advance(280)
+    rescanned = rec.reconcile(retry.object)
+    assert len(registry.list_calls) == 3 and rescanned.detail == "triggered by interval"
+    assert rescanned.events[-1].type == "Trace"
+    assert rescanned.events[-1].message == "tags did not change, next scan in 5m0s"
 
 
 def test_missing_secret_is_an_authentication_failure(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
@@ -208,3 +248,42 @@ def test_bad_interval_stalls(store, registry, clock) -> None:  # type: ignore[no
 def test_suspended_repository_is_left_alone(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
     result = reconciler(store, registry, clock).reconcile(repo(suspend=True))
     assert registry.list_calls == [] and "conditions" not in result.status
+
+
+def _pull_secret(name: str, user: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": "flux-system"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": '{"auths": {"ghcr.io": {"username": "%s", "password": "p"}}}' % user},
+    }
+
+
+def test_service_account_image_pull_secrets_and_cert_secret_reach_the_client(store, registry, clock) -> None:  # type: ignore[no-untyped-def]
+    registry.tags["org/app"] = ["1"]
+    secrets = {"from-sa": _pull_secret("from-sa", "sa-user"),
+               "ca": {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "ca"}, "data": {"ca.crt": "LS0tQ0EtLS0="}}}
+    accounts = {"puller": {"metadata": {"name": "puller"}, "imagePullSecrets": [{"name": "from-sa"}]}}
+    rec = reconciler(store, registry, clock, secrets=lambda ns, n: secrets.get(n),
+                     service_accounts=lambda ns, n: accounts.get(n))
+    assert rec.reconcile(repo(serviceAccountName="puller", certSecretRef={"name": "ca"})).ready
+    access = registry.accesses[-1]
+    found = access.credentials.lookup("ghcr.io", "org/app")
+    assert found is not None and found.username == "sa-user"
+    assert access.ca_pem == b"---CA---"
+
+
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"serviceAccountName": "nobody"}, "service account 'flux-system/nobody' not found"),
+        ({"certSecretRef": {"name": "missing"}}, "certSecretRef: secret 'flux-system/missing' not found"),
+        ({"proxySecretRef": {"name": "proxy"}}, "proxySecretRef: registry access through a proxy is not supported"),
+    ],
+)
+def test_unusable_credentials_are_authentication_failures_that_retry(store, registry, clock, spec, message) -> None:  # type: ignore[no-untyped-def]
+    rec = reconciler(store, registry, clock, secrets=lambda ns, n: None, service_accounts=lambda ns, n: None)
+    result = rec.reconcile(repo(**spec))
+    ready = condition(result.object, "Ready")
+    assert ready["reason"] == "AuthenticationFailed" and message in ready["message"]
+    assert not result.stalled and result.requeue_after is not None
+    assert registry.list_calls == []

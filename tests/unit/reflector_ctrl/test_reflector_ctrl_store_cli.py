@@ -142,3 +142,17 @@ def test_latest_rejects_a_bad_reference_and_policy_choice() -> None:
     assert none.exit_code == 2 and "exactly one" in none.output
     invalid = CliRunner().invoke(images, ["latest", "ghcr.io/x", "--semver", "1.0.0p"])
     assert invalid.exit_code == 1 and "invalid policy" in invalid.output
+
+
+def test_reconcile_warns_about_an_interval_without_always_and_still_reconciles(tmp_path: Path) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text(json.dumps({
+        "apiVersion": "image.toolkit.fluxcd.io/v1", "kind": "ImagePolicy",
+        "metadata": {"name": "podinfo", "namespace": "flux-system"},
+        "spec": {"imageRepositoryRef": {"name": "missing"}, "interval": "5m", "policy": {"semver": {"range": "5.x"}}},
+    }))
+    result = CliRunner().invoke(images, ["reconcile", str(path), "--store", str(tmp_path / "store")])
+    assert result.exit_code == 1  # the repository is missing: DependencyNotReady, not a stall on the interval
+    assert "DependencyNotReady" in result.stdout and "InvalidPolicy" not in result.stdout
+    assert ("warning: ImagePolicy flux-system/podinfo: spec.interval is only accepted when "
+            "spec.digestReflectionPolicy is set to 'Always'; ignored") in result.stderr
