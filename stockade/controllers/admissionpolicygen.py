@@ -23,6 +23,7 @@ from stockade.controllers.clusterdata import ApiError, ApiResource, ClusterData,
 from stockade.engine.match import parse_kind_selector
 from stockade.engine.wildcard import match as wildcard_match
 from stockade.engine.wildcard import contains_wildcard
+from stockade.policy.model import kyverno_reference_api_version
 
 log = logging.getLogger("stockade.admissionpolicygen")
 
@@ -225,15 +226,10 @@ def _translate_block(match_resources: dict[str, Any], rules: list[dict[str, Any]
             _translate(match_resources, rules, (entry or {}).get("resources") or {}, is_match, discover)
 
 
-# Kyverno 1.19 reads the CEL policy kinds through its v1beta1 client, so the owner references it writes name that
-# version whatever version the policy was created or is stored in; tooling that follows them expects it.
-OWNER_API_VERSIONS = {"policies.kyverno.io": "policies.kyverno.io/v1beta1"}
-
-
 def _owner(policy: dict[str, Any]) -> list[dict[str, Any]]:
     metadata = policy.get("metadata") or {}
     api_version = str(policy.get("apiVersion") or "")
-    api_version = OWNER_API_VERSIONS.get(api_version.partition("/")[0], api_version)
+    api_version = kyverno_reference_api_version(api_version)
     reference = {"apiVersion": api_version, "kind": str(policy.get("kind") or ""), "name": str(metadata.get("name") or "")}
     if not metadata.get("uid"):
         return []  # the apiserver requires a uid; a policy read from the cluster always has one

@@ -32,6 +32,7 @@ from typing import Any
 
 from stockade.engine.kyvernoconfig import KyvernoConfig
 from stockade.engine.response import ERROR, FAIL, PASS, SKIP, EngineResponse
+from stockade.policy.model import kyverno_reference_api_version
 from stockade.webhook.admission import (
     AdmissionDecision,
     AdmissionRequest,
@@ -120,7 +121,7 @@ def _reference(obj: dict[str, Any]) -> Reference:
 def _policy_reference(policy: Any) -> Reference:
     raw = getattr(policy, "raw", None)
     if isinstance(raw, dict):
-        return _reference(raw)
+        return _reference({**raw, "apiVersion": kyverno_reference_api_version(str(raw.get("apiVersion") or ""))})
     return (("kind", str(getattr(policy, "kind", ""))), ("name", str(getattr(policy, "name", ""))))
 
 

@@ -49,6 +49,16 @@ def api_group(api_version: str) -> str:
     return api_version.split("/", 1)[0] if "/" in api_version else ""
 
 
+# Kyverno 1.19 reads the CEL policy kinds through its v1beta1 client, so every reference it writes to one (owner
+# references, Event involvedObject) names that version, whichever version the policy was created or is stored in.
+KYVERNO_REFERENCE_VERSIONS = {"policies.kyverno.io": "policies.kyverno.io/v1beta1"}
+
+
+def kyverno_reference_api_version(api_version: str) -> str:
+    """The apiVersion Kyverno writes when it refers to a policy of this apiVersion."""
+    return KYVERNO_REFERENCE_VERSIONS.get(api_group(api_version), api_version)
+
+
 def is_kyverno_policy(document: dict[str, Any]) -> bool:
     return api_group(str(document.get("apiVersion", ""))) == KYVERNO_GROUP and document.get("kind") in KYVERNO_POLICY_KINDS
 

@@ -236,13 +236,14 @@ def test_reporting_component_follows_kyvernos_event_sources_or_stockade_style() 
 
 
 def test_mutating_policy_success_event_is_resource_mutated_on_the_policy() -> None:
-    """Kyverno's NewPolicyAppliedEvent: a MutatingPolicy's PolicyApplied Event regards the policy (its own
-    apiVersion/kind) with action "Resource Mutated" and "<Kind> <ns>/<name> is successfully mutated"."""
+    """Kyverno's NewPolicyAppliedEvent: a MutatingPolicy's PolicyApplied Event regards the policy (in the v1beta1
+    version Kyverno's client reads it with, even when stored as v1) with action "Resource Mutated" and
+    "<Kind> <ns>/<name> is successfully mutated"."""
     from stockade.celpolicy.model import CelPolicy
     from stockade.controllers.events import ACTION_MUTATED, admission_events
     from stockade.engine.kyvernoconfig import parse_kyverno_config
 
-    mpol = CelPolicy({"apiVersion": "policies.kyverno.io/v1beta1", "kind": "MutatingPolicy", "metadata": {"name": "add-labels", "uid": "u"}, "spec": {}})
+    mpol = CelPolicy({"apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy", "metadata": {"name": "add-labels", "uid": "u"}, "spec": {}})
     decision = AdmissionDecision(True, "", responses=[EngineResponse(mpol, {}, {}, [RuleResponse("", "Mutation", "pass", "mutated")])])
     request = admission()
     (event,) = admission_events(request, decision, parse_kyverno_config({"generateSuccessEvents": "true"}))
