@@ -11,13 +11,13 @@ from stockade.celpolicy import RULELESS_KINDS
 from stockade.celpolicy.authz import ENVOY_MODE, HTTP_MODE, AuthzPayloadError
 from stockade.celpolicy.errors import PolicyCompileError
 from stockade.celpolicy.testing import CelPolicyRun
-from stockade.engine.contextloader import ContextLoadError, ContextProviders
+from stockade.engine.contextloader import ContextLoadError, ContextProviders, ContextSourceDisabled
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.processor import apply_policies
 from stockade.engine.response import EngineResponse, RuleResponse, report_result
 from stockade.kyvernotest.compare import compare_resources, find_resource
-from stockade.kyvernotest.schema import TestCase, TestResult
+from stockade.kyvernotest.schema import TestCase, TestResult, validate_api_call_responses
 from stockade.kyvernotest.values import Values, load_user_info, load_values, values_from_mapping
 from stockade.policy.loader import Document, LoadError, load_documents, read_text
 from stockade.policy.model import KyvernoPolicy
@@ -61,6 +61,14 @@ class _Responses:
     by_operation: dict[str, dict[str, list[EngineResponse]]] = field(default_factory=dict)
     # targetResources key -> responses holding a patched copy of it (mutate.targets)
     target: dict[str, list[EngineResponse]] = field(default_factory=dict)
+
+
+class NamespaceNotFound(Exception):
+    """With ``clusterResources`` the test stands for a cluster, so a namespaced resource's Namespace must be in it
+    (Kyverno's CLI reads its labels from there and stops the test when it is missing)."""
+
+    def __init__(self, resource_name: str, namespace: str) -> None:
+        super().__init__(f'failed to apply policies on resource {resource_name} (failed to get the resource\'s namespace (namespaces "{namespace}" not found))')
 
 
 class _ClusterData:
@@ -133,6 +141,7 @@ class TestRunner:
     def execute(self) -> TestRun:
         case = self.case
         try:
+            validate_api_call_responses(case.api_call_responses, case.path)
             values = self._values()
             info = load_user_info(case.resolve(case.userinfo)) if case.userinfo else RequestInfo()
             policies = self._policies()
@@ -152,7 +161,11 @@ class TestRunner:
         except LoadError as exc:
             self.run.error = str(exc)
             return self.run
-        responses = self._evaluate(policies, resources, values, info, exceptions + policies.exceptions, cluster_objects, cel_run)
+        try:
+            responses = self._evaluate(policies, resources, values, info, exceptions + policies.exceptions, cluster_objects, cel_run)
+        except NamespaceNotFound as exc:
+            self.run.error = str(exc)
+            return self.run
         try:
             responses.trigger.update(self._authz_responses(cel_run))
         except (LoadError, PolicyCompileError) as exc:
@@ -242,7 +255,7 @@ class TestRunner:
         mocks = self.case.api_call_responses
         providers = ContextProviders(
             configmaps=cluster.configmap if self.case.cluster_resources else None,
-            api_calls=_api_call_resolver(mocks, cluster) if (mocks or self.case.cluster_resources) else None,
+            api_calls=_api_call_resolver(mocks, cluster, bool(self.case.cluster_resources)) if (mocks or self.case.cluster_resources) else None,
             rule_values=lambda policy, rule: values.rule_values.get((policy, rule)),
             foreach_values=lambda policy, rule: values.foreach_values.get((policy, rule)),
             global_context=_global_context_resolver(self.global_context_entries) if self.global_context_entries else None,
@@ -261,6 +274,8 @@ class TestRunner:
             name = (resource.get("metadata") or {}).get("name", "")
             namespace = (resource.get("metadata") or {}).get("namespace", "")
             labels = values.namespace_labels.get(namespace, {})
+            if not labels and self.case.cluster_resources and namespace and resource.get("kind") != "Namespace":
+                labels = _cluster_namespace_labels(cluster, str(name), str(namespace))
 
             def values_for(policy: KyvernoPolicy, _name: str = str(name)) -> dict[str, Any]:
                 return values.for_resource(policy.name, _name)
@@ -413,7 +428,9 @@ class TestRunner:
             for rule in _lookup_rule_responses(result, response.rules) if result.rule and not ruleless else response.rules:
                 if rule.rule_type == "Generation" and rule.generated_resources:
                     for generated in rule.generated_resources:
-                        rule_rows.append(self._check(result, response, rule, generated, display))
+                        generated_row = self._check(result, response, rule, generated, display)
+                        if generated_row is not None:
+                            rule_rows.append(generated_row)
                     continue
                 actual = response.patched_resource if rule.rule_type == "Mutation" else response.resource
                 row = self._check(result, response, rule, actual, display)
@@ -499,7 +516,17 @@ def subresource_kind(resource: dict[str, Any], subresources: list[dict[str, Any]
     return None
 
 
-def _api_call_resolver(mocks: list[dict[str, Any]], cluster: _ClusterData) -> Any:
+def _cluster_namespace_labels(cluster: _ClusterData, resource_name: str, namespace: str) -> dict[str, str]:
+    found = cluster.lookup("v1", "Namespace", "", namespace)
+    if not found:
+        raise NamespaceNotFound(resource_name, namespace)
+    labels = (found[0].get("metadata") or {}).get("labels") or {}
+    return {str(key): str(value) for key, value in labels.items()}
+
+
+def _api_call_resolver(mocks: list[dict[str, Any]], cluster: _ClusterData, cluster_given: bool) -> Any:
+    """Mocked responses first; without ``clusterResources`` Kyverno's CLI has no API client, so an unmocked call is
+    left out (its variable stays undefined unless values supply it); with them, urlPath GETs read the test's objects."""
     index: dict[str, dict[str, Any]] = {}
     for mock in mocks:
         url = str(mock.get("url") or mock.get("urlPath") or "")
@@ -516,6 +543,8 @@ def _api_call_resolver(mocks: list[dict[str, Any]], cluster: _ClusterData) -> An
             if not 200 <= payload["statusCode"] < 300:
                 raise ContextLoadError(f"HTTP {payload['statusCode']} from apiCall mock (v1 apiCall treats non-2xx as failure)")
             return copy.deepcopy(payload["body"])
+        if not cluster_given:
+            raise ContextSourceDisabled(url)
         if call.get("urlPath"):
             return _fake_api_get(url, cluster)
         raise ContextLoadError(f"no mocked response for {method} {url}")
