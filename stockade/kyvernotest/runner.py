@@ -256,8 +256,8 @@ class TestRunner:
         providers = ContextProviders(
             configmaps=cluster.configmap if self.case.cluster_resources else None,
             api_calls=_api_call_resolver(mocks, cluster, bool(self.case.cluster_resources)) if (mocks or self.case.cluster_resources) else None,
-            rule_values=lambda policy, rule: values.rule_values.get((policy, rule)),
-            foreach_values=lambda policy, rule: values.foreach_values.get((policy, rule)),
+            rule_values=values.values_for_rule,
+            foreach_values=values.foreach_values_for_rule,
             global_context=_global_context_resolver(self.global_context_entries) if self.global_context_entries else None,
         )
         engine = Engine(

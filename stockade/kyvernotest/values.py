@@ -9,14 +9,27 @@ from stockade.engine.match import RequestInfo
 from stockade.policy.loader import LoadError, parse_yaml_documents, read_text
 
 
+@dataclass(frozen=True)
+class RuleValues:
+    """One ``policies[].rules[]`` entry of a values file."""
+
+    policy: str
+    rule: str
+    values: dict[str, Any]
+    foreach_values: dict[str, list[Any]]
+
+    def names(self) -> tuple[str, str, str]:
+        """The rule names this entry answers for: the rule and the rules autogen derives from it."""
+        return (self.rule, "autogen-" + self.rule, "autogen-cronjob-" + self.rule)
+
+
 @dataclass
 class Values:
     """User-supplied variable values: global, per policy/resource, per rule (incl. foreach), namespace labels."""
 
     global_values: dict[str, Any] = field(default_factory=dict)
     resource_values: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    rule_values: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    foreach_values: dict[tuple[str, str], dict[str, list[Any]]] = field(default_factory=dict)
+    rules: list[RuleValues] = field(default_factory=list)
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     namespaces: dict[str, dict[str, Any]] = field(default_factory=dict)
     subresources: list[dict[str, Any]] = field(default_factory=list)
@@ -28,7 +41,23 @@ class Values:
         return values
 
     def has_policies(self) -> bool:
-        return bool(self.rule_values or self.resource_values or self.foreach_values)
+        return bool(self.rules or self.resource_values)
+
+    def rule_entry(self, policy: str, rule: str) -> RuleValues | None:
+        """The entry for a rule as Kyverno's CLI finds it: the first, in file order, naming the rule or the rule it was
+        autogen'd from, so values for ``check`` reach ``autogen-check`` unless an earlier entry names it."""
+        for entry in self.rules:
+            if entry.policy == policy and rule in entry.names():
+                return entry
+        return None
+
+    def values_for_rule(self, policy: str, rule: str) -> dict[str, Any] | None:
+        entry = self.rule_entry(policy, rule)
+        return entry.values if entry is not None else None
+
+    def foreach_values_for_rule(self, policy: str, rule: str) -> dict[str, list[Any]] | None:
+        entry = self.rule_entry(policy, rule)
+        return entry.foreach_values if entry is not None else None
 
 
 def _fold(data: dict[str, Any]) -> dict[str, Any]:
@@ -43,12 +72,14 @@ def values_from_mapping(data: dict[str, Any], source: str = "values") -> Values:
         if not isinstance(policy, dict):
             raise LoadError(source, "expected a mapping", field=f"policies[{index}]")
         name = str(policy.get("name", ""))
-        for rule in policy.get("rules") or []:
-            rule_name = str(rule.get("name", ""))
-            if rule.get("values"):
-                values.rule_values[(name, rule_name)] = dict(rule["values"])
-            if rule.get("foreachValues"):
-                values.foreach_values[(name, rule_name)] = dict(rule["foreachValues"])
+        for position, rule in enumerate(policy.get("rules") or []):
+            if not isinstance(rule, dict):
+                raise LoadError(source, "expected a mapping", field=f"policies[{index}].rules[{position}]")
+            rule_values = rule.get("values") or {}
+            foreach_values = rule.get("foreachValues") or {}
+            if not isinstance(rule_values, dict) or not isinstance(foreach_values, dict):
+                raise LoadError(source, "values and foreachValues must be mappings", field=f"policies[{index}].rules[{position}]")
+            values.rules.append(RuleValues(name, str(rule.get("name", "")), dict(rule_values), dict(foreach_values)))
         for resource in policy.get("resources") or []:
             values.resource_values[(name, str(resource.get("name", "")))] = dict(resource.get("values") or {})
     for selector in data.get("namespaceSelector") or []:
