@@ -173,6 +173,13 @@ class TestRunner:
             return self.run
         responses.target = _responses_by_target(targets, responses.trigger)
         self._judge(responses, policies)
+        if not self.run.rows:
+            # Kyverno reports "0 tests passed and 0 tests failed" and exits 0 here; a test that checks nothing fails.
+            self.run.error = (
+                "the test checks nothing: it lists no results"
+                if not case.results
+                else "the test checks nothing: every result was skipped (resources not found in their patchedResources files)"
+            )
         return self.run
 
     def _global_context_entries(self) -> list[dict[str, Any]]:
