@@ -1,7 +1,7 @@
 """``context.apiCall`` in ``stockade test`` without a cluster, as Kyverno's CLI answers it: mocks from
 ``apiCallResponses`` first; with ``clusterResources`` the test's objects answer urlPath GETs; without them an
 unmocked call is left out, so only values can define its variable. With ``clusterResources`` a resource's
-Namespace must be among them (its labels drive namespaceSelector)."""
+Namespace there gives the labels namespaceSelector sees."""
 
 from __future__ import annotations
 
@@ -183,11 +183,12 @@ def test_namespace_labels_come_from_the_cluster_resources(tmp_path: Path) -> Non
     ]
 
 
-def test_a_namespace_missing_from_the_cluster_resources_stops_the_test(tmp_path: Path) -> None:
+def test_a_namespace_missing_from_the_cluster_resources_is_warned_about(tmp_path: Path) -> None:
+    # Kyverno 1.19.1 stops the test here; Kyverno's newer corpus (test/cli/test-context-configmap) expects it to run
     only_ns1 = NAMESPACES.rsplit("  - ", 1)[0]
     run = _run(tmp_path, "clusterResources: [cluster.yaml]\n", SELECTOR_RESULTS, SELECTOR_POLICY, only_ns1)
-    assert run.error == 'failed to apply policies on resource c (failed to get the resource\'s namespace (namespaces "ns2" not found))'
-    assert run.failed == 1
+    assert not run.error and [row.ok for row in run.rows] == [True, True]
+    assert run.warnings == ["namespace 'ns2' of resource 'c' is not among the clusterResources; matching it with no namespace labels"]
 
 
 def test_values_namespace_labels_take_precedence_over_the_cluster(tmp_path: Path) -> None:
