@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
-from stockade.cel.functions import ANY_KINDS, Library
+from stockade.cel.functions import ANY_KINDS, Library, tagged, untag
 
 
 @runtime_checkable
@@ -25,6 +25,10 @@ class ResourceProvider(Protocol):
     ) -> Mapping[str, Any]: ...
 
     def post(self, api_version: str, resource: str, namespace: str | None, payload: Mapping[str, Any]) -> Any: ...
+
+    def to_gvr(self, api_version: str, kind: str) -> str:
+        """The REST resource (plural) serving ``kind`` in ``api_version``, as a RESTMapper would name it."""
+        ...
 
 
 @runtime_checkable
@@ -99,6 +103,40 @@ _register("resource", ("resource.Post", "resource.post"), (_S, _S, _S, "map"), "
           lambda p: lambda v, r, ns, body: p.post(v, r, ns, body))
 _register("resource", ("resource.Post", "resource.post"), (_S, _S, "map"), "map",
           lambda p: lambda v, r, body: p.post(v, r, None, body))
+# resource.ToGVR(apiVersion, kind) gives an opaque GroupVersionResource the Get/List overloads below accept in place
+# of (apiVersion, resource).
+GVR_TYPE = "schema.GroupVersionResource"
+
+
+def _to_gvr(provider: ResourceProvider) -> Callable[[str, str], dict[str, Any]]:
+    def to_gvr(api_version: str, kind: str) -> dict[str, Any]:
+        group, _, version = api_version.rpartition("/")
+        if not version or api_version.count("/") > 1:
+            raise ValueError(f"failed to map kind to resource: unexpected GroupVersion string: {api_version}")
+        return tagged(GVR_TYPE, {"group": group, "version": version, "resource": provider.to_gvr(api_version, kind)})
+
+    return to_gvr
+
+
+def _gvr(value: Any) -> tuple[str, str]:
+    """(apiVersion, resource) of a ToGVR value."""
+    gvr = untag(value, GVR_TYPE)
+    return (f"{gvr['group']}/{gvr['version']}" if gvr["group"] else gvr["version"]), gvr["resource"]
+
+
+_register("resource", ("resource.ToGVR", "resource.toGVR"), (_S, _S), "map", _to_gvr)
+_register("resource", ("resource.Get", "resource.get"), ("map", _S, _S), "map",
+          lambda p: lambda gvr, ns, n: p.get(*_gvr(gvr), ns, n))
+_register("resource", ("resource.Get", "resource.get"), ("map", _S), "map",
+          lambda p: lambda gvr, n: p.get(*_gvr(gvr), None, n))
+_register("resource", ("resource.List", "resource.list"), ("map", _S), "map",
+          lambda p: lambda gvr, ns: p.list(*_gvr(gvr), ns, None))
+_register("resource", ("resource.List", "resource.list"), ("map", _S, "map"), "map",
+          lambda p: lambda gvr, ns, sel: p.list(*_gvr(gvr), ns, dict(sel)))
+_register("resource", ("resource.List", "resource.list"), ("map",), "map",
+          lambda p: lambda gvr: p.list(*_gvr(gvr), None, None))
+_register("resource", ("resource.List", "resource.list"), ("map", "map"), "map",
+          lambda p: lambda gvr, sel: p.list(*_gvr(gvr), None, dict(sel)))
 _register("http", ("http.Get", "http.get"), (_S,), "dyn", lambda p: lambda url: p.get(url, {}))
 _register("http", ("http.Get", "http.get"), (_S, "map"), "dyn", lambda p: lambda url, h: p.get(url, dict(h)))
 for _kind in ANY_KINDS:

@@ -408,6 +408,14 @@ class ClusterCelResources:
             raise ProviderError(f"listing {resource}: {exc}") from None
         return {"apiVersion": api_version, "kind": served.kind + "List", "metadata": {}, "items": items}
 
+    def to_gvr(self, api_version: str, kind: str) -> str:
+        from stockade.celpolicy.providers import ProviderError
+
+        served = self.cluster.resolve_kind(api_version, kind)
+        if served is None:
+            raise ProviderError(f"failed to map kind to resource: no matches for kind {kind!r} in version {api_version!r}")
+        return served.resource
+
     def post(self, api_version: str, resource: str, namespace: str | None, payload: dict[str, Any]) -> Any:
         from stockade.celpolicy.providers import ProviderError
 

@@ -79,7 +79,11 @@ def test_random(ev: Any) -> None:
         ("docker.io/bitnami/redis:7", "index.docker.io", "bitnami/redis", "7", "", "7"),
         ("ghcr.io/org/app:v1", "ghcr.io", "org/app", "v1", "", "v1"),
         ("localhost:5000/app", "localhost:5000", "app", "latest", "", "latest"),
-        (f"ghcr.io/org/app:v1@{DIGEST}", "ghcr.io", "org/app", "", DIGEST, DIGEST),
+        (f"ghcr.io/org/app@{DIGEST}", "ghcr.io", "org/app", "", DIGEST, DIGEST),
+        # Kyverno keeps a tag written before the digest: tag() gives it, identifier() gives both
+        (f"ghcr.io/org/app:v1@{DIGEST}", "ghcr.io", "org/app", "v1", DIGEST, f"v1@{DIGEST}"),
+        (f"registry.example:10443/app:my_tag@{DIGEST}", "registry.example:10443", "app", "my_tag", DIGEST, f"my_tag@{DIGEST}"),
+        (f"registry.example:10443/app@{DIGEST}", "registry.example:10443", "app", "", DIGEST, DIGEST),
     ],
 )
 def test_image_references(ev: Any, reference: str, registry: str, repository: str, tag: str, digest: str,
@@ -91,6 +95,23 @@ def test_image_references(ev: Any, reference: str, registry: str, repository: st
     assert ev("image(object.ref).digest()", object=image) == digest
     assert ev("image(object.ref).identifier()", object=image) == identifier
     assert ev("image(object.ref).containsDigest()", object=image) is bool(digest)
+
+
+@pytest.mark.parametrize(
+    ("reference", "expected"),
+    [
+        ("registry.k8s.io/app:testtag", ":testtag"),
+        ("registry.k8s.io/app", ":latest"),
+        (f"registry.k8s.io/app@{DIGEST}", f"@{DIGEST}"),
+        (f"registry.k8s.io/app:latest@{DIGEST}", f"@{DIGEST}"),
+        ("localhost:5000/app", ":latest"),
+    ],
+)
+def test_identifier_with_separator(ev: Any, reference: str, expected: str) -> None:
+    """What stale-image checks append to a repository to rebuild a reference: the digest wins over the tag."""
+    assert ev("image(object.ref).identifierWithSeparator()", object={"ref": reference}) == expected
+    assert ev("image(object.ref).registry() + '/' + image(object.ref).repository() + image(object.ref).identifierWithSeparator()",
+              object={"ref": reference}).endswith(expected)
 
 
 def test_invalid_images(ev: Any) -> None:
@@ -135,6 +156,9 @@ class FakeCluster:
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
 
+    def last(self) -> tuple[Any, ...]:
+        return self.calls[-1]
+
     def get(self, api_version: str, resource: str, namespace: str | None, name: str) -> dict[str, Any]:
         self.calls.append(("get", api_version, resource, namespace, name))
         return {"data": {"allowed": "a, b"}}
@@ -146,6 +170,11 @@ class FakeCluster:
     def post(self, api_version: str, resource: str, namespace: str | None, payload: Any) -> dict[str, Any]:
         self.calls.append(("post", api_version, resource, namespace, payload))
         return {"status": {"allowed": True}}
+
+    def to_gvr(self, api_version: str, kind: str) -> str:
+        if kind == "Unknown":
+            raise LookupError(f"no matches for kind {kind}")
+        return kind.lower() + "s"
 
 
 class FakeHttp:
@@ -186,11 +215,11 @@ def test_providers_answer_offline_calls(cel_env: CelEnvironment) -> None:
         return cel_env.compile(expression).evaluate(activation)
 
     assert run("resource.Get('v1', 'configmaps', 'default', 'cm').data.allowed.split(', ')") == ["a", "b"]
-    assert cluster.calls[-1] == ("get", "v1", "configmaps", "default", "cm")
+    assert cluster.last() == ("get", "v1", "configmaps", "default", "cm")
     assert run("resource.get('v1', 'configmaps', 'cm').data.allowed") == "a, b"
-    assert cluster.calls[-1] == ("get", "v1", "configmaps", None, "cm")
+    assert cluster.last() == ("get", "v1", "configmaps", None, "cm")
     assert run("resource.List('apps/v1', 'deployments', 'ns', {'app': 'x'}).items.size()") == 1
-    assert cluster.calls[-1] == ("list", "apps/v1", "deployments", "ns", {"app": "x"})
+    assert cluster.last() == ("list", "apps/v1", "deployments", "ns", {"app": "x"})
     assert run("resource.Post('authorization.k8s.io/v1', 'subjectaccessreviews', 'ns', {'spec': {}})"
                ".status.allowed") is True
     assert run("http.Get('https://cfg/ok').body.allowed") is True
@@ -217,3 +246,29 @@ def test_provider_failures_become_evaluation_errors(cel_env: CelEnvironment) -> 
     activation = CelActivation({"object": {}}, providers={"globalContext": Failing()})
     with pytest.raises(CelEvalError, match="entry not found"):
         cel_env.compile("globalContext.Get('x', '')").evaluate(activation)
+
+
+def test_to_gvr_feeds_get_and_list(cel_env: CelEnvironment) -> None:
+    """``resource.ToGVR(apiVersion, kind)`` (Kyverno's resource library) maps a kind through the provider; Get and
+    List accept its value in place of (apiVersion, resource), cluster-wide and namespaced overloads alike."""
+    cluster = FakeCluster()
+    activation = CelActivation({"object": {}}, providers={"resource": cluster})
+
+    def run(expression: str) -> Any:
+        return cel_env.compile(expression).evaluate(activation)
+
+    assert run("resource.get(resource.ToGVR('v1', 'Pod'), 'ns', 'policy-pod').data.allowed") == "a, b"
+    assert cluster.last() == ("get", "v1", "pods", "ns", "policy-pod")
+    assert run("resource.Get(resource.toGVR('apps/v1', 'Deployment'), 'web').data.allowed") == "a, b"
+    assert cluster.last() == ("get", "apps/v1", "deployments", None, "web")
+    run("resource.List(resource.ToGVR('apps/v1', 'Deployment'), 'ns', {'app': 'x'})")
+    assert cluster.last() == ("list", "apps/v1", "deployments", "ns", {"app": "x"})
+    run("resource.list(resource.ToGVR('apps/v1', 'Deployment'))")
+    assert cluster.last() == ("list", "apps/v1", "deployments", None, None)
+    with pytest.raises(CelEvalError, match="no matches for kind Unknown"):
+        run("resource.ToGVR('v1', 'Unknown')")
+    with pytest.raises(CelEvalError, match="unexpected GroupVersion"):
+        run("resource.ToGVR('a/b/c', 'Pod')")
+    # a plain map is not a GroupVersionResource
+    with pytest.raises(CelEvalError, match="schema.GroupVersionResource"):
+        run("resource.Get({'group': '', 'version': 'v1', 'resource': 'pods'}, 'ns', 'x')")
