@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from stockade.celpolicy import RULELESS_KINDS
+from stockade.celpolicy import RULELESS_KINDS, kind_to_resource
 from stockade.celpolicy.authz import ENVOY_MODE, HTTP_MODE, AuthzPayloadError
 from stockade.celpolicy.errors import PolicyCompileError
 from stockade.celpolicy.testing import CelPolicyRun
@@ -568,7 +568,7 @@ def _fake_api_get(url_path: str, cluster: _ClusterData) -> Any:
         raise ContextLoadError(f"unsupported urlPath {url_path}")
     plural = rest[0]
     name = rest[1] if len(rest) > 1 else None
-    items = [obj for obj in cluster.objects if obj.get("apiVersion") == api_version and _plural(str(obj.get("kind", ""))) == plural]
+    items = [obj for obj in cluster.objects if obj.get("apiVersion") == api_version and kind_to_resource(str(obj.get("kind", ""))) == plural]
     if namespace:
         items = [obj for obj in items if (obj.get("metadata") or {}).get("namespace") == namespace]
     if name is not None:
@@ -578,15 +578,6 @@ def _fake_api_get(url_path: str, cluster: _ClusterData) -> Any:
         raise ContextLoadError(f'{plural} "{name}" not found')
     kind = items[0].get("kind") if items else ""
     return {"apiVersion": api_version, "kind": f"{kind}List", "metadata": {}, "items": copy.deepcopy(items)}
-
-
-def _plural(kind: str) -> str:
-    lower = kind.lower()
-    if lower.endswith("y"):
-        return lower[:-1] + "ies"
-    if lower.endswith(("s", "x", "ch", "sh")):
-        return lower + "es"
-    return lower + "s"
 
 
 def _global_context_resolver(entries: list[dict[str, Any]]) -> Any:

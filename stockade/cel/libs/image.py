@@ -81,7 +81,11 @@ def parse_image_reference(text: str) -> ImageReference:
 
 
 def _image(text: str) -> dict[str, Any]:
-    parse_image_reference(text)
+    try:
+        parse_image_reference(text)
+    except ValueError:
+        # go-containerregistry's wording when neither a tag nor a digest reference parses, which Kyverno reports
+        raise ValueError(f"could not parse reference: {text}") from None
     return tagged(IMAGE_TYPE, text)
 
 

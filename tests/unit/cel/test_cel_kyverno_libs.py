@@ -118,8 +118,10 @@ def test_invalid_images(ev: Any) -> None:
     assert ev("isImage('nginx:1.0')") is True
     assert ev("isImage('UPPER/case')") is False
     assert ev("isImage('nginx@sha256:short')") is False
-    with pytest.raises(CelEvalError):
+    with pytest.raises(CelEvalError, match="could not parse reference: bad image"):
         ev("image('bad image')")
+    with pytest.raises(CelEvalError, match="could not parse reference: UPPER:tag"):
+        ev("parseImageReference('UPPER:tag')")
 
 
 def _self_signed_pem() -> str:
