@@ -274,3 +274,38 @@ def test_to_gvr_feeds_get_and_list(cel_env: CelEnvironment) -> None:
     # a plain map is not a GroupVersionResource
     with pytest.raises(CelEvalError, match="schema.GroupVersionResource"):
         run("resource.Get({'group': '', 'version': 'v1', 'resource': 'pods'}, 'ns', 'x')")
+
+
+class TrustingHttp(FakeHttp):
+    def __init__(self, ca_bundle: str = "") -> None:
+        self.ca_bundle = ca_bundle
+
+    def with_ca_bundle(self, ca_bundle: str) -> "TrustingHttp":
+        return TrustingHttp(ca_bundle)
+
+    def get(self, url: str, headers: Any) -> Any:
+        return {"trusted": bool(self.ca_bundle), "url": url, "headers": headers}
+
+
+def test_http_client_with_a_ca_bundle(cel_env: CelEnvironment) -> None:
+    """``http.Client(caBundle)`` (Kyverno's http library): an empty bundle keeps the default client, a bundle with a
+    certificate gives a client trusting it, anything else fails as Kyverno's "failed to parse PEM CA bundle"."""
+    pem = _self_signed_pem()
+    http = TrustingHttp()
+    activation = CelActivation({"object": {"ca": pem}}, providers={"http": http})
+
+    def run(expression: str) -> Any:
+        return cel_env.compile(expression).evaluate(activation)
+
+    assert run("http.Client(object.ca).Get('https://svc/x').trusted") is True
+    assert run("http.client('').get('https://svc/x').trusted") is False
+    assert run("http.Client(object.ca).Get('https://svc/x', {'A': 'b'}).headers") == {"A": "b"}
+    assert run("http.Client('').Post('https://authz', {'n': 1}).body.echo") == {"n": 1}
+    assert run("http.Get('https://svc/ok').trusted") is False  # the plain calls are unchanged
+    with pytest.raises(CelEvalError, match="failed to parse PEM CA bundle for APICall"):
+        run("http.Client('not a certificate').Get('https://svc/x')")
+    with pytest.raises(CelEvalError, match="kyverno.http.Client"):
+        run("{'a': 1}.Get('https://svc/x')")
+    # a provider that cannot take a bundle (offline mocks) answers the call itself
+    plain = CelActivation({"object": {"ca": pem}}, providers={"http": FakeHttp()})
+    assert cel_env.compile("http.Client(object.ca).Get('https://cfg/ok').body.allowed").evaluate(plain) is True
