@@ -135,3 +135,17 @@ def test_cel_http_client_trusts_the_given_ca_bundle(tmp_path: Any) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_cel_to_gvr_uses_the_served_resources() -> None:
+    """``resource.ToGVR`` in the admission path maps a kind through discovery, then Get reads the object."""
+    from stockade.cel import CelActivation, CelEnvironment, CelEvalError
+    from stockade.controllers.clusterdata import ClusterCelResources
+
+    cm = {"metadata": {"name": "c", "namespace": "ns"}, "data": {"k": "v"}}
+    data, _ = make({"/api/v1/namespaces/ns/configmaps/c": cm})
+    env = CelEnvironment(["object"])
+    activation = CelActivation({"object": {}}, providers={"resource": ClusterCelResources(data)})
+    assert env.compile("resource.Get(resource.ToGVR('v1', 'ConfigMap'), 'ns', 'c').data.k").evaluate(activation) == "v"
+    with pytest.raises(CelEvalError, match="failed to map kind to resource"):
+        env.compile("resource.ToGVR('v1', 'Unknown')").evaluate(activation)
