@@ -138,7 +138,9 @@ class StaticImageData:
     def get_metadata(self, image: str) -> Mapping[str, Any]:
         entry = self.images.get(image)
         if entry is None:
-            raise ProviderError(f"no image data for {image}")
+            if not self.images:
+                raise ProviderError("failed to get image data: image data not found in the context")
+            raise ProviderError(f"failed to get image data: image data for {image} not found in the context")
         data = copy.deepcopy(entry)
         data.setdefault("image", image)
         data.setdefault("resolvedImage", image)

@@ -17,7 +17,7 @@ from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.processor import apply_policies
 from stockade.engine.response import EngineResponse, RuleResponse, report_result
 from stockade.kyvernotest.compare import compare_resources, find_resource
-from stockade.kyvernotest.schema import TestCase, TestResult, validate_api_call_responses
+from stockade.kyvernotest.schema import TestCase, TestResult, validate_api_call_responses, validate_context_document
 from stockade.kyvernotest.values import Values, load_user_info, load_values, values_from_mapping
 from stockade.policy.loader import Document, LoadError, load_documents, read_text
 from stockade.policy.model import KyvernoPolicy
@@ -346,6 +346,7 @@ class TestRunner:
         if self.case.context:
             for document in load_documents([self.case.resolve(self.case.context)], require_kind=False):
                 if document.data.get("kind") == "Context":
+                    validate_context_document(document.data, document.source)
                     context_data = document.data.get("spec") or {}
         params: list[dict[str, Any]] = []
         if self.case.param_resources:

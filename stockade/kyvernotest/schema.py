@@ -233,6 +233,47 @@ def validate_api_call_responses(entries: list[Any], source: str) -> None:
         seen.add(key)
 
 
+_OBJECT_META_FIELDS = frozenset({
+    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation", "creationTimestamp",
+    "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations", "ownerReferences", "finalizers", "managedFields",
+})
+_CONTEXT_IMAGE_STRINGS = ("image", "resolvedImage", "registry", "repository", "tag", "digest")
+_CONTEXT_IMAGE_FIELDS = frozenset(_CONTEXT_IMAGE_STRINGS + ("imageIndex", "manifest", "config"))
+
+
+def validate_context_document(data: dict[str, Any], source: str) -> None:
+    """A ``kind: Context`` file read strictly, as Kyverno's CLI does: an unknown field (``imageData`` for
+    ``config``) or a mistyped one stops the test instead of silently giving the policy no data."""
+
+    def unknown(mapping: dict[str, Any], known: frozenset[str], where: str) -> None:
+        for key in mapping:
+            if key not in known:
+                raise TestFileError(source, f"unknown field {key!r}", field=f"{where}.{key}" if where else str(key))
+
+    unknown(data, frozenset({"apiVersion", "kind", "metadata", "spec"}), "")
+    metadata = data.get("metadata")
+    if metadata is not None:
+        if not isinstance(metadata, dict):
+            raise TestFileError(source, "expected a mapping", field="metadata")
+        unknown(metadata, _OBJECT_META_FIELDS, "metadata")
+    spec = data.get("spec")
+    if spec is None:
+        return
+    if not isinstance(spec, dict):
+        raise TestFileError(source, "expected a mapping", field="spec")
+    unknown(spec, frozenset({"resources", "images"}), "spec")
+    for key in ("resources", "images"):
+        items = spec.get(key)
+        if items is not None and (not isinstance(items, list) or not all(isinstance(item, dict) for item in items)):
+            raise TestFileError(source, "expected a list of mappings", field=f"spec.{key}")
+    for index, image in enumerate(spec.get("images") or []):
+        where = f"spec.images[{index}]"
+        unknown(image, _CONTEXT_IMAGE_FIELDS, where)
+        for key in _CONTEXT_IMAGE_STRINGS:
+            if image.get(key) is not None and not isinstance(image[key], str):
+                raise TestFileError(source, "expected a string", field=f"{where}.{key}")
+
+
 def load_test_files(path: str) -> list[TestCase]:
     """Every Test document of a file: Kyverno's CLI runs each document of a multi-document test file as its own
     test (e.g. one JSON payload expected to pass, another to fail)."""
