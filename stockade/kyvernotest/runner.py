@@ -124,7 +124,7 @@ class TestRunner:
         if self.case.variables:
             return load_values(self.case.resolve(self.case.variables))
         if self.case.values:
-            return values_from_mapping(self.case.values, self.case.path)
+            return values_from_mapping(self.case.values, self.case.path, inline=True)
         return Values()
 
     def _policies(self) -> PolicySet:

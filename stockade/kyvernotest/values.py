@@ -64,25 +64,55 @@ def _fold(data: dict[str, Any]) -> dict[str, Any]:
     return {str(k)[:1].lower() + str(k)[1:]: v for k, v in data.items()}
 
 
-def values_from_mapping(data: dict[str, Any], source: str = "values") -> Values:
+_OBJECT_META_FIELDS = (
+    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation", "creationTimestamp",
+    "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations", "ownerReferences", "finalizers", "managedFields",
+)
+_VALUES_FIELDS = ("apiVersion", "kind", "metadata", "globalValues", "policies", "namespaceSelector", "namespaces", "subresources")
+
+
+def _check_fields(mapping: Any, known: tuple[str, ...], source: str, where: str) -> None:
+    """Kyverno's CLI decodes values strictly: a misspelt key (``polices``, ``valuez``) stops the test rather than
+    leaving the values out and the test evaluating something else."""
+    if mapping is None:
+        return
+    if not isinstance(mapping, dict):
+        raise LoadError(source, "expected a mapping", field=where or None)
+    folded = {name.lower() for name in known}
+    for key in mapping:
+        if str(key).lower() not in folded:
+            raise LoadError(source, f"unknown field {str(key)!r}", field=f"{where}.{key}" if where else str(key))
+
+
+def values_from_mapping(data: dict[str, Any], source: str = "values", *, inline: bool = False) -> Values:
+    """Values as Kyverno's CLI reads them: every known field, matched regardless of the case of its first letter;
+    anything else is an error naming the field."""
+    prefix = "values." if inline else ""
+    _check_fields(data, _VALUES_FIELDS[3:] if inline else _VALUES_FIELDS, source, "values" if inline else "")
     data = _fold(data)
+    _check_fields(data.get("metadata"), _OBJECT_META_FIELDS, source, prefix + "metadata")
     values = Values()
     values.global_values = dict(data.get("globalValues") or {})
-    for index, policy in enumerate(data.get("policies") or []):
-        if not isinstance(policy, dict):
-            raise LoadError(source, "expected a mapping", field=f"policies[{index}]")
+    for index, raw_policy in enumerate(data.get("policies") or []):
+        where = f"{prefix}policies[{index}]"
+        _check_fields(raw_policy, ("name", "resources", "rules"), source, where)
+        policy = _fold(raw_policy or {})
         name = str(policy.get("name", ""))
-        for position, rule in enumerate(policy.get("rules") or []):
-            if not isinstance(rule, dict):
-                raise LoadError(source, "expected a mapping", field=f"policies[{index}].rules[{position}]")
+        for position, raw_rule in enumerate(policy.get("rules") or []):
+            _check_fields(raw_rule, ("name", "values", "foreachValues"), source, f"{where}.rules[{position}]")
+            rule = _fold(raw_rule or {})
             rule_values = rule.get("values") or {}
             foreach_values = rule.get("foreachValues") or {}
             if not isinstance(rule_values, dict) or not isinstance(foreach_values, dict):
-                raise LoadError(source, "values and foreachValues must be mappings", field=f"policies[{index}].rules[{position}]")
+                raise LoadError(source, "values and foreachValues must be mappings", field=f"{where}.rules[{position}]")
             values.rules.append(RuleValues(name, str(rule.get("name", "")), dict(rule_values), dict(foreach_values)))
-        for resource in policy.get("resources") or []:
+        for position, raw_resource in enumerate(policy.get("resources") or []):
+            _check_fields(raw_resource, ("name", "values"), source, f"{where}.resources[{position}]")
+            resource = _fold(raw_resource or {})
             values.resource_values[(name, str(resource.get("name", "")))] = dict(resource.get("values") or {})
-    for selector in data.get("namespaceSelector") or []:
+    for index, raw_selector in enumerate(data.get("namespaceSelector") or []):
+        _check_fields(raw_selector, ("name", "labels"), source, f"{prefix}namespaceSelector[{index}]")
+        selector = _fold(raw_selector or {})
         values.namespace_labels[str(selector.get("name", ""))] = {str(k): str(v) for k, v in (selector.get("labels") or {}).items()}
     for namespace in data.get("namespaces") or []:
         metadata = namespace.get("metadata") or {}

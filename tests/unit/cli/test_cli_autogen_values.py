@@ -7,10 +7,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from stockade.kyvernotest import runner
 from stockade.kyvernotest.runner import TestRunner as CaseRunner
 from stockade.kyvernotest.schema import load_test_files
 from stockade.kyvernotest.values import values_from_mapping
+from stockade.policy.loader import LoadError
 
 POLICY = """\
 apiVersion: kyverno.io/v1
@@ -112,3 +115,25 @@ def test_an_entry_without_values_still_shadows_later_ones() -> None:
     assert values.values_for_rule("p", "autogen-r") == {}
     assert values.values_for_rule("p", "other") is None
     assert values.values_for_rule("q", "r") is None
+
+
+@pytest.mark.parametrize(
+    ("rules", "field"),
+    [
+        ("  - {name: check-team, valuez: {allowedteam: red}}\n", "policies[0].rules[0].valuez"),
+        ("  - {name: check-team, values: {allowedteam: red}}\n  resource: []\n", "policies[0].resource"),
+    ],
+)
+def test_a_misspelt_values_field_stops_the_test(tmp_path: Path, rules: str, field: str) -> None:
+    # Kyverno 1.19.1 decodes values files strictly: "json: unknown field" instead of running without the values
+    run = _run(tmp_path, rules)
+    assert f"values.yaml field {field}: unknown field" in run.error and not run.rows
+
+
+def test_a_misspelt_top_level_values_field_is_named() -> None:
+    with pytest.raises(LoadError, match="field polices: unknown field 'polices'"):
+        values_from_mapping({"polices": []}, "values.yaml")
+    with pytest.raises(LoadError, match="field values.metadata: unknown field 'metadata'"):
+        values_from_mapping({"metadata": {}}, "kyverno-test.yaml", inline=True)
+    # Kyverno matches field names without regard to case
+    assert values_from_mapping({"Policies": [{"Name": "p", "Rules": [{"name": "r", "values": {"a": 1}}]}]}).values_for_rule("p", "r") == {"a": 1}
