@@ -9,9 +9,10 @@ Namespaced policies use the shorter overloads (no namespace argument); the provi
 
 from __future__ import annotations
 
+import re
 from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
-from stockade.cel.functions import ANY_KINDS, Library
+from stockade.cel.functions import ANY_KINDS, Library, tagged, untag
 
 
 @runtime_checkable
@@ -26,6 +27,10 @@ class ResourceProvider(Protocol):
 
     def post(self, api_version: str, resource: str, namespace: str | None, payload: Mapping[str, Any]) -> Any: ...
 
+    def to_gvr(self, api_version: str, kind: str) -> str:
+        """The REST resource (plural) serving ``kind`` in ``api_version``, as a RESTMapper would name it."""
+        ...
+
 
 @runtime_checkable
 class HttpProvider(Protocol):
@@ -34,6 +39,14 @@ class HttpProvider(Protocol):
     def get(self, url: str, headers: Mapping[str, str]) -> Any: ...
 
     def post(self, url: str, body: Any, headers: Mapping[str, str]) -> Any: ...
+
+
+@runtime_checkable
+class HttpCaBundleProvider(Protocol):
+    """An HTTP provider that can trust a given CA bundle (``http.Client(caBundle)``); one without this method
+    answers ``http.Client(...)`` calls itself (offline mocks have no TLS)."""
+
+    def with_ca_bundle(self, ca_bundle: str) -> HttpProvider: ...
 
 
 @runtime_checkable
@@ -81,12 +94,12 @@ class ImageVerificationProvider(Protocol):
 
 # Provider key -> list of (function name, parameter types, result type, adapter building the implementation).
 ProviderAdapter = Callable[[Any], Callable[..., Any]]
-_PROVIDER_FUNCTIONS: dict[str, list[tuple[str, tuple[str, ...], str, ProviderAdapter]]] = {}
+_PROVIDER_FUNCTIONS: dict[str, list[tuple[str, tuple[str, ...], str, bool, ProviderAdapter]]] = {}
 
 
-def _register(key: str, names: tuple[str, ...], params: tuple[str, ...], result: str, adapter: ProviderAdapter) -> None:
+def _register(key: str, names: tuple[str, ...], params: tuple[str, ...], result: str, adapter: ProviderAdapter, *, member: bool = False) -> None:
     for name in names:
-        _PROVIDER_FUNCTIONS.setdefault(key, []).append((name, params, result, adapter))
+        _PROVIDER_FUNCTIONS.setdefault(key, []).append((name, params, result, member, adapter))
 
 
 def _plain(value: Any) -> Any:
@@ -113,6 +126,40 @@ _register("resource", ("resource.Post", "resource.post"), (_S, _S, _S, "map"), "
           lambda p: lambda v, r, ns, body: p.post(v, r, ns, body))
 _register("resource", ("resource.Post", "resource.post"), (_S, _S, "map"), "map",
           lambda p: lambda v, r, body: p.post(v, r, None, body))
+# resource.ToGVR(apiVersion, kind) gives an opaque GroupVersionResource the Get/List overloads below accept in place
+# of (apiVersion, resource).
+GVR_TYPE = "schema.GroupVersionResource"
+
+
+def _to_gvr(provider: ResourceProvider) -> Callable[[str, str], dict[str, Any]]:
+    def to_gvr(api_version: str, kind: str) -> dict[str, Any]:
+        group, _, version = api_version.rpartition("/")
+        if not version or api_version.count("/") > 1:
+            raise ValueError(f"failed to map kind to resource: unexpected GroupVersion string: {api_version}")
+        return tagged(GVR_TYPE, {"group": group, "version": version, "resource": provider.to_gvr(api_version, kind)})
+
+    return to_gvr
+
+
+def _gvr(value: Any) -> tuple[str, str]:
+    """(apiVersion, resource) of a ToGVR value."""
+    gvr = untag(value, GVR_TYPE)
+    return (f"{gvr['group']}/{gvr['version']}" if gvr["group"] else gvr["version"]), gvr["resource"]
+
+
+_register("resource", ("resource.ToGVR", "resource.toGVR"), (_S, _S), "map", _to_gvr)
+_register("resource", ("resource.Get", "resource.get"), ("map", _S, _S), "map",
+          lambda p: lambda gvr, ns, n: p.get(*_gvr(gvr), ns, n))
+_register("resource", ("resource.Get", "resource.get"), ("map", _S), "map",
+          lambda p: lambda gvr, n: p.get(*_gvr(gvr), None, n))
+_register("resource", ("resource.List", "resource.list"), ("map", _S), "map",
+          lambda p: lambda gvr, ns: p.list(*_gvr(gvr), ns, None))
+_register("resource", ("resource.List", "resource.list"), ("map", _S, "map"), "map",
+          lambda p: lambda gvr, ns, sel: p.list(*_gvr(gvr), ns, dict(sel)))
+_register("resource", ("resource.List", "resource.list"), ("map",), "map",
+          lambda p: lambda gvr: p.list(*_gvr(gvr), None, None))
+_register("resource", ("resource.List", "resource.list"), ("map", "map"), "map",
+          lambda p: lambda gvr, sel: p.list(*_gvr(gvr), None, dict(sel)))
 _register("http", ("http.Get", "http.get"), (_S,), "dyn", lambda p: lambda url: p.get(url, {}))
 _register("http", ("http.Get", "http.get"), (_S, "map"), "dyn", lambda p: lambda url, h: p.get(url, dict(h)))
 for _kind in ANY_KINDS:
@@ -120,6 +167,44 @@ for _kind in ANY_KINDS:
               lambda p: lambda url, body: p.post(url, _plain(body), {}))
     _register("http", ("http.Post", "http.post"), (_S, _kind, "map"), "dyn",
               lambda p: lambda url, body, h: p.post(url, _plain(body), dict(h)))
+# http.Client(caBundle) gives a client trusting that bundle; Get/Post are then called on it as members.
+HTTP_CLIENT_TYPE = "kyverno.http.Client"
+_PEM_CERTIFICATE = re.compile(r"-----BEGIN CERTIFICATE-----\s*(.*?)\s*-----END CERTIFICATE-----", re.S)
+
+
+def _http_client(ca_bundle: str) -> dict[str, Any]:
+    """Kyverno accepts an empty bundle (the default client) or one holding at least one parseable certificate."""
+    if ca_bundle:
+        from cryptography import x509
+
+        parsed = 0
+        for match in _PEM_CERTIFICATE.finditer(ca_bundle):
+            try:
+                x509.load_pem_x509_certificate(match.group(0).encode())
+                parsed += 1
+            except ValueError:
+                continue
+        if not parsed:
+            raise ValueError("request failed: failed to parse PEM CA bundle for APICall")
+    return tagged(HTTP_CLIENT_TYPE, ca_bundle)
+
+
+def _client_provider(provider: HttpProvider, client: Any) -> HttpProvider:
+    ca_bundle = str(untag(client, HTTP_CLIENT_TYPE))
+    if ca_bundle and isinstance(provider, HttpCaBundleProvider):
+        return provider.with_ca_bundle(ca_bundle)
+    return provider
+
+
+_register("http", ("http.Client", "http.client"), (_S,), "map", lambda p: _http_client)
+_register("http", ("Get", "get"), ("map", _S), "dyn", lambda p: lambda c, url: _client_provider(p, c).get(url, {}), member=True)
+_register("http", ("Get", "get"), ("map", _S, "map"), "dyn",
+          lambda p: lambda c, url, h: _client_provider(p, c).get(url, dict(h)), member=True)
+for _kind in ANY_KINDS:
+    _register("http", ("Post", "post"), ("map", _S, _kind), "dyn",
+              lambda p: lambda c, url, body: _client_provider(p, c).post(url, _plain(body), {}), member=True)
+    _register("http", ("Post", "post"), ("map", _S, _kind, "map"), "dyn",
+              lambda p: lambda c, url, body, h: _client_provider(p, c).post(url, _plain(body), dict(h)), member=True)
 _register("globalContext", ("globalContext.Get", "globalContext.get"), (_S,), "dyn", lambda p: lambda n: p.get(n, ""))
 _register("globalContext", ("globalContext.Get", "globalContext.get"), (_S, _S), "dyn",
           lambda p: lambda n, proj: p.get(n, proj))
@@ -156,8 +241,8 @@ def provider_library() -> Library:
     for key, entries in _PROVIDER_FUNCTIONS.items():
         if key in _SELF_DECLARED:
             continue
-        for name, params, result, _ in entries:
-            library.add(name, params, result, None, overload_id=f"provider:{key}:{name}:{'_'.join(params)}")
+        for name, params, result, member, _ in entries:
+            library.add(name, params, result, None, member=member, overload_id=f"provider:{key}:{name}:{'member' if member else 'global'}:{'_'.join(params)}")
     return library
 
 
@@ -172,8 +257,8 @@ def provider_implementations(
             if key == "authorizer":
                 continue  # the authorizer library binds it itself
             raise ValueError(f"unknown CEL provider {key!r}; known: {sorted(_PROVIDER_FUNCTIONS)} and 'authorizer'")
-        for name, params, result, adapter in entries:
-            bound.append((name, params, result, False, adapter(provider)))
+        for name, params, result, member, adapter in entries:
+            bound.append((name, params, result, member, adapter(provider)))
     return bound
 
 

@@ -54,6 +54,10 @@ class StaticResources:
         kind = (str(items[0].get("kind")) + "List") if items else "List"
         return {"apiVersion": api_version, "kind": kind, "metadata": {}, "items": copy.deepcopy(items)}
 
+    def to_gvr(self, api_version: str, kind: str) -> str:
+        """Offline there is no discovery: the plural a RESTMapper derives from the kind."""
+        return kind_to_resource(kind)
+
     def post(self, api_version: str, resource: str, namespace: str | None, payload: Mapping[str, Any]) -> Any:
         # SubjectAccessReview and friends: echo the payload with an empty status, as a fake API server would.
         answer = copy.deepcopy(dict(payload))
@@ -134,7 +138,9 @@ class StaticImageData:
     def get_metadata(self, image: str) -> Mapping[str, Any]:
         entry = self.images.get(image)
         if entry is None:
-            raise ProviderError(f"no image data for {image}")
+            if not self.images:
+                raise ProviderError("failed to get image data: image data not found in the context")
+            raise ProviderError(f"failed to get image data: image data for {image} not found in the context")
         data = copy.deepcopy(entry)
         data.setdefault("image", image)
         data.setdefault("resolvedImage", image)

@@ -66,10 +66,10 @@ class CelPolicyRun:
         providers: dict[str, Any] = {"resource": resources}
         if api_call_responses:
             providers["http"] = MockHttp(api_call_responses)
-        if global_context_entries:
-            providers["globalContext"] = StaticGlobalContext(global_context_entries)
-        if context_images:
-            providers["image"] = StaticImageData(context_images)
+        # Kyverno's offline CLI always answers these two: an unknown global context entry is null, image data
+        # missing from the context file is an error naming the image.
+        providers["globalContext"] = StaticGlobalContext(list(global_context_entries or []))
+        providers["image"] = StaticImageData(list(context_images or []))
         self.evaluator = CelPolicyEvaluator(providers=providers, exceptions=exceptions, params=params)
         self.authz_evaluator = AuthzEvaluator(providers)
         self.image_evaluator = ImageValidatingEvaluator(self.evaluator, image_verifier) if self.image_validating else None

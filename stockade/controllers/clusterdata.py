@@ -408,6 +408,14 @@ class ClusterCelResources:
             raise ProviderError(f"listing {resource}: {exc}") from None
         return {"apiVersion": api_version, "kind": served.kind + "List", "metadata": {}, "items": items}
 
+    def to_gvr(self, api_version: str, kind: str) -> str:
+        from stockade.celpolicy.providers import ProviderError
+
+        served = self.cluster.resolve_kind(api_version, kind)
+        if served is None:
+            raise ProviderError(f"failed to map kind to resource: no matches for kind {kind!r} in version {api_version!r}")
+        return served.resource
+
     def post(self, api_version: str, resource: str, namespace: str | None, payload: dict[str, Any]) -> Any:
         from stockade.celpolicy.providers import ProviderError
 
@@ -426,9 +434,13 @@ class ClusterCelHttp:
     ``statusCode`` added when it is an object, else ``{"body": ..., "statusCode": ...}`` (a body that is not JSON is
     null); a non-2xx status is an answer, not an error.  Each call is bounded by a timeout and a size limit."""
 
-    def __init__(self, timeout_seconds: float = SERVICE_CALL_TIMEOUT_SECONDS, max_bytes: int = CEL_HTTP_MAX_BYTES) -> None:
+    def __init__(self, timeout_seconds: float = SERVICE_CALL_TIMEOUT_SECONDS, max_bytes: int = CEL_HTTP_MAX_BYTES, ca_bundle: str = "") -> None:
         self.timeout_seconds = timeout_seconds
         self.max_bytes = max_bytes
+        self.ca_bundle = ca_bundle  # PEM certificates to trust instead of the system's (``http.Client(caBundle)``)
+
+    def with_ca_bundle(self, ca_bundle: str) -> "ClusterCelHttp":
+        return ClusterCelHttp(self.timeout_seconds, self.max_bytes, ca_bundle)
 
     def get(self, url: str, headers: dict[str, str]) -> dict[str, Any]:
         return self._send("GET", url, None, headers)
@@ -445,7 +457,8 @@ class ClusterCelHttp:
             raise ProviderError(f"http.{method.lower()}: {url!r} is not an http(s) URL")
         request = urllib.request.Request(url, data=data, method=method, headers={str(k): str(v) for k, v in headers.items()})
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_seconds) as response:
+            tls = ssl.create_default_context(cadata=self.ca_bundle) if self.ca_bundle else None
+            with urllib.request.urlopen(request, timeout=self.timeout_seconds, context=tls) as response:
                 status, raw = int(response.status), response.read(self.max_bytes + 1)
         except urllib.error.HTTPError as exc:
             status, raw = int(exc.code), exc.read(self.max_bytes + 1)

@@ -21,6 +21,11 @@ class ContextLoadError(ContextError):
     the query's errors do)."""
 
 
+class ContextSourceDisabled(Exception):
+    """Raised by an API-call provider that cannot answer this call at all (the offline CLI without
+    ``clusterResources``): the entry is left out as if its provider were missing, ``default`` included."""
+
+
 ConfigMapResolver = Callable[[str, str], dict[str, Any] | None]
 APICallResolver = Callable[[dict[str, Any], EngineContext], Any]
 ImageDataResolver = Callable[[str, dict[str, Any]], Any]
@@ -179,6 +184,8 @@ class ContextLoader:
         assert self.providers.api_calls is not None
         try:
             data = self.providers.api_calls(call, ctx)
+        except ContextSourceDisabled:
+            return
         except ContextLoadError:
             if call.get("default") is not None:
                 ctx.set(name, call["default"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from stockade.policy.loader import LoadError, parse_yaml_documents, read_text
 
@@ -189,6 +190,88 @@ def _parse_result(raw: Any, index: int, source: str) -> TestResult:
         policy_kind_flags=flags,
         index=index,
     )
+
+
+def validate_api_call_responses(entries: list[Any], source: str) -> None:
+    """``apiCallResponses`` checked as Kyverno's CLI does before a run: exactly one of an absolute http(s) ``url`` or
+    an absolute ``urlPath``, method GET or POST, a JSON object body, a status in 100-599, one entry per method+url
+    (a later duplicate would silently shadow an earlier one)."""
+    seen: set[str] = set()
+    for index, entry in enumerate(entries):
+        where = f"apiCallResponses[{index}]"
+        if not isinstance(entry, dict):
+            raise TestFileError(source, "expected a mapping", field=where)
+        url = str(entry.get("url") or "").strip()
+        url_path = str(entry.get("urlPath") or "").strip()
+        if not url and not url_path:
+            raise TestFileError(source, "either url or urlPath is required", field=where)
+        if url and url_path:
+            raise TestFileError(source, "url and urlPath are mutually exclusive", field=where)
+        if url:
+            parsed = urlsplit(url)
+            if parsed.scheme not in ("http", "https"):
+                raise TestFileError(source, f"url {url!r} must be an absolute https/http URL", field=where + ".url")
+            if not parsed.hostname:
+                raise TestFileError(source, f"url {url!r} has scheme but no host", field=where + ".url")
+        if url_path and not url_path.startswith("/"):
+            raise TestFileError(source, f"urlPath {url_path!r} must be an absolute path starting with '/'", field=where + ".urlPath")
+        method = str(entry.get("method") or "").strip().upper()
+        if method not in ("", "GET", "POST"):
+            raise TestFileError(source, "method must be GET or POST", field=where + ".method")
+        response = entry.get("response")
+        response = response if isinstance(response, dict) else {}
+        if response.get("body") is None:
+            raise TestFileError(source, "response.body is required", field=where + ".response.body")
+        if not isinstance(response["body"], dict):
+            raise TestFileError(source, "response.body must be a JSON object", field=where + ".response.body")
+        status = response.get("statusCode") or 0
+        if not isinstance(status, int) or isinstance(status, bool) or (status != 0 and not 100 <= status <= 599):
+            raise TestFileError(source, f"statusCode {status!r} must be between 100 and 599", field=where + ".response.statusCode")
+        key = f"{method}:{url or url_path}" if method else (url or url_path)
+        if key in seen:
+            raise TestFileError(source, f"duplicate entry for {url or url_path!r} (key {key!r}): each method+url combination must be unique", field=where)
+        seen.add(key)
+
+
+_OBJECT_META_FIELDS = frozenset({
+    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation", "creationTimestamp",
+    "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations", "ownerReferences", "finalizers", "managedFields",
+})
+_CONTEXT_IMAGE_STRINGS = ("image", "resolvedImage", "registry", "repository", "tag", "digest")
+_CONTEXT_IMAGE_FIELDS = frozenset(_CONTEXT_IMAGE_STRINGS + ("imageIndex", "manifest", "config"))
+
+
+def validate_context_document(data: dict[str, Any], source: str) -> None:
+    """A ``kind: Context`` file read strictly, as Kyverno's CLI does: an unknown field (``imageData`` for
+    ``config``) or a mistyped one stops the test instead of silently giving the policy no data."""
+
+    def unknown(mapping: dict[str, Any], known: frozenset[str], where: str) -> None:
+        for key in mapping:
+            if key not in known:
+                raise TestFileError(source, f"unknown field {key!r}", field=f"{where}.{key}" if where else str(key))
+
+    unknown(data, frozenset({"apiVersion", "kind", "metadata", "spec"}), "")
+    metadata = data.get("metadata")
+    if metadata is not None:
+        if not isinstance(metadata, dict):
+            raise TestFileError(source, "expected a mapping", field="metadata")
+        unknown(metadata, _OBJECT_META_FIELDS, "metadata")
+    spec = data.get("spec")
+    if spec is None:
+        return
+    if not isinstance(spec, dict):
+        raise TestFileError(source, "expected a mapping", field="spec")
+    unknown(spec, frozenset({"resources", "images"}), "spec")
+    for key in ("resources", "images"):
+        items = spec.get(key)
+        if items is not None and (not isinstance(items, list) or not all(isinstance(item, dict) for item in items)):
+            raise TestFileError(source, "expected a list of mappings", field=f"spec.{key}")
+    for index, image in enumerate(spec.get("images") or []):
+        where = f"spec.images[{index}]"
+        unknown(image, _CONTEXT_IMAGE_FIELDS, where)
+        for key in _CONTEXT_IMAGE_STRINGS:
+            if image.get(key) is not None and not isinstance(image[key], str):
+                raise TestFileError(source, "expected a string", field=f"{where}.{key}")
 
 
 def load_test_files(path: str) -> list[TestCase]:

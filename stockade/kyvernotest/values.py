@@ -9,14 +9,27 @@ from stockade.engine.match import RequestInfo
 from stockade.policy.loader import LoadError, parse_yaml_documents, read_text
 
 
+@dataclass(frozen=True)
+class RuleValues:
+    """One ``policies[].rules[]`` entry of a values file."""
+
+    policy: str
+    rule: str
+    values: dict[str, Any]
+    foreach_values: dict[str, list[Any]]
+
+    def names(self) -> tuple[str, str, str]:
+        """The rule names this entry answers for: the rule and the rules autogen derives from it."""
+        return (self.rule, "autogen-" + self.rule, "autogen-cronjob-" + self.rule)
+
+
 @dataclass
 class Values:
     """User-supplied variable values: global, per policy/resource, per rule (incl. foreach), namespace labels."""
 
     global_values: dict[str, Any] = field(default_factory=dict)
     resource_values: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    rule_values: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
-    foreach_values: dict[tuple[str, str], dict[str, list[Any]]] = field(default_factory=dict)
+    rules: list[RuleValues] = field(default_factory=list)
     namespace_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     namespaces: dict[str, dict[str, Any]] = field(default_factory=dict)
     subresources: list[dict[str, Any]] = field(default_factory=list)
@@ -28,30 +41,78 @@ class Values:
         return values
 
     def has_policies(self) -> bool:
-        return bool(self.rule_values or self.resource_values or self.foreach_values)
+        return bool(self.rules or self.resource_values)
+
+    def rule_entry(self, policy: str, rule: str) -> RuleValues | None:
+        """The entry for a rule as Kyverno's CLI finds it: the first, in file order, naming the rule or the rule it was
+        autogen'd from, so values for ``check`` reach ``autogen-check`` unless an earlier entry names it."""
+        for entry in self.rules:
+            if entry.policy == policy and rule in entry.names():
+                return entry
+        return None
+
+    def values_for_rule(self, policy: str, rule: str) -> dict[str, Any] | None:
+        entry = self.rule_entry(policy, rule)
+        return entry.values if entry is not None else None
+
+    def foreach_values_for_rule(self, policy: str, rule: str) -> dict[str, list[Any]] | None:
+        entry = self.rule_entry(policy, rule)
+        return entry.foreach_values if entry is not None else None
 
 
 def _fold(data: dict[str, Any]) -> dict[str, Any]:
     return {str(k)[:1].lower() + str(k)[1:]: v for k, v in data.items()}
 
 
-def values_from_mapping(data: dict[str, Any], source: str = "values") -> Values:
+_OBJECT_META_FIELDS = (
+    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation", "creationTimestamp",
+    "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations", "ownerReferences", "finalizers", "managedFields",
+)
+_VALUES_FIELDS = ("apiVersion", "kind", "metadata", "globalValues", "policies", "namespaceSelector", "namespaces", "subresources")
+
+
+def _check_fields(mapping: Any, known: tuple[str, ...], source: str, where: str) -> None:
+    """Kyverno's CLI decodes values strictly: a misspelt key (``polices``, ``valuez``) stops the test rather than
+    leaving the values out and the test evaluating something else."""
+    if mapping is None:
+        return
+    if not isinstance(mapping, dict):
+        raise LoadError(source, "expected a mapping", field=where or None)
+    folded = {name.lower() for name in known}
+    for key in mapping:
+        if str(key).lower() not in folded:
+            raise LoadError(source, f"unknown field {str(key)!r}", field=f"{where}.{key}" if where else str(key))
+
+
+def values_from_mapping(data: dict[str, Any], source: str = "values", *, inline: bool = False) -> Values:
+    """Values as Kyverno's CLI reads them: every known field, matched regardless of the case of its first letter;
+    anything else is an error naming the field."""
+    prefix = "values." if inline else ""
+    _check_fields(data, _VALUES_FIELDS[3:] if inline else _VALUES_FIELDS, source, "values" if inline else "")
     data = _fold(data)
+    _check_fields(data.get("metadata"), _OBJECT_META_FIELDS, source, prefix + "metadata")
     values = Values()
     values.global_values = dict(data.get("globalValues") or {})
-    for index, policy in enumerate(data.get("policies") or []):
-        if not isinstance(policy, dict):
-            raise LoadError(source, "expected a mapping", field=f"policies[{index}]")
+    for index, raw_policy in enumerate(data.get("policies") or []):
+        where = f"{prefix}policies[{index}]"
+        _check_fields(raw_policy, ("name", "resources", "rules"), source, where)
+        policy = _fold(raw_policy or {})
         name = str(policy.get("name", ""))
-        for rule in policy.get("rules") or []:
-            rule_name = str(rule.get("name", ""))
-            if rule.get("values"):
-                values.rule_values[(name, rule_name)] = dict(rule["values"])
-            if rule.get("foreachValues"):
-                values.foreach_values[(name, rule_name)] = dict(rule["foreachValues"])
-        for resource in policy.get("resources") or []:
+        for position, raw_rule in enumerate(policy.get("rules") or []):
+            _check_fields(raw_rule, ("name", "values", "foreachValues"), source, f"{where}.rules[{position}]")
+            rule = _fold(raw_rule or {})
+            rule_values = rule.get("values") or {}
+            foreach_values = rule.get("foreachValues") or {}
+            if not isinstance(rule_values, dict) or not isinstance(foreach_values, dict):
+                raise LoadError(source, "values and foreachValues must be mappings", field=f"{where}.rules[{position}]")
+            values.rules.append(RuleValues(name, str(rule.get("name", "")), dict(rule_values), dict(foreach_values)))
+        for position, raw_resource in enumerate(policy.get("resources") or []):
+            _check_fields(raw_resource, ("name", "values"), source, f"{where}.resources[{position}]")
+            resource = _fold(raw_resource or {})
             values.resource_values[(name, str(resource.get("name", "")))] = dict(resource.get("values") or {})
-    for selector in data.get("namespaceSelector") or []:
+    for index, raw_selector in enumerate(data.get("namespaceSelector") or []):
+        _check_fields(raw_selector, ("name", "labels"), source, f"{prefix}namespaceSelector[{index}]")
+        selector = _fold(raw_selector or {})
         values.namespace_labels[str(selector.get("name", ""))] = {str(k): str(v) for k, v in (selector.get("labels") or {}).items()}
     for namespace in data.get("namespaces") or []:
         metadata = namespace.get("metadata") or {}

@@ -26,7 +26,15 @@ class ImageReference:
 
     @property
     def identifier(self) -> str:
+        """The digest wins over the tag; a reference naming both (``app:1.2@sha256:…``) keeps both, as Kyverno does."""
+        if self.digest and self.tag:
+            return f"{self.tag}@{self.digest}"
         return self.digest or self.tag
+
+    @property
+    def identifier_with_separator(self) -> str:
+        """``@digest`` when there is a digest (even alongside a tag), else ``:tag`` (``:latest`` by default)."""
+        return f"@{self.digest}" if self.digest else f":{self.tag}"
 
 
 def _repository(base: str) -> tuple[str, str]:
@@ -65,12 +73,19 @@ def parse_image_reference(text: str) -> ImageReference:
     base, _, digest = text.partition("@")
     if not _DIGEST_RE.match(digest):
         raise ValueError(f"a digest must contain exactly one '@' followed by sha256:<64 hex>: {text}")
-    registry, repository, _, _ = vars(_parse_tagged(base)).values()
-    return ImageReference(registry, repository, "", digest)
+    named = _parse_tagged(base)
+    # a tag written before the digest is kept (the digest still decides what is pulled): only a ':' after the last
+    # '/' is a tag separator, so a registry port is not mistaken for one
+    written_tag = named.tag if ":" in base.rpartition("/")[2] else ""
+    return ImageReference(named.registry, named.repository, written_tag, digest)
 
 
 def _image(text: str) -> dict[str, Any]:
-    parse_image_reference(text)
+    try:
+        parse_image_reference(text)
+    except ValueError:
+        # go-containerregistry's wording when neither a tag nor a digest reference parses, which Kyverno reports
+        raise ValueError(f"could not parse reference: {text}") from None
     return tagged(IMAGE_TYPE, text)
 
 
@@ -95,6 +110,7 @@ def build_image() -> Library:
     library.add("registry", ("map",), "string", lambda v: _reference(v).registry, member=True)
     library.add("repository", ("map",), "string", lambda v: _reference(v).repository, member=True)
     library.add("identifier", ("map",), "string", lambda v: _reference(v).identifier, member=True)
+    library.add("identifierWithSeparator", ("map",), "string", lambda v: _reference(v).identifier_with_separator, member=True)
     library.add("tag", ("map",), "string", lambda v: _reference(v).tag, member=True)
     library.add("digest", ("map",), "string", lambda v: _reference(v).digest, member=True)
     return library

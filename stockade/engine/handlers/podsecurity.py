@@ -23,7 +23,12 @@ def _pod_parts(resource: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
         template = (template or {}).get(key) if isinstance(template, dict) else None
     if not isinstance(template, dict):
         return {}, {}
-    return template.get("metadata") or {}, template.get("spec") or {}
+    metadata = template.get("metadata") or {}
+    if resource.get("kind") == "CronJob":
+        # Kyverno pairs a CronJob's pod spec with the job template's metadata, not the pod template's
+        job_template = (resource.get("spec") or {}).get("jobTemplate")
+        metadata = (job_template.get("metadata") if isinstance(job_template, dict) else None) or {}
+    return metadata, template.get("spec") or {}
 
 
 def validate_pod_security_rule(
@@ -38,12 +43,16 @@ def validate_pod_security_rule(
 def _pod_security_response(
     pctx: PolicyContext, rule: Rule, exception_excludes: list[dict[str, Any]] | None, exception_keys: list[str] | None
 ) -> RuleResponse | None:
-    from stockade.engine.podsecurity import apply_pod_security_exclusions, evaluate_pod_security
+    from stockade.engine.podsecurity import PodDecodeError, apply_pod_security_exclusions, check_pod_decodes, evaluate_pod_security
 
     settings = (rule.validate or {}).get("podSecurity") or {}
     resource = pctx.new_resource
     if not resource:
         return None
+    try:
+        check_pod_decodes(resource)
+    except PodDecodeError as exc:
+        return rule_error(rule.name, RULE_TYPE_VALIDATION, "Error while getting new resource", exc)
     parts = _pod_parts(resource)
     if parts is None:
         return rule_error(rule.name, RULE_TYPE_VALIDATION, f"failed to extract pod spec from {resource.get('kind')}")

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Callable
 
 from ._checks import BASELINE, CHECKS, RESTRICTED, CheckFn, PodView
+from ._decode import PodDecodeError, check_pod_decodes
 from ._exclusions import (
     CHECK_ID_TO_CONTROL,
     CONTROL_TO_CHECK_IDS,
@@ -31,9 +32,11 @@ __all__ = [
     "CONTROL_TO_CHECK_IDS",
     "CheckFailure",
     "FieldError",
+    "PodDecodeError",
     "PodSecurityResult",
     "PodSecurityVersionError",
     "apply_pod_security_exclusions",
+    "check_pod_decodes",
     "evaluate_pod_security",
     "parse_version",
     "validate_excludes",

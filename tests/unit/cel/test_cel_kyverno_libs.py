@@ -79,7 +79,11 @@ def test_random(ev: Any) -> None:
         ("docker.io/bitnami/redis:7", "index.docker.io", "bitnami/redis", "7", "", "7"),
         ("ghcr.io/org/app:v1", "ghcr.io", "org/app", "v1", "", "v1"),
         ("localhost:5000/app", "localhost:5000", "app", "latest", "", "latest"),
-        (f"ghcr.io/org/app:v1@{DIGEST}", "ghcr.io", "org/app", "", DIGEST, DIGEST),
+        (f"ghcr.io/org/app@{DIGEST}", "ghcr.io", "org/app", "", DIGEST, DIGEST),
+        # Kyverno keeps a tag written before the digest: tag() gives it, identifier() gives both
+        (f"ghcr.io/org/app:v1@{DIGEST}", "ghcr.io", "org/app", "v1", DIGEST, f"v1@{DIGEST}"),
+        (f"registry.example:10443/app:my_tag@{DIGEST}", "registry.example:10443", "app", "my_tag", DIGEST, f"my_tag@{DIGEST}"),
+        (f"registry.example:10443/app@{DIGEST}", "registry.example:10443", "app", "", DIGEST, DIGEST),
     ],
 )
 def test_image_references(ev: Any, reference: str, registry: str, repository: str, tag: str, digest: str,
@@ -93,12 +97,31 @@ def test_image_references(ev: Any, reference: str, registry: str, repository: st
     assert ev("image(object.ref).containsDigest()", object=image) is bool(digest)
 
 
+@pytest.mark.parametrize(
+    ("reference", "expected"),
+    [
+        ("registry.k8s.io/app:testtag", ":testtag"),
+        ("registry.k8s.io/app", ":latest"),
+        (f"registry.k8s.io/app@{DIGEST}", f"@{DIGEST}"),
+        (f"registry.k8s.io/app:latest@{DIGEST}", f"@{DIGEST}"),
+        ("localhost:5000/app", ":latest"),
+    ],
+)
+def test_identifier_with_separator(ev: Any, reference: str, expected: str) -> None:
+    """What stale-image checks append to a repository to rebuild a reference: the digest wins over the tag."""
+    assert ev("image(object.ref).identifierWithSeparator()", object={"ref": reference}) == expected
+    assert ev("image(object.ref).registry() + '/' + image(object.ref).repository() + image(object.ref).identifierWithSeparator()",
+              object={"ref": reference}).endswith(expected)
+
+
 def test_invalid_images(ev: Any) -> None:
     assert ev("isImage('nginx:1.0')") is True
     assert ev("isImage('UPPER/case')") is False
     assert ev("isImage('nginx@sha256:short')") is False
-    with pytest.raises(CelEvalError):
+    with pytest.raises(CelEvalError, match="could not parse reference: bad image"):
         ev("image('bad image')")
+    with pytest.raises(CelEvalError, match="could not parse reference: UPPER:tag"):
+        ev("parseImageReference('UPPER:tag')")
 
 
 def _self_signed_pem() -> str:
@@ -135,6 +158,9 @@ class FakeCluster:
     def __init__(self) -> None:
         self.calls: list[tuple[Any, ...]] = []
 
+    def last(self) -> tuple[Any, ...]:
+        return self.calls[-1]
+
     def get(self, api_version: str, resource: str, namespace: str | None, name: str) -> dict[str, Any]:
         self.calls.append(("get", api_version, resource, namespace, name))
         return {"data": {"allowed": "a, b"}}
@@ -146,6 +172,11 @@ class FakeCluster:
     def post(self, api_version: str, resource: str, namespace: str | None, payload: Any) -> dict[str, Any]:
         self.calls.append(("post", api_version, resource, namespace, payload))
         return {"status": {"allowed": True}}
+
+    def to_gvr(self, api_version: str, kind: str) -> str:
+        if kind == "Unknown":
+            raise LookupError(f"no matches for kind {kind}")
+        return kind.lower() + "s"
 
 
 class FakeHttp:
@@ -186,11 +217,11 @@ def test_providers_answer_offline_calls(cel_env: CelEnvironment) -> None:
         return cel_env.compile(expression).evaluate(activation)
 
     assert run("resource.Get('v1', 'configmaps', 'default', 'cm').data.allowed.split(', ')") == ["a", "b"]
-    assert cluster.calls[-1] == ("get", "v1", "configmaps", "default", "cm")
+    assert cluster.last() == ("get", "v1", "configmaps", "default", "cm")
     assert run("resource.get('v1', 'configmaps', 'cm').data.allowed") == "a, b"
-    assert cluster.calls[-1] == ("get", "v1", "configmaps", None, "cm")
+    assert cluster.last() == ("get", "v1", "configmaps", None, "cm")
     assert run("resource.List('apps/v1', 'deployments', 'ns', {'app': 'x'}).items.size()") == 1
-    assert cluster.calls[-1] == ("list", "apps/v1", "deployments", "ns", {"app": "x"})
+    assert cluster.last() == ("list", "apps/v1", "deployments", "ns", {"app": "x"})
     assert run("resource.Post('authorization.k8s.io/v1', 'subjectaccessreviews', 'ns', {'spec': {}})"
                ".status.allowed") is True
     assert run("http.Get('https://cfg/ok').body.allowed") is True
@@ -217,3 +248,64 @@ def test_provider_failures_become_evaluation_errors(cel_env: CelEnvironment) -> 
     activation = CelActivation({"object": {}}, providers={"globalContext": Failing()})
     with pytest.raises(CelEvalError, match="entry not found"):
         cel_env.compile("globalContext.Get('x', '')").evaluate(activation)
+
+
+def test_to_gvr_feeds_get_and_list(cel_env: CelEnvironment) -> None:
+    """``resource.ToGVR(apiVersion, kind)`` (Kyverno's resource library) maps a kind through the provider; Get and
+    List accept its value in place of (apiVersion, resource), cluster-wide and namespaced overloads alike."""
+    cluster = FakeCluster()
+    activation = CelActivation({"object": {}}, providers={"resource": cluster})
+
+    def run(expression: str) -> Any:
+        return cel_env.compile(expression).evaluate(activation)
+
+    assert run("resource.get(resource.ToGVR('v1', 'Pod'), 'ns', 'policy-pod').data.allowed") == "a, b"
+    assert cluster.last() == ("get", "v1", "pods", "ns", "policy-pod")
+    assert run("resource.Get(resource.toGVR('apps/v1', 'Deployment'), 'web').data.allowed") == "a, b"
+    assert cluster.last() == ("get", "apps/v1", "deployments", None, "web")
+    run("resource.List(resource.ToGVR('apps/v1', 'Deployment'), 'ns', {'app': 'x'})")
+    assert cluster.last() == ("list", "apps/v1", "deployments", "ns", {"app": "x"})
+    run("resource.list(resource.ToGVR('apps/v1', 'Deployment'))")
+    assert cluster.last() == ("list", "apps/v1", "deployments", None, None)
+    with pytest.raises(CelEvalError, match="no matches for kind Unknown"):
+        run("resource.ToGVR('v1', 'Unknown')")
+    with pytest.raises(CelEvalError, match="unexpected GroupVersion"):
+        run("resource.ToGVR('a/b/c', 'Pod')")
+    # a plain map is not a GroupVersionResource
+    with pytest.raises(CelEvalError, match="schema.GroupVersionResource"):
+        run("resource.Get({'group': '', 'version': 'v1', 'resource': 'pods'}, 'ns', 'x')")
+
+
+class TrustingHttp(FakeHttp):
+    def __init__(self, ca_bundle: str = "") -> None:
+        self.ca_bundle = ca_bundle
+
+    def with_ca_bundle(self, ca_bundle: str) -> "TrustingHttp":
+        return TrustingHttp(ca_bundle)
+
+    def get(self, url: str, headers: Any) -> Any:
+        return {"trusted": bool(self.ca_bundle), "url": url, "headers": headers}
+
+
+def test_http_client_with_a_ca_bundle(cel_env: CelEnvironment) -> None:
+    """``http.Client(caBundle)`` (Kyverno's http library): an empty bundle keeps the default client, a bundle with a
+    certificate gives a client trusting it, anything else fails as Kyverno's "failed to parse PEM CA bundle"."""
+    pem = _self_signed_pem()
+    http = TrustingHttp()
+    activation = CelActivation({"object": {"ca": pem}}, providers={"http": http})
+
+    def run(expression: str) -> Any:
+        return cel_env.compile(expression).evaluate(activation)
+
+    assert run("http.Client(object.ca).Get('https://svc/x').trusted") is True
+    assert run("http.client('').get('https://svc/x').trusted") is False
+    assert run("http.Client(object.ca).Get('https://svc/x', {'A': 'b'}).headers") == {"A": "b"}
+    assert run("http.Client('').Post('https://authz', {'n': 1}).body.echo") == {"n": 1}
+    assert run("http.Get('https://svc/ok').trusted") is False  # the plain calls are unchanged
+    with pytest.raises(CelEvalError, match="failed to parse PEM CA bundle for APICall"):
+        run("http.Client('not a certificate').Get('https://svc/x')")
+    with pytest.raises(CelEvalError, match="kyverno.http.Client"):
+        run("{'a': 1}.Get('https://svc/x')")
+    # a provider that cannot take a bundle (offline mocks) answers the call itself
+    plain = CelActivation({"object": {"ca": pem}}, providers={"http": FakeHttp()})
+    assert cel_env.compile("http.Client(object.ca).Get('https://cfg/ok').body.allowed").evaluate(plain) is True

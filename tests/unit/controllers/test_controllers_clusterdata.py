@@ -92,3 +92,60 @@ def test_validate_cel_cluster_facts_namespace_object_and_discovered_kind_scope()
     assert providers.kind_namespaced("rules.example.com/v1", "NamespaceConstraint") is False
     assert providers.kind_namespaced("v1", "ConfigMap") is True
     assert providers.kind_namespaced("example.com/v1", "Unknown") is None
+
+
+def test_cel_http_client_trusts_the_given_ca_bundle(tmp_path: Any) -> None:
+    """``http.Client(caBundle)`` in the admission path: a server with a self-signed certificate is refused by the
+    default client and answered through a client given that certificate as its bundle."""
+    import http.server
+    import ssl
+    import threading
+
+    from stockade.cel import CelActivation, CelEnvironment, CelEvalError
+    from stockade.controllers.clusterdata import ClusterCelHttp
+    from stockade.testing.registry import write_self_signed_certificate
+
+    cert_path, key_path = write_self_signed_certificate(tmp_path, "server")
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            payload = json.dumps({"allowed": True}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def log_message(self, *args: Any) -> None:
+            return None
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(str(cert_path), str(key_path))
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"https://127.0.0.1:{server.server_address[1]}/check"
+        env = CelEnvironment(["object"])
+        activation = CelActivation({"object": {"ca": cert_path.read_text(), "url": url}}, providers={"http": ClusterCelHttp(timeout_seconds=10)})
+        assert env.compile("http.Client(object.ca).Get(object.url)").evaluate(activation) == {"allowed": True, "statusCode": 200}
+        with pytest.raises(CelEvalError, match="request failed"):
+            env.compile("http.Get(object.url)").evaluate(activation)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_cel_to_gvr_uses_the_served_resources() -> None:
+    """``resource.ToGVR`` in the admission path maps a kind through discovery, then Get reads the object."""
+    from stockade.cel import CelActivation, CelEnvironment, CelEvalError
+    from stockade.controllers.clusterdata import ClusterCelResources
+
+    cm = {"metadata": {"name": "c", "namespace": "ns"}, "data": {"k": "v"}}
+    data, _ = make({"/api/v1/namespaces/ns/configmaps/c": cm})
+    env = CelEnvironment(["object"])
+    activation = CelActivation({"object": {}}, providers={"resource": ClusterCelResources(data)})
+    assert env.compile("resource.Get(resource.ToGVR('v1', 'ConfigMap'), 'ns', 'c').data.k").evaluate(activation) == "v"
+    with pytest.raises(CelEvalError, match="failed to map kind to resource"):
+        env.compile("resource.ToGVR('v1', 'Unknown')").evaluate(activation)
