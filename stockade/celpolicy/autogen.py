@@ -51,6 +51,61 @@ def _rewrite(text: str, source: str, target: str) -> str:
     return text
 
 
+_MPOL_SPEC = re.compile(r"\b(object|oldObject|Object)\.spec")
+_MPOL_LABELS = re.compile(r"\b(object|oldObject|Object)\.metadata\.labels")
+_MPOL_ANNOTATIONS = re.compile(r"\b(object|oldObject|Object)\.metadata\.annotations")
+_MPOL_WRAPPERS: dict[str, tuple[str, str]] = {
+    "cronjobs": (
+        "Object{spec: Object.spec{jobTemplate: Object.spec.jobTemplate{spec: Object.spec.jobTemplate.spec{template: Object.spec.jobTemplate.spec.template{",
+        "}}}}}",
+    ),
+    "defaults": ("Object{spec: Object.spec{template: Object.spec.template{", "}}}"),
+}
+
+
+def mutation_expression_for_controllers(expression: str, replacement_set: str) -> str:
+    """A MutatingPolicy expression written for Pods, rewritten for a pod controller as Kyverno's autogen does:
+    ``object.spec``/``Object.spec`` and the Pod's labels/annotations move under the template, and a root
+    ``Object{...}`` (an ApplyConfiguration) is wrapped in the controller's template structure."""
+    spec_path, metadata_path = (target for _, target in _REPLACEMENTS[replacement_set])
+    expression = _MPOL_SPEC.sub(lambda m: f"{m.group(1)}.{spec_path}", expression)
+    expression = _MPOL_LABELS.sub(lambda m: f"{m.group(1)}.{metadata_path}.labels", expression)
+    expression = _MPOL_ANNOTATIONS.sub(lambda m: f"{m.group(1)}.{metadata_path}.annotations", expression)
+    stripped = expression.strip()
+    if not stripped.startswith("Object"):
+        return expression
+    rest = stripped[len("Object") :].lstrip(" \t\r\n")
+    if not rest.startswith("{"):
+        return expression
+    content = rest[1:]
+    depth = 1
+    for index, char in enumerate(content):
+        if char == "{":
+            depth += 1
+        elif char == "}":
+            depth -= 1
+            if depth == 0:
+                if index == 0:
+                    return expression
+                opening, closing = _MPOL_WRAPPERS[replacement_set]
+                return opening + content[:index] + closing + content[index + 1 :]
+    return expression
+
+
+def _mutating_variant(spec: dict[str, Any], replacement_set: str) -> dict[str, Any]:
+    """Kyverno converts only a MutatingPolicy's matchConditions and ApplyConfiguration expressions."""
+    variant = copy.deepcopy(spec)
+    variant.pop("matchConstraints", None)
+    for condition in variant.get("matchConditions") or []:
+        if isinstance(condition, dict) and condition.get("expression"):
+            condition["expression"] = mutation_expression_for_controllers(str(condition["expression"]), replacement_set)
+    for mutation in variant.get("mutations") or []:
+        apply = mutation.get("applyConfiguration") if isinstance(mutation, dict) else None
+        if isinstance(apply, dict) and apply.get("expression"):
+            apply["expression"] = mutation_expression_for_controllers(str(apply["expression"]), replacement_set)
+    return variant
+
+
 def controllers_of(spec: dict[str, Any]) -> list[str]:
     configured = ((spec.get("autogen") or {}).get("podControllers") or {}).get("controllers")
     if configured is None:
@@ -83,11 +138,14 @@ def autogen_specs(spec: dict[str, Any]) -> list[dict[str, Any]]:
         }
         if spec["matchConstraints"].get("namespaceSelector") is not None:
             constraints["namespaceSelector"] = copy.deepcopy(spec["matchConstraints"]["namespaceSelector"])
-        variant.pop("matchConstraints", None)
-        text = json.dumps(variant)
-        for source, target in _REPLACEMENTS[replacement_set]:
-            text = _rewrite(text, source, target)
-        variant = json.loads(text)
+        if "mutations" in spec:
+            variant = _mutating_variant(spec, replacement_set)
+        else:
+            variant.pop("matchConstraints", None)
+            text = json.dumps(variant)
+            for source, target in _REPLACEMENTS[replacement_set]:
+                text = _rewrite(text, source, target)
+            variant = json.loads(text)
         variant["matchConstraints"] = constraints
         variants.append(variant)
     return variants
