@@ -427,13 +427,13 @@ def _cel_validating(documents: list[Document], compiler: Any = None, view: Calla
 # -- per-document checks ------------------------------------------------------------------------------------------
 # Kyverno rejects invalid policies in its own admission webhook before they are stored; a policy read from files, or
 # stored while our /policyvalidate webhook was not registered, has had no such check.  The same static checks run
-# here (stockade.policy.validation), so such a policy is left out with its reason instead of failing (or silently
+# here (stockade.lint.policies), so such a policy is left out with its reason instead of failing (or silently
 # misbehaving) at request time.
 
 
 def document_problem(document: Document, compiler: Any = None) -> str | None:
     """Why this policy document cannot be served, or None (also for documents that are not policies); never raises."""
-    from stockade.policy.validation import is_policy_document, validate_policy_document
+    from stockade.lint.policies import is_policy_document, validate_policy_document
 
     data = document.data
     if not is_policy_document(data):
