@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+import stockade.celpolicy  # noqa: F401  (registers the engine's validate.cel handler)
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.mutate import diff_json_patch
