@@ -9,7 +9,7 @@ import jsonpatch
 
 from stockade.engine.mutate._k8s_schema import ROOTS, TYPES
 
-Schema = tuple | None
+Schema = tuple[Any, ...] | None
 
 
 def _root_schema(resource: dict[str, Any]) -> Schema:

@@ -164,14 +164,16 @@ class Engine:
 
     # -- shared rule driver ----------------------------------------------------------------------------------------
     def _matches(self, pctx: PolicyContext, rule: Rule, resource: dict[str, Any]) -> bool:
-        kwargs = dict(info=pctx.request_info, namespace_labels=pctx.namespace_labels, operation=pctx.operation, policy_namespace=pctx.policy.namespace)
-        if resource and not match_reasons(rule.raw, resource, pctx.gvk, **kwargs):
+        def matches(candidate: dict[str, Any]) -> bool:
+            return not match_reasons(
+                rule.raw, candidate, pctx.gvk, info=pctx.request_info, namespace_labels=pctx.namespace_labels, operation=pctx.operation, policy_namespace=pctx.policy.namespace
+            )
+
+        if resource and matches(resource):
             return True
         # Kyverno matches the old object only when there is no new one (DELETE): on UPDATE a rule that selected
         # only the old object (e.g. a label that the update removes) does not apply.
-        if not resource and pctx.old_resource and not match_reasons(rule.raw, pctx.old_resource, pctx.gvk, **kwargs):
-            return True
-        return False
+        return bool(not resource and pctx.old_resource and matches(pctx.old_resource))
 
     def _run_rules(
         self,
@@ -288,6 +290,8 @@ class Engine:
 
         def handler(ctx: PolicyContext, rule: Rule, resource: dict[str, Any]) -> HandlerResult:
             nonlocal record
+            if verifier is None:
+                return resource, rule_error(rule.name, RULE_TYPE_IMAGE_VERIFY, "image verification is not configured", "no image verifier")
             ctx.new_resource = resource
             outcome = verify_and_patch(ctx, rule, verifier, cache)
             record = outcome.record

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.engine.engine import Engine, Request
+from stockade.engine.handlers.verify_images import VerificationRecord
 from stockade.engine.response import EngineResponse
 from stockade.policy.model import KyvernoPolicy
 
@@ -57,7 +58,7 @@ def apply_policies(
         result.responses.append(response)
         if response.patched_resource:
             resource = response.patched_resource
-    records: dict[str, object] = {}
+    records: dict[str, VerificationRecord] = {}
     if engine.image_verifier is not None:
         for policy in policies:
             if not policy.has_verify_images():

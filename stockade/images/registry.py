@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from email.message import Message
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 from urllib.parse import urlencode, urljoin, urlsplit
 
 from stockade.images.auth import Credential, CredentialError, CredentialStore
@@ -409,7 +409,7 @@ class RegistryClient:
             self._raise_for_status(response, target, "push manifest to")
         return digest
 
-    def push_image(self, ref: ImageReference, layers: list[bytes], config: dict | None = None) -> str:
+    def push_image(self, ref: ImageReference, layers: list[bytes], config: dict[str, Any] | None = None) -> str:
         """Push an OCI image made of uncompressed tar `layers` (any bytes do for tests); returns its digest."""
         layer_descriptors = [
             {"mediaType": OCI_IMAGE_LAYER, "digest": self.push_blob(ref, layer), "size": len(layer)}
