@@ -610,7 +610,9 @@ def _cel_status_patch(
 ) -> dict[str, Any] | None:
     """``status.conditionStatus`` as Kyverno writes it: the conditions, and ``ready`` true when all of them are true
     (and Stockade serves the policy); ``message`` carries Stockade's reason when it cannot serve the policy."""
-    previous = current.get("conditionStatus") if isinstance(current.get("conditionStatus"), dict) else {}
+    previous = current.get("conditionStatus")
+    if not isinstance(previous, dict):
+        previous = {}
     if watched.kind.endswith("DeletingPolicy"):
         conditions = _ready_condition(previous.get("conditions"), served, "Succeeded" if served else "Failed", message, generation)
     else:

@@ -741,7 +741,7 @@ class RegistryClient:
         )
 
     def _retry_delay(self, attempt: int, response: _Response | None) -> float:
-        delay = self._backoff * (2 ** (attempt - 1))
+        delay = self._backoff * 2.0 ** (attempt - 1)
         retry_after = response.header("Retry-After") if response is not None else None
         if retry_after:
             try:

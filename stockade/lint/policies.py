@@ -130,7 +130,9 @@ def is_policy_document(document: dict[str, Any]) -> bool:
 
 def validate_policy_document(document: dict[str, Any]) -> ValidationResult:
     """Check one policy document; unknown kinds pass (the webhook is only registered for policy kinds)."""
-    metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
+    metadata = document.get("metadata")
+    if not isinstance(metadata, dict):
+        metadata = {}
     kind = str(document.get("kind", ""))
     result = ValidationResult(kind, str(metadata.get("name") or metadata.get("generateName") or ""))
     spec = document.get("spec")

@@ -242,7 +242,9 @@ def update_text(text: str, resolve: Resolver, file_label: str = "") -> tuple[str
             if node.style in ("|", ">"):
                 continue
             start = node.start_mark.index
-            start += _NODE_PROPERTIES.match(text, start).end() - start
+            properties = _NODE_PROPERTIES.match(text, start)
+            if properties is not None:
+                start = properties.end()
             end = node.end_mark.index
             found = _find_marker(text, start, end)
             if found is None:

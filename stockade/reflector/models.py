@@ -150,7 +150,8 @@ class ReconcileResult:
 
     @property
     def status(self) -> dict[str, Any]:
-        return self.object.setdefault("status", {})
+        status: dict[str, Any] = self.object.setdefault("status", {})
+        return status
 
     @property
     def ready(self) -> bool:

@@ -41,7 +41,9 @@ PolicyIdentity = tuple[str, str, str, str]
 
 
 def policy_identity(data: dict[str, Any]) -> PolicyIdentity:
-    metadata = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    metadata = data.get("metadata")
+    if not isinstance(metadata, dict):
+        metadata = {}
     return (
         api_group(str(data.get("apiVersion", ""))),
         str(data.get("kind", "")),

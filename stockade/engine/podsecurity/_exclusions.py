@@ -88,7 +88,7 @@ def _matching_containers_view(metadata: dict[str, Any], spec: dict[str, Any], im
         ]
         if kept:
             reduced[kind] = kept
-    reduced_metadata = {key: metadata[key] for key in ("name", "namespace") if key in metadata}
+    reduced_metadata: dict[str, Any] = {key: metadata[key] for key in ("name", "namespace") if key in metadata}
     return PodView(reduced_metadata, reduced)
 
 
