@@ -413,7 +413,11 @@ class TestRunner:
             for rule in _lookup_rule_responses(result, response.rules) if result.rule and not ruleless else response.rules:
                 if rule.rule_type == "Generation" and rule.generated_resources:
                     for generated in rule.generated_resources:
-                        rule_rows.append(self._check(result, response, rule, generated, display))
+                        generated_row = self._check(result, response, rule, generated, display)
+                        if generated_row is None:
+                            skipped_missing = True
+                        else:
+                            rule_rows.append(generated_row)
                     continue
                 actual = response.patched_resource if rule.rule_type == "Mutation" else response.resource
                 row = self._check(result, response, rule, actual, display)

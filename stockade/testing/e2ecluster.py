@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from stockade.testing.apiserver import REPO_ROOT, ControlPlane, ControlPlaneUnavailable, find_binary, free_port
+from stockade.testing.apiserver import REPO_ROOT, ControlPlane, ControlPlaneUnavailable, find_binary, free_port, program_name
 
 DEFAULT_STATE_DIR = REPO_ROOT / ".cache" / "e2e" / "cluster"
 STOCKADE_USER = "system:serviceaccount:kyverno:kyverno-admission-controller"
@@ -280,7 +280,7 @@ class E2ECluster:
         return result.stdout
 
     def _record(self, processes: list[subprocess.Popen[bytes]]) -> None:
-        pids = {("stockade" if p.args[0] == self.python else Path(str(p.args[0])).name): p.pid for p in processes}
+        pids = {("stockade" if program_name(p) == self.python else Path(program_name(p)).name): p.pid for p in processes}
         self.pid_file.write_text(json.dumps(pids, indent=2))
 
     def _recorded_pids(self) -> dict[str, int]:

@@ -246,7 +246,8 @@ class PolicyStore:
         compiler, purged of the programs of policies that changed or went away."""
         from stockade.celpolicy.compiler import PolicyCompiler
 
-        previous, current = self._prepared, {}
+        previous = self._prepared
+        current: dict[bytes, _Prepared] = {}
         keys = [self._content_key(document) for document in documents]
         self._document_keys = {id(document): (document, key) for document, key in zip(documents, keys)}
         unchanged_cel = {
@@ -298,9 +299,9 @@ class PolicyStore:
         policy_set = split_policies(accepted, prebuilt)
         built_now = {id(document.data): entries[id(document)] for document in accepted if entries[id(document)].view is None}
         for view in [*policy_set.kyverno, *policy_set.exceptions]:
-            entry = built_now.get(id(view.raw))
-            if entry is not None:
-                entry.view = view  # reused by the next rebuild while the document stays the same
+            built = built_now.get(id(view.raw))
+            if built is not None:
+                built.view = view  # reused by the next rebuild while the document stays the same
         engine = self.engine_factory(
             exceptions=policy_set.exceptions, image_verifier=self.image_verifier, verification_cache=self.verification_cache
         )
