@@ -195,9 +195,9 @@ def compute_rules(policies: Iterable[KyvernoPolicy], phase: str, resolver: Resol
                     targets = [("*", "*", f"*/{subresource}" if subresource else "*")]
                 else:
                     targets = []
-                    for resource in resolver(group or "*", version or "*", kind):
-                        name = f"{resource.resource}/{subresource}" if subresource else resource.resource
-                        targets.append((resource.group, resource.version, name))
+                    for served in resolver(group or "*", version or "*", kind):
+                        name = f"{served.resource}/{subresource}" if subresource else served.resource
+                        targets.append((served.group, served.version, name))
                 for group, version, resource in list(targets):
                     # Kyverno registers pods/ephemeralcontainers with pods: a rule on Pod also sees `kubectl debug`
                     if group in ("", "*") and version in ("v1", "*") and resource in ("pods", "*"):
@@ -208,12 +208,12 @@ def compute_rules(policies: Iterable[KyvernoPolicy], phase: str, resolver: Resol
     for (group, version, resource), operations in wanted.items():
         grouped.setdefault((group, version, tuple(sorted(operations))), set()).add(resource)
     rules = []
-    for (group, version, operations), resources in sorted(grouped.items()):
+    for (group, version, sorted_operations), resources in sorted(grouped.items()):
         rules.append(
             {
                 "apiGroups": [group],
                 "apiVersions": [version],
-                "operations": list(operations),
+                "operations": list(sorted_operations),
                 "resources": sorted(resources),
                 "scope": "*",
             }
