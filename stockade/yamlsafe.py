@@ -16,7 +16,7 @@ This module sits at the bottom of the layers (beside ``goregex``) so every layer
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 from yaml.events import DocumentEndEvent, MappingEndEvent, MappingStartEvent, SequenceEndEvent, SequenceStartEvent
@@ -53,6 +53,15 @@ def _may_nest_too_deep(text: str | bytes) -> bool:
     return longest_line + text.count("[") + text.count("{") > MAX_DEPTH
 
 
+class _Position(Protocol):
+    line: int
+
+
+def _line(mark: _Position | None) -> int:
+    """1-based line of a parser position (0 when the parser gave none)."""
+    return mark.line + 1 if mark is not None else 0
+
+
 def check_depth(text: str | bytes, loader: type = SAFE_LOADER) -> None:
     """Refuse a stream nesting deeper than ``MAX_DEPTH``, reading only parser events (no recursion, no nodes)."""
     if not _may_nest_too_deep(text):
@@ -67,7 +76,7 @@ def check_depth(text: str | bytes, loader: type = SAFE_LOADER) -> None:
                 depth += 1
                 if depth > MAX_DEPTH:
                     raise YamlAliasError(
-                        f"collections nest deeper than {MAX_DEPTH} levels at line {event.start_mark.line + 1}", index
+                        f"collections nest deeper than {MAX_DEPTH} levels at line {_line(event.start_mark)}", index
                     )
             elif isinstance(event, (SequenceEndEvent, MappingEndEvent)):
                 depth -= 1

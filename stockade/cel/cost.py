@@ -26,6 +26,7 @@ import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from stockade.cel.rewrite import rewrite_struct_literals, tokenize
 
@@ -135,7 +136,7 @@ _TWO_CHAR_OPERATORS = frozenset({"||", "&&", "==", "!=", "<=", ">="})
 _BINARY_PRECEDENCE = {"||": 1, "&&": 2, "==": 3, "!=": 3, "<": 3, "<=": 3, ">": 3, ">=": 3, "in": 3,
                       "+": 4, "-": 4, "*": 5, "/": 5, "%": 5}
 
-Node = tuple  # ("kind", ...) tuples; see _Parser
+Node = tuple[Any, ...]  # ("kind", ...) tuples; see _Parser
 
 
 def _lex(expression: str) -> list[tuple[str, str]]:

@@ -11,5 +11,9 @@ from stockade.celpolicy.errors import PolicyCompileError
 from stockade.celpolicy.model import CelPolicy, RULELESS_KINDS
 from stockade.celpolicy.request import AdmissionInput, kind_to_resource
 from stockade.celpolicy.evaluator import CelPolicyEvaluator
+from stockade.celpolicy.kyvernorule import register_validate_cel
+
+# The engine sits below this package, so its validate.cel handler is registered from here.
+register_validate_cel()
 
 __all__ = ["AdmissionInput", "CelPolicy", "CelPolicyEvaluator", "PolicyCompileError", "RULELESS_KINDS", "kind_to_resource"]

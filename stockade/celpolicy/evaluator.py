@@ -378,7 +378,9 @@ class CelPolicyEvaluator:
             return set()
         if not isinstance(found, dict):
             return set()
-        items = found.get("items") if isinstance(found.get("items"), list) else [found]
+        items = found.get("items")
+        if not isinstance(items, list):
+            items = [found]
         keys: set[str] = set()
         for item in items:
             metadata = (item.get("metadata") or {}) if isinstance(item, dict) else {}
@@ -495,7 +497,7 @@ class CelPolicyEvaluator:
             try:
                 if generate.get("template") is not None:
                     rendered = render_template(scope, f"spec.generate[{index}].template", generate["template"])
-                    by_namespace: dict[str, list[dict[str, Any]]] = {}
+                    by_namespace: dict[str, list[Mapping[str, Any]]] = {}
                     for resource in rendered:
                         namespace = str((resource.get("metadata") or {}).get("namespace") or "")
                         if policy.is_namespaced:
@@ -507,8 +509,8 @@ class CelPolicyEvaluator:
                                     f"cannot generate resources into namespace {namespace!r}"
                                 )
                         by_namespace.setdefault(namespace, []).append(resource)
-                    for namespace, resources in by_namespace.items():
-                        sink.apply(namespace, resources)
+                    for namespace, in_namespace in by_namespace.items():
+                        sink.apply(namespace, in_namespace)
                     continue
                 expression = generate.get("expression")
                 if expression:

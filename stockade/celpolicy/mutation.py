@@ -9,7 +9,7 @@ import jsonpatch
 
 from stockade.engine.mutate._k8s_schema import ROOTS, TYPES
 
-Schema = tuple | None
+Schema = tuple[Any, ...] | None
 
 
 def _root_schema(resource: dict[str, Any]) -> Schema:
@@ -66,7 +66,8 @@ def apply_configuration(resource: dict[str, Any], configuration: Any) -> dict[st
         return resource
     if not isinstance(configuration, dict):
         raise ValueError(f"apply configuration must be an object, got {type(configuration).__name__}")
-    return _merge(resource, configuration, _root_schema(resource))
+    merged: dict[str, Any] = _merge(resource, configuration, _root_schema(resource))
+    return merged
 
 
 def apply_json_patch(resource: dict[str, Any], operations: Any) -> dict[str, Any]:
@@ -81,6 +82,7 @@ def apply_json_patch(resource: dict[str, Any], operations: Any) -> dict[str, Any
             raise ValueError("every JSON patch operation must be an object")
         cleaned.append({k: v for k, v in operation.items() if not (k in ("value", "from") and v is None and operation.get("op") not in ("add", "replace", "test"))})
     try:
-        return jsonpatch.apply_patch(resource, cleaned)
+        patched: dict[str, Any] = jsonpatch.apply_patch(resource, cleaned)
+        return patched
     except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as error:
         raise ValueError(f"JSON patch failed: {error}") from error

@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from stockade.cli.output import colour_enabled, paint
+import stockade.celpolicy  # noqa: F401  (registers the engine's validate.cel handler)
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo
 from stockade.engine.processor import apply_policies

@@ -78,7 +78,8 @@ class _LazyCommand(click.Command):
         import importlib
 
         try:
-            return getattr(importlib.import_module(self._module), self._attribute)
+            command: click.Command = getattr(importlib.import_module(self._module), self._attribute)
+            return command
         except (ImportError, AttributeError) as exc:
             raise click.ClickException(f"'{self.name}' is not available in this build ({exc})") from None
 

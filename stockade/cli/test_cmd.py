@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from stockade.cli.output import colour_enabled, paint, render_table
@@ -31,7 +32,7 @@ def _junit(runs: list[TestRun]) -> str:
     all_rows = [(run, row) for run in runs for row in run.rows]
     failures = sum(1 for _, row in all_rows if not row.ok) + sum(1 for run in runs if run.error)
     out = ['<?xml version="1.0" encoding="UTF-8"?>', f'<testsuites tests="{len(all_rows)}" failures="{failures}">']
-    suites: dict[str, list] = {}
+    suites: dict[str, list[Any]] = {}
     for _, row in all_rows:
         suites.setdefault(row.policy, []).append(row)
     for policy, rows in suites.items():

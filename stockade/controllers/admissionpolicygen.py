@@ -19,7 +19,8 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from stockade.controllers.clusterdata import ApiError, ApiResource, ClusterData, object_path
+from stockade.controllers.clusterdata import ApiError, ClusterData, object_path
+from stockade.controllers.webhookconfig import ApiResource
 from stockade.engine.match import parse_kind_selector
 from stockade.engine.wildcard import match as wildcard_match
 from stockade.engine.wildcard import contains_wildcard
@@ -500,7 +501,8 @@ class AdmissionPolicyGenerator:
 
     def _get(self, path: str) -> dict[str, Any] | None:
         try:
-            return self.cluster.get(path, cached=False)
+            found = self.cluster.get(path, cached=False)
+            return found if isinstance(found, dict) else None
         except ApiError as exc:
             if exc.status == 404:
                 return None

@@ -25,6 +25,7 @@ from typing import Any
 
 from stockade.controllers.clusterdata import ApiError, ClusterData
 from stockade.controllers.reports import PROCESS_BACKGROUND, report_policy_name
+import stockade.celpolicy  # noqa: F401  (registers the engine's validate.cel handler)
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import ResourceKind
 from stockade.engine.response import STATUSES, EngineResponse, report_result

@@ -555,7 +555,7 @@ class GenerateController:
                 applies = result is not None and result.status == PASS
                 action = trigger_action(event.operation, applies, synchronize(rule))
                 try:
-                    if action == APPLY:
+                    if action == APPLY and result is not None:
                         written = self.apply_downstream(policy, rule, result.generated_resources)
                         if self.events is not None:
                             for spec in generate_events(policy, name, written):
@@ -590,7 +590,7 @@ class GenerateController:
             applies = result is not None and result.status == PASS
             action = trigger_action(event.operation, applies, synchronized)
             try:
-                if action == APPLY:
+                if action == APPLY and result is not None:
                     written = self.apply_gpol_downstream(policy, trigger, result.generated_resources)
                     if synchronized and event.operation == "UPDATE" and uid:
                         self.delete_gpol_downstream(policy, trigger_uid=uid, keep=written)  # no longer generated
@@ -826,8 +826,8 @@ class GenerateController:
             except ApiError as exc:
                 log.warning("cleaning up downstream of removed %s failed: %s", key, exc)
         for key, policy in current.items():
-            old = self._known_gpols.get(key)
-            if evaluation_enabled(policy, "generateExisting") and (old is None or old.raw != policy.raw):
+            known = self._known_gpols.get(key)
+            if evaluation_enabled(policy, "generateExisting") and (known is None or known.raw != policy.raw):
                 self._apply_gpol_to_existing(policy, prune=False)
         self._known_gpols = current
 

@@ -13,6 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from stockade.controllers.kubetyped import WatchStream, new_watch
 from stockade.engine.kyvernoconfig import DEFAULT_CONFIGMAP_NAME, DEFAULT_CONFIGMAP_NAMESPACE, KyvernoConfig, parse_kyverno_config
 
 log = logging.getLogger("stockade.controllers.kyvernoconfig")
@@ -94,7 +95,7 @@ class ConfigMapWatch:
         self.max_backoff = max_backoff
         self._stopping = threading.Event()
         self._synced = threading.Event()
-        self._stream: Any = None
+        self._stream: WatchStream | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -159,11 +160,9 @@ class ConfigMapWatch:
         return str(listing.metadata.resource_version or "")
 
     def _watch(self, resource_version: str) -> None:
-        from kubernetes import watch
-
         core = self._core()
         while not self._stopping.is_set():
-            stream = self._stream = watch.Watch()
+            stream = self._stream = new_watch()
             for event in stream.stream(
                 core.list_namespaced_config_map,
                 self.namespace,

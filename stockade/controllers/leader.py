@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from stockade.controllers.kubetyped import request_body
+
 log = logging.getLogger("stockade.controllers.leader")
 
 PART_OF_LABEL = "app.kubernetes.io/part-of"
@@ -122,11 +124,11 @@ class _LeaseApi:
             raise
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self._json(self.api.create_namespaced_lease(self.namespace, body, _preload_content=False, _request_timeout=self.timeout))
+        return self._json(self.api.create_namespaced_lease(self.namespace, request_body(body), _preload_content=False, _request_timeout=self.timeout))
 
     def replace(self, body: dict[str, Any]) -> dict[str, Any]:
         name = body["metadata"]["name"]
-        return self._json(self.api.replace_namespaced_lease(name, self.namespace, body, _preload_content=False, _request_timeout=self.timeout))
+        return self._json(self.api.replace_namespaced_lease(name, self.namespace, request_body(body), _preload_content=False, _request_timeout=self.timeout))
 
     def delete(self, name: str) -> None:
         from kubernetes.client.exceptions import ApiException

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any
 
+from stockade.controllers.kubetyped import WatchStream, new_watch
 from stockade.policy.loader import Document
 from stockade.webhook.policystore import PolicyIdentity, PolicySnapshot, describe_identity, policy_identity
 
@@ -137,7 +138,7 @@ class ClusterPolicySource:
         self._missing: set[WatchedKind] = set()
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._watches: dict[WatchedKind, Any] = {}
+        self._watches: dict[WatchedKind, WatchStream] = {}
         self._pending_snapshot: PolicySnapshot | None = None
         self._status_wakeup = threading.Event()
         self.status_writes = 0
@@ -349,11 +350,9 @@ class ClusterPolicySource:
 
     def _watch(self, watched: WatchedKind, version: str, resource_version: str) -> None:
         """Watch until stopped; each server-side timeout resumes from the last seen resourceVersion; 410 raises."""
-        from kubernetes import watch
-
         api = self._custom_objects()
         while not self._stopping.is_set():
-            stream = watch.Watch()
+            stream = new_watch()
             with self._lock:
                 self._watches[watched] = stream
             try:
@@ -610,7 +609,9 @@ def _cel_status_patch(
 ) -> dict[str, Any] | None:
     """``status.conditionStatus`` as Kyverno writes it: the conditions, and ``ready`` true when all of them are true
     (and Stockade serves the policy); ``message`` carries Stockade's reason when it cannot serve the policy."""
-    previous = current.get("conditionStatus") if isinstance(current.get("conditionStatus"), dict) else {}
+    previous = current.get("conditionStatus")
+    if not isinstance(previous, dict):
+        previous = {}
     if watched.kind.endswith("DeletingPolicy"):
         conditions = _ready_condition(previous.get("conditions"), served, "Succeeded" if served else "Failed", message, generation)
     else:

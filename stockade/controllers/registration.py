@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from stockade.controllers.webhookconfig import STOCKADE_NAMING, ApiResource, Resolver, WebhookNaming
@@ -21,13 +22,16 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
     """An ApiClient from a kubeconfig (explicit, $KUBECONFIG, ~/.kube/config) or the in-cluster service account."""
     from kubernetes import client, config
 
+    # the config helpers carry no annotations: typed here
+    client_from_kubeconfig: Callable[..., client.ApiClient] = config.new_client_from_config
+    load_incluster_config: Callable[[], None] = config.load_incluster_config
     if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig, context=context)
+        return client_from_kubeconfig(config_file=kubeconfig, context=context)
     try:
-        config.load_incluster_config()
+        load_incluster_config()
         return client.ApiClient()
     except config.ConfigException:
-        return config.new_client_from_config(context=context)
+        return client_from_kubeconfig(context=context)
 
 
 def _get_json(api_client: Any, path: str, timeout: float = 10) -> dict[str, Any]:
@@ -148,8 +152,11 @@ class WebhookRegistrar:
             (self.api.list_validating_webhook_configuration, self.api.delete_validating_webhook_configuration),
         ):
             for item in listing(label_selector=selector).items:
+                name = item.metadata.name if item.metadata is not None else None
+                if not name:
+                    continue
                 try:
-                    delete(item.metadata.name)
+                    delete(name)
                     removed += 1
                 except ApiException as exc:
                     if exc.status != 404:
@@ -181,7 +188,8 @@ class NamespaceLabelCache:
             if cached and now - cached[0] < self.ttl:
                 return cached[1]
         try:
-            labels = dict(self.core.read_namespace(namespace, _request_timeout=2).metadata.labels or {})
+            metadata = self.core.read_namespace(namespace, _request_timeout=2).metadata
+            labels = dict((metadata.labels if metadata is not None else None) or {})
         except Exception as exc:  # unknown namespace or API hiccup: evaluate with the name label only
             status = getattr(exc, "status", None)
             if status == 404:  # e.g. a namespaced object created with its namespace: routine, not an error

@@ -227,6 +227,8 @@ class ReportWriter:
             if exc.status == 404:
                 return  # nothing to clear (or the CRD is missing)
             raise
+        if not isinstance(current, dict):
+            return
         merge_into(report, current, replace=update.replace, live=update.live)
         if not report["results"]:
             self._delete(namespace, plural, name)
@@ -266,7 +268,7 @@ class ReportWriter:
                 if exc.status == 404:
                     continue
                 raise
-            for current in listing.get("items") or []:
+            for current in (listing.get("items") if isinstance(listing, dict) else None) or []:
                 results = current.get("results") or []
                 kept = stale_results_removed(results, live_policies)
                 if len(kept) == len(results):

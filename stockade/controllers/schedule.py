@@ -21,7 +21,7 @@ _SHORTHANDS = {
 }
 _MONTHS = {name: index + 1 for index, name in enumerate(("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"))}
 _DAYS = {name: index for index, name in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))}
-_FIELDS = (("minute", 0, 59, {}), ("hour", 0, 23, {}), ("day of month", 1, 31, {}), ("month", 1, 12, _MONTHS), ("day of week", 0, 7, _DAYS))
+_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (("minute", 0, 59, {}), ("hour", 0, 23, {}), ("day of month", 1, 31, {}), ("month", 1, 12, _MONTHS), ("day of week", 0, 7, _DAYS))
 _SEARCH_DAYS = 366 * 8  # covers every valid schedule (Feb 29 on a weekday recurs within 28 years only with OR days)
 
 

@@ -11,6 +11,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
+from stockade.controllers.kubetyped import request_body
 from stockade.controllers.webhookconfig import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from stockade.webhook.certs import StoreConflict
 
@@ -42,9 +43,10 @@ class SecretStore:
                 self._resource_version = None
                 return {}
             raise
-        self._resource_version = secret.metadata.resource_version
-        self._labels = dict(secret.metadata.labels or {})
-        self._annotations = dict(secret.metadata.annotations or {})
+        metadata = secret.metadata
+        self._resource_version = metadata.resource_version if metadata is not None else None
+        self._labels = dict((metadata.labels if metadata is not None else None) or {})
+        self._annotations = dict((metadata.annotations if metadata is not None else None) or {})
         self._type = secret.type or "Opaque"
         return {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
 
@@ -58,7 +60,7 @@ class SecretStore:
         }
         if self._annotations:
             metadata["annotations"] = dict(self._annotations)
-        body = {
+        body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Secret",
             "type": self._type,
@@ -67,12 +69,12 @@ class SecretStore:
         }
         try:
             if self._resource_version is None:
-                created = self.core.create_namespaced_secret(self.namespace, body)
-                self._resource_version = created.metadata.resource_version
+                created = self.core.create_namespaced_secret(self.namespace, request_body(body))
+                self._resource_version = created.metadata.resource_version if created.metadata is not None else None
             else:
                 metadata["resourceVersion"] = self._resource_version
-                replaced = self.core.replace_namespaced_secret(self.name, self.namespace, body)
-                self._resource_version = replaced.metadata.resource_version
+                replaced = self.core.replace_namespaced_secret(self.name, self.namespace, request_body(body))
+                self._resource_version = replaced.metadata.resource_version if replaced.metadata is not None else None
         except ApiException as exc:
             if exc.status == 409:
                 raise StoreConflict(f"secret {self.namespace}/{self.name} changed concurrently") from exc

@@ -157,7 +157,7 @@ def _equals(key: Any, value: Any) -> bool:
         if isinstance(value, bool):
             return False
         if _is_number(value):
-            return key == value
+            return bool(key == value)
         if isinstance(value, str):
             parsed = go_parse_float(value)
             return parsed is not None and parsed == key
@@ -185,7 +185,7 @@ def _not_equals(key: Any, value: Any) -> bool:
         if isinstance(value, bool):
             return True
         if _is_number(value):
-            return key != value
+            return bool(key != value)
         if isinstance(value, str):
             parsed = go_parse_float(value)
             return parsed is None or parsed != key

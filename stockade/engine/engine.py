@@ -13,15 +13,28 @@ from typing import Any
 from stockade.engine.context import ContextError
 from stockade.engine.contextloader import ContextLoader, ContextLoadError, ContextProviders
 from stockade.engine.exceptions import exception_keys, matching_exceptions
-from stockade.engine.handlers.generate import ResourceLookup, generate_rule
-from stockade.engine.handlers.mutate import mutate_resource_rule
+from stockade.engine.handlers.generate import ResourceLookup
 from stockade.engine.handlers.podsecurity import validate_pod_security_rule
-from stockade.engine.handlers.validate import validate_resource_rule
+from stockade.engine.handlers.registry import (
+    DEFAULT_HANDLERS,
+    GENERATE,
+    MUTATE,
+    MUTATE_EXISTING,
+    HandlerRegistry,
+    HandlerResult,
+    HandlerServices,
+    UnknownRuleType,
+    mutate_type,
+    validate_type,
+)
+from stockade.engine.handlers.verify_images import VerificationCache, VerificationRecord, verify_and_patch
 from stockade.engine.match import RequestInfo, ResourceKind, match_reasons, rejected_by_kind
 from stockade.engine.policycontext import PolicyContext, build_json_context
 from stockade.engine.preconditions import ConditionEvaluationError, evaluate_conditions
 from stockade.engine.response import FAIL, PASS, EngineResponse, RuleResponse, rule_error, rule_skip
 from stockade.engine.variables import SubstitutionError
+from stockade.engine.wildcard import match as wildcard_match
+from stockade.images.verifier_api import ImageSignatureVerifier
 from stockade.jmespath import JMESPathError
 from stockade.policy.model import (
     RULE_TYPE_GENERATION,
@@ -33,8 +46,9 @@ from stockade.policy.model import (
     Rule,
 )
 
-# A handler may answer with several responses for one rule (mutate.targets: one per target object).
-RuleHandler = Callable[[PolicyContext, Rule, dict[str, Any]], tuple[dict[str, Any], "RuleResponse | list[RuleResponse] | None"]]
+# A phase's handler: picks the registered handler of the rule's type. It may answer with several responses for one
+# rule (mutate.targets: one per target object).
+PhaseHandler = Callable[[PolicyContext, Rule, dict[str, Any]], HandlerResult]
 
 
 @dataclass
@@ -102,8 +116,9 @@ class Engine:
         resource_lookup: ResourceLookup | None = None,
         default_registry: str = "docker.io",
         registry_mutation: bool = True,
-        image_verifier: Any = None,
-        verification_cache: Any = None,
+        image_verifier: ImageSignatureVerifier | None = None,
+        verification_cache: VerificationCache | None = None,
+        handlers: HandlerRegistry | None = None,
     ) -> None:
         self.image_verifier = image_verifier
         self.verification_cache = verification_cache
@@ -113,6 +128,8 @@ class Engine:
         self.default_registry = default_registry
         # Kyverno's enableDefaultRegistryMutation: whether `images` report the default registry of short names
         self.registry_mutation = registry_mutation
+        # Looked up per rule, so handlers registered after construction (stockade.celpolicy's) are found.
+        self.handlers = handlers or DEFAULT_HANDLERS
 
     # -- policy context -------------------------------------------------------------------------------------------
     def policy_context(self, policy: KyvernoPolicy, request: Request) -> PolicyContext:
@@ -147,21 +164,23 @@ class Engine:
 
     # -- shared rule driver ----------------------------------------------------------------------------------------
     def _matches(self, pctx: PolicyContext, rule: Rule, resource: dict[str, Any]) -> bool:
-        kwargs = dict(info=pctx.request_info, namespace_labels=pctx.namespace_labels, operation=pctx.operation, policy_namespace=pctx.policy.namespace)
-        if resource and not match_reasons(rule.raw, resource, pctx.gvk, **kwargs):
+        def matches(candidate: dict[str, Any]) -> bool:
+            return not match_reasons(
+                rule.raw, candidate, pctx.gvk, info=pctx.request_info, namespace_labels=pctx.namespace_labels, operation=pctx.operation, policy_namespace=pctx.policy.namespace
+            )
+
+        if resource and matches(resource):
             return True
         # Kyverno matches the old object only when there is no new one (DELETE): on UPDATE a rule that selected
         # only the old object (e.g. a label that the update removes) does not apply.
-        if not resource and pctx.old_resource and not match_reasons(rule.raw, pctx.old_resource, pctx.gvk, **kwargs):
-            return True
-        return False
+        return bool(not resource and pctx.old_resource and matches(pctx.old_resource))
 
     def _run_rules(
         self,
         pctx: PolicyContext,
         rule_type: str,
         wants: Callable[[Rule], bool],
-        handler: RuleHandler,
+        handler: PhaseHandler,
     ) -> EngineResponse:
         ctx = pctx.json_context
         resource = pctx.new_resource
@@ -196,8 +215,8 @@ class Engine:
         return response
 
     def _invoke(
-        self, pctx: PolicyContext, rule: Rule, rule_type: str, resource: dict[str, Any], handler: RuleHandler
-    ) -> tuple[dict[str, Any], RuleResponse | None]:
+        self, pctx: PolicyContext, rule: Rule, rule_type: str, resource: dict[str, Any], handler: PhaseHandler
+    ) -> HandlerResult:
         try:
             pctx.context_loader.load(rule.context, pctx.json_context, rule.name, is_delete=pctx.is_delete)
         except (ContextLoadError, JMESPathError, ContextError, SubstitutionError) as exc:
@@ -234,41 +253,47 @@ class Engine:
         for override in overrides:
             namespaces = override.get("namespaces") or []
             namespace = str(((pctx.new_resource or pctx.old_resource).get("metadata") or {}).get("namespace") or "")
-            from stockade.engine.wildcard import match as wildcard_match
-
             if any(wildcard_match(str(ns), namespace) for ns in namespaces):
                 action = override.get("action") or action
         return "Enforce" if str(action).lower() == "enforce" else "Audit"
 
     # -- phases ----------------------------------------------------------------------------------------------------
+    def _services(self, verification_record: VerificationRecord | None = None) -> HandlerServices:
+        return HandlerServices(providers=self.providers, resource_lookup=self.resource_lookup, verification_record=verification_record)
+
+    def _dispatch(self, rule_type: Callable[[Rule], str], services: HandlerServices) -> PhaseHandler:
+        """A phase handler that runs the registered handler of each rule's type."""
+
+        def handler(ctx: PolicyContext, rule: Rule, resource: dict[str, Any]) -> HandlerResult:
+            name = rule_type(rule)
+            try:
+                registered = self.handlers.handler(name)
+            except UnknownRuleType as exc:
+                return resource, rule_error(rule.name, _PHASE_OF_TYPE.get(name, RULE_TYPE_VALIDATION), "unsupported rule", exc)
+            return registered(ctx, rule, resource, services)
+
+        return handler
+
     def mutate(self, pctx: PolicyContext, include_existing: bool = False) -> EngineResponse:
         """Mutate the resource under review; with ``include_existing`` also compute ``mutate.targets`` patches of
         other objects (offline runs; admission leaves those to a background worker, never to the request)."""
-        lookup = self.resource_lookup
 
         def wants(rule: Rule) -> bool:
             return rule.has_mutate() and (include_existing or not rule.has_mutate_existing())
 
-        def handler(ctx: PolicyContext, rule: Rule, resource: dict[str, Any]) -> tuple[dict[str, Any], Any]:
-            if rule.has_mutate_existing():
-                from stockade.engine.handlers.mutate_existing import mutate_existing_rule
+        return self._run_rules(pctx, RULE_TYPE_MUTATION, wants, self._dispatch(mutate_type, self._services()))
 
-                return resource, mutate_existing_rule(ctx, rule, lookup)
-            return mutate_resource_rule(ctx, rule, resource)
-
-        return self._run_rules(pctx, RULE_TYPE_MUTATION, wants, handler)
-
-    def verify_images(self, pctx: PolicyContext, record: Any = None) -> tuple[EngineResponse, Any]:
+    def verify_images(self, pctx: PolicyContext, record: VerificationRecord | None = None) -> tuple[EngineResponse, VerificationRecord]:
         """Mutate phase of verifyImages rules: verify signatures, pin digests, record results (needs a verifier).
 
         `record` accumulates every policy's results of one request (a fresh one when omitted); the returned record
         is that accumulator, to be written onto the final object with `apply_record` once all policies ran."""
-        from stockade.engine.handlers.verify_images import VerificationRecord, verify_and_patch
-
         shared = record if record is not None else VerificationRecord()
         verifier, cache = self.image_verifier, self.verification_cache
 
-        def handler(ctx: PolicyContext, rule: Rule, resource: dict[str, Any]) -> tuple[dict[str, Any], RuleResponse | None]:
+        def handler(ctx: PolicyContext, rule: Rule, resource: dict[str, Any]) -> HandlerResult:
+            if verifier is None:
+                return resource, rule_error(rule.name, RULE_TYPE_IMAGE_VERIFY, "image verification is not configured", "no image verifier")
             ctx.new_resource = resource
             outcome = verify_and_patch(ctx, rule, verifier, cache, shared)
             return outcome.resource, outcome.rule_response
@@ -276,39 +301,15 @@ class Engine:
         response = self._run_rules(pctx, RULE_TYPE_IMAGE_VERIFY, Rule.has_verify_images, handler)
         return response, shared
 
-    def validate(self, pctx: PolicyContext, verification_record: Any = None) -> EngineResponse:
-        def handler(ctx: PolicyContext, rule: Rule, resource: dict[str, Any]) -> tuple[dict[str, Any], RuleResponse | None]:
-            if rule.has_verify_images() and not rule.has_validate():
-                from stockade.engine.handlers.verify_images import VerificationRecord, validate_verified_images
-
-                # Trust only what this process verified, never an annotation found on the object.
-                record = verification_record if verification_record is not None else VerificationRecord()
-                return resource, validate_verified_images(ctx, rule, record)
-            validate = rule.validate or {}
-            if validate.get("podSecurity") is not None:
-                return resource, validate_pod_security_rule(ctx, rule)
-            if validate.get("manifests") is not None:
-                from stockade.engine.handlers.validate_manifests import validate_manifests_rule
-
-                return resource, validate_manifests_rule(ctx, rule)
-            if validate.get("cel") is not None:
-                return resource, self._validate_cel(ctx, rule)
-            return resource, validate_resource_rule(ctx, rule)
-
+    def validate(self, pctx: PolicyContext, verification_record: VerificationRecord | None = None) -> EngineResponse:
         def wants(rule: Rule) -> bool:
             return rule.has_validate() or rule.has_verify_images()
 
+        handler = self._dispatch(validate_type, self._services(verification_record))
         return self._run_rules(pctx, RULE_TYPE_VALIDATION, wants, handler)
 
-    def _validate_cel(self, pctx: PolicyContext, rule: Rule) -> RuleResponse | None:
-        from stockade.engine.handlers.validate_cel import validate_cel_rule
-
-        return validate_cel_rule(pctx, rule, self.resource_lookup, self.providers)
-
     def generate(self, pctx: PolicyContext) -> EngineResponse:
-        lookup = self.resource_lookup
+        return self._run_rules(pctx, RULE_TYPE_GENERATION, Rule.has_generate, self._dispatch(lambda rule: GENERATE, self._services()))
 
-        def handler(ctx: PolicyContext, rule: Rule, resource: dict[str, Any]) -> tuple[dict[str, Any], RuleResponse | None]:
-            return resource, generate_rule(ctx, rule, lookup)
 
-        return self._run_rules(pctx, RULE_TYPE_GENERATION, Rule.has_generate, handler)
+_PHASE_OF_TYPE = {MUTATE: RULE_TYPE_MUTATION, MUTATE_EXISTING: RULE_TYPE_MUTATION, GENERATE: RULE_TYPE_GENERATION}

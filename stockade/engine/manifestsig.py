@@ -22,7 +22,8 @@ import yaml
 
 from stockade import yamlsafe
 from stockade.engine.wildcard import match as wildcard_match
-from stockade.images.keys import KeyFormatError, VerificationFailure, load_public_key, split_pem, verify_signature
+from stockade.images.keys import KeyFormatError, load_public_key, split_pem, verify_signature
+from stockade.images.verifier_api import VerificationFailure
 
 DEFAULT_DOMAIN = "cosign.sigstore.dev"
 # Never part of what a signer vouches for: the signature itself and what the apiserver writes.

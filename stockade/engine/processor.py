@@ -58,7 +58,7 @@ def apply_policies(
         result.responses.append(response)
         if response.patched_resource:
             resource = response.patched_resource
-    records: dict[str, object] = {}
+    records: dict[str, VerificationRecord] = {}
     if engine.image_verifier is not None:
         record = VerificationRecord()
         for policy in policies:

@@ -94,8 +94,8 @@ def load_public_key(pem: str | bytes) -> PublicKey:
 
 
 def public_key_pem(key: PublicKey | PrivateKey) -> bytes:
-    public = key.public_key() if hasattr(key, "private_bytes") else key
-    return public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)  # type: ignore[union-attr]
+    public = key.public_key() if isinstance(key, (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey, ed25519.Ed25519PrivateKey)) else key
+    return public.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
 
 
 def _hash(name: str) -> hashes.HashAlgorithm:

@@ -29,7 +29,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from email.message import Message
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 from urllib.parse import unquote, urlencode, urljoin, urlsplit
 
 from stockade.images.auth import Credential, CredentialError, CredentialStore
@@ -530,7 +530,7 @@ class RegistryClient:
             self._raise_for_status(response, target, "push manifest to")
         return digest
 
-    def push_image(self, ref: ImageReference, layers: list[bytes], config: dict[str, object] | None = None) -> str:
+    def push_image(self, ref: ImageReference, layers: list[bytes], config: dict[str, Any] | None = None) -> str:
         """Push an OCI image made of uncompressed tar `layers` (any bytes do for tests); returns its digest."""
         layer_descriptors = [
             {"mediaType": OCI_IMAGE_LAYER, "digest": self.push_blob(ref, layer), "size": len(layer)}
@@ -874,7 +874,7 @@ class RegistryClient:
         )
 
     def _retry_delay(self, attempt: int, response: _Response | None) -> float:
-        delay: float = self._backoff * float(2 ** (attempt - 1))
+        delay = self._backoff * 2.0 ** (attempt - 1)
         retry_after = response.header("Retry-After") if response is not None else None
         if retry_after:
             try:

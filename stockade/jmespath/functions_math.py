@@ -242,7 +242,7 @@ def _jp_modulo(arguments: list[Any]) -> Any:
 
 def _go_round(value: float) -> float:
     """``math.Round``: half away from zero (Python's round() is half to even)."""
-    truncated = math.trunc(value)
+    truncated = float(math.trunc(value))
     if abs(value - truncated) >= 0.5:
         truncated += math.copysign(1, value)
     return float(truncated)

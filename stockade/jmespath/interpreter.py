@@ -319,7 +319,7 @@ def _build_literal(node: dict[str, Any]) -> Evaluator:
     return literal
 
 
-_ORDERING = {
+_ORDERING: dict[str, Callable[[Any, Any], bool]] = {
     "lt": lambda left, right: left < right,
     "lte": lambda left, right: left <= right,
     "gt": lambda left, right: left > right,

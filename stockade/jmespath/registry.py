@@ -178,4 +178,5 @@ def number_argument(function: str, arguments: list[Any], index: int) -> int | fl
     value = arguments[index]
     if not is_number(value):
         raise argument_type_error(function, index + 1, "float64")
-    return value
+    number: int | float = value
+    return number

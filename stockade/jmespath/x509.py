@@ -114,7 +114,8 @@ def _extension_bytes(extension: x509.Extension[Any]) -> bytes | None:
     if isinstance(value, x509.UnrecognizedExtension):
         return value.value
     try:
-        return value.public_bytes()
+        encoded: bytes = value.public_bytes()
+        return encoded
     except (AttributeError, NotImplementedError, ValueError):
         return None
 

@@ -438,7 +438,9 @@ class TestRunner:
                 if rule.rule_type == "Generation" and rule.generated_resources:
                     for generated in rule.generated_resources:
                         generated_row = self._check(result, response, rule, generated, display)
-                        if generated_row is not None:
+                        if generated_row is None:
+                            skipped_missing = True
+                        else:
                             rule_rows.append(generated_row)
                     continue
                 actual = response.patched_resource if rule.rule_type == "Mutation" else response.resource

@@ -238,7 +238,8 @@ def _rewrite_references(rule: dict[str, Any], replacements: tuple[tuple[str, str
     text = json.dumps(rule)
     for old, new in replacements:
         text = text.replace(old, new)
-    return json.loads(text)
+    rewritten: dict[str, Any] = json.loads(text)
+    return rewritten
 
 
 def _strip_cronjob(controllers: str) -> str:

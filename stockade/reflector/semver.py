@@ -11,6 +11,7 @@ the same tag here as in a Flux cluster.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 __all__ = ["SemverError", "Version", "parse_version", "Constraint"]
@@ -297,7 +298,7 @@ def _caret(v: Version, c: _Comparator) -> bool:
     return v.patch == con.patch
 
 
-_CHECKS = {
+_CHECKS: dict[str, Callable[[Version, _Comparator], bool]] = {
     "": _tilde_or_equal,
     "=": _tilde_or_equal,
     "!=": _not_equal,

@@ -40,6 +40,13 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def program_name(process: subprocess.Popen[bytes]) -> str:
+    """The program a child process runs, as text (Popen types its args loosely)."""
+    args = process.args
+    program = args if isinstance(args, (str, bytes, os.PathLike)) else args[0]
+    return os.fsdecode(program)
+
+
 def find_binary(name: str, env_var: str) -> str:
     candidates = [os.environ.get(env_var, ""), str(REPO_ROOT / ".cache" / "bin" / name), shutil.which(name) or ""]
     for candidate in candidates:
@@ -154,7 +161,7 @@ class ControlPlane:
         while time.monotonic() < deadline:
             for process in self.processes:
                 if process.poll() is not None:
-                    raise RuntimeError(f"{process.args[0]} exited with {process.returncode}; see {self.workdir}:\n{self.log_tail()}")
+                    raise RuntimeError(f"{program_name(process)} exited with {process.returncode}; see {self.workdir}:\n{self.log_tail()}")
             request = urllib.request.Request(f"{self.url}/readyz", headers={"Authorization": f"Bearer {self.token}"})
             try:
                 with urllib.request.urlopen(request, context=context, timeout=5) as response:

@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from stockade.testing.apiserver import REPO_ROOT, ControlPlane, ControlPlaneUnavailable, find_binary, free_port
+from stockade.testing.apiserver import REPO_ROOT, ControlPlane, ControlPlaneUnavailable, find_binary, free_port, program_name
 
 DEFAULT_STATE_DIR = REPO_ROOT / ".cache" / "e2e" / "cluster"
 STOCKADE_USER = "system:serviceaccount:kyverno:kyverno-admission-controller"

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+import stockade.celpolicy  # noqa: F401  (registers the engine's validate.cel handler)
 from stockade.engine.engine import Engine, Request
 from stockade.engine.handlers.verify_images import VerificationRecord, apply_record
 from stockade.engine.match import RequestInfo, ResourceKind

@@ -417,7 +417,10 @@ class CertificateManager:
 
     def _issued_by_ca(self, pair: KeyPair) -> bool:
         assert self.ca is not None
-        return pair.certificate.issuer == self.ca.certificate.subject and pair.certificate.verify_directly_issued_by(self.ca.certificate) is None
+        if pair.certificate.issuer != self.ca.certificate.subject:
+            return False
+        pair.certificate.verify_directly_issued_by(self.ca.certificate)  # raises when the CA did not sign it
+        return True
 
     def _covers_hosts(self, pair: KeyPair) -> bool:
         try:

@@ -45,6 +45,7 @@ import threading
 import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
+from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
 from typing import Any, cast
 
 from stockade.engine.engine import Engine
@@ -577,6 +578,17 @@ class _Worker(asyncio.Protocol):
             self.transport.abort()
 
 
+def _process_context(start_method: str) -> ForkServerContext | SpawnContext | ForkContext:
+    """The multiprocessing context of a start method (typed: each method's context can start processes)."""
+    if start_method == "forkserver":
+        return multiprocessing.get_context("forkserver")
+    if start_method == "spawn":
+        return multiprocessing.get_context("spawn")
+    if start_method == "fork":
+        return multiprocessing.get_context("fork")
+    raise ValueError(f"cannot find context for {start_method!r}")
+
+
 class EvaluationPool:
     """``size`` worker processes, each evaluating one review at a time with up to PIPELINE_DEPTH - 1 more sent ahead
     while every worker is busy; see the module docstring."""
@@ -586,7 +598,7 @@ class EvaluationPool:
         self.setup = setup
         self.memory_bytes = memory_bytes
         self.log_level = logging.getLogger().getEffectiveLevel()  # workers log at the server's level
-        self.context = multiprocessing.get_context(start_method)
+        self.context = _process_context(start_method)
         if start_method == "forkserver":
             # workers fork from a server that has the engine imported already: a replacement is ready in milliseconds
             self.context.set_forkserver_preload(["stockade.webhook.isolation", "stockade.webhook.policystore", "stockade.celpolicy"])

@@ -15,7 +15,7 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -23,6 +23,9 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.metrics_core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
+
+# prometheus_client leaves this helper unannotated: typed here, at the one place it is imported.
+_go_float_text: Callable[[float], str] = floatToGoString
 
 from stockade.engine.match import parse_kind_selector
 from stockade.engine.response import EngineResponse
@@ -113,7 +116,7 @@ class RuleResultsCollector:
         with self._lock:
             rows = [(labels, s.count, s.total, list(s.buckets), s.created) for labels, s in self.series.items()]
         results, durations = self._families()
-        bounds = [floatToGoString(b) for b in LATENCY_BUCKETS] + ["+Inf"]
+        bounds = [_go_float_text(b) for b in LATENCY_BUCKETS] + ["+Inf"]
         for labels, count, total, buckets, created in rows:
             results.add_metric(labels, float(count), created=created)
             cumulative, running = [], 0

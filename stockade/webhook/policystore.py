@@ -47,7 +47,9 @@ PolicyIdentity = tuple[str, str, str, str]
 
 
 def policy_identity(data: dict[str, Any]) -> PolicyIdentity:
-    metadata = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+    metadata = data.get("metadata")
+    if not isinstance(metadata, dict):
+        metadata = {}
     return (
         api_group(str(data.get("apiVersion", ""))),
         str(data.get("kind", "")),
@@ -250,7 +252,8 @@ class PolicyStore:
         compiler, purged of the programs of policies that changed or went away."""
         from stockade.celpolicy.compiler import PolicyCompiler
 
-        previous, current = self._prepared, {}
+        previous = self._prepared
+        current: dict[bytes, _Prepared] = {}
         keys = [self._content_key(document) for document in documents]
         self._document_keys = {id(document): (document, key) for document, key in zip(documents, keys)}
         unchanged_cel = {
@@ -302,9 +305,9 @@ class PolicyStore:
         policy_set = split_policies(accepted, prebuilt)
         built_now = {id(document.data): entries[id(document)] for document in accepted if entries[id(document)].view is None}
         for view in [*policy_set.kyverno, *policy_set.exceptions]:
-            entry = built_now.get(id(view.raw))
-            if entry is not None:
-                entry.view = view  # reused by the next rebuild while the document stays the same
+            built = built_now.get(id(view.raw))
+            if built is not None:
+                built.view = view  # reused by the next rebuild while the document stays the same
         engine = self.engine_factory(
             exceptions=policy_set.exceptions, image_verifier=self.image_verifier, verification_cache=self.verification_cache
         )
@@ -433,13 +436,13 @@ def _cel_validating(documents: list[Document], compiler: Any = None, view: Calla
 # -- per-document checks ------------------------------------------------------------------------------------------
 # Kyverno rejects invalid policies in its own admission webhook before they are stored; a policy read from files, or
 # stored while our /policyvalidate webhook was not registered, has had no such check.  The same static checks run
-# here (stockade.policy.validation), so such a policy is left out with its reason instead of failing (or silently
+# here (stockade.lint.policies), so such a policy is left out with its reason instead of failing (or silently
 # misbehaving) at request time.
 
 
 def document_problem(document: Document, compiler: Any = None) -> str | None:
     """Why this policy document cannot be served, or None (also for documents that are not policies); never raises."""
-    from stockade.policy.validation import is_policy_document, validate_policy_document
+    from stockade.lint.policies import is_policy_document, validate_policy_document
 
     data = document.data
     if not is_policy_document(data):

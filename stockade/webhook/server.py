@@ -220,7 +220,7 @@ def make_policy_validation_handler(state: ServerState, path: str = POLICY_VALIDA
 
 def policy_validation_decision(review: AdmissionRequest) -> AdmissionDecision:
     """Deny CREATE/UPDATE of an invalid policy; anything else (DELETE, unknown kinds) is allowed."""
-    from stockade.policy.validation import validate_policy_document
+    from stockade.lint.policies import validate_policy_document
 
     if review.operation not in ("CREATE", "UPDATE") or not review.object:
         return AdmissionDecision(True)

@@ -67,7 +67,8 @@ def authorizer_check_impl(provider: Any) -> Callable[[Any, str], dict[str, Any]]
 
 
 def _decision(value: Any) -> Mapping[str, Any]:
-    return untag(value, DECISION_TYPE)
+    decision: Mapping[str, Any] = untag(value, DECISION_TYPE)
+    return decision
 
 
 def build_authz() -> Library:

@@ -65,7 +65,7 @@ def _with_header(response: Any, *args: Any) -> dict[str, Any]:
     if tag not in (OK_TYPE, DENIED_TYPE):
         raise TypeError(f"no such overload: WithHeader on {describe(response)}")
     option = _header(*args) if len(args) == 2 else _expect(args[0], HEADER_TYPE, "WithHeader")
-    out = copy.deepcopy(response)
+    out: dict[str, Any] = copy.deepcopy(response)
     out["headers"].append(option)
     return out
 

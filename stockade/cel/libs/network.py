@@ -199,7 +199,13 @@ def _contains_ip(cidr: dict[str, Any], candidate: Any) -> bool:
 def _contains_cidr(cidr: dict[str, Any], candidate: Any) -> bool:
     other = _network(_cidr(candidate) if isinstance(candidate, str) else candidate)
     network = _network(cidr)
-    return other.version == network.version and other.prefixlen >= network.prefixlen and other.subnet_of(network)
+    if other.prefixlen < network.prefixlen:
+        return False
+    if isinstance(other, ipaddress.IPv4Network) and isinstance(network, ipaddress.IPv4Network):
+        return other.subnet_of(network)
+    if isinstance(other, ipaddress.IPv6Network) and isinstance(network, ipaddress.IPv6Network):
+        return other.subnet_of(network)
+    return False  # different IP versions
 
 
 def _cidr_ip(cidr: dict[str, Any]) -> dict[str, Any]:

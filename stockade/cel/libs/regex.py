@@ -21,7 +21,7 @@ def _compiled(pattern: str) -> GoRegexp:
 
 def _find(text: str, pattern: str) -> str:
     match = _compiled(pattern).search(text)
-    return match.group(0) if match else ""
+    return (match.group(0) or "") if match else ""
 
 
 def _find_all(text: str, pattern: str, limit: int = -1) -> list[str]:

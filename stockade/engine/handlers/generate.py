@@ -80,7 +80,9 @@ def _generate_one(spec: dict[str, Any], pctx: PolicyContext, rule: Rule, lookup:
     trigger = pctx.new_resource or pctx.old_resource
     labels = _downstream_labels(pctx, rule, trigger)
     if not spec.get("clone") and not spec.get("cloneList"):
-        data = spec.get("data") if isinstance(spec.get("data"), dict) else {}
+        data = spec.get("data")
+        if not isinstance(data, dict):
+            data = {}
         obj = {"apiVersion": spec.get("apiVersion", ""), "kind": spec.get("kind", ""), **data}
         return [_with_identity(obj, spec, labels)]
     if spec.get("clone"):

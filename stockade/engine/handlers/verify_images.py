@@ -209,7 +209,9 @@ def _expand_static_keys(entries: list[Mapping[str, Any]]) -> list[Mapping[str, A
     expanded: list[Mapping[str, Any]] = []
     for entry in entries:
         keys = entry.get("keys") if isinstance(entry, Mapping) else None
-        public_keys = str(keys.get("publicKeys") or "") if isinstance(keys, Mapping) else ""
+        if not isinstance(keys, Mapping):
+            keys = {}
+        public_keys = str(keys.get("publicKeys") or "")
         blocks = public_keys.count(_PEM_BEGIN)
         if blocks > 1 and isinstance(keys, Mapping):
             parts = [f"{_PEM_BEGIN}{chunk}".strip() for chunk in public_keys.split(_PEM_BEGIN)[1:]]
@@ -462,7 +464,7 @@ def _substitute_rule(rule: Rule, pctx: PolicyContext) -> list[dict[str, Any]]:
     held: list[tuple[list[Any], Any]] = []
     for entry in entries:
         held.append(([a.pop("conditions", None) for a in entry.get("attestations") or [] if isinstance(a, dict)], (entry.get("validate") or {}).pop("deny", None) if isinstance(entry.get("validate"), dict) else None))
-    substituted = substitute_all(entries, pctx.json_context, is_delete=pctx.is_delete)
+    substituted: list[dict[str, Any]] = substitute_all(entries, pctx.json_context, is_delete=pctx.is_delete)
     for entry, (conditions, deny) in zip(substituted, held):
         for attestation, condition in zip([a for a in entry.get("attestations") or [] if isinstance(a, dict)], conditions):
             if condition is not None:

@@ -41,8 +41,8 @@ def parse_operations(operations: str | list[dict[str, Any]]) -> list[dict[str, A
         if text and text[0] != "[":
             try:
                 decoded = yamlsafe.load(text, yaml.SafeLoader)
-            except yaml.YAMLError as problem:
-                raise PatchError(f"failed to convert patchesJSON6902 to JSON: {problem}") from None
+            except yaml.YAMLError as error:
+                raise PatchError(f"failed to convert patchesJSON6902 to JSON: {error}") from None
         else:
             try:
                 decoded = json.loads(text)

@@ -13,8 +13,10 @@ A list entry always means patch strategy "merge"; empty merge keys mean a list o
 merged by value (e.g. finalizers).
 """
 
+from typing import Any
+
 # fmt: off
-TYPES: dict[str, dict[str, tuple]] = {
+TYPES: dict[str, dict[str, tuple[Any, ...]]] = {
     'admissionregistration.v1.MutatingWebhookConfiguration': {
         'metadata': ('obj', 'meta.v1.ObjectMeta'),
         'webhooks': ('list', None, ('name',)),

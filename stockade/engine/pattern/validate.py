@@ -246,8 +246,8 @@ class _Walk:
             if skipped and (applied == 0 or _has_direct_skip(skipped)):
                 return path, _combined_skip(skipped)
 
-        for key, anchor in plan.plain:
-            result = self.handle(key, anchor, pattern[key], resource, path)
+        for key, plain_anchor in plan.plain:
+            result = self.handle(key, plain_anchor, pattern[key], resource, path)
             if result is not None:
                 return result
         return None

@@ -101,17 +101,17 @@ def _number_text(value: Any) -> str | None:
 
 def _compare(left: Any, right: Any, operator: str) -> bool:
     if operator == EQUAL:
-        return left == right
+        return bool(left == right)
     if operator == NOT_EQUAL:
-        return left != right
+        return bool(left != right)
     if operator == MORE:
-        return left > right
+        return bool(left > right)
     if operator == LESS:
-        return left < right
+        return bool(left < right)
     if operator == MORE_EQUAL:
-        return left >= right
+        return bool(left >= right)
     if operator == LESS_EQUAL:
-        return left <= right
+        return bool(left <= right)
     return False
 
 

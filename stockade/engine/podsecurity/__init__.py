@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from typing import Callable
+from typing import Any, Callable
 
 from ._checks import BASELINE, CHECKS, RESTRICTED, CheckFn, PodView
 from ._decode import PodDecodeError, check_pod_decodes
@@ -94,7 +94,7 @@ def _runner(checks: tuple[CheckFn, ...]) -> Callable[[PodView], list[CheckOutcom
     return run
 
 
-def _images_by_container(spec: dict) -> dict[str, str]:
+def _images_by_container(spec: dict[str, Any]) -> dict[str, str]:
     """Container name to image, regular containers winning over init and ephemeral ones like in Kyverno."""
     images: dict[str, str] = {}
     for kind in ("ephemeralContainers", "initContainers", "containers"):
@@ -126,11 +126,11 @@ def _images_for(
 
 
 def evaluate_pod_security(
-    pod_metadata: dict,
-    pod_spec: dict,
+    pod_metadata: dict[str, Any],
+    pod_spec: dict[str, Any],
     level: str,
     version: str = "latest",
-    exclude: list[dict] | None = None,
+    exclude: list[dict[str, Any]] | None = None,
     *,
     resource_kind: str = "Pod",
     normalize_image: Callable[[str], str] | None = None,
@@ -176,7 +176,7 @@ def evaluate_pod_security(
 
 
 def apply_pod_security_exclusions(
-    result: PodSecurityResult, pod_metadata: dict, pod_spec: dict, exclude: list[dict]
+    result: PodSecurityResult, pod_metadata: dict[str, Any], pod_spec: dict[str, Any], exclude: list[dict[str, Any]]
 ) -> PodSecurityResult:
     """Drop further failures of an earlier evaluation, e.g. PolicyException `podSecurity` entries.
 

@@ -17,11 +17,11 @@ RESTRICTED = "restricted"
 _CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
 
 
-def _as_dict(value: Any) -> dict | None:
+def _as_dict(value: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _as_list(value: Any) -> list:
+def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
@@ -30,13 +30,13 @@ class PodView:
 
     __slots__ = ("metadata", "spec", "pod_sc", "containers", "windows")
 
-    def __init__(self, metadata: dict | None, spec: dict | None) -> None:
+    def __init__(self, metadata: dict[str, Any] | None, spec: dict[str, Any] | None) -> None:
         spec = spec if isinstance(spec, dict) else {}
         self.metadata = metadata if isinstance(metadata, dict) else {}
         self.spec = spec
         self.pod_sc = _as_dict(spec.get("securityContext"))
         # (field path prefix, container, container securityContext or None)
-        containers: list[tuple[str, dict, dict | None]] = []
+        containers: list[tuple[str, dict[str, Any], dict[str, Any] | None]] = []
         for kind in _CONTAINER_KINDS:
             items = spec.get(kind)
             if items:
@@ -50,14 +50,14 @@ class PodView:
         os_spec = _as_dict(spec.get("os"))
         self.windows = os_spec is not None and os_spec.get("name") == "windows"
 
-    def annotations(self) -> dict:
+    def annotations(self) -> dict[str, Any]:
         return _as_dict(self.metadata.get("annotations")) or {}
 
 
 CheckFn = Callable[[PodView], "CheckOutcome | None"]
 
 
-def _name(container: dict) -> str:
+def _name(container: dict[str, Any]) -> str:
     name = container.get("name")
     return name if isinstance(name, str) else ("" if name is None else str(name))
 
@@ -208,7 +208,7 @@ _BASELINE_CAPABILITIES = frozenset(
 )
 
 
-def _capabilities(sc: dict | None) -> dict | None:
+def _capabilities(sc: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if sc is None else _as_dict(sc.get("capabilities"))
 
 
@@ -299,7 +299,7 @@ def _se_linux(pod: PodView, allowed_types: frozenset[str]) -> CheckOutcome | Non
     set_user = False
     set_role = False
 
-    def inspect(options: dict, prefix: str) -> bool:
+    def inspect(options: dict[str, Any], prefix: str) -> bool:
         nonlocal set_user, set_role
         valid = True
         type_ = _str(options.get("type"))
@@ -421,7 +421,7 @@ def check_seccomp_baseline_1_0(pod: PodView) -> CheckOutcome | None:
     )
 
 
-def _seccomp_type(sc: dict | None) -> str | None:
+def _seccomp_type(sc: dict[str, Any] | None) -> str | None:
     """The profile type, "" when a profile is set without type, None when no profile is set."""
     if sc is None:
         return None
@@ -514,7 +514,7 @@ def check_sysctls_1_32(pod: PodView) -> CheckOutcome | None:
     return _sysctls(pod, _SYSCTLS_1_32)
 
 
-def _host_process(sc: dict | None) -> bool:
+def _host_process(sc: dict[str, Any] | None) -> bool:
     if sc is None:
         return False
     options = sc.get("windowsOptions")
@@ -551,7 +551,7 @@ def check_windows_host_process(pod: PodView) -> CheckOutcome | None:
 _APPARMOR_ANNOTATION_PREFIX = "container.apparmor.security.beta.kubernetes.io/"
 
 
-def _apparmor_type(sc: dict | None) -> str | None:
+def _apparmor_type(sc: dict[str, Any] | None) -> str | None:
     if sc is None:
         return None
     profile = sc.get("appArmorProfile")

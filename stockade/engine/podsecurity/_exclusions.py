@@ -67,7 +67,7 @@ def _string_list(value: Any) -> list[str]:
     return [item if isinstance(item, str) else str(item) for item in value]
 
 
-def _pod_level_view(metadata: dict, spec: dict) -> PodView:
+def _pod_level_view(metadata: dict[str, Any], spec: dict[str, Any]) -> PodView:
     reduced = dict(spec)
     reduced["containers"] = [{"name": "fake"}]
     reduced.pop("initContainers", None)
@@ -75,8 +75,8 @@ def _pod_level_view(metadata: dict, spec: dict) -> PodView:
     return PodView(metadata, reduced)
 
 
-def _matching_containers_view(metadata: dict, spec: dict, images: list[str]) -> PodView:
-    reduced: dict[str, list] = {}
+def _matching_containers_view(metadata: dict[str, Any], spec: dict[str, Any], images: list[str]) -> PodView:
+    reduced: dict[str, list[Any]] = {}
     for kind in ("containers", "initContainers", "ephemeralContainers"):
         items = spec.get(kind)
         if not isinstance(items, list):
@@ -88,16 +88,16 @@ def _matching_containers_view(metadata: dict, spec: dict, images: list[str]) -> 
         ]
         if kept:
             reduced[kind] = kept
-    reduced_metadata = {key: metadata[key] for key in ("name", "namespace") if key in metadata}
+    reduced_metadata: dict[str, Any] = {key: metadata[key] for key in ("name", "namespace") if key in metadata}
     return PodView(reduced_metadata, reduced)
 
 
-def _image_of(container: dict) -> str:
+def _image_of(container: dict[str, Any]) -> str:
     image = container.get("image")
     return image if isinstance(image, str) else ""
 
 
-def _container_name(spec: dict, kind: str, index: int) -> str:
+def _container_name(spec: dict[str, Any], kind: str, index: int) -> str:
     items = spec.get(kind)
     if isinstance(items, list) and 0 <= index < len(items) and isinstance(items[index], dict):
         name = items[index].get("name")
@@ -105,7 +105,7 @@ def _container_name(spec: dict, kind: str, index: int) -> str:
     return ""
 
 
-def _parse_field(path: str, spec: dict, container_level: bool) -> tuple[str, str | None]:
+def _parse_field(path: str, spec: dict[str, Any], container_level: bool) -> tuple[str, str | None]:
     """Index-free field pattern and, for container fields of a container-level exclusion, the container name."""
     wildcarded = _DIGITS.sub("*", path)
     if not container_level:
@@ -124,9 +124,9 @@ EvaluateFn = Callable[[PodView], list[CheckOutcome]]
 
 def apply_exclusions(
     outcomes: list[CheckOutcome],
-    excludes: Iterable[dict],
-    metadata: dict,
-    spec: dict,
+    excludes: Iterable[dict[str, Any]],
+    metadata: dict[str, Any],
+    spec: dict[str, Any],
     evaluate: EvaluateFn,
 ) -> list[CheckOutcome]:
     """Remove failures covered by `excludes`, in order; `outcomes` (and their error lists) are mutated."""
@@ -165,7 +165,7 @@ def apply_exclusions(
 
 
 def _remove_first_equal(
-    errors: list, field: str, container: str | None, spec: dict, container_level: bool
+    errors: list[Any], field: str, container: str | None, spec: dict[str, Any], container_level: bool
 ) -> None:
     for index, error in enumerate(errors):
         candidate_field, candidate_container = _parse_field(error.field, spec, container_level)
@@ -179,7 +179,7 @@ def _remove_first_equal(
         return
 
 
-def validate_excludes(level: str, excludes: Iterable[dict]) -> list[str]:
+def validate_excludes(level: str, excludes: Iterable[dict[str, Any]]) -> list[str]:
     """Kyverno's admission-time checks of `podSecurity.exclude` entries, as messages."""
     problems: list[str] = []
     for index, exclude in enumerate(excludes):

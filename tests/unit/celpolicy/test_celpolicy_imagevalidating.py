@@ -150,7 +150,7 @@ def test_kyverno_image_verification_functions_are_declared_so_policies_validate(
     """Kyverno's image-verification CEL library (verifyImageSignatures, verifyAttestationSignatures, extractPayload,
     getImageData) is part of the ImageValidatingPolicy environment: the force-failure-policy-ignore e2e policy is
     accepted; the signatures are Kyverno's, so a wrong argument type is still rejected; other kinds don't see them."""
-    from stockade.policy.validation import validate_policy_document
+    from stockade.lint.policies import validate_policy_document
 
     document = _policy(
         attestors=[{"name": "notary", "notary": {"certs": {"value": "x"}}}],

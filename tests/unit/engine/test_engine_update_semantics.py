@@ -2,6 +2,7 @@
 
 from typing import Any
 
+import stockade.celpolicy  # noqa: F401  (registers the validate.cel handler, as the CLI and server do)
 from stockade.engine.engine import Engine, Request
 from stockade.engine.handlers.existing import PRE_EXISTING_VIOLATION_MESSAGE
 from stockade.engine.match import RequestInfo

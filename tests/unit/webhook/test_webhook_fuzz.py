@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from webhook_helpers import POLICIES, RunningServer, start_server
 
 from stockade.policy.loader import Document, LoadError, documents_from_text
-from stockade.policy.validation import validate_policy_document
+from stockade.lint.policies import validate_policy_document
 from stockade.testing.fuzzing import admission_reviews, check_review_answer, cluster_policies, load_profile
 from stockade.webhook.admission import AdmissionEvaluator, InvalidAdmissionReview, parse_review, review_response
 from stockade.webhook.certs import CertificateManager

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from stockade.policy.validation import is_policy_document, validate_policy_document
+from stockade.lint.policies import is_policy_document, validate_policy_document
 
 
 def cluster_policy(rule: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stockade.policy.validation import validate_policy_document
+from stockade.lint.policies import validate_policy_document
 
 RULES = {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]}
 # Eleven doublings of a request string: up to 2**11 * 3 MiB = 6 GiB, without a single comprehension iteration.

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+import stockade.celpolicy  # noqa: F401  registers the validate.cel handler
 from stockade.engine.contextloader import ContextProviders
 from stockade.engine.engine import Engine, Request
 from stockade.policy.model import KyvernoPolicy

@@ -21,8 +21,17 @@ from typing import Any
 import yaml
 
 from stockade import yamlsafe
-from stockade.cel.cost import Form
+from stockade.cel import DEFAULT_LIBRARIES, IMAGE_VALIDATING_LIBRARIES, CelEnvironment
+from stockade.cel.cost import STATIC_ESTIMATED_COST_LIMIT, CelCostParseError, Form, estimate_cost, format_budget_error
+from stockade.cel.rewrite import uses_identifier
+from stockade.celpolicy.compiler import POLICY_VARIABLES, PolicyCompiler
+from stockade.celpolicy.errors import PolicyCompileError
+from stockade.engine.conditions import CONDITION_OPERATORS
+from stockade.engine.pattern.anchors import parse_anchor
+from stockade.engine.variables import VARIABLE_RE
+from stockade.jmespath import JMESPathError, compile_expression, function_names
 from stockade.policy.model import ADMISSION_GROUP, CEL_POLICY_GROUP, CEL_POLICY_KINDS, KYVERNO_GROUP, api_group
+
 
 MAX_RULE_NAME_LENGTH = 63
 MIN_TIMEOUT_SECONDS = 1
@@ -121,7 +130,9 @@ def is_policy_document(document: dict[str, Any]) -> bool:
 
 def validate_policy_document(document: dict[str, Any]) -> ValidationResult:
     """Check one policy document; unknown kinds pass (the webhook is only registered for policy kinds)."""
-    metadata = document.get("metadata") if isinstance(document.get("metadata"), dict) else {}
+    metadata = document.get("metadata")
+    if not isinstance(metadata, dict):
+        metadata = {}
     kind = str(document.get("kind", ""))
     result = ValidationResult(kind, str(metadata.get("name") or metadata.get("generateName") or ""))
     spec = document.get("spec")
@@ -187,14 +198,12 @@ def variables_in(text: str) -> list[str]:
     """The JMESPath expressions of the ``{{ }}`` variables in a string (escaped ``\\{{`` ignored)."""
     if "{{" not in text:
         return []
-    from stockade.engine.variables import VARIABLE_RE
 
     return [match.group(2)[2:-2].strip() for match in VARIABLE_RE.finditer(text)]
 
 
 def jmespath_problem(expression: str) -> str:
     """Why a JMESPath expression (Kyverno dialect) cannot be used, or "" when it parses and its functions exist."""
-    from stockade.jmespath import JMESPathError, compile_expression, function_names
 
     try:
         compile_expression(expression)
@@ -235,12 +244,9 @@ _compilers: dict[tuple[tuple[str, ...], tuple[str, ...]], Any] = {}
 def cel_problem(expression: str, field_path: str, extra_variables: tuple[str, ...] = (), libraries: tuple[str, ...] = ()) -> str:
     """Why a CEL expression does not compile in the policy environment (``libraries``: instead of the default
     ones), or ""."""
-    from stockade.celpolicy.compiler import POLICY_VARIABLES, PolicyCompiler
-    from stockade.celpolicy.errors import PolicyCompileError
 
     compiler = _compilers.get((extra_variables, libraries))
     if compiler is None:
-        from stockade.cel import DEFAULT_LIBRARIES, CelEnvironment
 
         if extra_variables or libraries:
             compiler = PolicyCompiler(CelEnvironment(POLICY_VARIABLES + extra_variables, libraries or DEFAULT_LIBRARIES))
@@ -267,8 +273,6 @@ def cel_cost_problem(
     Like Kubernetes' estimated-cost check: a policy whose expression could build values far beyond any request
     (and take the server down with it) is rejected when it is stored, not when a request arrives.
     """
-    from stockade.cel.cost import STATIC_ESTIMATED_COST_LIMIT, CelCostParseError, estimate_cost, format_budget_error
-    from stockade.celpolicy.compiler import POLICY_VARIABLES
 
     try:
         cost, size = estimate_cost(expression, POLICY_VARIABLES + extra_variables, variable_sizes)
@@ -369,7 +373,6 @@ class _Checker:
         else:
             self.error(path, "must be a list of conditions or have 'any'/'all' lists", rule)
             return
-        from stockade.engine.conditions import CONDITION_OPERATORS
 
         known = {op.lower() for op in CONDITION_OPERATORS}
         for where, condition in entries:
@@ -647,7 +650,6 @@ class _Checker:
             return
         if not isinstance(pattern, dict):
             return
-        from stockade.engine.pattern.anchors import parse_anchor
 
         for key, value in pattern.items():
             child = f"{path}.{key}"
@@ -765,7 +767,6 @@ class _Checker:
 
     def namespaced_cel_libraries(self, spec: dict[str, Any]) -> None:
         """Kyverno's rule for namespaced CEL policies: no ``globalContext.*`` or ``http.*`` in any expression."""
-        from stockade.cel.rewrite import uses_identifier
 
         for library in _NAMESPACE_RESTRICTED_LIBRARIES:
             for where, text in _walk_expressions(spec, "spec"):
@@ -834,7 +835,6 @@ class _Checker:
             # Envoy/HTTP authorization policies compile against libraries (envoy, http, jwt) of their own mode
             self.result.warnings.append(f"CEL expressions of evaluation mode {mode} are not checked")
             return
-        from stockade.cel import IMAGE_VALIDATING_LIBRARIES
 
         image_policy = "ImageValidatingPolicy" in kind
         extra = IMAGE_POLICY_VARIABLES if image_policy else ()
@@ -880,7 +880,6 @@ def _user_filter_problem(rules: list[Any]) -> tuple[str, str] | None:
 def _user_variable_problem(metadata: dict[str, Any], spec: dict[str, Any]) -> tuple[str, str] | None:
     """The first requester variable (``{{request.userInfo}}``, ``serviceAccountName``, ...) anywhere in the policy;
     like Kyverno the whole document is scanned, bar the kubectl last-applied annotation."""
-    from stockade.engine.variables import VARIABLE_RE
 
     annotations = dict(metadata.get("annotations") or {}) if isinstance(metadata.get("annotations"), dict) else {}
     annotations.pop("kubectl.kubernetes.io/last-applied-configuration", None)

@@ -1,18 +1,25 @@
-"""``validate.cel`` rules of ClusterPolicy/Policy: Kubernetes ValidatingAdmissionPolicy semantics inside a rule."""
+"""``validate.cel`` rules of ClusterPolicy/Policy: Kubernetes ValidatingAdmissionPolicy semantics inside a rule.
+
+The engine's handler of this rule type lives here, with the CEL policy code it needs, and is registered into the
+engine's handler registry when ``stockade.celpolicy`` is imported: the dependency points down, never engine -> here.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from stockade.celpolicy import AdmissionInput, CelPolicyEvaluator, PolicyCompileError
+from stockade.celpolicy.errors import PolicyCompileError
+from stockade.celpolicy.evaluator import CelPolicyEvaluator
+from stockade.celpolicy.request import AdmissionInput
 from stockade.engine.contextloader import ContextLoadError, ContextProviders, KindScopeResolver
+from stockade.engine.handlers.generate import ResourceLookup
+from stockade.engine.handlers.registry import DEFAULT_HANDLERS, VALIDATE_CEL, HandlerRegistry, HandlerResult, HandlerServices
 from stockade.engine.match import selector_matches
 from stockade.engine.policycontext import PolicyContext
 from stockade.engine.response import RuleResponse, rule_error, rule_fail, rule_pass, rule_skip
 from stockade.policy.model import RULE_TYPE_VALIDATION, Rule
 from stockade.policy.resources import is_cluster_scoped
-
-ResourceLookup = Callable[[str, str, str, "str | None"], list[dict[str, Any]]]
 
 # Shared so every rule's expressions are compiled once per policy for the life of the process.
 _EVALUATOR = CelPolicyEvaluator()
@@ -92,3 +99,12 @@ def validate_cel_rule(
     if status == "skip":
         return rule_skip(rule.name, RULE_TYPE_VALIDATION, message)
     return rule_error(rule.name, RULE_TYPE_VALIDATION, message)
+
+
+def _validate_cel_handler(pctx: PolicyContext, rule: Rule, resource: dict[str, Any], services: HandlerServices) -> HandlerResult:
+    return resource, validate_cel_rule(pctx, rule, services.resource_lookup, services.providers)
+
+
+def register_validate_cel(registry: HandlerRegistry = DEFAULT_HANDLERS) -> None:
+    """Give ``registry`` the ``validate.cel`` handler (done for the default registry on import of the package)."""
+    registry.register(VALIDATE_CEL, _validate_cel_handler)
