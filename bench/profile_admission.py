@@ -42,7 +42,7 @@ def summarize(raw: Path, top: int) -> None:
             continue
         count = int(count_text)
         frames = stack.split(";")
-        role = "worker" if any(frame.startswith(("worker_main (", "logging_worker_main (")) for frame in frames) else "server"
+        role = "worker" if any(frame.startswith(("worker_main", "logging_worker_main")) for frame in frames) else "server"
         function_frames = [frame for frame in frames if frame.endswith(")")]
         totals[role] += count
         if function_frames:
@@ -69,7 +69,11 @@ def main() -> None:
     parser.add_argument("--server-cores", default="0")
     parser.add_argument("--client-cores", default="1")
     parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--raw", type=Path, help="only summarize this earlier py-spy raw file")
     args = parser.parse_args()
+    if args.raw:
+        summarize(args.raw, args.top)
+        return
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     if not os.access(py_spy, os.X_OK):
         raise SystemExit("profile_admission: py-spy not found (pip install py-spy)")
@@ -86,7 +90,7 @@ def main() -> None:
         asyncio.run(open_loop(server, bodies, 200, 3, 64))  # warm-up
         recorder = subprocess.Popen(
             [py_spy, "record", "--pid", str(server.process.pid), "--subprocesses", "--format", "raw", "--rate", "250",
-             "--duration", str(int(args.seconds) + 1), "--output", str(raw), "--nonblocking"],
+             "--duration", str(int(args.seconds) + 1), "--output", str(raw)],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )
         latencies, errors, _, elapsed = asyncio.run(open_loop(server, bodies, args.rate, args.seconds, 64))
