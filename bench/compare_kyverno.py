@@ -225,7 +225,7 @@ def start_stockade(policy_files: list[Path], scratch: Path, cores: str, workers:
 
 
 def policy_documents(policy_files: list[Path]) -> str:
-    texts = []
+    texts: list[str] = []
     for path in policy_files:
         files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
         texts.extend(file.read_text() for file in files)
@@ -331,19 +331,31 @@ def measure(server: Server, policy_set: str, bodies: list[bytes], rate: float, s
     )
 
 
-def sweep(server: Server, policy_set: str, bodies: list[bytes], args: argparse.Namespace) -> list[StepResult]:
-    results = []
-    measure(server, policy_set, bodies, 200, 3, args.connections)  # warm-up (connections, lazily built caches), not reported
-    for rate in args.rates:
-        results.append(measure(server, policy_set, bodies, rate, args.seconds, args.connections))
-        print(format_row(results[-1]), flush=True)
-    for rate in args.max_rates:
+def sweep(server: Server, policy_set: str, bodies: list[bytes], args: argparse.Namespace, note: str = "") -> list[StepResult]:
+    """The fixed rates, then the highest sustained rate: up the ladder from the highest fixed rate while sustained,
+    or down it while not."""
+    results: list[StepResult] = []
+
+    def step(rate: float, label: str) -> StepResult:
         result = measure(server, policy_set, bodies, rate, args.seconds, args.connections)
-        result.note = "max sweep"
+        result.note = label
         results.append(result)
         print(format_row(result), flush=True)
-        if not result.sustained():
-            break
+        return result
+
+    measure(server, policy_set, bodies, 200, 3, args.connections)  # warm-up (connections, lazily built caches), not reported
+    last: StepResult | None = None
+    for rate in args.rates:
+        last = step(rate, note or "fixed")
+    top = max(args.rates)
+    if last is not None and last.sustained():
+        for rate in sorted(r for r in args.max_rates if r > top):
+            if not step(rate, note or "max sweep").sustained():
+                break
+    else:
+        for rate in sorted((r for r in args.down_rates if r < top), reverse=True):
+            if step(rate, note or "max sweep").sustained():
+                break
     return results
 
 
@@ -360,6 +372,29 @@ def format_row(result: StepResult) -> str:
         f"{result.p50_ms:>8.2f} {result.p95_ms:>8.2f} {result.p99_ms:>8.2f} {result.errors:>6} {result.denied:>6} "
         f"{result.cpu_s_per_1000:>8.3f} {result.runqueue_wait_ms_per_review:>8.2f}  {'yes' if result.sustained() else 'no'}"
     )
+
+
+def print_summary(results: list[StepResult]) -> None:
+    print("\nsummary (highest sustained rate; p99 at 500/s offered; median CPU per 1,000 reviews over the steps):")
+    groups: dict[tuple[str, str, str, str], list[StepResult]] = {}
+    for result in results:
+        label = result.note if result.note.startswith("scaling") else ""
+        groups.setdefault((result.policy_set, label, result.server, result.cores), []).append(result)
+    p99_at_500: dict[tuple[str, str, str], float] = {}
+    for (policy_set, label, server_name, cores), rows in sorted(groups.items()):
+        sustained = [r.offered for r in rows if r.sustained()]
+        at500 = [r.p99_ms for r in rows if r.offered == 500]
+        if at500:
+            p99_at_500[(policy_set, label, server_name.split("(")[0])] = at500[0]
+        cpu = statistics.median(r.cpu_s_per_1000 for r in rows)
+        print(
+            f"  {policy_set:<16} {label:<11} {server_name:<13} cores {cores:<4} max sustained {max(sustained, default=0):>5.0f}/s  "
+            f"p99@500 {at500[0] if at500 else float('nan'):>9.2f} ms  cpu {cpu:.3f} s/1k"
+        )
+    for (policy_set, label, name), p99 in sorted(p99_at_500.items()):
+        if name == "stockade" and not label and (policy_set, "", "kyverno") in p99_at_500:
+            theirs = p99_at_500[(policy_set, "", "kyverno")]
+            print(f"  {policy_set}: p99 at 500/s, stockade / kyverno = {p99 / theirs:.3f} (goal <= 0.25)")
 
 
 def register_webhook(plane: ControlPlane, server: Server) -> None:
@@ -448,7 +483,8 @@ def print_e2e(name: str, latencies: list[float], denied: int, errors: int, secon
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rates", type=lambda text: [float(v) for v in text.split(",") if v], default=[100.0, 500.0])
-    parser.add_argument("--max-rates", type=lambda text: [float(v) for v in text.split(",") if v], default=[1000.0, 1500.0, 2000.0, 3000.0])
+    parser.add_argument("--max-rates", type=lambda text: [float(v) for v in text.split(",") if v], default=[750.0, 1000.0, 1500.0, 2000.0, 3000.0])
+    parser.add_argument("--down-rates", type=lambda text: [float(v) for v in text.split(",") if v], default=[50.0, 100.0, 200.0, 300.0])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--connections", type=int, default=64)
     parser.add_argument("--server-cores", default="0")
@@ -513,23 +549,14 @@ def main() -> None:
                 server = start_stockade(POLICY_SETS["pss"], scratch, cores, workers, tag=f"-scaling{workers}")
                 servers.append(server)
                 asyncio.run(expect_verdicts(server, check_bodies, None))
-                results.extend(sweep(server, "pss", bodies, args))
+                results.extend(sweep(server, "pss", bodies, args, note=f"scaling w{workers}"))
                 server.stop()
                 servers.remove(server)
     finally:
         for server in servers:
             server.stop()
         plane.stop()
-    print("\nsummary (highest sustained rate; p99 at 500/s):")
-    for (server_name, policy_set) in sorted({(r.server, r.policy_set) for r in results}):
-        rows = [r for r in results if r.server == server_name and r.policy_set == policy_set]
-        sustained = [r.offered for r in rows if r.sustained()]
-        at500 = [r for r in rows if r.offered == 500]
-        cpu = statistics.median(r.cpu_s_per_1000 for r in rows)
-        print(
-            f"  {server_name:<13} {policy_set:<16} max sustained {max(sustained, default=0):.0f}/s  "
-            f"p99@500 {at500[0].p99_ms if at500 else float('nan'):.2f} ms  cpu {cpu:.3f} s/1k reviews (median)"
-        )
+    print_summary(results)
     if args.json:
         args.json.write_text(json.dumps({"steps": [r.__dict__ for r in results], "e2e": e2e_rows}, indent=2))
 
