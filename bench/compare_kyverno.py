@@ -353,7 +353,7 @@ def sweep(server: Server, policy_set: str, bodies: list[bytes], args: argparse.N
             if not step(rate, note or "max sweep").sustained():
                 break
     else:
-        for rate in sorted((r for r in args.down_rates if r < top), reverse=True):
+        for rate in sorted((r for r in args.down_rates if r < top and r not in args.rates), reverse=True):
             if step(rate, note or "max sweep").sustained():
                 break
     return results
