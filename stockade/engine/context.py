@@ -7,6 +7,7 @@ it costs nothing — rules and foreach iterations checkpoint constantly on the h
 from __future__ import annotations
 
 import csv
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,9 +32,11 @@ class _Deferred:
     load: DeferredLoader
 
 
+@functools.lru_cache(maxsize=1024)
 def _name_matcher(name: str) -> re.Pattern[str]:
     """Kyverno's deferred-loader match: the name as a word not preceded by ``.`` or a letter/digit, so ``x`` is
-    wanted by ``x.y`` and ``f(x)`` but not by ``y.x`` or ``xy``."""
+    wanted by ``x.y`` and ``f(x)`` but not by ``y.x`` or ``xy``.  Cached: every policy evaluation registers the
+    same few names (``images`` for each policy of each review), and escaping + compiling showed in profiles."""
     return re.compile(r"(?:\A|\s|[^.0-9A-Za-z])" + re.escape(name) + r"\b", re.ASCII)
 
 

@@ -1,0 +1,565 @@
+"""Admission latency and throughput, Stockade beside Kyverno 1.19.1's admission controller, in one run.
+
+Usage: .venv/bin/python bench/compare_kyverno.py [--rates 100,500] [--max-rates 1000,1500,2000,3000]
+       [--seconds 10] [--server-cores 0] [--client-cores 1] [--sets pss,pss-podsecurity] [--workers 1]
+       [--scaling] [--e2e-seconds 10] [--json OUT]
+Starts a local control plane (etcd + kube-apiserver, stockade/testing/apiserver.py) with Kyverno's CRDs, the
+``kyverno`` namespace and ConfigMap; runs Kyverno's admission controller out of cluster (``--serverIP=127.0.0.1``,
+URL webhooks, kubeconfig) and ``stockade serve`` with the same policy files, each pinned (taskset) to the same
+server cores, and drives both with one open-loop generator pinned to the client cores: identical Pod CREATE
+AdmissionReviews POSTed over HTTPS keep-alive straight to ``/validate/fail``, at fixed offered rates, then at
+rising rates until a server no longer sustains the rate (achieved < 95 % of offered, errors, or p99 > 1 s).
+Latency is measured from each request's scheduled send time, so queueing inside the client counts (no coordinated
+omission).  CPU per 1,000 reviews is read from /proc for the server and all its descendants (Stockade's workers).
+``--e2e-seconds`` also creates Pods through the apiserver (the path ``kubectl create`` takes) with each server
+registered as the only validating webhook.  ``--scaling`` measures Stockade with ``--workers 1`` on one core
+against ``--workers 2`` on two.  Binaries: ``$STOCKADE_KYVERNO`` or ``.cache/bin/kyverno`` (bench/build-kyverno.sh),
+Kyverno's CRDs from ``$STOCKADE_KYVERNO_SRC`` or ``.cache/kyverno-src/v1.19.1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import shutil
+import signal
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from bench_admission import cpu_snapshot, descendants, free_port, percentile, review_for  # noqa: E402
+from bench_engine import generate_pods  # noqa: E402
+
+from stockade.testing.apiserver import ControlPlane, find_binary  # noqa: E402
+from stockade.testing.e2ecluster import KYVERNO_CONFIG_DATA  # noqa: E402
+
+POLICY_SETS: dict[str, list[Path]] = {
+    "pss": [HERE / "policies" / "pss-restricted.yaml"],
+    "pss-podsecurity": [HERE / "policies" / "pss-podsecurity.yaml"],
+    "mix17": [HERE / "policies" / "mix17"],
+}
+BENCH_NAMESPACE = "bench"
+MAX_TOLERATED_P99_S = 1.0
+
+
+class BenchError(RuntimeError):
+    """A peer failed to start or answer; the message names it and its log."""
+
+
+@dataclass
+class StepResult:
+    server: str
+    policy_set: str
+    offered: float
+    achieved: float
+    count: int
+    errors: int
+    denied: int
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    cpu_s_per_1000: float
+    runqueue_wait_ms_per_review: float
+    cores: str
+    note: str = ""
+
+    def sustained(self) -> bool:
+        return self.errors == 0 and self.achieved >= 0.95 * self.offered and self.p99_ms <= MAX_TOLERATED_P99_S * 1000
+
+
+@dataclass
+class Server:
+    """One admission server under test: its process (pid = the server itself, taskset execs in place) and URL."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    port: int
+    ca_file: Path
+    cores: str
+    log: Path
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    def context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file.exists() else ssl.create_default_context()
+        if not self.ca_file.exists():
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        else:
+            context.check_hostname = False
+        return context
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=10)
+
+
+def pinned(cores: str, argv: list[str]) -> list[str]:
+    return ["taskset", "-c", cores, *argv] if shutil.which("taskset") else argv
+
+
+def kubectl(plane: ControlPlane, *args: str, stdin: str | None = None, timeout: float = 180) -> str:
+    binary = find_binary("kubectl", "STOCKADE_KUBECTL")
+    result = subprocess.run([binary, f"--kubeconfig={plane.kubeconfig}", *args], input=stdin, capture_output=True, text=True, timeout=timeout)
+    if result.returncode != 0:
+        raise BenchError(f"kubectl {' '.join(args[:3])} failed: {result.stderr.strip()}")
+    return result.stdout
+
+
+def kyverno_source() -> Path:
+    for candidate in (os.environ.get("STOCKADE_KYVERNO_SRC", ""), str(HERE.parent / ".cache" / "kyverno-src" / "v1.19.1")):
+        if candidate and (Path(candidate) / "config" / "crds").is_dir():
+            return Path(candidate)
+    raise BenchError("Kyverno's module copy not found: run bench/build-kyverno.sh or set STOCKADE_KYVERNO_SRC")
+
+
+def install_kyverno_prerequisites(plane: ControlPlane) -> None:
+    """Kyverno's CRDs, its namespace and dynamic ConfigMap (as its chart installs them) and the bench namespace."""
+    crds = kyverno_source() / "config" / "crds"
+    for folder in sorted(path for path in crds.iterdir() if path.is_dir()):
+        kubectl(plane, "apply", "--server-side", "-f", str(folder))
+    kubectl(plane, "wait", "--for=condition=Established", "crd", "--all", "--timeout=120s")
+    # Kyverno 1.19 reads `webhooks` as one object (the e2e cluster's list form is the older chart's)
+    kyverno_config = {**KYVERNO_CONFIG_DATA, "webhooks": json.dumps(json.loads(KYVERNO_CONFIG_DATA["webhooks"])[0])}
+    manifests = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": BENCH_NAMESPACE}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kyverno", "namespace": "kyverno"}, "data": kyverno_config},
+    ]
+    kubectl(plane, "apply", "--server-side", "-f", "-", stdin="\n---\n".join(json.dumps(m) for m in manifests))
+
+
+def wait_healthy(server: Server, path: str, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise BenchError(f"{server.name} exited with {server.process.returncode}; see {server.log}")
+        try:
+            with urllib.request.urlopen(server.url + path, context=server.context(), timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.5)
+    raise BenchError(f"{server.name} not healthy after {timeout:.0f}s; see {server.log}")
+
+
+def start_kyverno(plane: ControlPlane, scratch: Path, cores: str) -> Server:
+    binary = find_binary("kyverno", "STOCKADE_KYVERNO")
+    port = free_port()
+    log = scratch / "kyverno.log"
+    env = {
+        **os.environ,
+        "KYVERNO_NAMESPACE": "kyverno",
+        "KYVERNO_SERVICEACCOUNT_NAME": "kyverno-admission-controller",
+        "KYVERNO_DEPLOYMENT": "kyverno-admission-controller",
+        "KYVERNO_POD_NAME": "kyverno-admission-controller-bench",
+        "KYVERNO_SVC": "kyverno-svc",
+        "INIT_CONFIG": "kyverno",
+        "METRICS_CONFIG": "kyverno-metrics",
+    }
+    argv = [
+        binary,
+        f"--kubeconfig={plane.kubeconfig}",
+        f"--serverIP=127.0.0.1:{port}",  # Kyverno builds the webhook URL as https://<serverIP><path>
+        "--webhookServerHost=127.0.0.1",
+        f"--webhookServerPort={port}",
+        f"--servicePort={port}",
+        "--metricsHost=127.0.0.1",
+        f"--metricsPort={free_port()}",
+        "--controllerRuntimeMetricsAddress=0",
+        "--admissionReports=false",
+        "--autoMemLimitEnabled=false",
+        "--caSecretName=kyverno-svc.kyverno.svc.kyverno-tls-ca",
+        "--tlsSecretName=kyverno-svc.kyverno.svc.kyverno-tls-pair",
+        "--disableLogColor",
+        "--v=1",
+    ]
+    with log.open("wb") as out:
+        process = subprocess.Popen(pinned(cores, argv), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    server = Server("kyverno", process, port, Path("/nonexistent"), cores, log)
+    wait_healthy(server, "/health/liveness")
+    return server
+
+
+def start_stockade(policy_files: list[Path], scratch: Path, cores: str, workers: int, tag: str = "") -> Server:
+    port = free_port()
+    cert_dir = scratch / f"stockade-certs{tag}"
+    log = scratch / f"stockade{tag}.log"
+    argv = [
+        sys.executable, "-m", "stockade", "serve", *map(str, policy_files),
+        "--host", "127.0.0.1", "--port", str(port), "--cert-dir", str(cert_dir),
+        "--log-level", "warning", "--workers", str(workers),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with log.open("wb") as out:
+        process = subprocess.Popen(pinned(cores, argv), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=HERE.parent)
+    server = Server(f"stockade(w{workers})", process, port, cert_dir / "ca.crt", cores, log)
+    deadline = time.monotonic() + 60
+    while not server.ca_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    wait_healthy(server, "/health/readiness")
+    return server
+
+
+def policy_documents(policy_files: list[Path]) -> str:
+    texts: list[str] = []
+    for path in policy_files:
+        files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+        texts.extend(file.read_text() for file in files)
+    return "\n---\n".join(texts)
+
+
+def apply_policies_to_kyverno(plane: ControlPlane, policy_files: list[Path]) -> None:
+    kubectl(plane, "delete", "clusterpolicy", "--all", "--wait=true")
+    kubectl(plane, "apply", "-f", "-", stdin=policy_documents(policy_files))
+    kubectl(plane, "wait", "--for=condition=Ready", "clusterpolicy", "--all", "--timeout=180s")
+
+
+async def expect_verdicts(server: Server, bodies: list[bytes], expected: list[bool] | None, timeout: float = 120) -> list[bool]:
+    """Post every body once; until the answers match ``expected`` (Kyverno's policy cache fills asynchronously)."""
+    import aiohttp
+
+    deadline = time.monotonic() + timeout
+    connector = aiohttp.TCPConnector(limit=8, ssl=server.context())
+    async with aiohttp.ClientSession(connector=connector) as session:
+        while True:
+            verdicts = []
+            for body in bodies:
+                async with session.post(server.url + "/validate/fail", data=body, headers={"Content-Type": "application/json"}) as response:
+                    payload = await response.read()
+                    if response.status != 200:
+                        raise BenchError(f"{server.name} answered HTTP {response.status}: {payload[:300]!r}")
+                    verdicts.append(bool(json.loads(payload)["response"]["allowed"]))
+            if expected is None or verdicts == expected or time.monotonic() > deadline:
+                return verdicts
+            await asyncio.sleep(1)
+
+
+async def open_loop(server: Server, bodies: list[bytes], rate: float, seconds: float, connections: int) -> tuple[list[float], int, int, float]:
+    """Send at ``rate``/s on a fixed schedule regardless of answers; latency counts from the scheduled send time."""
+    import aiohttp
+
+    total = int(rate * seconds)
+    latencies: list[float] = []
+    errors = 0
+    denied = 0
+    connector = aiohttp.TCPConnector(limit=connections, ssl=server.context())
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+
+        async def one(body: bytes, scheduled: float) -> None:
+            nonlocal errors, denied
+            try:
+                async with session.post(server.url + "/validate/fail", data=body, headers={"Content-Type": "application/json"}) as response:
+                    payload = await response.read()
+                    if response.status != 200:
+                        errors += 1
+                        return
+            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                errors += 1
+                return
+            latencies.append(time.perf_counter() - scheduled)
+            if b'"allowed":false' in payload.replace(b" ", b""):
+                denied += 1
+
+        tasks: list[asyncio.Task[None]] = []
+        started = time.perf_counter()
+        for index in range(total):
+            scheduled = started + index / rate
+            delay = scheduled - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(bodies[index % len(bodies)], scheduled)))
+        await asyncio.gather(*tasks)
+        elapsed = time.perf_counter() - started
+    return latencies, errors, denied, elapsed
+
+
+def runqueue_wait_seconds(pid: int) -> float:
+    """Time the server's threads (and its descendants') spent runnable but not running: CPU contention, from
+    /proc/<pid>/task/<tid>/schedstat (field 2, ns); on a shared machine this is the part of latency others cause."""
+    total = 0
+    for process in [pid, *descendants(pid)]:
+        try:
+            tasks = list(Path(f"/proc/{process}/task").iterdir())
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                total += int((task / "schedstat").read_text().split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    return total / 1e9
+
+
+def measure(server: Server, policy_set: str, bodies: list[bytes], rate: float, seconds: float, connections: int) -> StepResult:
+    before = sum(cpu_snapshot(server.process.pid))
+    waited_before = runqueue_wait_seconds(server.process.pid)
+    latencies, errors, denied, elapsed = asyncio.run(open_loop(server, bodies, rate, seconds, connections))
+    after = sum(cpu_snapshot(server.process.pid))
+    waited = runqueue_wait_seconds(server.process.pid) - waited_before
+    count = len(latencies)
+    answered = max(1, count)
+    ms = [value * 1000 for value in latencies] or [float("nan")]
+    return StepResult(
+        server=server.name, policy_set=policy_set, offered=rate, achieved=count / elapsed, count=count, errors=errors,
+        denied=denied, p50_ms=percentile(ms, 0.50), p95_ms=percentile(ms, 0.95), p99_ms=percentile(ms, 0.99),
+        cpu_s_per_1000=(after - before) / answered * 1000, runqueue_wait_ms_per_review=waited / answered * 1000, cores=server.cores,
+    )
+
+
+def sweep(server: Server, policy_set: str, bodies: list[bytes], args: argparse.Namespace, note: str = "") -> list[StepResult]:
+    """The fixed rates, then the highest sustained rate: up the ladder from the highest fixed rate while sustained,
+    or down it while not."""
+    results: list[StepResult] = []
+
+    def step(rate: float, label: str) -> StepResult:
+        result = measure(server, policy_set, bodies, rate, args.seconds, args.connections)
+        result.note = label
+        results.append(result)
+        print(format_row(result), flush=True)
+        return result
+
+    measure(server, policy_set, bodies, 200, 3, args.connections)  # warm-up (connections, lazily built caches), not reported
+    last: StepResult | None = None
+    for rate in args.rates:
+        last = step(rate, note or "fixed")
+    top = max(args.rates)
+    if last is not None and last.sustained():
+        for rate in sorted(r for r in args.max_rates if r > top):
+            if not step(rate, note or "max sweep").sustained():
+                break
+    else:
+        for rate in sorted((r for r in args.down_rates if r < top and r not in args.rates), reverse=True):
+            if step(rate, note or "max sweep").sustained():
+                break
+    return results
+
+
+def format_header() -> str:
+    return (
+        f"{'server':<13} {'set':<16} {'cores':<5} {'offered':>7} {'achieved':>8} {'p50 ms':>8} {'p95 ms':>8} "
+        f"{'p99 ms':>8} {'errors':>6} {'denied':>6} {'cpu s/1k':>8} {'rq ms/rv':>8}  sustained"
+    )
+
+
+def format_row(result: StepResult) -> str:
+    return (
+        f"{result.server:<13} {result.policy_set:<16} {result.cores:<5} {result.offered:>7.0f} {result.achieved:>8.0f} "
+        f"{result.p50_ms:>8.2f} {result.p95_ms:>8.2f} {result.p99_ms:>8.2f} {result.errors:>6} {result.denied:>6} "
+        f"{result.cpu_s_per_1000:>8.3f} {result.runqueue_wait_ms_per_review:>8.2f}  {'yes' if result.sustained() else 'no'}"
+    )
+
+
+def print_summary(results: list[StepResult]) -> None:
+    print("\nsummary (highest sustained rate; p99 at 500/s offered; median CPU per 1,000 reviews over the steps):")
+    groups: dict[tuple[str, str, str, str], list[StepResult]] = {}
+    for result in results:
+        label = result.note if result.note.startswith("scaling") else ""
+        groups.setdefault((result.policy_set, label, result.server, result.cores), []).append(result)
+    p99_at_500: dict[tuple[str, str, str], float] = {}
+    for (policy_set, label, server_name, cores), rows in sorted(groups.items()):
+        sustained = [r.offered for r in rows if r.sustained()]
+        at500 = [r.p99_ms for r in rows if r.offered == 500]
+        if at500:
+            p99_at_500[(policy_set, label, server_name.split("(")[0])] = at500[0]
+        cpu = statistics.median(r.cpu_s_per_1000 for r in rows)
+        print(
+            f"  {policy_set:<16} {label:<11} {server_name:<13} cores {cores:<4} max sustained {max(sustained, default=0):>5.0f}/s  "
+            f"p99@500 {at500[0] if at500 else float('nan'):>9.2f} ms  cpu {cpu:.3f} s/1k"
+        )
+    for (policy_set, label, name), p99 in sorted(p99_at_500.items()):
+        if name == "stockade" and not label and (policy_set, "", "kyverno") in p99_at_500:
+            theirs = p99_at_500[(policy_set, "", "kyverno")]
+            print(f"  {policy_set}: p99 at 500/s, stockade / kyverno = {p99 / theirs:.3f} (goal <= 0.25)")
+
+
+def register_webhook(plane: ControlPlane, server: Server) -> None:
+    """Make ``server`` the only validating webhook for Pods in the bench namespace (the e2e phase)."""
+    ca_bundle = base64.b64encode(server.ca_file.read_bytes()).decode()
+    config = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "bench-stockade"},
+        "webhooks": [
+            {
+                "name": "validate.stockade.bench",
+                "clientConfig": {"url": server.url + "/validate/fail", "caBundle": ca_bundle},
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}],
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": BENCH_NAMESPACE}},
+                "failurePolicy": "Fail",
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+                "timeoutSeconds": 10,
+            }
+        ],
+    }
+    kubectl(plane, "apply", "-f", "-", stdin=json.dumps(config))
+
+
+def kyverno_webhooks(plane: ControlPlane) -> list[str]:
+    out = kubectl(plane, "get", "validatingwebhookconfigurations", "-o", "name")
+    return [line for line in out.split() if "kyverno" in line]
+
+
+async def create_through_apiserver(plane: ControlPlane, pods: list[dict[str, Any]], seconds: float, connections: int) -> tuple[list[float], int, int]:
+    """Closed loop: ``connections`` clients create Pods (dry run, so etcd does not grow) for ``seconds``."""
+    import aiohttp
+
+    context = ssl.create_default_context(cafile=str(plane.ca_file))
+    headers = {"Authorization": f"Bearer {plane.token}", "Content-Type": "application/json"}
+    url = f"{plane.url}/api/v1/namespaces/{BENCH_NAMESPACE}/pods?dryRun=All"
+    latencies: list[float] = []
+    denied = 0
+    errors = 0
+    deadline = time.monotonic() + seconds
+    counter = 0
+    error_statuses: dict[int, int] = {}
+    invalid = 0
+    connector = aiohttp.TCPConnector(limit=connections, ssl=context)
+    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+
+        async def client() -> None:
+            nonlocal denied, errors, counter, invalid
+            while time.monotonic() < deadline:
+                pod = json.loads(json.dumps(pods[counter % len(pods)]))
+                counter += 1
+                pod["metadata"] = {"name": f"bench-{counter}", "namespace": BENCH_NAMESPACE}
+                started = time.perf_counter()
+                async with session.post(url, data=json.dumps(pod)) as response:
+                    await response.read()
+                latencies.append(time.perf_counter() - started)
+                if response.status == 400 or response.status == 403:
+                    denied += 1
+                elif response.status == 422:
+                    invalid += 1  # the apiserver's own validation refused it before any validating webhook
+                elif response.status != 201:
+                    errors += 1
+                    error_statuses[response.status] = error_statuses.get(response.status, 0) + 1
+
+        await asyncio.gather(*(client() for _ in range(connections)))
+    if error_statuses or invalid:
+        print(f"  apiserver: {invalid} invalid Pods (422, excluded from the webhook's work), other errors {error_statuses}", flush=True)
+    return latencies, denied, errors
+
+
+def print_e2e(name: str, latencies: list[float], denied: int, errors: int, seconds: float) -> dict[str, Any]:
+    ms = [value * 1000 for value in latencies] or [float("nan")]
+    row = {
+        "server": name, "creates": len(latencies), "per_s": len(latencies) / seconds, "p50_ms": percentile(ms, 0.5),
+        "p95_ms": percentile(ms, 0.95), "p99_ms": percentile(ms, 0.99), "denied": denied, "errors": errors,
+    }
+    print(
+        f"e2e {name:<13} creates {row['creates']:>6} ({row['per_s']:.0f}/s)  p50 {row['p50_ms']:.2f} ms  "
+        f"p95 {row['p95_ms']:.2f} ms  p99 {row['p99_ms']:.2f} ms  denied {denied}  errors {errors}",
+        flush=True,
+    )
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rates", type=lambda text: [float(v) for v in text.split(",") if v], default=[100.0, 500.0])
+    parser.add_argument("--max-rates", type=lambda text: [float(v) for v in text.split(",") if v], default=[750.0, 1000.0, 1500.0, 2000.0, 3000.0])
+    parser.add_argument("--down-rates", type=lambda text: [float(v) for v in text.split(",") if v], default=[50.0, 100.0, 200.0, 300.0])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--server-cores", default="0")
+    parser.add_argument("--client-cores", default="1")
+    parser.add_argument("--sets", default="pss,pss-podsecurity,mix17")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--scaling", action="store_true", help="also Stockade --workers 1 on one core vs 2 on two")
+    parser.add_argument("--e2e-seconds", type=float, default=0.0)
+    parser.add_argument("--pods", type=int, default=3000)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    if shutil.which("taskset"):
+        os.sched_setaffinity(0, {int(core) for core in args.client_cores.split(",")})
+    pods = generate_pods(args.pods)
+    for pod in pods:
+        pod["metadata"]["namespace"] = BENCH_NAMESPACE
+    bodies = [review_for(pod) for pod in pods]
+    check_bodies = bodies[:30]
+    results: list[StepResult] = []
+    e2e_rows: list[dict[str, Any]] = []
+    plane = ControlPlane()
+    scratch = Path(tempfile.mkdtemp(prefix="stockade-compare-"))
+    servers: list[Server] = []
+    print(f"scratch: {scratch}; server cores {args.server_cores}, client cores {args.client_cores}", flush=True)
+    try:
+        plane.start()
+        install_kyverno_prerequisites(plane)
+        for policy_set in [name.strip() for name in args.sets.split(",") if name.strip()]:
+            files = POLICY_SETS[policy_set]
+            stockade = start_stockade(files, scratch, args.server_cores, args.workers, tag=f"-{policy_set}")
+            servers.append(stockade)
+            expected = asyncio.run(expect_verdicts(stockade, check_bodies, None))
+            if args.e2e_seconds > 0:
+                register_webhook(plane, stockade)
+                latencies, denied, errors = asyncio.run(create_through_apiserver(plane, pods, args.e2e_seconds, 8))
+                e2e_rows.append({"set": policy_set, **print_e2e(stockade.name, latencies, denied, errors, args.e2e_seconds)})
+                kubectl(plane, "delete", "validatingwebhookconfiguration", "bench-stockade")
+            kyverno = next((server for server in servers if server.name == "kyverno"), None)
+            if kyverno is None:
+                kyverno = start_kyverno(plane, scratch, args.server_cores)
+                servers.append(kyverno)
+            apply_policies_to_kyverno(plane, files)
+            verdicts = asyncio.run(expect_verdicts(kyverno, check_bodies, expected))
+            disagreements = sum(1 for ours, theirs in zip(expected, verdicts) if ours != theirs)
+            print(f"{policy_set}: verdicts on {len(check_bodies)} reviews, {expected.count(False)} denied, {disagreements} disagreements", flush=True)
+            if args.e2e_seconds > 0:
+                deadline = time.monotonic() + 60
+                while not kyverno_webhooks(plane) and time.monotonic() < deadline:
+                    time.sleep(1)
+                latencies, denied, errors = asyncio.run(create_through_apiserver(plane, pods, args.e2e_seconds, 8))
+                e2e_rows.append({"set": policy_set, **print_e2e("kyverno", latencies, denied, errors, args.e2e_seconds)})
+            print(format_header(), flush=True)
+            for server in (stockade, kyverno):
+                results.extend(sweep(server, policy_set, bodies, args))
+            stockade.stop()
+            servers.remove(stockade)
+        if args.scaling:
+            print("stockade --workers scaling (pss):", flush=True)
+            print(format_header(), flush=True)
+            for workers, cores in ((1, args.server_cores), (2, "0,1")):
+                server = start_stockade(POLICY_SETS["pss"], scratch, cores, workers, tag=f"-scaling{workers}")
+                servers.append(server)
+                asyncio.run(expect_verdicts(server, check_bodies, None))
+                results.extend(sweep(server, "pss", bodies, args, note=f"scaling w{workers}"))
+                server.stop()
+                servers.remove(server)
+    finally:
+        for server in servers:
+            server.stop()
+        plane.stop()
+    print_summary(results)
+    if args.json:
+        args.json.write_text(json.dumps({"steps": [r.__dict__ for r in results], "e2e": e2e_rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
