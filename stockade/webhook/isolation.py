@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from stockade.engine.engine import Engine
-from stockade.engine.response import EngineResponse, RuleResponse
+from stockade.engine.response import EngineResponse, ImageCheck, RuleResponse
 from stockade.policy.loader import Document
 from stockade.webhook.admission import (
     FAILURE_POLICY_FAIL,
@@ -247,7 +247,7 @@ def deadline_decision(review: AdmissionRequest, policies: list[Any], budget: flo
     return AdmissionDecision(True, warnings=warnings, responses=responses)
 
 
-RuleSummary = list[str]  # name, rule type, status, message, failure action
+RuleSummary = list[Any]  # name, rule type, status, message, failure action, started_ns, duration_ns, exceptions, image checks
 PolicySummary = list[Any]  # key, kind, namespace, name, [RuleSummary, ...]
 
 
@@ -260,7 +260,20 @@ def summarize(responses: list[EngineResponse]) -> list[PolicySummary]:
             str(getattr(r.policy, "kind", "")),
             str(getattr(r.policy, "namespace", "") or ""),
             r.policy_name,
-            [[rule.name, rule.rule_type, rule.status, rule.message, rule.failure_action] for rule in r.rules],
+            [
+                [
+                    rule.name,
+                    rule.rule_type,
+                    rule.status,
+                    rule.message,
+                    rule.failure_action,
+                    rule.started_ns,
+                    rule.duration_ns,
+                    rule.exceptions,
+                    [[c.image, c.digest, c.source, c.status, c.started_ns, c.duration_ns] for c in rule.image_checks],
+                ]
+                for rule in r.rules
+            ],
         ]
         for r in responses
     ]
@@ -283,7 +296,10 @@ def rebuild_responses(summaries: list[PolicySummary], policies: dict[str, Any], 
     for key, kind, namespace, name, rules in summaries:
         policy = policies.get(key) or PolicyReference(key, kind, namespace, name)
         response = EngineResponse(policy, subject, subject)
-        response.rules = [RuleResponse(n, t, s, m, failure_action=a) for n, t, s, m, a in rules]
+        response.rules = [
+            RuleResponse(n, t, s, m, exceptions=e, failure_action=a, started_ns=b, duration_ns=d, image_checks=[ImageCheck(*c) for c in checks])
+            for n, t, s, m, a, b, d, e, checks in rules
+        ]
         responses.append(response)
     return responses
 

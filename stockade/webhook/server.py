@@ -34,6 +34,7 @@ from stockade.webhook.admission import (
     top_level_kind,
 )
 from stockade.webhook.certs import CertificateFileError, CertificateManager
+from stockade.webhook.logs import log_denial, log_unmatched
 from stockade.webhook.configfilter import configuration_skip_reason, needs_io
 from stockade.webhook.isolation import failure_decision, read_review_body
 from stockade.webhook.httplimits import BodyRefused, ConnectionGuard, GuardedSite, HttpLimits, read_body
@@ -144,7 +145,7 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
         if state.evaluations is None and roles is not None and evaluator.needs_roles and getattr(roles, "needs_fetch", lambda _ns: False)(review.namespace):
             await asyncio.to_thread(roles, review.user_info, review.namespace)  # list bindings off the event loop
         engine_started = time.perf_counter()
-        span = contextlib.nullcontext() if state.tracing is None else state.tracing.span(
+        span = contextlib.nullcontext() if state.tracing is None else state.tracing.request_span(
             f"admission {path}",
             {
                 "admission.uid": review.uid,
@@ -153,6 +154,7 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
                 "resource.namespace": review.namespace,
                 "resource.name": review.name,
             },
+            http_request.headers,
         )
         with span as active:
             answer_bytes: bytes | None = None
@@ -167,9 +169,13 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
             except Exception as exc:  # an engine bug must not take the webhook down; failurePolicy decides
                 log.exception("evaluation failed for %s", review.uid)
                 decision = failure_decision(review, failure, str(exc))
-            if active is not None:
+            if active is not None and active.is_recording():
                 active.set_attribute("admission.allowed", decision.allowed)
                 active.set_attribute("admission.policies", sorted({r.policy_name for r in decision.responses}))
+                state.tracing.record_evaluation(active, decision.responses, answer_bytes, decision.patch)
+            if not decision.allowed:
+                log_denial(review, decision)
+            log_unmatched(review, decision)
         engine_seconds = time.perf_counter() - engine_started
         if state.reports is not None and phase == "validate" and decision.allowed and decision.responses and not review.dry_run and review.operation in ("CREATE", "UPDATE"):
             state.reports.submit(review.object, decision.responses)
