@@ -67,7 +67,8 @@ def _clip(text: str) -> str:
 
 
 def log_denial(review: AdmissionRequest, decision: AdmissionDecision) -> None:
-    """One warning line per failing rule of a denied request (policy, rule, resource, reason)."""
+    """One info line per failing rule of a denied request (policy, rule, resource, reason); info, not warning:
+    denials are the policy working, not the server failing."""
     subject = resource_label(review.object or review.old_object or {}, review)
     logged = False
     for response in decision.responses:
@@ -75,7 +76,7 @@ def log_denial(review: AdmissionRequest, decision: AdmissionDecision) -> None:
             if rule.status not in (FAIL, ERROR):
                 continue
             logged = True
-            log.warning(
+            log.info(
                 "denied %s %s: policy %s rule %s: %s",
                 review.operation,
                 subject,
@@ -94,7 +95,7 @@ def log_denial(review: AdmissionRequest, decision: AdmissionDecision) -> None:
                 },
             )
     if not logged:  # denied without a failing rule: failurePolicy after a timeout or worker failure
-        log.warning("denied %s %s: %s", review.operation, subject, _clip(decision.message), extra={"resource": subject, "operation": review.operation, "uid": review.uid, "reason": _clip(decision.message)})
+        log.info("denied %s %s: %s", review.operation, subject, _clip(decision.message), extra={"resource": subject, "operation": review.operation, "uid": review.uid, "reason": _clip(decision.message)})
 
 
 def log_unmatched(review: AdmissionRequest, decision: AdmissionDecision) -> None:

@@ -46,7 +46,7 @@ def test_denial_lines_carry_rule_resource_reason_and_trace_id(policy_dir: Path, 
         log_unmatched(request, decision)
     trace_id = f"{span.get_span_context().trace_id:032x}"
     lines = [json.loads(line) for line in captured.getvalue().splitlines()]
-    denials = [line for line in lines if line["level"] == "warning"]
+    denials = [line for line in lines if line["level"] == "info"]
     assert {(d["policy"], d["rule"]) for d in denials} == {("disallow-latest", "no-latest"), ("require-team-label", "check-team")}
     for denial in denials:
         assert denial["resource"] == "Pod/default/web" and denial["operation"] == "CREATE" and denial["reason"]
