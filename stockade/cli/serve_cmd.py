@@ -62,6 +62,8 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--workers", default=None, type=click.IntRange(1, 64), help="Worker processes evaluating admission reviews (default: the usable cores); a review that runs past its budget gets its failurePolicy answer and its worker is replaced.")
 @click.option("--worker-memory", default=None, type=click.IntRange(64, 1 << 20), help="Data-segment cap per worker in MiB (default: the container memory limit, or 512 MiB, minus the server's share, divided among the workers).")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
+@click.option("--decision-log", default="", help="Append one JSON object per admission decision (user, resource, rule results, trace id; bounded fields) to this file; rotated to FILE.1 at --decision-log-max-mib.")
+@click.option("--decision-log-max-mib", default=100, show_default=True, type=click.IntRange(1, 1 << 20), help="Size at which the decision log file is rotated.")
 @click.option("--log-format", default="text", type=click.Choice(["text", "json"]), show_default=True, help="json: one JSON object per line, with trace_id/span_id when tracing is on.")
 def serve(policies: tuple[str, ...], **options: Any) -> None:
     """Serve POLICIES (files or directories) and/or the cluster's policies (--from-cluster) as an HTTPS admission webhook."""
@@ -205,15 +207,22 @@ async def _serve(policies: list[str], **options: Any) -> int:
         from stockade.webhook.tracing import Tracing, TracingConfigurationError, TracingSettings, parse_headers
 
         try:
-            settings = TracingSettings(
+            tracing_settings = TracingSettings(
                 options["tracing_endpoint"],
                 protocol=options["tracing_protocol"],
                 headers=parse_headers(options["tracing_headers"]),
                 sampling_ratio=options["tracing_sampling_ratio"],
             )
-            state.tracing = Tracing(settings)
+            state.tracing = Tracing(tracing_settings)
         except TracingConfigurationError as exc:
             raise click.UsageError(str(exc)) from exc
+    if options["decision_log"]:
+        from stockade.webhook.decisionlog import DecisionLog
+
+        try:
+            state.decision_log = DecisionLog(options["decision_log"], options["decision_log_max_mib"] * 1024 * 1024)
+        except OSError as exc:
+            raise click.BadParameter(f"{options['decision_log']}: {exc.strerror or exc}", param_hint="--decision-log") from exc
     config = ServerConfig(
         host=options["host"],
         port=options["port"],

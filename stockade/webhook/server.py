@@ -77,6 +77,7 @@ class ServerState:
     shutting_down: bool = False
     readiness_checks: list[Callable[[], str]] = field(default_factory=list)
     tracing: Any = None  # stockade.webhook.tracing.Tracing when --tracing-endpoint is set
+    decision_log: Any = None  # stockade.webhook.decisionlog.DecisionLog when --decision-log is set
     reports: Any = None  # stockade.controllers.reports.ReportWriter when reporting to a cluster
     events: Any = None  # stockade.controllers.events.EventRecorder (record_denial) unless --no-events
     generator: Any = None  # anything with submit(AdmissionRequest): called for allowed, non-dry-run validations
@@ -173,6 +174,9 @@ def make_handler(state: ServerState, phase: str, failure: str | None, path: str)
                 active.set_attribute("admission.allowed", decision.allowed)
                 active.set_attribute("admission.policies", sorted({r.policy_name for r in decision.responses}))
                 state.tracing.record_evaluation(active, decision.responses, answer_bytes, decision.patch)
+            if state.decision_log is not None:
+                context = active.get_span_context() if active is not None else None
+                state.decision_log.record(review, decision, f"{context.trace_id:032x}" if context is not None and context.is_valid else "")
             if not decision.allowed:
                 log_denial(review, decision)
             log_unmatched(review, decision)
@@ -361,4 +365,6 @@ class WebhookServer:
         self.runner = self.metrics_runner = None
         if self.state.tracing is not None:
             await asyncio.to_thread(self.state.tracing.shutdown)  # flushes buffered spans
+        if self.state.decision_log is not None:
+            await asyncio.to_thread(self.state.decision_log.close)  # writes queued records
 
