@@ -52,6 +52,7 @@ class RuleView:
     why_not: list[str] = field(default_factory=list)
     exceptions: list[str] = field(default_factory=list)
     definition: dict[str, Any] = field(default_factory=dict)
+    substituted: dict[str, Any] = field(default_factory=dict)  # preconditions / deny conditions with variables replaced
     images: list[ImageCheckView] = field(default_factory=list)
 
 
@@ -109,7 +110,42 @@ def _definition(policy: Any, rule_name: str) -> dict[str, Any]:
     return {key: spec[key] for key in _CEL_KEYS if key in spec}
 
 
-def _views(phase: str, responses: list[EngineResponse]) -> list[RuleView]:
+def _conditions(policy: Any, rule_name: str) -> dict[str, Any]:
+    """The rule's preconditions and deny conditions: the parts whose variables are worth showing resolved."""
+    for rule in getattr(policy, "rules", None) or []:
+        if getattr(rule, "name", None) == rule_name:
+            found: dict[str, Any] = {}
+            if rule.raw.get("preconditions"):
+                found["preconditions"] = rule.raw["preconditions"]
+            deny = (rule.raw.get("validate") or {}).get("deny")
+            if isinstance(deny, dict) and deny.get("conditions"):
+                found["deny.conditions"] = deny["conditions"]
+            return found
+    return {}
+
+
+def _substituted(evaluator: Any, request: Any, policy: Any, rule_name: str) -> dict[str, Any]:
+    """Conditions with ``{{ }}`` replaced from the request's JSON context (as the engine sees it before the rule's own
+    ``context`` entries load; a variable needing those is reported as not resolvable).  Bounded by the engine's
+    substitution growth budget."""
+    from stockade.engine.context import ContextError
+    from stockade.engine.variables import SubstitutionError, has_variables, substitute_all
+    from stockade.jmespath import JMESPathError
+
+    conditions = _conditions(policy, rule_name)
+    if not conditions or not has_variables(conditions):
+        return {}
+    pctx = evaluator.engine.policy_context(policy, evaluator.engine_request(request))
+    resolved: dict[str, Any] = {}
+    for name, value in conditions.items():
+        try:
+            resolved[name] = substitute_all(value, pctx.json_context)
+        except (SubstitutionError, ContextError, JMESPathError) as exc:
+            resolved[name] = f"not resolvable here: {exc}"
+    return resolved
+
+
+def _views(phase: str, responses: list[EngineResponse], evaluator: Any = None, request: Any = None) -> list[RuleView]:
     views = []
     for response in responses:
         for rule in response.rules:
@@ -124,6 +160,7 @@ def _views(phase: str, responses: list[EngineResponse]) -> list[RuleView]:
                     rule.failure_action,
                     exceptions=list(rule.exceptions),
                     definition=_definition(response.policy, rule.name),
+                    substituted=_substituted(evaluator, request, response.policy, rule.name) if evaluator is not None else {},
                     images=[ImageCheckView(c.image, c.digest, c.source, c.status) for c in rule.image_checks],
                 )
             )
@@ -163,7 +200,7 @@ def explain(
     evaluator = snapshot.evaluator
     request = parse_review(_review(new_object, old_object, operation, user, groups))
     mutated = evaluator.mutate(request, None)
-    views = _views("mutate", mutated.responses)
+    views = _views("mutate", mutated.responses, evaluator, request)
     patch = list(mutated.patch)
     record: dict[str, Any] = {}
     if mutated.allowed and patch and request.object:
@@ -174,7 +211,7 @@ def explain(
     decision = mutated
     if mutated.allowed:
         decision = evaluator.validate(request, None)
-        views += _views("validate", decision.responses)
+        views += _views("validate", decision.responses, evaluator, request)
     views += _unreported_rules(snapshot.policies, views, request)
     label = f"{request.kind.kind}/{request.namespace + '/' if request.namespace else ''}{request.name}"
     return Explanation(operation, label, decision.allowed, decision.message, views, patch, record)
@@ -225,6 +262,8 @@ def render_text(explanation: Explanation, colour: bool) -> str:
             lines.append(f"    PolicyExceptions: {', '.join(view.exceptions)}")
         for image in view.images:
             lines.append(f"    image {image.image}@{image.digest}: {image.result} (from {image.source})")
+        for name, value in view.substituted.items():
+            lines.append(f"    {name} with variables substituted: {json.dumps(value, sort_keys=True)}")
         if view.status in ("fail", "error", "skip") and view.definition:
             text = json.dumps(view.definition, indent=2, sort_keys=True)
             lines.extend("    | " + line for line in text.splitlines())

@@ -43,9 +43,9 @@ class RuleResponse:
     pod_security_checks: Any = None
     failure_action: str = "Audit"
     # for traces and ``explain`` (filled by the rule driver / verifyImages; never part of reports):
-    started_ns: int = 0  # wall clock (time.time_ns) when the rule started
-    duration_ns: int = 0
-    image_checks: list[ImageCheck] = field(default_factory=list)
+    started_ns: int = field(default=0, compare=False)  # wall clock (time.time_ns) when the rule started
+    duration_ns: int = field(default=0, compare=False)
+    image_checks: list[ImageCheck] = field(default_factory=list, compare=False)
 
     @property
     def is_failure(self) -> bool:

@@ -107,6 +107,8 @@ def test_pattern_anypattern_deny_foreach_failures_are_explained(tmp_path: Path) 
     deny = rules["no-latest-deny"]
     assert deny["status"] == "fail" and deny["message"] == "latest tag is not allowed"
     assert deny["definition"]["preconditions"]["all"][0]["value"] == "web"
+    assert deny["substituted"]["preconditions"]["all"][0]["key"] == "web"  # the value the precondition compared
+    assert deny["substituted"]["deny.conditions"]["any"][0]["key"] == ["nginx:latest", "ghcr.io/acme/side:1.0"]
     foreach = rules["each-container-limits"]
     assert foreach["status"] == "fail" and "foreach" in foreach["definition"]["validate"]
     not_matched = rules["only-in-prod"]
@@ -120,6 +122,7 @@ def test_human_output_names_rule_path_and_reason(tmp_path: Path) -> None:
     assert "[validate] policy pod-rules / rule need-team (Validation, Enforce): FAIL" in output
     assert "failed at path /metadata/labels/" in output and '"team": "?*"' in output
     assert "rule only-in-prod: NOT MATCHED" in output and "why not:" in output
+    assert 'preconditions with variables substituted: {"all": [{"key": "web", "operator": "Equals", "value": "web"}]}' in output
 
 
 def test_preconditions_not_met_is_a_skip_with_the_values(tmp_path: Path) -> None:
@@ -127,6 +130,7 @@ def test_preconditions_not_met_is_a_skip_with_the_values(tmp_path: Path) -> None
     data = json.loads(run(write(tmp_path, "p.yaml", PATTERNS), "-r", write(tmp_path, "pod.yaml", pod), "-o", "json")[1])
     deny = next(view for view in data["rules"] if view["rule"] == "no-latest-deny")
     assert deny["status"] == "skip" and "preconditions not met" in deny["message"]
+    assert deny["substituted"]["preconditions"]["all"][0]["key"] == "db"
     assert deny["definition"]["preconditions"]["all"][0]["key"] == "{{ request.object.metadata.labels.app || '' }}"
 
 
