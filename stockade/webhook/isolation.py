@@ -251,9 +251,9 @@ RuleSummary = list[Any]  # name, rule type, status, message, failure action, sta
 PolicySummary = list[Any]  # key, kind, namespace, name, [RuleSummary, ...]
 
 
-def summarize(responses: list[EngineResponse]) -> list[PolicySummary]:
-    """What the parent needs of the engine responses (metrics, Events, PolicyReports) as plain lists (JSON on the
-    wire: cheaper both ways than pickling tuples)."""
+def summarize(responses: list[EngineResponse], with_unmatched: bool = False) -> list[PolicySummary]:
+    """What the parent needs of the engine responses (metrics, Events, PolicyReports, spans) as plain lists (JSON on
+    the wire: cheaper both ways than pickling tuples); ``with_unmatched`` adds why rules did not match (debug logs)."""
     return [
         [
             str(getattr(r.policy, "key", r.policy_name)),
@@ -274,6 +274,7 @@ def summarize(responses: list[EngineResponse]) -> list[PolicySummary]:
                 ]
                 for rule in r.rules
             ],
+            *([[[name, reasons] for name, reasons in r.unmatched]] if with_unmatched else []),
         ]
         for r in responses
     ]
@@ -293,9 +294,11 @@ class PolicyReference:
 
 def rebuild_responses(summaries: list[PolicySummary], policies: dict[str, Any], subject: dict[str, Any]) -> list[EngineResponse]:
     responses = []
-    for key, kind, namespace, name, rules in summaries:
+    for key, kind, namespace, name, rules, *unmatched in summaries:
         policy = policies.get(key) or PolicyReference(key, kind, namespace, name)
         response = EngineResponse(policy, subject, subject)
+        if unmatched:
+            response.unmatched = [(str(rule), list(reasons)) for rule, reasons in unmatched[0]]
         response.rules = [
             RuleResponse(n, t, s, m, exceptions=e, failure_action=a, started_ns=b, duration_ns=d, image_checks=[ImageCheck(*c) for c in checks])
             for n, t, s, m, a, b, d, e, checks in rules
@@ -468,7 +471,7 @@ def _evaluate_in_worker(evaluator: AdmissionEvaluator, body: bytes, phase: str, 
     try:
         review = parse_review(decode_review_body(body))
         decision = evaluate_review(evaluator, review, phase, failure, arrived)
-        return _dumps(review_response(review, decision)), decision.allowed, summarize(decision.responses), False, ""
+        return _dumps(review_response(review, decision)), decision.allowed, summarize(decision.responses, log.isEnabledFor(logging.DEBUG)), False, ""
     except MemoryError:
         return None, False, [], True, "evaluation exceeded the worker memory limit"
     except RecursionError:

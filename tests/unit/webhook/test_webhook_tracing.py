@@ -265,7 +265,10 @@ def test_worker_summaries_keep_timings_exceptions_and_image_checks() -> None:
     response = EngineResponse(None, {}, {}, rules=[rule])
     (rebuilt,) = rebuild_responses(summarize([response]), {}, {})
     assert rebuilt.rules[0].started_ns == 10 and rebuilt.rules[0].duration_ns == 5 and rebuilt.rules[0].exceptions == ["ns/exc"]
-    assert rebuilt.rules[0].image_checks == [ImageCheck(APP, DIGESTS[APP], "cache")]
+    assert rebuilt.rules[0].image_checks == [ImageCheck(APP, DIGESTS[APP], "cache")] and rebuilt.unmatched == []
+    response.unmatched = [("other", ["kind Pod is not selected"])]
+    (with_reasons,) = rebuild_responses(summarize([response], with_unmatched=True), {}, {})
+    assert with_reasons.unmatched == [("other", ["kind Pod is not selected"])]
 
 
 def test_bad_tracing_settings_are_named() -> None:
