@@ -310,9 +310,12 @@ def rebuild_responses(summaries: list[PolicySummary], policies: dict[str, Any], 
 # -- worker side --------------------------------------------------------------------------------------------------
 
 
-def logging_worker_main(log_level: int, *arguments: Any) -> None:
-    """``worker_main`` logging like the server (format, level): a forkserver child inherits no logging setup."""
-    logging.basicConfig(level=log_level, format=LOG_FORMAT)
+def logging_worker_main(log_level: int, json_lines: bool, *arguments: Any) -> None:
+    """``worker_main`` logging like the server (text or JSON lines, level): a forkserver child inherits no logging
+    setup."""
+    from stockade.webhook.logs import configure_logging
+
+    configure_logging(logging.getLevelName(log_level), json_lines, LOG_FORMAT)
     worker_main(*arguments)
 
 
@@ -587,7 +590,10 @@ class EvaluationPool:
         self.size = size
         self.setup = setup
         self.memory_bytes = memory_bytes
-        self.log_level = logging.getLogger().getEffectiveLevel()  # workers log at the server's level
+        self.log_level = logging.getLogger().getEffectiveLevel()  # workers log at the server's level and format
+        from stockade.webhook.logs import JsonFormatter
+
+        self.log_json = any(isinstance(handler.formatter, JsonFormatter) for handler in logging.getLogger().handlers)
         self.context = multiprocessing.get_context(start_method)
         if start_method == "forkserver":
             # workers fork from a server that has the engine imported already: a replacement is ready in milliseconds
@@ -670,7 +676,7 @@ class EvaluationPool:
 
     async def _spawn(self) -> _Worker:
         parent_end, child_end = self.context.Pipe(duplex=True)
-        process = self.context.Process(target=logging_worker_main, args=(self.log_level, child_end, self.setup, self.memory_bytes), name="stockade-evaluator", daemon=True)
+        process = self.context.Process(target=logging_worker_main, args=(self.log_level, self.log_json, child_end, self.setup, self.memory_bytes), name="stockade-evaluator", daemon=True)
         await asyncio.to_thread(process.start)
         child_end.close()
         sock = socket.socket(fileno=os.dup(parent_end.fileno()))

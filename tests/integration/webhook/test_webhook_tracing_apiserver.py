@@ -3,6 +3,7 @@ span stockade exports is a child of the apiserver's webhook call span, in the ap
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -87,7 +88,7 @@ def test_request_span_is_a_child_of_the_apiserver_trace(apiserver_spans: tuple[T
     plane, apiserver = apiserver_spans
     url, stockade_spans = http_receiver
     kube = Kube(plane)
-    serve = Serve(plane, policy_dir, tmp_path, extra_args=("--tracing-endpoint", url))
+    serve = Serve(plane, policy_dir, tmp_path, extra_args=("--tracing-endpoint", url, "--log-format", "json"))
     try:
         serve.wait_registered(kube)
         deadline = time.monotonic() + 60
@@ -115,3 +116,7 @@ def test_request_span_is_a_child_of_the_apiserver_trace(apiserver_spans: tuple[T
     assert span.trace_id == parent.trace_id
     rules = [s for s in stockade_spans if s.trace_id == span.trace_id and s.name == "rule check-team"]
     assert rules, "the rule spans share the apiserver's trace"
+    lines = [json.loads(line) for line in serve.log().splitlines() if line.startswith("{")]
+    denials = [line for line in lines if line.get("rule") == "check-team" and line.get("resource") == "Pod/default/traced-denied"]
+    assert denials and denials[-1]["trace_id"] in {s.trace_id.hex() for s in ours}, "the denial log line names the request's trace"
+    assert denials[-1]["policy"] == "require-team-label" and "team" in denials[-1]["reason"]
