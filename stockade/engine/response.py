@@ -26,6 +26,7 @@ class ImageCheck:
     status: str = PASS
     started_ns: int = 0
     duration_ns: int = 0
+    http_calls: list[list[Any]] = field(default_factory=list)  # [method, url, status, started_ns, duration_ns]
 
 
 @dataclass

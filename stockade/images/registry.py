@@ -29,6 +29,7 @@ from urllib.parse import urlencode, urljoin, urlsplit
 
 from stockade.images.auth import Credential, CredentialError, CredentialStore
 from stockade.images.reference import ImageReference
+from stockade.images.verifier_api import HttpCall, report_http_call
 
 __all__ = [
     "DOCKER_MANIFEST_LIST",
@@ -764,10 +765,12 @@ class RegistryClient:
             request_headers["Content-Length"] = str(len(body))
         for fresh in (False, True):
             connection, reused = self._checkout(scheme, netloc, force_new=fresh)
+            started, clock_started = time.time_ns(), time.perf_counter_ns()
             try:
                 connection.request(method, path, body=body, headers=request_headers)
                 raw = connection.getresponse()
                 data = raw.read()
+                report_http_call(HttpCall(method, f"{scheme}://{netloc}{path.split('?', 1)[0]}", raw.status, started, time.perf_counter_ns() - clock_started))
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
                 connection.close()
                 if reused and not fresh:

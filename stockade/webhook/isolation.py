@@ -270,7 +270,7 @@ def summarize(responses: list[EngineResponse], with_unmatched: bool = False) -> 
                     rule.started_ns,
                     rule.duration_ns,
                     rule.exceptions,
-                    [[c.image, c.digest, c.source, c.status, c.started_ns, c.duration_ns] for c in rule.image_checks],
+                    [[c.image, c.digest, c.source, c.status, c.started_ns, c.duration_ns, c.http_calls] for c in rule.image_checks],
                 ]
                 for rule in r.rules
             ],

@@ -7,8 +7,9 @@ Span tree of one review::
     admission /validate/fail          (SERVER; child of the apiserver's span when it sent ``traceparent``)
       policy <name>                   (one per policy that produced rule results, in evaluation order)
         rule <name>                   (rule type, result, message, PolicyException hits)
-          registry verify <host>      (CLIENT: signatures/attestations checked against the registry)
-          image cache <image>         (answered from the verification cache)
+          registry verify <host>      (signatures/attestations checked against the registry)
+            GET / HEAD                (CLIENT, HTTP semantic conventions: one per registry round trip)
+          image cache <image>         (answered from the verification cache; a tag still costs a HEAD)
 
 Where spans are built: evaluation runs in worker processes that can be SIGKILLed mid-review (isolation.py), so the
 worker never exports anything.  It records wall-clock start and duration per rule and per image check in the engine
@@ -198,11 +199,23 @@ class Tracing:
             if not checked_from_cache:
                 check_attributes.update({"server.address": host, "url.scheme": "https"})
             check_start = check.started_ns or start
+            check_context = self._child_context(rule_context)
+            for method, url, status, call_start, call_duration in check.http_calls:
+                self._emit(
+                    str(method),
+                    self._child_context(check_context),
+                    check_context,
+                    SpanKind.CLIENT,
+                    int(call_start),
+                    int(call_start) + int(call_duration),
+                    {"http.request.method": str(method), "url.full": str(url), "server.address": host, "http.response.status_code": int(status)},
+                    _ERROR if int(status) >= 400 else _UNSET,
+                )
             self._emit(
                 f"image cache {check.image}" if checked_from_cache else f"registry verify {host}",
-                self._child_context(rule_context),
+                check_context,
                 rule_context,
-                SpanKind.INTERNAL if checked_from_cache else SpanKind.CLIENT,
+                SpanKind.INTERNAL,
                 check_start,
                 check_start + check.duration_ns,
                 check_attributes,

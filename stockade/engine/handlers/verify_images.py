@@ -40,6 +40,7 @@ from stockade.images.verifier_api import (
     SignatureOptions,
     VerificationFailure,
     VerificationUnavailable,
+    recording_http_calls,
 )
 from stockade.jmespath import JMESPathError
 from stockade.policy.model import RULE_TYPE_IMAGE_VERIFY, RULE_TYPE_VALIDATION, Rule
@@ -324,6 +325,14 @@ class _RuleVerification:
                 responses.append(response)
 
     def _verify_image(self, entry: Mapping[str, Any], info: Mapping[str, Any], options: SignatureOptions) -> tuple[RuleResponse, str]:
+        """Verify one image; the registry round trips it made are kept on its ImageCheck (client spans)."""
+        with recording_http_calls() as calls:
+            response, digest = self._verify_image_recorded(entry, info, options)
+        if response.image_checks and calls:
+            response.image_checks[-1].http_calls = [[c.method, c.url, c.status, c.started_ns, c.duration_ns] for c in calls]
+        return response, digest
+
+    def _verify_image_recorded(self, entry: Mapping[str, Any], info: Mapping[str, Any], options: SignatureOptions) -> tuple[RuleResponse, str]:
         image = str(info["reference"])
         try:
             digest = str(info.get("digest") or "") or self.verifier.resolve_digest(image)

@@ -212,7 +212,7 @@ def test_verify_images_update_span_tree(receiver: Receiver, tmp_path: Path) -> N
     assert set(checks) == {APP, SIDECAR}
     assert checks[APP].name == f"image cache {APP}" and attributes(checks[APP])["stockade.verification.cache_hit"] is True
     sidecar = attributes(checks[SIDECAR])
-    assert checks[SIDECAR].name == "registry verify ghcr.io" and checks[SIDECAR].kind == checks[SIDECAR].SPAN_KIND_CLIENT
+    assert checks[SIDECAR].name == "registry verify ghcr.io"
     assert sidecar["stockade.verification.cache_hit"] is False and sidecar["server.address"] == "ghcr.io"
     assert sidecar["oci.manifest.digest"] == DIGESTS[SIDECAR]
     for child in policies + [owner_rule, verify_rule, *checks.values()]:  # timestamps recorded in the engine nest
@@ -279,3 +279,57 @@ def test_bad_tracing_settings_are_named() -> None:
         Tracing(TracingSettings("http://127.0.0.1:1", sampling_ratio=2.0))
     with pytest.raises(TracingConfigurationError, match="protocol"):
         Tracing(TracingSettings("http://127.0.0.1:1", protocol="zipkin"))
+
+
+def test_registry_round_trips_become_http_client_spans(tmp_path: Path) -> None:
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from stockade.images.reference import parse_reference
+    from stockade.images.registry import RegistryClient
+    from stockade.webhook.admission import parse_review
+
+    digest = "sha256:" + "c" * 64
+
+    class Registry(BaseHTTPRequestHandler):
+        def do_HEAD(self) -> None:  # noqa: N802 - http.server naming
+            self.send_response(200 if self.path == "/v2/acme/app/manifests/1.0" else 404)
+            self.send_header("Docker-Content-Digest", digest)
+            self.send_header("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_HEAD  # noqa: N815 - the /v2/ probe
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    registry = HTTPServer(("127.0.0.1", 0), Registry)
+    threading.Thread(target=registry.serve_forever, daemon=True).start()
+    host = f"127.0.0.1:{registry.server_address[1]}"
+    image = f"{host}/acme/app:1.0"
+    client = RegistryClient(allow_http_localhost=True, retries=0)
+
+    class RegistryBackedVerifier(CountingVerifier):
+        def resolve_digest(self, image: str) -> str:
+            return client.resolve_digest(parse_reference(image))
+
+    (tmp_path / "policies.yaml").write_text(POLICIES.replace("ghcr.io/acme/*", f"{host}/acme/*"))
+    store = PolicyStore([str(tmp_path / "policies.yaml")], image_verifier=RegistryBackedVerifier(), verification_cache=VerificationCache())
+    exporter = InMemorySpanExporter()
+    tracing = Tracing("http://127.0.0.1:1", processor=SimpleSpanProcessor(exporter))
+    try:
+        decision = store.load().evaluator.mutate(parse_review(review(two_container_pod([image]))))
+        with tracing.request_span("admission /mutate", {}, {}) as span:
+            tracing.record_evaluation(span, decision.responses, None, decision.patch)
+    finally:
+        registry.shutdown()
+        client.close()
+    spans = exporter.get_finished_spans()
+    (check,) = [s for s in spans if s.name == f"registry verify {host}"]
+    calls = [s for s in spans if s.parent is not None and s.parent.span_id == check.context.span_id]
+    assert calls and all(s.kind.name == "CLIENT" for s in calls)
+    head = next(s for s in calls if s.name == "HEAD")
+    assert head.attributes["url.full"] == f"http://{host}/v2/acme/app/manifests/1.0"
+    assert head.attributes["http.response.status_code"] == 200 and head.attributes["http.request.method"] == "HEAD"
+    assert check.attributes["oci.manifest.digest"] == digest
