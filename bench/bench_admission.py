@@ -2,6 +2,7 @@
 
 Usage: .venv/bin/python bench/bench_admission.py [--requests 5000] [--connections 8] [--max-seconds 60]
        [--policies bench/policies/pss-restricted.yaml] [--endpoint /validate/fail] [--workers 1]
+       [--tracing-sampling-ratio 0.1]   (spans go to an OTLP/HTTP sink in this process; default: tracing off)
 Starts `stockade serve` on 127.0.0.1 (a free port) as a child process pinned to CPU 0 when taskset exists, drives it
 from this process (pinned to CPU 1) with a bounded number of requests, prints p50/p99 latency, requests/s and the CPU
 time per request of the server and of its evaluation workers (from /proc), and
@@ -34,6 +35,39 @@ sys.path.insert(0, str(HERE))
 from bench_engine import generate_pods  # noqa: E402
 
 
+class SpanSink:
+    """An OTLP/HTTP receiver on 127.0.0.1 that counts export requests and bytes and discards them (tracing runs)."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        sink = self
+        self.exports = 0
+        self.bytes = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server naming
+                size = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(size)
+                sink.exports += 1
+                sink.bytes += size
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -61,8 +95,8 @@ def review_for(pod: dict[str, Any]) -> bytes:
     ).encode()
 
 
-def start_server(policies: str, port: int, cert_dir: Path, workers: int) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-c", "from stockade.cli.main import main; main()", "serve", policies, "--host", "127.0.0.1", "--port", str(port), "--cert-dir", str(cert_dir), "--log-level", "warning", "--workers", str(workers)]
+def start_server(policies: str, port: int, cert_dir: Path, workers: int, tracing: list[str] | None = None) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-c", "from stockade.cli.main import main; main()", "serve", policies, "--host", "127.0.0.1", "--port", str(port), "--cert-dir", str(cert_dir), "--log-level", "warning", "--workers", str(workers), *(tracing or [])]
     if workers == 1 and shutil.which("taskset") and (os.cpu_count() or 1) > 1:
         command = ["taskset", "-c", "0", *command]
         os.sched_setaffinity(0, {1})
@@ -169,14 +203,17 @@ def main() -> None:
     parser.add_argument("--policies", default=str(HERE / "policies" / "pss-restricted.yaml"))
     parser.add_argument("--endpoint", default="/validate/fail")
     parser.add_argument("--workers", type=int, default=1, help="server processes (>1: not pinned, shares cores with the client)")
+    parser.add_argument("--tracing-sampling-ratio", type=float, default=None, help="trace to a local OTLP/HTTP sink at this ratio (default: tracing off)")
     args = parser.parse_args()
+    sink = SpanSink() if args.tracing_sampling_ratio is not None else None
+    tracing = ["--tracing-endpoint", sink.url, "--tracing-sampling-ratio", str(args.tracing_sampling_ratio)] if sink else []
 
     pods = generate_pods(args.requests + args.warmup)
     bodies = [review_for(p) for p in pods]
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="stockade-bench-") as scratch:
         cert_dir = Path(scratch)
-        process = start_server(args.policies, port, cert_dir, args.workers)
+        process = start_server(args.policies, port, cert_dir, args.workers, tracing)
         try:
             deadline = time.monotonic() + 30
             while not (cert_dir / "ca.crt").exists() and time.monotonic() < deadline:
@@ -194,6 +231,7 @@ def main() -> None:
             process.wait(timeout=30)
     count = len(latencies)
     print(f"policies: {args.policies}")
+    print("tracing: off" if sink is None else f"tracing: sampling ratio {args.tracing_sampling_ratio}, {sink.exports} OTLP exports, {sink.bytes} bytes")
     print(f"requests: {count} over {args.connections} keep-alive connections in {elapsed:.2f}s ({denied} denied, {errors} errors)")
     print(f"throughput: {count / elapsed:.0f} req/s")
     print(

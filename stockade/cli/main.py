@@ -53,6 +53,25 @@ def apply_command(**options: object) -> None:
     sys.exit(run_apply(**options))  # type: ignore[arg-type]
 
 
+@cli.command("explain")
+@click.argument("policies", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--resource", "-r", type=click.Path(exists=True, dir_okay=False), help="The object of a CREATE (or of --operation).")
+@click.option("--old", type=click.Path(exists=True, dir_okay=False), help="The object before an UPDATE (alone: a DELETE).")
+@click.option("--new", type=click.Path(exists=True, dir_okay=False), help="The object after an UPDATE.")
+@click.option("--operation", type=click.Choice(["CREATE", "UPDATE", "DELETE", "CONNECT"], case_sensitive=False), help="Default: from the objects given.")
+@click.option("--user", default="", help="Requesting user name.")
+@click.option("--group", "groups", multiple=True, help="Requesting user's group (repeatable).")
+@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--remove-color", is_flag=True, help="Disable colours.")
+@click.option("--registry", is_flag=True, help="Allow registry access (verifyImages rules verify signatures).")
+@click.option("--insecure-registry", "insecure_registries", multiple=True, help="Registry host allowed over plain HTTP/untrusted TLS.")
+def explain_command(policies: tuple[str, ...], **options: object) -> None:
+    """Why would this request be admitted or denied? Every rule: matched or why not, outcome, failing definition."""
+    from stockade.cli.explain_cmd import run_explain
+
+    sys.exit(run_explain(list(policies), **options))  # type: ignore[arg-type]
+
+
 def _register_optional_groups() -> None:
     """Sub-command groups living in their own modules (images, serve, sign/verify...), imported only when used."""
     lazy = {

@@ -50,7 +50,10 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--webhook-names", type=click.Choice(["stockade", "kyverno"]), default="stockade", show_default=True, help="Names and managed-by label of the webhook configurations: stockade = stockade-resource-*-webhook-cfg, label webhook.stockade.io/managed-by; kyverno = Kyverno's (kyverno-resource-*-webhook-cfg, webhook.kyverno.io/managed-by: kyverno, kept registered even when empty), a compatibility setting for tooling and tests written against Kyverno. Do not run it beside Kyverno itself.")
 @click.option("--config-map", "config_map", default="kyverno/kyverno", show_default=True, help="With --from-cluster: Kyverno's dynamic configuration ConfigMap (NAMESPACE/NAME), watched: resourceFilters, excluded users/groups/roles, defaultRegistry, webhooks selectors, matchConditions, webhook labels/annotations, generateSuccessEvents.")
 @click.option("--exception-namespace", "exception_namespaces", multiple=True, help="Honour PolicyExceptions only in these namespaces (repeatable; default: every namespace).")
-@click.option("--tracing-endpoint", default="", help="OTLP/HTTP collector base URL (e.g. http://otel-collector:4318); one span per admission request.")
+@click.option("--tracing-endpoint", default="", help="OTLP collector (http/protobuf: base URL such as http://otel-collector:4318; grpc: host:port or URL); spans per request, policy, rule and registry check.")
+@click.option("--tracing-protocol", default="http/protobuf", type=click.Choice(["http/protobuf", "grpc"]), show_default=True, help="OTLP transport.")
+@click.option("--tracing-header", "tracing_headers", multiple=True, help="KEY=VALUE header sent with every OTLP export (repeatable), e.g. an API key.")
+@click.option("--tracing-sampling-ratio", default=1.0, show_default=True, type=click.FloatRange(0.0, 1.0), help="Share of requests traced when the apiserver sends no sampled traceparent (its decision wins when it does).")
 @click.option("--tls-handshake-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0, min_open=True), help="Seconds a client has to complete its TLS handshake.")
 @click.option("--header-timeout", default=10.0, show_default=True, type=click.FloatRange(min=0, min_open=True), help="Seconds a client has to send a request line and headers (from connecting, or from the first byte after a keep-alive pause).")
 @click.option("--body-timeout", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True), help="Seconds a client has to send a request body after its headers, and to read a response it has stopped reading.")
@@ -60,6 +63,9 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--workers", default=None, type=click.IntRange(1, 64), help="Worker processes evaluating admission reviews (default: the usable cores); a review that runs past its budget gets its failurePolicy answer and its worker is replaced.")
 @click.option("--worker-memory", default=None, type=click.IntRange(64, 1 << 20), help="Data-segment cap per worker in MiB (default: the container memory limit, or 512 MiB, minus the server's share, divided among the workers).")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
+@click.option("--decision-log", default="", help="Append one JSON object per admission decision (user, resource, rule results, trace id; bounded fields) to this file; rotated to FILE.1 at --decision-log-max-mib.")
+@click.option("--decision-log-max-mib", default=100, show_default=True, type=click.IntRange(1, 1 << 20), help="Size at which the decision log file is rotated.")
+@click.option("--log-format", default="text", type=click.Choice(["text", "json"]), show_default=True, help="json: one JSON object per line, with trace_id/span_id when tracing is on.")
 def serve(policies: tuple[str, ...], **options: Any) -> None:
     """Serve POLICIES (files or directories) and/or the cluster's policies (--from-cluster) as an HTTPS admission webhook."""
     if not policies and not options["from_cluster"]:
@@ -73,8 +79,14 @@ def serve(policies: tuple[str, ...], **options: Any) -> None:
     if options["tls_secret"] and not options["register_webhooks"]:
         raise click.UsageError("--tls-secret needs --register-webhooks (it is stored in the cluster)")
     from stockade.webhook.isolation import LOG_FORMAT
+    from stockade.webhook.logs import configure_logging
 
-    logging.basicConfig(level=options["log_level"].upper(), format=LOG_FORMAT)
+    trace_ids = None
+    if options["tracing_endpoint"]:
+        from stockade.webhook.tracing import current_trace_ids
+
+        trace_ids = current_trace_ids
+    configure_logging(options["log_level"], options["log_format"] == "json", LOG_FORMAT, trace_ids)
     sys.exit(run_serve(list(policies), **options))
 
 
@@ -193,9 +205,25 @@ async def _serve(policies: list[str], **options: Any) -> int:
     if api_client is not None:
         _attach_cluster_workers(state, services, api_client, store, options)
     if options["tracing_endpoint"]:
-        from stockade.webhook.tracing import Tracing
+        from stockade.webhook.tracing import Tracing, TracingConfigurationError, TracingSettings, parse_headers
 
-        state.tracing = Tracing(options["tracing_endpoint"])
+        try:
+            tracing_settings = TracingSettings(
+                options["tracing_endpoint"],
+                protocol=options["tracing_protocol"],
+                headers=parse_headers(options["tracing_headers"]),
+                sampling_ratio=options["tracing_sampling_ratio"],
+            )
+            state.tracing = Tracing(tracing_settings)
+        except TracingConfigurationError as exc:
+            raise click.UsageError(str(exc)) from exc
+    if options["decision_log"]:
+        from stockade.webhook.decisionlog import DecisionLog
+
+        try:
+            state.decision_log = DecisionLog(options["decision_log"], options["decision_log_max_mib"] * 1024 * 1024)
+        except OSError as exc:
+            raise click.BadParameter(f"{options['decision_log']}: {exc.strerror or exc}", param_hint="--decision-log") from exc
     config = ServerConfig(
         host=options["host"],
         port=options["port"],

@@ -267,13 +267,13 @@ class RuleAggregate:
         out: list[dict[str, Any]] = []
         for (group, version, scope), resources in by_gvs.items():
             by_operations: dict[tuple[str, ...], set[str]] = {}
-            for name, operations in resources.items():
-                by_operations.setdefault(tuple(sorted(operations)), set()).add(name)
-            for operations, names in by_operations.items():
+            for name, resource_operations in resources.items():
+                by_operations.setdefault(tuple(sorted(resource_operations)), set()).add(name)
+            for operation_list, names in by_operations.items():
                 # a rule on Pods also reviews `kubectl debug` (pods/ephemeralcontainers), as Kyverno registers it
                 if group in ("", "*") and version in ("v1", "*") and names & {"pods", "*"}:
                     names = names | {"pods/ephemeralcontainers"}
-                out.append({"apiGroups": [group], "apiVersions": [version], "operations": list(operations), "resources": sorted(names), "scope": scope})
+                out.append({"apiGroups": [group], "apiVersions": [version], "operations": list(operation_list), "resources": sorted(names), "scope": scope})
         return sorted_rules(out)
 
 
@@ -316,10 +316,10 @@ def _described_operations(rule: Rule, default_operations: tuple[str, ...]) -> di
         if any(resources.get(key) for key in ("name", "names", "namespaces", "annotations", "selector", "namespaceSelector")):
             continue
         kinds = [str(k) for k in resources.get("kinds") or []] or list(out)
-        operations = {str(op).upper() for op in resources.get("operations") or []} or set(ALL_OPERATIONS)
+        removed = {str(op).upper() for op in resources.get("operations") or []} or set(ALL_OPERATIONS)
         for kind in kinds:
             if kind in out:
-                out[kind] -= operations
+                out[kind] -= removed
     return out
 
 
@@ -680,13 +680,13 @@ def kyverno_policy_webhooks(policies: list[KyvernoPolicy], phase: str, resolver:
             owner = aggregate.policy
             name += "-finegrained-" + (f"{owner.namespace}-{owner.name}" if owner.kind == "Policy" else owner.name)
             path += FINE_GRAINED_PATH + "/" + (f"{owner.namespace}/{owner.name}" if owner.kind == "Policy" else owner.name)
-        rules = aggregate.rules()
-        if not rules:
+        webhook_rules = aggregate.rules()
+        if not webhook_rules:
             continue
         webhook: dict[str, Any] = {
             "name": name,
             "clientConfig": settings.target.client_config(path, settings.ca_bundle),
-            "rules": rules,
+            "rules": webhook_rules,
             "failurePolicy": aggregate.failure,
             "matchPolicy": "Equivalent",
             "sideEffects": "NoneOnDryRun",

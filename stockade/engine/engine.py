@@ -6,6 +6,7 @@ checkpoint around every rule so context entries never leak between rules.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -163,17 +164,18 @@ class Engine:
         )
 
     # -- shared rule driver ----------------------------------------------------------------------------------------
-    def _matches(self, pctx: PolicyContext, rule: Rule, resource: dict[str, Any]) -> bool:
-        def matches(candidate: dict[str, Any]) -> bool:
-            return not match_reasons(
-                rule.raw, candidate, pctx.gvk, info=pctx.request_info, namespace_labels=pctx.namespace_labels, operation=pctx.operation, policy_namespace=pctx.policy.namespace
-            )
-
-        if resource and matches(resource):
-            return True
+    @staticmethod
+    def _mismatch_reasons(pctx: PolicyContext, rule: Rule, resource: dict[str, Any]) -> list[str]:
+        """Why the rule does not apply (match/exclude), empty when it does: kept in the response for debug logs
+        and ``stockade explain``."""
         # Kyverno matches the old object only when there is no new one (DELETE): on UPDATE a rule that selected
         # only the old object (e.g. a label that the update removes) does not apply.
-        return bool(not resource and pctx.old_resource and matches(pctx.old_resource))
+        subject = resource or pctx.old_resource
+        if not subject:
+            return ["resource is empty"]
+        return match_reasons(
+            rule.raw, subject, pctx.gvk, info=pctx.request_info, namespace_labels=pctx.namespace_labels, operation=pctx.operation, policy_namespace=pctx.policy.namespace
+        )
 
     def _run_rules(
         self,
@@ -191,19 +193,24 @@ class Engine:
             for rule in rules_for_kind(pctx.policy, pctx.gvk):
                 if not wants(rule):
                     continue
-                if not self._matches(pctx, rule, resource):
+                mismatch = self._mismatch_reasons(pctx, rule, resource)
+                if mismatch:
+                    response.unmatched.append((rule.name, mismatch))
                     continue
                 ctx.checkpoint()
+                rule_started, clock_started = time.time_ns(), time.perf_counter_ns()
                 try:
                     resource, rule_response = self._invoke(pctx, rule, rule_type, resource, handler)
                 finally:
                     ctx.reset()
+                rule_duration = time.perf_counter_ns() - clock_started
                 if rule_type in (RULE_TYPE_MUTATION, RULE_TYPE_IMAGE_VERIFY) and resource is not pctx.new_resource:
                     pctx.set_resource(resource)
                 if rule_response is None:
                     continue
                 for single in rule_response if isinstance(rule_response, list) else [rule_response]:
                     single.failure_action = self._failure_action(pctx, rule)
+                    single.started_ns, single.duration_ns = rule_started, rule_duration
                     response.rules.append(single)
                     if single.status in (PASS, FAIL):
                         applied += 1

@@ -16,6 +16,20 @@ STATUSES = (PASS, FAIL, WARN, ERROR, SKIP)
 
 
 @dataclass
+class ImageCheck:
+    """One image a verifyImages rule checked: answered from the verification cache or by the registry (then with
+    the wall-clock start and duration of the registry round trips), and the digest it resolved to."""
+
+    image: str
+    digest: str
+    source: str  # "cache" or "registry"
+    status: str = PASS
+    started_ns: int = 0
+    duration_ns: int = 0
+    http_calls: list[list[Any]] = field(default_factory=list)  # [method, url, status, started_ns, duration_ns]
+
+
+@dataclass
 class RuleResponse:
     """The outcome of one rule on one resource."""
 
@@ -29,6 +43,10 @@ class RuleResponse:
     properties: dict[str, str] = field(default_factory=dict)
     pod_security_checks: Any = None
     failure_action: str = "Audit"
+    # for traces and ``explain`` (filled by the rule driver / verifyImages; never part of reports):
+    started_ns: int = field(default=0, compare=False)  # wall clock (time.time_ns) when the rule started
+    duration_ns: int = field(default=0, compare=False)
+    image_checks: list[ImageCheck] = field(default_factory=list, compare=False)
 
     @property
     def is_failure(self) -> bool:
@@ -61,6 +79,7 @@ class EngineResponse:
     patched_resource: dict[str, Any]
     rules: list[RuleResponse] = field(default_factory=list)
     namespace_labels: dict[str, str] = field(default_factory=dict)
+    unmatched: list[tuple[str, list[str]]] = field(default_factory=list)  # (rule, why match/exclude did not select it)
 
     @property
     def policy_name(self) -> str:

@@ -34,6 +34,7 @@ from urllib.parse import unquote, urlencode, urljoin, urlsplit
 
 from stockade.images.auth import Credential, CredentialError, CredentialStore
 from stockade.images.reference import ImageReference
+from stockade.images.verifier_api import HttpCall, report_http_call
 
 __all__ = [
     "DOCKER_MANIFEST_LIST",
@@ -905,10 +906,12 @@ class RegistryClient:
                 request_headers["Proxy-Authorization"] = proxy.authorization
         for fresh in (False, True):
             connection, reused = self._checkout(scheme, netloc, force_new=fresh)
+            started, clock_started = time.time_ns(), time.perf_counter_ns()
             try:
                 connection.request(method, request_target, body=body, headers=request_headers)
                 raw = connection.getresponse()
                 data, complete = self._read_body(raw, method, limit)
+                report_http_call(HttpCall(method, f"{scheme}://{netloc}{path.split('?', 1)[0]}", raw.status, started, time.perf_counter_ns() - clock_started))
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
                 connection.close()
                 if reused and not fresh:

@@ -6,8 +6,46 @@ Kept free of I/O and heavy imports so `stockade.engine` can depend on it while t
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
+
+MAX_RECORDED_CALLS = 64  # per recording block: enough for a signature + attestations, bounded whatever a registry does
+
+
+@dataclass(frozen=True)
+class HttpCall:
+    """One HTTP round trip to a registry (for client spans): method, URL without query, status, wall-clock start."""
+
+    method: str
+    url: str
+    status: int
+    started_ns: int
+    duration_ns: int
+
+
+_recording = threading.local()
+
+
+@contextmanager
+def recording_http_calls() -> Iterator[list[HttpCall]]:
+    """Collect the registry round trips this thread makes inside the block (the registry client reports them)."""
+    calls: list[HttpCall] = []
+    previous = getattr(_recording, "calls", None)
+    _recording.calls = calls
+    try:
+        yield calls
+    finally:
+        _recording.calls = previous
+
+
+def report_http_call(call: HttpCall) -> None:
+    """Called by the registry client after each round trip; a no-op outside ``recording_http_calls``."""
+    calls: list[HttpCall] | None = getattr(_recording, "calls", None)
+    if calls is not None and len(calls) < MAX_RECORDED_CALLS:
+        calls.append(call)
 
 
 class VerificationFailure(Exception):

@@ -49,7 +49,7 @@ from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
 from typing import Any, cast
 
 from stockade.engine.engine import Engine
-from stockade.engine.response import EngineResponse, RuleResponse
+from stockade.engine.response import EngineResponse, ImageCheck, RuleResponse
 from stockade.policy.loader import Document
 from stockade.webhook.admission import (
     FAILURE_POLICY_FAIL,
@@ -250,20 +250,34 @@ def deadline_decision(review: AdmissionRequest, policies: list[Any], budget: flo
     return AdmissionDecision(True, warnings=warnings, responses=responses)
 
 
-RuleSummary = list[str]  # name, rule type, status, message, failure action
+RuleSummary = list[Any]  # name, rule type, status, message, failure action, started_ns, duration_ns, exceptions, image checks
 PolicySummary = list[Any]  # key, kind, namespace, name, [RuleSummary, ...]
 
 
-def summarize(responses: list[EngineResponse]) -> list[PolicySummary]:
-    """What the parent needs of the engine responses (metrics, Events, PolicyReports) as plain lists (JSON on the
-    wire: cheaper both ways than pickling tuples)."""
+def summarize(responses: list[EngineResponse], with_unmatched: bool = False) -> list[PolicySummary]:
+    """What the parent needs of the engine responses (metrics, Events, PolicyReports, spans) as plain lists (JSON on
+    the wire: cheaper both ways than pickling tuples); ``with_unmatched`` adds why rules did not match (debug logs)."""
     return [
         [
             str(getattr(r.policy, "key", r.policy_name)),
             str(getattr(r.policy, "kind", "")),
             str(getattr(r.policy, "namespace", "") or ""),
             r.policy_name,
-            [[rule.name, rule.rule_type, rule.status, rule.message, rule.failure_action] for rule in r.rules],
+            [
+                [
+                    rule.name,
+                    rule.rule_type,
+                    rule.status,
+                    rule.message,
+                    rule.failure_action,
+                    rule.started_ns,
+                    rule.duration_ns,
+                    rule.exceptions,
+                    [[c.image, c.digest, c.source, c.status, c.started_ns, c.duration_ns, c.http_calls] for c in rule.image_checks],
+                ]
+                for rule in r.rules
+            ],
+            *([[[name, reasons] for name, reasons in r.unmatched]] if with_unmatched else []),
         ]
         for r in responses
     ]
@@ -283,10 +297,15 @@ class PolicyReference:
 
 def rebuild_responses(summaries: list[PolicySummary], policies: dict[str, Any], subject: dict[str, Any]) -> list[EngineResponse]:
     responses = []
-    for key, kind, namespace, name, rules in summaries:
+    for key, kind, namespace, name, rules, *unmatched in summaries:
         policy = policies.get(key) or PolicyReference(key, kind, namespace, name)
         response = EngineResponse(policy, subject, subject)
-        response.rules = [RuleResponse(n, t, s, m, failure_action=a) for n, t, s, m, a in rules]
+        if unmatched:
+            response.unmatched = [(str(rule), list(reasons)) for rule, reasons in unmatched[0]]
+        response.rules = [
+            RuleResponse(n, t, s, m, exceptions=e, failure_action=a, started_ns=b, duration_ns=d, image_checks=[ImageCheck(*c) for c in checks])
+            for n, t, s, m, a, b, d, e, checks in rules
+        ]
         responses.append(response)
     return responses
 
@@ -294,9 +313,12 @@ def rebuild_responses(summaries: list[PolicySummary], policies: dict[str, Any], 
 # -- worker side --------------------------------------------------------------------------------------------------
 
 
-def logging_worker_main(log_level: int, *arguments: Any) -> None:
-    """``worker_main`` logging like the server (format, level): a forkserver child inherits no logging setup."""
-    logging.basicConfig(level=log_level, format=LOG_FORMAT)
+def logging_worker_main(log_level: int, json_lines: bool, *arguments: Any) -> None:
+    """``worker_main`` logging like the server (text or JSON lines, level): a forkserver child inherits no logging
+    setup."""
+    from stockade.webhook.logs import configure_logging
+
+    configure_logging(logging.getLevelName(log_level), json_lines, LOG_FORMAT)
     worker_main(*arguments)
 
 
@@ -470,7 +492,7 @@ def _evaluate_in_worker(evaluator: AdmissionEvaluator, body: bytes, phase: str, 
     try:
         review = parse_review(decode_review_body(body))
         decision = evaluate_review(evaluator, review, phase, failure, arrived)
-        return _dumps(review_response(review, decision)), decision.allowed, summarize(decision.responses), False, ""
+        return _dumps(review_response(review, decision)), decision.allowed, summarize(decision.responses, log.isEnabledFor(logging.DEBUG)), False, ""
     except MemoryError:
         return None, False, [], True, "evaluation exceeded the worker memory limit"
     except RecursionError:
@@ -597,7 +619,10 @@ class EvaluationPool:
         self.size = size
         self.setup = setup
         self.memory_bytes = memory_bytes
-        self.log_level = logging.getLogger().getEffectiveLevel()  # workers log at the server's level
+        self.log_level = logging.getLogger().getEffectiveLevel()  # workers log at the server's level and format
+        from stockade.webhook.logs import JsonFormatter
+
+        self.log_json = any(isinstance(handler.formatter, JsonFormatter) for handler in logging.getLogger().handlers)
         self.context = _process_context(start_method)
         if start_method == "forkserver":
             # workers fork from a server that has the engine imported already: a replacement is ready in milliseconds
@@ -680,7 +705,7 @@ class EvaluationPool:
 
     async def _spawn(self) -> _Worker:
         parent_end, child_end = self.context.Pipe(duplex=True)
-        process = self.context.Process(target=logging_worker_main, args=(self.log_level, child_end, self.setup, self.memory_bytes), name="stockade-evaluator", daemon=True)
+        process = self.context.Process(target=logging_worker_main, args=(self.log_level, self.log_json, child_end, self.setup, self.memory_bytes), name="stockade-evaluator", daemon=True)
         await asyncio.to_thread(process.start)
         child_end.close()
         sock = socket.socket(fileno=os.dup(parent_end.fileno()))

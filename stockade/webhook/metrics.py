@@ -104,7 +104,7 @@ class RuleResultsCollector:
             CounterMetricFamily("kyverno_policy_results", "Rule results of admission evaluations.", labels=RULE_LABELS),
             HistogramMetricFamily(
                 "kyverno_policy_execution_duration_seconds",
-                "Time spent evaluating policies for one admission review, by rule result.",
+                "Time the engine spent on one rule in an admission review (the whole review's engine time when not measured per rule).",
                 labels=RULE_LABELS,
             ),
         )
@@ -188,10 +188,11 @@ class WebhookMetrics:
         children[1].observe(seconds)
 
     def observe_rules(self, responses: list[EngineResponse], kind: str, operation: str, seconds: float) -> None:
-        """Engine time is measured per review, so every rule of that review is attributed the same duration."""
+        """Each rule is observed with the time the engine measured for it; a rule without one (a timeout answer, a
+        CEL policy) is attributed the whole review's engine time."""
         kind = self._kind(kind)
         operation = operation if operation in OPERATIONS else OTHER
-        bucket = bisect.bisect_left(LATENCY_BUCKETS, seconds)  # the first bound >= seconds, as Histogram.observe
+        review_bucket = bisect.bisect_left(LATENCY_BUCKETS, seconds)  # the first bound >= seconds, as Histogram.observe
         observe = self.rule_results.observe
         for response in responses:
             policy = response.policy
@@ -199,7 +200,11 @@ class WebhookMetrics:
             policy_name = response.policy_name
             for rule in response.rules:
                 labels = (policy_name, policy_type, rule.failure_action.lower(), rule.name, rule.rule_type, rule.status, kind, operation, "admission_request")
-                observe(labels, bucket, seconds)
+                if rule.duration_ns:
+                    rule_seconds = rule.duration_ns / 1e9
+                    observe(labels, bisect.bisect_left(LATENCY_BUCKETS, rule_seconds), rule_seconds)
+                else:
+                    observe(labels, review_bucket, seconds)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -38,6 +38,7 @@ from stockade.webhook.admission import (
     top_level_kind,
 )
 from stockade.webhook.certs import CertificateFileError, CertificateManager
+from stockade.webhook.logs import log_denial, log_unmatched
 from stockade.webhook.configfilter import configuration_skip_reason, needs_io
 from stockade.webhook.isolation import failure_decision, read_review_body
 from stockade.webhook.httplimits import BodyRefused, ConnectionGuard, GuardedSite, HttpLimits, read_body
@@ -75,6 +76,7 @@ class ServerState:
     shutting_down: bool = False
     readiness_checks: list[Callable[[], str]] = field(default_factory=list)
     tracing: Any = None  # stockade.webhook.tracing.Tracing when --tracing-endpoint is set
+    decision_log: Any = None  # stockade.webhook.decisionlog.DecisionLog when --decision-log is set
     reports: Any = None  # stockade.controllers.reports.ReportWriter when reporting to a cluster
     events: Any = None  # stockade.controllers.events.EventRecorder (record_denial) unless --no-events
     generator: Any = None  # anything with submit(AdmissionRequest): called for allowed, non-dry-run validations
@@ -150,7 +152,7 @@ def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> C
         if state.evaluations is None and roles is not None and evaluator.needs_roles and getattr(roles, "needs_fetch", lambda _ns: False)(review.namespace):
             await asyncio.to_thread(roles, review.user_info, review.namespace)  # list bindings off the event loop
         engine_started = time.perf_counter()
-        span = contextlib.nullcontext() if state.tracing is None else state.tracing.span(
+        span = contextlib.nullcontext() if state.tracing is None else state.tracing.request_span(
             f"admission {path}",
             {
                 "admission.uid": review.uid,
@@ -159,6 +161,7 @@ def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> C
                 "resource.namespace": review.namespace,
                 "resource.name": review.name,
             },
+            http_request.headers,
         )
         with span as active:
             answer_bytes: bytes | None = None
@@ -173,9 +176,16 @@ def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> C
             except Exception as exc:  # an engine bug must not take the webhook down; failurePolicy decides
                 log.exception("evaluation failed for %s", review.uid)
                 decision = failure_decision(review, failure, str(exc))
-            if active is not None:
+            if active is not None and active.is_recording():
                 active.set_attribute("admission.allowed", decision.allowed)
                 active.set_attribute("admission.policies", sorted({r.policy_name for r in decision.responses}))
+                state.tracing.record_evaluation(active, decision.responses, answer_bytes, decision.patch)
+            if state.decision_log is not None:
+                context = active.get_span_context() if active is not None else None
+                state.decision_log.record(review, decision, f"{context.trace_id:032x}" if context is not None and context.is_valid else "")
+            if not decision.allowed:
+                log_denial(review, decision)
+            log_unmatched(review, decision)
         engine_seconds = time.perf_counter() - engine_started
         if state.reports is not None and phase == "validate" and decision.allowed and decision.responses and not review.dry_run and review.operation in ("CREATE", "UPDATE"):
             state.reports.submit(review.object, decision.responses)
@@ -370,4 +380,6 @@ class WebhookServer:
         self.runner = self.metrics_runner = None
         if self.state.tracing is not None:
             await asyncio.to_thread(self.state.tracing.shutdown)  # flushes buffered spans
+        if self.state.decision_log is not None:
+            await asyncio.to_thread(self.state.decision_log.close)  # writes queued records
 

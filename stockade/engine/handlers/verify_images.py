@@ -34,7 +34,7 @@ from stockade.engine.context import ContextError
 from stockade.engine.images import extract_images
 from stockade.engine.policycontext import PolicyContext
 from stockade.engine.preconditions import ConditionEvaluationError, evaluate_conditions
-from stockade.engine.response import ERROR, FAIL, PASS, SKIP, RuleResponse, rule_error, rule_fail, rule_pass, rule_skip
+from stockade.engine.response import ERROR, FAIL, PASS, SKIP, ImageCheck, RuleResponse, rule_error, rule_fail, rule_pass, rule_skip
 from stockade.engine.variables import SubstitutionError, substitute_all
 from stockade.engine.wildcard import match as wildcard_match
 from stockade.images.verifier_api import (
@@ -42,6 +42,7 @@ from stockade.images.verifier_api import (
     SignatureOptions,
     VerificationFailure,
     VerificationUnavailable,
+    recording_http_calls,
 )
 from stockade.jmespath import JMESPathError
 from stockade.policy.model import RULE_TYPE_IMAGE_VERIFY, RULE_TYPE_VALIDATION, Rule
@@ -166,10 +167,13 @@ class VerifyImagesOutcome:
 
     @property
     def rule_response(self) -> RuleResponse | None:
-        """One response for the rule: the first error, else the first failure, else a pass, else a skip."""
+        """One response for the rule: the first error, else the first failure, else a pass, else a skip; it carries
+        the image checks of every image the rule looked at."""
+        checks = list({id(check): check for response in self.responses for check in response.image_checks}.values())
         for status in (ERROR, FAIL, PASS, SKIP):
             for response in self.responses:
                 if response.status == status:
+                    response.image_checks = checks
                     return response
         return None
 
@@ -312,6 +316,14 @@ class _RuleVerification:
                 responses.append(response)
 
     def _verify_image(self, entry: Mapping[str, Any], info: Mapping[str, Any], options: SignatureOptions) -> tuple[RuleResponse, str]:
+        """Verify one image; the registry round trips it made are kept on its ImageCheck (client spans)."""
+        with recording_http_calls() as calls:
+            response, digest = self._verify_image_recorded(entry, info, options)
+        if response.image_checks and calls:
+            response.image_checks[-1].http_calls = [[c.method, c.url, c.status, c.started_ns, c.duration_ns] for c in calls]
+        return response, digest
+
+    def _verify_image_recorded(self, entry: Mapping[str, Any], info: Mapping[str, Any], options: SignatureOptions) -> tuple[RuleResponse, str]:
         image = str(info["reference"])
         try:
             digest = str(info.get("digest") or "") or self.verifier.resolve_digest(image)
@@ -323,8 +335,11 @@ class _RuleVerification:
         cache_key = (self.identity, self.rule.name, repository, digest)
         use_cache = self.cache is not None and entry.get("useCache", True) is not False
         if use_cache and self.cache.get(cache_key):  # type: ignore[union-attr]
-            return self._respond(PASS, "verified from cache"), digest
+            cached = self._respond(PASS, "verified from cache")
+            cached.image_checks.append(ImageCheck(image, digest, "cache", PASS, time.time_ns()))
+            return cached, digest
         self.pctx.json_context.set("image", dict(info))
+        started, clock_started = time.time_ns(), time.perf_counter_ns()
         response = self._verify_attestors(entry, image, digest, options)
         if response.status == PASS and entry.get("attestations"):
             response = self._verify_attestations(entry, image, digest, options)
@@ -332,6 +347,7 @@ class _RuleVerification:
             response = self._validate_deny(entry["validate"], response)
         if response.status == PASS and use_cache:
             self.cache.add(cache_key)  # type: ignore[union-attr]
+        response.image_checks.append(ImageCheck(image, digest, "registry", response.status, started, time.perf_counter_ns() - clock_started))
         return response, digest
 
     # attestors ----------------------------------------------------------------------------------------------------

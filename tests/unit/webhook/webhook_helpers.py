@@ -109,14 +109,14 @@ class WebhookClient:
         self.context = ssl.create_default_context(cadata=ca_pem.decode())
         self.connection = http.client.HTTPSConnection("127.0.0.1", port, context=self.context, timeout=10)
 
-    def request(self, method: str, path: str, body: bytes | None = None, content_type: str = "application/json") -> tuple[int, bytes]:
-        headers = {"Content-Type": content_type} if body is not None else {}
-        self.connection.request(method, path, body=body, headers=headers)
+    def request(self, method: str, path: str, body: bytes | None = None, content_type: str = "application/json", headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+        sent = {"Content-Type": content_type} if body is not None else {}
+        self.connection.request(method, path, body=body, headers={**sent, **(headers or {})})
         response = self.connection.getresponse()
         return response.status, response.read()
 
-    def post_review(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
-        status, data = self.request("POST", path, json.dumps(body).encode())
+    def post_review(self, path: str, body: dict[str, Any], headers: dict[str, str] | None = None) -> dict[str, Any]:
+        status, data = self.request("POST", path, json.dumps(body).encode(), headers=headers)
         assert status == 200, data
         return json.loads(data)
 
