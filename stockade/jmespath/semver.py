@@ -13,11 +13,12 @@ from dataclasses import dataclass
 
 
 class SemverError(ValueError):
-    pass
+    """A version or range blang would reject."""
 
 
-_NUMERIC = re.compile(r"^(0|[1-9][0-9]*)$")
-_IDENTIFIER = re.compile(r"^[0-9A-Za-z-]+$")
+# \Z, not $: "$" also matches before a trailing newline, and blang rejects "1.0.0-a" plus a newline.
+_NUMERIC = re.compile(r"^(0|[1-9][0-9]*)\Z")
+_IDENTIFIER = re.compile(r"^[0-9A-Za-z-]+\Z")
 
 
 @dataclass(frozen=True, slots=True)
