@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from stockade.cel.rewrite import rewrite_struct_literals, tokenize
+from stockade.errors import StockadeError
 
 # Kubernetes' limits: StaticEstimatedCostLimit (CRD validation rules) and PerCallLimit (runtime, per expression).
 STATIC_ESTIMATED_COST_LIMIT = 10_000_000
@@ -52,7 +53,7 @@ _CONSTANT = ""
 _READ = "~"
 
 
-class CelCostParseError(ValueError):
+class CelCostParseError(StockadeError, ValueError):
     """The estimator's parser does not understand the expression (the compiler decides whether it is valid)."""
 
 

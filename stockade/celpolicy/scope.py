@@ -7,6 +7,7 @@ from typing import Any, Mapping
 
 from stockade.cel import CelActivation, CelError, CelEvalError
 from stockade.celpolicy.compiler import PolicyCompiler
+from stockade.errors import StockadeError
 
 _VARIABLE_REF = re.compile(r"\bvariables\.([A-Za-z_][A-Za-z0-9_]*)")
 _REFERENCED_VARIABLES: dict[str, tuple[str, ...]] = {}
@@ -23,7 +24,7 @@ def _referenced_variables(expression: str) -> tuple[str, ...]:
     return names
 
 
-class ConditionError(Exception):
+class ConditionError(StockadeError):
     """A match condition could not be evaluated and the failure policy is Fail."""
 
 

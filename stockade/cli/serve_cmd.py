@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from stockade.errors import StockadeError
 
 DEFAULT_NAMESPACE = os.environ.get("STOCKADE_NAMESPACE", "stockade")
 DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
@@ -91,7 +92,7 @@ def run_serve(policies: list[str], **options: Any) -> int:
         return 1
 
 
-class _StartupError(Exception):
+class _StartupError(StockadeError):
     pass
 
 

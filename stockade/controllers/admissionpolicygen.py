@@ -23,6 +23,7 @@ from stockade.controllers.clusterdata import ApiError, ApiResource, ClusterData,
 from stockade.engine.match import parse_kind_selector
 from stockade.engine.wildcard import match as wildcard_match
 from stockade.engine.wildcard import contains_wildcard
+from stockade.errors import StockadeError
 
 log = logging.getLogger("stockade.admissionpolicygen")
 
@@ -37,7 +38,7 @@ GENERATED_PREFIXES = ("cpol-", "vpol-", "mpol-")
 Discovery = Callable[[str, str, str, str], list[ApiResource]]
 
 
-class NotTranslatable(Exception):
+class NotTranslatable(StockadeError):
     """A kind in match/exclude that discovery cannot resolve to exactly one resource."""
 
 

@@ -14,11 +14,12 @@ from collections.abc import Callable
 from typing import Any
 
 from stockade.engine.kyvernoconfig import DEFAULT_CONFIGMAP_NAME, DEFAULT_CONFIGMAP_NAMESPACE, KyvernoConfig, parse_kyverno_config
+from stockade.errors import StockadeError
 
 log = logging.getLogger("stockade.controllers.kyvernoconfig")
 
 
-class InvalidConfigMapReference(ValueError):
+class InvalidConfigMapReference(StockadeError, ValueError):
     """``--config-map`` is not ``NAMESPACE/NAME``."""
 
 

@@ -23,6 +23,7 @@ import yaml
 from stockade import yamlsafe
 from stockade.engine.wildcard import match as wildcard_match
 from stockade.images.keys import KeyFormatError, VerificationFailure, load_public_key, split_pem, verify_signature
+from stockade.errors import StockadeError
 
 DEFAULT_DOMAIN = "cosign.sigstore.dev"
 # Never part of what a signer vouches for: the signature itself and what the apiserver writes.
@@ -38,7 +39,7 @@ ALWAYS_IGNORED = (
 )
 
 
-class ManifestSignatureMissing(Exception):
+class ManifestSignatureMissing(StockadeError):
     """The object carries no message or no signature annotation: a failed check, not an error."""
 
 

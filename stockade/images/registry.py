@@ -29,6 +29,7 @@ from urllib.parse import urlencode, urljoin, urlsplit
 
 from stockade.images.auth import Credential, CredentialError, CredentialStore
 from stockade.images.reference import ImageReference
+from stockade.errors import StockadeError
 
 __all__ = [
     "DOCKER_MANIFEST_LIST",
@@ -68,7 +69,7 @@ _HASHES = {"sha256": hashlib.sha256, "sha384": hashlib.sha384, "sha512": hashlib
 # ---------------------------------------------------------------------------------------------------------------
 # Errors
 # ---------------------------------------------------------------------------------------------------------------
-class RegistryError(Exception):
+class RegistryError(StockadeError):
     """A registry call failed (network, HTTP status, authentication, or content that does not match its digest)."""
 
     def __init__(

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
+from stockade.errors import StockadeError
 
 
-class VerificationFailure(Exception):
+class VerificationFailure(StockadeError):
     """The image is not signed/attested the way the policy demands (wrong key, tampered, missing): rule *fail*."""
 
 
-class VerificationUnavailable(Exception):
+class VerificationUnavailable(StockadeError):
     """Verification could not be carried out (registry down, auth refused, KMS not configured): rule *error*.
 
     Never treated as a pass: an unreachable registry must not let an image in.

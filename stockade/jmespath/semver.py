@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from stockade.errors import StockadeError
 
 
-class SemverError(ValueError):
+class SemverError(StockadeError, ValueError):
     """A version or range blang would reject."""
 
 

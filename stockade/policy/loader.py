@@ -14,11 +14,12 @@ from typing import Any
 import yaml
 
 from stockade import safefile, yamlsafe
+from stockade.errors import StockadeError
 
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-class LoadError(Exception):
+class LoadError(StockadeError):
     """A document could not be read; the message names file, document index and field."""
 
     def __init__(self, source: str, reason: str, index: int | None = None, field: str | None = None) -> None:

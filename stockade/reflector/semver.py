@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from stockade.errors import StockadeError
 
 __all__ = ["SemverError", "Version", "parse_version", "Constraint"]
 
@@ -26,7 +27,7 @@ _LOOSE = re.compile(
 )
 
 
-class SemverError(ValueError):
+class SemverError(StockadeError, ValueError):
     """A version or constraint string that Masterminds/semver would reject."""
 
 

@@ -26,11 +26,12 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from stockade.webhook.certs import generate_ca, issue_serving_cert, write_pair
+from stockade.errors import StockadeError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-class ControlPlaneUnavailable(RuntimeError):
+class ControlPlaneUnavailable(StockadeError, RuntimeError):
     """A binary is missing; tests skip with this message."""
 
 

@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from stockade.testing.apiserver import REPO_ROOT, ControlPlane, ControlPlaneUnavailable, find_binary, free_port
+from stockade.errors import StockadeError
 
 DEFAULT_STATE_DIR = REPO_ROOT / ".cache" / "e2e" / "cluster"
 STOCKADE_USER = "system:serviceaccount:kyverno:kyverno-admission-controller"
@@ -80,7 +81,7 @@ KYVERNO_CONFIG_DATA: dict[str, str] = {
 }
 
 
-class ClusterError(RuntimeError):
+class ClusterError(StockadeError, RuntimeError):
     """A component failed to start or become ready; the message names it and points at its log."""
 
 

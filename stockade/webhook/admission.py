@@ -21,6 +21,7 @@ from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.mutate import diff_json_patch
 from stockade.engine.response import ERROR, FAIL, PASS, SKIP, EngineResponse, RuleResponse
 from stockade.policy.model import KyvernoPolicy
+from stockade.errors import StockadeError
 
 _YamlDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: ~10x faster on denial-heavy traffic
 
@@ -30,7 +31,7 @@ FAILURE_POLICY_IGNORE = "Ignore"
 DEFAULT_POLICY_TIMEOUT_SECONDS = 10.0  # Kyverno's default webhookTimeoutSeconds
 
 
-class InvalidAdmissionReview(ValueError):
+class InvalidAdmissionReview(StockadeError, ValueError):
     """The request body is not an AdmissionReview v1 we can answer; the server turns this into HTTP 400."""
 
 

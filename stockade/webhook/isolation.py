@@ -65,6 +65,7 @@ from stockade.webhook.admission import (
     review_response,
     timed_out_response,
 )
+from stockade.errors import StockadeError
 
 log = logging.getLogger("stockade.webhook")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # the server's and its workers' log lines
@@ -86,7 +87,7 @@ class JsonTooDeep(InvalidAdmissionReview):
     """The review nests deeper than MAX_JSON_DEPTH (the apiserver itself would never send it)."""
 
 
-class WorkerUnavailable(Exception):
+class WorkerUnavailable(StockadeError):
     """No worker answered: it was killed (budget, memory) or the pool is shutting down."""
 
 
@@ -375,7 +376,7 @@ class WorkerAnswer:
     generation: int = 0  # the policy generation the worker evaluated with
 
 
-class StalePolicies(Exception):
+class StalePolicies(StockadeError):
     """A worker was asked to evaluate with a policy generation it has not received (a bug in the ordering)."""
 
 

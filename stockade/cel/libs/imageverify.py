@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from stockade.cel.functions import Library
+from stockade.errors import StockadeError
 
 IMAGE_VERIFY_LIBRARY = "kyverno.imageverify"
 
@@ -25,7 +26,7 @@ IMAGE_VERIFY_FUNCTIONS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-class ImageVerificationUnavailable(ValueError):
+class ImageVerificationUnavailable(StockadeError, ValueError):
     """An image-verification function was called where no registry verifier is wired in."""
 
 
