@@ -28,7 +28,13 @@ class CelCompileError(CelError):
 
 
 class CelEvalError(CelError):
-    """Runtime failures: missing keys, division by zero, failing library calls, cost limits."""
+    """Runtime failures: missing keys, division by zero, failing library calls, cost limits.
+
+    ``missing_key`` names the map key a lookup did not find, so callers (failed-variable reporting) need not read
+    the message.
+    """
+
+    missing_key: str | None = None
 
 
 class CelCostLimitError(CelEvalError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from stockade.cel import CelActivation, CelError, CelEvalError
+from stockade.cel import CelActivation, CelCostLimitError, CelError, CelEvalError
 from stockade.celpolicy.compiler import PolicyCompiler
 from stockade.errors import StockadeError
 
@@ -75,11 +75,11 @@ class Scope:
         except CelEvalError as error:
             # Failed variables are left out of ``variables``: like Kubernetes' lazy variables, a failure only
             # matters when the evaluation actually reaches it (``cond ? variables.a : variables.b``).
-            for name in failed_references:
-                if f'"{name}"' in error.message or f"'{name}'" in error.message:
-                    failed = self.variable_errors[name]
-                    raise CelEvalError(f"variable {name!r} failed: {failed.message}", expression) from error
-            if "cost limit" not in error.message:
+            if error.missing_key is not None and error.missing_key in failed_references:
+                name = error.missing_key
+                failed = self.variable_errors[name]
+                raise CelEvalError(f"variable {name!r} failed: {failed.message}", expression) from error
+            if not isinstance(error, CelCostLimitError):
                 raise
             # A runaway expression is a policy-authoring problem: say which policy and field it is.
             raise CelEvalError(f"policy {self.policy_key}: {field_path}: {error.message}", expression) from error

@@ -29,6 +29,8 @@ class RuleResponse:
     properties: dict[str, str] = field(default_factory=dict)
     pod_security_checks: Any = None
     failure_action: str = "Audit"
+    # Set on the ERROR a rule's preconditions raise: a foreach skips such an element instead of failing the rule.
+    precondition_error: bool = False
 
     @property
     def is_failure(self) -> bool:
