@@ -231,25 +231,25 @@ class E2ECluster:
     def _start_stockade(self, plane: E2EControlPlane) -> None:
         port = free_port()
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        log = open(self.state_dir / "stockade.log", "wb")  # noqa: SIM115 - lives as long as the process
         started = time.monotonic()
-        process = subprocess.Popen(
-            [
-                self.python, "-m", "stockade", "serve",
-                "--from-cluster", "--register-webhooks",
-                f"--kubeconfig={self.state_dir / 'stockade.kubeconfig'}",
-                "--host=127.0.0.1", f"--port={port}", f"--webhook-url=https://127.0.0.1:{port}",
-                f"--namespace={STOCKADE_NAMESPACE}", "--no-leader-election",
-                # policy changes reach the snapshot within one reload interval (default 5 s); chainsaw creates the
-                # next test's namespace right after deleting a policy, and Kyverno drops it within milliseconds
-                "--reload-interval=0.25",
-                # Kyverno's suite asserts Kyverno's Event components (kyverno-admission, ...): the compatibility setting
-                "--event-components=kyverno",
-                f"--cert-dir={self.state_dir / 'stockade-certs'}",
-                *os.environ.get("STOCKADE_E2E_SERVE_ARGS", "").split(),
-            ],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=REPO_ROOT,
-        )
+        with open(self.state_dir / "stockade.log", "wb") as log:  # the child keeps its own descriptor
+            process = subprocess.Popen(
+                [
+                    self.python, "-m", "stockade", "serve",
+                    "--from-cluster", "--register-webhooks",
+                    f"--kubeconfig={self.state_dir / 'stockade.kubeconfig'}",
+                    "--host=127.0.0.1", f"--port={port}", f"--webhook-url=https://127.0.0.1:{port}",
+                    f"--namespace={STOCKADE_NAMESPACE}", "--no-leader-election",
+                    # policy changes reach the snapshot within one reload interval (default 5 s); chainsaw creates the
+                    # next test's namespace right after deleting a policy, and Kyverno drops it within milliseconds
+                    "--reload-interval=0.25",
+                    # Kyverno's suite asserts Kyverno's Event components (kyverno-admission, ...): the compatibility setting
+                    "--event-components=kyverno",
+                    f"--cert-dir={self.state_dir / 'stockade-certs'}",
+                    *os.environ.get("STOCKADE_E2E_SERVE_ARGS", "").split(),
+                ],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=REPO_ROOT,
+            )
         plane.processes.append(process)
         context = ssl.create_default_context()
         context.check_hostname = False
