@@ -15,7 +15,7 @@ import re
 from functools import lru_cache
 from typing import Any, Callable
 
-from stockade.engine.pattern.gofmt import go_parse_float, go_parse_int, go_sprint
+from stockade.gofmt import go_parse_float, go_parse_int, go_sprint
 from stockade.engine.pattern.value import IN_RANGE, match_value, operator_of
 from stockade.engine.wildcard import match as wildcard_match
 from stockade.units.duration import DurationError, parse_duration

@@ -12,6 +12,7 @@ from stockade.engine.policycontext import PolicyContext
 from stockade.engine.preconditions import ConditionEvaluationError, evaluate_conditions
 from stockade.engine.response import ERROR, PASS, SKIP, RuleResponse, rule_error, rule_fail, rule_pass, rule_skip
 from stockade.engine.variables import SubstitutionError, substitute_all
+from stockade.gofmt import go_type_name
 from stockade.jmespath import JMESPathError, UnknownKeyError
 from stockade.policy.model import RULE_TYPE_VALIDATION, Rule
 
@@ -33,22 +34,10 @@ def add_element(pctx: PolicyContext, element: Any, index: int, nesting: int, ele
         if element_scope and not isinstance(element, dict):
             raise ValueError(
                 "cannot use elementScope=true foreach rules for elements that are not maps, "
-                f"expected type=map got type={_go_type(element)}"
+                f"expected type=map got type={go_type_name(element, numbers_are_floats=True)}"
             )
         scoped = element_scope
     pctx.element = element if scoped else None
-
-
-def _go_type(value: Any) -> str:
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "float64"
-    if isinstance(value, list):
-        return "[]interface {}"
-    return "<nil>" if value is None else type(value).__name__
 
 
 class Validator:

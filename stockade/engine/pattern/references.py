@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from stockade.engine.pattern.anchors import clean_path, strip_anchors_from_path
-from stockade.engine.pattern.gofmt import go_sprint
+from stockade.gofmt import go_sprint
 from stockade.engine.pattern.value import EQUAL, operator_of
 from stockade.errors import StockadeError
 
