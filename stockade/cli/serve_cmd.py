@@ -217,6 +217,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
     except CertificateFileError as exc:
         if cluster_source is not None:
             cluster_source.stop()
+        await pool.close(0)  # the workers' socketpairs would otherwise outlive the loop
         raise _StartupError(f"TLS certificate: {exc}") from None
     except OSError as exc:
         await pool.close(0)

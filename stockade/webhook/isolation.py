@@ -476,7 +476,8 @@ def cgroup_memory_limit() -> int | None:
     """The container's memory limit (cgroup v2, then v1), or None when unlimited or unreadable."""
     for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
         try:
-            text = open(path).read().strip()
+            with open(path) as limit_file:
+                text = limit_file.read().strip()
         except OSError:
             continue
         if text.isdigit() and int(text) < 1 << 50:
