@@ -43,6 +43,7 @@ def test_admission_request_exports_a_span(policy_dir: Path, tmp_path: Path) -> N
     finally:
         running.stop()
         collector.shutdown()
+        collector.server_close()
     assert received and received[0][0] == "/v1/traces"
     request = trace_service.ExportTraceServiceRequest()
     request.ParseFromString(received[0][1])
