@@ -16,6 +16,7 @@ from functools import lru_cache
 from typing import Protocol
 
 import re2
+from stockade.errors import StockadeError
 
 __all__ = [
     "GoRegexError",
@@ -46,7 +47,7 @@ _GO_ERROR_CODES = (
 )
 
 
-class GoRegexError(ValueError):
+class GoRegexError(StockadeError, ValueError):
     """The pattern is not valid Go regexp syntax; ``str()`` follows Go's wording."""
 
 

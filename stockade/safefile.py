@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import stat
+from stockade.errors import StockadeError
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
 
 
-class FileReadError(OSError):
+class FileReadError(StockadeError, OSError):
     """A file was refused or could not be read; ``reason`` says why in words a user can act on."""
 
     def __init__(self, path: str, reason: str) -> None:

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import yaml
 from yaml.events import DocumentEndEvent, MappingEndEvent, MappingStartEvent, SequenceEndEvent, SequenceStartEvent
 from yaml.nodes import MappingNode, Node, SequenceNode
+from stockade.errors import StockadeError
 
 try:  # libyaml is ~8x faster than the pure-Python parser
     SAFE_LOADER: type = yaml.CSafeLoader
@@ -34,7 +35,7 @@ levels; Kubernetes objects and CRD schemas nest well under 100, and Python code 
 stays clear of the interpreter's recursion limit."""
 
 
-class YamlAliasError(yaml.YAMLError):
+class YamlAliasError(StockadeError, yaml.YAMLError):
     """A document's aliases expand past the budget or refer to themselves, or it nests too deep; ``index`` is 0-based."""
 
     def __init__(self, reason: str, index: int) -> None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.cel.rewrite import rewrite_struct_literals, tokenize
+from stockade.errors import StockadeError
 
 # Kubernetes' limits: StaticEstimatedCostLimit (CRD validation rules) and PerCallLimit (runtime, per expression).
 STATIC_ESTIMATED_COST_LIMIT = 10_000_000
@@ -53,7 +54,7 @@ _CONSTANT = ""
 _READ = "~"
 
 
-class CelCostParseError(ValueError):
+class CelCostParseError(StockadeError, ValueError):
     """The estimator's parser does not understand the expression (the compiler decides whether it is valid)."""
 
 

@@ -148,6 +148,7 @@ def _compile_error(expression: str, source: str, message: str) -> CelCompileErro
 
 COST_LIMIT_MESSAGE = "operation cancelled: actual cost limit exceeded"
 _ITERATION_BUDGET_MARK = "Iteration budget exceeded"  # cel-cpp's own status text; the backend has no error codes
+_MISSING_KEY = re.compile(r"Key not found in map : \"([^\"]*)\"")  # likewise cel-cpp's text, read once here
 
 
 def _runtime_error(message: str, expression: str) -> CelEvalError:
@@ -155,7 +156,11 @@ def _runtime_error(message: str, expression: str) -> CelEvalError:
     if _ITERATION_BUDGET_MARK in message:
         # cel-cpp stops comprehensions after 10,000 iterations per evaluation (not configurable from Python).
         return CelCostLimitError(f"{COST_LIMIT_MESSAGE} (iteration budget)", expression)
-    return CelEvalError(_clean_runtime_message(message), expression)
+    error = CelEvalError(_clean_runtime_message(message), expression)
+    missing = _MISSING_KEY.search(message)
+    if missing is not None:
+        error.missing_key = missing.group(1)
+    return error
 
 
 def _clean_runtime_message(message: str) -> str:

@@ -1,9 +1,10 @@
 """Errors raised by the CEL layer; every message names the offending expression so policy authors can find it."""
 
 from __future__ import annotations
+from stockade.errors import StockadeError
 
 
-class CelError(Exception):
+class CelError(StockadeError):
     """Base class: carries the expression text and, when the backend reports one, a 1-based line/column."""
 
     def __init__(self, message: str, expression: str = "", line: int | None = None, column: int | None = None) -> None:
@@ -27,7 +28,13 @@ class CelCompileError(CelError):
 
 
 class CelEvalError(CelError):
-    """Runtime failures: missing keys, division by zero, failing library calls, cost limits."""
+    """Runtime failures: missing keys, division by zero, failing library calls, cost limits.
+
+    ``missing_key`` names the map key a lookup did not find, so callers (failed-variable reporting) need not read
+    the message.
+    """
+
+    missing_key: str | None = None
 
 
 class CelCostLimitError(CelEvalError):

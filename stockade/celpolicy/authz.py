@@ -24,6 +24,7 @@ from stockade.celpolicy.compiler import PolicyCompiler
 from stockade.celpolicy.model import CelPolicy
 from stockade.celpolicy.scope import Scope
 from stockade.engine.response import ERROR, FAIL, PASS, SKIP, EngineResponse, RuleResponse
+from stockade.errors import StockadeError
 
 HTTP_MODE = "HTTP"
 ENVOY_MODE = "Envoy"
@@ -34,7 +35,7 @@ _LIBRARIES = {HTTP_MODE: ("kyverno.authz.http", "kyverno.jwt"), ENVOY_MODE: ("ky
 _RESPONSE_TYPES = {HTTP_MODE: HTTP_RESPONSE_TYPE, ENVOY_MODE: CHECK_RESPONSE_TYPE}
 
 
-class AuthzPayloadError(ValueError):
+class AuthzPayloadError(StockadeError, ValueError):
     """An authorization payload does not have the shape of the request its mode expects; names the field."""
 
     def __init__(self, field: str, reason: str) -> None:

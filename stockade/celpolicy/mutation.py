@@ -5,27 +5,15 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import jsonpatch
-
-from stockade.engine.mutate._k8s_schema import ROOTS, TYPES
-
-Schema = tuple[Any, ...] | None
-
-
-def _root_schema(resource: dict[str, Any]) -> Schema:
-    root = ROOTS.get(f"{resource.get('apiVersion')} {resource.get('kind')}")
-    return ("obj", root) if root else None
-
-
-def _field(schema: Schema, key: str) -> Schema:
-    if schema is None:
-        return None
-    if schema[0] == "map":
-        return ("obj", schema[1])
-    if schema[0] != "obj":
-        return None
-    entry = TYPES.get(schema[1], {}).get(key)
-    return tuple(entry) if entry is not None else None
+from stockade.engine.mutate import (
+    KUBERNETES_OPTIONS,
+    PatchError,
+    Schema,
+    apply_json6902,
+    element_schema,
+    field_schema,
+    schema_from_meta,
+)
 
 
 def _merge(dest: Any, patch: Any, schema: Schema) -> Any:
@@ -35,11 +23,11 @@ def _merge(dest: Any, patch: Any, schema: Schema) -> Any:
             if value is None:
                 merged.pop(key, None)
                 continue
-            merged[key] = _merge(dest.get(key), value, _field(schema, key)) if key in dest else copy.deepcopy(value)
+            merged[key] = _merge(dest.get(key), value, field_schema(schema, key)) if key in dest else copy.deepcopy(value)
         return merged
     if isinstance(patch, list) and isinstance(dest, list) and schema is not None and schema[0] == "list":
         keys = schema[2]
-        element = ("obj", schema[1]) if schema[1] else None
+        element = element_schema(schema)
         result = list(dest)
         for item in patch:
             if not keys:
@@ -66,7 +54,7 @@ def apply_configuration(resource: dict[str, Any], configuration: Any) -> dict[st
         return resource
     if not isinstance(configuration, dict):
         raise ValueError(f"apply configuration must be an object, got {type(configuration).__name__}")
-    merged: dict[str, Any] = _merge(resource, configuration, _root_schema(resource))
+    merged: dict[str, Any] = _merge(resource, configuration, schema_from_meta(resource))
     return merged
 
 
@@ -82,7 +70,6 @@ def apply_json_patch(resource: dict[str, Any], operations: Any) -> dict[str, Any
             raise ValueError("every JSON patch operation must be an object")
         cleaned.append({k: v for k, v in operation.items() if not (k in ("value", "from") and v is None and operation.get("op") not in ("add", "replace", "test"))})
     try:
-        patched: dict[str, Any] = jsonpatch.apply_patch(resource, cleaned)
-        return patched
-    except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as error:
+        return apply_json6902(resource, cleaned, KUBERNETES_OPTIONS)
+    except PatchError as error:
         raise ValueError(f"JSON patch failed: {error}") from error

@@ -9,9 +9,10 @@ from typing import Any, Mapping
 from stockade.celpolicy.request import kind_to_resource
 from stockade.engine.match import selector_matches
 from stockade.jmespath import search as jmespath_search
+from stockade.errors import StockadeError
 
 
-class ProviderError(Exception):
+class ProviderError(StockadeError):
     """A provider could not answer (missing object, unmocked URL, ...)."""
 
 

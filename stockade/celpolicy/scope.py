@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from stockade.cel import CelActivation, CelError, CelEvalError
+from stockade.cel import CelActivation, CelCostLimitError, CelError, CelEvalError
 from stockade.celpolicy.compiler import PolicyCompiler
+from stockade.errors import StockadeError
 
 _VARIABLE_REF = re.compile(r"\bvariables\.([A-Za-z_][A-Za-z0-9_]*)")
 _REFERENCED_VARIABLES: dict[str, tuple[str, ...]] = {}
@@ -23,7 +24,7 @@ def _referenced_variables(expression: str) -> tuple[str, ...]:
     return names
 
 
-class ConditionError(Exception):
+class ConditionError(StockadeError):
     """A match condition could not be evaluated and the failure policy is Fail."""
 
 
@@ -74,11 +75,11 @@ class Scope:
         except CelEvalError as error:
             # Failed variables are left out of ``variables``: like Kubernetes' lazy variables, a failure only
             # matters when the evaluation actually reaches it (``cond ? variables.a : variables.b``).
-            for name in failed_references:
-                if f'"{name}"' in error.message or f"'{name}'" in error.message:
-                    failed = self.variable_errors[name]
-                    raise CelEvalError(f"variable {name!r} failed: {failed.message}", expression) from error
-            if "cost limit" not in error.message:
+            if error.missing_key is not None and error.missing_key in failed_references:
+                name = error.missing_key
+                failed = self.variable_errors[name]
+                raise CelEvalError(f"variable {name!r} failed: {failed.message}", expression) from error
+            if not isinstance(error, CelCostLimitError):
                 raise
             # A runaway expression is a policy-authoring problem: say which policy and field it is.
             raise CelEvalError(f"policy {self.policy_key}: {field_path}: {error.message}", expression) from error

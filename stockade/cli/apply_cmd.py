@@ -20,6 +20,7 @@ from stockade.kyvernotest.values import Values, load_user_info, load_values, par
 from stockade.policy.loader import LoadError, load_documents
 from stockade.policy.model import KyvernoPolicy
 from stockade.policy.resources import normalise_resource, split_policies
+from stockade.errors import StockadeError
 
 
 def _policy_report(results: list[tuple[EngineResponse, Any, str]]) -> dict[str, Any]:
@@ -55,7 +56,7 @@ def _policy_report(results: list[tuple[EngineResponse, Any, str]]) -> dict[str, 
     }
 
 
-class OutputPathError(ValueError):
+class OutputPathError(StockadeError, ValueError):
     """An output file name derived from a resource would land outside the ``-o`` directory."""
 
 

@@ -10,6 +10,7 @@ cache or the registry, and the verification record entries written into the obje
 
 from __future__ import annotations
 
+from stockade.errors import StockadeError
 import json
 import sys
 import uuid
@@ -28,7 +29,7 @@ _DECIDING_KEYS = ("preconditions", "validate", "mutate", "verifyImages", "genera
 _CEL_KEYS = ("validations", "matchConditions", "variables", "mutations", "auditAnnotations")
 
 
-class ExplainInputError(Exception):
+class ExplainInputError(StockadeError):
     """A resource or policy file cannot be used; the message names the file and the reason."""
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from stockade.errors import StockadeError
 
 DEFAULT_NAMESPACE = os.environ.get("STOCKADE_NAMESPACE", "stockade")
 DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
@@ -104,7 +105,7 @@ def run_serve(policies: list[str], **options: Any) -> int:
         return 1
 
 
-class _StartupError(Exception):
+class _StartupError(StockadeError):
     pass
 
 
@@ -245,6 +246,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
     except CertificateFileError as exc:
         if cluster_source is not None:
             cluster_source.stop()
+        await pool.close(0)  # the workers' socketpairs would otherwise outlive the loop
         raise _StartupError(f"TLS certificate: {exc}") from None
     except OSError as exc:
         await pool.close(0)

@@ -17,6 +17,7 @@ import click
 
 from stockade.images.auth import CredentialStore
 from stockade.images.registry import RegistryClient
+from stockade.errors import StockadeError
 
 
 def _client(insecure: tuple[str, ...], allow_http_localhost: bool) -> RegistryClient:
@@ -30,7 +31,7 @@ def _client(insecure: tuple[str, ...], allow_http_localhost: bool) -> RegistryCl
 PASSWORD_ENV = "COSIGN_PASSWORD"
 
 
-class PasswordError(click.ClickException):
+class PasswordError(StockadeError, click.ClickException):
     """The password could not be read (prompts disagreed, stdin closed or not text)."""
 
 

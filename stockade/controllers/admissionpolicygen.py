@@ -25,6 +25,7 @@ from stockade.engine.match import parse_kind_selector
 from stockade.engine.wildcard import match as wildcard_match
 from stockade.engine.wildcard import contains_wildcard
 from stockade.policy.model import kyverno_reference_api_version
+from stockade.errors import StockadeError
 
 log = logging.getLogger("stockade.admissionpolicygen")
 
@@ -39,7 +40,7 @@ GENERATED_PREFIXES = ("cpol-", "vpol-", "mpol-")
 Discovery = Callable[[str, str, str, str], list[ApiResource]]
 
 
-class NotTranslatable(Exception):
+class NotTranslatable(StockadeError):
     """A kind in match/exclude that discovery cannot resolve to exactly one resource."""
 
 

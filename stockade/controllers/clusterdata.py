@@ -22,6 +22,7 @@ from typing import Any
 
 from stockade.controllers.webhookconfig import ApiResource
 from stockade.engine.contextloader import ContextLoadError, ContextProviders
+from stockade.errors import StockadeError
 
 log = logging.getLogger("stockade.clusterdata")
 
@@ -31,7 +32,7 @@ DISCOVERY_MISS_RETRY_SECONDS = 15.0
 SERVICE_CALL_TIMEOUT_SECONDS = 10.0
 
 
-class ApiError(Exception):
+class ApiError(StockadeError):
     """A non-2xx answer from the API server; ``status`` 0 means the server could not be reached."""
 
     def __init__(self, method: str, path: str, status: int, message: str) -> None:

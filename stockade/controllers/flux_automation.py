@@ -9,6 +9,7 @@ observedGeneration, lastHandledReconcileAt and a Ready condition with Flux's rea
 
 from __future__ import annotations
 
+from stockade.errors import StockadeError
 import base64
 import binascii
 import copy
@@ -45,7 +46,7 @@ REASON_DEPENDENCY_NOT_READY = "DependencyNotReady"
 UP_TO_DATE = "repository up-to-date"
 
 
-class AutomationSpecError(ValueError):
+class AutomationSpecError(StockadeError, ValueError):
     """A spec or source problem that a retry cannot fix."""
 
 
@@ -272,5 +273,5 @@ class ImageUpdateAutomationController(LeaderPeriodicWorker):
         return obj
 
 
-class _NotFound(LookupError):
+class _NotFound(StockadeError, LookupError):
     """A referenced object is missing; retried, as it may appear."""

@@ -42,6 +42,7 @@ from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.response import ERROR, PASS, EngineResponse
 from stockade.policy.model import KyvernoPolicy, Rule
+from stockade.errors import StockadeError
 
 log = logging.getLogger("stockade.generate")
 
@@ -264,7 +265,7 @@ class _Retry:
     attempt: int = field(compare=False, default=0)
 
 
-class GenerateFailure(Exception):
+class GenerateFailure(StockadeError):
     def __init__(self, policy: str, rule: str, resource: str, message: str) -> None:
         super().__init__(f"policy {policy} rule {rule} on {resource}: {message}")
         self.policy = policy
@@ -952,7 +953,7 @@ class GenerateController:
         return triggers, complete
 
 
-class _TriggerPending(Exception):
+class _TriggerPending(StockadeError):
     pass
 
 

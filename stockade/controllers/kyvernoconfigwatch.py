@@ -15,11 +15,12 @@ from typing import Any
 
 from stockade.controllers.kubetyped import WatchStream, new_watch
 from stockade.engine.kyvernoconfig import DEFAULT_CONFIGMAP_NAME, DEFAULT_CONFIGMAP_NAMESPACE, KyvernoConfig, parse_kyverno_config
+from stockade.errors import StockadeError
 
 log = logging.getLogger("stockade.controllers.kyvernoconfig")
 
 
-class InvalidConfigMapReference(ValueError):
+class InvalidConfigMapReference(StockadeError, ValueError):
     """``--config-map`` is not ``NAMESPACE/NAME``."""
 
 

@@ -27,6 +27,7 @@ from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.response import ERROR, FAIL, PASS, EngineResponse, RuleResponse
 from stockade.policy.model import KyvernoPolicy, Rule
+from stockade.errors import StockadeError
 
 log = logging.getLogger("stockade.mutateexisting")
 
@@ -38,7 +39,7 @@ ACTION_NONE = "None"
 CONFLICT_ATTEMPTS = 4  # evaluations per target before a conflict goes to the shared retry queue
 
 
-class MutateExistingFailure(Exception):
+class MutateExistingFailure(StockadeError):
     """A target that could not be mutated; the event is retried with backoff."""
 
     def __init__(self, policy: str, rule: str, resource: str, message: str) -> None:

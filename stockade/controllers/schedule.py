@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from stockade.errors import StockadeError
 
 _SHORTHANDS = {
     "@yearly": "0 0 1 1 *",
@@ -25,7 +26,7 @@ _FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (("minute", 0, 59, {
 _SEARCH_DAYS = 366 * 8  # covers every valid schedule (Feb 29 on a weekday recurs within 28 years only with OR days)
 
 
-class ScheduleError(ValueError):
+class ScheduleError(StockadeError, ValueError):
     """A schedule that cannot be parsed; the message names the field and the reason."""
 
 

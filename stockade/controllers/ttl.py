@@ -19,6 +19,7 @@ from typing import Any
 from stockade.controllers.clusterdata import ApiError, ClusterData, object_path
 from stockade.controllers.periodic import LeaderPeriodicWorker
 from stockade.controllers.webhookconfig import ApiResource
+from stockade.errors import StockadeError
 
 log = logging.getLogger("stockade.ttl")
 
@@ -41,7 +42,7 @@ _WORD_UNITS = (
 )
 
 
-class TtlError(ValueError):
+class TtlError(StockadeError, ValueError):
     """A ttl label value in none of the accepted formats."""
 
 

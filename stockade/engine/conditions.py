@@ -15,18 +15,19 @@ import re
 from functools import lru_cache
 from typing import Any, Callable
 
-from stockade.engine.pattern.gofmt import go_parse_float, go_parse_int, go_sprint
+from stockade.gofmt import go_parse_float, go_parse_int, go_sprint
 from stockade.engine.pattern.value import IN_RANGE, match_value, operator_of
 from stockade.engine.wildcard import match as wildcard_match
 from stockade.units.duration import DurationError, parse_duration
 from stockade.units.quantity import QuantityError, parse_quantity
+from stockade.errors import StockadeError
 
 __all__ = ["CONDITION_OPERATORS", "ConditionError", "DEPRECATED_OPERATORS", "evaluate_condition"]
 
 _SECOND = 1_000_000_000
 
 
-class ConditionError(Exception):
+class ConditionError(StockadeError):
     """The condition cannot be evaluated at all (e.g. an unknown operator)."""
 
 
@@ -99,7 +100,7 @@ def _sprint(value: Any) -> str:
     return go_sprint(value, numbers_are_floats=True)
 
 
-class _Invalid(Exception):
+class _Invalid(StockadeError):
     """The value has a type the set operators cannot use; the condition is then simply false."""
 
 

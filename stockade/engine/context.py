@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from stockade.jmespath import JMESPathError, compile_expression
+from stockade.errors import StockadeError
 
 
-class ContextError(Exception):
+class ContextError(StockadeError):
     """A query could not be answered (bad expression, unknown key, failed deferred load)."""
 
 

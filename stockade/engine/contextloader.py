@@ -7,6 +7,7 @@ missing is left out, as Kyverno's CLI does, so a policy referencing it fails wit
 
 from __future__ import annotations
 
+from stockade.errors import StockadeError
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,7 @@ class ContextLoadError(ContextError):
     the query's errors do)."""
 
 
-class ContextSourceDisabled(Exception):
+class ContextSourceDisabled(StockadeError):
     """Raised by an API-call provider that cannot answer this call at all (the offline CLI without
     ``clusterResources``): the entry is left out as if its provider were missing, ``default`` included."""
 

@@ -231,7 +231,7 @@ class Engine:
         try:
             ok, message = evaluate_conditions(rule.preconditions, pctx.json_context, is_delete=pctx.is_delete)
         except ConditionEvaluationError as exc:
-            return resource, rule_error(rule.name, rule_type, "failed to evaluate preconditions", exc)
+            return resource, rule_error(rule.name, rule_type, "failed to evaluate preconditions", exc, precondition_error=True)
         if not ok:
             return resource, rule_skip(rule.name, rule_type, "; ".join(m for m in ("preconditions not met", message) if m))
         exceptions = matching_exceptions(pctx, rule.name)

@@ -17,6 +17,7 @@ from typing import Any
 from stockade.engine.match import RequestInfo, ResourceKind, parse_kind_selector
 from stockade.engine.wildcard import match as wildcard_match
 from stockade.units.quantity import QuantityError, parse_quantity
+from stockade.errors import StockadeError
 
 DEFAULT_CONFIGMAP_NAMESPACE = "kyverno"
 DEFAULT_CONFIGMAP_NAME = "kyverno"
@@ -35,7 +36,7 @@ _INTEGER = re.compile(r"^[+-]?[0-9]+$")
 _SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 
 
-class KyvernoConfigError(ValueError):
+class KyvernoConfigError(StockadeError, ValueError):
     """One ConfigMap key Kyverno would reject; the key keeps its default."""
 
     def __init__(self, key: str, reason: str) -> None:

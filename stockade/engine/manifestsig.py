@@ -22,6 +22,7 @@ import yaml
 
 from stockade import yamlsafe
 from stockade.engine.wildcard import match as wildcard_match
+from stockade.errors import StockadeError
 from stockade.images.keys import KeyFormatError, load_public_key, split_pem, verify_signature
 from stockade.images.verifier_api import VerificationFailure
 
@@ -39,7 +40,7 @@ ALWAYS_IGNORED = (
 )
 
 
-class ManifestSignatureMissing(Exception):
+class ManifestSignatureMissing(StockadeError):
     """The object carries no message or no signature annotation: a failed check, not an error."""
 
 

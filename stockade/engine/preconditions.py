@@ -7,9 +7,10 @@ from typing import Any
 from stockade.engine.conditions import ConditionError, evaluate_condition
 from stockade.engine.context import EngineContext
 from stockade.engine.variables import SubstitutionError, substitute_all
+from stockade.errors import StockadeError
 
 
-class ConditionEvaluationError(Exception):
+class ConditionEvaluationError(StockadeError):
     """A condition could not be evaluated (variable missing, unknown operator...)."""
 
 

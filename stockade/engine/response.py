@@ -47,6 +47,8 @@ class RuleResponse:
     started_ns: int = field(default=0, compare=False)  # wall clock (time.time_ns) when the rule started
     duration_ns: int = field(default=0, compare=False)
     image_checks: list[ImageCheck] = field(default_factory=list, compare=False)
+    # Set on the ERROR a rule's preconditions raise: a foreach skips such an element instead of failing the rule.
+    precondition_error: bool = False
 
     @property
     def is_failure(self) -> bool:

@@ -13,6 +13,7 @@ from typing import Any
 from stockade.engine.context import ContextError, EngineContext
 from stockade.engine.jsonutil import go_string
 from stockade.jmespath import JMESPathError
+from stockade.errors import StockadeError
 
 VARIABLE_RE = re.compile(r"(^|[^\\])(\{\{(?:\{[^{}]*\}|[^{}])*\}\})")
 _MAX_ROUNDS = 64
@@ -27,7 +28,7 @@ MAX_SUBSTITUTION_WORK = 64 << 20
 many variables in a large string would be quadratic without this cap."""
 
 
-class SubstitutionError(Exception):
+class SubstitutionError(StockadeError):
     """A variable could not be resolved; ``str()`` reads like Kyverno's message."""
 
 

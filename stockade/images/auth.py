@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
+from stockade.errors import StockadeError
 
 __all__ = ["Credential", "CredentialError", "CredentialHelperError", "CredentialStore"]
 
@@ -35,7 +36,7 @@ HELPER_OUTPUT_LIMIT = 64 * 1024
 _HELPER_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
-class CredentialError(ValueError):
+class CredentialError(StockadeError, ValueError):
     """Malformed credential configuration, or a credential helper that failed."""
 
 

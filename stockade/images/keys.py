@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
 from stockade.images.verifier_api import VerificationFailure, VerificationUnavailable
+from stockade.errors import StockadeError
 
 PublicKey = Union[ec.EllipticCurvePublicKey, rsa.RSAPublicKey, ed25519.Ed25519PublicKey]
 PrivateKey = Union[ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey, ed25519.Ed25519PrivateKey]
@@ -38,7 +39,7 @@ _HASHES: dict[str, Callable[[], hashes.HashAlgorithm]] = {
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 32768, 8, 1
 
 
-class KeyFormatError(ValueError):
+class KeyFormatError(StockadeError, ValueError):
     """A key or key file that cannot be used (bad PEM, wrong password, unsupported algorithm)."""
 
 
@@ -225,7 +226,7 @@ def generate_key_pair(password: str | bytes) -> tuple[bytes, bytes]:
     return encrypt_cosign_private_key(key, password), public_key_pem(key)
 
 
-class KeyFileError(OSError):
+class KeyFileError(StockadeError, OSError):
     """A key file that cannot be created where asked (exists already, symlink, permission)."""
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
+from stockade.errors import StockadeError
 
 __all__ = [
     "DOCKER_HUB_ALIASES",
@@ -45,7 +46,7 @@ _MAX_NAME_LENGTH = 255
 _GGCR_MAX_TAG_LENGTH = 127
 
 
-class InvalidReferenceError(ValueError):
+class InvalidReferenceError(StockadeError, ValueError):
     """An image reference that Kyverno (and therefore we) cannot parse."""
 
     def __init__(self, reference: str, problem: str) -> None:

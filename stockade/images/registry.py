@@ -35,6 +35,7 @@ from urllib.parse import unquote, urlencode, urljoin, urlsplit
 from stockade.images.auth import Credential, CredentialError, CredentialStore
 from stockade.images.reference import ImageReference
 from stockade.images.verifier_api import HttpCall, report_http_call
+from stockade.errors import StockadeError
 
 __all__ = [
     "DOCKER_MANIFEST_LIST",
@@ -110,7 +111,7 @@ class _BodyLimit:
 # ---------------------------------------------------------------------------------------------------------------
 # Errors
 # ---------------------------------------------------------------------------------------------------------------
-class RegistryError(Exception):
+class RegistryError(StockadeError):
     """A registry call failed (network, HTTP status, authentication, or content that does not match its digest)."""
 
     def __init__(

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
+from stockade.errors import StockadeError
 
 MAX_RECORDED_CALLS = 64  # per recording block: enough for a signature + attestations, bounded whatever a registry does
 
@@ -48,11 +49,11 @@ def report_http_call(call: HttpCall) -> None:
         calls.append(call)
 
 
-class VerificationFailure(Exception):
+class VerificationFailure(StockadeError):
     """The image is not signed/attested the way the policy demands (wrong key, tampered, missing): rule *fail*."""
 
 
-class VerificationUnavailable(Exception):
+class VerificationUnavailable(StockadeError):
     """Verification could not be carried out (registry down, auth refused, KMS not configured): rule *error*.
 
     Never treated as a pass: an unreachable registry must not let an image in.

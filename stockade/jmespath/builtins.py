@@ -7,7 +7,8 @@ import re
 from typing import Any
 
 from stockade.jmespath.errors import JMESPathError
-from stockade.jmespath.golang import deep_equal, format_value, go_type_list, is_number, json_marshal, normalize_number
+from stockade.gofmt import go_sprint
+from stockade.jmespath.golang import deep_equal, go_type_list, is_number, json_marshal, normalize_number
 from stockade.jmespath.registry import (
     ANY,
     ARRAY,
@@ -154,7 +155,7 @@ def _merge(arguments: list[Any]) -> Any:
     merged: dict[str, Any] = {}
     for argument in arguments:
         if not isinstance(argument, dict):
-            raise JMESPathError(f"Invalid type for: {format_value(argument)}, expected: {go_type_list((OBJECT,))}")
+            raise JMESPathError(f"Invalid type for: {go_sprint(argument)}, expected: {go_type_list((OBJECT,))}")
         merged.update(argument)
     return merged
 

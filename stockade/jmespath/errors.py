@@ -1,9 +1,10 @@
 """Error types shared by the interpreter and the function library."""
 
 from __future__ import annotations
+from stockade.errors import StockadeError
 
 
-class JMESPathError(Exception):
+class JMESPathError(StockadeError):
     """Any parse, evaluation or function error; ``str()`` is the message a policy author sees."""
 
 

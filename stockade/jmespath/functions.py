@@ -16,7 +16,8 @@ import yaml
 
 from stockade import yamlsafe
 from stockade.jmespath.errors import JMESPathError
-from stockade.jmespath.golang import deep_equal, format_float, format_float_g, is_number
+from stockade.gofmt import go_float_f, go_float_g
+from stockade.jmespath.golang import deep_equal, is_number
 from stockade.goregex import GoRegexError, GoRegexp, OutputTooLargeError, compile_go_regex, replace_all
 from stockade.wildcard import match as match_wildcard
 from stockade.jmespath.registry import (
@@ -143,7 +144,7 @@ def _to_text(value: Any) -> str | None:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        return format_float(value, precision_bits=32)
+        return go_float_f(value, bit_size=32)
     return None
 
 
@@ -381,7 +382,7 @@ def _json_compatible(value: Any) -> Any:
     if isinstance(value, list):
         return [_json_compatible(item) for item in value]
     if isinstance(value, float) and (math.isinf(value) or math.isnan(value)):
-        raise JMESPathError(f"json: unsupported value: {format_float_g(value)}")
+        raise JMESPathError(f"json: unsupported value: {go_float_g(value)}")
     if isinstance(value, (bytes, bytearray)):
         return base64.b64encode(value).decode("ascii")
     return value
@@ -395,7 +396,7 @@ def _json_key(key: Any) -> str:
     if isinstance(key, bool):
         return "true" if key else "false"
     if isinstance(key, float):
-        return format_float_g(key)
+        return go_float_g(key)
     return str(key)
 
 
@@ -426,7 +427,7 @@ def _lookup(arguments: list[Any]) -> Any:
             if math.isinf(key) or math.isnan(key) or key != math.trunc(key):
                 raise JMESPathError(
                     f"JMESPath function 'lookup': argument #2: expected an integer number but got: "
-                    f"{format_float_g(key)}"
+                    f"{go_float_g(key)}"
                 )
             key = int(key)
         if key < 0 or key >= len(collection):

@@ -13,7 +13,8 @@ from fractions import Fraction
 from typing import Any
 
 from stockade.jmespath.errors import JMESPathError
-from stockade.jmespath.golang import format_float_g, is_number, normalize_number
+from stockade.gofmt import go_float_g
+from stockade.jmespath.golang import is_number, normalize_number
 from stockade.jmespath.registry import ANY, ARRAY, NUMBER, generic_error, register, type_mismatch, zero_divisor
 from stockade.units.duration import DurationError, format_duration, parse_duration
 from stockade.units.quantity import Quantity, QuantityError, parse_quantity
@@ -83,7 +84,7 @@ def _duration_from_seconds(seconds: float) -> str:
 
 def _scalar_text_fraction(value: int | float) -> Fraction:
     """The exact value of ``resource.ParseQuantity(fmt.Sprintf("%v", value))``."""
-    return Fraction(value) if isinstance(value, int) else Fraction(format_float_g(value))
+    return Fraction(value) if isinstance(value, int) else Fraction(go_float_g(value))
 
 
 def _decimal_scale(text: str) -> int:
@@ -189,7 +190,7 @@ def _jp_divide(arguments: list[Any]) -> Any:
         if isinstance(right, _Scalar):
             if right.value == 0:
                 raise zero_divisor("divide")
-            divisor_text = str(right.value) if isinstance(right.value, int) else format_float_g(right.value)
+            divisor_text = str(right.value) if isinstance(right.value, int) else go_float_g(right.value)
             scale = max(_decimal_scale(left.text), _decimal_scale(divisor_text))
             quotient = left.quantity.value / _scalar_text_fraction(right.value)
             step = Fraction(1, 10**scale) if scale >= 0 else Fraction(10 ** (-scale))

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import math
-import struct
 from typing import Any
+
+from stockade.gofmt import go_float_e, go_float_f, go_float_g
 
 _HTML_ESCAPES = {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
 
@@ -63,108 +64,18 @@ def normalize_number(value: float | int) -> float | int:
     return value
 
 
-def format_float(value: float, precision_bits: int = 64) -> str:
-    """``strconv.FormatFloat(v, 'f', -1, bits)``: shortest text that round-trips, never in exponent form."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if precision_bits == 32:
-        as_float32 = struct.unpack("f", struct.pack("f", value))[0]
-        for digits in range(1, 10):
-            candidate = float(f"{as_float32:.{digits}g}")
-            if struct.unpack("f", struct.pack("f", candidate))[0] == as_float32:
-                return _plain_decimal(f"{as_float32:.{digits}g}")
-        return _plain_decimal(repr(as_float32))
-    return _plain_decimal(repr(float(value)))
-
-
-def _plain_decimal(text: str) -> str:
-    """Rewrite ``1.5e-07`` as ``0.00000015`` and drop a ``.0`` tail, as Go's 'f' format does."""
-    if "e" not in text and "E" not in text:
-        return text[:-2] if text.endswith(".0") else text
-    mantissa, exponent_text = text.lower().split("e")
-    exponent = int(exponent_text)
-    sign = ""
-    if mantissa.startswith("-"):
-        sign, mantissa = "-", mantissa[1:]
-    whole, _, fraction = mantissa.partition(".")
-    digits = whole + fraction
-    point = len(whole) + exponent
-    if point <= 0:
-        result = "0." + "0" * (-point) + digits
-    elif point >= len(digits):
-        result = digits + "0" * (point - len(digits))
-    else:
-        result = digits[:point] + "." + digits[point:]
-    if "." in result:
-        result = result.rstrip("0").rstrip(".")
-    return sign + result
-
-
-def format_float_g(value: float) -> str:
-    """Go's ``%v``/``%g`` for a float64: shortest repr, exponent form for very large or small magnitudes."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if value == 0:
-        return "-0" if math.copysign(1.0, value) < 0 else "0"
-    text = repr(float(value))
-    mantissa, _, exponent_text = text.partition("e")
-    if mantissa.endswith(".0"):
-        mantissa = mantissa[:-2]
-    digits = mantissa.lstrip("-").replace(".", "").lstrip("0") or "0"
-    exponent = int(exponent_text) if exponent_text else _decimal_exponent(float(value))
-    if exponent < -4 or exponent >= max(len(digits), 21):
-        sign = "-" if value < 0 else ""
-        body = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-        return f"{sign}{body}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
-    return _plain_decimal(text)
-
-
-def _decimal_exponent(value: float) -> int:
-    return int(math.floor(math.log10(abs(value))))
-
-
-def format_value(value: Any) -> str:
-    """Go's ``fmt.Sprintf("%v", v)`` for JSON-decoded values, used inside Go-compatible error messages."""
-    if value is None:
-        return "<nil>"
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return format_float_g(value)
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (list, tuple)):
-        return "[" + " ".join(format_value(item) for item in value) + "]"
-    if isinstance(value, dict):
-        return "map[" + " ".join(f"{key}:{format_value(value[key])}" for key in sorted(value)) + "]"
-    return str(value)
-
-
 def _json_float(value: float) -> str:
     """encoding/json float64 text: plain decimals between 1e-6 and 1e21, exponent form outside."""
     if math.isnan(value) or math.isinf(value):
-        raise ValueError(f"json: unsupported value: {format_float_g(value)}")
-    if value == 0:
-        return "0" if math.copysign(1.0, value) > 0 else "-0"
+        raise ValueError(f"json: unsupported value: {go_float_g(value)}")
     magnitude = abs(value)
-    if magnitude < 1e-6 or magnitude >= 1e21:
-        text = repr(float(value))
-        mantissa, _, exponent_text = text.partition("e")
-        if not exponent_text:
-            return _plain_decimal(text)
-        if mantissa.endswith(".0"):
-            mantissa = mantissa[:-2]
-        exponent = int(exponent_text)
-        return f"{mantissa}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
-    return _plain_decimal(repr(float(value)))
+    if magnitude == 0 or 1e-6 <= magnitude < 1e21:
+        return go_float_f(value)
+    text = go_float_e(value, "e")
+    # encoding/json shortens a two-digit negative exponent: 1e-07 becomes 1e-7 (positive ones stay e+21)
+    if len(text) >= 4 and text[-4:-1] == "e-0":
+        text = text[:-2] + text[-1]
+    return text
 
 
 def json_marshal(value: Any) -> str:

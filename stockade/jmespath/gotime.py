@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from stockade.errors import StockadeError
 
 _NANOS_PER_SECOND = 1_000_000_000
 _SECONDS_FROM_YEAR_ONE_TO_UNIX = 62_135_596_800
@@ -22,7 +23,7 @@ _SHORT_DAYS = tuple(name[:3] for name in _LONG_DAYS)
 RFC3339 = "2006-01-02T15:04:05Z07:00"
 
 
-class GoTimeError(ValueError):
+class GoTimeError(StockadeError, ValueError):
     """A value that does not match its layout; ``str()`` follows Go's ``time.ParseError`` wording."""
 
 

@@ -7,6 +7,7 @@ neither tag nor digest; a digest wins over a tag when printing. Syntax follows d
 from __future__ import annotations
 
 import re
+from stockade.errors import StockadeError
 
 DEFAULT_REGISTRY = "docker.io"
 
@@ -20,7 +21,7 @@ _DOMAIN_PREFIX = re.compile(rf"^({_DOMAIN})/(.+)$")
 _DIGEST_LENGTHS = {"sha256": 64, "sha384": 96, "sha512": 128}
 
 
-class ImageReferenceError(ValueError):
+class ImageReferenceError(StockadeError, ValueError):
     pass
 
 

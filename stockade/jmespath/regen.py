@@ -13,9 +13,10 @@ from typing import Any
 
 from re import _constants as sre_constants  # type: ignore[attr-defined]
 from re import _parser as sre_parse  # type: ignore[attr-defined]
+from stockade.errors import StockadeError
 
 
-class RegenError(ValueError):
+class RegenError(StockadeError, ValueError):
     pass
 
 

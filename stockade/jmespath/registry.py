@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from stockade.jmespath.errors import JMESPathError
-from stockade.jmespath.golang import format_value, go_type_list, is_number
+from stockade.gofmt import go_sprint
+from stockade.jmespath.golang import go_type_list, is_number
 
 Handler = Callable[[list[Any]], Any]
 
@@ -130,7 +131,7 @@ def call_function(name: str, arguments: list[Any]) -> Any:
             for types, value in zip(expected, arguments):
                 if not _matches(types, value):
                     raise JMESPathError(
-                        f"Invalid type for: {format_value(value)}, expected: {go_type_list(types)}"
+                        f"Invalid type for: {go_sprint(value)}, expected: {go_type_list(types)}"
                     )
     elif arguments:
         # Kyverno's zero-argument functions (time_now) ignore extra arguments, as the fork does.

@@ -10,14 +10,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from stockade.errors import StockadeError
 
 
-class SemverError(ValueError):
-    pass
+class SemverError(StockadeError, ValueError):
+    """A version or range blang would reject."""
 
 
-_NUMERIC = re.compile(r"^(0|[1-9][0-9]*)$")
-_IDENTIFIER = re.compile(r"^[0-9A-Za-z-]+$")
+# \Z, not $: "$" also matches before a trailing newline, and blang rejects "1.0.0-a" plus a newline.
+_NUMERIC = re.compile(r"^(0|[1-9][0-9]*)\Z")
+_IDENTIFIER = re.compile(r"^[0-9A-Za-z-]+\Z")
 
 
 @dataclass(frozen=True, slots=True)

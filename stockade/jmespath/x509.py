@@ -16,9 +16,10 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, ExtensionOID, NameOID
+from stockade.errors import StockadeError
 
 
-class X509Error(ValueError):
+class X509Error(StockadeError, ValueError):
     pass
 
 

@@ -480,13 +480,11 @@ class TestRunner:
         if result.patched_resources:
             outcome = self._compare_file(actual, result.patched_resources, "PatchedResources")
             if outcome is not None:
-                ok, reason, message = outcome
-                if not ok and "not found in manifest" in message and not result.fail_on_missing_resources:
+                if outcome.missing and not result.fail_on_missing_resources:
                     return None
-                if not ok:
-                    return row(False, reason, message)
+                return row(False, outcome.reason, outcome.message)
         if result.generated_resources and rule.rule_type == "Generation":
-            failures = []
+            failures: list[_Mismatch] = []
             for expected in result.generated_resources:
                 outcome = self._compare_file(actual, expected, "GeneratedResource")
                 if outcome is None:
@@ -494,25 +492,35 @@ class TestRunner:
                 failures.append(outcome)
             else:
                 if failures:
-                    return row(False, failures[-1][1], failures[-1][2])
+                    return row(False, failures[-1].reason, failures[-1].message)
         actual_result = report_result(response, rule)
         if actual_result != result.result:
             return row(False, f"Want {result.result}, got {actual_result}", rule.message)
         return row(True, "Ok", rule.message)
 
-    def _compare_file(self, actual: dict[str, Any], path: str, what: str) -> tuple[bool, str, str] | None:
-        """None when the file holds an equal resource; otherwise (ok, reason, message)."""
+    def _compare_file(self, actual: dict[str, Any], path: str, what: str) -> _Mismatch | None:
+        """None when the file holds an equal resource; otherwise why not."""
         try:
             expected = find_resource(self.case.resolve(path), actual)
         except LoadError as exc:
-            return False, "Resource error", f"error: failed to load {what} resource ({exc.reason})"
+            return _Mismatch("Resource error", f"error: failed to load {what} resource ({exc.reason})")
         if expected is None:
             name = (actual.get("metadata") or {}).get("name", "")
-            return False, "Resource error", f"error: failed to load {what} resource (resource with name {name} not found in manifest)"
+            message = f"error: failed to load {what} resource (resource with name {name} not found in manifest)"
+            return _Mismatch("Resource error", message, missing=True)
         equal, diff = compare_resources(actual, expected)
         if equal:
             return None
-        return False, "Resource diff", f"{what} didn't match the expected resource in the test result\n{diff}"
+        return _Mismatch("Resource diff", f"{what} didn't match the expected resource in the test result\n{diff}")
+
+
+@dataclass(frozen=True)
+class _Mismatch:
+    """An expected-resource file that does not hold the actual resource; ``missing``: no resource of that name."""
+
+    reason: str
+    message: str
+    missing: bool = False
 
 
 def subresource_kind(resource: dict[str, Any], subresources: list[dict[str, Any]]) -> ResourceKind | None:

@@ -14,11 +14,12 @@ from typing import Any
 import yaml
 
 from stockade import safefile, yamlsafe
+from stockade.errors import StockadeError
 
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-class LoadError(Exception):
+class LoadError(StockadeError):
     """A document could not be read; the message names file, document index and field."""
 
     def __init__(self, source: str, reason: str, index: int | None = None, field: str | None = None) -> None:
@@ -60,7 +61,7 @@ def parse_yaml_documents(text: str, source: str) -> list[Any]:
     try:
         return [doc for doc in yamlsafe.load_all(text) if doc is not None]
     except yamlsafe.YamlAliasError as exc:
-        raise LoadError(source, exc.reason, exc.index) from None
+        raise LoadError(source, exc.reason or str(exc), exc.index) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         position = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -73,7 +74,7 @@ def read_text(path: str, limit: int = safefile.MAX_FILE_BYTES) -> str:
     try:
         data = safefile.read_bytes(path, limit)
     except safefile.FileReadError as exc:
-        raise LoadError(path, exc.reason) from None
+        raise LoadError(path, exc.reason or str(exc)) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -11,6 +11,7 @@ the markers are re-applied on top of it and a fresh commit is pushed, so neither
 
 from __future__ import annotations
 
+from stockade.errors import StockadeError
 import base64
 import datetime
 import os
@@ -41,7 +42,7 @@ GIT_TIMEOUT_SECONDS = 120.0
 MAX_PUSH_ATTEMPTS = 4
 
 
-class GitError(RuntimeError):
+class GitError(StockadeError, RuntimeError):
     """A git command failed; the message carries git's own error output."""
 
 

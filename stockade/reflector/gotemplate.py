@@ -9,6 +9,7 @@ loop iterations are capped, so a template cannot grow without bound.
 
 from __future__ import annotations
 
+from stockade.errors import StockadeError
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ MAX_STEPS = 100_000
 _ACTION = re.compile(r"\{\{(-?)\s*(.*?)\s*(-?)\}\}", re.DOTALL)
 
 
-class TemplateError(ValueError):
+class TemplateError(StockadeError, ValueError):
     """A template this subset cannot parse or evaluate."""
 
 

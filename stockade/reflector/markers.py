@@ -25,6 +25,7 @@ import yaml
 
 from stockade import yamlsafe
 from stockade.safefile import FileReadError, file_type, read_bytes
+from stockade.errors import StockadeError
 
 __all__ = ["Change", "FileUpdate", "MarkerError", "MARKER_TOKEN", "plan_updates", "update_text", "update_path", "write_updates"]
 
@@ -54,7 +55,7 @@ class Change:
     marker: str
 
 
-class MarkerError(ValueError):
+class MarkerError(StockadeError, ValueError):
     """A marker that cannot be applied; the message names the file and line."""
 
 

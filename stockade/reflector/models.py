@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.units.duration import DurationError, parse_duration
+from stockade.errors import StockadeError
 
 __all__ = [
     "API_GROUP",
@@ -62,7 +63,7 @@ EVENT_WARNING = "Warning"
 EVENT_TRACE = "Trace"
 
 
-class SpecError(ValueError):
+class SpecError(StockadeError, ValueError):
     """A spec field that can never work as written; reconcilers stall instead of retrying."""
 
 

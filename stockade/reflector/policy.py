@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from stockade.goregex import GoRegexError, GoRegexp, compile_go_regex, expand_template
 from stockade.reflector.semver import Constraint, SemverError, Version, parse_version
+from stockade.errors import StockadeError
 
 __all__ = [
     "PolicyError",
@@ -33,7 +34,7 @@ EMPTY_LIST_MESSAGE = "version list argument cannot be empty"
 NO_MATCH_MESSAGE = "unable to determine latest version from provided list"
 
 
-class PolicyError(ValueError):
+class PolicyError(StockadeError, ValueError):
     """The tags cannot be ordered by the policy (e.g. a non-numeric tag for `numerical`)."""
 
 

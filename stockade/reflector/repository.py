@@ -9,6 +9,7 @@ decided from the last scan time and the interval alone, as Flux's shouldScan doe
 
 from __future__ import annotations
 
+from stockade.errors import StockadeError
 import base64
 import binascii
 import copy
@@ -215,7 +216,7 @@ def registry_access(
     return RegistryAccess(reference, credentials, bool(spec.get("insecure")), timeout, ca_file, ca_pem)
 
 
-class InvalidExclusionError(ValueError):
+class InvalidExclusionError(StockadeError, ValueError):
     """An `exclusionList` entry that is not a Go regexp; the scan fails (and is retried) as in Flux."""
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from stockade.errors import StockadeError
 
 __all__ = ["SemverError", "Version", "parse_version", "Constraint"]
 
@@ -27,7 +28,7 @@ _LOOSE = re.compile(
 )
 
 
-class SemverError(ValueError):
+class SemverError(StockadeError, ValueError):
     """A version or constraint string that Masterminds/semver would reject."""
 
 

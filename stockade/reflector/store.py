@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import Any
 
 from stockade.reflector.models import ObjectKey
+from stockade.errors import StockadeError
 
 __all__ = ["TagStore", "StoreError"]
 
 _SAFE_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 
 
-class StoreError(OSError):
+class StoreError(StockadeError, OSError):
     """The store directory cannot be written."""
 
 

@@ -26,11 +26,12 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from stockade.webhook.certs import generate_ca, issue_serving_cert, write_pair
+from stockade.errors import StockadeError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-class ControlPlaneUnavailable(RuntimeError):
+class ControlPlaneUnavailable(StockadeError, RuntimeError):
     """A binary is missing; tests skip with this message."""
 
 
@@ -151,8 +152,9 @@ class ControlPlane:
         )
 
     def _spawn(self, name: str, argv: list[str]) -> None:
-        log = open(self.workdir / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
-        self.processes.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        # The child holds its own copy of the descriptor, so ours closes as soon as the process has started.
+        with open(self.workdir / f"{name}.log", "wb") as log:
+            self.processes.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
 
     def _wait_ready(self) -> None:
         context = ssl.create_default_context(cafile=str(self.ca_file))

@@ -36,6 +36,7 @@ from typing import Any
 import yaml
 
 from stockade.testing.apiserver import REPO_ROOT, ControlPlane, ControlPlaneUnavailable, find_binary, free_port, program_name
+from stockade.errors import StockadeError
 
 DEFAULT_STATE_DIR = REPO_ROOT / ".cache" / "e2e" / "cluster"
 STOCKADE_USER = "system:serviceaccount:kyverno:kyverno-admission-controller"
@@ -92,7 +93,7 @@ KYVERNO_CONFIG_DATA: dict[str, str] = {
 }
 
 
-class ClusterError(RuntimeError):
+class ClusterError(StockadeError, RuntimeError):
     """A component failed to start or become ready; the message names it and points at its log."""
 
 
@@ -283,28 +284,28 @@ class E2ECluster:
     def _start_stockade(self, plane: E2EControlPlane) -> None:
         port = self.stockade_port
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        log = open(self.state_dir / "stockade.log", "wb")  # noqa: SIM115 - lives as long as the process
         started = time.monotonic()
-        process = subprocess.Popen(
-            [
-                self.python, "-m", "stockade", "serve",
-                "--from-cluster", "--register-webhooks",
-                f"--kubeconfig={self.state_dir / 'stockade.kubeconfig'}",
-                # registered as Kyverno registers itself: clientConfig.service kyverno-svc/kyverno (via the egress proxy)
-                "--host=127.0.0.1", f"--port={port}", f"--service-name={SERVICE_NAME}",
-                f"--namespace={STOCKADE_NAMESPACE}", "--no-leader-election",
-                # policy changes reach the snapshot within one reload interval (default 5 s); chainsaw creates the
-                # next test's namespace right after deleting a policy, and Kyverno drops it within milliseconds
-                "--reload-interval=0.25",
-                # Kyverno's suite asserts Kyverno's Event components (kyverno-admission, ...): the compatibility setting
-                "--event-components=kyverno",
-                # ... and Kyverno's webhook configuration names and managed-by label
-                "--webhook-names=kyverno",
-                f"--cert-dir={self.state_dir / 'stockade-certs'}",
-                *os.environ.get("STOCKADE_E2E_SERVE_ARGS", "").split(),
-            ],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=REPO_ROOT,
-        )
+        with open(self.state_dir / "stockade.log", "wb") as log:  # the child keeps its own descriptor
+            process = subprocess.Popen(
+                [
+                    self.python, "-m", "stockade", "serve",
+                    "--from-cluster", "--register-webhooks",
+                    f"--kubeconfig={self.state_dir / 'stockade.kubeconfig'}",
+                    # registered as Kyverno registers itself: clientConfig.service kyverno-svc/kyverno (via the egress proxy)
+                    "--host=127.0.0.1", f"--port={port}", f"--service-name={SERVICE_NAME}",
+                    f"--namespace={STOCKADE_NAMESPACE}", "--no-leader-election",
+                    # policy changes reach the snapshot within one reload interval (default 5 s); chainsaw creates the
+                    # next test's namespace right after deleting a policy, and Kyverno drops it within milliseconds
+                    "--reload-interval=0.25",
+                    # Kyverno's suite asserts Kyverno's Event components (kyverno-admission, ...): the compatibility setting
+                    "--event-components=kyverno",
+                    # ... and Kyverno's webhook configuration names and managed-by label
+                    "--webhook-names=kyverno",
+                    f"--cert-dir={self.state_dir / 'stockade-certs'}",
+                    *os.environ.get("STOCKADE_E2E_SERVE_ARGS", "").split(),
+                ],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=REPO_ROOT,
+            )
         plane.processes.append(process)
         context = ssl.create_default_context()
         context.check_hostname = False

@@ -27,13 +27,14 @@ import yaml
 
 from stockade.testing.apiserver import REPO_ROOT, find_binary
 from stockade.testing.e2ecluster import DEFAULT_STATE_DIR, ClusterError, E2ECluster
+from stockade.errors import StockadeError
 
 DEFAULT_SUITE = Path(os.environ.get("STOCKADE_E2E_SHARED", str(REPO_ROOT.parent / "shared" / "e2e"))) / "kyverno-chainsaw"
 DEFAULT_EXCLUSIONS = REPO_ROOT / "tests" / "e2e" / "excluded.yaml"
 DEFAULT_RESULTS = REPO_ROOT / ".cache" / "e2e" / "results"
 
 
-class ExclusionError(ValueError):
+class ExclusionError(StockadeError, ValueError):
     """The exclusion file is malformed; the message names the file and entry."""
 
 

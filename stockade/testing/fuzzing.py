@@ -14,6 +14,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from stockade.errors import StockadeError
 
 PROFILE_ENV = "STOCKADE_FUZZ_PROFILE"
 _SUPPRESSED = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much, HealthCheck.large_base_example]
@@ -248,7 +249,7 @@ def cluster_policies(draw: st.DrawFn) -> dict[str, Any]:
 # -- well-formed answers ----------------------------------------------------------------------------------------
 
 
-class MalformedAnswer(AssertionError):
+class MalformedAnswer(StockadeError, AssertionError):
     """An AdmissionReview answer that the apiserver could not use."""
 
 

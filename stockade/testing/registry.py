@@ -38,6 +38,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.x509.oid import NameOID
 
 from stockade.images.auth import CredentialStore
+from stockade.errors import StockadeError
 
 __all__ = [
     "LocalRegistry",
@@ -53,7 +54,7 @@ _READY_TIMEOUT_SECONDS = 15.0
 _TOKEN_LIFETIME_SECONDS = 300
 
 
-class MissingToolError(RuntimeError):
+class MissingToolError(StockadeError, RuntimeError):
     """A system tool the registry harness needs is not installed."""
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 from fractions import Fraction
+from stockade.errors import StockadeError
 
 
-class DurationError(ValueError):
+class DurationError(StockadeError, ValueError):
     """Raised for text that Go's ``time.ParseDuration`` would reject."""
 
 

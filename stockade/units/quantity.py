@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import total_ordering
 from typing import Literal
+from stockade.errors import StockadeError
 
 Format = Literal["BinarySI", "DecimalSI", "DecimalExponent"]
 
 
-class QuantityError(ValueError):
+class QuantityError(StockadeError, ValueError):
     """Raised for text that is not a Kubernetes quantity."""
 
 

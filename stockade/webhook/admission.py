@@ -24,6 +24,7 @@ from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.mutate import diff_json_patch
 from stockade.engine.response import ERROR, FAIL, PASS, SKIP, EngineResponse, RuleResponse
 from stockade.policy.model import KyvernoPolicy
+from stockade.errors import StockadeError
 
 _YamlDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: ~10x faster on denial-heavy traffic
 
@@ -33,7 +34,7 @@ FAILURE_POLICY_IGNORE = "Ignore"
 DEFAULT_POLICY_TIMEOUT_SECONDS = 10.0  # Kyverno's default webhookTimeoutSeconds
 
 
-class InvalidAdmissionReview(ValueError):
+class InvalidAdmissionReview(StockadeError, ValueError):
     """The request body is not an AdmissionReview v1 we can answer; the server turns this into HTTP 400."""
 
 
@@ -184,20 +185,30 @@ RoleLookup = Callable[[RequestInfo, str], tuple[tuple[str, ...], tuple[str, ...]
 """(user, request namespace) → (Roles as ``namespace:name``, ClusterRoles) bound to that user."""
 
 
-def _compact_json(value: Any) -> str:
-    """Compact JSON text; orjson when installed (every policy is scanned on each reload: it is ten times faster)."""
+def _compact_json(value: Any) -> str | None:
+    """Compact JSON text; orjson when installed (every policy is scanned on each reload: it is ten times faster).
+    None when the value nests deeper than a serializer allows (orjson stops at 255 levels)."""
     try:
         import orjson
 
         return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
     except ImportError:  # pragma: no cover - orjson is part of the server extra
+        pass
+    except TypeError:  # orjson's recursion limit; the standard library goes deeper
+        pass
+    try:
         return json.dumps(value, separators=(",", ":"), default=str)
+    except RecursionError:
+        return None
 
 
 def uses_roles(policy: Any) -> bool:
     """Whether a policy needs the requester's RBAC roles: roles/clusterRoles in match/exclude, or the
-    ``request.roles``/``request.clusterRoles`` variables anywhere."""
+    ``request.roles``/``request.clusterRoles`` variables anywhere (assumed when the policy is too deep to scan: the
+    cost is one lookup, never a wrong answer)."""
     text = _compact_json(getattr(policy, "raw", {}))
+    if text is None:
+        return True
     return '"roles"' in text or '"clusterRoles"' in text or "request.roles" in text or "request.clusterRoles" in text
 
 

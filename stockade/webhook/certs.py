@@ -25,6 +25,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from stockade.errors import StockadeError
 
 log = logging.getLogger("stockade.webhook")
 
@@ -128,7 +129,7 @@ def server_ssl_context() -> ssl.SSLContext:
     return context
 
 
-class CertificateFileError(Exception):
+class CertificateFileError(StockadeError):
     """A certificate directory or file that is unsafe or unusable; names the path and the reason."""
 
     def __init__(self, path: Path, reason: str) -> None:
@@ -493,7 +494,7 @@ TLS_CRT = "tls.crt"
 TLS_KEY = "tls.key"
 
 
-class StoreConflict(Exception):
+class StoreConflict(StockadeError):
     """Someone else wrote the store since we read it; reload and decide again."""
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from aiohttp import hdrs, web
+from stockade.errors import StockadeError
 
 log = logging.getLogger("stockade.webhook.http")
 
@@ -53,7 +54,7 @@ class HttpLimits:
             raise ValueError(f"max_connections must be at least 1, got {self.max_connections}")
 
 
-class BodyRefused(Exception):
+class BodyRefused(StockadeError):
     """A request body we will not read: ``status`` is the HTTP answer (413 too large, 415 compressed)."""
 
     def __init__(self, status: int, reason: str) -> None:
@@ -62,7 +63,7 @@ class BodyRefused(Exception):
         self.reason = reason
 
 
-class ClientDisconnected(Exception):
+class ClientDisconnected(StockadeError):
     """The client's connection closed before its request body was complete: nobody is left to answer."""
 
 

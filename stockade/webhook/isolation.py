@@ -68,6 +68,7 @@ from stockade.webhook.admission import (
     review_response,
     timed_out_response,
 )
+from stockade.errors import StockadeError
 
 log = logging.getLogger("stockade.webhook")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # the server's and its workers' log lines
@@ -89,7 +90,7 @@ class JsonTooDeep(InvalidAdmissionReview):
     """The review nests deeper than MAX_JSON_DEPTH (the apiserver itself would never send it)."""
 
 
-class WorkerUnavailable(Exception):
+class WorkerUnavailable(StockadeError):
     """No worker answered: it was killed (budget, memory) or the pool is shutting down."""
 
 
@@ -413,7 +414,7 @@ class WorkerAnswer:
     generation: int = 0  # the policy generation the worker evaluated with
 
 
-class StalePolicies(Exception):
+class StalePolicies(StockadeError):
     """A worker was asked to evaluate with a policy generation it has not received (a bug in the ordering)."""
 
 
@@ -515,7 +516,8 @@ def cgroup_memory_limit() -> int | None:
     """The container's memory limit (cgroup v2, then v1), or None when unlimited or unreadable."""
     for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
         try:
-            text = open(path).read().strip()
+            with open(path) as limit_file:
+                text = limit_file.read().strip()
         except OSError:
             continue
         if text.isdigit() and int(text) < 1 << 50:

@@ -20,6 +20,7 @@ with the failurePolicy answer), and costs nothing beyond a few integers per rule
 
 from __future__ import annotations
 
+from stockade.errors import StockadeError
 import base64
 import json
 import time
@@ -47,7 +48,7 @@ _UNSET = Status(StatusCode.UNSET)
 _ERROR = Status(StatusCode.ERROR)
 
 
-class TracingConfigurationError(ValueError):
+class TracingConfigurationError(StockadeError, ValueError):
     """A tracing flag has a value that cannot work (unknown protocol, malformed header, ratio outside 0..1)."""
 
 

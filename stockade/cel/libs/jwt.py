@@ -16,6 +16,7 @@ import time
 from typing import Any, Callable
 
 from stockade.cel.functions import TYPE_KEY, Library
+from stockade.errors import StockadeError
 
 TOKEN_TYPE = "jwt.Token"
 _HMAC: dict[str, Any] = {"HS256": hashlib.sha256, "HS384": hashlib.sha384, "HS512": hashlib.sha512}
@@ -23,7 +24,7 @@ _TIME_CLAIMS = ("exp", "nbf", "iat")
 MAX_TOKEN_LENGTH = 64 * 1024
 
 
-class JwtError(ValueError):
+class JwtError(StockadeError, ValueError):
     """The token cannot be decoded or its signature does not verify."""
 
 

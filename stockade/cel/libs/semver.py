@@ -1,5 +1,9 @@
-"""Kubernetes' semver library (``semver('1.2.3').isLessThan(semver('1.3.0'))``), strict SemVer 2.0 parsing with
-an optional normalising mode that accepts ``v1``, ``1.2`` and leading zeros."""
+"""Kubernetes' semver library (``semver('1.2.3').isLessThan(semver('1.3.0'))``).
+
+Kubernetes parses with blang/semver, so this library uses the one blang implementation
+(``stockade.jmespath.semver``) and adds only the optional normalising mode that accepts ``v1``, ``1.2`` and
+leading zeros.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +11,19 @@ import re
 from typing import Any
 
 from stockade.cel.functions import Library, tagged, untag
+from stockade.jmespath.semver import SemverError, Version, parse_version
 
 SEMVER_TYPE = "kubernetes.Semver"
 
-_SEMVER_RE = re.compile(
-    r"^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)"
-    r"(?:-((?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*)(?:\.(?:0|[1-9][0-9]*|[0-9]*[A-Za-z-][0-9A-Za-z-]*))*))?"
-    r"(?:\+([0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*))?$"
-)
+_CORE_AND_SUFFIX = re.compile(r"^([0-9.]*)(.*)\Z", re.DOTALL)
 
 
 def _normalize(text: str) -> str:
+    """Kubernetes' normalising parse: drop a ``v``, pad to three numbers, strip leading zeros."""
     text = text[1:] if text.startswith("v") else text
-    core, suffix = re.match(r"^([0-9.]*)(.*)$", text, re.DOTALL).groups()  # type: ignore[union-attr]
+    match = _CORE_AND_SUFFIX.match(text)
+    assert match is not None  # the pattern matches every string
+    core, suffix = match.groups()
     parts = core.split(".") if core else []
     if not parts or len(parts) > 3 or any(not part.isdigit() for part in parts):
         return text
@@ -29,8 +33,10 @@ def _normalize(text: str) -> str:
 
 def _parse(text: str, normalize: bool = False) -> str:
     candidate = _normalize(text) if normalize else text
-    if not _SEMVER_RE.match(candidate):
-        raise ValueError(f"invalid semver: {text}")
+    try:
+        parse_version(candidate)
+    except SemverError as exc:
+        raise ValueError(f"invalid semver: {text}") from exc
     return candidate
 
 
@@ -48,32 +54,12 @@ def _is_semver(text: str, normalize: bool = False) -> bool:
     return True
 
 
-def _parts(version: Any) -> tuple[int, int, int, list[str]]:
-    match = _SEMVER_RE.match(untag(version, SEMVER_TYPE))
-    assert match is not None
-    prerelease = match.group(4).split(".") if match.group(4) else []
-    return int(match.group(1)), int(match.group(2)), int(match.group(3)), prerelease
-
-
-def _compare_prerelease(left: list[str], right: list[str]) -> int:
-    if not left or not right:
-        return (not left) - (not right)  # a release ranks above any pre-release
-    for a, b in zip(left, right):
-        if a == b:
-            continue
-        if a.isdigit() and b.isdigit():
-            return (int(a) > int(b)) - (int(a) < int(b))
-        if a.isdigit() != b.isdigit():
-            return -1 if a.isdigit() else 1
-        return (a > b) - (a < b)
-    return (len(left) > len(right)) - (len(left) < len(right))
+def _version(value: Any) -> Version:
+    return parse_version(untag(value, SEMVER_TYPE))
 
 
 def compare_semver(left: Any, right: Any) -> int:
-    a, b = _parts(left), _parts(right)
-    if a[:3] != b[:3]:
-        return (a[:3] > b[:3]) - (a[:3] < b[:3])
-    return _compare_prerelease(a[3], b[3])
+    return _version(left).compare(_version(right))
 
 
 def build_semver() -> Library:
@@ -82,7 +68,7 @@ def build_semver() -> Library:
     library.add("semver", ("string", "bool"), "map", _semver)
     library.add("isSemver", ("string",), "bool", _is_semver)
     library.add("isSemver", ("string", "bool"), "bool", _is_semver)
-    library.add("major", ("map",), "int", lambda v: _parts(v)[0], member=True)
-    library.add("minor", ("map",), "int", lambda v: _parts(v)[1], member=True)
-    library.add("patch", ("map",), "int", lambda v: _parts(v)[2], member=True)
+    library.add("major", ("map",), "int", lambda v: _version(v).major, member=True)
+    library.add("minor", ("map",), "int", lambda v: _version(v).minor, member=True)
+    library.add("patch", ("map",), "int", lambda v: _version(v).patch, member=True)
     return library

@@ -20,6 +20,7 @@ from stockade.engine.response import RuleResponse, rule_error, rule_pass
 from stockade.engine.variables import SubstitutionError, substitute_all
 from stockade.jmespath import JMESPathError
 from stockade.policy.model import RULE_TYPE_GENERATION, Rule
+from stockade.errors import StockadeError
 
 GENERATION = RULE_TYPE_GENERATION
 
@@ -29,7 +30,7 @@ ResourceLookup = Callable[[str, str, str, str | None], list[dict[str, Any]]]
 _VOLATILE_METADATA = ("uid", "resourceVersion", "creationTimestamp", "managedFields", "generation", "selfLink", "ownerReferences")
 
 
-class GenerateError(Exception):
+class GenerateError(StockadeError):
     pass
 
 

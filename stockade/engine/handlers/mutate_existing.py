@@ -71,7 +71,7 @@ def _mutate_target(pctx: PolicyContext, rule: Rule, spec: dict[str, Any], target
     try:
         ok, message = evaluate_conditions(spec.get("preconditions"), ctx, is_delete=pctx.is_delete)
     except ConditionEvaluationError as exc:
-        return RuleResponse(rule.name, RULE_TYPE_MUTATION, ERROR, f"failed to evaluate preconditions: {exc}")
+        return RuleResponse(rule.name, RULE_TYPE_MUTATION, ERROR, f"failed to evaluate preconditions: {exc}", precondition_error=True)
     if not ok:
         return RuleResponse(rule.name, RULE_TYPE_MUTATION, SKIP, "; ".join(m for m in ("preconditions not met", message) if m))
     mutate = rule.mutate or {}

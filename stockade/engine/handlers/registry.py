@@ -7,6 +7,7 @@ its handler here when it is imported.
 
 from __future__ import annotations
 
+from stockade.errors import StockadeError
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -48,7 +49,7 @@ HandlerResult = tuple[dict[str, Any], "RuleResponse | list[RuleResponse] | None"
 RuleHandler = Callable[[PolicyContext, Rule, dict[str, Any], HandlerServices], HandlerResult]
 
 
-class UnknownRuleType(LookupError):
+class UnknownRuleType(StockadeError, LookupError):
     """No handler is registered for a rule type (e.g. ``validate.cel`` when ``stockade.celpolicy`` is not loaded)."""
 
     def __init__(self, rule_type: str) -> None:

@@ -12,7 +12,8 @@ from stockade.engine.policycontext import PolicyContext
 from stockade.engine.preconditions import ConditionEvaluationError, evaluate_conditions
 from stockade.engine.response import ERROR, PASS, SKIP, RuleResponse, rule_error, rule_fail, rule_pass, rule_skip
 from stockade.engine.variables import SubstitutionError, substitute_all
-from stockade.jmespath import JMESPathError
+from stockade.gofmt import go_type_name
+from stockade.jmespath import JMESPathError, UnknownKeyError
 from stockade.policy.model import RULE_TYPE_VALIDATION, Rule
 
 VALIDATION = RULE_TYPE_VALIDATION
@@ -33,22 +34,10 @@ def add_element(pctx: PolicyContext, element: Any, index: int, nesting: int, ele
         if element_scope and not isinstance(element, dict):
             raise ValueError(
                 "cannot use elementScope=true foreach rules for elements that are not maps, "
-                f"expected type=map got type={_go_type(element)}"
+                f"expected type=map got type={go_type_name(element, numbers_are_floats=True)}"
             )
         scoped = element_scope
     pctx.element = element if scoped else None
-
-
-def _go_type(value: Any) -> str:
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, (int, float)):
-        return "float64"
-    if isinstance(value, list):
-        return "[]interface {}"
-    return "<nil>" if value is None else type(value).__name__
 
 
 class Validator:
@@ -90,7 +79,7 @@ class Validator:
             try:
                 ok, message = evaluate_conditions(self.conditions, pctx.json_context, is_delete=pctx.is_delete)
             except ConditionEvaluationError as exc:
-                return rule_error(name, VALIDATION, "failed to evaluate preconditions", exc)
+                return rule_error(name, VALIDATION, "failed to evaluate preconditions", exc, precondition_error=True)
             if not ok:
                 return rule_skip(name, VALIDATION, "; ".join(m for m in ("preconditions not met", message) if m))
         if self.block.get("deny") is not None:
@@ -218,7 +207,7 @@ class Validator:
             try:
                 elements = evaluate_list(str(foreach.get("list", "")), self.pctx)
             except (JMESPathError, ContextError) as exc:
-                if "Unknown key" in str(exc):
+                if isinstance(exc, UnknownKeyError):
                     continue
                 list_error = exc
                 continue
@@ -261,7 +250,7 @@ class Validator:
                 if response is None or response.status == SKIP:
                     continue
                 if response.status != PASS:
-                    if response.status == ERROR and "failed to evaluate preconditions" in response.message:
+                    if response.precondition_error:
                         continue
                     return RuleResponse(self.rule.name, VALIDATION, response.status, f"validation failure: {response.message}"), apply_count
                 apply_count += 1

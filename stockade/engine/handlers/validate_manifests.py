@@ -13,9 +13,10 @@ from stockade.engine.policycontext import PolicyContext
 from stockade.engine.response import ERROR, FAIL, PASS, RuleResponse
 from stockade.images.keys import split_pem
 from stockade.policy.model import RULE_TYPE_VALIDATION, Rule
+from stockade.errors import StockadeError
 
 
-class _EntryError(Exception):
+class _EntryError(StockadeError):
     pass
 
 

@@ -13,13 +13,20 @@ from typing import Any
 from ._anchors import ConditionFailed, GlobalConditionFailed, preprocess_overlay
 from ._common import PatchError, deep_copy, json_equal
 from ._diff import diff_operations
-from ._json6902 import apply_operations, parse_operations
-from ._merge import merge_into
+from ._json6902 import KUBERNETES_OPTIONS, KYVERNO_OPTIONS, PatchOptions, apply_operations, parse_operations
+from ._merge import Schema, element_schema, field_schema, merge_into, schema_from_meta
 
 __all__ = [
+    "KUBERNETES_OPTIONS",
+    "KYVERNO_OPTIONS",
     "NO_PATCHES_APPLIED",
     "PatchError",
+    "PatchOptions",
     "PatchOutcome",
+    "Schema",
+    "element_schema",
+    "field_schema",
+    "schema_from_meta",
     "apply_json6902",
     "apply_strategic_merge",
     "diff_json_patch",
@@ -58,10 +65,13 @@ def apply_strategic_merge(resource: dict[str, Any], patch: Any) -> PatchOutcome:
     return PatchOutcome(resource=patched, reason=reason)
 
 
-def apply_json6902(resource: dict[str, Any], operations: str | list[dict[str, Any]]) -> dict[str, Any]:
-    """Apply patchesJson6902 (a YAML/JSON string or a list of operations) to a copy."""
+def apply_json6902(
+    resource: dict[str, Any], operations: str | list[dict[str, Any]], options: PatchOptions = KYVERNO_OPTIONS
+) -> dict[str, Any]:
+    """Apply RFC 6902 operations (a YAML/JSON string or a list) to a copy; ``options`` picks Kyverno's or
+    Kubernetes' flavour of evanphx/json-patch."""
     decoded = parse_operations(operations)
-    return apply_operations(deep_copy(resource), decoded)  # type: ignore[no-any-return]
+    return apply_operations(deep_copy(resource), decoded, options)  # type: ignore[no-any-return]
 
 
 def diff_json_patch(original: Any, patched: Any) -> list[dict[str, Any]]:

@@ -18,16 +18,17 @@ from typing import Any, Callable
 
 from ._common import MISSING, PatchError, deep_copy, is_condition_anchor, parse_anchor
 from ._conditions import condition_failure
+from stockade.errors import StockadeError
 
 
-class ConditionFailed(Exception):
+class ConditionFailed(StockadeError):
     """A conditional anchor did not hold."""
 
     def __str__(self) -> str:
         return f"condition failed: {self.args[0]}"
 
 
-class GlobalConditionFailed(Exception):
+class GlobalConditionFailed(StockadeError):
     """A global anchor did not hold."""
 
     def __str__(self) -> str:
@@ -124,7 +125,7 @@ def _validate_conditions(pattern: dict[str, Any], resource: Any) -> None:
         raise ConditionFailed(str(mismatch)) from None
 
 
-class _Mismatch(Exception):
+class _Mismatch(StockadeError):
     pass
 
 

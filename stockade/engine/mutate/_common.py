@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 from typing import Any, Final
+from stockade.errors import StockadeError
 
 _ANCHOR_RE: Final = re.compile(r"^([+<=X^])?\((.+)\)$")
 
 
-class PatchError(Exception):
+class PatchError(StockadeError):
     """A patch could not be decoded or applied; the text follows Kyverno's wording."""
 
 

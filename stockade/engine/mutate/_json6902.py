@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
@@ -22,6 +23,19 @@ from stockade import yamlsafe
 from ._common import PatchError, deep_copy, json_equal
 
 _INDEX_RE = re.compile(r"^[+-]?\d+$")
+
+
+@dataclass(frozen=True, slots=True)
+class PatchOptions:
+    """The evanphx/json-patch apply options that differ between callers (negative indices are always on)."""
+
+    ensure_path_exists_on_add: bool
+    allow_missing_path_on_remove: bool
+
+
+# Kyverno's patchesJson6902 enables both; Kubernetes' MutatingAdmissionPolicy JSONPatch applies plain RFC 6902.
+KYVERNO_OPTIONS = PatchOptions(ensure_path_exists_on_add=True, allow_missing_path_on_remove=True)
+KUBERNETES_OPTIONS = PatchOptions(ensure_path_exists_on_add=False, allow_missing_path_on_remove=False)
 
 
 def _decode_token(token: str) -> str:
@@ -184,18 +198,20 @@ def _container_add(container: Any, token: str, value: Any) -> None:
     container.insert(index, value)
 
 
-def _container_remove(container: Any, token: str) -> None:
+def _container_remove(container: Any, token: str, allow_missing: bool = True) -> None:
     if isinstance(container, dict):
+        if token not in container and not allow_missing:
+            raise PatchError(f"unable to remove nonexistent key: {token}: missing value")
         container.pop(token, None)
         return
     index = _atoi(token)
     if index is None:
         raise PatchError(f'strconv.Atoi: parsing "{token}": invalid syntax')
-    if index >= len(container):
-        return
-    if index < 0:
-        if index < -len(container):
+    if index >= len(container) or index < -len(container):
+        if allow_missing:
             return
+        raise _invalid_index(index)
+    if index < 0:
         index += len(container)
     del container[index]
 
@@ -228,11 +244,12 @@ def _container_set(container: Any, token: str, value: Any) -> None:
     container[index] = value
 
 
-def _add(root: _Root, path: str, value: Any) -> None:
+def _add(root: _Root, path: str, value: Any, ensure_path: bool) -> None:
     if path == "":
         root.document = value
         return
-    _ensure_path(root, path)
+    if ensure_path:
+        _ensure_path(root, path)
     located = _find_parent(root, path)
     if located is None:
         raise PatchError(f'add operation does not apply: doc is missing path: "{path}": missing value')
@@ -242,12 +259,14 @@ def _add(root: _Root, path: str, value: Any) -> None:
         raise PatchError(f"error in add for path: '{path}': {problem}") from None
 
 
-def _remove(root: _Root, path: str) -> None:
+def _remove(root: _Root, path: str, allow_missing: bool) -> None:
     located = _find_parent(root, path)
     if located is None:
-        return
+        if allow_missing:
+            return
+        raise PatchError(f'remove operation does not apply: doc is missing path: "{path}": missing value')
     try:
-        _container_remove(located[0], located[1])
+        _container_remove(located[0], located[1], allow_missing)
     except PatchError as problem:
         raise PatchError(f"error in remove for path: '{path}': {problem}") from None
 
@@ -326,16 +345,16 @@ def _test(root: _Root, path: str, expected: Any) -> None:
         raise PatchError(f"testing value {path} failed: test failed")
 
 
-def apply_operations(document: Any, operations: list[dict[str, Any]]) -> Any:
+def apply_operations(document: Any, operations: list[dict[str, Any]], options: PatchOptions = KYVERNO_OPTIONS) -> Any:
     """Apply decoded operations to `document`, which is modified in place where possible."""
     root = _Root(document)
     for operation in operations:
         kind = operation.get("op")
         path = operation.get("path", "")
         if kind == "add":
-            _add(root, path, deep_copy(operation["value"]))
+            _add(root, path, deep_copy(operation["value"]), options.ensure_path_exists_on_add)
         elif kind == "remove":
-            _remove(root, path)
+            _remove(root, path, options.allow_missing_path_on_remove)
         elif kind == "replace":
             _replace(root, path, deep_copy(operation["value"]))
         elif kind == "move":

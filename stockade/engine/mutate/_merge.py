@@ -84,7 +84,7 @@ def _key_value(element: Any, key: str) -> str:
 
 # --- schema ---------------------------------------------------------------------------------
 
-def _schema_from_meta(*sources: Any) -> Schema:
+def schema_from_meta(*sources: Any) -> Schema:
     for source in sources:
         if isinstance(source, dict):
             api_version, kind = source.get("apiVersion"), source.get("kind")
@@ -95,7 +95,7 @@ def _schema_from_meta(*sources: Any) -> Schema:
     return None
 
 
-def _field_schema(schema: Schema, key: str) -> Schema:
+def field_schema(schema: Schema, key: str) -> Schema:
     if schema is None:
         return None
     if schema[0] == "map":
@@ -108,7 +108,7 @@ def _field_schema(schema: Schema, key: str) -> Schema:
     return tuple(entry)
 
 
-def _element_schema(schema: Schema) -> Schema:
+def element_schema(schema: Schema) -> Schema:
     if schema is not None and schema[0] == "list" and schema[1] is not None:
         return ("obj", schema[1])
     return None
@@ -153,7 +153,7 @@ def merge_into(dest: Any, src: Any) -> Any:
 
 def _walk(dest: Any, src: Any, schema: Schema) -> Any:
     if schema is None:
-        schema = _schema_from_meta(dest, src)
+        schema = schema_from_meta(dest, src)
     first = next((value for value in (dest, src) if not _null(value)), MISSING)
     if first is MISSING:
         return _walk_map(dest, src, schema)
@@ -208,7 +208,7 @@ def _walk_map(dest: Any, src: Any, schema: Schema) -> Any:
     keys = set(result)
     keys.update(src_map)
     for key in sorted(keys):
-        value = _walk(result.get(key, MISSING), src_map.get(key, MISSING), _field_schema(schema, key))
+        value = _walk(result.get(key, MISSING), src_map.get(key, MISSING), field_schema(schema, key))
         _set_field(result, key, value)
     return result
 
@@ -235,7 +235,7 @@ def _walk_associative(dest: Any, src: Any, schema: Schema) -> Any:
     else:
         keys = [""]
         values = _primitive_values(ordered_sources)
-    return _set_elements(values, keys, result, (result, src), _element_schema(schema))
+    return _set_elements(values, keys, result, (result, src), element_schema(schema))
 
 
 def _element_values(sources: list[list[Any]], keys: list[str]) -> list[list[str]]:

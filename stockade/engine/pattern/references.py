@@ -15,8 +15,9 @@ import re
 from typing import Any
 
 from stockade.engine.pattern.anchors import clean_path, strip_anchors_from_path
-from stockade.engine.pattern.gofmt import go_sprint
+from stockade.gofmt import go_sprint
 from stockade.engine.pattern.value import EQUAL, operator_of
+from stockade.errors import StockadeError
 
 __all__ = ["PatternReferenceError", "resolve_references"]
 
@@ -24,7 +25,7 @@ _REFERENCE_RE = re.compile(r"^\$\(.[^ ]*\)|[^\\]\$\(.[^ ]*\)")
 _ESCAPED_REFERENCE_RE = re.compile(r"\\\$\(.[^ )]*\)")
 
 
-class PatternReferenceError(Exception):
+class PatternReferenceError(StockadeError):
     """A reference that cannot be resolved; the message follows Kyverno's wording."""
 
 

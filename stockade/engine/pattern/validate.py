@@ -23,7 +23,7 @@ from stockade.engine.pattern.anchors import (
     Anchor,
     parse_anchor,
 )
-from stockade.engine.pattern.gofmt import go_sprint, go_type_name
+from stockade.gofmt import go_sprint, go_type_name
 from stockade.engine.pattern.metadata import expand_metadata_wildcards, tagged_entry
 from stockade.engine.pattern.value import match_value
 

@@ -14,7 +14,7 @@ import re
 from functools import lru_cache
 from typing import Any
 
-from stockade.engine.pattern.gofmt import go_float_e, go_parse_float
+from stockade.gofmt import go_float_e, go_parse_float
 from stockade.engine.wildcard import match as wildcard_match
 from stockade.units.duration import DurationError, parse_duration
 from stockade.units.quantity import QuantityError, parse_quantity

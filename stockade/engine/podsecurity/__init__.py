@@ -26,6 +26,7 @@ from ._exclusions import (
     wildcard_match,
 )
 from ._model import CheckFailure, CheckOutcome, FieldError, PodSecurityResult
+from stockade.errors import StockadeError
 
 __all__ = [
     "CHECK_ID_TO_CONTROL",
@@ -52,7 +53,7 @@ _VERSION = re.compile(r"v1\.([0-9]|[1-9][0-9]*)")
 _DETAIL_CONTAINERS = re.compile(r"containers?\s*(.*?)\s*must")
 
 
-class PodSecurityVersionError(ValueError):
+class PodSecurityVersionError(StockadeError, ValueError):
     """The policy names a level or version Kyverno cannot parse."""
 
 

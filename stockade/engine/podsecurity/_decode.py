@@ -9,6 +9,7 @@ encoder writes them) in Go's wording.
 
 from __future__ import annotations
 
+from stockade.errors import StockadeError
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -100,7 +101,7 @@ _ROOTS: dict[str, Struct] = {
 _DECODED_AS = {"DaemonSet": "Deployment", "Job": "Deployment", "StatefulSet": "Deployment", "ReplicaSet": "Deployment", "ReplicationController": "Deployment"}
 
 
-class PodDecodeError(ValueError):
+class PodDecodeError(StockadeError, ValueError):
     """A field holds a JSON value Go cannot decode into the field's type; the message is Go's."""
 
 

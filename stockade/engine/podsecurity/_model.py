@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+from stockade.gofmt import go_sprint
 
 FORBIDDEN = "Forbidden"
 REQUIRED = "Required"
@@ -81,13 +82,7 @@ class PodSecurityResult:
 
 def _format_value(value: Any) -> str:
     """Render a bad value the way Go's `%+v` does for the types the checks record."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, tuple):
-        return "[" + " ".join(value) + "]"
-    if value is None:
-        return "<nil>"
-    return str(value)
+    return go_sprint(value)
 
 
 def _template_path(path: str, kind: str) -> str:

@@ -45,3 +45,18 @@ def test_documented_examples(ev: Any, expression: str, expected: Any) -> None:
 def test_invalid_versions_are_errors(ev: Any, text: str) -> None:
     with pytest.raises(CelEvalError, match="invalid semver"):
         ev(f"semver('{text}')")
+
+
+@pytest.mark.parametrize("text", ["1.0.0\\n", "1.0.0-a\\n", "1.0.0+b\\n", "\\n1.0.0"])
+def test_a_newline_is_not_part_of_a_version(ev: Any, text: str) -> None:
+    """blang rejects any character outside the grammar, a trailing newline too (the old regex let "$" match it)."""
+    assert ev(f"isSemver('{text}')") is False
+    assert ev(f"isSemver('{text}', true)") is False
+
+
+def test_cel_and_jmespath_share_one_blang_parser() -> None:
+    """One blang implementation: the CEL library accepts exactly what semver_compare's parser accepts."""
+    from stockade.cel.libs import semver as cel_semver
+    from stockade.jmespath import semver as blang
+
+    assert cel_semver.parse_version is blang.parse_version

@@ -137,6 +137,7 @@ def receiver() -> Iterator[Receiver]:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield Receiver(server, received)
     server.shutdown()
+    server.server_close()
 
 
 def attributes(span: Any) -> dict[str, Any]:
@@ -324,6 +325,7 @@ def test_registry_round_trips_become_http_client_spans(tmp_path: Path) -> None:
             tracing.record_evaluation(span, decision.responses, None, decision.patch)
     finally:
         registry.shutdown()
+        registry.server_close()
         client.close()
     spans = exporter.get_finished_spans()
     (check,) = [s for s in spans if s.name == f"registry verify {host}"]

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from stockade.engine.mutate import PatchError, apply_json6902, diff_json_patch
+from stockade.engine.mutate import KUBERNETES_OPTIONS, PatchError, apply_json6902, diff_json_patch
 
 
 def service() -> dict[str, Any]:
@@ -108,3 +108,23 @@ def test_diff_round_trips(patched_spec: dict[str, Any]) -> None:
 
 def test_diff_of_equal_documents_is_empty() -> None:
     assert diff_json_patch(service(), service()) == []
+
+
+class TestKubernetesOptions:
+    """MutatingAdmissionPolicy JSONPatch: plain RFC 6902, no parent creation, removing a missing path is an error."""
+
+    def test_add_does_not_create_missing_parents(self) -> None:
+        with pytest.raises(PatchError, match="doc is missing path"):
+            apply_json6902({"a": {}}, [{"op": "add", "path": "/b/c", "value": 1}], KUBERNETES_OPTIONS)
+        assert apply_json6902({"a": {}}, [{"op": "add", "path": "/b/c", "value": 1}]) == {"a": {}, "b": {"c": 1}}
+
+    @pytest.mark.parametrize("path", ["/missing", "/a/missing", "/list/5", "/list/-3"])
+    def test_removing_a_missing_path_is_an_error(self, path: str) -> None:
+        document = {"a": {}, "list": [1, 2]}
+        with pytest.raises(PatchError):
+            apply_json6902(document, [{"op": "remove", "path": path}], KUBERNETES_OPTIONS)
+        assert apply_json6902(document, [{"op": "remove", "path": path}]) == document
+
+    def test_negative_index_counts_from_the_end(self) -> None:
+        patched = apply_json6902({"list": [1, 2, 3]}, [{"op": "remove", "path": "/list/-1"}], KUBERNETES_OPTIONS)
+        assert patched == {"list": [1, 2]}

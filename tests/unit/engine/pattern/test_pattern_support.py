@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 
 from stockade.engine.pattern import PatternReferenceError, expand_metadata_wildcards, resolve_references
-from stockade.engine.pattern.gofmt import go_float_e, go_float_g, go_sprint, go_type_name
+from stockade.gofmt import go_float_e, go_float_g, go_sprint, go_type_name
 
 RESOURCE = {"metadata": {"labels": {"app.kubernetes.io/name": "web", "team": "a"}, "annotations": {"x/y": "1"}}}
 

@@ -1,18 +1,21 @@
-"""Go's ``fmt`` and ``strconv`` renderings of JSON-like values.
+"""Go's ``fmt`` and ``strconv`` renderings of JSON-like values: the one place stockade turns values into Go's text.
 
 Kyverno builds its messages with ``%v``/``%T`` and compares values through ``fmt.Sprint``; users see those
-strings in reports and test expectations, so we reproduce them rather than Python's ``str``.
+strings in reports and test expectations, so we reproduce them rather than Python's ``str``. Bottom layer:
+the engine, JMESPath and CEL code all import it.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import struct
 from decimal import Decimal
 from typing import Any
 
 __all__ = [
     "go_float_e",
+    "go_float_f",
     "go_float_g",
     "go_parse_float",
     "go_parse_int",
@@ -64,17 +67,40 @@ def go_float_g(value: float) -> str:
     return sign + digits[:point] + "." + digits[point:]
 
 
-def go_float_e(value: float) -> str:
-    """``strconv.FormatFloat(v, 'E', -1, 64)``: shortest digits, always in exponent form."""
+def go_float_e(value: float, letter: str = "E") -> str:
+    """``strconv.FormatFloat(v, 'E', -1, 64)`` (or ``'e'``): shortest digits, always in exponent form."""
     special = _special(value)
     if special is not None:
         return special
     if value == 0:
-        return ("-" if math.copysign(1.0, value) < 0 else "") + "0E+00"
+        return ("-" if math.copysign(1.0, value) < 0 else "") + f"0{letter}+00"
     sign = "-" if value < 0 else ""
     digits, point = _shortest_digits(abs(value))
     mantissa = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
-    return sign + mantissa + _exponent_suffix(point - 1, "E")
+    return sign + mantissa + _exponent_suffix(point - 1, letter)
+
+
+def _float32(value: float) -> float:
+    return float(struct.unpack("f", struct.pack("f", value))[0])
+
+
+def _shortest_float32_text(value: float) -> str:
+    """Fewest significant digits that read back as the same float32 (Go's shortest for bitSize 32)."""
+    as_float32 = _float32(value)
+    for digits in range(1, 10):
+        candidate = f"{as_float32:.{digits}g}"
+        if _float32(float(candidate)) == as_float32:
+            return candidate
+    return repr(as_float32)
+
+
+def go_float_f(value: float, bit_size: int = 64) -> str:
+    """``strconv.FormatFloat(v, 'f', -1, bitSize)``: shortest digits that round-trip, never in exponent form."""
+    special = _special(value)
+    if special is not None:
+        return special
+    text = _shortest_float32_text(value) if bit_size == 32 else repr(float(value))
+    return format(Decimal(text).normalize(), "f")
 
 
 def go_sprint(value: Any, numbers_are_floats: bool = False) -> str:
