@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from stockade import gopath
+
 import base64
 import binascii
 import hashlib
@@ -272,24 +274,7 @@ def _base64_encode(arguments: list[Any]) -> Any:
 
 def clean_path(path: str) -> str:
     """Go's ``filepath.Clean`` on a POSIX system (``filepath.Join`` of one element, empty stays empty)."""
-    if path == "":
-        return ""
-    rooted = path.startswith("/")
-    parts: list[str] = []
-    for part in path.split("/"):
-        if part in ("", "."):
-            continue
-        if part == "..":
-            if parts and parts[-1] != "..":
-                parts.pop()
-            elif not rooted:
-                parts.append("..")
-            continue
-        parts.append(part)
-    cleaned = "/".join(parts)
-    if rooted:
-        return "/" + cleaned
-    return cleaned or "."
+    return "" if path == "" else gopath.clean(path)
 
 
 @register("path_canonicalize", (STRING,), returns=(STRING,),

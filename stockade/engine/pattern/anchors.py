@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from stockade import gopath
+
 import re
 from typing import NamedTuple
 
@@ -68,22 +70,5 @@ def strip_anchors_from_path(path: str) -> str:
 
 
 def clean_path(path: str) -> str:
-    """Go's ``path.Clean``: collapse slashes, drop ``.``, resolve ``..`` lexically."""
-    if path == "":
-        return "."
-    rooted = path.startswith("/")
-    output: list[str] = []
-    for part in path.split("/"):
-        if part == "" or part == ".":
-            continue
-        if part == "..":
-            if output and output[-1] != "..":
-                output.pop()
-            elif not rooted:
-                output.append("..")
-            continue
-        output.append(part)
-    cleaned = "/".join(output)
-    if rooted:
-        return "/" + cleaned
-    return cleaned or "."
+    """Go's ``path.Clean``."""
+    return gopath.clean(path)
