@@ -35,11 +35,12 @@ def test_controller_command_leads_writes_status_and_events_and_stops_on_sigterm(
     paused = policy("paused", "app")
     paused["spec"]["suspend"] = True
     create(plane, "imagepolicies", ns, paused)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "stockade", "images", "controller", "--kubeconfig", str(plane.kubeconfig),
-         "--namespace", ns, "--resync", "0.5", "--store", str(tmp_path / "tags")],
-        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "controller.log", "wb"),
-    )
+    with open(tmp_path / "controller.log", "wb") as log:  # the child keeps its own descriptor
+        process = subprocess.Popen(
+            [sys.executable, "-m", "stockade", "images", "controller", "--kubeconfig", str(plane.kubeconfig),
+             "--namespace", ns, "--resync", "0.5", "--store", str(tmp_path / "tags")],
+            stdout=subprocess.DEVNULL, stderr=log,
+        )
     try:
         def latest() -> Any:
             return (get(plane, "imagepolicies", ns, "app").get("status") or {}).get("latestRef")
@@ -74,11 +75,12 @@ def test_a_standby_takes_over_when_the_leader_dies(flux_crds: ControlPlane, regi
     create(plane, "imagerepositories", ns, repository("app", pusher.image))
     processes: dict[str, subprocess.Popen[bytes]] = {}
     for name in ("ctrl-a", "ctrl-b"):
-        processes[name] = subprocess.Popen(
-            [sys.executable, "-m", "stockade", "images", "controller", "--kubeconfig", str(plane.kubeconfig),
-             "--namespace", ns, "--resync", "0.5", "--no-automation"],
-            stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"{name}.log", "wb"), env={**os.environ, "POD_NAME": name},
-        )
+        with open(tmp_path / f"{name}.log", "wb") as log:  # the child keeps its own descriptor
+            processes[name] = subprocess.Popen(
+                [sys.executable, "-m", "stockade", "images", "controller", "--kubeconfig", str(plane.kubeconfig),
+                 "--namespace", ns, "--resync", "0.5", "--no-automation"],
+                stdout=subprocess.DEVNULL, stderr=log, env={**os.environ, "POD_NAME": name},
+            )
     try:
         def holder() -> str:
             status, lease, _ = plane.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/stockade-image-automation")

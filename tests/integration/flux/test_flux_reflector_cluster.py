@@ -61,11 +61,12 @@ def policy(name: str, repo: str, **spec: Any) -> dict[str, Any]:
 
 class Pusher:
     def __init__(self, registry: LocalRegistry) -> None:
-        self.client = RegistryClient(**registry.client_options())
+        self.options = registry.client_options()
         self.image = f"{registry.host}/flux/app-{os.getpid()}-{next(_names)}"
 
     def push(self, tag: str) -> str:
-        return self.client.push_image(parse_reference(f"{self.image}:{tag}"), [os.urandom(32)])
+        with RegistryClient(**self.options) as client:  # closes its keep-alive connections
+            return client.push_image(parse_reference(f"{self.image}:{tag}"), [os.urandom(32)])
 
 
 def controller(api_client: Any, tmp_path: Path) -> ImageReflectorController:
