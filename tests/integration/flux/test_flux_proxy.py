@@ -113,7 +113,12 @@ def _scan(registry: LocalRegistry, store_dir: Path, proxy_secret: dict[str, Any]
     return reconciler.reconcile(repository).object
 
 
-def test_scan_goes_through_the_proxy_of_proxy_secret_ref(tls_registry: LocalRegistry, tmp_path: Path) -> None:
+def test_scan_goes_through_the_proxy_of_proxy_secret_ref(tls_registry: LocalRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Secret's proxy wins over the environment's (here a port nothing listens on, and NO_PROXY would exempt
+    the registry): Flux sets the transport's proxy from the Secret alone."""
+    for name in ("HTTPS_PROXY", "https_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
     with CountingConnectProxy() as proxy:
         scanned = _scan(tls_registry, tmp_path / "store", _secret(address=f"http://127.0.0.1:{proxy.port}"))
     ready = condition(scanned, "Ready")
