@@ -145,3 +145,40 @@ def test_wrong_proxy_credentials_leave_the_repository_not_ready(tls_registry: Lo
     assert ready["message"].startswith("scan failed: ") and "407" in ready["message"]
     assert "wrong" not in ready["message"]
     assert proxy.refused > 0 and proxy.tunnels == 0
+
+
+def test_cluster_repository_scans_through_its_proxy_secret_and_reports_as_flux(
+    flux_crds: Any, api_client: Any, tls_registry: LocalRegistry, tmp_path: Path
+) -> None:
+    """Against the real kube-apiserver: the proxy and CA Secrets are read from the cluster, the status is Ready,
+    and the Event about it names Flux's image-reflector-controller."""
+    from stockade.controllers.events import EventRecorder
+    from stockade.controllers.flux_image import ClusterObjects, ImageReflectorController
+
+    plane = flux_crds
+    ns = f"flux-proxy-{os.getpid()}"
+    plane.ensure_namespace(ns)
+    assert tls_registry.ca_file is not None
+    with CountingConnectProxy(("squid", "pw")) as proxy:
+        for name, data in (("proxy", {"address": f"http://127.0.0.1:{proxy.port}", "username": "squid", "password": "pw"}),
+                           ("ca", {"ca.crt": Path(tls_registry.ca_file).read_text()})):
+            status, body, _ = plane.request("POST", f"/api/v1/namespaces/{ns}/secrets",
+                                            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "stringData": data})
+            assert status == 201, body
+        repository = {"apiVersion": "image.toolkit.fluxcd.io/v1", "kind": "ImageRepository", "metadata": {"name": "app"},
+                      "spec": {"image": f"{tls_registry.host}/team/app", "interval": "5m",
+                               "proxySecretRef": {"name": "proxy"}, "certSecretRef": {"name": "ca"}}}
+        status, body, _ = plane.request("POST", f"/apis/image.toolkit.fluxcd.io/v1/namespaces/{ns}/imagerepositories", repository)
+        assert status == 201, body
+        recorder = EventRecorder(api_client, "flux")
+        controller = ImageReflectorController(ClusterObjects(api_client), TagStore(tmp_path / "tags"), recorder=recorder)
+        controller.run_once()
+        recorder.close()
+    status, stored, _ = plane.request("GET", f"/apis/image.toolkit.fluxcd.io/v1/namespaces/{ns}/imagerepositories/app")
+    ready = condition(stored, "Ready")
+    assert ready is not None and ready["status"] == "True", ready
+    assert stored["status"]["lastScanResult"]["tagCount"] == 2 and proxy.tunnels > 0
+    status, events, _ = plane.request("GET", f"/api/v1/namespaces/{ns}/events")
+    mine = [e for e in events["items"] if e["involvedObject"].get("name") == "app"]
+    assert mine and all(e["source"]["component"] == "image-reflector-controller" for e in mine)
+    assert all(e["reportingComponent"] == "image-reflector-controller" for e in mine)
