@@ -29,7 +29,8 @@ DEFAULT_LEASE = "stockade-image-automation"
 @click.option("--namespace", default="default", show_default=True, help="Namespace of the leader Lease.")
 @click.option("--lease-name", default=DEFAULT_LEASE, show_default=True)
 @click.option("--automation/--no-automation", default=True, show_default=True, help="Also run ImageUpdateAutomation (git commits and pushes).")
-def controller(kubeconfig: str | None, store_dir: str | None, resync: float, leader_election: bool, namespace: str, lease_name: str, automation: bool) -> None:
+@click.option("--event-components", type=click.Choice(["flux", "stockade"]), default="flux", show_default=True, help="reportingController/source.component of Events: flux = Flux's controller names (image-reflector-controller, image-automation-controller), so `flux events` and tools selecting Flux's Events work unchanged; stockade = 'stockade' for all.")
+def controller(kubeconfig: str | None, store_dir: str | None, resync: float, leader_election: bool, namespace: str, lease_name: str, automation: bool, event_components: str) -> None:
     """Reconcile ImageRepository, ImagePolicy (image.toolkit.fluxcd.io/v1) and ImageUpdateAutomation objects
     until SIGTERM/SIGINT, writing their status as Flux's controllers do."""
     from stockade.controllers.events import EventRecorder
@@ -48,7 +49,7 @@ def controller(kubeconfig: str | None, store_dir: str | None, resync: float, lea
     else:
         leading.set()
     objects = ClusterObjects(api_client)
-    recorder = EventRecorder(api_client)
+    recorder = EventRecorder(api_client, event_components)
     store = TagStore(store_dir or tempfile.mkdtemp(prefix="stockade-tags-"))
     workers: list[Any] = [ImageReflectorController(objects, store, is_leader=leading.is_set, resync=resync, recorder=recorder)]
     if automation:

@@ -59,16 +59,27 @@ SOURCE_GENERATE = "generate"
 SOURCE_MUTATE = "mutate"
 SOURCE_CLEANUP = "cleanup"
 EVENT_SOURCES = (SOURCE_ADMISSION, SOURCE_SCAN, SOURCE_GENERATE, SOURCE_MUTATE, SOURCE_CLEANUP)
+# Flux's image controllers (stockade images controller) report under their own controller names.
+SOURCE_IMAGE_REFLECTOR = "image-reflector-controller"
+SOURCE_IMAGE_AUTOMATION = "image-automation-controller"
+FLUX_EVENT_SOURCES = (SOURCE_IMAGE_REFLECTOR, SOURCE_IMAGE_AUTOMATION)
 # ``--event-components``: "kyverno" reports as Kyverno's controllers do (kyverno-admission, kyverno-scan, ...), so
 # tooling that selects Events by reportingComponent (and Kyverno's e2e suite) works unchanged; "stockade" reports
-# every Event as "stockade".
+# every Event as "stockade"; "flux" reports the image controllers' Events as Flux's (image-reflector-controller,
+# image-automation-controller), for `flux events` and tooling selecting on the source. Flux sources never get a
+# kyverno- prefix: Kyverno has no such controllers to imitate.
 COMPONENTS_KYVERNO = "kyverno"
 COMPONENTS_STOCKADE = "stockade"
-EVENT_COMPONENT_STYLES = (COMPONENTS_KYVERNO, COMPONENTS_STOCKADE)
+COMPONENTS_FLUX = "flux"
+EVENT_COMPONENT_STYLES = (COMPONENTS_KYVERNO, COMPONENTS_STOCKADE, COMPONENTS_FLUX)
 
 
 def reporting_component(style: str, source: str) -> str:
     """The reportingComponent of an Event from ``source`` under the ``--event-components`` style."""
+    if style == COMPONENTS_STOCKADE:
+        return "stockade"
+    if source in FLUX_EVENT_SOURCES:
+        return source
     if style == COMPONENTS_KYVERNO:
         return f"kyverno-{source}"
     return "stockade"

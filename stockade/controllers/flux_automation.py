@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from stockade.controllers.events import ACTION_NONE, EventRecorder, EventSpec
+from stockade.controllers.events import ACTION_NONE, SOURCE_IMAGE_AUTOMATION, EventRecorder, EventSpec
 from stockade.controllers.flux_image import ClusterObjects, object_reference
 from stockade.controllers.periodic import LeaderPeriodicWorker
 from stockade.reflector import models
@@ -35,7 +35,7 @@ AUTOMATIONS = "imageupdateautomations"
 AUTOMATION_VERSION = "v1beta2"
 SOURCE_GROUP = "source.toolkit.fluxcd.io"
 SOURCE_VERSION = "v1"
-EVENT_SOURCE = "image-automation-controller"
+EVENT_SOURCE = SOURCE_IMAGE_AUTOMATION
 # Flux's reasons
 REASON_INVALID_SOURCE = "InvalidSourceConfiguration"
 REASON_GIT_OPERATION_FAILED = "GitOperationFailed"

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stockade.controllers.events import ACTION_NONE, EventRecorder, EventSpec
+from stockade.controllers.events import ACTION_NONE, SOURCE_IMAGE_REFLECTOR, EventRecorder, EventSpec
 from stockade.controllers.periodic import LeaderPeriodicWorker
 from stockade.reflector import models
 from stockade.reflector.imagepolicy import ImagePolicyReconciler
@@ -33,7 +33,7 @@ GROUP = models.API_GROUP
 VERSION = "v1"
 REPOSITORIES = "imagerepositories"
 POLICIES = "imagepolicies"
-EVENT_SOURCE = "image-reflector-controller"
+EVENT_SOURCE = SOURCE_IMAGE_REFLECTOR
 DEFAULT_RESYNC_SECONDS = 5.0
 REQUEST_TIMEOUT_SECONDS = 30.0
 

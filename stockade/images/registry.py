@@ -330,13 +330,18 @@ class RegistryClient:
         user_agent: str = "stockade",
         limits: RegistryLimits | None = None,
         proxies: Mapping[str, str] | None = None,
+        proxy: str | None = None,
     ) -> None:
         """`insecure_registries` may use plain HTTP (or TLS without verification, probed first, as Docker does);
         `allow_http_localhost` extends that to loopback registries. Everything else is HTTPS, verified against the
         system CA store plus `ca_file`. `proxies` maps `http`/`https`/`no` like `urllib.request.getproxies()`;
-        by default they come from `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY` in the environment."""
+        by default they come from `HTTPS_PROXY`/`HTTP_PROXY`/`NO_PROXY` in the environment. `proxy`, one
+        http://[user:password@]host:port URL for every registry (Flux's proxySecretRef), takes precedence over both."""
         self.limits = limits or RegistryLimits()
         self._proxies = {k.lower(): v for k, v in (urllib.request.getproxies_environment() if proxies is None else proxies).items()}
+        self._proxy_origin = "{scheme}_PROXY"
+        if proxy is not None:
+            self._proxies, self._proxy_origin = {"http": proxy, "https": proxy}, "the client's proxy setting"
         self._credentials = credentials or CredentialStore()
         self._insecure = {host.strip().lower() for host in insecure_registries if host.strip()}
         self._allow_http_localhost = allow_http_localhost
@@ -975,7 +980,7 @@ class RegistryClient:
         parsed = urlsplit(url if "://" in url else f"http://{url}")
         if parsed.scheme != "http" or not parsed.hostname:
             raise RegistryError(
-                f"{scheme} proxy {url!r} (from {scheme.upper()}_PROXY): only http://host:port proxies are supported",
+                f"{scheme} proxy {url!r} (from {self._proxy_origin.format(scheme=scheme.upper())}): only http://host:port proxies are supported",
                 registry=netloc,
             )
         authorization = ""

@@ -22,6 +22,7 @@ import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import quote, urlsplit
 
 from stockade.images.auth import CredentialError, CredentialStore
 from stockade.images.reference import ImageReference, InvalidReferenceError, parse_reference
@@ -81,6 +82,7 @@ class RegistryAccess:
     timeout: float
     ca_file: str | None = None
     ca_pem: bytes | None = None  # `ca.crt` of spec.certSecretRef, added to the trusted CAs
+    proxy_url: str | None = None  # from spec.proxySecretRef; used instead of the environment's proxies
 
 
 class TagLister(Protocol):
@@ -119,6 +121,7 @@ def default_client_factory(access: RegistryAccess) -> RegistryClient:
         timeout=access.timeout,
         retries=1,
         backoff=0.2,
+        proxy=access.proxy_url,
     )
 
 
@@ -210,10 +213,46 @@ def registry_access(
         ca_pem = _secret_bytes(cert_secret, "ca.crt")
         if _secret_bytes(cert_secret, "tls.crt") is not None:
             raise CredentialError("certSecretRef: client certificates (tls.crt/tls.key) are not supported, only ca.crt")
-    if spec.get("proxySecretRef"):
-        # Connecting directly would bypass a proxy the cluster may rely on for egress control.
-        raise CredentialError("proxySecretRef: registry access through a proxy is not supported")
-    return RegistryAccess(reference, credentials, bool(spec.get("insecure")), timeout, ca_file, ca_pem)
+    proxy_url: str | None = None
+    proxy_ref = spec.get("proxySecretRef")
+    if proxy_ref:
+        proxy_name = str((proxy_ref or {}).get("name") or "")
+        proxy_secret = secrets(key.namespace, proxy_name) if secrets is not None else None
+        if proxy_secret is None:
+            raise CredentialError(f"secret '{key.namespace}/{proxy_name}' not found")
+        proxy_url = proxy_url_from_secret(proxy_secret, f"{key.namespace}/{proxy_name}")
+    return RegistryAccess(reference, credentials, bool(spec.get("insecure")), timeout, ca_file, ca_pem, proxy_url)
+
+
+def proxy_url_from_secret(secret: Mapping[str, Any], name: str) -> str:
+    """The proxy URL of a Flux proxy Secret: `address` (required) with optional `username`/`password` folded
+    into it as user info, as Flux does. Messages name the secret and never echo the credentials."""
+    address_bytes = _secret_bytes(secret, "address")
+    if address_bytes is None:
+        raise CredentialError(f"secret '{name}': key 'address' not found")
+    address = address_bytes.decode("utf-8", "replace").strip()
+    if not address:
+        raise CredentialError(f"secret '{name}': proxy address is empty")
+    try:
+        parsed = urlsplit(address)
+        port = parsed.port
+    except ValueError:
+        raise CredentialError(f"secret '{name}': failed to parse proxy address") from None
+    if not parsed.scheme or not parsed.hostname:
+        raise CredentialError(f"secret '{name}': failed to parse proxy address")
+    if parsed.scheme != "http":
+        # Flux also dials https:// proxies; the registry client speaks plain HTTP to its proxy only.
+        raise CredentialError(f"secret '{name}': proxy scheme {parsed.scheme!r} is not supported, only http://")
+    username = _secret_bytes(secret, "username")
+    password = _secret_bytes(secret, "password")
+    userinfo = ""
+    if username is not None:
+        userinfo = quote(username.decode("utf-8", "replace"), safe="")
+        if password is not None:
+            userinfo += ":" + quote(password.decode("utf-8", "replace"), safe="")
+        userinfo += "@"
+    host = f"[{parsed.hostname}]" if ":" in parsed.hostname else parsed.hostname
+    return f"http://{userinfo}{host}:{port or 80}"
 
 
 class InvalidExclusionError(StockadeError, ValueError):

@@ -139,3 +139,43 @@ def test_policy_selector_matches_labels_and_expressions() -> None:
     assert not _matches({"matchExpressions": [{"key": "x", "operator": "Exists"}]}, labels)
     with pytest.raises(AutomationSpecError):
         _matches({"matchExpressions": [{"key": "x", "operator": "Like"}]}, labels)
+
+
+class RecordingCoreApi:
+    """The Event writes of an EventRecorder."""
+
+    def __init__(self) -> None:
+        self.created: list[dict[str, Any]] = []
+
+    def create_namespaced_event(self, namespace: str, body: dict[str, Any]) -> None:
+        self.created.append(body)
+
+
+@pytest.mark.parametrize("style, component", [("flux", "image-reflector-controller"), ("stockade", "stockade"),
+                                              ("kyverno", "image-reflector-controller")])
+def test_reflector_events_name_flux_component_under_flux_style(tmp_path: Path, style: str, component: str) -> None:
+    """Flux's controllers record Events with source.component and reportingController set to their controller name;
+    `--event-components stockade` reports them as "stockade" like every other Event."""
+    from stockade.controllers.events import EventRecorder
+
+    objects, registry, core = FakeObjects(), Registry(), RecordingCoreApi()
+    objects.items["imagerepositories"] = [{"apiVersion": "image.toolkit.fluxcd.io/v1", "kind": "ImageRepository",
+                                           "metadata": meta("app"), "spec": {"image": "ghcr.io/o/app", "interval": "1m"}}]
+    recorder = EventRecorder(None, style, core_api=core, start=False, instance="pod-1")
+    controller = ImageReflectorController(objects, TagStore(tmp_path), client_factory=registry.factory, recorder=recorder)  # type: ignore[arg-type]
+    assert controller.run_once() == 1
+    recorder.close()
+    assert core.created, "a first successful scan is a Normal Event in Flux"
+    for body in core.created:
+        assert body["source"] == {"component": component} and body["reportingComponent"] == component
+        assert body["reportingInstance"] == f"{component}-pod-1"
+        assert body["involvedObject"]["kind"] == "ImageRepository"
+
+
+def test_automation_events_use_the_automation_controller_name() -> None:
+    from stockade.controllers.events import reporting_component
+    from stockade.controllers.flux_automation import EVENT_SOURCE
+
+    assert reporting_component("flux", EVENT_SOURCE) == "image-automation-controller"
+    assert reporting_component("stockade", EVENT_SOURCE) == "stockade"
+    assert reporting_component("flux", "admission") == "stockade"  # Kyverno-side Events have no Flux name

@@ -277,7 +277,7 @@ def test_service_account_image_pull_secrets_and_cert_secret_reach_the_client(sto
     [
         ({"serviceAccountName": "nobody"}, "service account 'flux-system/nobody' not found"),
         ({"certSecretRef": {"name": "missing"}}, "certSecretRef: secret 'flux-system/missing' not found"),
-        ({"proxySecretRef": {"name": "proxy"}}, "proxySecretRef: registry access through a proxy is not supported"),
+        ({"proxySecretRef": {"name": "proxy"}}, "secret 'flux-system/proxy' not found"),
     ],
 )
 def test_unusable_credentials_are_authentication_failures_that_retry(store, registry, clock, spec, message) -> None:  # type: ignore[no-untyped-def]
@@ -287,3 +287,43 @@ def test_unusable_credentials_are_authentication_failures_that_retry(store, regi
     assert ready["reason"] == "AuthenticationFailed" and message in ready["message"]
     assert not result.stalled and result.requeue_after is not None
     assert registry.list_calls == []
+
+
+def _proxy_secret(**data: str) -> dict[str, Any]:
+    import base64
+
+    return {"metadata": {"name": "proxy"}, "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()}}
+
+
+@pytest.mark.parametrize(
+    "data, proxy_url",
+    [
+        ({"address": "http://proxy.example:3128"}, "http://proxy.example:3128"),
+        ({"address": "http://proxy.example:3128", "username": "u"}, "http://u@proxy.example:3128"),
+        ({"address": "http://proxy.example", "username": "u@corp", "password": "p:w/d"}, "http://u%40corp:p%3Aw%2Fd@proxy.example:80"),
+    ],
+)
+def test_proxy_secret_reaches_the_client_as_one_proxy_url(store, registry, clock, data, proxy_url) -> None:  # type: ignore[no-untyped-def]
+    registry.tags["org/app"] = ["1"]
+    rec = reconciler(store, registry, clock, secrets=lambda ns, n: _proxy_secret(**data) if n == "proxy" else None)
+    assert rec.reconcile(repo(proxySecretRef={"name": "proxy"})).ready
+    assert registry.accesses[-1].proxy_url == proxy_url
+
+
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"username": "u", "password": "secret-pw"}, "secret 'flux-system/proxy': key 'address' not found"),
+        ({"address": ""}, "secret 'flux-system/proxy': proxy address is empty"),
+        ({"address": "://invalid-url", "password": "secret-pw"}, "secret 'flux-system/proxy': failed to parse proxy address"),
+        ({"address": "http://proxy.example:notaport"}, "secret 'flux-system/proxy': failed to parse proxy address"),
+        ({"address": "socks5://proxy.example:1080"}, "secret 'flux-system/proxy': proxy scheme 'socks5' is not supported"),
+    ],
+)
+def test_malformed_proxy_secret_is_an_authentication_failure(store, registry, clock, data, message) -> None:  # type: ignore[no-untyped-def]
+    rec = reconciler(store, registry, clock, secrets=lambda ns, n: _proxy_secret(**data))
+    result = rec.reconcile(repo(proxySecretRef={"name": "proxy"}))
+    ready = condition(result.object, "Ready")
+    assert ready["status"] == "False" and ready["reason"] == "AuthenticationFailed"
+    assert message in ready["message"] and "secret-pw" not in ready["message"]
+    assert registry.list_calls == [] and result.requeue_after is not None
