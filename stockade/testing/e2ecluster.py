@@ -205,16 +205,16 @@ class E2ECluster:
 
     def _start_egress_proxy(self, plane: E2EControlPlane) -> None:
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        log = open(self.state_dir / "egress-proxy.log", "wb")  # noqa: SIM115 - lives as long as the process
-        plane.processes.append(
-            subprocess.Popen(
-                [
-                    self.python, "-m", "stockade.testing.connectproxy", f"--socket={plane.egress_proxy_socket}",
-                    f"--map={SERVICE_CLUSTER_IP}:443=127.0.0.1:{self.stockade_port}",
-                ],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=REPO_ROOT,
+        with open(self.state_dir / "egress-proxy.log", "wb") as log:  # the child keeps its own descriptor
+            plane.processes.append(
+                subprocess.Popen(
+                    [
+                        self.python, "-m", "stockade.testing.connectproxy", f"--socket={plane.egress_proxy_socket}",
+                        f"--map={SERVICE_CLUSTER_IP}:443=127.0.0.1:{self.stockade_port}",
+                    ],
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=REPO_ROOT,
+                )
             )
-        )
 
     def _start_controllers(self, plane: E2EControlPlane, binaries: dict[str, str]) -> None:
         kubeconfig = str(plane.kubeconfig)

@@ -8,6 +8,7 @@ a denial cannot come from a broken setup.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import uuid
 from collections.abc import Iterator
@@ -79,17 +80,19 @@ spec:
     return policies
 
 
-def _evaluator(registry: LocalRegistry, policy_dir: Path, limits: RegistryLimits | None = None) -> Any:
+@contextlib.contextmanager
+def _evaluator(registry: LocalRegistry, policy_dir: Path, limits: RegistryLimits | None = None) -> Iterator[Any]:
     """The admission core as `stockade serve` builds it: policy store, cosign verifier, verification cache."""
-    verifier = CosignVerifier(RegistryClient(**registry.client_options(), retries=0, limits=limits))
-    store = PolicyStore([str(policy_dir)], image_verifier=verifier, verification_cache=VerificationCache())
-    store.load()
-    return store.snapshot.evaluator  # type: ignore[union-attr]
+    with RegistryClient(**registry.client_options(), retries=0, limits=limits) as registry_client:
+        store = PolicyStore([str(policy_dir)], image_verifier=CosignVerifier(registry_client), verification_cache=VerificationCache())
+        store.load()
+        yield store.snapshot.evaluator  # type: ignore[union-attr]
 
 
 @pytest.fixture(scope="module")
-def admission(registry: LocalRegistry, policy_dir: Path) -> Any:
-    return _evaluator(registry, policy_dir)
+def admission(registry: LocalRegistry, policy_dir: Path) -> Iterator[Any]:
+    with _evaluator(registry, policy_dir) as evaluator:
+        yield evaluator
 
 
 def _admit(evaluator: Any, image: str) -> AdmissionDecision:
@@ -215,8 +218,8 @@ def test_oversized_signature_manifest(registry: LocalRegistry, policy_dir: Path,
     manifest = _signature_manifest(client, image, digest)
     manifest["annotations"] = {"padding": "x" * (2 * 1024 * 1024)}
     _put_signature_manifest(client, image, digest, manifest)
-    capped = _evaluator(registry, policy_dir, RegistryLimits(max_manifest_bytes=1024 * 1024))
-    _denied(_admit(capped, image), "max_manifest_bytes limit of 1048576 bytes", f"{image.rsplit(':', 1)[0]}:{signature_tag(digest)}")
+    with _evaluator(registry, policy_dir, RegistryLimits(max_manifest_bytes=1024 * 1024)) as capped:
+        _denied(_admit(capped, image), "max_manifest_bytes limit of 1048576 bytes", f"{image.rsplit(':', 1)[0]}:{signature_tag(digest)}")
 
 
 def test_ten_thousand_layer_signature_manifest(admission: Any, client: RegistryClient, registry: LocalRegistry, keys: dict[str, Path]) -> None:

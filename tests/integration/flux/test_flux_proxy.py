@@ -84,6 +84,7 @@ class CountingConnectProxy:
         self._server.close()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+        self._loop.close()
 
 
 @pytest.fixture(scope="module")

@@ -96,7 +96,8 @@ class Serve:
             "--no-policy-reports",
             *extra_args,
         ]
-        self.process = subprocess.Popen(command, stdout=open(self.log_path, "wb"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})  # noqa: SIM115
+        with open(self.log_path, "wb") as log:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")

@@ -169,7 +169,8 @@ class Serve:
             "--namespace", "stockade-system",
             *extra_args,
         ]
-        self.process = subprocess.Popen(command, stdout=open(self.log_path, "wb"), stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})  # noqa: SIM115
+        with open(self.log_path, "wb") as log:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     def wait_registered(self, kube: Kube, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
