@@ -125,6 +125,8 @@ class Server:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+        if self.process.stderr is not None:
+            self.process.stderr.close()
 
 
 @pytest.fixture()
