@@ -53,14 +53,15 @@ def admission_review(image: str) -> bytes:
 class Serve:
     """A `stockade serve` process on 127.0.0.1 with one policy directory."""
 
-    def __init__(self, policies: Path, cert_dir: Path) -> None:
+    def __init__(self, policies: Path, cert_dir: Path, registry_host: str) -> None:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = int(sock.getsockname()[1])
         self.cert_dir = cert_dir
         self.process = subprocess.Popen(
             [sys.executable, "-c", "from stockade.cli.main import main; main()", "serve", str(policies), "--host", "127.0.0.1",
-             "--port", str(self.port), "--cert-dir", str(cert_dir), "--log-level", "warning"],
+             "--port", str(self.port), "--cert-dir", str(cert_dir), "--log-level", "warning",
+             "--insecure-registry", registry_host],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -143,7 +144,7 @@ def test_own_image_built_pushed_signed_verified_and_pinned(tmp_path: Path) -> No
                 "verifyImages": [{"imageReferences": [f"{registry.host}/stockade/*"], "mutateDigest": False,
                                   "attestors": [{"entries": [{"keys": {"publicKeys": public_key, "rekor": {"ignoreTlog": True},
                                                                        "ctlog": {"ignoreSCT": True}}}]}]}]}]}}))
-        server = Serve(policies, tmp_path / "certs")
+        server = Serve(policies, tmp_path / "certs", registry.host)
         try:
             status, body = server.call("POST", "/validate", admission_review(f"{repository}@{pushed}"))
             assert status == 200 and body["response"]["allowed"] is True, body
