@@ -14,7 +14,11 @@ app.kubernetes.io/name: stockade
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
-{{- define "stockade.image" -}}{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{- end -}}
+{{/* By digest when image.digest is set (what a signed release is verified by), otherwise by tag. */}}
+{{- define "stockade.image" -}}
+{{- if .Values.image.digest -}}{{ .Values.image.repository }}@{{ .Values.image.digest }}
+{{- else -}}{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{- end -}}
+{{- end -}}
 
 {{/* Cluster-scoped objects are named after the namespace so releases in two namespaces do not collide. */}}
 {{- define "stockade.clusterName" -}}stockade-{{ .Release.Namespace }}{{- end -}}
