@@ -90,6 +90,8 @@ class Serve:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+        if self.process.stderr is not None:
+            self.process.stderr.close()
 
 
 def test_own_image_built_pushed_signed_verified_and_pinned(tmp_path: Path) -> None:
