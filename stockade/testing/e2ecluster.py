@@ -26,6 +26,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -184,7 +185,7 @@ class E2ECluster:
         self.state_dir.mkdir(parents=True)
         started = time.monotonic()
         self.stockade_port = free_port()
-        plane = E2EControlPlane(workdir=self.state_dir, egress_proxy_socket=str(self.state_dir / "egress.sock"))
+        plane = E2EControlPlane(workdir=self.state_dir, egress_proxy_socket=_egress_socket_path(self.state_dir))
         try:
             plane.start()
             self.timings["apiserver_ready_s"] = time.monotonic() - started
@@ -368,6 +369,15 @@ class E2ECluster:
     def env(self) -> str:
         bin_dir = REPO_ROOT / ".cache" / "bin"
         return f"export KUBECONFIG={self.kubeconfig}\nexport PATH={bin_dir}:$PATH\n"
+
+
+def _egress_socket_path(state_dir: Path) -> str:
+    """The proxy's Unix socket: in the state directory, or in a short temporary directory when that path would pass
+    the kernel's 107-byte limit for socket paths (a deep checkout)."""
+    path = state_dir / "egress.sock"
+    if len(os.fsencode(path)) <= 100:
+        return str(path)
+    return str(Path(tempfile.mkdtemp(prefix="stockade-egress-")) / "egress.sock")
 
 
 def _process_name(process: subprocess.Popen[bytes], python: str) -> str:
