@@ -381,10 +381,12 @@ def _egress_socket_path(state_dir: Path) -> str:
 
 
 def _process_name(process: subprocess.Popen[bytes], python: str) -> str:
-    args = [str(a) for a in process.args]  # type: ignore[union-attr]
-    if args[0] == python:
-        return "stockade" if args[2] == "stockade" else args[2].rpartition(".")[2]
-    return Path(args[0]).name
+    """The binary's name, or for ``python -m MODULE`` the module's last part ("stockade" for the server)."""
+    program, args = program_name(process), process.args
+    if program == python and isinstance(args, (list, tuple)) and len(args) > 2:
+        module = os.fsdecode(args[2])
+        return "stockade" if module == "stockade" else module.rpartition(".")[2]
+    return Path(program).name
 
 
 def _fake_node(name: str) -> dict[str, Any]:
