@@ -7,6 +7,7 @@ everything (and keeps the cluster usable if we are down).  Pure functions here; 
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
@@ -15,10 +16,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from stockade.celpolicy.autogen import CONTROLLERS, autogen_specs, can_autogen
 from stockade.engine.kyvernoconfig import KyvernoConfig
+from stockade.engine.wildcard import match as wildcard_match
 from stockade.engine.match import parse_kind_selector
 from stockade.policy.model import KyvernoPolicy, Rule
-from stockade.webhook.admission import FAILURE_POLICY_FAIL, FAILURE_POLICY_IGNORE, failure_policy, has_own_webhook
+from stockade.webhook.admission import FAILURE_POLICY_FAIL, FAILURE_POLICY_IGNORE, failure_policy, has_own_webhook, policy_timeout
 
 MANAGED_BY_LABEL = "webhook.stockade.io/managed-by"
 MANAGED_BY_VALUE = "stockade"
@@ -131,9 +134,7 @@ def static_resolver(resources: Iterable[ApiResource] = BUILTIN_RESOURCES) -> Res
     table = tuple(resources)
 
     def resolve(group: str, version: str, kind: str) -> list[ApiResource]:
-        from stockade.engine.wildcard import match
-
-        return [r for r in table if match(group, r.group) and match(version, r.version) and match(kind, r.kind)]
+        return [r for r in table if wildcard_match(group, r.group) and wildcard_match(version, r.version) and wildcard_match(kind, r.kind)]
 
     return resolve
 
@@ -148,8 +149,6 @@ class WebhookTarget:
     url: str = ""
 
     def client_config(self, path: str, ca_bundle: bytes) -> dict[str, Any]:
-        import base64
-
         config: dict[str, Any] = {"caBundle": base64.b64encode(ca_bundle).decode()}
         if self.url:
             config["url"] = self.url.rstrip("/") + path
@@ -196,7 +195,6 @@ def _rule_in_phase(rule: Rule, phase: str) -> bool:
 
 def cel_resource_rules(policy: Any) -> list[tuple[str, str, str, set[str]]]:
     """(group, version, resource, operations) a ValidatingPolicy's matchConstraints (and autogen variants) name."""
-    from stockade.celpolicy.autogen import autogen_specs
 
     specs = [policy.spec]
     if policy.base_kind in ("ValidatingPolicy", "MutatingPolicy", "ImageValidatingPolicy"):
@@ -367,7 +365,6 @@ def _merge_policy(aggregate: RuleAggregate, policy: KyvernoPolicy, validating: b
 
 
 def _declared_timeout(policy: Any) -> int:
-    from stockade.webhook.admission import policy_timeout
 
     return math.ceil(policy_timeout(policy, 0))
 
@@ -515,7 +512,6 @@ def _autogen_match_conditions(config: str, targets: list[tuple[str, str, str]], 
 
 def _autogen_variants(policy: Any) -> list[tuple[str, list[tuple[str, str, str]], dict[str, Any]]]:
     """(config name, target kinds, spec) of a Validating/MutatingPolicy's pod-controller variants."""
-    from stockade.celpolicy.autogen import CONTROLLERS, autogen_specs
 
     if policy.base_kind not in ("ValidatingPolicy", "MutatingPolicy", "ImageValidatingPolicy"):
         return []
@@ -577,7 +573,6 @@ def cel_webhooks(policies: list[Any], name: str, path: str, settings: WebhookSet
         if generating and _synchronizing(policy):
             # UPDATE/DELETE of a trigger that stopped matching must still arrive, so synchronisation can clean up
             conditions = [{"name": c.get("name"), "expression": f"request.operation != 'CREATE' || ({c.get('expression')})"} for c in conditions]
-        from stockade.celpolicy.autogen import can_autogen
 
         webhook: dict[str, Any] = {"admissionReviewVersions": ["v1"], "sideEffects": "NoneOnDryRun"}
         match_conditions = (
