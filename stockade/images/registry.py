@@ -27,6 +27,7 @@ import ssl
 import threading
 import time
 import urllib.request
+import weakref
 from dataclasses import dataclass, field
 from email.message import Message
 from typing import Any, Iterable, Mapping
@@ -314,6 +315,16 @@ class _Proxy:
     authorization: str  # "Basic …" from credentials in the proxy URL, or ""
 
 
+def _close_idle(idle: dict[tuple[str, str], list[http.client.HTTPConnection]], lock: threading.Lock) -> None:
+    """Close and forget every pooled keep-alive connection (close() and the client's finalizer)."""
+    with lock:
+        pools = list(idle.values())
+        idle.clear()
+    for pool in pools:
+        for connection in pool:
+            connection.close()
+
+
 class RegistryClient:
     """Synchronous OCI distribution client; thread-safe, connections are reused per host."""
 
@@ -357,6 +368,9 @@ class RegistryClient:
         self._unverified_context.verify_mode = ssl.CERT_NONE
         self._lock = threading.Lock()
         self._idle: dict[tuple[str, str], list[http.client.HTTPConnection]] = {}
+        # The pool owns its keep-alive sockets: a client dropped without close() (an exception path, a caller that
+        # forgot) closes them when it is collected instead of leaving them to the sockets' own finalizers.
+        self._finalizer = weakref.finalize(self, _close_idle, self._idle, self._lock)
         self._schemes: dict[str, str] = {}
         self._challenges: dict[str, Challenge] = {}
         self._tokens: dict[tuple[str, str], tuple[str, float]] = {}
@@ -566,12 +580,7 @@ class RegistryClient:
 
     def close(self) -> None:
         """Close pooled connections."""
-        with self._lock:
-            pools = list(self._idle.values())
-            self._idle.clear()
-        for pool in pools:
-            for connection in pool:
-                connection.close()
+        _close_idle(self._idle, self._lock)
 
     def __enter__(self) -> RegistryClient:
         return self

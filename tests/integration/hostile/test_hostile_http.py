@@ -40,10 +40,16 @@ def slow_client(server: ServeProcess, kind: str, outcome: dict[str, float | str]
     """Holds one connection open the hostile way; records how long until the server dropped it (or 'never')."""
     started = time.monotonic()
     pending = b""
+    sock: socket.socket | None = None
     try:
-        sock: socket.socket = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
         if kind != "idle-tcp":
-            sock = server.ssl_context().wrap_socket(sock, server_hostname="127.0.0.1")
+            raw, sock = sock, None
+            try:
+                sock = server.ssl_context().wrap_socket(raw, server_hostname="127.0.0.1")
+            finally:
+                if sock is None:
+                    raw.close()
         if kind == "drip-headers":
             pending = b"POST /validate HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: " + b"a" * 4000
         elif kind == "drip-body":
@@ -65,6 +71,9 @@ def slow_client(server: ServeProcess, kind: str, outcome: dict[str, float | str]
     except (OSError, ssl.SSLError):  # reset, broken pipe or a failed handshake: disconnected
         if outcome.get(kind) != "never":
             outcome[kind] = max(float(outcome.get(kind, 0.0)), time.monotonic() - started)
+    finally:
+        if sock is not None:
+            sock.close()
 
 
 def test_idle_and_dripping_clients_are_disconnected_and_others_unaffected(tmp_path: Path) -> None:
