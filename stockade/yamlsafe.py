@@ -67,6 +67,26 @@ def check_depth(text: str | bytes, loader: type = SAFE_LOADER) -> None:
     """Refuse a stream nesting deeper than ``MAX_DEPTH``, reading only parser events (no recursion, no nodes)."""
     if not _may_nest_too_deep(text):
         return
+    try:
+        _scan_depth(text, loader)
+    except YamlAliasError:
+        raise
+    except yaml.YAMLError:
+        if loader is yaml.SafeLoader:
+            raise
+        # Newer libyaml builds stop flow nesting themselves (near 1,000 levels) while scanning ahead, before the
+        # parser has produced our 513th start event. Re-scan with the pure-Python parser, which has no such limit,
+        # so the refusal names our depth; any other syntax error comes back as it was.
+        try:
+            _scan_depth(text, yaml.SafeLoader)
+        except YamlAliasError:
+            raise
+        except yaml.YAMLError:
+            pass
+        raise
+
+
+def _scan_depth(text: str | bytes, loader: type) -> None:
     instance = loader(text)
     try:
         depth = 0

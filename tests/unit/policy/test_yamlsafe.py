@@ -41,3 +41,11 @@ def test_ordinary_aliases_and_merge_keys_still_load() -> None:
 def test_policy_loader_names_file_and_document() -> None:
     with pytest.raises(LoadError, match=r"^policies/p\.yaml \(document 1\): aliases expand"):
         documents_from_text(BOMB, "policies/p.yaml")
+
+
+def test_a_syntax_error_in_bracket_heavy_text_is_reported_as_itself() -> None:
+    text = "k: " + "[x, " * 300 + '{a: "unterminated'
+    with pytest.raises(yaml.YAMLError) as caught:
+        yamlsafe.load(text)
+    assert not isinstance(caught.value, yamlsafe.YamlAliasError)
+    assert "quoted scalar" in str(caught.value)
