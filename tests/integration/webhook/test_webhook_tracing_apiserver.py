@@ -80,8 +80,11 @@ def http_receiver() -> Iterator[tuple[str, list[Any]]]:
 
     server = HTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", spans
-    server.shutdown()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", spans
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_request_span_is_a_child_of_the_apiserver_trace(apiserver_spans: tuple[TracedControlPlane, GrpcTraceReceiver], http_receiver: tuple[str, list[Any]], policy_dir: Path, tmp_path: Path) -> None:
