@@ -24,6 +24,7 @@ from stockade.engine.pattern.anchors import (
     parse_anchor,
 )
 from stockade.gofmt import go_sprint, go_type_name
+from stockade.identitymemo import IdentityMemo
 from stockade.engine.pattern.metadata import expand_metadata_wildcards, tagged_entry
 from stockade.engine.pattern.value import match_value
 
@@ -146,21 +147,12 @@ class _MapPlan:
         self.has_metadata = isinstance(metadata, dict)
 
 
-_PLANS: dict[int, tuple[dict[str, Any], _MapPlan]] = {}
-_MAX_PLANS = 20_000
+_PLANS: IdentityMemo[dict[str, Any], _MapPlan] = IdentityMemo(20_000)
 
 
 def _plan(pattern: dict[str, Any]) -> _MapPlan:
-    """The cached plan of a policy's pattern map; keyed by identity (the map is held, so its id is not reused
-    meanwhile).  Policy patterns never change once loaded."""
-    cached = _PLANS.get(id(pattern))
-    if cached is not None and cached[0] is pattern:
-        return cached[1]
-    plan = _MapPlan(pattern)
-    if len(_PLANS) >= _MAX_PLANS:
-        _PLANS.clear()
-    _PLANS[id(pattern)] = (pattern, plan)
-    return plan
+    """The cached plan of a policy's pattern map, by identity.  Policy patterns never change once loaded."""
+    return _PLANS.get(pattern, _MapPlan)
 
 
 class _Walk:
