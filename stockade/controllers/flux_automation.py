@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from stockade.controllers.events import ACTION_NONE, SOURCE_IMAGE_AUTOMATION, EventRecorder, EventSpec
-from stockade.controllers.flux_image import ClusterObjects, object_reference
+from stockade.controllers.events import ACTION_NONE, SOURCE_IMAGE_AUTOMATION, EventRecorder, EventSpec, object_reference
+from stockade.controllers.flux_image import ClusterObjects
 from stockade.controllers.periodic import LeaderPeriodicWorker
 from stockade.reflector import models
 from stockade.reflector.automation import AutomationKey, CheckoutError, GitAccess, GitError, run_automation
