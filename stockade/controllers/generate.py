@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.celpolicy.model import CelPolicy
-from stockade.controllers.clusterdata import ApiError, ClusterCelResources, ClusterData, api_version_of, collection_path, object_path, resources_for_rules
+from stockade.controllers.clusterdata import ApiError, ClusterCelResources, ClusterData, api_version_of, collection_path, describe_object, object_path, resources_for_rules
 from stockade.controllers.events import generate_events
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind
@@ -252,9 +252,7 @@ class TriggerEvent:
         return self.resource or self.old_resource
 
     def describe(self) -> str:
-        metadata = self.subject.get("metadata") or {}
-        namespace = metadata.get("namespace") or ""
-        return f"{self.subject.get('kind', '')}/{namespace + '/' if namespace else ''}{metadata.get('name', '')}"
+        return describe_object(self.subject)
 
 
 @dataclass(order=True)
@@ -855,20 +853,20 @@ class GenerateController:
             try:
                 result = self._evaluate_gpol(evaluator, policy, trigger, "CREATE", {}, RequestInfo())
             except Exception as exc:
-                log.warning("evaluating %s on %s failed: %s", policy.key, _describe(trigger), exc)
+                log.warning("evaluating %s on %s failed: %s", policy.key, describe_object(trigger), exc)
                 applied_uids.add(uid)
                 continue
             if result is None:
                 continue
             applied_uids.add(uid)
             if result.status == ERROR:
-                log.warning("%s on %s: %s", policy.key, _describe(trigger), result.message)
+                log.warning("%s on %s: %s", policy.key, describe_object(trigger), result.message)
             elif result.status == PASS:
                 try:
                     self.apply_gpol_downstream(policy, trigger, result.generated_resources)
                 except ApiError as exc:
                     self.stats.failures += 1
-                    log.warning("%s on %s: %s", policy.key, _describe(trigger), exc)
+                    log.warning("%s on %s: %s", policy.key, describe_object(trigger), exc)
         if prune and complete:
             try:
                 self.delete_gpol_downstream(policy, keep_uids=applied_uids)
@@ -904,7 +902,7 @@ class GenerateController:
                 try:
                     response = self._evaluate(engine, _single_rule(policy, rule), trigger, "CREATE", RequestInfo(), None)
                 except Exception as exc:
-                    log.warning("evaluating policy %s rule %s on %s failed: %s", policy.key, rule.name, _describe(trigger), exc)
+                    log.warning("evaluating policy %s rule %s on %s failed: %s", policy.key, rule.name, describe_object(trigger), exc)
                     applied_uids.add(uid)  # unknown: keep its downstream
                     continue
                 for result in response.rules:
@@ -912,14 +910,14 @@ class GenerateController:
                         continue
                     if result.status == ERROR:
                         applied_uids.add(uid)
-                        log.warning("policy %s rule %s on %s: %s", policy.key, rule.name, _describe(trigger), result.message)
+                        log.warning("policy %s rule %s on %s: %s", policy.key, rule.name, describe_object(trigger), result.message)
                     elif result.status == PASS:
                         applied_uids.add(uid)
                         try:
                             self.apply_downstream(policy, rule, result.generated_resources)
                         except ApiError as exc:
                             self.stats.failures += 1
-                            log.warning("policy %s rule %s on %s: %s", policy.key, rule.name, _describe(trigger), exc)
+                            log.warning("policy %s rule %s on %s: %s", policy.key, rule.name, describe_object(trigger), exc)
             if prune and complete:  # an incomplete listing must not look like vanished triggers
                 try:
                     self.delete_downstream(policy, rule, keep_uids=applied_uids)
@@ -966,9 +964,3 @@ def _single_rule(policy: KyvernoPolicy, rule: Rule) -> KyvernoPolicy:
 
 def _mutate_existing_policies(policies: Iterable[KyvernoPolicy]) -> list[KyvernoPolicy]:
     return [policy for policy in policies if any(rule.has_mutate_existing() for rule in policy.rules)]
-
-
-def _describe(obj: dict[str, Any]) -> str:
-    metadata = obj.get("metadata") or {}
-    namespace = metadata.get("namespace") or ""
-    return f"{obj.get('kind', '')}/{namespace + '/' if namespace else ''}{metadata.get('name', '')}"

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stockade.controllers.clusterdata import ApiError, ClusterData, object_path
+from stockade.controllers.clusterdata import ApiError, ClusterData, describe_object, object_path
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.response import ERROR, FAIL, PASS, EngineResponse, RuleResponse
@@ -71,12 +71,6 @@ def rules_view(policy: KyvernoPolicy, rules: list[Rule]) -> KyvernoPolicy:
 def target_identity(obj: dict[str, Any]) -> tuple[str, str, str, str]:
     metadata = obj.get("metadata") or {}
     return str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
-
-
-def describe(obj: dict[str, Any]) -> str:
-    metadata = obj.get("metadata") or {}
-    namespace = metadata.get("namespace") or ""
-    return f"{obj.get('kind', '')}/{namespace + '/' if namespace else ''}{metadata.get('name', '')}"
 
 
 def success_message() -> str:
@@ -135,7 +129,7 @@ class MutateExisting:
             try:
                 response = self.evaluate(policy, rules, operation, trigger, old, info, gvk)
             except Exception as exc:  # one broken policy must not stop the others
-                failures.append(MutateExistingFailure(policy.key, "*", describe(trigger), f"{type(exc).__name__}: {exc}"))
+                failures.append(MutateExistingFailure(policy.key, "*", describe_object(trigger), f"{type(exc).__name__}: {exc}"))
                 return failures
             conflicted: set[tuple[str, str, str, str]] = set()
             for result in response.rules:
@@ -170,18 +164,18 @@ class MutateExisting:
             message = f"failed to mutate existing resource, rule {result.name}, response {result.status}: {result.message}"
             self.stats.failures += 1
             self._event(policy, result.name, None, message)
-            return MutateExistingFailure(policy.key, result.name, describe(trigger), message)
+            return MutateExistingFailure(policy.key, result.name, describe_object(trigger), message)
         if result.status != PASS:
             self.stats.skipped += 1
             return None
         target = result.patched_target
         if target is None:
-            return MutateExistingFailure(policy.key, result.name, describe(trigger), "empty resource to patch")
+            return MutateExistingFailure(policy.key, result.name, describe_object(trigger), "empty resource to patch")
         resource = self.cluster.resolve_kind(str(target.get("apiVersion") or ""), str(target.get("kind") or ""))
         if resource is None:
             message = f"kind {target.get('apiVersion')}/{target.get('kind')} is not served"
             self._event(policy, result.name, target, message)
-            return MutateExistingFailure(policy.key, result.name, describe(target), message)
+            return MutateExistingFailure(policy.key, result.name, describe_object(target), message)
         metadata = target.get("metadata") or {}
         path = object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
         try:
@@ -192,9 +186,9 @@ class MutateExisting:
                 return _CONFLICT
             self.stats.failures += 1
             self._event(policy, result.name, target, str(exc))
-            return MutateExistingFailure(policy.key, result.name, describe(target), str(exc))
+            return MutateExistingFailure(policy.key, result.name, describe_object(target), str(exc))
         self.stats.mutated += 1
-        log.info("mutated %s (policy %s, rule %s)", describe(target), policy.key, result.name)
+        log.info("mutated %s (policy %s, rule %s)", describe_object(target), policy.key, result.name)
         self._event(policy, result.name, target, "")
         return None
 
