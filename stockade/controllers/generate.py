@@ -38,6 +38,7 @@ from typing import Any
 from stockade.celpolicy.model import CelPolicy
 from stockade.controllers.clusterdata import ApiError, ClusterCelResources, ClusterData, api_version_of, collection_path, describe_object, object_path, resources_for_rules
 from stockade.controllers.events import generate_events
+from stockade.controllers.mutateexisting import MutateExisting, TriggerFailure
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.response import ERROR, PASS, EngineResponse
@@ -263,14 +264,6 @@ class _Retry:
     attempt: int = field(compare=False, default=0)
 
 
-class GenerateFailure(StockadeError):
-    def __init__(self, policy: str, rule: str, resource: str, message: str) -> None:
-        super().__init__(f"policy {policy} rule {rule} on {resource}: {message}")
-        self.policy = policy
-        self.rule = rule
-        self.resource = resource
-
-
 @dataclass
 class GenerateStats:
     """Counters for metrics and tests."""
@@ -302,8 +295,6 @@ class GenerateController:
         max_backoff_seconds: float = 60.0,
         events: Any = None,
     ) -> None:
-        from stockade.controllers.mutateexisting import MutateExisting
-
         self.api_client = api_client
         self.store = store
         self.events = events  # an EventRecorder: Kyverno reports each generated resource as Events
@@ -460,7 +451,7 @@ class GenerateController:
         try:
             failures = self.process_event(event)
         except ApiError as exc:
-            failures = [GenerateFailure("*", "*", event.describe(), str(exc))]
+            failures = [TriggerFailure("*", "*", event.describe(), str(exc))]
         except _TriggerPending as exc:
             self._schedule_retry(event, attempt, str(exc))
             return
@@ -523,7 +514,7 @@ class GenerateController:
         return engine.generate(pctx)
 
     # -- trigger events --------------------------------------------------------------------------------------------
-    def process_event(self, event: TriggerEvent) -> list[GenerateFailure]:
+    def process_event(self, event: TriggerEvent) -> list[TriggerFailure]:
         """Apply every generate rule to one trigger event; returns the failures (empty when all went well)."""
         policies = self._policies()
         mutating = _mutate_existing_policies(self.store.snapshot.policies if self.store.snapshot is not None else [])
@@ -538,7 +529,7 @@ class GenerateController:
                 return []  # deleted since; its DELETE event cleans up
             trigger = event.resource
         engine = self._engine() if policies else None
-        failures: list[GenerateFailure] = []
+        failures: list[TriggerFailure] = []
         uid = str((trigger.get("metadata") or {}).get("uid") or "")
         for policy in policies:
             rules = generate_rules(policy)
@@ -549,7 +540,7 @@ class GenerateController:
             for name, rule in rules.items():
                 result = responses.get(name)
                 if result is not None and result.status == ERROR:
-                    failures.append(GenerateFailure(policy.key, name, event.describe(), result.message))
+                    failures.append(TriggerFailure(policy.key, name, event.describe(), result.message))
                     continue
                 applies = result is not None and result.status == PASS
                 action = trigger_action(event.operation, applies, synchronize(rule))
@@ -562,18 +553,17 @@ class GenerateController:
                     elif action == DELETE and uid:
                         self.delete_downstream(policy, rule, trigger_uid=uid)
                 except ApiError as exc:
-                    failures.append(GenerateFailure(policy.key, name, event.describe(), str(exc)))
+                    failures.append(TriggerFailure(policy.key, name, event.describe(), str(exc)))
         failures.extend(self._process_gpol_event(event, trigger, uid))
-        for failure in self.mutate_existing.process(mutating, event.operation, trigger, event.old_resource, event.info, event.gvk):
-            failures.append(GenerateFailure(failure.policy, failure.rule, failure.resource, str(failure)))
+        failures.extend(self.mutate_existing.process(mutating, event.operation, trigger, event.old_resource, event.info, event.gvk))
         return failures
 
-    def _process_gpol_event(self, event: TriggerEvent, trigger: dict[str, Any], uid: str) -> list[GenerateFailure]:
+    def _process_gpol_event(self, event: TriggerEvent, trigger: dict[str, Any], uid: str) -> list[TriggerFailure]:
         gpols = self._generating()
         if not gpols:
             return []
         evaluator = self._cel_evaluator() if event.operation != "DELETE" else None
-        failures: list[GenerateFailure] = []
+        failures: list[TriggerFailure] = []
         for policy in gpols:
             synchronized = evaluation_enabled(policy, "synchronize")
             result = None
@@ -581,10 +571,10 @@ class GenerateController:
                 try:
                     result = self._evaluate_gpol(evaluator, policy, trigger, event.operation, event.old_resource, event.info)
                 except Exception as exc:  # a compile error in one policy must not stop the others
-                    failures.append(GenerateFailure(policy.key, policy.name, event.describe(), f"{type(exc).__name__}: {exc}"))
+                    failures.append(TriggerFailure(policy.key, policy.name, event.describe(), f"{type(exc).__name__}: {exc}"))
                     continue
             if result is not None and result.status == ERROR:
-                failures.append(GenerateFailure(policy.key, policy.name, event.describe(), result.message))
+                failures.append(TriggerFailure(policy.key, policy.name, event.describe(), result.message))
                 continue
             applies = result is not None and result.status == PASS
             action = trigger_action(event.operation, applies, synchronized)
@@ -596,7 +586,7 @@ class GenerateController:
                 elif action == DELETE and uid:
                     self.delete_gpol_downstream(policy, trigger_uid=uid)
             except ApiError as exc:
-                failures.append(GenerateFailure(policy.key, policy.name, event.describe(), str(exc)))
+                failures.append(TriggerFailure(policy.key, policy.name, event.describe(), str(exc)))
         return failures
 
     def _stored_trigger(self, event: TriggerEvent) -> dict[str, Any] | None:

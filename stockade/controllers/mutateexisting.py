@@ -39,8 +39,9 @@ ACTION_NONE = "None"
 CONFLICT_ATTEMPTS = 4  # evaluations per target before a conflict goes to the shared retry queue
 
 
-class MutateExistingFailure(StockadeError):
-    """A target that could not be mutated; the event is retried with backoff."""
+class TriggerFailure(StockadeError):
+    """A rule that could not be applied for one trigger event (a generate rule, or a mutate-existing target); the
+    generate controller's worker retries the event with backoff."""
 
     def __init__(self, policy: str, rule: str, resource: str, message: str) -> None:
         super().__init__(f"policy {policy} rule {rule} on {resource}: {message}")
@@ -103,9 +104,9 @@ class MutateExisting:
     # -- admission events ------------------------------------------------------------------------------------------
     def process(
         self, policies: list[KyvernoPolicy], operation: str, trigger: dict[str, Any], old: dict[str, Any], info: RequestInfo, gvk: ResourceKind | None
-    ) -> list[MutateExistingFailure]:
+    ) -> list[TriggerFailure]:
         """Run every mutate-existing rule of ``policies`` on one admitted trigger; returns what failed."""
-        failures: list[MutateExistingFailure] = []
+        failures: list[TriggerFailure] = []
         for policy in policies:
             rules = list(mutate_existing_rules(policy).values())
             if rules:
@@ -121,15 +122,15 @@ class MutateExisting:
         old: dict[str, Any],
         info: RequestInfo,
         gvk: ResourceKind | None,
-    ) -> list[MutateExistingFailure]:
+    ) -> list[TriggerFailure]:
         """Evaluate and write; a target whose write conflicts is recomputed from its fresh state."""
-        failures: list[MutateExistingFailure] = []
+        failures: list[TriggerFailure] = []
         pending: set[tuple[str, str, str, str]] | None = None  # None: every target; else only those that conflicted
         for attempt in range(CONFLICT_ATTEMPTS):
             try:
                 response = self.evaluate(policy, rules, operation, trigger, old, info, gvk)
             except Exception as exc:  # one broken policy must not stop the others
-                failures.append(MutateExistingFailure(policy.key, "*", describe_object(trigger), f"{type(exc).__name__}: {exc}"))
+                failures.append(TriggerFailure(policy.key, "*", describe_object(trigger), f"{type(exc).__name__}: {exc}"))
                 return failures
             conflicted: set[tuple[str, str, str, str]] = set()
             for result in response.rules:
@@ -164,18 +165,18 @@ class MutateExisting:
             message = f"failed to mutate existing resource, rule {result.name}, response {result.status}: {result.message}"
             self.stats.failures += 1
             self._event(policy, result.name, None, message)
-            return MutateExistingFailure(policy.key, result.name, describe_object(trigger), message)
+            return TriggerFailure(policy.key, result.name, describe_object(trigger), message)
         if result.status != PASS:
             self.stats.skipped += 1
             return None
         target = result.patched_target
         if target is None:
-            return MutateExistingFailure(policy.key, result.name, describe_object(trigger), "empty resource to patch")
+            return TriggerFailure(policy.key, result.name, describe_object(trigger), "empty resource to patch")
         resource = self.cluster.resolve_kind(str(target.get("apiVersion") or ""), str(target.get("kind") or ""))
         if resource is None:
             message = f"kind {target.get('apiVersion')}/{target.get('kind')} is not served"
             self._event(policy, result.name, target, message)
-            return MutateExistingFailure(policy.key, result.name, describe_object(target), message)
+            return TriggerFailure(policy.key, result.name, describe_object(target), message)
         metadata = target.get("metadata") or {}
         path = object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
         try:
@@ -186,7 +187,7 @@ class MutateExisting:
                 return _CONFLICT
             self.stats.failures += 1
             self._event(policy, result.name, target, str(exc))
-            return MutateExistingFailure(policy.key, result.name, describe_object(target), str(exc))
+            return TriggerFailure(policy.key, result.name, describe_object(target), str(exc))
         self.stats.mutated += 1
         log.info("mutated %s (policy %s, rule %s)", describe_object(target), policy.key, result.name)
         self._event(policy, result.name, target, "")
