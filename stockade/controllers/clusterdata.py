@@ -72,6 +72,12 @@ def describe_object(obj: dict[str, Any]) -> str:
     return f"{obj.get('kind', '')}/{namespace + '/' if namespace else ''}{metadata.get('name', '')}"
 
 
+def object_identity(obj: dict[str, Any]) -> tuple[str, str, str, str]:
+    """(apiVersion, kind, namespace, name): what tells two objects apart when comparing sets of them."""
+    metadata = obj.get("metadata") or {}
+    return str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+
+
 class ClusterData:
     """Raw, cached reads (and uncached writes) against the API server as plain dictionaries."""
 

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.celpolicy.model import CelPolicy
-from stockade.controllers.clusterdata import ApiError, ClusterCelResources, ClusterData, api_version_of, collection_path, describe_object, object_path, resources_for_rules
+from stockade.controllers.clusterdata import ApiError, ClusterCelResources, ClusterData, api_version_of, collection_path, describe_object, object_identity, object_path, resources_for_rules
 from stockade.controllers.events import generate_events
 from stockade.controllers.mutateexisting import MutateExisting, TriggerFailure
 from stockade.engine.engine import Engine, Request
@@ -210,11 +210,6 @@ def owned_by(current: dict[str, Any], policy: CelPolicy, trigger_uid: str) -> bo
         and labels.get(TRIGGER_UID_LABEL) == trigger_uid
         and RULE_NAME_LABEL not in labels
     )
-
-
-def object_identity(obj: dict[str, Any]) -> tuple[str, str, str, str]:
-    metadata = obj.get("metadata") or {}
-    return str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
 
 
 def generating_policies(snapshot: Any) -> list[CelPolicy]:

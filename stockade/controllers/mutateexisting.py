@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stockade.controllers.clusterdata import ApiError, ClusterData, describe_object, object_path
+from stockade.controllers.clusterdata import ApiError, ClusterData, describe_object, object_identity, object_path
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.response import ERROR, FAIL, PASS, EngineResponse, RuleResponse
@@ -67,11 +67,6 @@ def rules_view(policy: KyvernoPolicy, rules: list[Rule]) -> KyvernoPolicy:
     view = KyvernoPolicy(policy.raw, policy.source)
     view._rules = list(rules)
     return view
-
-
-def target_identity(obj: dict[str, Any]) -> tuple[str, str, str, str]:
-    metadata = obj.get("metadata") or {}
-    return str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
 
 
 def success_message() -> str:
@@ -135,11 +130,11 @@ class MutateExisting:
             conflicted: set[tuple[str, str, str, str]] = set()
             for result in response.rules:
                 target = result.patched_target
-                if pending is not None and (target is None or target_identity(target) not in pending):
+                if pending is not None and (target is None or object_identity(target) not in pending):
                     continue
                 failure = self._write(policy, result, trigger, last_attempt=attempt + 1 == CONFLICT_ATTEMPTS)
                 if failure is _CONFLICT:
-                    conflicted.add(target_identity(target or {}))
+                    conflicted.add(object_identity(target or {}))
                 elif failure is not None:
                     failures.append(failure)
             if not conflicted:
