@@ -111,22 +111,17 @@ class ScheduledPolicy:
 
 def scheduled_policies(snapshot: Any) -> list[ScheduledPolicy]:
     """Deleting and cleanup policies of a snapshot that the store did not reject."""
-    if snapshot is None:
-        return []
-    from stockade.webhook.policystore import policy_identity
+    from stockade.webhook.policystore import accepted_documents
 
-    errors = getattr(snapshot, "errors", {}) or {}
-    found: list[ScheduledPolicy] = []
-    for document in getattr(snapshot, "documents", ()) or ():
-        data = document.data
-        api_version = str(data.get("apiVersion") or "")
-        kind = str(data.get("kind") or "")
-        wanted = (kind in DELETING_POLICY_KINDS and api_version.startswith("policies.kyverno.io/")) or (
-            kind in CLEANUP_POLICY_KINDS and api_version.startswith("kyverno.io/")
-        )
-        if wanted and policy_identity(data) not in errors:
-            found.append(ScheduledPolicy(data))
-    return found
+    return [ScheduledPolicy(document.data) for document in accepted_documents(snapshot, _is_scheduled_policy)]
+
+
+def _is_scheduled_policy(data: dict[str, Any]) -> bool:
+    api_version = str(data.get("apiVersion") or "")
+    kind = str(data.get("kind") or "")
+    return (kind in DELETING_POLICY_KINDS and api_version.startswith("policies.kyverno.io/")) or (
+        kind in CLEANUP_POLICY_KINDS and api_version.startswith("kyverno.io/")
+    )
 
 
 def cleanup_kinds(spec: dict[str, Any]) -> list[str]:

@@ -214,18 +214,13 @@ def owned_by(current: dict[str, Any], policy: CelPolicy, trigger_uid: str) -> bo
 
 def generating_policies(snapshot: Any) -> list[CelPolicy]:
     """The snapshot's servable (Namespaced)GeneratingPolicies (documents the store did not reject)."""
-    if snapshot is None:
-        return []
-    from stockade.webhook.policystore import policy_identity
+    from stockade.webhook.policystore import accepted_documents
 
-    errors = getattr(snapshot, "errors", {}) or {}
-    found: list[CelPolicy] = []
-    for document in getattr(snapshot, "documents", ()) or ():
-        data = document.data
-        if str(data.get("kind")) in GENERATING_POLICY_KINDS and str(data.get("apiVersion", "")).startswith("policies.kyverno.io/"):
-            if policy_identity(data) not in errors:
-                found.append(CelPolicy(data, document.origin))
-    return found
+    return [CelPolicy(document.data, document.origin) for document in accepted_documents(snapshot, _is_generating_policy)]
+
+
+def _is_generating_policy(data: dict[str, Any]) -> bool:
+    return str(data.get("kind")) in GENERATING_POLICY_KINDS and str(data.get("apiVersion", "")).startswith("policies.kyverno.io/")
 
 
 def generate_rules(policy: KyvernoPolicy) -> dict[str, Rule]:
