@@ -260,7 +260,7 @@ def match_reasons(
         return ["policy and resource namespaces mismatch"]
     if rejected_by_kind(rule, gvk):
         return ["no resource matched"]
-    if _kind_gate(rule)[1]:
+    if _KIND_GATES.get(rule, _build_kind_gate)[1]:
         return []  # the kinds matched and nothing else is selected on
     args = (resource, gvk, namespace_labels or {}, operation)
     reasons: list[str] = []
@@ -288,16 +288,13 @@ _KindGate = tuple[tuple[tuple[str, ...], ...] | None, bool]
 _KIND_GATES: IdentityMemo[dict[str, Any], _KindGate] = IdentityMemo(50_000)
 
 
-def _kind_gate(rule: dict[str, Any]) -> _KindGate:
+def _build_kind_gate(rule: dict[str, Any]) -> _KindGate:
     """(kinds lists of the match filters when every filter names kinds, so a kind mismatch alone rejects, else None;
     whether kinds are all the rule selects on, so passing the gate means the rule matches).
 
-    Cached per rule object: rules are immutable once loaded and this check runs for every rule on every request.
+    Cached per rule object in ``_KIND_GATES`` (callers ask it directly: this check runs for every rule on every
+    request, and rules are immutable once loaded).
     """
-    return _KIND_GATES.get(rule, _build_kind_gate)
-
-
-def _build_kind_gate(rule: dict[str, Any]) -> _KindGate:
     mode, filters = _filters(rule.get("match") or {})
     kinds = tuple(tuple((f.get("resources") or {}).get("kinds") or ()) for f in filters)
     gate = kinds if kinds and all(kinds) else None
@@ -317,7 +314,7 @@ def _selects_on_kinds_only(resource_filter: dict[str, Any]) -> bool:
 
 def rejected_by_kind(rule: dict[str, Any], gvk: ResourceKind) -> bool:
     """Whether the kinds named in the rule's match block alone rule ``gvk`` out."""
-    gate = _kind_gate(rule)[0]
+    gate = _KIND_GATES.get(rule, _build_kind_gate)[0]
     if gate is None:
         return False
     mode = "any" if (rule.get("match") or {}).get("any") else "every"
