@@ -90,26 +90,29 @@ def rules_for_kind(policy: KyvernoPolicy, gvk: ResourceKind) -> list[Rule]:
     return chosen
 
 
-# Policy document -> its rule documents -> resolved action.  Keyed by the policy first because YAML aliases can make
+# The rule's own failureAction and the policy's are cached apart, each keyed by its own document: YAML aliases can make
 # two policies share one rule dict while their validationFailureAction differs.
-_STATIC_ACTIONS: IdentityMemo[dict[str, Any], IdentityMemo[dict[str, Any], str]] = IdentityMemo(4096)
-_MAX_RULES_PER_POLICY = 1024
+_RULE_ACTIONS: IdentityMemo[dict[str, Any], str | None] = IdentityMemo(50_000)
+_POLICY_ACTIONS: IdentityMemo[dict[str, Any], str] = IdentityMemo(4096)
 
 
-def _rule_actions(policy_raw: dict[str, Any]) -> IdentityMemo[dict[str, Any], str]:
-    return IdentityMemo(_MAX_RULES_PER_POLICY)
+def _normalized_action(action: object) -> str:
+    return "Enforce" if str(action).lower() == "enforce" else "Audit"
+
+
+def _rule_own_action(rule_raw: dict[str, Any]) -> str | None:
+    action = (rule_raw.get("validate") or {}).get("failureAction")
+    return _normalized_action(action) if action else None
+
+
+def _policy_action(policy_raw: dict[str, Any]) -> str:
+    return _normalized_action(KyvernoPolicy(policy_raw).validation_failure_action)
 
 
 def _static_failure_action(policy: KyvernoPolicy, rule: Rule) -> str:
     """A rule's failure action when its policy has no per-namespace overrides: the rule's own ``failureAction``,
-    else the policy's; worked out once per rule of each policy (both held by identity, like the other per-rule
-    caches)."""
-
-    def resolve(rule_raw: dict[str, Any]) -> str:
-        action = (rule_raw.get("validate") or {}).get("failureAction") or policy.validation_failure_action
-        return "Enforce" if str(action).lower() == "enforce" else "Audit"
-
-    return _STATIC_ACTIONS.get(policy.raw, _rule_actions).get(rule.raw, resolve)
+    else the policy's; each worked out once per document (held by identity, like the other per-rule caches)."""
+    return _RULE_ACTIONS.get(rule.raw, _rule_own_action) or _POLICY_ACTIONS.get(policy.raw, _policy_action)
 
 
 class Engine:
