@@ -880,7 +880,7 @@ class GenerateController:
             for trigger in triggers:
                 uid = str((trigger.get("metadata") or {}).get("uid") or "")
                 try:
-                    response = self._evaluate(engine, _single_rule(policy, rule), trigger, "CREATE", RequestInfo(), None)
+                    response = self._evaluate(engine, policy.with_rules([rule]), trigger, "CREATE", RequestInfo(), None)
                 except Exception as exc:
                     log.warning("evaluating policy %s rule %s on %s failed: %s", policy.key, rule.name, describe_object(trigger), exc)
                     applied_uids.add(uid)  # unknown: keep its downstream
@@ -933,13 +933,6 @@ class GenerateController:
 
 class _TriggerPending(StockadeError):
     pass
-
-
-def _single_rule(policy: KyvernoPolicy, rule: Rule) -> KyvernoPolicy:
-    """A view of the policy with just one rule, so ``applyRules: One`` elsewhere cannot hide it."""
-    view = KyvernoPolicy(policy.raw, policy.source)
-    view._rules = [rule]
-    return view
 
 
 def _mutate_existing_policies(policies: Iterable[KyvernoPolicy]) -> list[KyvernoPolicy]:

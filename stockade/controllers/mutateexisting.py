@@ -62,13 +62,6 @@ def on_policy_update(policy: KyvernoPolicy, rule: Rule) -> bool:
     return bool(policy.spec.get("mutateExistingOnPolicyUpdate", False))
 
 
-def rules_view(policy: KyvernoPolicy, rules: list[Rule]) -> KyvernoPolicy:
-    """The policy restricted to ``rules`` (its other rules act during admission, not here)."""
-    view = KyvernoPolicy(policy.raw, policy.source)
-    view._rules = list(rules)
-    return view
-
-
 def success_message() -> str:
     return "resource mutated"
 
@@ -149,7 +142,7 @@ class MutateExisting:
         namespace = str((trigger.get("metadata") or {}).get("namespace") or "")
         labels = self.cluster.namespace_labels(namespace) if namespace else {}
         request = Request(resource=trigger, operation=operation or "CREATE", old_resource=old, info=info, namespace_labels=labels, gvk=gvk)
-        pctx = engine.policy_context(rules_view(policy, rules), request)
+        pctx = engine.policy_context(policy.with_rules(rules), request)
         if operation == "DELETE":
             # Kyverno's background context loads the trigger (the deleted object) as request.object
             pctx.json_context.add_variable("request.object", trigger)

@@ -245,3 +245,16 @@ def test_patterns_with_request_data_substituted_are_not_kept_between_reviews() -
     for _ in range(3):
         assert validate(static, pod(labels={"app": "web"}))[0][1] == "pass"
     assert len(pattern_walk._PLANS) == before + 3  # pattern, metadata and labels maps, once
+
+
+def test_a_policy_view_with_some_rules_runs_only_those_and_leaves_the_policy_alone() -> None:
+    """Controllers apply a policy's generate or mutate-existing rules apart from its others (``with_rules``)."""
+    first = {"name": "first", "match": MATCH_POD, "validate": {"pattern": {"metadata": {"name": "web"}}}}
+    second = {"name": "second", "match": MATCH_POD, "validate": {"pattern": {"metadata": {"name": "other"}}}}
+    policy = cpol(first, second, applyRules="One")
+    names = [rule.name for rule in policy.rules]
+    view = policy.with_rules([rule for rule in policy.rules if rule.name == "second"])
+    assert view.raw is policy.raw and view.key == policy.key
+    assert [(r[0], r[1]) for r in validate(view, pod())] == [("second", "fail")]
+    assert [rule.name for rule in policy.rules] == names
+    assert [(r[0], r[1]) for r in validate(policy, pod())] == [("first", "pass")]  # applyRules: One stops there
