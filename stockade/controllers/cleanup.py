@@ -34,6 +34,7 @@ from stockade.controllers.clusterdata import (
 from stockade.controllers.periodic import LeaderPeriodicWorker
 from stockade.controllers.schedule import ScheduleError, parse_schedule
 from stockade.controllers.webhookconfig import ApiResource
+from stockade.policy.model import ObjectView
 
 log = logging.getLogger("stockade.cleanup")
 
@@ -67,30 +68,10 @@ def format_timestamp(moment: dt.datetime) -> str:
 
 
 @dataclass
-class ScheduledPolicy:
-    """One deleting or cleanup policy as the controller schedules it."""
+class ScheduledPolicy(ObjectView):
+    """One deleting or cleanup policy as the controller schedules it (the store already required its name)."""
 
     raw: dict[str, Any]
-
-    @property
-    def kind(self) -> str:
-        return str(self.raw.get("kind") or "")
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        return self.raw.get("metadata") or {}
-
-    @property
-    def name(self) -> str:
-        return str(self.metadata.get("name") or "")
-
-    @property
-    def namespace(self) -> str:
-        return str(self.metadata.get("namespace") or "")
-
-    @property
-    def spec(self) -> dict[str, Any]:
-        return self.raw.get("spec") or {}
 
     @property
     def key(self) -> str:
