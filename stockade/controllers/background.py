@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stockade.controllers.clusterdata import ApiError, ClusterData
+from stockade.controllers.clusterdata import ApiError, ClusterData, describe_object
 from stockade.controllers.reports import PROCESS_BACKGROUND, report_policy_name
 import stockade.celpolicy  # noqa: F401  (registers the engine's validate.cel handler)
 from stockade.engine.engine import Engine, Request
@@ -379,7 +379,7 @@ class BackgroundScanner:
                 request = Request(resource=obj, operation="CREATE", namespace_labels=labels, gvk=ResourceKind.of(obj))
                 response = scanned_rules_only(engine.validate(engine.policy_context(policy, request)))
             except Exception as exc:  # one broken evaluation must not end the scan
-                summary.errors.append(f"policy {policy.key} on {_describe(obj)}: {exc}")
+                summary.errors.append(f"policy {policy.key} on {describe_object(obj)}: {exc}")
                 continue
             if response.rules:
                 responses.append(response)
@@ -394,14 +394,8 @@ class BackgroundScanner:
                 try:
                     response = cel_evaluator.validate(policy, cel_input)
                 except Exception as exc:
-                    summary.errors.append(f"policy {getattr(policy, 'name', '')} on {_describe(obj)}: {exc}")
+                    summary.errors.append(f"policy {getattr(policy, 'name', '')} on {describe_object(obj)}: {exc}")
                     continue
                 if response is not None and response.rules:
                     responses.append(response)
         return responses
-
-
-def _describe(obj: dict[str, Any]) -> str:
-    metadata = obj.get("metadata") or {}
-    namespace = metadata.get("namespace") or ""
-    return f"{obj.get('kind', '')}/{namespace + '/' if namespace else ''}{metadata.get('name', '')}"

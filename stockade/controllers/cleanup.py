@@ -34,6 +34,7 @@ from stockade.controllers.clusterdata import (
 from stockade.controllers.periodic import LeaderPeriodicWorker
 from stockade.controllers.schedule import ScheduleError, parse_schedule
 from stockade.controllers.webhookconfig import ApiResource
+from stockade.policy.model import ObjectView
 
 log = logging.getLogger("stockade.cleanup")
 
@@ -67,30 +68,10 @@ def format_timestamp(moment: dt.datetime) -> str:
 
 
 @dataclass
-class ScheduledPolicy:
-    """One deleting or cleanup policy as the controller schedules it."""
+class ScheduledPolicy(ObjectView):
+    """One deleting or cleanup policy as the controller schedules it (the store already required its name)."""
 
     raw: dict[str, Any]
-
-    @property
-    def kind(self) -> str:
-        return str(self.raw.get("kind") or "")
-
-    @property
-    def metadata(self) -> dict[str, Any]:
-        return self.raw.get("metadata") or {}
-
-    @property
-    def name(self) -> str:
-        return str(self.metadata.get("name") or "")
-
-    @property
-    def namespace(self) -> str:
-        return str(self.metadata.get("namespace") or "")
-
-    @property
-    def spec(self) -> dict[str, Any]:
-        return self.raw.get("spec") or {}
 
     @property
     def key(self) -> str:
@@ -111,22 +92,17 @@ class ScheduledPolicy:
 
 def scheduled_policies(snapshot: Any) -> list[ScheduledPolicy]:
     """Deleting and cleanup policies of a snapshot that the store did not reject."""
-    if snapshot is None:
-        return []
-    from stockade.webhook.policystore import policy_identity
+    from stockade.webhook.policystore import accepted_documents
 
-    errors = getattr(snapshot, "errors", {}) or {}
-    found: list[ScheduledPolicy] = []
-    for document in getattr(snapshot, "documents", ()) or ():
-        data = document.data
-        api_version = str(data.get("apiVersion") or "")
-        kind = str(data.get("kind") or "")
-        wanted = (kind in DELETING_POLICY_KINDS and api_version.startswith("policies.kyverno.io/")) or (
-            kind in CLEANUP_POLICY_KINDS and api_version.startswith("kyverno.io/")
-        )
-        if wanted and policy_identity(data) not in errors:
-            found.append(ScheduledPolicy(data))
-    return found
+    return [ScheduledPolicy(document.data) for document in accepted_documents(snapshot, _is_scheduled_policy)]
+
+
+def _is_scheduled_policy(data: dict[str, Any]) -> bool:
+    api_version = str(data.get("apiVersion") or "")
+    kind = str(data.get("kind") or "")
+    return (kind in DELETING_POLICY_KINDS and api_version.startswith("policies.kyverno.io/")) or (
+        kind in CLEANUP_POLICY_KINDS and api_version.startswith("kyverno.io/")
+    )
 
 
 def cleanup_kinds(spec: dict[str, Any]) -> list[str]:

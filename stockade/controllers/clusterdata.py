@@ -64,6 +64,20 @@ def object_path(resource: ApiResource, namespace: str, name: str) -> str:
     return f"{collection_path(resource, namespace)}/{urllib.parse.quote(name)}"
 
 
+def describe_object(obj: dict[str, Any]) -> str:
+    """``Kind/namespace/name`` (``Kind/name`` when cluster-scoped): how the controllers name an object in logs and
+    failures."""
+    metadata = obj.get("metadata") or {}
+    namespace = metadata.get("namespace") or ""
+    return f"{obj.get('kind', '')}/{namespace + '/' if namespace else ''}{metadata.get('name', '')}"
+
+
+def object_identity(obj: dict[str, Any]) -> tuple[str, str, str, str]:
+    """(apiVersion, kind, namespace, name): what tells two objects apart when comparing sets of them."""
+    metadata = obj.get("metadata") or {}
+    return str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+
+
 class ClusterData:
     """Raw, cached reads (and uncached writes) against the API server as plain dictionaries."""
 

@@ -26,7 +26,7 @@ import queue
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -117,7 +117,8 @@ class EventSpec:
         return dict(self.related)
 
 
-def _reference(obj: dict[str, Any]) -> Reference:
+def object_reference(obj: Mapping[str, Any]) -> Reference:
+    """The core/v1 ObjectReference of an Event about ``obj``, without its empty fields."""
     metadata = obj.get("metadata") or {}
     fields = {
         "apiVersion": str(obj.get("apiVersion") or ""),
@@ -132,7 +133,7 @@ def _reference(obj: dict[str, Any]) -> Reference:
 def _policy_reference(policy: Any) -> Reference:
     raw = getattr(policy, "raw", None)
     if isinstance(raw, dict):
-        return _reference({**raw, "apiVersion": kyverno_reference_api_version(str(raw.get("apiVersion") or ""))})
+        return object_reference({**raw, "apiVersion": kyverno_reference_api_version(str(raw.get("apiVersion") or ""))})
     return (("kind", str(getattr(policy, "kind", ""))), ("name", str(getattr(policy, "name", ""))))
 
 
@@ -262,7 +263,7 @@ def admission_events(request: AdmissionRequest, decision: AdmissionDecision, con
         return []  # Kyverno writes nothing for objects without a name yet (generateName)
     label = f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
     key = f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
-    resource = _reference({**subject, "kind": kind, "metadata": {**metadata, "name": name, "namespace": namespace}})
+    resource = object_reference({**subject, "kind": kind, "metadata": {**metadata, "name": name, "namespace": namespace}})
     # A denial is explained by the enforce policies only: Kyverno evaluates audit policies after admitting.
     responses = [r for r in decision.responses if _is_enforce_policy(r)] if blocked else list(decision.responses)
     events: list[EventSpec] = []
@@ -297,7 +298,7 @@ def scan_events(obj: dict[str, Any], responses: list[EngineResponse], config: Ky
     name = str(metadata.get("name") or "")
     label = f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
     key = f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
-    resource = _reference(obj)
+    resource = object_reference(obj)
     events: list[EventSpec] = []
     for response in responses:
         violated = [rule for rule in response.rules if rule.status not in (PASS, SKIP)]
@@ -324,7 +325,7 @@ def generate_events(policy: Any, rule_name: str, generated: list[dict[str, Any]]
     regarding_policy = tuple((k, policy_ref[k]) for k in ("apiVersion", "kind", "name", "namespace", "uid") if policy_ref.get(k))
     events: list[EventSpec] = []
     for obj in generated:
-        resource = _reference(obj)
+        resource = object_reference(obj)
         fields = dict(resource)
         events.append(
             EventSpec(

@@ -19,11 +19,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from stockade.controllers.events import ACTION_NONE, SOURCE_IMAGE_AUTOMATION, EventRecorder, EventSpec
-from stockade.controllers.flux_image import ClusterObjects, object_reference
+from stockade.controllers.events import ACTION_NONE, SOURCE_IMAGE_AUTOMATION, EventRecorder, EventSpec, object_reference
+from stockade.controllers.flux_image import ClusterObjects
 from stockade.controllers.periodic import LeaderPeriodicWorker
 from stockade.reflector import models
-from stockade.reflector.automation import AutomationKey, CheckoutError, GitAccess, GitError, run_automation
+from stockade.reflector.automation import CheckoutError, GitAccess, GitError, run_automation
 from stockade.reflector.gotemplate import TemplateError
 from stockade.reflector.markers import MarkerError
 from stockade.reflector.models import ImageRef, ObjectKey, SpecError, duration_seconds, format_time, object_key
@@ -171,7 +171,7 @@ class ImageUpdateAutomationController(LeaderPeriodicWorker):
                 resolve=resolve,
                 author_name=str(author.get("name") or ""),
                 author_email=str(author["email"]),
-                automation=AutomationKey(key.namespace, key.name),
+                automation=key,
                 message_template=str(commit_spec.get("messageTemplate") or ""),
                 template_values={str(k): str(v) for k, v in (commit_spec.get("messageTemplateValues") or {}).items()},
                 clock=self.clock,

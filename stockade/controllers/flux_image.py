@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stockade.controllers.events import ACTION_NONE, SOURCE_IMAGE_REFLECTOR, EventRecorder, EventSpec
+from stockade.controllers.events import ACTION_NONE, SOURCE_IMAGE_REFLECTOR, EventRecorder, EventSpec, object_reference
 from stockade.controllers.periodic import LeaderPeriodicWorker
 from stockade.reflector import models
 from stockade.reflector.imagepolicy import ImagePolicyReconciler
@@ -125,19 +125,6 @@ class _Schedule:
 
 def _requested_at(obj: Mapping[str, Any]) -> object:
     return ((obj.get("metadata") or {}).get("annotations") or {}).get(RECONCILE_REQUEST_ANNOTATION)
-
-
-def object_reference(obj: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    """The core/v1 ObjectReference of an Event about `obj`."""
-    metadata = obj.get("metadata") or {}
-    fields = {
-        "apiVersion": str(obj.get("apiVersion") or ""),
-        "kind": str(obj.get("kind") or ""),
-        "name": str(metadata.get("name") or ""),
-        "namespace": str(metadata.get("namespace") or ""),
-        "uid": str(metadata.get("uid") or ""),
-    }
-    return tuple((k, v) for k, v in fields.items() if v)
 
 
 class ImageReflectorController(LeaderPeriodicWorker):

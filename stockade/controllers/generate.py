@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.celpolicy.model import CelPolicy
-from stockade.controllers.clusterdata import ApiError, ClusterCelResources, ClusterData, api_version_of, collection_path, object_path, resources_for_rules
+from stockade.controllers.clusterdata import ApiError, ClusterCelResources, ClusterData, api_version_of, collection_path, describe_object, object_identity, object_path, resources_for_rules
 from stockade.controllers.events import generate_events
+from stockade.controllers.mutateexisting import MutateExisting, TriggerFailure
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.response import ERROR, PASS, EngineResponse
@@ -211,25 +212,15 @@ def owned_by(current: dict[str, Any], policy: CelPolicy, trigger_uid: str) -> bo
     )
 
 
-def object_identity(obj: dict[str, Any]) -> tuple[str, str, str, str]:
-    metadata = obj.get("metadata") or {}
-    return str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
-
-
 def generating_policies(snapshot: Any) -> list[CelPolicy]:
     """The snapshot's servable (Namespaced)GeneratingPolicies (documents the store did not reject)."""
-    if snapshot is None:
-        return []
-    from stockade.webhook.policystore import policy_identity
+    from stockade.webhook.policystore import accepted_documents
 
-    errors = getattr(snapshot, "errors", {}) or {}
-    found: list[CelPolicy] = []
-    for document in getattr(snapshot, "documents", ()) or ():
-        data = document.data
-        if str(data.get("kind")) in GENERATING_POLICY_KINDS and str(data.get("apiVersion", "")).startswith("policies.kyverno.io/"):
-            if policy_identity(data) not in errors:
-                found.append(CelPolicy(data, document.origin))
-    return found
+    return [CelPolicy(document.data, document.origin) for document in accepted_documents(snapshot, _is_generating_policy)]
+
+
+def _is_generating_policy(data: dict[str, Any]) -> bool:
+    return str(data.get("kind")) in GENERATING_POLICY_KINDS and str(data.get("apiVersion", "")).startswith("policies.kyverno.io/")
 
 
 def generate_rules(policy: KyvernoPolicy) -> dict[str, Rule]:
@@ -252,9 +243,7 @@ class TriggerEvent:
         return self.resource or self.old_resource
 
     def describe(self) -> str:
-        metadata = self.subject.get("metadata") or {}
-        namespace = metadata.get("namespace") or ""
-        return f"{self.subject.get('kind', '')}/{namespace + '/' if namespace else ''}{metadata.get('name', '')}"
+        return describe_object(self.subject)
 
 
 @dataclass(order=True)
@@ -263,14 +252,6 @@ class _Retry:
     seq: int
     event: TriggerEvent = field(compare=False)
     attempt: int = field(compare=False, default=0)
-
-
-class GenerateFailure(StockadeError):
-    def __init__(self, policy: str, rule: str, resource: str, message: str) -> None:
-        super().__init__(f"policy {policy} rule {rule} on {resource}: {message}")
-        self.policy = policy
-        self.rule = rule
-        self.resource = resource
 
 
 @dataclass
@@ -304,8 +285,6 @@ class GenerateController:
         max_backoff_seconds: float = 60.0,
         events: Any = None,
     ) -> None:
-        from stockade.controllers.mutateexisting import MutateExisting
-
         self.api_client = api_client
         self.store = store
         self.events = events  # an EventRecorder: Kyverno reports each generated resource as Events
@@ -462,7 +441,7 @@ class GenerateController:
         try:
             failures = self.process_event(event)
         except ApiError as exc:
-            failures = [GenerateFailure("*", "*", event.describe(), str(exc))]
+            failures = [TriggerFailure("*", "*", event.describe(), str(exc))]
         except _TriggerPending as exc:
             self._schedule_retry(event, attempt, str(exc))
             return
@@ -525,7 +504,7 @@ class GenerateController:
         return engine.generate(pctx)
 
     # -- trigger events --------------------------------------------------------------------------------------------
-    def process_event(self, event: TriggerEvent) -> list[GenerateFailure]:
+    def process_event(self, event: TriggerEvent) -> list[TriggerFailure]:
         """Apply every generate rule to one trigger event; returns the failures (empty when all went well)."""
         policies = self._policies()
         mutating = _mutate_existing_policies(self.store.snapshot.policies if self.store.snapshot is not None else [])
@@ -540,7 +519,7 @@ class GenerateController:
                 return []  # deleted since; its DELETE event cleans up
             trigger = event.resource
         engine = self._engine() if policies else None
-        failures: list[GenerateFailure] = []
+        failures: list[TriggerFailure] = []
         uid = str((trigger.get("metadata") or {}).get("uid") or "")
         for policy in policies:
             rules = generate_rules(policy)
@@ -551,7 +530,7 @@ class GenerateController:
             for name, rule in rules.items():
                 result = responses.get(name)
                 if result is not None and result.status == ERROR:
-                    failures.append(GenerateFailure(policy.key, name, event.describe(), result.message))
+                    failures.append(TriggerFailure(policy.key, name, event.describe(), result.message))
                     continue
                 applies = result is not None and result.status == PASS
                 action = trigger_action(event.operation, applies, synchronize(rule))
@@ -564,18 +543,17 @@ class GenerateController:
                     elif action == DELETE and uid:
                         self.delete_downstream(policy, rule, trigger_uid=uid)
                 except ApiError as exc:
-                    failures.append(GenerateFailure(policy.key, name, event.describe(), str(exc)))
+                    failures.append(TriggerFailure(policy.key, name, event.describe(), str(exc)))
         failures.extend(self._process_gpol_event(event, trigger, uid))
-        for failure in self.mutate_existing.process(mutating, event.operation, trigger, event.old_resource, event.info, event.gvk):
-            failures.append(GenerateFailure(failure.policy, failure.rule, failure.resource, str(failure)))
+        failures.extend(self.mutate_existing.process(mutating, event.operation, trigger, event.old_resource, event.info, event.gvk))
         return failures
 
-    def _process_gpol_event(self, event: TriggerEvent, trigger: dict[str, Any], uid: str) -> list[GenerateFailure]:
+    def _process_gpol_event(self, event: TriggerEvent, trigger: dict[str, Any], uid: str) -> list[TriggerFailure]:
         gpols = self._generating()
         if not gpols:
             return []
         evaluator = self._cel_evaluator() if event.operation != "DELETE" else None
-        failures: list[GenerateFailure] = []
+        failures: list[TriggerFailure] = []
         for policy in gpols:
             synchronized = evaluation_enabled(policy, "synchronize")
             result = None
@@ -583,10 +561,10 @@ class GenerateController:
                 try:
                     result = self._evaluate_gpol(evaluator, policy, trigger, event.operation, event.old_resource, event.info)
                 except Exception as exc:  # a compile error in one policy must not stop the others
-                    failures.append(GenerateFailure(policy.key, policy.name, event.describe(), f"{type(exc).__name__}: {exc}"))
+                    failures.append(TriggerFailure(policy.key, policy.name, event.describe(), f"{type(exc).__name__}: {exc}"))
                     continue
             if result is not None and result.status == ERROR:
-                failures.append(GenerateFailure(policy.key, policy.name, event.describe(), result.message))
+                failures.append(TriggerFailure(policy.key, policy.name, event.describe(), result.message))
                 continue
             applies = result is not None and result.status == PASS
             action = trigger_action(event.operation, applies, synchronized)
@@ -598,7 +576,7 @@ class GenerateController:
                 elif action == DELETE and uid:
                     self.delete_gpol_downstream(policy, trigger_uid=uid)
             except ApiError as exc:
-                failures.append(GenerateFailure(policy.key, policy.name, event.describe(), str(exc)))
+                failures.append(TriggerFailure(policy.key, policy.name, event.describe(), str(exc)))
         return failures
 
     def _stored_trigger(self, event: TriggerEvent) -> dict[str, Any] | None:
@@ -855,20 +833,20 @@ class GenerateController:
             try:
                 result = self._evaluate_gpol(evaluator, policy, trigger, "CREATE", {}, RequestInfo())
             except Exception as exc:
-                log.warning("evaluating %s on %s failed: %s", policy.key, _describe(trigger), exc)
+                log.warning("evaluating %s on %s failed: %s", policy.key, describe_object(trigger), exc)
                 applied_uids.add(uid)
                 continue
             if result is None:
                 continue
             applied_uids.add(uid)
             if result.status == ERROR:
-                log.warning("%s on %s: %s", policy.key, _describe(trigger), result.message)
+                log.warning("%s on %s: %s", policy.key, describe_object(trigger), result.message)
             elif result.status == PASS:
                 try:
                     self.apply_gpol_downstream(policy, trigger, result.generated_resources)
                 except ApiError as exc:
                     self.stats.failures += 1
-                    log.warning("%s on %s: %s", policy.key, _describe(trigger), exc)
+                    log.warning("%s on %s: %s", policy.key, describe_object(trigger), exc)
         if prune and complete:
             try:
                 self.delete_gpol_downstream(policy, keep_uids=applied_uids)
@@ -902,9 +880,9 @@ class GenerateController:
             for trigger in triggers:
                 uid = str((trigger.get("metadata") or {}).get("uid") or "")
                 try:
-                    response = self._evaluate(engine, _single_rule(policy, rule), trigger, "CREATE", RequestInfo(), None)
+                    response = self._evaluate(engine, policy.with_rules([rule]), trigger, "CREATE", RequestInfo(), None)
                 except Exception as exc:
-                    log.warning("evaluating policy %s rule %s on %s failed: %s", policy.key, rule.name, _describe(trigger), exc)
+                    log.warning("evaluating policy %s rule %s on %s failed: %s", policy.key, rule.name, describe_object(trigger), exc)
                     applied_uids.add(uid)  # unknown: keep its downstream
                     continue
                 for result in response.rules:
@@ -912,14 +890,14 @@ class GenerateController:
                         continue
                     if result.status == ERROR:
                         applied_uids.add(uid)
-                        log.warning("policy %s rule %s on %s: %s", policy.key, rule.name, _describe(trigger), result.message)
+                        log.warning("policy %s rule %s on %s: %s", policy.key, rule.name, describe_object(trigger), result.message)
                     elif result.status == PASS:
                         applied_uids.add(uid)
                         try:
                             self.apply_downstream(policy, rule, result.generated_resources)
                         except ApiError as exc:
                             self.stats.failures += 1
-                            log.warning("policy %s rule %s on %s: %s", policy.key, rule.name, _describe(trigger), exc)
+                            log.warning("policy %s rule %s on %s: %s", policy.key, rule.name, describe_object(trigger), exc)
             if prune and complete:  # an incomplete listing must not look like vanished triggers
                 try:
                     self.delete_downstream(policy, rule, keep_uids=applied_uids)
@@ -957,18 +935,5 @@ class _TriggerPending(StockadeError):
     pass
 
 
-def _single_rule(policy: KyvernoPolicy, rule: Rule) -> KyvernoPolicy:
-    """A view of the policy with just one rule, so ``applyRules: One`` elsewhere cannot hide it."""
-    view = KyvernoPolicy(policy.raw, policy.source)
-    view._rules = [rule]
-    return view
-
-
 def _mutate_existing_policies(policies: Iterable[KyvernoPolicy]) -> list[KyvernoPolicy]:
     return [policy for policy in policies if any(rule.has_mutate_existing() for rule in policy.rules)]
-
-
-def _describe(obj: dict[str, Any]) -> str:
-    metadata = obj.get("metadata") or {}
-    namespace = metadata.get("namespace") or ""
-    return f"{obj.get('kind', '')}/{namespace + '/' if namespace else ''}{metadata.get('name', '')}"

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from stockade.controllers.kubetyped import WatchStream, new_watch
+from stockade.controllers.kubetyped import WatchStream, watch_objects
 from stockade.engine.kyvernoconfig import DEFAULT_CONFIGMAP_NAME, DEFAULT_CONFIGMAP_NAMESPACE, KyvernoConfig, parse_kyverno_config
 from stockade.errors import StockadeError
 
@@ -161,23 +161,20 @@ class ConfigMapWatch:
         return str(listing.metadata.resource_version or "")
 
     def _watch(self, resource_version: str) -> None:
-        core = self._core()
-        while not self._stopping.is_set():
-            stream = self._stream = new_watch()
-            for event in stream.stream(
-                core.list_namespaced_config_map,
-                self.namespace,
-                field_selector=f"metadata.name={self.name}",
-                resource_version=resource_version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=self.watch_timeout,
-                _request_timeout=self.watch_timeout + 30,
-            ):
-                if self._stopping.is_set():
-                    stream.stop()
-                    break
-                event_type = event.get("type")
-                obj = event.get("raw_object")
-                if event_type in ("ADDED", "MODIFIED", "DELETED") and isinstance(obj, dict) and self.apply_event(event_type, obj):
-                    log.info("ConfigMap %s %s: Kyverno configuration updated", self.live.source, str(event_type).lower())
-            resource_version = stream.resource_version or resource_version
+        watch_objects(
+            self._core().list_namespaced_config_map,
+            self.namespace,
+            field_selector=f"metadata.name={self.name}",
+            resource_version=resource_version,
+            timeout_seconds=self.watch_timeout,
+            stopping=self._stopping,
+            on_event=self._on_event,
+            on_stream=self._on_stream,
+        )
+
+    def _on_event(self, event_type: str, obj: dict[str, Any]) -> None:
+        if self.apply_event(event_type, obj):
+            log.info("ConfigMap %s %s: Kyverno configuration updated", self.live.source, event_type.lower())
+
+    def _on_stream(self, stream: WatchStream | None) -> None:
+        self._stream = stream

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stockade.controllers.clusterdata import ApiError, ClusterData, object_path
+from stockade.controllers.clusterdata import ApiError, ClusterData, describe_object, object_identity, object_path
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.response import ERROR, FAIL, PASS, EngineResponse, RuleResponse
@@ -39,8 +39,9 @@ ACTION_NONE = "None"
 CONFLICT_ATTEMPTS = 4  # evaluations per target before a conflict goes to the shared retry queue
 
 
-class MutateExistingFailure(StockadeError):
-    """A target that could not be mutated; the event is retried with backoff."""
+class TriggerFailure(StockadeError):
+    """A rule that could not be applied for one trigger event (a generate rule, or a mutate-existing target); the
+    generate controller's worker retries the event with backoff."""
 
     def __init__(self, policy: str, rule: str, resource: str, message: str) -> None:
         super().__init__(f"policy {policy} rule {rule} on {resource}: {message}")
@@ -59,24 +60,6 @@ def on_policy_update(policy: KyvernoPolicy, rule: Rule) -> bool:
     if value is not None:
         return bool(value)
     return bool(policy.spec.get("mutateExistingOnPolicyUpdate", False))
-
-
-def rules_view(policy: KyvernoPolicy, rules: list[Rule]) -> KyvernoPolicy:
-    """The policy restricted to ``rules`` (its other rules act during admission, not here)."""
-    view = KyvernoPolicy(policy.raw, policy.source)
-    view._rules = list(rules)
-    return view
-
-
-def target_identity(obj: dict[str, Any]) -> tuple[str, str, str, str]:
-    metadata = obj.get("metadata") or {}
-    return str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
-
-
-def describe(obj: dict[str, Any]) -> str:
-    metadata = obj.get("metadata") or {}
-    namespace = metadata.get("namespace") or ""
-    return f"{obj.get('kind', '')}/{namespace + '/' if namespace else ''}{metadata.get('name', '')}"
 
 
 def success_message() -> str:
@@ -109,9 +92,9 @@ class MutateExisting:
     # -- admission events ------------------------------------------------------------------------------------------
     def process(
         self, policies: list[KyvernoPolicy], operation: str, trigger: dict[str, Any], old: dict[str, Any], info: RequestInfo, gvk: ResourceKind | None
-    ) -> list[MutateExistingFailure]:
+    ) -> list[TriggerFailure]:
         """Run every mutate-existing rule of ``policies`` on one admitted trigger; returns what failed."""
-        failures: list[MutateExistingFailure] = []
+        failures: list[TriggerFailure] = []
         for policy in policies:
             rules = list(mutate_existing_rules(policy).values())
             if rules:
@@ -127,24 +110,24 @@ class MutateExisting:
         old: dict[str, Any],
         info: RequestInfo,
         gvk: ResourceKind | None,
-    ) -> list[MutateExistingFailure]:
+    ) -> list[TriggerFailure]:
         """Evaluate and write; a target whose write conflicts is recomputed from its fresh state."""
-        failures: list[MutateExistingFailure] = []
+        failures: list[TriggerFailure] = []
         pending: set[tuple[str, str, str, str]] | None = None  # None: every target; else only those that conflicted
         for attempt in range(CONFLICT_ATTEMPTS):
             try:
                 response = self.evaluate(policy, rules, operation, trigger, old, info, gvk)
             except Exception as exc:  # one broken policy must not stop the others
-                failures.append(MutateExistingFailure(policy.key, "*", describe(trigger), f"{type(exc).__name__}: {exc}"))
+                failures.append(TriggerFailure(policy.key, "*", describe_object(trigger), f"{type(exc).__name__}: {exc}"))
                 return failures
             conflicted: set[tuple[str, str, str, str]] = set()
             for result in response.rules:
                 target = result.patched_target
-                if pending is not None and (target is None or target_identity(target) not in pending):
+                if pending is not None and (target is None or object_identity(target) not in pending):
                     continue
                 failure = self._write(policy, result, trigger, last_attempt=attempt + 1 == CONFLICT_ATTEMPTS)
                 if failure is _CONFLICT:
-                    conflicted.add(target_identity(target or {}))
+                    conflicted.add(object_identity(target or {}))
                 elif failure is not None:
                     failures.append(failure)
             if not conflicted:
@@ -159,7 +142,7 @@ class MutateExisting:
         namespace = str((trigger.get("metadata") or {}).get("namespace") or "")
         labels = self.cluster.namespace_labels(namespace) if namespace else {}
         request = Request(resource=trigger, operation=operation or "CREATE", old_resource=old, info=info, namespace_labels=labels, gvk=gvk)
-        pctx = engine.policy_context(rules_view(policy, rules), request)
+        pctx = engine.policy_context(policy.with_rules(rules), request)
         if operation == "DELETE":
             # Kyverno's background context loads the trigger (the deleted object) as request.object
             pctx.json_context.add_variable("request.object", trigger)
@@ -170,18 +153,18 @@ class MutateExisting:
             message = f"failed to mutate existing resource, rule {result.name}, response {result.status}: {result.message}"
             self.stats.failures += 1
             self._event(policy, result.name, None, message)
-            return MutateExistingFailure(policy.key, result.name, describe(trigger), message)
+            return TriggerFailure(policy.key, result.name, describe_object(trigger), message)
         if result.status != PASS:
             self.stats.skipped += 1
             return None
         target = result.patched_target
         if target is None:
-            return MutateExistingFailure(policy.key, result.name, describe(trigger), "empty resource to patch")
+            return TriggerFailure(policy.key, result.name, describe_object(trigger), "empty resource to patch")
         resource = self.cluster.resolve_kind(str(target.get("apiVersion") or ""), str(target.get("kind") or ""))
         if resource is None:
             message = f"kind {target.get('apiVersion')}/{target.get('kind')} is not served"
             self._event(policy, result.name, target, message)
-            return MutateExistingFailure(policy.key, result.name, describe(target), message)
+            return TriggerFailure(policy.key, result.name, describe_object(target), message)
         metadata = target.get("metadata") or {}
         path = object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
         try:
@@ -192,9 +175,9 @@ class MutateExisting:
                 return _CONFLICT
             self.stats.failures += 1
             self._event(policy, result.name, target, str(exc))
-            return MutateExistingFailure(policy.key, result.name, describe(target), str(exc))
+            return TriggerFailure(policy.key, result.name, describe_object(target), str(exc))
         self.stats.mutated += 1
-        log.info("mutated %s (policy %s, rule %s)", describe(target), policy.key, result.name)
+        log.info("mutated %s (policy %s, rule %s)", describe_object(target), policy.key, result.name)
         self._event(policy, result.name, target, "")
         return None
 

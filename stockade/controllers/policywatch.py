@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any
 
-from stockade.controllers.kubetyped import WatchStream, new_watch
+from stockade.controllers.kubetyped import WatchStream, watch_objects
 from stockade.policy.loader import Document
 from stockade.webhook.policystore import PolicyIdentity, PolicySnapshot, describe_identity, policy_identity
 
@@ -350,34 +350,29 @@ class ClusterPolicySource:
 
     def _watch(self, watched: WatchedKind, version: str, resource_version: str) -> None:
         """Watch until stopped; each server-side timeout resumes from the last seen resourceVersion; 410 raises."""
-        api = self._custom_objects()
-        while not self._stopping.is_set():
-            stream = new_watch()
+
+        def on_event(event_type: str, obj: dict[str, Any]) -> None:
+            if self.apply_event(watched, version, event_type, obj):
+                log.info("%s %s/%s %s", watched.label, obj.get("metadata", {}).get("namespace") or "-", obj.get("metadata", {}).get("name"), event_type.lower())
+
+        def on_stream(stream: WatchStream | None) -> None:
             with self._lock:
-                self._watches[watched] = stream
-            try:
-                for event in stream.stream(
-                    api.list_cluster_custom_object,
-                    watched.group,
-                    version,
-                    watched.plural,
-                    resource_version=resource_version,
-                    allow_watch_bookmarks=True,
-                    timeout_seconds=self.watch_timeout,
-                    _request_timeout=self.watch_timeout + 30,
-                ):
-                    if self._stopping.is_set():
-                        stream.stop()
-                        break
-                    event_type = event.get("type")
-                    obj = event.get("raw_object")
-                    if event_type in ("ADDED", "MODIFIED", "DELETED") and isinstance(obj, dict):
-                        if self.apply_event(watched, version, event_type, obj):
-                            log.info("%s %s/%s %s", watched.label, obj.get("metadata", {}).get("namespace") or "-", obj.get("metadata", {}).get("name"), event_type.lower())
-            finally:
-                with self._lock:
+                if stream is None:
                     self._watches.pop(watched, None)
-            resource_version = stream.resource_version or resource_version
+                else:
+                    self._watches[watched] = stream
+
+        watch_objects(
+            self._custom_objects().list_cluster_custom_object,
+            watched.group,
+            version,
+            watched.plural,
+            resource_version=resource_version,
+            timeout_seconds=self.watch_timeout,
+            stopping=self._stopping,
+            on_event=on_event,
+            on_stream=on_stream,
+        )
 
     # -- status write-back ------------------------------------------------------------------------------------------------
     def publish_status(self, snapshot: PolicySnapshot) -> None:

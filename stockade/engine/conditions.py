@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import json
 import re
-from functools import lru_cache
 from typing import Any, Callable
 
 from stockade.gofmt import go_parse_float, go_parse_int, go_sprint
-from stockade.engine.pattern.value import IN_RANGE, match_value, operator_of
+from stockade.engine.pattern.value import IN_RANGE, duration_or_none, match_value, operator_of, quantity_value_or_none
 from stockade.engine.wildcard import match as wildcard_match
-from stockade.units.duration import DurationError, parse_duration
-from stockade.units.quantity import QuantityError, parse_quantity
 from stockade.errors import StockadeError
 
 __all__ = ["CONDITION_OPERATORS", "ConditionError", "DEPRECATED_OPERATORS", "evaluate_condition"]
@@ -32,22 +29,6 @@ class ConditionError(StockadeError):
 
 
 # -- parsing helpers -----------------------------------------------------------------------------------------
-
-
-@lru_cache(maxsize=4096)
-def _duration(text: str) -> int | None:
-    try:
-        return parse_duration(text)
-    except DurationError:
-        return None
-
-
-@lru_cache(maxsize=4096)
-def _quantity(text: str) -> Any:
-    try:
-        return parse_quantity(text).value
-    except QuantityError:
-        return None
 
 
 def _is_number(value: Any) -> bool:
@@ -64,8 +45,8 @@ def _seconds_as_duration(value: Any) -> int | None:
 def _duration_pair(key: Any, value: Any) -> tuple[int, int] | None:
     """Kyverno's ``parseDuration``: at least one side must be a duration string other than ``"0"``;
     the other side may be a number of seconds."""
-    key_duration = _duration(key) if isinstance(key, str) and key != "0" else None
-    value_duration = _duration(value) if isinstance(value, str) and value != "0" else None
+    key_duration = duration_or_none(key) if isinstance(key, str) and key != "0" else None
+    value_duration = duration_or_none(value) if isinstance(value, str) and value != "0" else None
     if key_duration is None and value_duration is None:
         return None
     if key_duration is None:
@@ -167,9 +148,9 @@ def _equals(key: Any, value: Any) -> bool:
         durations = _duration_pair(key, value)
         if durations is not None:
             return durations[0] == durations[1]
-        key_quantity = _quantity(key)
+        key_quantity = quantity_value_or_none(key)
         if key_quantity is not None and isinstance(value, str):
-            value_quantity = _quantity(value)
+            value_quantity = quantity_value_or_none(value)
             return value_quantity is not None and key_quantity == value_quantity
         if isinstance(value, str):
             return wildcard_match(value, key)
@@ -195,11 +176,11 @@ def _not_equals(key: Any, value: Any) -> bool:
         durations = _duration_pair(key, value)
         if durations is not None:
             return durations[0] != durations[1]
-        key_quantity = _quantity(key)
+        key_quantity = quantity_value_or_none(key)
         if key_quantity is not None and isinstance(value, str):
             if value == "":
                 return not wildcard_match(value, key)
-            value_quantity = _quantity(value)
+            value_quantity = quantity_value_or_none(value)
             return value_quantity is None or key_quantity != value_quantity
         if isinstance(value, str):
             return not wildcard_match(value, key)
@@ -266,9 +247,9 @@ def _numeric_with_string_key(key: str, value: Any, compare: _Compare) -> bool:
     if durations is not None:
         return compare(*durations)
     if isinstance(value, str):
-        key_quantity = _quantity(key)
+        key_quantity = quantity_value_or_none(key)
         if key_quantity is not None:
-            value_quantity = _quantity(value)
+            value_quantity = quantity_value_or_none(value)
             if value_quantity is not None:
                 return compare(key_quantity, value_quantity)
     number = go_parse_float(key)
@@ -302,7 +283,7 @@ def _as_duration(side: Any) -> int | None:
     if _is_number(side):
         return int(side) * _SECOND
     if isinstance(side, str):
-        return _duration(side)
+        return duration_or_none(side)
     return None
 
 

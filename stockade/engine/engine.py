@@ -35,6 +35,7 @@ from stockade.engine.preconditions import ConditionEvaluationError, evaluate_con
 from stockade.engine.response import FAIL, PASS, EngineResponse, RuleResponse, rule_error, rule_skip
 from stockade.engine.variables import SubstitutionError
 from stockade.engine.wildcard import match as wildcard_match
+from stockade.identitymemo import IdentityMemo
 from stockade.images.verifier_api import ImageSignatureVerifier
 from stockade.jmespath import JMESPathError
 from stockade.policy.model import (
@@ -68,19 +69,19 @@ class Request:
 
 
 _MAX_KINDS_PER_POLICY = 256
-_RULES_BY_KIND: dict[int, tuple[list[Rule], dict[ResourceKind, list[Rule]]]] = {}
+_RULES_BY_KIND: IdentityMemo[list[Rule], dict[ResourceKind, list[Rule]]] = IdentityMemo(4096)
+
+
+def _kind_table(rules: list[Rule]) -> dict[ResourceKind, list[Rule]]:
+    """An empty per-kind table for one policy's rule list; ``rules_for_kind`` fills it kind by kind."""
+    return {}
 
 
 def rules_for_kind(policy: KyvernoPolicy, gvk: ResourceKind) -> list[Rule]:
     """The policy's rules minus those whose match blocks name kinds that exclude ``gvk`` (they could never apply),
     computed once per policy and kind: autogen triples a Pod policy's rules and a Pod review needs only a third."""
     rules = policy.rules
-    cached = _RULES_BY_KIND.get(id(rules))
-    if cached is None or cached[0] is not rules:
-        if len(_RULES_BY_KIND) > 4096:
-            _RULES_BY_KIND.clear()
-        cached = _RULES_BY_KIND[id(rules)] = (rules, {})
-    by_kind = cached[1]
+    by_kind = _RULES_BY_KIND.get(rules, _kind_table)
     chosen = by_kind.get(gvk)
     if chosen is None:
         if len(by_kind) >= _MAX_KINDS_PER_POLICY:
@@ -89,21 +90,29 @@ def rules_for_kind(policy: KyvernoPolicy, gvk: ResourceKind) -> list[Rule]:
     return chosen
 
 
-_STATIC_ACTIONS: dict[int, tuple[dict[str, Any], dict[str, Any], str]] = {}
+# The rule's own failureAction and the policy's are cached apart, each keyed by its own document: YAML aliases can make
+# two policies share one rule dict while their validationFailureAction differs.
+_RULE_ACTIONS: IdentityMemo[dict[str, Any], str | None] = IdentityMemo(50_000)
+_POLICY_ACTIONS: IdentityMemo[dict[str, Any], str] = IdentityMemo(4096)
+
+
+def _normalized_action(action: object) -> str:
+    return "Enforce" if str(action).lower() == "enforce" else "Audit"
+
+
+def _rule_own_action(rule_raw: dict[str, Any]) -> str | None:
+    action = (rule_raw.get("validate") or {}).get("failureAction")
+    return _normalized_action(action) if action else None
+
+
+def _policy_action(policy_raw: dict[str, Any]) -> str:
+    return _normalized_action(KyvernoPolicy(policy_raw).validation_failure_action)
 
 
 def _static_failure_action(policy: KyvernoPolicy, rule: Rule) -> str:
     """A rule's failure action when its policy has no per-namespace overrides: the rule's own ``failureAction``,
-    else the policy's; worked out once per rule (held by identity, like the other per-rule caches)."""
-    cached = _STATIC_ACTIONS.get(id(rule.raw))
-    if cached is not None and cached[0] is rule.raw and cached[1] is policy.raw:
-        return cached[2]
-    action = (rule.validate or {}).get("failureAction") or policy.validation_failure_action
-    resolved = "Enforce" if str(action).lower() == "enforce" else "Audit"
-    if len(_STATIC_ACTIONS) > 50_000:
-        _STATIC_ACTIONS.clear()
-    _STATIC_ACTIONS[id(rule.raw)] = (rule.raw, policy.raw, resolved)
-    return resolved
+    else the policy's; each worked out once per document (held by identity, like the other per-rule caches)."""
+    return _RULE_ACTIONS.get(rule.raw, _rule_own_action) or _POLICY_ACTIONS.get(policy.raw, _policy_action)
 
 
 class Engine:

@@ -8,6 +8,7 @@ from functools import lru_cache
 from typing import Any
 
 from stockade.engine.wildcard import match as wildcard_match
+from stockade.identitymemo import IdentityMemo
 
 _VERSION_RE = re.compile(r"^(v\d+((alpha|beta)\d+)?|\*)$")
 
@@ -259,7 +260,7 @@ def match_reasons(
         return ["policy and resource namespaces mismatch"]
     if rejected_by_kind(rule, gvk):
         return ["no resource matched"]
-    if _kind_gate(rule)[1]:
+    if _KIND_GATES.get(rule, _build_kind_gate)[1]:
         return []  # the kinds matched and nothing else is selected on
     args = (resource, gvk, namespace_labels or {}, operation)
     reasons: list[str] = []
@@ -283,25 +284,21 @@ def match_reasons(
     return reasons
 
 
-_KIND_GATES: dict[int, tuple[Any, tuple[tuple[str, ...], ...] | None, bool]] = {}
+_KindGate = tuple[tuple[tuple[str, ...], ...] | None, bool]
+_KIND_GATES: IdentityMemo[dict[str, Any], _KindGate] = IdentityMemo(50_000)
 
 
-def _kind_gate(rule: dict[str, Any]) -> tuple[tuple[tuple[str, ...], ...] | None, bool]:
+def _build_kind_gate(rule: dict[str, Any]) -> _KindGate:
     """(kinds lists of the match filters when every filter names kinds, so a kind mismatch alone rejects, else None;
     whether kinds are all the rule selects on, so passing the gate means the rule matches).
 
-    Cached per rule object: rules are immutable once loaded and this check runs for every rule on every request.
+    Cached per rule object in ``_KIND_GATES`` (callers ask it directly: this check runs for every rule on every
+    request, and rules are immutable once loaded).
     """
-    cached = _KIND_GATES.get(id(rule))
-    if cached is not None and cached[0] is rule:
-        return cached[1], cached[2]
     mode, filters = _filters(rule.get("match") or {})
     kinds = tuple(tuple((f.get("resources") or {}).get("kinds") or ()) for f in filters)
     gate = kinds if kinds and all(kinds) else None
     kinds_only = gate is not None and not rule.get("exclude") and all(_selects_on_kinds_only(f) for f in filters)
-    if len(_KIND_GATES) > 50_000:
-        _KIND_GATES.clear()
-    _KIND_GATES[id(rule)] = (rule, gate, kinds_only)
     return gate, kinds_only
 
 
@@ -317,7 +314,7 @@ def _selects_on_kinds_only(resource_filter: dict[str, Any]) -> bool:
 
 def rejected_by_kind(rule: dict[str, Any], gvk: ResourceKind) -> bool:
     """Whether the kinds named in the rule's match block alone rule ``gvk`` out."""
-    gate = _kind_gate(rule)[0]
+    gate = _KIND_GATES.get(rule, _build_kind_gate)[0]
     if gate is None:
         return False
     mode = "any" if (rule.get("match") or {}).get("any") else "every"

@@ -12,6 +12,7 @@ from typing import Any
 
 from stockade.engine.context import ContextError, EngineContext
 from stockade.engine.jsonutil import go_string
+from stockade.identitymemo import IdentityMemo
 from stockade.jmespath import JMESPathError
 from stockade.errors import StockadeError
 
@@ -45,20 +46,13 @@ class _GrowthBudget:
         self.remaining = MAX_SUBSTITUTION_GROWTH
 
 
-_HAS_VARIABLES: dict[int, tuple[Any, bool]] = {}
+_HAS_VARIABLES: IdentityMemo[Any, bool] = IdentityMemo(50_000)
 
 
 def has_variables(value: Any) -> bool:
     """Whether any string (or key) in a document holds a ``{{ }}`` variable; cached for containers from policies."""
     if isinstance(value, (dict, list)):
-        cached = _HAS_VARIABLES.get(id(value))
-        if cached is not None and cached[0] is value:
-            return cached[1]
-        result = _scan_for_variables(value)
-        if len(_HAS_VARIABLES) > 50_000:
-            _HAS_VARIABLES.clear()
-        _HAS_VARIABLES[id(value)] = (value, result)
-        return result
+        return _HAS_VARIABLES.get(value, _scan_for_variables)
     return _scan_for_variables(value)
 
 

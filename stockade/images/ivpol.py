@@ -26,12 +26,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from stockade.images.attest import predicate_type_uri
+from stockade.images.keys import policy_certificates
 from stockade.images.notary import (
     MAX_SIGNATURE_ATTEMPTS,
     NotaryVerifier,
     referrer_payload,
     referrers,
-    trusted_certificates,
 )
 from stockade.images.reference import ImageReference, InvalidReferenceError, parse_reference
 from stockade.images.registry import RegistryError
@@ -344,7 +344,7 @@ class IvpolImageVerifier:
         certs = _text(notary.get("certs"))
         if not certs:
             raise InvalidAttestor(f"{field_name}: no certificates")
-        return trusted_certificates(certs, field_name)
+        return policy_certificates(certs, field_name)
 
     def _notary_verified(self, image: str, digest: str, attestor: Mapping[str, Any]) -> int:
         """1 when a notation signature of the digest verifies under the attestor's ``notary.certs``, else 0."""

@@ -22,7 +22,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
-from stockade.images.verifier_api import VerificationFailure, VerificationUnavailable
+from stockade.images.verifier_api import InvalidAttestor, VerificationFailure, VerificationUnavailable
 from stockade.errors import StockadeError
 
 PublicKey = Union[ec.EllipticCurvePublicKey, rsa.RSAPublicKey, ed25519.Ed25519PublicKey]
@@ -66,6 +66,22 @@ def pem_blocks(text: str | bytes) -> list[tuple[str, bytes]]:
             raise KeyFormatError("PEM block has no matching END line (truncated?)")
         raise KeyFormatError("no PEM block found")
     return blocks
+
+
+def policy_certificates(pem: str, field_name: str) -> list[x509.Certificate]:
+    """The certificates a policy field holds (an attestor's roots, cert or certChain); anything unusable there is the
+    policy's error, named by field."""
+    try:
+        blocks = pem_blocks(pem)
+    except KeyFormatError as exc:
+        raise InvalidAttestor(f"{field_name}: {exc}") from None
+    wrong = [kind for kind, _ in blocks if kind != "CERTIFICATE"]
+    if wrong:
+        raise InvalidAttestor(f"{field_name}: holds a {wrong[0]} PEM block, expected CERTIFICATE")
+    try:
+        return list(x509.load_pem_x509_certificates(pem.encode()))
+    except ValueError as exc:
+        raise InvalidAttestor(f"{field_name}: invalid certificate PEM (truncated or corrupted?): {exc}") from None
 
 
 def is_encrypted_private_key(data: str | bytes) -> bool:

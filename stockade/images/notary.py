@@ -22,10 +22,9 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
-from stockade.images.keys import KeyFormatError, pem_blocks
 from stockade.images.reference import ImageReference
 from stockade.images.registry import RegistryClient, RegistryError, RegistryNotFoundError
-from stockade.images.verifier_api import InvalidAttestor, VerificationFailure, VerificationUnavailable
+from stockade.images.verifier_api import VerificationFailure, VerificationUnavailable
 
 NOTARY_SIGNATURE_ARTIFACT = "application/vnd.cncf.notary.signature"
 JWS_MEDIA_TYPE = "application/jose+json"
@@ -44,23 +43,6 @@ def _b64url(text: Any, what: str) -> bytes:
         return base64.urlsafe_b64decode(value + "=" * (-len(value) % 4))
     except ValueError:
         raise VerificationFailure(f"notary signature: {what} is not base64url") from None
-
-
-def trusted_certificates(pem: str, field_name: str) -> list[x509.Certificate]:
-    """The CA (or leaf) certificates a notary attestor trusts; unusable PEM is the policy's error."""
-    try:
-        blocks = pem_blocks(pem)
-    except KeyFormatError as exc:
-        raise InvalidAttestor(f"{field_name}: {exc}") from None
-    certificates = []
-    for kind, der in blocks:
-        if kind != "CERTIFICATE":
-            raise InvalidAttestor(f"{field_name}: holds a {kind} PEM block, expected CERTIFICATE")
-        try:
-            certificates.append(x509.load_der_x509_certificate(der))
-        except ValueError as exc:
-            raise InvalidAttestor(f"{field_name}: invalid certificate: {exc}") from None
-    return certificates
 
 
 def referrers(client: RegistryClient, image: ImageReference, digest: str, artifact_type: str) -> list[Mapping[str, Any]]:
@@ -228,4 +210,4 @@ class NotaryVerifier:
         raise VerificationFailure("; ".join(dict.fromkeys(problems)))
 
 
-__all__ = ["NOTARY_SIGNATURE_ARTIFACT", "NotaryVerifier", "referrer_payload", "referrers", "trusted_certificates", "verify_envelope"]
+__all__ = ["NOTARY_SIGNATURE_ARTIFACT", "NotaryVerifier", "referrer_payload", "referrers", "verify_envelope"]

@@ -33,7 +33,7 @@ from stockade.images.cosign import (
     SignatureLayer,
     fetch_layers,
 )
-from stockade.images.keys import KeyFormatError, KeyResolver, PublicKey, pem_blocks, verify_signature
+from stockade.images.keys import KeyFormatError, KeyResolver, PublicKey, policy_certificates, verify_signature
 from stockade.images.reference import ImageReference, InvalidReferenceError, parse_reference
 from stockade.images.registry import RegistryClient, RegistryContentError, RegistryError
 from stockade.images.sigstore_trust import (
@@ -78,21 +78,6 @@ def _load_certificates(pem: str) -> list[x509.Certificate]:
         return list(x509.load_pem_x509_certificates(pem.encode()))
     except ValueError as exc:
         raise VerificationFailure(f"invalid certificate PEM: {exc}") from None
-
-
-def _policy_certificates(pem: str, field: str) -> list[x509.Certificate]:
-    """Certificates a policy field holds; anything unusable there is the policy's error, named by field."""
-    try:
-        blocks = pem_blocks(pem)
-    except KeyFormatError as exc:
-        raise InvalidAttestor(f"{field}: {exc}") from None
-    wrong = [kind for kind, _ in blocks if kind != "CERTIFICATE"]
-    if wrong:
-        raise InvalidAttestor(f"{field}: holds a {wrong[0]} PEM block, expected CERTIFICATE")
-    try:
-        return list(x509.load_pem_x509_certificates(pem.encode()))
-    except ValueError as exc:
-        raise InvalidAttestor(f"{field}: invalid certificate PEM (truncated or corrupted?): {exc}") from None
 
 
 def _extension_text(certificate: x509.Certificate, oid: x509.ObjectIdentifier) -> str | None:
@@ -284,13 +269,13 @@ class CosignVerifier:
         if isinstance(certificates, Mapping):
             cert_pem = str(certificates.get("cert") or "")
             chain_pem = str(certificates.get("certChain") or "")
-            certificate = _policy_certificates(cert_pem, "cert")[0] if cert_pem else None
-            chain = tuple(_policy_certificates(chain_pem, "certChain")) if chain_pem else ()
+            certificate = policy_certificates(cert_pem, "cert")[0] if cert_pem else None
+            chain = tuple(policy_certificates(chain_pem, "certChain")) if chain_pem else ()
             return _Identity(certificate=certificate, chain=chain, hash_name=hash_name)
         keyless = attestor.get("keyless")
         if isinstance(keyless, Mapping):
             if keyless.get("roots"):
-                _policy_certificates(str(keyless["roots"]), "roots")
+                policy_certificates(str(keyless["roots"]), "roots")
             return _Identity(keyless=keyless, hash_name=hash_name)
         raise VerificationFailure("attestor has none of keys, certificates or keyless")
 
@@ -316,7 +301,7 @@ class CosignVerifier:
             leaf = _load_certificates(layer.certificate_pem)[0]
             roots_pem = str(identity.keyless.get("roots") or "")
             if roots_pem:
-                trusted = _policy_certificates(roots_pem, "roots")
+                trusted = policy_certificates(roots_pem, "roots")
                 roots = [c for c in trusted if c.issuer == c.subject]
                 intermediates = [c for c in trusted if c.issuer != c.subject]
             elif identity.trust is not None and identity.trust.roots:

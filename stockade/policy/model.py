@@ -216,6 +216,11 @@ class KyvernoPolicy(ObjectView):
             self._rules = [Rule(raw) for raw in compute_rules(self.raw)]
         return self._rules
 
+    def with_rules(self, rules: list[Rule]) -> KyvernoPolicy:
+        """A view of this policy (same document) that runs only ``rules``: controllers apply some rules of a policy
+        apart from the others, and ``applyRules: One`` must not let another rule hide them."""
+        return KyvernoPolicy(self.raw, self.source, _rules=list(rules))
+
     @property
     def apply_rules(self) -> str:
         return str(self.spec.get("applyRules") or "All")

@@ -25,6 +25,7 @@ import yaml
 
 from stockade.reflector.gotemplate import render
 from stockade.reflector.markers import FileUpdate, Resolver, plan_updates, write_updates
+from stockade.reflector.models import ObjectKey
 
 __all__ = [
     "DEFAULT_MESSAGE_TEMPLATE",
@@ -87,19 +88,10 @@ class UpdateResult:
 
 
 @dataclass(frozen=True)
-class AutomationKey:
-    namespace: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-@dataclass(frozen=True)
 class TemplateData:
     """The value a commit message template sees, as Flux's TemplateData (a struct: unknown fields are errors)."""
 
-    AutomationObject: AutomationKey
+    AutomationObject: ObjectKey
     Changed: UpdateResult
     Values: dict[str, str]
 
@@ -211,7 +203,7 @@ def run_automation(
     resolve: Resolver,
     author_name: str,
     author_email: str,
-    automation: AutomationKey,
+    automation: ObjectKey,
     message_template: str = "",
     template_values: Mapping[str, str] | None = None,
     push_refspec: str = "",

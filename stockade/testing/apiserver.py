@@ -111,6 +111,20 @@ class ControlPlane:
     def apiserver_args(self) -> list[str]:
         """kube-apiserver flags; the e2e control plane (e2ecluster.py) overrides the admission plugins and APIs."""
         return [
+            *self.serving_args(),
+            "--authorization-mode=RBAC",
+            "--service-account-issuer=https://kubernetes.default.svc",
+            "--service-cluster-ip-range=10.96.0.0/24",
+            "--disable-admission-plugins=ServiceAccount",
+            "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
+            "--enable-priority-and-fairness=false",
+            "--v=1",
+        ]
+
+    def serving_args(self) -> list[str]:
+        """The flags every control plane here shares: where etcd is, where the API listens, and the files
+        ``_write_credentials`` wrote (serving pair, token file, service-account keys)."""
+        return [
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
             "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1",
@@ -118,15 +132,8 @@ class ControlPlane:
             f"--tls-cert-file={self.workdir / 'apiserver.crt'}",
             f"--tls-private-key-file={self.workdir / 'apiserver.key'}",
             f"--token-auth-file={self.workdir / 'tokens.csv'}",
-            "--authorization-mode=RBAC",
             f"--service-account-key-file={self.workdir / 'sa.pub'}",
             f"--service-account-signing-key-file={self.workdir / 'sa.key'}",
-            "--service-account-issuer=https://kubernetes.default.svc",
-            "--service-cluster-ip-range=10.96.0.0/24",
-            "--disable-admission-plugins=ServiceAccount",
-            "--enable-admission-plugins=MutatingAdmissionWebhook,ValidatingAdmissionWebhook",
-            "--enable-priority-and-fairness=false",
-            "--v=1",
         ]
 
     def _write_credentials(self) -> None:

@@ -125,16 +125,8 @@ class E2EControlPlane(ControlPlane):
             )
         return [
             *([f"--egress-selector-config-file={egress}"] if self.egress_proxy_socket else []),
-            f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
-            f"--secure-port={self.apiserver_port}",
-            f"--tls-cert-file={self.workdir / 'apiserver.crt'}",
-            f"--tls-private-key-file={self.workdir / 'apiserver.key'}",
-            f"--token-auth-file={self.workdir / 'tokens.csv'}",
+            *self.serving_args(),
             "--authorization-mode=Node,RBAC",
-            f"--service-account-key-file={self.workdir / 'sa.pub'}",
-            f"--service-account-signing-key-file={self.workdir / 'sa.key'}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--service-cluster-ip-range=10.96.0.0/16",
             "--allow-privileged=true",

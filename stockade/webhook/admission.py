@@ -23,6 +23,7 @@ from stockade.engine.handlers.verify_images import VerificationRecord, apply_rec
 from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.mutate import diff_json_patch
 from stockade.engine.response import ERROR, FAIL, PASS, SKIP, EngineResponse, RuleResponse
+from stockade.identitymemo import IdentityMemo
 from stockade.policy.model import KyvernoPolicy
 from stockade.errors import StockadeError
 
@@ -303,6 +304,8 @@ CEL_ROUTES: dict[str, tuple[str, str]] = {
 # ImageValidatingPolicies have a webhook per phase: /<ivpol|nivpol>/<validate|mutate>/<name>...
 IMAGE_ROUTES: dict[str, str] = {"ivpol": "ImageValidatingPolicy", "nivpol": "NamespacedImageValidatingPolicy"}
 MAX_SCOPED_VIEWS = 256
+# Policies whose time budget an evaluator remembers: it holds them anyway, so this only guards against surprises.
+_MAX_TIMEOUTS = 65_536
 
 
 @dataclass(frozen=True)
@@ -445,7 +448,7 @@ class AdmissionEvaluator:
             self.cel_digest_pinning = [
                 p for p in self.cel_image_policies if (p.spec.get("validationConfigurations") or {}).get("mutateDigest", True) is not False
             ]
-        self._timeouts: dict[int, float] = {}
+        self._timeouts: IdentityMemo[Any, float] = IdentityMemo(_MAX_TIMEOUTS)
         self._in_play: dict[tuple[str, str | None], list[Any]] = {}
         self._scoped: dict[PolicyScope, AdmissionEvaluator] = {}
         # roles cost API lookups: resolved only when some loaded policy can look at them
@@ -600,10 +603,10 @@ class AdmissionEvaluator:
         return min((self._budget(p) for p in policies), default=self.default_timeout_seconds)
 
     def _budget(self, policy: Any) -> float:
-        budget = self._timeouts.get(id(policy))
-        if budget is None:
-            budget = self._timeouts[id(policy)] = policy_timeout(policy, self.default_timeout_seconds)
-        return budget
+        return self._timeouts.get(policy, self._policy_timeout)
+
+    def _policy_timeout(self, policy: Any) -> float:
+        return policy_timeout(policy, self.default_timeout_seconds)
 
     def _expired(self, policy: Any, started: float) -> bool:
         """A policy's budget counts from the request's arrival, like the apiserver's timeout for its webhook."""

@@ -120,6 +120,15 @@ class PolicySnapshot:
     document_keys: tuple[bytes, ...] = ()  # content_key() of each of ``documents``
 
 
+def accepted_documents(snapshot: Any, wanted: Callable[[dict[str, Any]], bool]) -> list[Document]:
+    """The documents of ``snapshot`` that ``wanted`` picks and the store did not reject (none before the first
+    snapshot): what the controllers act on for the policy kinds the webhook does not serve itself."""
+    if snapshot is None:
+        return []
+    errors = getattr(snapshot, "errors", {}) or {}
+    return [d for d in getattr(snapshot, "documents", ()) or () if wanted(d.data) and policy_identity(d.data) not in errors]
+
+
 @dataclass
 class _Prepared:
     """What a rebuild keeps of one document, by content: why it is not served (or None), and its policy view."""

@@ -8,9 +8,6 @@ import gzip
 import hashlib
 import json
 import math
-import random as _random
-import re
-import string
 from typing import Any
 
 import yaml
@@ -137,70 +134,13 @@ def _list_obj_to_map(keys: list[Any], values: list[Any], key_field: str, value_f
     return result
 
 
-# --- random(pattern): generate a string matching a small regex subset (classes, groups, alternation, counts).
-
-_RANDOM_MAX_REPEAT = 10
-_generator = _random.SystemRandom()
+# --- random(pattern): Kyverno's CEL random() and its JMESPath random() are both goregen, so they share one generator.
 
 
 def _random_string(pattern: str = "[0-9a-z]{8}") -> str:
-    try:
-        parsed = re._parser.parse(pattern)  # type: ignore[attr-defined]
-    except re.error as error:
-        raise ValueError(f"error parsing regexp: {error}") from None
-    return _generate(list(parsed))
+    from stockade.jmespath.regen import generate
 
-
-def _generate(items: list[Any]) -> str:
-    constants = re._constants  # type: ignore[attr-defined]
-    output: list[str] = []
-    for opcode, argument in items:
-        if opcode is constants.LITERAL:
-            output.append(chr(argument))
-        elif opcode is constants.ANY:
-            output.append(_generator.choice(string.ascii_letters + string.digits))
-        elif opcode is constants.IN:
-            output.append(_pick_from_class(argument))
-        elif opcode in (constants.MAX_REPEAT, constants.MIN_REPEAT, getattr(constants, "POSSESSIVE_REPEAT", None)):
-            low, high, sub = argument
-            high = min(high, low + _RANDOM_MAX_REPEAT) if high is constants.MAXREPEAT or high > low + 100 else high
-            output.extend(_generate(list(sub)) for _ in range(_generator.randint(low, high)))
-        elif opcode is constants.SUBPATTERN:
-            output.append(_generate(list(argument[-1])))
-        elif opcode is constants.BRANCH:
-            output.append(_generate(list(_generator.choice(argument[1]))))
-        elif opcode in (constants.AT,):
-            continue
-        else:
-            raise ValueError(f"random(): unsupported pattern element {opcode}")
-    return "".join(output)
-
-
-def _pick_from_class(members: list[Any]) -> str:
-    constants = re._constants  # type: ignore[attr-defined]
-    candidates: list[str] = []
-    negate = False
-    for opcode, argument in members:
-        if opcode is constants.NEGATE:
-            negate = True
-        elif opcode is constants.LITERAL:
-            candidates.append(chr(argument))
-        elif opcode is constants.RANGE:
-            candidates.extend(chr(code) for code in range(argument[0], argument[1] + 1))
-        elif opcode is constants.CATEGORY:
-            name = str(argument)
-            if "DIGIT" in name:
-                candidates.extend(string.digits)
-            elif "WORD" in name:
-                candidates.extend(string.ascii_letters + string.digits + "_")
-            elif "SPACE" in name:
-                candidates.append(" ")
-    if negate:
-        excluded = set(candidates)
-        candidates = [char for char in string.ascii_letters + string.digits if char not in excluded]
-    if not candidates:
-        raise ValueError("random(): empty character class")
-    return _generator.choice(candidates)
+    return generate(pattern)
 
 
 def _via_jmespath(function: str, arity: int) -> Any:

@@ -13,6 +13,7 @@ from stockade.engine.preconditions import ConditionEvaluationError, evaluate_con
 from stockade.engine.response import ERROR, PASS, SKIP, RuleResponse, rule_error, rule_fail, rule_pass, rule_skip
 from stockade.engine.variables import SubstitutionError, substitute_all
 from stockade.gofmt import go_type_name
+from stockade.identitymemo import IdentityMemo
 from stockade.jmespath import JMESPathError, UnknownKeyError
 from stockade.policy.model import RULE_TYPE_VALIDATION, Rule
 
@@ -260,19 +261,12 @@ class Validator:
         return rule_pass(self.rule.name, VALIDATION, ""), apply_count
 
 
-_FOREACH_BLOCKS: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
+_FOREACH_BLOCKS: IdentityMemo[dict[str, Any], dict[str, Any]] = IdentityMemo(50_000)
 
 
 def _foreach_block(foreach: dict[str, Any]) -> dict[str, Any]:
     """The validate block one foreach level runs per element; built once per foreach entry (held by identity)."""
-    cached = _FOREACH_BLOCKS.get(id(foreach))
-    if cached is not None and cached[0] is foreach:
-        return cached[1]
-    block = _build_foreach_block(foreach)
-    if len(_FOREACH_BLOCKS) > 50_000:
-        _FOREACH_BLOCKS.clear()
-    _FOREACH_BLOCKS[id(foreach)] = (foreach, block)
-    return block
+    return _FOREACH_BLOCKS.get(foreach, _build_foreach_block)
 
 
 def _build_foreach_block(foreach: dict[str, Any]) -> dict[str, Any]:

@@ -10,7 +10,6 @@ routine (one per container that does not match a condition), and tuples keep tha
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -24,6 +23,7 @@ from stockade.engine.pattern.anchors import (
     parse_anchor,
 )
 from stockade.gofmt import go_sprint, go_type_name
+from stockade.identitymemo import IdentityMemo
 from stockade.engine.pattern.metadata import expand_metadata_wildcards, tagged_entry
 from stockade.engine.pattern.value import match_value
 
@@ -146,31 +146,18 @@ class _MapPlan:
         self.has_metadata = isinstance(metadata, dict)
 
 
-_PLANS: dict[int, tuple[dict[str, Any], _MapPlan]] = {}
-_MAX_PLANS = 20_000
-
-
-def _plan(pattern: dict[str, Any]) -> _MapPlan:
-    """The cached plan of a policy's pattern map; keyed by identity (the map is held, so its id is not reused
-    meanwhile).  Policy patterns never change once loaded."""
-    cached = _PLANS.get(id(pattern))
-    if cached is not None and cached[0] is pattern:
-        return cached[1]
-    plan = _MapPlan(pattern)
-    if len(_PLANS) >= _MAX_PLANS:
-        _PLANS.clear()
-    _PLANS[id(pattern)] = (pattern, plan)
-    return plan
+# Plans of a policy's pattern maps, by identity: policy patterns never change once loaded.
+_PLANS: IdentityMemo[dict[str, Any], _MapPlan] = IdentityMemo(20_000)
 
 
 class _Walk:
     """State of one ``validate_pattern`` call: which tracked anchor keys were ever found in the resource."""
 
-    __slots__ = ("anchor_seen", "plan")
+    __slots__ = ("anchor_seen", "cache_plans")
 
     def __init__(self, cache_plans: bool) -> None:
         self.anchor_seen: dict[str, bool] = {}
-        self.plan: Callable[[dict[str, Any]], _MapPlan] = _plan if cache_plans else _MapPlan
+        self.cache_plans = cache_plans
 
     def note_anchors(self, plan: _MapPlan, resource: dict[str, Any]) -> None:
         seen = self.anchor_seen
@@ -195,7 +182,7 @@ class _Walk:
                     f"pattern and resource have different structures. Path: {path}. "
                     f"Expected {go_type_name(pattern)}, found {go_type_name(resource)}"
                 )
-            plan = self.plan(pattern)
+            plan = _PLANS.get(pattern, _MapPlan) if self.cache_plans else _MapPlan(pattern)
             self.note_anchors(plan, resource)
             return self.map(resource, pattern, plan, path)
         if isinstance(pattern, list):

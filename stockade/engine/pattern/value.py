@@ -65,7 +65,9 @@ def split_range(pattern: str, negated: bool) -> tuple[str, str] | None:
 
 
 @lru_cache(maxsize=8192)
-def _duration_or_none(text: str) -> int | None:
+def duration_or_none(text: str) -> int | None:
+    """Nanoseconds of a Go duration string, None when it is not one; cached, as patterns and conditions compare the
+    same policy operands on every request."""
     try:
         return parse_duration(text)
     except DurationError:
@@ -73,7 +75,8 @@ def _duration_or_none(text: str) -> int | None:
 
 
 @lru_cache(maxsize=8192)
-def _quantity_value_or_none(text: str) -> Any:
+def quantity_value_or_none(text: str) -> Any:
+    """The value of a Kubernetes quantity string, None when it is not one; cached like ``duration_or_none``."""
     try:
         return parse_quantity(text).value
     except QuantityError:
@@ -132,18 +135,18 @@ def _string_form(value: Any) -> str | None:
 
 
 def _validate_operand(value: Any, operand: str, operator: str) -> bool:
-    pattern_duration = _duration_or_none(operand)
+    pattern_duration = duration_or_none(operand)
     if pattern_duration is not None:
         text = _number_text(value)
         if text is not None:
-            value_duration = _duration_or_none(text)
+            value_duration = duration_or_none(text)
             if value_duration is not None:
                 return _compare(value_duration, pattern_duration, operator)
-    pattern_quantity = _quantity_value_or_none(operand)
+    pattern_quantity = quantity_value_or_none(operand)
     if pattern_quantity is not None:
         text = _number_text(value)
         if text is not None:
-            value_quantity = _quantity_value_or_none(text)
+            value_quantity = quantity_value_or_none(text)
             if value_quantity is not None:
                 return _compare(value_quantity, pattern_quantity, operator)
     if operator != EQUAL and operator != NOT_EQUAL:

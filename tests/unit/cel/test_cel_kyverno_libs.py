@@ -71,6 +71,16 @@ def test_random(ev: Any) -> None:
     assert ev("random.random('(ab|cd)x')") in ("abx", "cdx")
 
 
+def test_random_is_the_jmespath_generator(ev: Any) -> None:
+    """Kyverno backs both random() functions with goregen, so CEL shares the JMESPath generator: negated classes draw
+    from printable ASCII, and output is bounded (a nested count cannot exhaust memory)."""
+    assert all(not char.isalnum() and 32 <= ord(char) < 127 for char in ev("random('[^a-zA-Z0-9]{20}')"))
+    with pytest.raises(CelEvalError, match="generates more than"):
+        ev("random('(a{1000}){1100}')")
+    with pytest.raises(CelEvalError, match="error parsing regexp"):
+        ev("random('[a')")
+
+
 @pytest.mark.parametrize(
     ("reference", "registry", "repository", "tag", "digest", "identifier"),
     [

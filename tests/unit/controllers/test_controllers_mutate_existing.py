@@ -152,6 +152,7 @@ def test_unwritable_target_is_a_failure_and_an_error_event() -> None:
     cluster.request = forbidden  # type: ignore[method-assign]
     failures = controller.process_event(TriggerEvent("CREATE", configmap(cluster)))
     assert len(failures) == 2 and all(f.rule == "label-secrets" for f in failures)
+    assert all(str(f).count("rule label-secrets on") == 1 for f in failures)  # said once, not re-wrapped
     assert {e.reason for e in events.specs} == {"PolicyError"}
     assert events.specs[0].message.startswith("policy mutate-secrets/label-secrets error:")
 

@@ -216,6 +216,19 @@ def test_rules_chosen_per_kind_keep_their_order_and_leave_out_only_other_kinds()
     assert [(r[0], r[1]) for r in validate(policy, service)] == [("services", "fail"), ("any-kind", "pass"), ("by-name", "pass")]
 
 
+def test_a_rule_dict_shared_by_two_policies_takes_each_policys_failure_action() -> None:
+    """YAML aliases can put one rule dict in two policies; the failure action cached per rule must still follow the
+    policy it runs in."""
+    shared = {"name": "labelled", "match": MATCH_POD, "validate": {"pattern": {"metadata": {"labels": {"app": "?*"}}}}}
+    enforcing, auditing = cpol(shared, validationFailureAction="Enforce"), cpol(shared, validationFailureAction="Audit")
+    assert enforcing.rules[0].raw is shared and auditing.rules[0].raw is shared
+    engine = Engine()
+    for _ in range(2):  # the second round is served from the cache
+        for policy, expected in ((enforcing, "Enforce"), (auditing, "Audit")):
+            response = engine.validate(engine.policy_context(policy, Request(resource=pod())))
+            assert [(r.name, r.status, r.failure_action) for r in response.rules] == [("labelled", "fail", expected)]
+
+
 def test_patterns_with_request_data_substituted_are_not_kept_between_reviews() -> None:
     """Plans of a policy's own pattern maps are cached; a pattern that had request data substituted into it is new
     on every review and must not be held (memory stays bounded by the policies, not by the traffic)."""
@@ -232,3 +245,16 @@ def test_patterns_with_request_data_substituted_are_not_kept_between_reviews() -
     for _ in range(3):
         assert validate(static, pod(labels={"app": "web"}))[0][1] == "pass"
     assert len(pattern_walk._PLANS) == before + 3  # pattern, metadata and labels maps, once
+
+
+def test_a_policy_view_with_some_rules_runs_only_those_and_leaves_the_policy_alone() -> None:
+    """Controllers apply a policy's generate or mutate-existing rules apart from its others (``with_rules``)."""
+    first = {"name": "first", "match": MATCH_POD, "validate": {"pattern": {"metadata": {"name": "web"}}}}
+    second = {"name": "second", "match": MATCH_POD, "validate": {"pattern": {"metadata": {"name": "other"}}}}
+    policy = cpol(first, second, applyRules="One")
+    names = [rule.name for rule in policy.rules]
+    view = policy.with_rules([rule for rule in policy.rules if rule.name == "second"])
+    assert view.raw is policy.raw and view.key == policy.key
+    assert [(r[0], r[1]) for r in validate(view, pod())] == [("second", "fail")]
+    assert [rule.name for rule in policy.rules] == names
+    assert [(r[0], r[1]) for r in validate(policy, pod())] == [("first", "pass")]  # applyRules: One stops there

@@ -11,6 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from stockade.engine.engine import Engine, Request
 from stockade.engine.handlers.verify_images import verify_and_patch
+from stockade.images.ivpol import IvpolImageVerifier
 from stockade.images.keys import generate_key_pair
 from stockade.images.reference import ImageReference
 from stockade.images.verifier_api import InvalidAttestor, SignatureOptions
@@ -89,3 +90,16 @@ def test_policy_rule_is_an_error_result(case: str) -> None:
     kind = next(iter(attestor))
     assert f".attestors[0].entries[0].{kind}: {reason}" in response.message
     assert "Traceback" not in response.message
+
+
+@pytest.mark.parametrize("certs", [GARBAGE_CERT, PUBLIC, "-----BEGIN CERTIFICATE-----\nMIIB"])
+def test_notary_certs_are_judged_like_cosign_certificates(certs: str) -> None:
+    """ImageValidatingPolicy notary attestors and Kyverno cosign attestors read certificates with one function, so a
+    bad certificate gets the same reason under either (only the field name differs)."""
+    verifier = CosignVerifier(ResolvingOnlyClient())  # type: ignore[arg-type]
+    with pytest.raises(InvalidAttestor) as cosign:
+        verifier.verify_signature(IMAGE, DIGEST, {"certificates": {"cert": certs}}, SignatureOptions())
+    with pytest.raises(InvalidAttestor) as notary:
+        IvpolImageVerifier._notary_trust({"name": "n", "notary": {"certs": {"value": certs}}})
+    assert str(cosign.value).startswith("cert: ")
+    assert str(notary.value) == "attestor n: notary.certs: " + str(cosign.value).removeprefix("cert: ")

@@ -7,13 +7,13 @@ import pytest
 
 from stockade.reflector.automation import (
     DEFAULT_MESSAGE_TEMPLATE,
-    AutomationKey,
     ObjectIdentifier,
     TemplateChange,
     TemplateData,
     UpdateResult,
 )
 from stockade.reflector.gotemplate import MAX_OUTPUT, TemplateError, render
+from stockade.reflector.models import ObjectKey
 
 
 def data() -> TemplateData:
@@ -25,7 +25,7 @@ def data() -> TemplateData:
         Objects={job: [change], deploy: [change]},
         Changes=[change, change],
     )
-    return TemplateData(AutomationKey("flux-system", "fleet"), result, {"env": "prod"})
+    return TemplateData(ObjectKey("flux-system", "fleet"), result, {"env": "prod"})
 
 
 @pytest.mark.parametrize(

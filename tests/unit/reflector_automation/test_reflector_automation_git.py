@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from stockade.reflector.automation import AutomationKey, GitAccess, GitError, ObjectIdentifier, run_automation
+from stockade.reflector.automation import GitAccess, GitError, ObjectIdentifier, run_automation
+from stockade.reflector.models import ObjectKey
 
 MANIFEST = textwrap.dedent(
     """\
@@ -60,7 +61,7 @@ def resolve(namespace: str, name: str) -> dict[str, object] | None:
 def automate(remote: str, **kwargs: object) -> object:
     options: dict[str, object] = {
         "checkout_branch": "main", "push_branch": "main", "update_path": ".", "resolve": resolve,
-        "author_name": "bot", "author_email": "bot@example.com", "automation": AutomationKey("flux-system", "auto"),
+        "author_name": "bot", "author_email": "bot@example.com", "automation": ObjectKey("flux-system", "auto"),
     }
     options.update(kwargs)
     return run_automation(GitAccess(remote), **options)  # type: ignore[arg-type]
