@@ -17,9 +17,8 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import jsonpatch
-
 from stockade.cli.output import colour_enabled, paint
+from stockade.engine.mutate import KUBERNETES_OPTIONS, apply_json6902
 from stockade.engine.response import EngineResponse
 from stockade.policy.loader import LoadError, load_documents, parse_yaml_documents, read_text
 
@@ -205,7 +204,7 @@ def explain(
     patch = list(mutated.patch)
     record: dict[str, Any] = {}
     if mutated.allowed and patch and request.object:
-        patched = jsonpatch.apply_patch(request.object, patch)
+        patched = apply_json6902(request.object, patch, KUBERNETES_OPTIONS)  # as the apiserver applies it
         annotations = (patched.get("metadata") or {}).get("annotations") or {}
         record = {key: _json_or_text(annotations[key]) for key in RECORD_ANNOTATIONS if key in annotations}
         request = parse_review(_review(patched, old_object, operation, user, groups))

@@ -21,7 +21,7 @@ import stockade.celpolicy  # noqa: F401  (registers the engine's validate.cel ha
 from stockade.engine.engine import Engine, Request
 from stockade.engine.handlers.verify_images import VerificationRecord, apply_record
 from stockade.engine.match import RequestInfo, ResourceKind
-from stockade.engine.mutate import diff_json_patch
+from stockade.engine.mutate import KUBERNETES_OPTIONS, apply_json6902, diff_json_patch
 from stockade.engine.response import ERROR, FAIL, PASS, SKIP, EngineResponse, RuleResponse
 from stockade.identitymemo import IdentityMemo
 from stockade.policy.model import KyvernoPolicy
@@ -537,9 +537,7 @@ class AdmissionEvaluator:
             if problem is not None and "Deny" in validation_actions(policy):
                 responses.append(problem)
             if patches:
-                import jsonpatch
-
-                current = jsonpatch.apply_patch(current, patches)
+                current = apply_json6902(current, patches, KUBERNETES_OPTIONS)
         return responses, current
 
     def _validate_cel(self, request: AdmissionRequest, failure: str | None, labels: dict[str, str], started: float) -> tuple[list[EngineResponse], list[str]]:
