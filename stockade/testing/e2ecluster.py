@@ -275,10 +275,24 @@ class E2ECluster:
         self._kubectl(kubectl, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(manifests))
 
     def _start_stockade(self, plane: E2EControlPlane) -> None:
-        port = self.stockade_port
+        plane.processes.append(self._launch_stockade(self.stockade_port, ()))
+
+    def restart_stockade(self, extra_args: tuple[str, ...] = ()) -> None:
+        """Stop the running `stockade serve` and start it again on the same port with ``extra_args``: how a folder
+        that Kyverno's CI runs against a differently installed Kyverno (its own Helm values) gets its install."""
+        pids = self._recorded_pids()
+        if "stockade" not in pids:
+            raise ClusterError(f"no stockade serve recorded in {self.pid_file}; is the cluster up?")
+        port = int((self.state_dir / "stockade.port").read_text())
+        _stop_group(pids["stockade"], grace=20)
+        process = self._launch_stockade(port, extra_args)
+        pids["stockade"] = process.pid
+        self.pid_file.write_text(json.dumps(pids, indent=2))
+
+    def _launch_stockade(self, port: int, extra_args: tuple[str, ...]) -> subprocess.Popen[bytes]:
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         started = time.monotonic()
-        with open(self.state_dir / "stockade.log", "wb") as log:  # the child keeps its own descriptor
+        with open(self.state_dir / "stockade.log", "ab") as log:  # the child keeps its own descriptor
             process = subprocess.Popen(
                 [
                     self.python, "-m", "stockade", "serve",
@@ -296,10 +310,18 @@ class E2ECluster:
                     "--webhook-names=kyverno",
                     f"--cert-dir={self.state_dir / 'stockade-certs'}",
                     *os.environ.get("STOCKADE_E2E_SERVE_ARGS", "").split(),
+                    *extra_args,
                 ],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=REPO_ROOT,
             )
-        plane.processes.append(process)
+        try:
+            self._wait_stockade_ready(process, port, started)
+        except BaseException:
+            _stop_group(process.pid, grace=5)
+            raise
+        return process
+
+    def _wait_stockade_ready(self, process: subprocess.Popen[bytes], port: int, started: float) -> None:
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
@@ -343,18 +365,8 @@ class E2ECluster:
         """Stop the recorded processes, newest first (each leads its own session, so its group is signalled)."""
         stopped = []
         for name, pid in reversed(list(self._recorded_pids().items())):
-            if not _alive(pid):
-                continue
-            try:
-                os.killpg(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                continue
-            deadline = time.monotonic() + (20 if name == "stockade" else 10)
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            if _alive(pid):
-                os.killpg(pid, signal.SIGKILL)
-            stopped.append(name)
+            if _stop_group(pid, grace=20 if name == "stockade" else 10):
+                stopped.append(name)
         self.pid_file.unlink(missing_ok=True)
         return stopped
 
@@ -394,6 +406,22 @@ def _fake_node(name: str) -> dict[str, Any]:
         "metadata": {"name": name, "labels": labels, "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}},
         "spec": spec,
     }
+
+
+def _stop_group(pid: int, grace: float) -> bool:
+    """SIGTERM the process group ``pid`` leads, SIGKILL after ``grace`` seconds; False when it was already gone."""
+    if not _alive(pid):
+        return False
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + grace
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _alive(pid):
+        os.killpg(pid, signal.SIGKILL)
+    return True
 
 
 def _alive(pid: int) -> bool:

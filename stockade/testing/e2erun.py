@@ -33,6 +33,19 @@ DEFAULT_SUITE = Path(os.environ.get("STOCKADE_E2E_SHARED", str(REPO_ROOT.parent 
 DEFAULT_EXCLUSIONS = REPO_ROOT / "tests" / "e2e" / "excluded.yaml"
 DEFAULT_RESULTS = REPO_ROOT / ".cache" / "e2e" / "results"
 
+# Folders Kyverno's CI runs against Kyverno installed with extra Helm values (../shared/e2e/kyverno-config/<folder>/),
+# and the `stockade serve` flags that give the same install. The server is restarted with them for those folders only.
+INSTALL_PROFILES: dict[str, tuple[str, ...]] = {
+    # features.forceFailurePolicyIgnore.enabled: true
+    "force-failure-policy-ignore": ("--force-failure-policy-ignore",),
+}
+
+
+def install_profile(unit_path: str) -> tuple[str, ...]:
+    """The serve flags of the install profile covering ``unit_path`` (none for the standard install)."""
+    top = unit_path.split("/", 1)[0]
+    return INSTALL_PROFILES.get(top, ())
+
 
 class ExclusionError(StockadeError, ValueError):
     """The exclusion file is malformed; the message names the file and entry."""
@@ -320,16 +333,23 @@ def main(argv: list[str] | None = None) -> int:
     outcome: list[UnitResult] = []
     started = time.monotonic()
     deadline = None if args.budget is None else started + args.budget
+    profile: tuple[str, ...] = ()
     try:
         for unit, tests in plan:
             if deadline is not None and time.monotonic() + estimated_seconds(len(tests), args.parallel) >= deadline:
                 result = UnitResult(unit.path, excluded=sum(1 for t in tests if is_excluded(t, exclusions)))
                 result.not_run = len(tests) - result.excluded
             else:
+                if install_profile(unit.path) != profile:
+                    profile = install_profile(unit.path)
+                    print(f"e2e-run: restarting stockade serve for {unit.path} with [{' '.join(profile)}]", flush=True)
+                    cluster.restart_stockade(profile)
                 result = run_unit(unit, tests, suite, exclusions, results, args.parallel, env, chainsaw, args.chainsaw_arg, deadline)
             outcome.append(result)
             print(f"e2e-run: {unit.path}: {describe(result)}", flush=True)
     finally:
+        if args.no_cluster and profile:
+            cluster.restart_stockade(())  # leave the caller's cluster with the standard install
         if not args.no_cluster:
             cluster.down()
     timings["suite_s"] = time.monotonic() - started

@@ -28,8 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from stockade.engine.engine import Engine
+from stockade.identitymemo import IdentityMemo
 from stockade.policy.loader import Document, LoadError, expand_paths, load_documents
-from stockade.policy.model import CEL_POLICY_GROUP, KyvernoPolicy, api_group, is_kyverno_policy
+from stockade.policy.model import CEL_POLICY_GROUP, KYVERNO_GROUP, KyvernoPolicy, api_group, is_kyverno_policy
 from stockade.policy.resources import split_policies
 from stockade.webhook.admission import (
     IMAGE_VALIDATING_POLICY_KINDS,
@@ -190,13 +191,16 @@ class PolicyStore:
         exception_namespaces: list[str] | None = None,
         controller_kinds: tuple[str, ...] = (),
         log_rejections: bool = True,
+        force_failure_policy_ignore: bool = False,
     ) -> None:
         """``evaluator_options`` go to every AdmissionEvaluator built (role resolver, default timeout), so no snapshot
         is ever served without them; ``exception_namespaces`` limits which PolicyExceptions count (None: all);
         ``controller_kinds`` are policy kinds that cluster controllers (generate, scheduled deletion) carry out, so they
         are in force although the admission evaluator does not serve them; ``log_rejections`` False leaves naming the
-        policies left out to another store over the same documents (an evaluation worker's, whose server logs them)."""
+        policies left out to another store over the same documents (an evaluation worker's, whose server logs them);
+        ``force_failure_policy_ignore`` is Kyverno's forceFailurePolicyIgnore install option (see ``forced_ignore``)."""
         self.log_rejections = log_rejections
+        self.force_failure_policy_ignore = force_failure_policy_ignore
         self.paths = list(paths or [])
         self.evaluator_options = dict(evaluator_options or {})
         self.exception_namespaces = None if exception_namespaces is None else set(exception_namespaces)
@@ -242,6 +246,8 @@ class PolicyStore:
             documents: list[Document] = []
             for source in self.sources:
                 documents.extend(source.documents())
+            if self.force_failure_policy_ignore:
+                documents = [_FORCED_IGNORE.get(document, forced_ignore) for document in documents]
             snapshot = self._build(documents, fingerprint, self.generation + 1)
             for hook in self.before_install:
                 hook(snapshot)  # a failure here must not install a snapshot the workers do not have
@@ -410,6 +416,28 @@ class PolicyStore:
         if self.last_error:
             return f"policy reload failed (previous policies still served): {self.last_error}"
         return ""
+
+
+# Policy kinds whose failurePolicy chooses their webhook and what a failed evaluation does (GeneratingPolicy is always
+# Ignore; exceptions and cleanup policies have none).
+_FAILURE_POLICY_KINDS = frozenset({"ClusterPolicy", "Policy", *VALIDATING_POLICY_KINDS, *MUTATING_POLICY_KINDS, *IMAGE_VALIDATING_POLICY_KINDS})
+# the forced copy of each live document, so an unchanged policy hands the same object to every rebuild (its content
+# key and prepared checks are then reused, as for any unchanged document)
+_FORCED_IGNORE: IdentityMemo[Document, Document] = IdentityMemo(100_000)
+
+
+def forced_ignore(document: Document) -> Document:
+    """``document`` with failurePolicy Ignore, as Kyverno's forceFailurePolicyIgnore makes every policy report it:
+    its webhooks are registered with failurePolicy Ignore and its evaluation errors admit. The source's own document
+    is left as it is (its status and reports still name the policy as written)."""
+    spec = document.data.get("spec")
+    if api_group(document.api_version) not in (KYVERNO_GROUP, CEL_POLICY_GROUP) or document.kind not in _FAILURE_POLICY_KINDS or not isinstance(spec, dict):
+        return document
+    forced_spec = {**spec, "failurePolicy": "Ignore"}
+    configuration = spec.get("webhookConfiguration")
+    if isinstance(configuration, dict) and "failurePolicy" in configuration:
+        forced_spec["webhookConfiguration"] = {**configuration, "failurePolicy": "Ignore"}
+    return Document({**document.data, "spec": forced_spec}, document.source, document.index)
 
 
 def _cel_key(document: Document) -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from stockade.testing import e2erun
 from stockade.testing.e2erun import ExclusionError, Unit, discover_units, exclude_regex, is_excluded, load_exclusions
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -206,3 +207,14 @@ def test_a_stopped_run_counts_the_tests_its_progress_log_shows_finished() -> Non
         f"    sink.go:61: {bs}| 19:00:03 | running | step-01 | APPLY | RUN | v1/Pod @ chainsaw-c/p",
     ])
     assert finished_tests(log) == {"bad": "FAIL", "good": "PASS"}
+
+
+def test_install_profiles_follow_kyverno_ci_values_folders() -> None:
+    """A profile exists for each kyverno-config folder named after a suite folder (Kyverno's CI installs Kyverno with
+    those values for that folder), and only folders under it get the profile's serve flags."""
+    config = e2erun.DEFAULT_SUITE.parent / "kyverno-config"
+    assert config.is_dir(), f"{config} missing: ../shared/e2e is needed by the e2e runner"
+    per_folder = {p.name for p in config.iterdir() if p.is_dir() and (e2erun.DEFAULT_SUITE / p.name).is_dir()}
+    assert per_folder == set(e2erun.INSTALL_PROFILES)
+    assert e2erun.install_profile("force-failure-policy-ignore/validating-policy/fail") == ("--force-failure-policy-ignore",)
+    assert e2erun.install_profile("validate/clusterpolicy") == ()
