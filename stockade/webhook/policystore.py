@@ -18,6 +18,7 @@ Sources hand over plain documents: nothing here imports the Kubernetes client.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import logging
@@ -429,7 +430,8 @@ _FORCED_IGNORE: IdentityMemo[Document, Document] = IdentityMemo(100_000)
 def forced_ignore(document: Document) -> Document:
     """``document`` with failurePolicy Ignore, as Kyverno's forceFailurePolicyIgnore makes every policy report it:
     its webhooks are registered with failurePolicy Ignore and its evaluation errors admit. The source's own document
-    is left as it is (its status and reports still name the policy as written)."""
+    is left as it is (its status and reports still name the policy as written), and the copy keeps the source's
+    Document subclass and fields (the cluster source's carry what status write-back needs)."""
     spec = document.data.get("spec")
     if api_group(document.api_version) not in (KYVERNO_GROUP, CEL_POLICY_GROUP) or document.kind not in _FAILURE_POLICY_KINDS or not isinstance(spec, dict):
         return document
@@ -437,7 +439,7 @@ def forced_ignore(document: Document) -> Document:
     configuration = spec.get("webhookConfiguration")
     if isinstance(configuration, dict) and "failurePolicy" in configuration:
         forced_spec["webhookConfiguration"] = {**configuration, "failurePolicy": "Ignore"}
-    return Document({**document.data, "spec": forced_spec}, document.source, document.index)
+    return dataclasses.replace(document, data={**document.data, "spec": forced_spec})  # keeps a source's subclass
 
 
 def _cel_key(document: Document) -> str:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
+from stockade.controllers.policywatch import ClusterDocument
 from stockade.controllers.webhookconfig import KYVERNO_NAMING, WebhookTarget, build_configurations, static_resolver
-from stockade.policy.loader import Document
 from stockade.webhook.admission import FAILURE_POLICY_FAIL, FAILURE_POLICY_IGNORE, failure_policy
 from stockade.webhook.policystore import PolicyStore
 
@@ -82,7 +82,7 @@ class _Source:
     """A source that keeps its Document objects between reads, as the cluster watch does."""
 
     def __init__(self) -> None:
-        self.kept = [Document(data, "cluster", index) for index, data in enumerate(yaml.safe_load_all(POLICIES))]
+        self.kept = [ClusterDocument(data, "cluster", index, version="v1") for index, data in enumerate(yaml.safe_load_all(POLICIES))]
 
     def fingerprint(self) -> int:
         return 1
@@ -97,5 +97,6 @@ def test_the_source_documents_are_not_changed_and_an_unchanged_policy_is_not_cop
     first = policies.load()
     assert [d.data["spec"]["failurePolicy"] for d in source.kept] == ["Fail", "Fail"]
     assert [d.data["spec"]["failurePolicy"] for d in first.documents] == ["Ignore", "Ignore"]
+    assert all(isinstance(d, ClusterDocument) and d.version == "v1" for d in first.documents)  # status write-back needs them
     second = policies.load()
     assert all(a is b for a, b in zip(first.documents, second.documents))
