@@ -164,3 +164,10 @@ def test_our_own_pods_pass_our_pss_restricted_policy(tools: Tools, tmp_path: Pat
     broken = _pss_result(PSS_RESTRICTED, manifest)
     assert broken.returncode != 0
     assert "fail: 0" not in broken.stdout
+
+
+def test_force_failure_policy_ignore_value_passes_the_serve_flag(tools: Tools) -> None:
+    default_args = find(documents(tools.template()), "Deployment", "stockade")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--force-failure-policy-ignore" not in default_args
+    forced = documents(tools.template("--set", "webhook.forceFailurePolicyIgnore=true"))
+    assert "--force-failure-policy-ignore" in find(forced, "Deployment", "stockade")["spec"]["template"]["spec"]["containers"][0]["args"]
