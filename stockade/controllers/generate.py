@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.celpolicy.model import CelPolicy
+from stockade.controllers.celmutate import CelMutateExisting, CelMutateTrigger, TriggerNotStored, mutating_policies
 from stockade.controllers.clusterdata import ApiError, ClusterCelResources, ClusterData, api_version_of, collection_path, object_path, resources_for_rules
 from stockade.controllers.events import generate_events
 from stockade.engine.engine import Engine, Request
@@ -246,6 +247,7 @@ class TriggerEvent:
     old_resource: dict[str, Any] = field(default_factory=dict)
     info: RequestInfo = field(default_factory=RequestInfo)
     gvk: ResourceKind | None = None
+    cel_mutate: CelMutateTrigger | None = None  # set: a MutatingPolicy webhook's request, for mutateExisting only
 
     @property
     def subject(self) -> dict[str, Any]:
@@ -303,6 +305,7 @@ class GenerateController:
         backoff_seconds: float = 0.5,
         max_backoff_seconds: float = 60.0,
         events: Any = None,
+        background_username: str = "",
     ) -> None:
         from stockade.controllers.mutateexisting import MutateExisting
 
@@ -331,6 +334,8 @@ class GenerateController:
         self._busy = threading.Lock()
         # mutate.targets share this queue, retries and leader-only policy reconciliation
         self.mutate_existing = MutateExisting(self.cluster, self._engine, events=events)
+        # MutatingPolicy mutateExisting: admission triggers arrive through submit_mutating, policy events here too
+        self.cel_mutate = CelMutateExisting(self.cluster, lambda: self.store.snapshot, background_username=background_username, events=events)
         from stockade.controllers.admissionpolicygen import AdmissionPolicyGenerator
 
         # ValidatingAdmissionPolicy / MutatingAdmissionPolicy generation follows the same leader-only policy changes
@@ -381,6 +386,18 @@ class GenerateController:
             return
         event = TriggerEvent(review.operation, review.object, review.old_object, review.user_info, review.kind)
         self.submit_event(event)
+
+    def submit_mutating(self, review: Any, policies: tuple[str, ...] | None, namespaced: bool | None) -> None:
+        """Queue a request a MutatingPolicy webhook admitted (``policies``: the names its path carries, None: any),
+        for the mutateExisting policies it triggers; dryRun requests and subresources have no side effects."""
+        if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE") or review.sub_resource:
+            return
+        if not mutating_policies(self.store.snapshot):
+            return
+        info = review.user_info
+        user = {"username": info.username, "uid": info.uid, "groups": list(info.groups), "extra": dict(info.extra)}
+        trigger = CelMutateTrigger(review.operation, review.object, review.old_object, user, policies, namespaced)
+        self.submit_event(TriggerEvent(review.operation, review.object, review.old_object, info, review.kind, cel_mutate=trigger))
 
     def submit_event(self, event: TriggerEvent) -> None:
         try:
@@ -527,6 +544,12 @@ class GenerateController:
     # -- trigger events --------------------------------------------------------------------------------------------
     def process_event(self, event: TriggerEvent) -> list[GenerateFailure]:
         """Apply every generate rule to one trigger event; returns the failures (empty when all went well)."""
+        if event.cel_mutate is not None:
+            try:
+                problems = self.cel_mutate.process_trigger(event.cel_mutate)
+            except TriggerNotStored as exc:
+                raise _TriggerPending(str(exc)) from None
+            return [GenerateFailure("MutatingPolicy", "*", event.describe(), problem) for problem in problems]
         policies = self._policies()
         mutating = _mutate_existing_policies(self.store.snapshot.policies if self.store.snapshot is not None else [])
         if not policies and not self._generating() and not mutating:
@@ -812,6 +835,7 @@ class GenerateController:
         self._reconcile_gpols()
         snapshot = self.store.snapshot
         self.mutate_existing.reconcile(_mutate_existing_policies(snapshot.policies if snapshot is not None else []))
+        self.cel_mutate.reconcile()
         try:
             self.admission_policies.reconcile(snapshot)
         except ApiError as exc:

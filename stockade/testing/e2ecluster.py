@@ -302,6 +302,8 @@ class E2ECluster:
                     "--event-components=kyverno",
                     # ... and Kyverno's webhook configuration names and managed-by label
                     "--webhook-names=kyverno",
+                    # ... and requests by Kyverno's background controller are "background requests" (skipBackgroundRequests)
+                    "--background-user=system:serviceaccount:kyverno:kyverno-background-controller",
                     f"--cert-dir={self.state_dir / 'stockade-certs'}",
                     *os.environ.get("STOCKADE_E2E_SERVE_ARGS", "").split(),
                 ],

@@ -406,8 +406,11 @@ class AdmissionEvaluator:
         kind_resolver: KindLookup | None = None,
         default_timeout_seconds: float = DEFAULT_POLICY_TIMEOUT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        background_username: str = "",
     ) -> None:
         self.engine = engine
+        # requests by this user (Kyverno's background controller) skip MutatingPolicies with skipBackgroundRequests
+        self.background_username = background_username
         self.cel_evaluator = cel_evaluator
         # kept apart from cel_policies, which background scans evaluate as ValidatingPolicies
         image_policies = [p for p in cel_policies or [] if p.kind in IMAGE_VALIDATING_POLICY_KINDS and p.admission]
@@ -430,7 +433,8 @@ class AdmissionEvaluator:
                 [p for p in policies if p.admission],
                 [p for p in cel_policies or [] if p.kind in VALIDATING_POLICY_KINDS and p.admission],
                 image_policies,
-                [p for p in cel_policies or [] if p.kind in MUTATING_POLICY_KINDS and p.admission],
+                # policies with targetMatchConstraints mutate existing objects only (a controller's work), never the request
+                [p for p in cel_policies or [] if p.kind in MUTATING_POLICY_KINDS and p.admission and not p.has_target_constraints],
             )
         )
 
@@ -513,7 +517,10 @@ class AdmissionEvaluator:
             return [], current
         labels = self.namespace_labels(request)
         responses: list[EngineResponse] = []
+        background = bool(self.background_username) and request.user_info.username == self.background_username
         for policy in policies:
+            if background and policy.skips_background_requests:
+                continue
             if self._expired(policy, started):
                 responses.append(timed_out_response(policy, None, current, self._budget(policy), "Mutation"))
                 continue
