@@ -209,8 +209,8 @@ def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> C
             state.generator.submit(review)
         if state.generator is not None and phase == "mutate" and decision.allowed and not review.dry_run:
             _submit_mutating(state.generator, route, review)
-        if state.scanner is not None and phase == "validate" and decision.allowed and not review.dry_run:
-            _notify_scanner(state.scanner, review)
+        if state.scanner is not None and decision.allowed and not review.dry_run and (phase == "validate" or route.scope.family in ("mpol", "nmpol")):
+            _notify_scanner(state.scanner, review)  # MutatingPolicies report through scans of what they admitted
         kind = review.kind.kind
         state.metrics.observe_rules(decision.responses, kind, review.operation, engine_seconds)
         state.metrics.observe_request(path, kind, review.namespace, review.operation, decision.allowed, time.perf_counter() - started)
