@@ -96,3 +96,24 @@ def test_mutating_webhook_reviews_go_to_the_mutate_existing_controller() -> None
         _submit_mutating(Generator(), route, request)
     assert submitted == [(("a", "b"), False), (("ns", "x"), True), (None, None)]
     assert PolicyScope().family == "all"
+
+
+def test_match_conditions_the_api_server_cannot_compile_stay_out_of_the_webhook() -> None:
+    """Kyverno's validConditions: a CEL policy's matchConditions go into its webhook only when the API server's
+    environment compiles every one; request.object, variables or Kyverno's libraries keep all of them out."""
+    from stockade.controllers.webhookconfig import webhook_compatible_condition, webhook_match_conditions
+
+    assert webhook_compatible_condition("request.namespace == 'dev' && object.metadata.labels['a'] == 'b'")
+    assert webhook_compatible_condition("object.spec.containers.all(c, c.image.startsWith('x'))")
+    assert webhook_compatible_condition("object.metadata.name == 'variables.x'")  # inside a string literal
+    for expression in (
+        "has(request.object.metadata.labels)",
+        "variables.env == 'production'",
+        "namespaceObject.metadata.name == 'x'",
+        "object.spec.containers.all(c, string(c.image) in exceptions.allowedImages)",
+        "image(object.spec.containers[0].image).registry() == 'x'",
+    ):
+        assert not webhook_compatible_condition(expression), expression
+    good = {"name": "ns", "expression": "request.namespace == 'dev'"}
+    assert webhook_match_conditions([good]) == [good]
+    assert webhook_match_conditions([good, {"name": "v", "expression": "variables.x"}]) == []
