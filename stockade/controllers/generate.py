@@ -248,6 +248,7 @@ class TriggerEvent:
     info: RequestInfo = field(default_factory=RequestInfo)
     gvk: ResourceKind | None = None
     cel_mutate: CelMutateTrigger | None = None  # set: a MutatingPolicy webhook's request, for mutateExisting only
+    subresource: bool = False  # a subresource request (never stored itself): mutate-existing rules only
 
     @property
     def subject(self) -> dict[str, Any]:
@@ -376,16 +377,36 @@ class GenerateController:
 
     # -- input -----------------------------------------------------------------------------------------------------
     def submit(self, review: Any) -> None:
-        """Queue an allowed, non-dryRun admission (a ``stockade.webhook.admission.AdmissionRequest``); never blocks."""
-        if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE") or review.sub_resource:
+        """Queue an allowed, non-dryRun admission (a ``stockade.webhook.admission.AdmissionRequest``); never blocks.
+        A subresource request (a Pod/binding) only triggers mutate-existing rules, matched by the parent's kind."""
+        if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE"):
             return
         snapshot = self.store.snapshot
-        if snapshot is None or not (
-            any(p.has_generate() for p in snapshot.policies) or generating_policies(snapshot) or _mutate_existing_policies(snapshot.policies)
-        ):
+        if snapshot is None:
+            return
+        if review.sub_resource:
+            if not _mutate_existing_policies(snapshot.policies):
+                return
+            gvk = self._subresource_kind(review)
+            if gvk is not None:
+                self.submit_event(TriggerEvent(review.operation, review.object, review.old_object, review.user_info, gvk, subresource=True))
+            return
+        if not (any(p.has_generate() for p in snapshot.policies) or generating_policies(snapshot) or _mutate_existing_policies(snapshot.policies)):
             return
         event = TriggerEvent(review.operation, review.object, review.old_object, review.user_info, review.kind)
         self.submit_event(event)
+
+    def _subresource_kind(self, review: Any) -> ResourceKind | None:
+        """``Pod/binding`` for a pods/binding review (whose own kind is Binding), as policies match it."""
+        resource = getattr(review, "resource", None) or {}
+        try:
+            parent = self.cluster.resolve_resource(str(resource.get("group") or ""), str(resource.get("version") or ""), str(resource.get("resource") or ""))
+        except ApiError as exc:
+            log.warning("could not resolve %s: %s", resource, exc)
+            return None
+        if parent is None:
+            return None
+        return ResourceKind(parent.group, parent.version, parent.kind, review.sub_resource)
 
     def submit_mutating(self, review: Any, policies: tuple[str, ...] | None, namespaced: bool | None) -> None:
         """Queue a request a MutatingPolicy webhook admitted (``policies``: the names its path carries, None: any),
@@ -552,6 +573,11 @@ class GenerateController:
             return [GenerateFailure("MutatingPolicy", "*", event.describe(), problem) for problem in problems]
         policies = self._policies()
         mutating = _mutate_existing_policies(self.store.snapshot.policies if self.store.snapshot is not None else [])
+        if event.subresource:
+            return [
+                GenerateFailure(failure.policy, failure.rule, failure.resource, str(failure))
+                for failure in self.mutate_existing.process(mutating, event.operation, event.subject, event.old_resource, event.info, event.gvk)
+            ]
         if not policies and not self._generating() and not mutating:
             return []
         trigger = event.subject
