@@ -239,12 +239,15 @@ def block_message(resource: str, blocked: dict[str, dict[str, str]]) -> str:
     return f"\n\nresource {resource} was blocked due to the following policies \n\n{body}"
 
 
-def warning_messages(responses: Iterable[EngineResponse]) -> list[str]:
-    """``policy <policy>.<rule>: <message>`` for every rule that neither passed nor was skipped."""
+def warning_messages(responses: Iterable[EngineResponse], emit_warnings: bool = False) -> list[str]:
+    """``policy <policy>.<rule>: <message>`` for every rule that neither passed nor was skipped; with
+    ``emit_warnings`` (the mutating phase) also for the applied rules of policies with ``spec.emitWarning`` (Kyverno
+    returns every non-skipped result of such a policy, "mutated Pod/x" included)."""
     warnings: list[str] = []
     for response in responses:
+        emits = emit_warnings and bool(getattr(response.policy, "emit_warning", False))
         for rule in response.rules:
-            if rule.status not in (PASS, SKIP):
+            if rule.status not in (PASS, SKIP) or (emits and rule.status == PASS):
                 warnings.append(f"policy {response.policy_name}.{rule.name}: {rule.message}")
     return warnings
 
@@ -712,7 +715,7 @@ class AdmissionEvaluator:
         if blocked:
             return AdmissionDecision(False, block_message(resource_label(original, request), blocked), responses=responses)
         patch = diff_json_patch(original, current) if current is not original else []
-        return AdmissionDecision(True, warnings=warning_messages(responses), patch=patch, responses=responses)
+        return AdmissionDecision(True, warnings=warning_messages(responses, emit_warnings=True), patch=patch, responses=responses)
 
     def validate(self, request: AdmissionRequest, failure: str | None = None, started: float | None = None) -> AdmissionDecision:
         """Deny on Enforce failures (and errors of Fail policies, timeouts included); report everything else as
