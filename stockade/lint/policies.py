@@ -422,6 +422,13 @@ class _Checker:
                 self.error(f"{path}.name", f"duplicate rule name: '{name}'", name)
             seen.add(name)
             self.rule(rule, path, name)
+            mutate = rule.get("mutate")
+            if isinstance(mutate, dict) and (spec.get("mutateExistingOnPolicyUpdate") is True or mutate.get("mutateExistingOnPolicyUpdate") is True):
+                if not mutate.get("targets"):
+                    # Kyverno's validateMutateTargets: applying to existing resources needs resources to apply to
+                    self.error(
+                        "spec.mutateExistingOnPolicyUpdate", f"rules[{index}].mutate.targets has to be specified when mutateExistingOnPolicyUpdate is set", name
+                    )
 
     def background_user_variables(self, metadata: dict[str, Any], spec: dict[str, Any], rules: list[Any]) -> None:
         """Kyverno's check for background policies: a background scan has no requester, so match/exclude by

@@ -376,3 +376,23 @@ def test_mutating_policy_needs_an_evaluation_mode(evaluation: dict[str, Any] | N
     assert bool(problems) == rejected, result.errors
     if rejected:
         assert "disabling both admission and mutateExisting evaluation modes is not allowed" in problems[0]
+
+
+@pytest.mark.parametrize("where", ["rule", "policy"])
+def test_mutate_existing_on_policy_update_needs_targets(where: str) -> None:
+    """Kyverno's validateMutateTargets: mutateExistingOnPolicyUpdate without mutate.targets is rejected."""
+    rule: dict[str, Any] = {
+        "name": "r",
+        "match": {"any": [{"resources": {"kinds": ["ConfigMap"]}}]},
+        "mutate": {"patchStrategicMerge": {"metadata": {"labels": {"a": "b"}}}},
+    }
+    spec: dict[str, Any] = {"rules": [rule]}
+    if where == "rule":
+        rule["mutate"]["mutateExistingOnPolicyUpdate"] = True
+    else:
+        spec["mutateExistingOnPolicyUpdate"] = True
+    document = {"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"}, "spec": spec}
+    problems = [str(p) for p in validate_policy_document(document).errors]
+    assert any("rules[0].mutate.targets has to be specified when mutateExistingOnPolicyUpdate is set" in p for p in problems), problems
+    rule["mutate"]["targets"] = [{"apiVersion": "v1", "kind": "Secret", "name": "s"}]
+    assert not [p for p in validate_policy_document(document).errors if "mutateExistingOnPolicyUpdate" in str(p)]
