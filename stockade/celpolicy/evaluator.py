@@ -7,6 +7,7 @@ name their single rule response after the policy.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -27,6 +28,7 @@ VALIDATION = "Validation"
 MUTATION = "Mutation"
 GENERATION = "Generation"
 DELETION = "Deletion"
+EXCEPTION_RULE = "exception"  # Kyverno's rule name for a MutatingPolicy result decided by a PolicyException
 
 
 @dataclass
@@ -38,6 +40,8 @@ class _Outcome:
     patched: dict[str, Any] | None = None
     generated: list[dict[str, Any]] = field(default_factory=list)
     exceptions: list[str] = field(default_factory=list)
+    rule: str = ""  # the rule response's name when not the policy's (Kyverno names a MutatingPolicy's exemption "exception")
+    properties: dict[str, str] = field(default_factory=dict)  # report result properties (audit annotations)
 
 
 class _GeneratorSink:
@@ -156,7 +160,9 @@ class CelPolicyEvaluator:
         patched = outcome.patched if outcome is not None and outcome.patched is not None else resource
         response = EngineResponse(policy, resource, patched, namespace_labels=dict(request.namespace_labels))
         if outcome is not None and outcome.status is not None:
-            rule = RuleResponse(policy.name, rule_type, outcome.status, outcome.message, exceptions=list(outcome.exceptions))
+            rule = RuleResponse(
+                outcome.rule or policy.name, rule_type, outcome.status, outcome.message, exceptions=list(outcome.exceptions), properties=dict(outcome.properties)
+            )
             rule.generated_resources = list(outcome.generated)
             response.rules.append(rule)
         return response
@@ -351,13 +357,15 @@ class CelPolicyEvaluator:
         try:
             keys, images, values, full = self._policy_exceptions(policy, scope)
             if full:
-                return self._response(policy, request, MUTATION, self._exception_outcome(keys))
+                return self._response(policy, request, MUTATION, dataclasses.replace(self._exception_outcome(keys), rule=EXCEPTION_RULE))
             scope.set("exceptions", {"allowedImages": images, "allowedValues": values})
+            # Kyverno binds the (lazy) variables before the match conditions, which may use them
+            scope.bind_variables(spec.get("variables"))
             if not scope.conditions_hold(spec.get("matchConditions"), "spec.matchConditions", ignore):
                 return self._response(policy, request, MUTATION, _Outcome("skip", "skip"))
         except (ConditionError, CelError) as error:
             return self._response(policy, request, MUTATION, _Outcome("error", f"failed to evaluate policy: {error}"))
-        outcome = self._run_mutations(scope, spec, request)
+        outcome = self._run_mutations(scope, spec, request, variables_bound=True)
         return self._response(policy, request, MUTATION, outcome)
 
     @staticmethod
@@ -367,39 +375,83 @@ class CelPolicyEvaluator:
     def selected_targets(self, policy: CelPolicy, trigger: AdmissionInput) -> set[str] | None:
         """``targetMatchConstraints.expression`` evaluated for the trigger: the ``namespace/name`` keys of the
         objects it resolves (one object, or a list under ``items``); ``None`` when the policy has no expression."""
-        expression = str((policy.spec.get("targetMatchConstraints") or {}).get("expression") or "")
-        if not expression:
-            return None
-        scope = self._scope(policy.key, trigger)
-        scope.bind_variables(policy.spec.get("variables"))
         try:
-            found = scope.evaluate("spec.targetMatchConstraints.expression", expression)
+            found = self.expression_targets(policy, trigger, check_conditions=False)
         except CelError:
             return set()
-        if not isinstance(found, dict):
-            return set()
-        items = found.get("items")
-        if not isinstance(items, list):
-            items = [found]
+        if found is None:
+            return None
         keys: set[str] = set()
-        for item in items:
-            metadata = (item.get("metadata") or {}) if isinstance(item, dict) else {}
+        for item in found:
+            metadata = item.get("metadata") or {}
             name, namespace = str(metadata.get("name") or ""), str(metadata.get("namespace") or "")
             if name:
                 keys.add(f"{namespace}/{name}" if namespace else name)
         return keys
 
-    def mutate_target(self, policy: CelPolicy, target: dict[str, Any], trigger: AdmissionInput, selected: set[str] | None) -> EngineResponse | None:
+    def expression_targets(self, policy: CelPolicy, trigger: AdmissionInput, check_conditions: bool = True) -> list[dict[str, Any]] | None:
+        """The objects ``targetMatchConstraints.expression`` resolves for the trigger (one object, or the ``items``
+        of a list); ``None`` when the policy has no expression.  With ``check_conditions`` the trigger must first pass
+        the policy's matchConditions (Kyverno's background controller checks them before resolving targets); on a
+        DELETE the deleted object is ``object``.  Raises CelError when the expression fails."""
+        expression = str((policy.spec.get("targetMatchConstraints") or {}).get("expression") or "")
+        if not expression:
+            return None
+        if trigger.operation == "DELETE" and not trigger.object and trigger.old_object:
+            trigger = AdmissionInput(
+                object=trigger.old_object,
+                old_object=None,
+                operation=trigger.operation,
+                user_info=trigger.user_info,
+                namespace_object=trigger.namespace_object,
+                namespace_labels=trigger.namespace_labels,
+            )
+        scope = self._scope(policy.key, trigger)
+        scope.bind_variables(policy.spec.get("variables"))
+        if check_conditions:
+            try:
+                if not scope.conditions_hold(policy.spec.get("matchConditions"), "spec.matchConditions"):
+                    return []
+            except ConditionError:
+                return []
+        found = scope.evaluate("spec.targetMatchConstraints.expression", expression)
+        if not isinstance(found, dict):
+            return []
+        items = found.get("items")
+        if not isinstance(items, list):
+            items = [found]
+        return [item for item in items if isinstance(item, dict)]
+
+    def triggers_mutate_existing(self, policy: CelPolicy, request: AdmissionInput) -> bool:
+        """Whether an admission request triggers a mutateExisting policy (Kyverno's MatchedMutateExistingPolicies):
+        its matchConstraints select the request and its matchConditions hold (an error counts as no)."""
+        if policy.is_namespaced and request.namespace != policy.namespace:
+            return False
+        if not constraints_match(policy.spec.get("matchConstraints"), request):
+            return False
+        scope = self._scope(policy.key, request)
+        scope.bind_variables(policy.spec.get("variables"))
+        try:
+            return scope.conditions_hold(policy.spec.get("matchConditions"), "spec.matchConditions")
+        except (ConditionError, CelError):
+            return False
+
+    def mutate_target(
+        self, policy: CelPolicy, target: dict[str, Any], trigger: AdmissionInput, selected: set[str] | None, *, prematched: bool = False
+    ) -> EngineResponse | None:
         """A mutateExisting MutatingPolicy applied to one existing ``target`` on behalf of ``trigger``.
 
         The target is chosen by ``targetMatchConstraints`` (its expression's result ``selected``, else its resource
         rules, else the policy's ``matchConstraints``; operations never matter), then ``targetMatchConditions``
         decide; ``object`` is the target and ``request`` the trigger's.  A successful mutation carries the patched
-        target.  ``None`` when the target is not selected."""
+        target.  ``None`` when the target is not selected.  ``prematched``: the caller already selected the target
+        (a controller that listed it by those constraints), so only the conditions decide."""
         target_request = AdmissionInput(object=target, operation=trigger.operation, user_info=trigger.user_info)
         constraints = policy.spec.get("targetMatchConstraints") or {}
         metadata = target.get("metadata") or {}
-        if selected is not None:
+        if prematched:
+            pass
+        elif selected is not None:
             key = f"{metadata.get('namespace')}/{metadata.get('name')}" if metadata.get("namespace") else str(metadata.get("name") or "")
             if key not in selected:
                 return None
@@ -413,7 +465,7 @@ class CelPolicyEvaluator:
             keys, images, values, full = self._policy_exceptions(policy, scope)
             if full:
                 outcome = self._exception_outcome(keys)
-                response.rules.append(RuleResponse(policy.name, MUTATION, str(outcome.status), outcome.message, exceptions=keys))
+                response.rules.append(RuleResponse(EXCEPTION_RULE, MUTATION, str(outcome.status), outcome.message, exceptions=keys))
                 return response
             scope.set("exceptions", {"allowedImages": images, "allowedValues": values})
             scope.bind_variables(policy.spec.get("variables"))
@@ -423,8 +475,8 @@ class CelPolicyEvaluator:
         except (ConditionError, CelError) as error:
             response.rules.append(RuleResponse(policy.name, MUTATION, "error", f"failed to evaluate policy: {error}"))
             return response
-        outcome = self._run_mutations(scope, policy.spec, target_request)
-        rule = RuleResponse(policy.name, MUTATION, str(outcome.status), outcome.message)
+        outcome = self._run_mutations(scope, policy.spec, target_request, variables_bound=True)
+        rule = RuleResponse(policy.name, MUTATION, str(outcome.status), outcome.message, properties=dict(outcome.properties))
         if outcome.status == "pass":
             rule.patched_target = outcome.patched
         response.rules.append(rule)
@@ -451,8 +503,9 @@ class CelPolicyEvaluator:
             return self._response(policy, request, MUTATION, _Outcome("error", str(error)))
         return self._response(policy, request, MUTATION, self._run_mutations(scope, policy.spec, request))
 
-    def _run_mutations(self, scope: Scope, spec: dict[str, Any], request: AdmissionInput) -> _Outcome:
-        scope.bind_variables(spec.get("variables"))
+    def _run_mutations(self, scope: Scope, spec: dict[str, Any], request: AdmissionInput, variables_bound: bool = False) -> _Outcome:
+        if not variables_bound:
+            scope.bind_variables(spec.get("variables"))
         current = copy.deepcopy(request.object or {})
         for index, mutation in enumerate(spec.get("mutations") or []):
             patch_type = str(mutation.get("patchType") or "")
@@ -470,7 +523,11 @@ class CelPolicyEvaluator:
             except (CelError, ValueError) as error:
                 return _Outcome("error", f"failed to evaluate policy: {error}")
             scope.set("object", current)
-        return _Outcome("pass", "success", patched=current)
+        try:
+            properties = audit_annotations(scope, spec.get("auditAnnotations"))
+        except CelError as error:
+            return _Outcome("error", f"failed to evaluate policy: {error}")
+        return _Outcome("pass", "success", patched=current, properties=properties)
 
     # -- GeneratingPolicy -------------------------------------------------------------------------------------------
     def generate(self, policy: CelPolicy, request: AdmissionInput, *, keep_source_uid: bool = False) -> EngineResponse | None:
@@ -556,6 +613,24 @@ class CelPolicyEvaluator:
         except (ConditionError, CelError) as error:
             return self._response(policy, request, DELETION, _Outcome("error", str(error)))
         return self._response(policy, request, DELETION, _Outcome("pass", "resource matched"))
+
+
+def audit_annotations(scope: Scope, annotations: Any) -> dict[str, str]:
+    """A MutatingPolicy's ``auditAnnotations`` evaluated on the mutated object: Kyverno reports them as result
+    properties (an empty value is left out; a value that is not a string is an error)."""
+    properties: dict[str, str] = {}
+    for index, annotation in enumerate(annotations or []):
+        if not isinstance(annotation, dict):
+            continue
+        key = str(annotation.get("key") or "")
+        value = scope.evaluate(f"spec.auditAnnotations[{index}].valueExpression", str(annotation.get("valueExpression") or ""))
+        if value is None:
+            continue
+        if not isinstance(value, str):
+            raise CelEvalError(f"failed to convert auditAnnotation {key!r} expression: expected a string, got {type(value).__name__}")
+        if value:
+            properties[key] = value
+    return properties
 
 
 def _expand_lists(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:

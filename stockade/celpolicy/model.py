@@ -59,6 +59,31 @@ class CelPolicy(ObjectView):
         return not (isinstance(background, dict) and background.get("enabled") is False)
 
     @property
+    def mutates_existing(self) -> bool:
+        """``spec.evaluation.mutateExisting.enabled`` (default false)."""
+        existing = self._evaluation().get("mutateExisting")
+        return isinstance(existing, dict) and existing.get("enabled") is True
+
+    @property
+    def skips_background_requests(self) -> bool:
+        """``spec.evaluation.skipBackgroundRequests`` (default true): requests made by the background controller
+        neither are mutated by the policy nor trigger its mutateExisting."""
+        return self._evaluation().get("skipBackgroundRequests") is not False
+
+    @property
+    def has_target_constraints(self) -> bool:
+        """``targetMatchConstraints`` with resource rules or an expression: the policy mutates existing objects only,
+        never the admitted request."""
+        spec = self.raw.get("spec")
+        constraints = spec.get("targetMatchConstraints") if isinstance(spec, dict) else None
+        return isinstance(constraints, dict) and bool(constraints.get("resourceRules") or constraints.get("expression"))
+
+    def _evaluation(self) -> dict[str, Any]:
+        spec = self.raw.get("spec")
+        evaluation = spec.get("evaluation") if isinstance(spec, dict) else None
+        return evaluation if isinstance(evaluation, dict) else {}
+
+    @property
     def base_kind(self) -> str:
         return self.kind[len("Namespaced"):] if self.is_namespaced else self.kind
 

@@ -102,6 +102,9 @@ class AdmissionInput:
             "userInfo": dict(self.user_info),
             "dryRun": self.dry_run,
             "options": None,
+            # Kyverno's CEL request carries the admitted objects too (request.object / request.oldObject)
+            "object": self.object,
+            "oldObject": self.old_object,
         }
 
     def namespace_map(self) -> dict[str, Any] | None:

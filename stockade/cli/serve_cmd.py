@@ -50,6 +50,7 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--force-failure-policy-ignore", is_flag=True, default=False, help="Treat every policy as failurePolicy Ignore (Kyverno's forceFailurePolicyIgnore install option): its webhooks are registered with Ignore and its evaluation errors admit.")
 @click.option("--event-components", type=click.Choice(["kyverno", "stockade"]), default="stockade", show_default=True, help="reportingComponent of Events: stockade = 'stockade' for all; kyverno = Kyverno's names (kyverno-admission, kyverno-generate, kyverno-mutate, kyverno-cleanup), a compatibility setting for tools and tests that select Kyverno's Events.")
 @click.option("--webhook-names", type=click.Choice(["stockade", "kyverno"]), default="stockade", show_default=True, help="Names and managed-by label of the webhook configurations: stockade = stockade-resource-*-webhook-cfg, label webhook.stockade.io/managed-by; kyverno = Kyverno's (kyverno-resource-*-webhook-cfg, webhook.kyverno.io/managed-by: kyverno, kept registered even when empty), a compatibility setting for tooling and tests written against Kyverno. Do not run it beside Kyverno itself.")
+@click.option("--background-user", "background_user", default="", help="Username of the background controller whose requests MutatingPolicies skip unless they set spec.evaluation.skipBackgroundRequests: false (Kyverno's --backgroundServiceAccountName, e.g. system:serviceaccount:kyverno:kyverno-background-controller); empty: none.")
 @click.option("--config-map", "config_map", default="kyverno/kyverno", show_default=True, help="With --from-cluster: Kyverno's dynamic configuration ConfigMap (NAMESPACE/NAME), watched: resourceFilters, excluded users/groups/roles, defaultRegistry, webhooks selectors, matchConditions, webhook labels/annotations, generateSuccessEvents.")
 @click.option("--exception-namespace", "exception_namespaces", multiple=True, help="Honour PolicyExceptions only in these namespaces (repeatable; default: every namespace).")
 @click.option("--tracing-endpoint", default="", help="OTLP collector (http/protobuf: base URL such as http://otel-collector:4318; grpc: host:port or URL); spans per request, policy, rule and registry check.")
@@ -162,6 +163,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
         registry_ca_file=options["registry_ca_file"],
         webhook_timeout=float(options["webhook_timeout"]),
         exception_namespaces=tuple(options["exception_namespaces"]),
+        background_user=str(options.get("background_user") or ""),
     )
     cluster_source = _start_cluster_source(cluster_client, options) if options["from_cluster"] else None
     kyverno_config, config_watch = _start_config_watch(cluster_client, options) if options["from_cluster"] else (None, None)
@@ -307,6 +309,7 @@ class EvaluationSettings:
     registry_ca_file: str | None
     webhook_timeout: float
     exception_namespaces: tuple[str, ...]
+    background_user: str = ""
 
 
 def evaluation_store_options(settings: EvaluationSettings, api_client: Any = None) -> dict[str, Any]:
@@ -320,7 +323,7 @@ def evaluation_store_options(settings: EvaluationSettings, api_client: Any = Non
     options: dict[str, Any] = {
         "image_verifier": verifier,
         "verification_cache": verification_cache,
-        "evaluator_options": {"default_timeout_seconds": settings.webhook_timeout},
+        "evaluator_options": {"default_timeout_seconds": settings.webhook_timeout, "background_username": settings.background_user},
         "exception_namespaces": list(settings.exception_namespaces) or None,
     }
     if settings.cluster:
@@ -332,10 +335,19 @@ def evaluation_store_options(settings: EvaluationSettings, api_client: Any = Non
         client = api_client if api_client is not None else load_api_client(settings.kubeconfig)
         cluster_data = ClusterData(client)  # configMap/apiCall context entries and clone sources
         options["engine_factory"] = partial(Engine, providers=cluster_data.providers(), resource_lookup=cluster_data.lookup)
+        options["cel_providers"] = cel_cluster_providers(cluster_data)
         options["evaluator_options"]["role_resolver"] = RoleResolver(client)
         options["evaluator_options"]["kind_resolver"] = ServedKinds(client)  # Deployment/scale, Pod/ephemeralcontainers
         options["namespace_labels"] = NamespaceLabelCache(client)
     return options
+
+
+def cel_cluster_providers(cluster_data: Any) -> dict[str, Any]:
+    """The CEL libraries Kyverno answers from the cluster (``resource``, ``http``) for the admission webhook's
+    policies.kyverno.io policies (``globalContext`` keeps what it loaded, so it is not shared across reviews)."""
+    from stockade.controllers.clusterdata import ClusterCelHttp, ClusterCelResources
+
+    return {"resource": ClusterCelResources(cluster_data), "http": ClusterCelHttp()}
 
 
 def _start_evaluation_pool(settings: EvaluationSettings, options: dict[str, Any]) -> Any:
@@ -395,7 +407,9 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
         from stockade.controllers.generate import GenerateController
         from stockade.controllers.manager import DeduplicatingSubmitter
 
-        generator = GenerateController(api_client, store, is_leader=services.is_leader, events=state.events)
+        generator = GenerateController(
+            api_client, store, is_leader=services.is_leader, events=state.events, background_username=str(options.get("background_user") or "")
+        )
         services.background.append(generator)
         state.generator = DeduplicatingSubmitter(generator)
     from stockade.controllers.cleanup import ScheduledDeletionController

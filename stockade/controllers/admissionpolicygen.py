@@ -33,6 +33,7 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "kyverno"}
 EXCLUDE_REPORTING_LABEL = "reports.kyverno.io/disabled"
 GROUP = "admissionregistration.k8s.io"
 MAP_VERSIONS = ("v1", "v1beta1", "v1alpha1")  # preferred first
+STATUS_ATTEMPTS = 4  # status writes that lose a race read the status again this often
 ALL_OPERATIONS = ["CREATE", "UPDATE", "CONNECT", "DELETE"]
 GENERATED_PREFIXES = ("cpol-", "vpol-", "mpol-")
 
@@ -540,15 +541,37 @@ class AdmissionPolicyGenerator:
         plural = {"ClusterPolicy": "clusterpolicies", "ValidatingPolicy": "validatingpolicies", "MutatingPolicy": "mutatingpolicies"}.get(kind)
         if plural is None or not (policy.get("metadata") or {}).get("uid"):
             return  # only policies read from the cluster have a status to write
-        if kind == "ClusterPolicy":
-            status: dict[str, Any] = {"validatingadmissionpolicy": {"generated": generated, "message": message}}
-        else:
-            status = {"generated": generated, "conditionStatus": {"message": message}}
         path = object_path(ApiResource(group, version, plural, kind, False), "", _name(policy)) + "/status"
         try:
-            self.cluster.request("PATCH", path, {"status": status}, content_type="application/merge-patch+json")
+            if kind == "ClusterPolicy":
+                status: dict[str, Any] = {"validatingadmissionpolicy": {"generated": generated, "message": message}}
+                self.cluster.request("PATCH", path, {"status": status}, content_type="application/merge-patch+json")
+            else:
+                self._cel_status(path, generated, message)
         except ApiError as exc:
             log.warning("writing status of %s %s failed: %s", kind, _name(policy), exc)
+
+    def _cel_status(self, path: str, generated: bool, message: str) -> None:
+        """``status.generated`` and ``conditionStatus.message`` written over the current status (a conflict reads it
+        again).  A status that has no conditions yet gets an empty list: readers of ``conditionStatus.conditions``
+        (Kyverno's e2e steps take its length) must never find a conditionStatus without them."""
+        for attempt in range(STATUS_ATTEMPTS):
+            current = self.cluster.request("GET", path)
+            if not isinstance(current, dict):
+                return
+            status = dict(current.get("status") or {})
+            condition_status = dict(status.get("conditionStatus") or {})
+            if not isinstance(condition_status.get("conditions"), list):
+                condition_status["conditions"] = []
+            condition_status["message"] = message
+            status["conditionStatus"] = condition_status
+            status["generated"] = generated
+            try:
+                self.cluster.request("PUT", path, {**current, "status": status})
+                return
+            except ApiError as exc:
+                if exc.status != 409 or attempt + 1 == STATUS_ATTEMPTS:
+                    raise
 
     def _event(self, obj: dict[str, Any]) -> None:
         if self.events is None:

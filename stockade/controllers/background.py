@@ -28,7 +28,7 @@ from stockade.controllers.reports import PROCESS_BACKGROUND, report_policy_name
 import stockade.celpolicy  # noqa: F401  (registers the engine's validate.cel handler)
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import ResourceKind
-from stockade.engine.response import STATUSES, EngineResponse, report_result
+from stockade.engine.response import FAIL, PASS, STATUSES, EngineResponse, RuleResponse, report_result
 from stockade.policy.model import KyvernoPolicy, Rule
 
 log = logging.getLogger("stockade.background")
@@ -96,6 +96,39 @@ def cel_background_enabled(policy: Any) -> bool:
     return bool(background.get("enabled", True))
 
 
+VALIDATING_POLICY_KINDS = ("ValidatingPolicy", "NamespacedValidatingPolicy")
+MUTATING_POLICY_KINDS = ("MutatingPolicy", "NamespacedMutatingPolicy")
+SCANNED_CEL_KINDS = VALIDATING_POLICY_KINDS + MUTATING_POLICY_KINDS
+MUTATION_NOT_APPLIED = "mutation is not applied"
+
+
+def mutation_scan(cel_evaluator: Any, policy: Any, request: Any, obj: dict[str, Any]) -> EngineResponse | None:
+    """A MutatingPolicy in a background scan, as Kyverno's reports scanner judges it: the policy runs as on a CREATE
+    of the stored object; a mutation that would change it fails ("mutation is not applied"), one that changes
+    nothing passes; skips (match conditions) and exception results are kept as they are."""
+    response: EngineResponse | None = cel_evaluator.mutate(policy, request)
+    if response is None:
+        return None
+    patched = response.patched_resource
+    for index, rule in enumerate(response.rules):
+        if rule.status == PASS and not rule.exceptions and not same_object(obj, patched):
+            response.rules[index] = RuleResponse(rule.name, rule.rule_type, FAIL, MUTATION_NOT_APPLIED)
+    return response
+
+
+def same_object(first: Any, second: Any) -> bool:
+    """Kubernetes' semantic equality of two JSON objects (an empty map or list equals an absent one)."""
+    return bool(_normalised(first) == _normalised(second))
+
+
+def _normalised(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _normalised(v) for k, v in value.items() if v not in ({}, [], None)}
+    if isinstance(value, list):
+        return [_normalised(v) for v in value]
+    return value
+
+
 @dataclass
 class ScanSummary:
     """What one scan did; ``as_metrics()`` flattens it for gauges."""
@@ -157,24 +190,52 @@ class BackgroundScanner:
         self._wake = threading.Event()
         self._scan_lock = threading.Lock()
         self._changes_thread: threading.Thread | None = None
+        # policies as last seen (report name -> spec): a new or changed one is scanned at once, as Kyverno's reports
+        # controller rescans on policy events; None until the first snapshot (the first full scan covers those)
+        self._known_policies: dict[str, Any] | None = None
+        self._policies_changed = threading.Event()
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def start(self) -> None:
         """Scan shortly after start, then every ``interval`` seconds (0 disables)."""
         if self.interval <= 0 or self._thread is not None:
             return
+        listeners = getattr(self.store, "listeners", None)
+        if isinstance(listeners, list):
+            listeners.append(self._on_snapshot)
         self._thread = threading.Thread(target=self._run, name="background-scan", daemon=True)
         self._thread.start()
         self._changes_thread = threading.Thread(target=self._run_changes, name="background-scan-changes", daemon=True)
         self._changes_thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
+        listeners = getattr(self.store, "listeners", None)
+        if isinstance(listeners, list) and self._on_snapshot in listeners:
+            listeners.remove(self._on_snapshot)
         self._stop.set()
         self._wake.set()
         for thread in (self._thread, self._changes_thread):
             if thread is not None:
                 thread.join(timeout)
         self._thread = self._changes_thread = None
+
+    def _on_snapshot(self, _snapshot: Any) -> None:
+        self._policies_changed.set()
+        self._wake.set()
+
+    def changed_policies(self) -> set[str]:
+        """Report names of the scanned policies that are new or changed since the previous call."""
+        snapshot = self.store.snapshot
+        if snapshot is None:
+            return set()
+        summary = ScanSummary()
+        policies, cel_policies, _, _, _ = self._eligible(snapshot, summary)
+        current = {report_policy_name(p): p.raw.get("spec") for p in [*policies, *cel_policies]}
+        previous = self._known_policies
+        self._known_policies = current
+        if previous is None:
+            return set()
+        return {name for name, spec in current.items() if name not in previous or previous[name] != spec}
 
     def notify(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
         """Queue one changed resource for a scan of its own (False when the queue is full: the periodic scan covers it)."""
@@ -194,6 +255,11 @@ class BackgroundScanner:
             with self._changed_lock:
                 changed, self._changed = list(self._changed), {}
             try:
+                if self._policies_changed.is_set():
+                    self._policies_changed.clear()
+                    policies = self.changed_policies()
+                    if policies and self.is_leader():
+                        self.scan_policies(policies)
                 if changed and self.is_leader():
                     self.scan_resources(changed)
             except Exception:  # a failed pass must not end the worker
@@ -240,6 +306,32 @@ class BackgroundScanner:
             summary.duration_seconds = time.monotonic() - began
             return summary
 
+    def scan_policies(self, names: set[str]) -> ScanSummary:
+        """Scan what the named policies (report names) select, replacing only their results in the reports."""
+        with self._scan_lock:
+            summary = ScanSummary(started=time.time())
+            began = time.monotonic()
+            snapshot = self.store.snapshot
+            if snapshot is None:
+                return summary
+            policies, cel_policies, cel_evaluator, live, _ = self._eligible(snapshot, summary)
+            policies = [p for p in policies if report_policy_name(p) in names]
+            cel_policies = [p for p in cel_policies if report_policy_name(p) in names]
+            summary.policies = len(policies) + len(cel_policies)
+            if not policies and not cel_policies:
+                return summary
+            scanned = frozenset(report_policy_name(p) for p in [*policies, *cel_policies])
+            exceptions = list(getattr(getattr(snapshot.evaluator, "engine", None), "exceptions", []) or [])
+            engine = Engine(providers=self.cluster.providers(), exceptions=exceptions, resource_lookup=self.cluster.lookup)
+            for resource_objects, kyverno_policies, cel_for_kind in self._targets(policies, cel_policies, summary):
+                for obj in resource_objects:
+                    summary.resources += 1
+                    responses = self._evaluate(engine, obj, kyverno_policies, cel_for_kind, cel_evaluator, summary)
+                    self._publish(obj, responses, summary, scanned, live)
+            summary.duration_seconds = time.monotonic() - began
+            log.info("background scan of changed policies %s: %d resources", sorted(names), summary.resources)
+            return summary
+
     def _publish(self, obj: dict[str, Any], responses: list[EngineResponse], summary: ScanSummary, scanned: frozenset[str], live: set[str]) -> None:
         for response in responses:
             for rule in response.rules:
@@ -263,7 +355,8 @@ class BackgroundScanner:
                 continue
             policies.append(policy)
         cel_evaluator = getattr(snapshot.evaluator, "cel_evaluator", None)
-        cel_policies = [p for p in getattr(snapshot.evaluator, "cel_policies", []) or [] if cel_background_enabled(p)] if cel_evaluator else []
+        # Validating and MutatingPolicies with background processing on, admission on or off
+        cel_policies = [p for p in getattr(snapshot, "cel_policies", []) or [] if p.kind in SCANNED_CEL_KINDS and cel_background_enabled(p)] if cel_evaluator else []
         live = {report_policy_name(p) for p in snapshot.policies} | {report_policy_name(p) for p in getattr(snapshot, "cel_policies", []) or []}
         scanned = frozenset(report_policy_name(p) for p in policies + cel_policies)
         return policies, cel_policies, cel_evaluator, live, scanned
@@ -392,10 +485,13 @@ class BackgroundScanner:
                 if policy_namespace and policy_namespace != namespace:
                     continue
                 try:
-                    response = cel_evaluator.validate(policy, cel_input)
+                    if policy.kind in MUTATING_POLICY_KINDS:
+                        cel_response = mutation_scan(cel_evaluator, policy, cel_input, obj)
+                    else:
+                        cel_response = cel_evaluator.validate(policy, cel_input)
                 except Exception as exc:
                     summary.errors.append(f"policy {getattr(policy, 'name', '')} on {describe_object(obj)}: {exc}")
                     continue
-                if response is not None and response.rules:
-                    responses.append(response)
+                if cel_response is not None and cel_response.rules:
+                    responses.append(cel_response)
         return responses

@@ -175,7 +175,10 @@ class ClusterData:
         return list(self._resources or [])
 
     def resolve_kind(self, api_version: str, kind: str) -> ApiResource | None:
-        """The served resource for a kind (the preferred version when ``api_version`` is empty)."""
+        """The served resource for a kind (the preferred version when ``api_version`` is empty or ``*``, as a
+        mutate target's ``apiVersion: '*'`` means)."""
+        if api_version in ("*", "*/*"):
+            api_version = ""
         group, version = split_api_version(api_version)
 
         def find(resources: list[ApiResource]) -> ApiResource | None:

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.celpolicy.model import CelPolicy
+from stockade.controllers.celmutate import CelMutateExisting, CelMutateTrigger, TriggerNotStored, mutating_policies
 from stockade.controllers.clusterdata import ApiError, ClusterCelResources, ClusterData, api_version_of, collection_path, describe_object, object_identity, object_path, resources_for_rules
 from stockade.controllers.events import generate_events
 from stockade.controllers.mutateexisting import MutateExisting, TriggerFailure
@@ -237,6 +238,8 @@ class TriggerEvent:
     old_resource: dict[str, Any] = field(default_factory=dict)
     info: RequestInfo = field(default_factory=RequestInfo)
     gvk: ResourceKind | None = None
+    cel_mutate: CelMutateTrigger | None = None  # set: a MutatingPolicy webhook's request, for mutateExisting only
+    subresource: bool = False  # a subresource request (never stored itself): mutate-existing rules only
 
     @property
     def subject(self) -> dict[str, Any]:
@@ -284,6 +287,7 @@ class GenerateController:
         backoff_seconds: float = 0.5,
         max_backoff_seconds: float = 60.0,
         events: Any = None,
+        background_username: str = "",
     ) -> None:
         self.api_client = api_client
         self.store = store
@@ -310,6 +314,8 @@ class GenerateController:
         self._busy = threading.Lock()
         # mutate.targets share this queue, retries and leader-only policy reconciliation
         self.mutate_existing = MutateExisting(self.cluster, self._engine, events=events)
+        # MutatingPolicy mutateExisting: admission triggers arrive through submit_mutating, policy events here too
+        self.cel_mutate = CelMutateExisting(self.cluster, lambda: self.store.snapshot, background_username=background_username, events=events)
         from stockade.controllers.admissionpolicygen import AdmissionPolicyGenerator
 
         # ValidatingAdmissionPolicy / MutatingAdmissionPolicy generation follows the same leader-only policy changes
@@ -350,16 +356,48 @@ class GenerateController:
 
     # -- input -----------------------------------------------------------------------------------------------------
     def submit(self, review: Any) -> None:
-        """Queue an allowed, non-dryRun admission (a ``stockade.webhook.admission.AdmissionRequest``); never blocks."""
-        if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE") or review.sub_resource:
+        """Queue an allowed, non-dryRun admission (a ``stockade.webhook.admission.AdmissionRequest``); never blocks.
+        A subresource request (a Pod/binding) only triggers mutate-existing rules, matched by the parent's kind."""
+        if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE"):
             return
         snapshot = self.store.snapshot
-        if snapshot is None or not (
-            any(p.has_generate() for p in snapshot.policies) or generating_policies(snapshot) or _mutate_existing_policies(snapshot.policies)
-        ):
+        if snapshot is None:
+            return
+        if review.sub_resource:
+            if not _mutate_existing_policies(snapshot.policies):
+                return
+            gvk = self._subresource_kind(review)
+            if gvk is not None:
+                self.submit_event(TriggerEvent(review.operation, review.object, review.old_object, review.user_info, gvk, subresource=True))
+            return
+        if not (any(p.has_generate() for p in snapshot.policies) or generating_policies(snapshot) or _mutate_existing_policies(snapshot.policies)):
             return
         event = TriggerEvent(review.operation, review.object, review.old_object, review.user_info, review.kind)
         self.submit_event(event)
+
+    def _subresource_kind(self, review: Any) -> ResourceKind | None:
+        """``Pod/binding`` for a pods/binding review (whose own kind is Binding), as policies match it."""
+        resource = getattr(review, "resource", None) or {}
+        try:
+            parent = self.cluster.resolve_resource(str(resource.get("group") or ""), str(resource.get("version") or ""), str(resource.get("resource") or ""))
+        except ApiError as exc:
+            log.warning("could not resolve %s: %s", resource, exc)
+            return None
+        if parent is None:
+            return None
+        return ResourceKind(parent.group, parent.version, parent.kind, review.sub_resource)
+
+    def submit_mutating(self, review: Any, policies: tuple[str, ...] | None, namespaced: bool | None) -> None:
+        """Queue a request a MutatingPolicy webhook admitted (``policies``: the names its path carries, None: any),
+        for the mutateExisting policies it triggers; dryRun requests and subresources have no side effects."""
+        if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE") or review.sub_resource:
+            return
+        if not mutating_policies(self.store.snapshot):
+            return
+        info = review.user_info
+        user = {"username": info.username, "uid": info.uid, "groups": list(info.groups), "extra": dict(info.extra)}
+        trigger = CelMutateTrigger(review.operation, review.object, review.old_object, user, policies, namespaced)
+        self.submit_event(TriggerEvent(review.operation, review.object, review.old_object, info, review.kind, cel_mutate=trigger))
 
     def submit_event(self, event: TriggerEvent) -> None:
         try:
@@ -506,8 +544,16 @@ class GenerateController:
     # -- trigger events --------------------------------------------------------------------------------------------
     def process_event(self, event: TriggerEvent) -> list[TriggerFailure]:
         """Apply every generate rule to one trigger event; returns the failures (empty when all went well)."""
+        if event.cel_mutate is not None:
+            try:
+                problems = self.cel_mutate.process_trigger(event.cel_mutate)
+            except TriggerNotStored as exc:
+                raise _TriggerPending(str(exc)) from None
+            return [TriggerFailure("MutatingPolicy", "*", event.describe(), problem) for problem in problems]
         policies = self._policies()
         mutating = _mutate_existing_policies(self.store.snapshot.policies if self.store.snapshot is not None else [])
+        if event.subresource:
+            return list(self.mutate_existing.process(mutating, event.operation, event.subject, event.old_resource, event.info, event.gvk))
         if not policies and not self._generating() and not mutating:
             return []
         trigger = event.subject
@@ -790,6 +836,7 @@ class GenerateController:
         self._reconcile_gpols()
         snapshot = self.store.snapshot
         self.mutate_existing.reconcile(_mutate_existing_policies(snapshot.policies if snapshot is not None else []))
+        self.cel_mutate.reconcile()
         try:
             self.admission_policies.reconcile(snapshot)
         except ApiError as exc:

@@ -110,6 +110,17 @@ class DeduplicatingSubmitter:
                 self._seen.popitem(last=False)
         self.target.submit(review)
 
+    def submit_mutating(self, review: Any, policies: tuple[str, ...] | None, namespaced: bool | None) -> None:
+        """A MutatingPolicy webhook's admitted review (mutateExisting triggers), once per review and webhook."""
+        key = f"{review.uid}/mutating/{namespaced}/{','.join(policies) if policies is not None else '*'}"
+        with self._lock:
+            if key in self._seen:
+                return
+            self._seen[key] = None
+            if len(self._seen) > self._memory:
+                self._seen.popitem(last=False)
+        self.target.submit_mutating(review, policies, namespaced)
+
 
 @dataclass
 class LeadershipOptions:

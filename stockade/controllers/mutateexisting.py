@@ -167,6 +167,8 @@ class MutateExisting:
             return TriggerFailure(policy.key, result.name, describe_object(target), message)
         metadata = target.get("metadata") or {}
         path = object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+        if result.target_subresource:
+            path += "/" + result.target_subresource  # e.g. a Node/status target: written through its status
         try:
             self.cluster.request("PUT", path, target)
         except ApiError as exc:

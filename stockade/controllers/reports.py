@@ -44,6 +44,42 @@ def report_policy_name(policy: Any) -> str:
     return f"{namespace}/{name}" if namespace else name
 
 
+# policies.kyverno.io kinds as Kyverno names them in a result's ``source``
+_CEL_SOURCES = {
+    "ValidatingPolicy": "KyvernoValidatingPolicy",
+    "ImageValidatingPolicy": "KyvernoImageValidatingPolicy",
+    "GeneratingPolicy": "KyvernoGeneratingPolicy",
+    "MutatingPolicy": "KyvernoMutatingPolicy",
+}
+
+
+def report_source(policy: Any) -> str:
+    """A result's ``source``: ``kyverno`` for ClusterPolicy/Policy, Kyverno's name for the other kinds."""
+    if isinstance(policy, KyvernoPolicy):
+        return "kyverno"
+    base = str(getattr(policy, "base_kind", "") or "kyverno")
+    return _CEL_SOURCES.get(base, base)
+
+
+def report_process(policy: Any, default: str) -> str:
+    """The ``process`` property as Kyverno writes it: decided by the policy, not by the evaluation that produced the
+    result ("background scan" when the policy has background processing on, else "admission review"; always
+    "admission review" for GeneratingPolicies and "background scan" for admission policies)."""
+    if isinstance(policy, KyvernoPolicy):
+        background = policy.spec.get("background") is not False
+        return PROCESS_BACKGROUND if background else PROCESS_ADMISSION
+    base = str(getattr(policy, "base_kind", "") or "")
+    if base == "GeneratingPolicy":
+        return PROCESS_ADMISSION
+    if base in ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy"):
+        return PROCESS_BACKGROUND
+    if base in ("ValidatingPolicy", "MutatingPolicy", "ImageValidatingPolicy"):
+        if getattr(policy, "background", True):
+            return PROCESS_BACKGROUND
+        return PROCESS_ADMISSION if getattr(policy, "admission", True) else ""
+    return default
+
+
 def build_report(
     resource: dict[str, Any],
     responses: list[EngineResponse],
@@ -67,15 +103,19 @@ def build_report(
         for rule in response.rules:
             result = report_result(response, rule)
             summary[result] += 1
+            properties = {str(k): str(v) for k, v in (rule.properties or {}).items()}
+            properties["process"] = report_process(policy, process)
+            if rule.exceptions:
+                properties["exceptions"] = ",".join(name.rpartition("/")[2] for name in rule.exceptions)
             entry: dict[str, Any] = {
-                "source": "kyverno" if isinstance(policy, KyvernoPolicy) else str(getattr(policy, "base_kind", "kyverno")),
+                "source": report_source(policy),
                 "policy": report_policy_name(policy) or response.policy_name,
                 "rule": rule.name,
                 "result": result,
                 "message": rule.message,
                 "scored": str(annotations.get("policies.kyverno.io/scored", "")) != "false",
                 "timestamp": {"seconds": int(now.timestamp()), "nanos": 0},
-                "properties": {"process": process},
+                "properties": properties,
             }
             if annotations.get("policies.kyverno.io/severity"):
                 entry["severity"] = annotations["policies.kyverno.io/severity"]

@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import posixpath
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -559,6 +560,61 @@ def _fine_grained(policy: Any) -> bool:
     return bool(policy.spec.get("matchConditions")) or constraints.get("matchPolicy") == "Exact" or timeout is not None
 
 
+# What the API server's webhook matchConditions environment declares: these variables, the fields of its
+# AdmissionRequest type, and the standard and Kubernetes CEL functions callable without a receiver.
+_WEBHOOK_CONDITION_VARIABLES = frozenset({"object", "oldObject", "request", "authorizer", "true", "false", "null", "in"})
+_WEBHOOK_REQUEST_FIELDS = frozenset(
+    {"kind", "resource", "subResource", "requestKind", "requestResource", "requestSubResource", "name", "namespace", "operation", "userInfo", "dryRun", "options"}
+)
+_WEBHOOK_CONDITION_FUNCTIONS = frozenset(
+    {
+        "has", "size", "int", "uint", "double", "string", "bytes", "bool", "dyn", "type", "duration", "timestamp", "matches",
+        "quantity", "isQuantity", "url", "isURL", "ip", "isIP", "cidr", "isCIDR", "format", "semver", "isSemver",
+    }
+)
+_CEL_STRING = re.compile(r"""[rRbB]*('''[\s\S]*?'''|\"\"\"[\s\S]*?\"\"\"|'(?:\\.|[^'\\])*'|"(?:\\.|[^"\\])*")""")
+_CEL_TOKEN = re.compile(r"(?P<dot>\.\s*\??\s*)?(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<call>\s*\()?")
+# the iteration variable a CEL macro declares (x in ``items.all(x, ...)``)
+_MACRO_VARIABLE = re.compile(r"\.\s*(?:all|exists_one|exists|map|filter)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,")
+
+
+def webhook_compatible_condition(expression: str) -> bool:
+    """Whether the API server can compile a CEL policy's match condition for a webhook: only ``object``,
+    ``oldObject``, ``request`` (its AdmissionRequest fields) and ``authorizer``, and functions it knows.  Kyverno's
+    own variables and libraries (``variables``, ``namespaceObject``, ``request.object``, ``resource.Get``...) are
+    not; when unsure the answer is no (the webhook then evaluates the condition alone)."""
+    text = _CEL_STRING.sub("''", expression)
+    previous: tuple[str, int] | None = None  # the last top-level name and where it ended
+    for found in _CEL_TOKEN.finditer(text):
+        name = found.group("name")
+        if found.group("dot"):
+            if previous is not None and previous[0] == "request" and previous[1] == found.start() and name not in _WEBHOOK_REQUEST_FIELDS:
+                return False
+            previous = None
+            continue
+        previous = (name, found.end())
+        if found.start() > 0 and (text[found.start() - 1].isalnum() or text[found.start() - 1] == "_"):
+            continue  # the tail of a number literal (1e3)
+        if found.group("call"):
+            if name not in _WEBHOOK_CONDITION_FUNCTIONS:
+                return False
+            continue
+        if name in _WEBHOOK_CONDITION_VARIABLES:
+            continue
+        # a macro's iteration variable is declared by the macro itself
+        if name not in {m.group(1) for m in _MACRO_VARIABLE.finditer(text)}:
+            return False
+    return True
+
+
+def webhook_match_conditions(conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A CEL policy's matchConditions as its webhook carries them (Kyverno's validConditions): all of them when
+    the API server can compile every one, else none (the webhook evaluates them on each request anyway)."""
+    if all(webhook_compatible_condition(str(c.get("expression") or "")) for c in conditions):
+        return conditions
+    return []
+
+
 def cel_webhooks(policies: list[Any], name: str, path: str, settings: WebhookSettings) -> list[dict[str, Any]]:
     """The webhooks for one CEL policy kind, as Kyverno builds them: a webhook per policy for those with their own
     matchConditions, matchPolicy Exact or timeout ("fine-grained"), and shared ones per selector pair for the rest."""
@@ -569,7 +625,7 @@ def cel_webhooks(policies: list[Any], name: str, path: str, settings: WebhookSet
     ignore_list: list[dict[str, Any]] = []
     for policy in fine:
         generating = policy.base_kind == "GeneratingPolicy"
-        conditions = [dict(c) for c in policy.spec.get("matchConditions") or [] if isinstance(c, dict)]
+        conditions = webhook_match_conditions([dict(c) for c in policy.spec.get("matchConditions") or [] if isinstance(c, dict)])
         if generating and _synchronizing(policy):
             # UPDATE/DELETE of a trigger that stopped matching must still arrive, so synchronisation can clean up
             conditions = [{"name": c.get("name"), "expression": f"request.operation != 'CREATE' || ({c.get('expression')})"} for c in conditions]
@@ -580,7 +636,7 @@ def cel_webhooks(policies: list[Any], name: str, path: str, settings: WebhookSet
         )
         rules = _webhook_rules(policy.spec, generating)
         for config, targets, spec in _autogen_variants(policy):
-            match_conditions += _autogen_match_conditions(config, targets, [dict(c) for c in spec.get("matchConditions") or []])
+            match_conditions += _autogen_match_conditions(config, targets, webhook_match_conditions([dict(c) for c in spec.get("matchConditions") or []]))
             rules += _webhook_rules(spec, False)
         webhook["rules"] = sorted_rules(rules)
         if match_conditions:

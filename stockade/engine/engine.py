@@ -208,12 +208,13 @@ class Engine:
                     continue
                 ctx.checkpoint()
                 rule_started, clock_started = time.time_ns(), time.perf_counter_ns()
+                before = resource
                 try:
                     resource, rule_response = self._invoke(pctx, rule, rule_type, resource, handler)
                 finally:
-                    ctx.reset()
+                    ctx.reset()  # also drops what the rule recorded in request.object: it is recorded again below
                 rule_duration = time.perf_counter_ns() - clock_started
-                if rule_type in (RULE_TYPE_MUTATION, RULE_TYPE_IMAGE_VERIFY) and resource is not pctx.new_resource:
+                if rule_type in (RULE_TYPE_MUTATION, RULE_TYPE_IMAGE_VERIFY) and (resource is not before or resource is not pctx.new_resource):
                     pctx.set_resource(resource)
                 if rule_response is None:
                     continue

@@ -68,6 +68,7 @@ def build_json_context(
         request["oldObject"] = old_resource
     resource = new_resource or old_resource or {}
     request["namespace"] = str((resource.get("metadata") or {}).get("namespace") or "")
+    request["name"] = str((resource.get("metadata") or {}).get("name") or "")  # the admission request's name
     data: dict[str, Any] = {"request": request}
     if not info.is_empty():
         # Kyverno adds user details only when a request carries them; policies must not see an empty user.

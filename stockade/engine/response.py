@@ -39,6 +39,7 @@ class RuleResponse:
     message: str = ""
     generated_resources: list[dict[str, Any]] = field(default_factory=list)
     patched_target: dict[str, Any] | None = None
+    target_subresource: str = ""  # the patched target is written through this subresource (a ``Node/status`` target)
     exceptions: list[str] = field(default_factory=list)
     properties: dict[str, str] = field(default_factory=dict)
     pod_security_checks: Any = None

@@ -422,6 +422,13 @@ class _Checker:
                 self.error(f"{path}.name", f"duplicate rule name: '{name}'", name)
             seen.add(name)
             self.rule(rule, path, name)
+            mutate = rule.get("mutate")
+            if isinstance(mutate, dict) and (spec.get("mutateExistingOnPolicyUpdate") is True or mutate.get("mutateExistingOnPolicyUpdate") is True):
+                if not mutate.get("targets"):
+                    # Kyverno's validateMutateTargets: applying to existing resources needs resources to apply to
+                    self.error(
+                        "spec.mutateExistingOnPolicyUpdate", f"rules[{index}].mutate.targets has to be specified when mutateExistingOnPolicyUpdate is set", name
+                    )
 
     def background_user_variables(self, metadata: dict[str, Any], spec: dict[str, Any], rules: list[Any]) -> None:
         """Kyverno's check for background policies: a background scan has no requester, so match/exclude by
@@ -810,6 +817,8 @@ class _Checker:
             self.cel_expressions(spec, "spec")
             return
         self.webhook_settings(spec, legacy=False)
+        if kind.endswith("MutatingPolicy"):
+            self.mutating_evaluation_modes(spec)
         actions = spec.get("validationActions")
         if actions is not None:
             if not isinstance(actions, list):
@@ -840,6 +849,19 @@ class _Checker:
         extra = IMAGE_POLICY_VARIABLES if image_policy else ()
         self.policy_variable_sizes(spec.get("variables"), extra)
         self.cel_expressions(spec, "spec", extra_variables=extra, libraries=IMAGE_VALIDATING_LIBRARIES if image_policy else ())
+
+    def mutating_evaluation_modes(self, spec: dict[str, Any]) -> None:
+        """A MutatingPolicy must run somewhere: admission (on unless disabled) or mutateExisting (off unless
+        enabled); Kyverno rejects one that turns both off."""
+        evaluation = spec.get("evaluation")
+        if not isinstance(evaluation, dict):
+            return
+        admission = evaluation.get("admission")
+        existing = evaluation.get("mutateExisting")
+        admission_off = isinstance(admission, dict) and admission.get("enabled") is False
+        existing_on = isinstance(existing, dict) and existing.get("enabled") is True
+        if admission_off and not existing_on:
+            self.error("spec.evaluation", "disabling both admission and mutateExisting evaluation modes is not allowed")
 
     def policy_variable_sizes(self, variables: Any, extra: tuple[str, ...]) -> None:
         """Bound each ``spec.variables`` entry by its expression's result size, in order (later ones use earlier)."""

@@ -65,16 +65,16 @@ KYVERNO_CONFIG_DATA: dict[str, str] = {
             "*/*,kube-public,*",
             "*/*,kube-node-lease,*",
             "Node,*,*",
-            "Node/*,*,*",
+            "Node/?*,*,*",
             "APIService,*,*",
-            "APIService/*,*,*",
+            "APIService/?*,*,*",
             "TokenReview,*,*",
             "SubjectAccessReview,*,*",
             "SelfSubjectAccessReview,*,*",
             "Binding,*,*",
             "Pod/binding,*,*",
             "ReplicaSet,*,*",
-            "ReplicaSet/*,*,*",
+            "ReplicaSet/?*,*,*",
             "EphemeralReport,*,*",
             "ClusterEphemeralReport,*,*",
         )
@@ -308,6 +308,8 @@ class E2ECluster:
                     "--event-components=kyverno",
                     # ... and Kyverno's webhook configuration names and managed-by label
                     "--webhook-names=kyverno",
+                    # ... and requests by Kyverno's background controller are "background requests" (skipBackgroundRequests)
+                    "--background-user=system:serviceaccount:kyverno:kyverno-background-controller",
                     f"--cert-dir={self.state_dir / 'stockade-certs'}",
                     *os.environ.get("STOCKADE_E2E_SERVE_ARGS", "").split(),
                     *extra_args,

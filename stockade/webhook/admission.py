@@ -240,12 +240,15 @@ def block_message(resource: str, blocked: dict[str, dict[str, str]]) -> str:
     return f"\n\nresource {resource} was blocked due to the following policies \n\n{body}"
 
 
-def warning_messages(responses: Iterable[EngineResponse]) -> list[str]:
-    """``policy <policy>.<rule>: <message>`` for every rule that neither passed nor was skipped."""
+def warning_messages(responses: Iterable[EngineResponse], emit_warnings: bool = False) -> list[str]:
+    """``policy <policy>.<rule>: <message>`` for every rule that neither passed nor was skipped; with
+    ``emit_warnings`` (the mutating phase) also for the applied rules of policies with ``spec.emitWarning`` (Kyverno
+    returns every non-skipped result of such a policy, "mutated Pod/x" included)."""
     warnings: list[str] = []
     for response in responses:
+        emits = emit_warnings and bool(getattr(response.policy, "emit_warning", False))
         for rule in response.rules:
-            if rule.status not in (PASS, SKIP):
+            if rule.status not in (PASS, SKIP) or (emits and rule.status == PASS):
                 warnings.append(f"policy {response.policy_name}.{rule.name}: {rule.message}")
     return warnings
 
@@ -409,8 +412,11 @@ class AdmissionEvaluator:
         kind_resolver: KindLookup | None = None,
         default_timeout_seconds: float = DEFAULT_POLICY_TIMEOUT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        background_username: str = "",
     ) -> None:
         self.engine = engine
+        # requests by this user (Kyverno's background controller) skip MutatingPolicies with skipBackgroundRequests
+        self.background_username = background_username
         self.cel_evaluator = cel_evaluator
         # kept apart from cel_policies, which background scans evaluate as ValidatingPolicies
         image_policies = [p for p in cel_policies or [] if p.kind in IMAGE_VALIDATING_POLICY_KINDS and p.admission]
@@ -433,7 +439,8 @@ class AdmissionEvaluator:
                 [p for p in policies if p.admission],
                 [p for p in cel_policies or [] if p.kind in VALIDATING_POLICY_KINDS and p.admission],
                 image_policies,
-                [p for p in cel_policies or [] if p.kind in MUTATING_POLICY_KINDS and p.admission],
+                # policies with targetMatchConstraints mutate existing objects only (a controller's work), never the request
+                [p for p in cel_policies or [] if p.kind in MUTATING_POLICY_KINDS and p.admission and not p.has_target_constraints],
             )
         )
 
@@ -516,7 +523,10 @@ class AdmissionEvaluator:
             return [], current
         labels = self.namespace_labels(request)
         responses: list[EngineResponse] = []
+        background = bool(self.background_username) and request.user_info.username == self.background_username
         for policy in policies:
+            if background and policy.skips_background_requests:
+                continue
             if self._expired(policy, started):
                 responses.append(timed_out_response(policy, None, current, self._budget(policy), "Mutation"))
                 continue
@@ -706,7 +716,7 @@ class AdmissionEvaluator:
         if blocked:
             return AdmissionDecision(False, block_message(resource_label(original, request), blocked), responses=responses)
         patch = diff_json_patch(original, current) if current is not original else []
-        return AdmissionDecision(True, warnings=warning_messages(responses), patch=patch, responses=responses)
+        return AdmissionDecision(True, warnings=warning_messages(responses, emit_warnings=True), patch=patch, responses=responses)
 
     def validate(self, request: AdmissionRequest, failure: str | None = None, started: float | None = None) -> AdmissionDecision:
         """Deny on Enforce failures (and errors of Fail policies, timeouts included); report everything else as

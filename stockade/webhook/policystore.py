@@ -193,6 +193,7 @@ class PolicyStore:
         controller_kinds: tuple[str, ...] = (),
         log_rejections: bool = True,
         force_failure_policy_ignore: bool = False,
+        cel_providers: dict[str, Any] | None = None,
     ) -> None:
         """``evaluator_options`` go to every AdmissionEvaluator built (role resolver, default timeout), so no snapshot
         is ever served without them; ``exception_namespaces`` limits which PolicyExceptions count (None: all);
@@ -211,6 +212,7 @@ class PolicyStore:
         self.namespace_labels = namespace_labels
         self.engine_factory = engine_factory
         self.controller_kinds = frozenset(controller_kinds)
+        self.cel_providers = dict(cel_providers or {})  # CEL libraries answered by the cluster (resource, http, ...)
         self.snapshot: PolicySnapshot | None = None
         self.last_error: str = ""
         self._failed_fingerprint: tuple[Any, ...] | None = None
@@ -327,7 +329,9 @@ class PolicyStore:
         engine = self.engine_factory(
             exceptions=policy_set.exceptions, image_verifier=self.image_verifier, verification_cache=self.verification_cache
         )
-        cel_policies, cel_evaluator = _cel_validating(policy_set.cel, compiler, lambda document: _cel_view(entries[id(document)], document))
+        cel_policies, cel_evaluator = _cel_validating(
+            policy_set.cel, compiler, lambda document: _cel_view(entries[id(document)], document), self.cel_providers
+        )
         served = {id(p.raw) for p in cel_policies}
         unsupported_documents = [d for d in policy_set.cel + policy_set.admission if id(d.data) not in served and d.kind != "PolicyException" and d.kind not in self.controller_kinds]
         return PolicySnapshot(
@@ -456,12 +460,13 @@ def _cel_view(entry: _Prepared, document: Document) -> Any:
     return entry.view
 
 
-def _cel_validating(documents: list[Document], compiler: Any = None, view: Callable[[Document], Any] | None = None) -> tuple[list[Any], Any]:
+def _cel_validating(
+    documents: list[Document], compiler: Any = None, view: Callable[[Document], Any] | None = None, providers: dict[str, Any] | None = None
+) -> tuple[list[Any], Any]:
     """(Namespaced)Validating/MutatingPolicy documents and an evaluator with the CEL PolicyExceptions loaded beside them;
-    ``view`` returns the CelPolicy of a document (reused across rebuilds by the store).
-
-    CEL providers that need the cluster (``resource.*``, ``http.*``, global context) are not wired yet, so policies
-    using them evaluate to errors (and deny under failurePolicy Fail)."""
+    ``view`` returns the CelPolicy of a document (reused across rebuilds by the store); ``providers`` answer the CEL
+    libraries that need the cluster (``resource.*``, ``http.*``, global context): without them, policies using those
+    evaluate to errors (and deny under failurePolicy Fail)."""
     wanted = [d for d in documents if d.kind in VALIDATING_POLICY_KINDS + MUTATING_POLICY_KINDS + IMAGE_VALIDATING_POLICY_KINDS]
     if not wanted:
         return [], None
@@ -469,7 +474,7 @@ def _cel_validating(documents: list[Document], compiler: Any = None, view: Calla
 
     make = view or (lambda d: CelPolicy(d.data, d.origin))
     exceptions = [make(d) for d in documents if d.kind == "PolicyException"]
-    return [make(d) for d in wanted], CelPolicyEvaluator(exceptions=exceptions, compiler=compiler)
+    return [make(d) for d in wanted], CelPolicyEvaluator(exceptions=exceptions, compiler=compiler, providers=providers)
 
 
 # -- per-document checks ------------------------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from stockade.webhook.admission import (
     AdmissionDecision,
     AdmissionRequest,
     InvalidAdmissionReview,
+    SCOPE_ALL,
     Route,
     kind_lookup_pending,
     labels_namespace,
@@ -93,6 +94,19 @@ def _notify_scanner(scanner: Any, review: AdmissionRequest) -> None:
         return
     group, version = review.kind.group, review.kind.version
     scanner.notify(f"{group}/{version}" if group else version, review.kind.kind, review.namespace if review.kind.kind != "Namespace" else "", name)
+
+
+def _submit_mutating(generator: Any, route: Route, review: AdmissionRequest) -> None:
+    """A review a MutatingPolicy webhook admitted may trigger mutateExisting policies: the path names them (the
+    catch-all /mutate names none, so any may)."""
+    submit = getattr(generator, "submit_mutating", None)
+    if submit is None:
+        return
+    family = route.scope.family
+    if family in ("mpol", "nmpol"):
+        submit(review, route.scope.names, family == "nmpol")
+    elif family == SCOPE_ALL:
+        submit(review, None, None)
 
 
 def _bad_request(reason: str) -> web.Response:
@@ -193,8 +207,10 @@ def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> C
             (state.events.record_denial if not decision.allowed else state.events.record_success)(review, decision)
         if state.generator is not None and phase == "validate" and decision.allowed and not review.dry_run:
             state.generator.submit(review)
-        if state.scanner is not None and phase == "validate" and decision.allowed and not review.dry_run:
-            _notify_scanner(state.scanner, review)
+        if state.generator is not None and phase == "mutate" and decision.allowed and not review.dry_run:
+            _submit_mutating(state.generator, route, review)
+        if state.scanner is not None and decision.allowed and not review.dry_run and (phase == "validate" or route.scope.family in ("mpol", "nmpol")):
+            _notify_scanner(state.scanner, review)  # MutatingPolicies report through scans of what they admitted
         kind = review.kind.kind
         state.metrics.observe_rules(decision.responses, kind, review.operation, engine_seconds)
         state.metrics.observe_request(path, kind, review.namespace, review.operation, decision.allowed, time.perf_counter() - started)

@@ -47,7 +47,8 @@ def _find_targets(pctx: PolicyContext, selector: dict[str, Any], lookup: Resourc
     uid = str(selector.get("uid") or "")
     exact_namespace = namespace_pattern if namespace_pattern and not any(c in namespace_pattern for c in "*?") else ""
     found = []
-    for candidate in lookup(str(selector.get("apiVersion") or ""), str(selector.get("kind") or ""), exact_namespace, None):
+    kind = str(selector.get("kind") or "").partition("/")[0]  # a subresource target (Node/status) is read as its parent
+    for candidate in lookup(str(selector.get("apiVersion") or ""), kind, exact_namespace, None):
         metadata = candidate.get("metadata") or {}
         if namespace_pattern and not wildcard_match(namespace_pattern, str(metadata.get("namespace") or "")):
             continue
@@ -99,11 +100,14 @@ def mutate_existing_rule(pctx: PolicyContext, rule: Rule, lookup: ResourceLookup
         except ValueError as exc:
             responses.append(RuleResponse(rule.name, RULE_TYPE_MUTATION, ERROR, str(exc)))
             continue
+        subresource = str(selector.get("kind") or "").partition("/")[2]
         for target in _find_targets(pctx, selector, lookup):
             ctx.checkpoint()
             try:
                 pctx_resource = pctx.new_resource
-                responses.append(_mutate_target(pctx, rule, spec, target))
+                response = _mutate_target(pctx, rule, spec, target)
+                response.target_subresource = subresource
+                responses.append(response)
                 pctx.new_resource = pctx_resource
             finally:
                 ctx.reset()

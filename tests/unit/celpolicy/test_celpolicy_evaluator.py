@@ -237,3 +237,61 @@ def test_validate_cel_rule_preconditions_and_default_message() -> None:
 @pytest.mark.parametrize("kind,resource", [("Pod", "pods"), ("NetworkPolicy", "networkpolicies"), ("Ingress", "ingresses"), ("Endpoints", "endpoints"), ("Gateway", "gateways")])
 def test_kind_to_resource(kind: str, resource: str) -> None:
     assert kind_to_resource(kind) == resource
+
+
+def _mpol(**spec: Any) -> CelPolicy:
+    body: dict[str, Any] = {
+        "matchConstraints": POD_RULES,
+        "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": "Object{metadata: Object.metadata{labels: {'team': 'a'}}}"}}],
+    }
+    body.update(spec)
+    return CelPolicy({"apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy", "metadata": {"name": "mp"}, "spec": body})
+
+
+def test_request_carries_the_admitted_objects() -> None:
+    """Kyverno's CEL ``request`` includes ``object`` and ``oldObject`` (request.object.metadata.labels...)."""
+    policy = _mpol(matchConditions=[{"name": "labelled", "expression": "has(request.object.metadata.labels) && 'app' in request.object.metadata.labels"}])
+    assert status(CelPolicyEvaluator().mutate(policy, AdmissionInput(pod(labels={"app": "web"})))) == "pass"
+    assert status(CelPolicyEvaluator().mutate(policy, AdmissionInput(pod()))) == "skip"
+    old = pod(labels={"was": "here"})
+    policy = _mpol(matchConditions=[{"name": "old", "expression": "request.oldObject.metadata.labels['was'] == 'here'"}])
+    assert status(CelPolicyEvaluator().mutate(policy, AdmissionInput(pod(), old_object=old, operation="UPDATE"))) == "pass"
+
+
+def test_mutating_policy_match_conditions_see_its_variables() -> None:
+    """Kyverno binds a MutatingPolicy's variables before its matchConditions, so conditions may use them."""
+    policy = _mpol(
+        variables=[{"name": "team", "expression": "object.metadata.?labels[?'team'].orValue('none')"}],
+        matchConditions=[{"name": "blue", "expression": "variables.team == 'blue'"}],
+    )
+    assert status(CelPolicyEvaluator().mutate(policy, AdmissionInput(pod(labels={"team": "blue"})))) == "pass"
+    assert status(CelPolicyEvaluator().mutate(policy, AdmissionInput(pod(labels={"team": "red"})))) == "skip"
+
+
+def test_mutating_policy_audit_annotations_become_result_properties() -> None:
+    """Kyverno surfaces auditAnnotations, evaluated on the mutated object, as report result properties."""
+    policy = _mpol(
+        auditAnnotations=[
+            {"key": "team", "valueExpression": "'team=' + object.metadata.labels['team']"},
+            {"key": "empty", "valueExpression": "''"},
+        ]
+    )
+    response = CelPolicyEvaluator().mutate(policy, AdmissionInput(pod()))
+    assert response is not None and response.rules[0].properties == {"team": "team=a"}
+
+
+def test_mutating_policy_exemption_is_the_exception_rule() -> None:
+    """Kyverno names the rule response of a MutatingPolicy exempted by a PolicyException "exception"."""
+    exception = CelPolicy(
+        {
+            "apiVersion": "policies.kyverno.io/v1",
+            "kind": "PolicyException",
+            "metadata": {"name": "skip-p", "namespace": "default"},
+            "spec": {"policyRefs": [{"name": "mp", "kind": "MutatingPolicy"}], "matchConditions": [{"name": "p", "expression": "object.metadata.name == 'p'"}]},
+        }
+    )
+    response = CelPolicyEvaluator(exceptions=[exception]).mutate(_mpol(), AdmissionInput(pod()))
+    assert response is not None
+    (rule,) = response.rules
+    assert (rule.name, rule.status, rule.exceptions) == ("exception", "skip", ["default/skip-p"])
+    assert rule.message == "rule is skipped due to policy exception: default/skip-p"

@@ -41,6 +41,9 @@ class FakeCluster:
         self._rv = itertools.count(1)
         self.resources: list[ApiResource] = list(RESOURCES)  # tests may serve more kinds
 
+    def invalidate(self) -> None:
+        """Nothing is cached here."""
+
     # discovery
     def api_resources(self, refresh: bool = False) -> list[ApiResource]:
         return list(self.resources)

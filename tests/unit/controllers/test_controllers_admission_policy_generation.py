@@ -196,3 +196,53 @@ def test_mutating_policy_uses_the_served_version() -> None:
     assert generated is not None and generated["apiVersion"] == "admissionregistration.k8s.io/v1beta1"
     assert generated["spec"]["reinvocationPolicy"] == "Never" and generated["spec"]["mutations"][0]["patchType"] == "ApplyConfiguration"
     assert fake.find("MutatingAdmissionPolicyBinding", "", "mpol-add-label-binding")["spec"] == {"policyName": "mpol-add-label"}
+
+
+class StatusCluster:
+    """Answers GET/PUT of one policy's status subresource; the first PUT can be made to lose a race."""
+
+    def __init__(self, status: dict[str, Any] | None, conflicts: int = 0) -> None:
+        self.stored: dict[str, Any] = {"apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy", "metadata": {"name": "m", "resourceVersion": "1"}}
+        if status is not None:
+            self.stored["status"] = status
+        self.conflicts = conflicts
+        self.puts: list[dict[str, Any]] = []
+
+    def request(self, method: str, path: str, body: Any = None, **_: Any) -> Any:
+        from stockade.controllers.clusterdata import ApiError
+
+        assert path.endswith("/mutatingpolicies/m/status")
+        if method == "GET":
+            return dict(self.stored)
+        assert method == "PUT"
+        self.puts.append(body)
+        if self.conflicts:
+            self.conflicts -= 1
+            self.stored["status"] = {"conditionStatus": {"conditions": [{"type": "WebhookConfigured", "status": "True"}], "ready": True}}
+            raise ApiError(method, path, 409, "the object has been modified")
+        self.stored = body
+        return body
+
+
+def _mpol_document() -> dict[str, Any]:
+    return {"apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy", "metadata": {"name": "m", "uid": "u"}, "spec": {}}
+
+
+def test_cel_policy_status_never_has_a_condition_status_without_conditions() -> None:
+    """Kyverno's e2e ready step takes ``length(conditionStatus.conditions)``: the generation message must not create a
+    conditionStatus whose conditions are missing (the status controller may not have written them yet)."""
+    cluster = StatusCluster(None)
+    AdmissionPolicyGenerator(cluster)._status(_mpol_document(), False, "skip generating MutatingAdmissionPolicy: not enabled.")  # type: ignore[arg-type]
+    assert cluster.stored["status"] == {
+        "conditionStatus": {"conditions": [], "message": "skip generating MutatingAdmissionPolicy: not enabled."},
+        "generated": False,
+    }
+
+
+def test_cel_policy_status_keeps_conditions_written_concurrently() -> None:
+    cluster = StatusCluster({"conditionStatus": {"message": "old"}}, conflicts=1)
+    AdmissionPolicyGenerator(cluster)._status(_mpol_document(), False, "new")  # type: ignore[arg-type]
+    assert len(cluster.puts) == 2
+    assert cluster.stored["status"]["conditionStatus"] == {
+        "conditions": [{"type": "WebhookConfigured", "status": "True"}], "ready": True, "message": "new",
+    }

@@ -149,3 +149,11 @@ def test_cel_to_gvr_uses_the_served_resources() -> None:
     assert env.compile("resource.Get(resource.ToGVR('v1', 'ConfigMap'), 'ns', 'c').data.k").evaluate(activation) == "v"
     with pytest.raises(CelEvalError, match="failed to map kind to resource"):
         env.compile("resource.ToGVR('v1', 'Unknown')").evaluate(activation)
+
+
+def test_a_wildcard_api_version_finds_the_served_kind() -> None:
+    """A mutate target with ``apiVersion: '*'`` names the kind in whatever version the server serves it."""
+    cm = {"metadata": {"name": "c", "namespace": "ns"}}
+    data, _ = make({"/api/v1/namespaces/ns/configmaps": {"items": [cm]}})
+    assert data.resolve_kind("*", "ConfigMap") == RESOURCES[0]
+    assert [o["metadata"]["name"] for o in data.lookup("*", "ConfigMap", "ns", None)] == ["c"]

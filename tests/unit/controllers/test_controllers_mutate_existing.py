@@ -179,3 +179,76 @@ def test_on_policy_update_setting_precedence() -> None:
     rule_off = policy(on_update=False).rules[0]
     plain = KyvernoPolicy({"kind": "ClusterPolicy", "metadata": {"name": "p"}, "spec": {"rules": [{"name": "r", "mutate": {"targets": [{}]}}]}}).rules[0]
     assert on_policy_update(legacy, plain) and not on_policy_update(legacy, rule_off)
+
+
+def test_a_subresource_target_is_read_as_its_parent_and_written_through_the_subresource() -> None:
+    """Kyverno splits a target kind such as ``Node/status``: the parent object is patched and updated through its
+    status subresource."""
+
+    class StatusCluster(FakeCluster):
+        def __init__(self) -> None:
+            super().__init__()
+            self.writes: list[str] = []
+
+        def request(self, method: str, path: str, body: Any = None, **options: Any) -> Any:
+            if method == "PUT":
+                self.writes.append(path)
+                path = path.removesuffix("/status")
+            return super().request(method, path, body, **options)
+
+    subresource_policy = policy()
+    subresource_policy.raw["spec"]["rules"][0]["mutate"]["targets"][0]["kind"] = "Secret/status"
+    subresource_policy = KyvernoPolicy(subresource_policy.raw)
+    cluster = StatusCluster()
+    cluster.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "secret-a", "namespace": "ns1"}})
+    controller = GenerateController(None, Store(subresource_policy), cluster_data=cluster)  # type: ignore[arg-type]
+    assert controller.process_event(TriggerEvent("CREATE", configmap(cluster))) == []
+    assert cluster.writes == ["/api/v1/namespaces/ns1/secrets/secret-a/status"]
+    assert labels(cluster, "ns1", "secret-a") == {"foo": "trigger"}
+
+
+def test_a_subresource_request_triggers_mutate_existing_rules_by_its_parent_kind() -> None:
+    """Kyverno's Pod/binding trigger: the scheduler's binding request (a Binding object) mutates the bound Pod."""
+    from stockade.engine.match import RequestInfo
+
+    binding_policy = KyvernoPolicy(
+        {
+            "apiVersion": "kyverno.io/v1",
+            "kind": "ClusterPolicy",
+            "metadata": {"name": "on-binding"},
+            "spec": {
+                "rules": [
+                    {
+                        "name": "label-bound-pod",
+                        "match": {"any": [{"resources": {"kinds": ["Pod/binding"]}}]},
+                        "mutate": {
+                            "targets": [{"apiVersion": "v1", "kind": "Pod", "name": "{{ request.name }}", "namespace": "{{ request.namespace }}"}],
+                            "patchStrategicMerge": {"metadata": {"labels": {"node": "{{ request.object.target.name }}"}}},
+                        },
+                    }
+                ]
+            },
+        }
+    )
+    cluster = FakeCluster()
+    cluster.add({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "ns1"}})
+    controller = GenerateController(None, Store(binding_policy), cluster_data=cluster)  # type: ignore[arg-type]
+
+    @dataclass
+    class Review:
+        operation: str = "CREATE"
+        object: dict[str, Any] = field(
+            default_factory=lambda: {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "web", "namespace": "ns1"}, "target": {"kind": "Node", "name": "node-1"}}
+        )
+        old_object: dict[str, Any] = field(default_factory=dict)
+        user_info: RequestInfo = field(default_factory=RequestInfo)
+        kind: Any = None
+        resource: dict[str, str] = field(default_factory=lambda: {"group": "", "version": "v1", "resource": "pods"})
+        sub_resource: str = "binding"
+        dry_run: bool = False
+
+    controller.submit(Review())
+    event = controller._queue.get_nowait()
+    assert event is not None and event.subresource and event.gvk is not None and (event.gvk.kind, event.gvk.subresource) == ("Pod", "binding")
+    assert controller.process_event(event) == []
+    assert ((cluster.find("Pod", "ns1", "web") or {}).get("metadata") or {}).get("labels") == {"node": "node-1"}

@@ -347,3 +347,52 @@ def test_namespaced_cel_policies_may_not_use_http_or_global_context(expression: 
     # the cluster-wide kind may use them, and a field or string of that name is not the library
     assert validate_policy_document(_namespaced_validating_policy(expression, "ValidatingPolicy")).errors == []
     assert validate_policy_document(_namespaced_validating_policy(f'object.{library} == "{library}.Get"')).errors == []
+
+
+def _mutating_policy(evaluation: dict[str, Any] | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}]},
+        "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": "[]"}}],
+    }
+    if evaluation is not None:
+        spec["evaluation"] = evaluation
+    return {"apiVersion": "policies.kyverno.io/v1beta1", "kind": "MutatingPolicy", "metadata": {"name": "m"}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("evaluation", "rejected"),
+    [
+        (None, False),
+        ({"admission": {"enabled": False}, "mutateExisting": {"enabled": True}}, False),
+        ({"mutateExisting": {"enabled": False}}, False),  # admission stays on
+        ({"admission": {"enabled": False}}, True),  # mutateExisting is off unless enabled
+        ({"admission": {"enabled": False}, "mutateExisting": {"enabled": False}}, True),
+    ],
+)
+def test_mutating_policy_needs_an_evaluation_mode(evaluation: dict[str, Any] | None, rejected: bool) -> None:
+    """Kyverno's mpol validation forbids disabling both admission and mutateExisting (kyverno#16090)."""
+    result = validate_policy_document(_mutating_policy(evaluation))
+    problems = [str(p) for p in result.errors if "spec.evaluation" in str(p)]
+    assert bool(problems) == rejected, result.errors
+    if rejected:
+        assert "disabling both admission and mutateExisting evaluation modes is not allowed" in problems[0]
+
+
+@pytest.mark.parametrize("where", ["rule", "policy"])
+def test_mutate_existing_on_policy_update_needs_targets(where: str) -> None:
+    """Kyverno's validateMutateTargets: mutateExistingOnPolicyUpdate without mutate.targets is rejected."""
+    rule: dict[str, Any] = {
+        "name": "r",
+        "match": {"any": [{"resources": {"kinds": ["ConfigMap"]}}]},
+        "mutate": {"patchStrategicMerge": {"metadata": {"labels": {"a": "b"}}}},
+    }
+    spec: dict[str, Any] = {"rules": [rule]}
+    if where == "rule":
+        rule["mutate"]["mutateExistingOnPolicyUpdate"] = True
+    else:
+        spec["mutateExistingOnPolicyUpdate"] = True
+    document = {"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"}, "spec": spec}
+    problems = [str(p) for p in validate_policy_document(document).errors]
+    assert any("rules[0].mutate.targets has to be specified when mutateExistingOnPolicyUpdate is set" in p for p in problems), problems
+    rule["mutate"]["targets"] = [{"apiVersion": "v1", "kind": "Secret", "name": "s"}]
+    assert not [p for p in validate_policy_document(document).errors if "mutateExistingOnPolicyUpdate" in str(p)]

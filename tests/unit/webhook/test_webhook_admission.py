@@ -137,3 +137,27 @@ def test_metadata_of_the_wrong_type_is_an_invalid_review(field: str, metadata: o
     body["request"][field]["metadata"] = metadata
     with pytest.raises(InvalidAdmissionReview, match=f"request.{field}.metadata must be an object"):
         parse_review(body)
+
+
+@pytest.mark.parametrize("emit", [True, False])
+def test_emit_warning_policies_report_applied_mutations_as_warnings(emit: bool) -> None:
+    """Kyverno's spec.emitWarning: every non-skipped result of the policy goes back as a warning, the applied
+    mutation ("mutated Pod/...") included."""
+    from stockade.engine.engine import Engine
+    from stockade.webhook.admission import AdmissionEvaluator
+
+    labeller = KyvernoPolicy(yaml.safe_load(f"""
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {{name: add-labels}}
+spec:
+  emitWarning: {str(emit).lower()}
+  rules:
+  - name: add-labels
+    match: {{any: [{{resources: {{kinds: [Pod]}}}}]}}
+    mutate: {{patchStrategicMerge: {{metadata: {{labels: {{foo: bar}}}}}}}}
+"""))
+    decision = AdmissionEvaluator(Engine(), [labeller]).mutate(parse_review(review(pod())))
+    assert decision.patch
+    expected = ["policy add-labels.add-labels: mutated Pod/web in namespace default"] if emit else []
+    assert decision.warnings == expected

@@ -39,7 +39,8 @@ def test_report_is_named_after_and_owned_by_the_resource() -> None:
     first, second, third = report["results"]
     assert first == {
         "source": "kyverno", "policy": "audit", "rule": "r1", "result": "fail", "message": "bad", "scored": True,
-        "timestamp": {"seconds": int(NOW.timestamp()), "nanos": 0}, "properties": {"process": "admission review"},
+        # Kyverno's process follows the policy, not the evaluation: background processing is on by default
+        "timestamp": {"seconds": int(NOW.timestamp()), "nanos": 0}, "properties": {"process": "background scan"},
         "severity": "high", "category": "Best Practices",
     }
     assert second["policy"] == "default/local" and second["result"] == "pass"
@@ -62,3 +63,34 @@ def test_merge_keeps_other_policies_and_replaces_reevaluated_ones() -> None:
     assert new["results"] == [{"policy": "b", "result": "pass"}, {"policy": "a", "result": "pass"}]
     assert new["summary"]["pass"] == 2 and new["summary"]["fail"] == 0
     assert new["metadata"]["resourceVersion"] == "7"
+
+
+def test_results_carry_kyverno_sources_processes_and_properties() -> None:
+    """Kyverno's ToPolicyReportResult: source per policy kind, ``process`` from the policy's background/admission
+    settings, rule properties (audit annotations) and the exempting exceptions' names."""
+    from stockade.celpolicy import CelPolicy
+
+    def cel(kind: str, evaluation: dict[str, object] | None = None) -> CelPolicy:
+        return CelPolicy({"apiVersion": "policies.kyverno.io/v1", "kind": kind, "metadata": {"name": kind.lower()}, "spec": {"evaluation": evaluation or {}}})
+
+    exempted = RuleResponse("exception", "Mutation", "skip", "rule is skipped due to policy exception: default/a, b", exceptions=["default/a", "b"])
+    audited = RuleResponse("mutatingpolicy", "Mutation", "pass", "success", properties={"resource-name": "web"})
+    responses = [
+        EngineResponse(cel("MutatingPolicy"), POD, POD, [audited, exempted]),
+        EngineResponse(cel("ValidatingPolicy", {"background": {"enabled": False}}), POD, POD, [RuleResponse("validatingpolicy", "Validation", "pass")]),
+        EngineResponse(cel("GeneratingPolicy"), POD, POD, [RuleResponse("generatingpolicy", "Generation", "pass")]),
+        EngineResponse(
+            KyvernoPolicy({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "k"}, "spec": {"background": False, "rules": []}}),
+            POD, POD, [RuleResponse("r", "Validation", "pass")],
+        ),
+    ]
+    report = build_report(POD, responses, NOW)
+    assert report is not None
+    results = [(r["source"], r["properties"]) for r in report["results"]]
+    assert results == [
+        ("KyvernoMutatingPolicy", {"resource-name": "web", "process": "background scan"}),
+        ("KyvernoMutatingPolicy", {"process": "background scan", "exceptions": "a,b"}),
+        ("KyvernoValidatingPolicy", {"process": "admission review"}),
+        ("KyvernoGeneratingPolicy", {"process": "admission review"}),
+        ("kyverno", {"process": "admission review"}),
+    ]

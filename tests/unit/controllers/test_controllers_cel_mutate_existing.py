@@ -1,0 +1,227 @@
+"""MutatingPolicy mutateExisting in the cluster (Kyverno's CELMutate update requests), against an in-memory cluster:
+admission triggers, policy events, target expressions, background requests, unchanged targets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from stockade.celpolicy.model import CelPolicy
+from stockade.controllers.celmutate import CelMutateExisting, CelMutateTrigger, target_constraints
+from stockade.controllers.generate import GenerateController, TriggerEvent
+from stockade.controllers.webhookconfig import ApiResource
+from stockade.engine.match import RequestInfo
+from tests.unit.controllers.fakecluster import FakeCluster
+
+BACKGROUND_USER = "system:serviceaccount:kyverno:kyverno-background-controller"
+LABEL_FOO = "Object{metadata: Object.metadata{labels: Object.metadata.labels{foo: \"bar\"}}}"
+CONFIGMAPS = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}
+NAMESPACES = {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["namespaces"]}
+
+
+def mpol(name: str = "m", *, evaluation: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "evaluation": evaluation if evaluation is not None else {"mutateExisting": {"enabled": True}},
+        "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": LABEL_FOO}}],
+    }
+    body.update(spec)
+    return {"apiVersion": "policies.kyverno.io/v1beta1", "kind": "MutatingPolicy", "metadata": {"name": name}, "spec": body}
+
+
+@dataclass
+class Snapshot:
+    cel_policies: list[CelPolicy]
+    documents: tuple[Any, ...] = ()
+    policies: list[Any] = field(default_factory=list)
+
+
+def controller(cluster: FakeCluster, *docs: dict[str, Any]) -> CelMutateExisting:
+    snapshot = Snapshot([CelPolicy(d) for d in docs])
+    return CelMutateExisting(cluster, lambda: snapshot, background_username=BACKGROUND_USER)  # type: ignore[arg-type]
+
+
+def seed(cluster: FakeCluster) -> None:
+    cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns1", "labels": {"test": "enabled"}}})
+    cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns2"}})
+    cluster.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "ns1"}, "data": {"k": "v"}})
+    cluster.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "ns2"}, "data": {"k": "v"}})
+
+
+def labels(cluster: FakeCluster, namespace: str, name: str = "cm", kind: str = "ConfigMap") -> dict[str, str]:
+    found = cluster.find(kind, namespace, name) or {}
+    return dict((found.get("metadata") or {}).get("labels") or {})
+
+
+def namespace_update(cluster: FakeCluster, user: str = "alice") -> CelMutateTrigger:
+    namespace = cluster.find("Namespace", "", "ns1")
+    assert namespace is not None
+    return CelMutateTrigger("UPDATE", namespace, namespace, {"username": user}, ("m",), False)
+
+
+DIFFERENT_TARGET = mpol(
+    matchConstraints={"resourceRules": [{**NAMESPACES, "resourceNames": ["ns1"]}]},
+    targetMatchConstraints={"namespaceSelector": {"matchLabels": {"test": "enabled"}}, "resourceRules": [CONFIGMAPS]},
+)
+
+
+def test_an_admitted_trigger_mutates_the_targets_its_target_constraints_list() -> None:
+    """Kyverno's CELMutate processor lists targetMatchConstraints (namespace selector included), not the trigger."""
+    cluster = FakeCluster()
+    seed(cluster)
+    ctl = controller(cluster, DIFFERENT_TARGET)
+    assert ctl.process_trigger(namespace_update(cluster)) == []
+    assert labels(cluster, "ns1") == {"foo": "bar"}
+    assert labels(cluster, "ns2") == {}  # its namespace does not carry test=enabled
+    assert labels(cluster, "", "ns1", "Namespace") == {"test": "enabled"}  # the trigger itself is not a target
+
+
+def test_a_request_that_does_not_match_the_policy_triggers_nothing() -> None:
+    cluster = FakeCluster()
+    seed(cluster)
+    ctl = controller(cluster, DIFFERENT_TARGET)
+    namespace = cluster.find("Namespace", "", "ns2")
+    assert namespace is not None
+    assert ctl.process_trigger(CelMutateTrigger("UPDATE", namespace, namespace, {"username": "alice"}, ("m",), False)) == []
+    assert labels(cluster, "ns1") == {}
+
+
+def test_background_requests_trigger_only_policies_that_opt_in() -> None:
+    """skipBackgroundRequests defaults to true: the background controller's own requests are ignored."""
+    cluster = FakeCluster()
+    seed(cluster)
+    ctl = controller(cluster, DIFFERENT_TARGET)
+    ctl.process_trigger(namespace_update(cluster, BACKGROUND_USER))
+    assert labels(cluster, "ns1") == {}
+    opted_in = mpol(**{k: v for k, v in DIFFERENT_TARGET["spec"].items() if k != "evaluation"}, evaluation={"mutateExisting": {"enabled": True}, "skipBackgroundRequests": False})
+    ctl = controller(cluster, opted_in)
+    ctl.process_trigger(namespace_update(cluster, BACKGROUND_USER))
+    assert labels(cluster, "ns1") == {"foo": "bar"}
+
+
+def test_admission_disabled_policies_are_not_triggered_by_requests_but_run_on_policy_events() -> None:
+    """Kyverno: admission-disabled mutateExisting policies are driven by policy events (and periodic scans) only;
+    a policy event mutates every existing target on behalf of itself."""
+    cluster = FakeCluster()
+    seed(cluster)
+    background_only = mpol(
+        evaluation={"admission": {"enabled": False}, "mutateExisting": {"enabled": True}},
+        matchConstraints={"resourceRules": [{**CONFIGMAPS, "resourceNames": ["cm"]}]},
+        matchConditions=[{"name": "ns1-only", "expression": "object.metadata.namespace == 'ns1'"}],
+        targetMatchConditions=[{"name": "ns1-only", "expression": "object.metadata.namespace == 'ns1'"}],
+    )
+    ctl = controller(cluster, background_only)
+    configmap = cluster.find("ConfigMap", "ns1", "cm")
+    assert configmap is not None
+    ctl.process_trigger(CelMutateTrigger("UPDATE", configmap, configmap, {"username": "alice"}, ("m",), False))
+    assert labels(cluster, "ns1") == {}
+    ctl.reconcile()
+    assert labels(cluster, "ns1") == {"foo": "bar"}
+    assert labels(cluster, "ns2") == {}  # targetMatchConditions hold only in ns1
+    written = cluster.find("ConfigMap", "ns1", "cm")
+    ctl.reconcile()  # unchanged policy: nothing is applied again
+    assert cluster.find("ConfigMap", "ns1", "cm") == written
+
+
+def test_an_unchanged_target_is_not_written() -> None:
+    cluster = FakeCluster()
+    seed(cluster)
+    ctl = controller(cluster, DIFFERENT_TARGET)
+    ctl.process_trigger(namespace_update(cluster))
+    version = (cluster.find("ConfigMap", "ns1", "cm") or {})["metadata"]["resourceVersion"]
+    ctl.process_trigger(namespace_update(cluster))
+    assert (cluster.find("ConfigMap", "ns1", "cm") or {})["metadata"]["resourceVersion"] == version
+    assert ctl.stats.unchanged == 1
+
+
+def test_a_target_expression_of_a_delete_trigger_sees_the_deleted_object() -> None:
+    """On a DELETE the target expression evaluates with the deleted object as ``object`` (Kyverno's oldObject)."""
+    cluster = FakeCluster()
+    seed(cluster)
+    policy = mpol(
+        matchConstraints={"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"], "resources": ["secrets"]}]},
+        targetMatchConstraints={"expression": 'resource.Get("v1", "configmaps", object.metadata.namespace, "cm")'},
+    )
+    ctl = controller(cluster, policy)
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "trigger", "namespace": "ns2"}}
+    assert ctl.process_trigger(CelMutateTrigger("DELETE", {}, secret, {"username": "alice"}, ("m",), False)) == []
+    assert labels(cluster, "ns2") == {"foo": "bar"}
+    assert labels(cluster, "ns1") == {}
+
+
+def test_request_variables_name_the_trigger_in_target_mutations() -> None:
+    """``request.object`` is the trigger while ``object`` is the target (auto-binding a ServiceAccount)."""
+    cluster = FakeCluster()
+    cluster.resources.append(ApiResource("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False))
+    cluster.resources.append(ApiResource("", "v1", "serviceaccounts", "ServiceAccount"))
+    cluster.add({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "crb"}, "roleRef": {"kind": "ClusterRole", "name": "view"}})
+    subject = 'dyn({"kind": "ServiceAccount", "name": variables.saName, "namespace": variables.saNamespace})'
+    policy = mpol(
+        matchConstraints={"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["serviceaccounts"]}]},
+        matchConditions=[{"name": "annotated", "expression": "request.object.metadata.?annotations[?'bind'].orValue('') == 'true'"}],
+        targetMatchConstraints={"resourceRules": [{"apiGroups": ["rbac.authorization.k8s.io"], "apiVersions": ["v1"], "resources": ["clusterrolebindings"], "resourceNames": ["crb"]}]},
+        variables=[{"name": "saName", "expression": "request.object.metadata.name"}, {"name": "saNamespace", "expression": "request.object.metadata.namespace"}],
+        mutations=[{"patchType": "JSONPatch", "jsonPatch": {"expression": f'[JSONPatch{{op: "add", path: "/subjects", value: [{subject}]}}]'}}],
+    )
+    ctl = controller(cluster, policy)
+    plain = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "plain", "namespace": "default"}}
+    ctl.process_trigger(CelMutateTrigger("CREATE", plain, {}, {"username": "alice"}, ("m",), False))
+    assert "subjects" not in (cluster.find("ClusterRoleBinding", "", "crb") or {})
+    bound = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "sa", "namespace": "default", "annotations": {"bind": "true"}}}
+    assert ctl.process_trigger(CelMutateTrigger("CREATE", bound, {}, {"username": "alice"}, ("m",), False)) == []
+    assert (cluster.find("ClusterRoleBinding", "", "crb") or {})["subjects"] == [{"kind": "ServiceAccount", "name": "sa", "namespace": "default"}]
+
+
+def test_the_webhook_names_the_policies_a_trigger_may_run() -> None:
+    cluster = FakeCluster()
+    seed(cluster)
+    ctl = controller(cluster, DIFFERENT_TARGET)
+    namespace = cluster.find("Namespace", "", "ns1")
+    ctl.process_trigger(CelMutateTrigger("UPDATE", namespace or {}, namespace or {}, {"username": "alice"}, ("other",), False))
+    ctl.process_trigger(CelMutateTrigger("UPDATE", namespace or {}, namespace or {}, {"username": "alice"}, ("m",), True))  # namespaced webhook
+    assert labels(cluster, "ns1") == {}
+
+
+def test_targets_come_from_target_rules_unless_an_expression_selects_them() -> None:
+    with_rules = CelPolicy(DIFFERENT_TARGET)
+    assert target_constraints(with_rules)["resourceRules"] == [CONFIGMAPS]
+    own = CelPolicy(mpol(matchConstraints={"resourceRules": [CONFIGMAPS]}))
+    assert target_constraints(own)["resourceRules"] == [CONFIGMAPS]
+
+
+def test_the_generate_worker_queues_mutating_webhook_reviews_and_retries_unstored_triggers() -> None:
+    """A CREATE trigger is reported before it is stored; a target expression reads it, so the work waits for it."""
+
+    class Store:
+        listeners: list[Any] = []
+
+        def __init__(self, snapshot: Any) -> None:
+            self.snapshot = snapshot
+
+    cluster = FakeCluster()
+    seed(cluster)
+    policy = mpol(
+        matchConstraints={"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["secrets"]}]},
+        targetMatchConstraints={"expression": 'resource.Get("v1", "configmaps", object.metadata.namespace, "cm")'},
+    )
+    store = Store(Snapshot([CelPolicy(policy)]))
+    generator = GenerateController(None, store, cluster_data=cluster)  # type: ignore[arg-type]
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "ns1"}}
+
+    @dataclass
+    class Review:
+        operation: str = "CREATE"
+        object: dict[str, Any] = field(default_factory=lambda: dict(secret))
+        old_object: dict[str, Any] = field(default_factory=dict)
+        user_info: RequestInfo = field(default_factory=lambda: RequestInfo(username="alice"))
+        kind: Any = None
+        dry_run: bool = False
+        sub_resource: str = ""
+
+    generator.submit_mutating(Review(), ("m",), False)
+    event = generator._queue.get_nowait()
+    assert isinstance(event, TriggerEvent) and event.cel_mutate is not None
+    generator._process(event, 0)
+    assert labels(cluster, "ns1") == {} and len(generator._retries) == 1  # the secret is not stored yet
+    cluster.add(secret)
+    generator._process(generator._retries[0].event, 1)
+    assert labels(cluster, "ns1") == {"foo": "bar"}
