@@ -46,6 +46,7 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--lease-name", default="stockade-leader", show_default=True, help="Name of the leader election Lease.")
 @click.option("--background-scan-interval", default=3600.0, show_default=True, type=click.FloatRange(min=0), help="With --register-webhooks: seconds between background scans of existing resources into PolicyReports (0 disables).")
 @click.option("--generate/--no-generate", default=True, show_default=True, help="With --register-webhooks: apply generate rules in the cluster (create and synchronise downstream resources).")
+@click.option("--background-service-account", default="", help="With --register-webhooks: the user (e.g. system:serviceaccount:kyverno:kyverno-background-controller) whose RBAC permissions a generate rule must fit, checked by SubjectAccessReview when the policy is created or updated, as Kyverno checks its background controller's account (default: no check).")
 @click.option("--events/--no-events", default=True, show_default=True, help="With --register-webhooks: record a Kubernetes Event for each denial.")
 @click.option("--event-components", type=click.Choice(["kyverno", "stockade"]), default="stockade", show_default=True, help="reportingComponent of Events: stockade = 'stockade' for all; kyverno = Kyverno's names (kyverno-admission, kyverno-generate, kyverno-mutate, kyverno-cleanup), a compatibility setting for tools and tests that select Kyverno's Events.")
 @click.option("--webhook-names", type=click.Choice(["stockade", "kyverno"]), default="stockade", show_default=True, help="Names and managed-by label of the webhook configurations: stockade = stockade-resource-*-webhook-cfg, label webhook.stockade.io/managed-by; kyverno = Kyverno's (kyverno-resource-*-webhook-cfg, webhook.kyverno.io/managed-by: kyverno, kept registered even when empty), a compatibility setting for tooling and tests written against Kyverno. Do not run it beside Kyverno itself.")
@@ -387,6 +388,11 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
         from stockade.controllers.events import EventRecorder
 
         state.events = EventRecorder(api_client, options.get("event_components") or "stockade", kyverno_config=state.kyverno_config)
+    from stockade.controllers.clusterdata import ClusterData
+    from stockade.controllers.policychecks import ClusterPolicyChecks
+
+    # the policy webhook's checks that need discovery and RBAC (generate target scopes and permissions)
+    state.policy_checker = ClusterPolicyChecks(ClusterData(api_client, ttl_seconds=0.0), background_user=options.get("background_service_account") or "")
     if services is None:
         return
     if options["generate"]:
