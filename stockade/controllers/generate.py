@@ -39,7 +39,7 @@ from stockade.celpolicy.model import CelPolicy
 from stockade.controllers.clusterdata import ApiError, ClusterCelResources, ClusterData, api_version_of, collection_path, object_path, resources_for_rules
 from stockade.controllers.events import generate_events
 from stockade.engine.engine import Engine, Request
-from stockade.engine.match import RequestInfo, ResourceKind
+from stockade.engine.match import RequestInfo, ResourceKind, selector_matches
 from stockade.engine.response import ERROR, PASS, EngineResponse
 from stockade.policy.model import KyvernoPolicy, Rule
 from stockade.errors import StockadeError
@@ -234,6 +234,69 @@ def generating_policies(snapshot: Any) -> list[CelPolicy]:
 
 def generate_rules(policy: KyvernoPolicy) -> dict[str, Rule]:
     return {rule.name: rule for rule in policy.rules if rule.has_generate()}
+
+
+@dataclass(frozen=True)
+class DownstreamOrigin:
+    """Where a downstream object of a ClusterPolicy/Policy generate rule came from, read from its labels."""
+
+    policy_name: str
+    policy_namespace: str
+    rule_name: str
+    trigger_api_version: str
+    trigger_kind: str
+    trigger_namespace: str
+    trigger_uid: str
+
+
+def downstream_origin(obj: dict[str, Any]) -> DownstreamOrigin | None:
+    """The policy, rule and trigger a Kyverno-labelled downstream object names (None for other objects and for
+    GeneratingPolicy downstream, which carries no rule name)."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    if labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE or not labels.get(POLICY_NAME_LABEL) or not labels.get(RULE_NAME_LABEL):
+        return None
+    group, version = str(labels.get(TRIGGER_GROUP_LABEL) or ""), str(labels.get(TRIGGER_VERSION_LABEL) or "")
+    return DownstreamOrigin(
+        str(labels[POLICY_NAME_LABEL]),
+        str(labels.get(POLICY_NAMESPACE_LABEL) or ""),
+        str(labels[RULE_NAME_LABEL]),
+        f"{group}/{version}" if group else version,
+        str(labels.get(TRIGGER_KIND_LABEL) or ""),
+        str(labels.get(TRIGGER_NAMESPACE_LABEL) or ""),
+        str(labels.get(TRIGGER_UID_LABEL) or ""),
+    )
+
+
+def _same_kind(selector_api_version: str, selector_kind: str, obj: dict[str, Any]) -> bool:
+    api_version = str(obj.get("apiVersion") or "")
+    return selector_kind == obj.get("kind") and (not selector_api_version or selector_api_version == api_version)
+
+
+def cloned_from(rule: Rule, source: dict[str, Any], old_source: dict[str, Any] | None = None) -> str:
+    """How a synchronized rule copies ``source``: ``"clone"`` (its single clone source), ``"cloneList"`` (one of the
+    sources its cloneList selects, before or after the change) or ``""``.  Clone coordinates with variables are only
+    known per trigger and are not recognised here."""
+    generate = rule.generate or {}
+    if not synchronize(rule):
+        return ""
+    metadata = source.get("metadata") or {}
+    namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+    for spec in [generate, *[g for g in generate.get("foreach") or [] if isinstance(g, dict)]]:
+        clone = spec.get("clone") if isinstance(spec.get("clone"), dict) else None
+        if clone and _same_kind(str(spec.get("apiVersion") or ""), str(spec.get("kind") or ""), source):
+            if (str(clone.get("namespace") or ""), str(clone.get("name") or "")) == (namespace, name):
+                return "clone"
+        clone_list = spec.get("cloneList") if isinstance(spec.get("cloneList"), dict) else None
+        if clone_list and str(clone_list.get("namespace") or "") == namespace:
+            for entry in clone_list.get("kinds") or []:
+                api_version, _, kind = str(entry).rpartition("/")
+                if not _same_kind(api_version, kind, source):
+                    continue
+                selector = clone_list.get("selector")
+                candidates = [source, *([old_source] if old_source else [])]
+                if selector is None or any(selector_matches(selector, (c.get("metadata") or {}).get("labels") or {}) for c in candidates):
+                    return "cloneList"
+    return ""
 
 
 # -- work items ------------------------------------------------------------------------------------------------------
@@ -565,10 +628,78 @@ class GenerateController:
                         self.delete_downstream(policy, rule, trigger_uid=uid)
                 except ApiError as exc:
                     failures.append(GenerateFailure(policy.key, name, event.describe(), str(exc)))
+        if engine is not None and event.operation in ("UPDATE", "DELETE") and event.old_resource:
+            failures.extend(self._process_non_trigger(engine, policies, event))
         failures.extend(self._process_gpol_event(event, trigger, uid))
         for failure in self.mutate_existing.process(mutating, event.operation, trigger, event.old_resource, event.info, event.gvk):
             failures.append(GenerateFailure(failure.policy, failure.rule, failure.resource, str(failure)))
         return failures
+
+    # -- changes of downstream objects and clone sources (Kyverno's "non-trigger" admissions) -----------------------
+    def _process_non_trigger(self, engine: Engine, policies: list[KyvernoPolicy], event: TriggerEvent) -> list[GenerateFailure]:
+        """An edited or deleted downstream object of a synchronized rule is brought back from its trigger; an edited
+        clone source is copied again to every downstream object, a deleted one takes its copies with it."""
+        old = event.old_resource
+        by_key = {(p.namespace, p.name): p for p in policies}
+        failures: list[GenerateFailure] = []
+        origin = downstream_origin(old)
+        if origin is not None:
+            policy = by_key.get((origin.policy_namespace, origin.policy_name))
+            rule = generate_rules(policy).get(origin.rule_name) if policy is not None else None
+            if policy is not None and rule is not None and synchronize(rule) and not self._matches(engine, policy, rule, old, event):
+                try:
+                    self._regenerate_for(engine, policy, rule, origin)
+                except ApiError as exc:
+                    failures.append(GenerateFailure(policy.key, rule.name, event.describe(), str(exc)))
+            return failures
+        for policy in policies:
+            for rule in generate_rules(policy).values():
+                how = cloned_from(rule, old, event.resource or None)
+                if not how or self._matches(engine, policy, rule, old, event):
+                    continue
+                try:
+                    if event.operation == "DELETE":
+                        self._delete_copies(policy, rule, old, every_target=how == "clone")
+                    else:
+                        self._apply_to_existing(policy, [rule], prune=False)
+                except ApiError as exc:
+                    failures.append(GenerateFailure(policy.key, rule.name, event.describe(), str(exc)))
+        return failures
+
+    def _matches(self, engine: Engine, policy: KyvernoPolicy, rule: Rule, obj: dict[str, Any], event: TriggerEvent) -> bool:
+        """Whether the changed object is itself a trigger of the rule (its trigger handling already ran)."""
+        try:
+            response = self._evaluate(engine, _single_rule(policy, rule), obj, event.operation if event.operation != "DELETE" else "UPDATE", event.info, event.gvk)
+        except Exception:
+            return False
+        return any(result.name == rule.name and result.status in (PASS, ERROR) for result in response.rules)
+
+    def _regenerate_for(self, engine: Engine, policy: KyvernoPolicy, rule: Rule, origin: DownstreamOrigin) -> None:
+        if not origin.trigger_kind or not origin.trigger_uid:
+            return
+        try:
+            candidates = self.cluster.list_objects(origin.trigger_api_version, origin.trigger_kind, origin.trigger_namespace, cached=False)
+        except ApiError as exc:
+            if exc.status == 404:
+                return
+            raise
+        trigger = next((c for c in candidates if (c.get("metadata") or {}).get("uid") == origin.trigger_uid), None)
+        if trigger is None or (trigger.get("metadata") or {}).get("deletionTimestamp"):
+            return  # the trigger is gone: its own DELETE cleans up
+        response = self._evaluate(engine, _single_rule(policy, rule), trigger, "CREATE", RequestInfo(), None)
+        for result in response.rules:
+            if result.name == rule.name and result.status == PASS:
+                self.apply_downstream(policy, rule, result.generated_resources)
+
+    def _delete_copies(self, policy: KyvernoPolicy, rule: Rule, source: dict[str, Any], *, every_target: bool) -> None:
+        """The downstream objects a rule copied from a deleted source (all of a single-source clone rule; the
+        same-named ones of the source's kind for cloneList)."""
+        name = str((source.get("metadata") or {}).get("name") or "")
+        for obj in self.find_downstream(policy.name, policy.namespace, rule):
+            if obj.get("kind") != source.get("kind"):
+                continue
+            if every_target or (obj.get("metadata") or {}).get("name") == name:
+                self._delete_object(obj)
 
     def _process_gpol_event(self, event: TriggerEvent, trigger: dict[str, Any], uid: str) -> list[GenerateFailure]:
         gpols = self._generating()

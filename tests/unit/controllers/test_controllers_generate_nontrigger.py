@@ -1,0 +1,107 @@
+"""Kyverno's "non-trigger" admissions of generate rules: an edited or deleted downstream object of a synchronized rule
+is restored from its trigger at once, an edited clone source is copied again, a deleted one takes its copies along;
+without synchronize nothing happens."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from stockade.controllers.generate import GenerateController, TriggerEvent, cloned_from, downstream_origin
+from stockade.policy.model import KyvernoPolicy, Rule
+from tests.unit.controllers.fakecluster import FakeCluster
+
+
+def data_policy(sync: bool = True) -> dict[str, Any]:
+    generate = {"apiVersion": "v1", "kind": "ConfigMap", "name": "zk", "namespace": "{{request.object.metadata.name}}", "synchronize": sync, "data": {"data": {"ZK": "a"}}}
+    rule = {"name": "gen", "match": {"any": [{"resources": {"kinds": ["Namespace"]}}]}, "generate": generate}
+    return {"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"}, "spec": {"rules": [rule]}}
+
+
+def clone_policy(sync: bool = True) -> dict[str, Any]:
+    generate = {"apiVersion": "v1", "kind": "Secret", "name": "copy", "namespace": "{{request.object.metadata.name}}", "synchronize": sync, "clone": {"namespace": "default", "name": "regcred"}}
+    rule = {"name": "gen", "match": {"any": [{"resources": {"kinds": ["Namespace"]}}]}, "generate": generate}
+    return {"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "c"}, "spec": {"rules": [rule]}}
+
+
+@dataclass
+class Snapshot:
+    policies: list[KyvernoPolicy]
+    documents: tuple[Any, ...] = ()
+    errors: dict[Any, str] = field(default_factory=dict)
+
+
+class Store:
+    def __init__(self, *docs: dict[str, Any]) -> None:
+        self.listeners: list[Any] = []
+        self.snapshot = Snapshot([KyvernoPolicy(d) for d in docs])
+
+
+def setup(policy: dict[str, Any]) -> tuple[FakeCluster, GenerateController, dict[str, Any]]:
+    cluster = FakeCluster()
+    cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}})
+    cluster.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "regcred", "namespace": "default"}, "data": {"k": "djE="}})
+    namespace = cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns1"}})
+    controller = GenerateController(None, Store(policy), cluster_data=cluster)  # type: ignore[arg-type]
+    assert controller.process_event(TriggerEvent("CREATE", namespace)) == []
+    return cluster, controller, namespace
+
+
+def test_downstream_labels_name_their_origin() -> None:
+    cluster, _, namespace = setup(data_policy())
+    generated = cluster.find("ConfigMap", "ns1", "zk")
+    assert generated is not None
+    origin = downstream_origin(generated)
+    assert origin is not None and (origin.policy_name, origin.rule_name, origin.trigger_kind, origin.trigger_uid) == ("p", "gen", "Namespace", namespace["metadata"]["uid"])
+    assert downstream_origin({"metadata": {"labels": {"app.kubernetes.io/managed-by": "kyverno"}}}) is None
+
+
+def test_kyverno_restores_an_edited_synchronized_downstream_object_at_once() -> None:
+    cluster, controller, _ = setup(data_policy())
+    old = cluster.find("ConfigMap", "ns1", "zk")
+    assert old is not None
+    edited = cluster.add({**old, "data": {"ZK": "changed"}})
+    assert controller.process_event(TriggerEvent("UPDATE", edited, old)) == []
+    assert (cluster.find("ConfigMap", "ns1", "zk") or {})["data"] == {"ZK": "a"}
+
+
+def test_kyverno_recreates_a_deleted_synchronized_downstream_object() -> None:
+    cluster, controller, _ = setup(data_policy())
+    old = cluster.find("ConfigMap", "ns1", "zk")
+    assert old is not None
+    cluster.request("DELETE", "/api/v1/namespaces/ns1/configmaps/zk")
+    controller.process_event(TriggerEvent("DELETE", {}, old))
+    assert cluster.find("ConfigMap", "ns1", "zk") is not None
+
+
+def test_without_synchronize_a_deleted_downstream_object_stays_deleted() -> None:
+    cluster, controller, _ = setup(data_policy(sync=False))
+    old = cluster.find("ConfigMap", "ns1", "zk")
+    assert old is not None
+    cluster.request("DELETE", "/api/v1/namespaces/ns1/configmaps/zk")
+    controller.process_event(TriggerEvent("DELETE", {}, old))
+    assert cluster.find("ConfigMap", "ns1", "zk") is None
+
+
+def test_an_edited_clone_source_is_copied_again_and_a_deleted_one_takes_its_copies() -> None:
+    cluster, controller, _ = setup(clone_policy())
+    assert (cluster.find("Secret", "ns1", "copy") or {}).get("data") == {"k": "djE="}
+    old = cluster.find("Secret", "default", "regcred")
+    assert old is not None
+    edited = cluster.add({**old, "data": {"k": "djI="}})
+    controller.process_event(TriggerEvent("UPDATE", edited, old))
+    assert (cluster.find("Secret", "ns1", "copy") or {}).get("data") == {"k": "djI="}
+    cluster.request("DELETE", "/api/v1/namespaces/default/secrets/regcred")
+    controller.process_event(TriggerEvent("DELETE", {}, edited))
+    assert cluster.find("Secret", "ns1", "copy") is None
+
+
+def test_clone_sources_of_synchronized_rules_only() -> None:
+    source = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "regcred", "namespace": "default", "labels": {"a": "b"}}}
+    assert cloned_from(KyvernoPolicy(clone_policy()).rules[0], source) == "clone"
+    assert cloned_from(KyvernoPolicy(clone_policy(sync=False)).rules[0], source) == ""
+    listed = Rule({"name": "r", "generate": {"synchronize": True, "namespace": "x", "cloneList": {"namespace": "default", "kinds": ["v1/Secret"], "selector": {"matchLabels": {"a": "b"}}}}})
+    assert cloned_from(listed, source) == "cloneList"
+    unlabelled = {**source, "metadata": {"name": "regcred", "namespace": "default"}}
+    assert cloned_from(listed, unlabelled) == "" and cloned_from(listed, unlabelled, source) == "cloneList"
+    assert cloned_from(listed, {**source, "kind": "ConfigMap"}) == ""
