@@ -98,11 +98,24 @@ def generate_existing(policy: KyvernoPolicy, rule: Rule) -> bool:
     return bool(policy.spec.get("generateExisting", policy.spec.get("generateExistingOnPolicyUpdate", False)))
 
 
-def trigger_action(operation: str, rule_applies: bool, synchronized: bool) -> str:
+def matches_delete_operation(rule: Rule) -> bool:
+    """Whether a rule names DELETE among its match operations: Kyverno then generates when the trigger is deleted."""
+    match = rule.raw.get("match") if isinstance(rule.raw.get("match"), dict) else {}
+    assert isinstance(match, dict)
+    blocks = [match.get("resources") or {}]
+    for key in ("any", "all"):
+        blocks += [(entry or {}).get("resources") or {} for entry in match.get(key) or [] if isinstance(entry, dict)]
+    return any("DELETE" in (block.get("operations") or []) for block in blocks if isinstance(block, dict))
+
+
+def trigger_action(operation: str, rule_applies: bool, synchronized: bool, generate_on_delete: bool = False) -> str:
     """What a trigger event does to one rule's downstream objects.
 
     CREATE/UPDATE of a matching trigger applies the rule; an UPDATE after which the trigger no longer matches (or
-    its preconditions fail) and a DELETE of the trigger remove synchronized downstream objects; otherwise nothing."""
+    its preconditions fail) and a DELETE of the trigger remove synchronized downstream objects; otherwise nothing.
+    A rule matching the DELETE operation generates from the deleted trigger instead."""
+    if operation == "DELETE" and generate_on_delete:
+        return APPLY if rule_applies else NOTHING
     if operation in ("CREATE", "UPDATE") and rule_applies:
         return APPLY
     if operation in ("UPDATE", "DELETE") and synchronized:
@@ -608,7 +621,9 @@ class GenerateController:
         for policy in policies:
             rules = generate_rules(policy)
             responses: dict[str, Any] = {}
-            if event.operation != "DELETE" and engine is not None:
+            deleting = {name for name, rule in rules.items() if event.operation == "DELETE" and matches_delete_operation(rule)}
+            if (event.operation != "DELETE" or deleting) and engine is not None:
+                # a deleted trigger is evaluated as the DELETE request (request.object reads the old object)
                 response = self._evaluate(engine, policy, trigger, event.operation, event.info, event.gvk)
                 responses = {r.name: r for r in response.rules}
             for name, rule in rules.items():
@@ -617,7 +632,7 @@ class GenerateController:
                     failures.append(GenerateFailure(policy.key, name, event.describe(), result.message))
                     continue
                 applies = result is not None and result.status == PASS
-                action = trigger_action(event.operation, applies, synchronize(rule))
+                action = trigger_action(event.operation, applies, synchronize(rule), name in deleting)
                 try:
                     if action == APPLY and result is not None:
                         written = self.apply_downstream(policy, rule, result.generated_resources)

@@ -105,3 +105,18 @@ def test_clone_sources_of_synchronized_rules_only() -> None:
     unlabelled = {**source, "metadata": {"name": "regcred", "namespace": "default"}}
     assert cloned_from(listed, unlabelled) == "" and cloned_from(listed, unlabelled, source) == "cloneList"
     assert cloned_from(listed, {**source, "kind": "ConfigMap"}) == ""
+
+
+def test_a_rule_matching_delete_generates_from_the_deleted_trigger() -> None:
+    generate = {"apiVersion": "v1", "kind": "ConfigMap", "name": "farewell", "namespace": "{{request.object.metadata.labels.downstream}}", "synchronize": True, "data": {"data": {"gone": "{{request.object.metadata.name}}"}}}
+    rule = {"name": "on-delete", "match": {"any": [{"resources": {"kinds": ["Namespace"], "operations": ["DELETE"]}}]}, "generate": generate}
+    policy = {"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "d"}, "spec": {"rules": [rule]}}
+    cluster = FakeCluster()
+    cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns2"}})
+    doomed = cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns1", "labels": {"downstream": "ns2"}}})
+    controller = GenerateController(None, Store(policy), cluster_data=cluster)  # type: ignore[arg-type]
+    assert controller.process_event(TriggerEvent("CREATE", doomed)) == []
+    assert cluster.find("ConfigMap", "ns2", "farewell") is None  # CREATE does not match
+    cluster.request("DELETE", "/api/v1/namespaces/ns1")
+    assert controller.process_event(TriggerEvent("DELETE", {}, doomed)) == []
+    assert (cluster.find("ConfigMap", "ns2", "farewell") or {}).get("data") == {"gone": "ns1"}
