@@ -37,6 +37,7 @@ from typing import Any
 
 from stockade.celpolicy.model import CelPolicy
 from stockade.controllers.clusterdata import ApiError, ClusterCelResources, ClusterData, api_version_of, collection_path, object_path, resources_for_rules
+from stockade.controllers.downstreamwatch import DownstreamWatcher
 from stockade.controllers.events import generate_events
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind, selector_matches
@@ -333,11 +334,26 @@ class TriggerEvent:
         return f"{self.subject.get('kind', '')}/{namespace + '/' if namespace else ''}{metadata.get('name', '')}"
 
 
+@dataclass(frozen=True)
+class WatchedChange:
+    """A MODIFIED/DELETED watch event of a resource type GeneratingPolicies produce (``downstreamwatch``)."""
+
+    event_type: str
+    obj: dict[str, Any]
+
+    @property
+    def operation(self) -> str:
+        return "DELETE" if self.event_type == "DELETED" else "UPDATE"
+
+    def describe(self) -> str:
+        return f"watched {self.event_type.lower()} {_describe(self.obj)}"
+
+
 @dataclass(order=True)
 class _Retry:
     due: float
     seq: int
-    event: TriggerEvent = field(compare=False)
+    event: TriggerEvent | WatchedChange = field(compare=False)
     attempt: int = field(compare=False, default=0)
 
 
@@ -393,7 +409,7 @@ class GenerateController:
         self.backoff_seconds = backoff_seconds
         self.max_backoff_seconds = max_backoff_seconds
         self.stats = GenerateStats()
-        self._queue: queue.Queue[TriggerEvent | None] = queue.Queue(maxsize=capacity)
+        self._queue: queue.Queue[TriggerEvent | WatchedChange | None] = queue.Queue(maxsize=capacity)
         self._retries: list[_Retry] = []
         self._seq = itertools.count()
         self._lock = threading.Lock()
@@ -402,6 +418,8 @@ class GenerateController:
         # (apiVersion, kind) each GeneratingPolicy has produced: its downstream kinds are only known from expressions
         self._gpol_kinds: dict[str, set[tuple[str, str]]] = {}
         self._policies_changed = threading.Event()
+        # watches of the kinds synchronized GeneratingPolicies produce (started with the controller in a cluster)
+        self.downstream_watch: DownstreamWatcher | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._busy = threading.Lock()
@@ -417,12 +435,16 @@ class GenerateController:
         if self._thread is not None:
             return
         self.store.listeners.append(self._on_snapshot)
+        if self.api_client is not None and self.downstream_watch is None:
+            self.downstream_watch = DownstreamWatcher(self.cluster, self._on_watched_change)
         self._policies_changed.set()  # first pass: generateExisting for the policies loaded at start
         self._thread = threading.Thread(target=self._run, name="generate", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
+        if self.downstream_watch is not None:
+            self.downstream_watch.stop()
         try:
             self._queue.put_nowait(None)
         except queue.Full:
@@ -458,7 +480,10 @@ class GenerateController:
         event = TriggerEvent(review.operation, review.object, review.old_object, review.user_info, review.kind)
         self.submit_event(event)
 
-    def submit_event(self, event: TriggerEvent) -> None:
+    def _on_watched_change(self, event_type: str, obj: dict[str, Any]) -> None:
+        self.submit_event(WatchedChange(event_type, obj))
+
+    def submit_event(self, event: TriggerEvent | WatchedChange) -> None:
         try:
             self._queue.put_nowait(event)
         except queue.Full:
@@ -525,7 +550,7 @@ class GenerateController:
                 due.append(heapq.heappop(self._retries))
         return due
 
-    def _schedule_retry(self, event: TriggerEvent, attempt: int, reason: str) -> None:
+    def _schedule_retry(self, event: TriggerEvent | WatchedChange, attempt: int, reason: str) -> None:
         if attempt + 1 >= self.max_attempts:
             log.error("giving up on %s %s after %d attempts: %s", event.operation, event.describe(), attempt + 1, reason)
             return
@@ -534,9 +559,9 @@ class GenerateController:
         with self._lock:
             heapq.heappush(self._retries, _Retry(time.monotonic() + delay, next(self._seq), event, attempt + 1))
 
-    def _process(self, event: TriggerEvent, attempt: int) -> None:
+    def _process(self, event: TriggerEvent | WatchedChange, attempt: int) -> None:
         try:
-            failures = self.process_event(event)
+            failures = self.process_watched_change(event) if isinstance(event, WatchedChange) else self.process_event(event)
         except ApiError as exc:
             failures = [GenerateFailure("*", "*", event.describe(), str(exc))]
         except _TriggerPending as exc:
@@ -716,6 +741,69 @@ class GenerateController:
             if every_target or (obj.get("metadata") or {}).get("name") == name:
                 self._delete_object(obj)
 
+    # -- watched changes of GeneratingPolicy downstream objects and clone sources -------------------------------------
+    def process_watched_change(self, change: WatchedChange) -> list[GenerateFailure]:
+        """A synchronized GeneratingPolicy's downstream object edited or deleted is regenerated from its trigger; a
+        clone source edited or deleted (an object its copies name by ``source-uid``) is copied again or takes its
+        copies along."""
+        gpols = {policy.name: policy for policy in self._generating() if evaluation_enabled(policy, "synchronize")}
+        if not gpols:
+            return []
+        obj = change.obj
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        if labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE:
+            policy = gpols.get(str(labels.get(POLICY_NAME_LABEL) or ""))
+            if policy is None or RULE_NAME_LABEL in labels:
+                return []  # not a GeneratingPolicy's: ClusterPolicy downstream is seen by the admission webhook
+            return self._regenerate_gpol(policy, labels, change)
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        if not uid:
+            return []
+        try:
+            copies = self.cluster.list_objects(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), "", label_selector=f"{SOURCE_UID_LABEL}={uid}", cached=False)
+        except ApiError as exc:
+            return [GenerateFailure("*", "*", change.describe(), str(exc))]
+        failures: list[GenerateFailure] = []
+        for copy_ in copies:
+            copy_labels = (copy_.get("metadata") or {}).get("labels") or {}
+            policy = gpols.get(str(copy_labels.get(POLICY_NAME_LABEL) or ""))
+            if policy is None:
+                continue
+            if change.event_type == "DELETED":
+                try:
+                    self._delete_object(copy_)
+                except ApiError as exc:
+                    failures.append(GenerateFailure(policy.key, policy.name, change.describe(), str(exc)))
+            else:
+                failures.extend(self._regenerate_gpol(policy, copy_labels, change))
+        return failures
+
+    def _regenerate_gpol(self, policy: CelPolicy, labels: dict[str, Any], change: WatchedChange) -> list[GenerateFailure]:
+        group, version = str(labels.get(TRIGGER_GROUP_LABEL) or ""), str(labels.get(TRIGGER_VERSION_LABEL) or "")
+        kind, namespace, name = str(labels.get(TRIGGER_KIND_LABEL) or ""), str(labels.get(TRIGGER_NAMESPACE_LABEL) or ""), str(labels.get(TRIGGER_NAME_LABEL) or "")
+        if not kind or not name:
+            return []
+        try:
+            trigger = self.cluster.get_object(f"{group}/{version}" if group else version, kind, namespace, name, cached=False)
+        except ApiError as exc:
+            if exc.status == 404:
+                return []
+            return [GenerateFailure(policy.key, policy.name, change.describe(), str(exc))]
+        metadata = (trigger or {}).get("metadata") or {}
+        if trigger is None or metadata.get("uid") != labels.get(TRIGGER_UID_LABEL) or metadata.get("deletionTimestamp"):
+            return []  # the trigger is gone or replaced: its own events decide
+        try:
+            result = self._evaluate_gpol(self._cel_evaluator(), policy, trigger, "CREATE", {}, RequestInfo())
+        except Exception as exc:
+            return [GenerateFailure(policy.key, policy.name, change.describe(), f"{type(exc).__name__}: {exc}")]
+        if result is None or result.status != PASS:
+            return []
+        try:
+            self.apply_gpol_downstream(policy, trigger, result.generated_resources)
+        except ApiError as exc:
+            return [GenerateFailure(policy.key, policy.name, change.describe(), str(exc))]
+        return []
+
     def _process_gpol_event(self, event: TriggerEvent, trigger: dict[str, Any], uid: str) -> list[GenerateFailure]:
         gpols = self._generating()
         if not gpols:
@@ -837,6 +925,8 @@ class GenerateController:
             else:
                 metadata.pop("namespace", None)
             self._gpol_kinds.setdefault(policy.key, set()).add((desired["apiVersion"], resource.kind))
+            if synchronized and self.downstream_watch is not None:
+                self.downstream_watch.ensure(desired["apiVersion"], resource.kind)
             written.add(object_identity(desired))
             self._upsert(resource, desired, synchronized=synchronized, server_side=server_side, owner=lambda current: owned_by(current, policy, trigger_uid), what=f"policy {policy.key}")
         return written

@@ -10,11 +10,13 @@ from stockade.celpolicy.model import CelPolicy
 from stockade.controllers.generate import (
     GenerateController,
     TriggerEvent,
+    WatchedChange,
     evaluation_enabled,
     gpol_labels,
     gpol_selector,
     owned_by,
 )
+from stockade.controllers.downstreamwatch import parse_watch_lines
 from stockade.policy.loader import Document
 from tests.unit.controllers.fakecluster import FakeCluster, selector_matches
 
@@ -176,3 +178,45 @@ def test_generate_existing_and_resync_prune() -> None:
     cluster.request("DELETE", "/api/v1/namespaces/ns1/configmaps/a")  # a trigger deleted while we were not told
     ctl.resync()
     assert cluster.find("NetworkPolicy", "ns1", "default-deny") is None
+
+
+def test_kyverno_reverts_an_edited_or_deleted_synchronized_downstream_object_from_the_watch() -> None:
+    cluster = FakeCluster()
+    ctl = controller(cluster, Store(gpol()))
+    ctl.process_event(TriggerEvent("CREATE", trigger(cluster)))
+    netpol = cluster.find("NetworkPolicy", "ns1", "default-deny")
+    edited = cluster.add({**netpol, "spec": {"podSelector": {}, "policyTypes": ["Egress"]}})
+    assert ctl.process_watched_change(WatchedChange("MODIFIED", edited)) == []
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny")["spec"]["policyTypes"] == ["Ingress"]
+    cluster.request("DELETE", "/apis/networking.k8s.io/v1/namespaces/ns1/networkpolicies/default-deny")
+    assert ctl.process_watched_change(WatchedChange("DELETED", edited)) == []
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny") is not None
+
+
+def test_without_sync_a_watched_change_is_left_alone() -> None:
+    cluster = FakeCluster()
+    ctl = controller(cluster, Store(gpol(sync=False)))
+    ctl.process_event(TriggerEvent("CREATE", trigger(cluster)))
+    netpol = cluster.find("NetworkPolicy", "ns1", "default-deny")
+    edited = cluster.add({**netpol, "spec": {"podSelector": {}, "policyTypes": ["Egress"]}})
+    assert ctl.process_watched_change(WatchedChange("MODIFIED", edited)) == []
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny")["spec"]["policyTypes"] == ["Egress"]
+
+
+def test_a_watched_clone_source_change_reaches_its_copies_and_its_deletion_removes_them() -> None:
+    cluster = FakeCluster()
+    source = cluster.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "src", "namespace": "default"}, "data": {"k": "dg=="}})
+    expression = 'generator.Apply(object.metadata.namespace, [resource.Get("v1", "secrets", "default", "src")])'
+    ctl = controller(cluster, Store(gpol(expression=expression)))
+    ctl.process_event(TriggerEvent("CREATE", trigger(cluster)))
+    changed = cluster.add({**source, "data": {"k": "dzI="}})
+    assert ctl.process_watched_change(WatchedChange("MODIFIED", changed)) == []
+    assert cluster.find("Secret", "ns1", "src")["data"] == {"k": "dzI="}
+    cluster.request("DELETE", "/api/v1/namespaces/default/secrets/src")
+    assert ctl.process_watched_change(WatchedChange("DELETED", changed)) == []
+    assert cluster.find("Secret", "ns1", "src") is None
+
+
+def test_watch_lines_are_split_at_newlines() -> None:
+    events, rest = parse_watch_lines(b'{"type": "MODIFIED", "object": {}}\n\n{"type": "DEL')
+    assert events == [{"type": "MODIFIED", "object": {}}] and rest == b'{"type": "DEL'
