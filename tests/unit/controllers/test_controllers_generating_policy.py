@@ -184,10 +184,10 @@ def test_kyverno_reverts_an_edited_or_deleted_synchronized_downstream_object_fro
     cluster = FakeCluster()
     ctl = controller(cluster, Store(gpol()))
     ctl.process_event(TriggerEvent("CREATE", trigger(cluster)))
-    netpol = cluster.find("NetworkPolicy", "ns1", "default-deny")
+    netpol = cluster.find("NetworkPolicy", "ns1", "default-deny") or {}
     edited = cluster.add({**netpol, "spec": {"podSelector": {}, "policyTypes": ["Egress"]}})
     assert ctl.process_watched_change(WatchedChange("MODIFIED", edited)) == []
-    assert cluster.find("NetworkPolicy", "ns1", "default-deny")["spec"]["policyTypes"] == ["Ingress"]
+    assert (cluster.find("NetworkPolicy", "ns1", "default-deny") or {})["spec"]["policyTypes"] == ["Ingress"]
     cluster.request("DELETE", "/apis/networking.k8s.io/v1/namespaces/ns1/networkpolicies/default-deny")
     assert ctl.process_watched_change(WatchedChange("DELETED", edited)) == []
     assert cluster.find("NetworkPolicy", "ns1", "default-deny") is not None
@@ -197,10 +197,10 @@ def test_without_sync_a_watched_change_is_left_alone() -> None:
     cluster = FakeCluster()
     ctl = controller(cluster, Store(gpol(sync=False)))
     ctl.process_event(TriggerEvent("CREATE", trigger(cluster)))
-    netpol = cluster.find("NetworkPolicy", "ns1", "default-deny")
+    netpol = cluster.find("NetworkPolicy", "ns1", "default-deny") or {}
     edited = cluster.add({**netpol, "spec": {"podSelector": {}, "policyTypes": ["Egress"]}})
     assert ctl.process_watched_change(WatchedChange("MODIFIED", edited)) == []
-    assert cluster.find("NetworkPolicy", "ns1", "default-deny")["spec"]["policyTypes"] == ["Egress"]
+    assert (cluster.find("NetworkPolicy", "ns1", "default-deny") or {})["spec"]["policyTypes"] == ["Egress"]
 
 
 def test_a_watched_clone_source_change_reaches_its_copies_and_its_deletion_removes_them() -> None:
@@ -211,7 +211,7 @@ def test_a_watched_clone_source_change_reaches_its_copies_and_its_deletion_remov
     ctl.process_event(TriggerEvent("CREATE", trigger(cluster)))
     changed = cluster.add({**source, "data": {"k": "dzI="}})
     assert ctl.process_watched_change(WatchedChange("MODIFIED", changed)) == []
-    assert cluster.find("Secret", "ns1", "src")["data"] == {"k": "dzI="}
+    assert (cluster.find("Secret", "ns1", "src") or {})["data"] == {"k": "dzI="}
     cluster.request("DELETE", "/api/v1/namespaces/default/secrets/src")
     assert ctl.process_watched_change(WatchedChange("DELETED", changed)) == []
     assert cluster.find("Secret", "ns1", "src") is None
