@@ -23,6 +23,7 @@ from stockade.celpolicy.template import render_template
 from stockade.engine.response import EngineResponse, RuleResponse
 
 SOURCE_UID_LABEL = "generate.kyverno.io/source-uid"
+GENERATED_MESSAGE = "policy evaluated successfully"
 VALIDATION = "Validation"
 MUTATION = "Mutation"
 GENERATION = "Generation"
@@ -517,6 +518,7 @@ class CelPolicyEvaluator:
                     scope.evaluate(f"spec.generate[{index}].expression", str(expression))
             except (CelError, ValueError) as error:
                 return self._response(policy, request, GENERATION, _Outcome("error", f"failed to generate resources: {error}"))
+        annotations = self._audit_annotations(scope, spec.get("auditAnnotations"))
         generated: list[dict[str, Any]] = []
         for namespace, resources in sink.calls:
             for resource in _expand_lists(resources):
@@ -529,9 +531,26 @@ class CelPolicyEvaluator:
                 if namespace:
                     metadata["namespace"] = namespace
                 generated.append(resource)
-        if not generated:
-            return self._response(policy, request, GENERATION, _Outcome("pass", "success"))
-        return self._response(policy, request, GENERATION, _Outcome("pass", "success", generated=generated))
+        # Kyverno's message for a generating policy that ran, and its audit annotations as the result's properties
+        response = self._response(policy, request, GENERATION, _Outcome("pass", GENERATED_MESSAGE, generated=generated))
+        for rule in response.rules:
+            rule.properties.update(annotations)
+        return response
+
+    @staticmethod
+    def _audit_annotations(scope: Any, entries: Any) -> dict[str, str]:
+        """``auditAnnotations`` (key, valueExpression): null values are left out; a failing expression too."""
+        annotations: dict[str, str] = {}
+        for index, entry in enumerate(entries if isinstance(entries, list) else []):
+            if not isinstance(entry, dict) or not entry.get("key") or not entry.get("valueExpression"):
+                continue
+            try:
+                value = scope.evaluate(f"spec.auditAnnotations[{index}].valueExpression", str(entry["valueExpression"]))
+            except CelError:
+                continue
+            if value is not None:
+                annotations[str(entry["key"])] = str(value)
+        return annotations
 
     # -- DeletingPolicy ---------------------------------------------------------------------------------------------
     def delete(self, policy: CelPolicy, resource: dict[str, Any], namespace_object: dict[str, Any] | None = None) -> EngineResponse | None:

@@ -399,7 +399,7 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
         from stockade.controllers.generate import GenerateController
         from stockade.controllers.manager import DeduplicatingSubmitter
 
-        generator = GenerateController(api_client, store, is_leader=services.is_leader, events=state.events)
+        generator = GenerateController(api_client, store, is_leader=services.is_leader, events=state.events, reports=state.reports)
         services.background.append(generator)
         state.generator = DeduplicatingSubmitter(generator)
     from stockade.controllers.cleanup import ScheduledDeletionController

@@ -395,12 +395,14 @@ class GenerateController:
         backoff_seconds: float = 0.5,
         max_backoff_seconds: float = 60.0,
         events: Any = None,
+        reports: Any = None,
     ) -> None:
         from stockade.controllers.mutateexisting import MutateExisting
 
         self.api_client = api_client
         self.store = store
         self.events = events  # an EventRecorder: Kyverno reports each generated resource as Events
+        self.reports = reports  # a ReportWriter: GeneratingPolicy results go into the trigger's report, as Kyverno's
         # uncached reads: the controller compares against the live objects it is about to write
         self.cluster = cluster_data or ClusterData(api_client, ttl_seconds=0.0)
         self.resync_interval = resync_interval
@@ -804,6 +806,19 @@ class GenerateController:
             return [GenerateFailure(policy.key, policy.name, change.describe(), str(exc))]
         return []
 
+    def _report_gpol(self, policy: CelPolicy, trigger: dict[str, Any], result: Any) -> None:
+        """The trigger's report gets the GeneratingPolicy's result (Kyverno's generate reports)."""
+        if self.reports is None:
+            return
+        from stockade.controllers.reports import PROCESS_ADMISSION
+
+        response = EngineResponse(policy, trigger, trigger)
+        response.rules.append(result)
+        try:
+            self.reports.submit(trigger, [response], process=PROCESS_ADMISSION)
+        except Exception as exc:  # reporting must never stop generation
+            log.warning("reporting %s on %s failed: %s", policy.key, _describe(trigger), exc)
+
     def _process_gpol_event(self, event: TriggerEvent, trigger: dict[str, Any], uid: str) -> list[GenerateFailure]:
         gpols = self._generating()
         if not gpols:
@@ -819,6 +834,8 @@ class GenerateController:
                 except Exception as exc:  # a compile error in one policy must not stop the others
                     failures.append(GenerateFailure(policy.key, policy.name, event.describe(), f"{type(exc).__name__}: {exc}"))
                     continue
+            if result is not None:
+                self._report_gpol(policy, trigger, result)
             if result is not None and result.status == ERROR:
                 failures.append(GenerateFailure(policy.key, policy.name, event.describe(), result.message))
                 continue
@@ -1097,6 +1114,7 @@ class GenerateController:
             if result is None:
                 continue
             applied_uids.add(uid)
+            self._report_gpol(policy, trigger, result)
             if result.status == ERROR:
                 log.warning("%s on %s: %s", policy.key, _describe(trigger), result.message)
             elif result.status == PASS:

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from stockade.engine.response import STATUSES, EngineResponse, report_result
-from stockade.policy.model import KyvernoPolicy
+from stockade.engine.response import STATUSES, EngineResponse, RuleResponse, report_result
+from stockade.policy.model import RULE_TYPE_GENERATION, KyvernoPolicy
 
 log = logging.getLogger("stockade.reports")
 
@@ -42,6 +42,47 @@ def report_policy_name(policy: Any) -> str:
     namespace = str(getattr(policy, "namespace", "") or "")
     name = str(getattr(policy, "name", "") or "")
     return f"{namespace}/{name}" if namespace else name
+
+
+# Kyverno's report sources for the policies.kyverno.io kinds (its ClusterPolicies report "kyverno")
+_CEL_SOURCES = {
+    "ValidatingPolicy": "KyvernoValidatingPolicy",
+    "ImageValidatingPolicy": "KyvernoImageValidatingPolicy",
+    "MutatingPolicy": "KyvernoMutatingPolicy",
+    "GeneratingPolicy": "KyvernoGeneratingPolicy",
+}
+
+
+def report_source(policy: Any) -> str:
+    if isinstance(policy, KyvernoPolicy):
+        return "kyverno"
+    base_kind = str(getattr(policy, "base_kind", "kyverno"))
+    return _CEL_SOURCES.get(base_kind, base_kind)
+
+
+def gvk_string(api_version: str, kind: str) -> str:
+    """Go's ``schema.GroupVersionKind.String()``: ``group/version, Kind=kind`` (``/v1, Kind=ConfigMap`` for core)."""
+    group, _, version = api_version.rpartition("/")
+    return f"{group}/{version}, Kind={kind}"
+
+
+def result_properties(rule: RuleResponse, process: str) -> dict[str, str]:
+    """A result's properties as Kyverno fills them: the rule's own (audit annotations), the exceptions that
+    applied, the resources a generate rule produced, and the process that evaluated it."""
+    properties = {str(k): str(v) for k, v in (rule.properties or {}).items()}
+    if rule.exceptions:
+        properties["exceptions"] = ",".join(key.rpartition("/")[2] for key in rule.exceptions)  # names, as Kyverno
+    if rule.rule_type == RULE_TYPE_GENERATION and rule.generated_resources:
+        described = []
+        for generated in rule.generated_resources:
+            metadata = generated.get("metadata") or {}
+            info = f"{gvk_string(str(generated.get('apiVersion') or ''), str(generated.get('kind') or ''))} Name={metadata.get('name', '')}"
+            if metadata.get("namespace"):
+                info += f" Namespace={metadata['namespace']}"
+            described.append(info)
+        properties["generated-resources"] = "; ".join(described)
+    properties["process"] = process
+    return properties
 
 
 def build_report(
@@ -68,14 +109,14 @@ def build_report(
             result = report_result(response, rule)
             summary[result] += 1
             entry: dict[str, Any] = {
-                "source": "kyverno" if isinstance(policy, KyvernoPolicy) else str(getattr(policy, "base_kind", "kyverno")),
+                "source": report_source(policy),
                 "policy": report_policy_name(policy) or response.policy_name,
                 "rule": rule.name,
                 "result": result,
                 "message": rule.message,
                 "scored": str(annotations.get("policies.kyverno.io/scored", "")) != "false",
                 "timestamp": {"seconds": int(now.timestamp()), "nanos": 0},
-                "properties": {"process": process},
+                "properties": result_properties(rule, process),
             }
             if annotations.get("policies.kyverno.io/severity"):
                 entry["severity"] = annotations["policies.kyverno.io/severity"]
