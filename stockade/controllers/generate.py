@@ -61,6 +61,7 @@ TRIGGER_NAME_LABEL = "generate.kyverno.io/trigger-name"
 SOURCE_UID_LABEL = "generate.kyverno.io/source-uid"
 GENERATING_POLICY_KINDS = ("GeneratingPolicy", "NamespacedGeneratingPolicy")
 FIELD_MANAGER = "stockade-generate"
+SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 
 APPLY = "apply"
 DELETE = "delete"
@@ -107,6 +108,11 @@ def matches_delete_operation(rule: Rule) -> bool:
     for key in ("any", "all"):
         blocks += [(entry or {}).get("resources") or {} for entry in match.get(key) or [] if isinstance(entry, dict)]
     return any("DELETE" in (block.get("operations") or []) for block in blocks if isinstance(block, dict))
+
+
+def skips_background_requests(rule: Rule) -> bool:
+    """``skipBackgroundRequests`` (default true): the rule ignores requests made by the generate controller itself."""
+    return rule.raw.get("skipBackgroundRequests", True) is not False
 
 
 def trigger_action(operation: str, rule_applies: bool, synchronized: bool, generate_on_delete: bool = False) -> str:
@@ -419,6 +425,7 @@ class GenerateController:
         self._known_gpols: dict[str, CelPolicy] = {}
         # (apiVersion, kind) each GeneratingPolicy has produced: its downstream kinds are only known from expressions
         self._gpol_kinds: dict[str, set[tuple[str, str]]] = {}
+        self._own_username: str | None = None
         self._policies_changed = threading.Event()
         # watches of the kinds synchronized GeneratingPolicies produce (started with the controller in a cluster)
         self.downstream_watch: DownstreamWatcher | None = None
@@ -618,6 +625,17 @@ class GenerateController:
         snapshot = self.store.snapshot
         return [p for p in (snapshot.policies if snapshot is not None else []) if p.has_generate()]
 
+    def own_username(self) -> str:
+        """The user this controller writes as (a SelfSubjectReview, asked once); "" when it cannot be learned."""
+        if self._own_username is None:
+            try:
+                answer = self.cluster.request("POST", SELF_SUBJECT_REVIEWS, {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+                self._own_username = str((((answer or {}).get("status") or {}).get("userInfo") or {}).get("username") or "")
+            except Exception as exc:
+                log.warning("could not learn our own user name (skipBackgroundRequests cannot apply): %s", exc)
+                self._own_username = ""
+        return self._own_username
+
     def _evaluate(self, engine: Engine, policy: KyvernoPolicy, trigger: dict[str, Any], operation: str, info: RequestInfo, gvk: ResourceKind | None) -> EngineResponse:
         namespace = str((trigger.get("metadata") or {}).get("namespace") or "")
         labels = self.cluster.namespace_labels(namespace) if namespace else {}
@@ -645,8 +663,14 @@ class GenerateController:
         engine = self._engine() if policies else None
         failures: list[GenerateFailure] = []
         uid = str((trigger.get("metadata") or {}).get("uid") or "")
+        own_request = bool(event.info.username) and event.info.username == self.own_username()
         for policy in policies:
             rules = generate_rules(policy)
+            if own_request:
+                rules = {name: rule for name, rule in rules.items() if not skips_background_requests(rule)}
+                if not rules:
+                    continue
+                policy = _only_rules(policy, list(rules.values()))
             responses: dict[str, Any] = {}
             deleting = {name for name, rule in rules.items() if event.operation == "DELETE" and matches_delete_operation(rule)}
             if (event.operation != "DELETE" or deleting) and engine is not None:
@@ -1213,8 +1237,12 @@ class _TriggerPending(StockadeError):
 
 def _single_rule(policy: KyvernoPolicy, rule: Rule) -> KyvernoPolicy:
     """A view of the policy with just one rule, so ``applyRules: One`` elsewhere cannot hide it."""
+    return _only_rules(policy, [rule])
+
+
+def _only_rules(policy: KyvernoPolicy, rules: list[Rule]) -> KyvernoPolicy:
     view = KyvernoPolicy(policy.raw, policy.source)
-    view._rules = [rule]
+    view._rules = list(rules)
     return view
 
 

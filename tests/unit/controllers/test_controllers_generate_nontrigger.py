@@ -120,3 +120,28 @@ def test_a_rule_matching_delete_generates_from_the_deleted_trigger() -> None:
     cluster.request("DELETE", "/api/v1/namespaces/ns1")
     assert controller.process_event(TriggerEvent("DELETE", {}, doomed)) == []
     assert (cluster.find("ConfigMap", "ns2", "farewell") or {}).get("data") == {"gone": "ns1"}
+
+
+class SelfAwareCluster(FakeCluster):
+    def request(self, method: str, path: str, body: Any = None, **options: Any) -> Any:
+        if path == "/apis/authentication.k8s.io/v1/selfsubjectreviews":
+            return {"status": {"userInfo": {"username": "system:serviceaccount:kyverno:stockade"}}}
+        return super().request(method, path, body, **options)
+
+
+def test_skip_background_requests_ignores_the_controllers_own_writes() -> None:
+    from stockade.engine.match import RequestInfo
+
+    policy = data_policy()
+    keep = {**policy["spec"]["rules"][0], "name": "keep", "skipBackgroundRequests": False}
+    keep["generate"] = {**keep["generate"], "name": "kept"}
+    policy["spec"]["rules"].append(keep)
+    cluster = SelfAwareCluster()
+    namespace = cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns1"}})
+    controller = GenerateController(None, Store(policy), cluster_data=cluster)  # type: ignore[arg-type]
+    own = RequestInfo(username="system:serviceaccount:kyverno:stockade")
+    assert controller.process_event(TriggerEvent("CREATE", namespace, info=own)) == []
+    assert cluster.find("ConfigMap", "ns1", "zk") is None  # skipBackgroundRequests defaults to true
+    assert cluster.find("ConfigMap", "ns1", "kept") is not None
+    assert controller.process_event(TriggerEvent("CREATE", namespace, info=RequestInfo(username="alice"))) == []
+    assert cluster.find("ConfigMap", "ns1", "zk") is not None
