@@ -110,6 +110,13 @@ def matches_delete_operation(rule: Rule) -> bool:
     return any("DELETE" in (block.get("operations") or []) for block in blocks if isinstance(block, dict))
 
 
+def clones(rule: Rule) -> bool:
+    """Whether a generate rule copies existing objects (clone/cloneList, also inside foreach) rather than data."""
+    generate = rule.generate or {}
+    specs = [generate, *[g for g in generate.get("foreach") or [] if isinstance(g, dict)]]
+    return any(spec.get("clone") or spec.get("cloneList") for spec in specs)
+
+
 def skips_background_requests(rule: Rule) -> bool:
     """``skipBackgroundRequests`` (default true): the rule ignores requests made by the generate controller itself."""
     return rule.raw.get("skipBackgroundRequests", True) is not False
@@ -1070,12 +1077,17 @@ class GenerateController:
     def reconcile_policies(self) -> None:
         """React to loaded policies changing: clean up after vanished generate rules, run generateExisting for new ones."""
         current = {policy.key: (policy, generate_rules(policy)) for policy in self._policies()}
+        snapshot = self.store.snapshot
+        existing = {policy.key for policy in (snapshot.policies if snapshot is not None else [])}
         previous = self._known_rules or {}
         for key, (old_policy, old_rules) in previous.items():
             new_rules = current.get(key, (None, {}))[1]
+            policy_kept = key in existing
             for name, rule in old_rules.items():
                 if name in new_rules or not synchronize(rule) or orphan_on_policy_delete(rule):
                     continue
+                if policy_kept and clones(rule):
+                    continue  # a clone rule removed from a policy that stays leaves its copies in place, as in Kyverno
                 try:
                     self.delete_downstream(old_policy, rule)
                 except ApiError as exc:

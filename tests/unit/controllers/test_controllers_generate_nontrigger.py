@@ -145,3 +145,16 @@ def test_skip_background_requests_ignores_the_controllers_own_writes() -> None:
     assert cluster.find("ConfigMap", "ns1", "kept") is not None
     assert controller.process_event(TriggerEvent("CREATE", namespace, info=RequestInfo(username="alice"))) == []
     assert cluster.find("ConfigMap", "ns1", "zk") is not None
+
+
+def test_removing_a_synchronized_rule_deletes_data_copies_but_keeps_clone_copies() -> None:
+    both = data_policy()
+    clone_rule = clone_policy()["spec"]["rules"][0]
+    both["spec"]["rules"].append({**clone_rule, "name": "clone"})
+    cluster, controller, _ = setup(both)
+    controller.reconcile_policies()
+    assert cluster.find("ConfigMap", "ns1", "zk") is not None and cluster.find("Secret", "ns1", "copy") is not None
+    controller.store.snapshot = Snapshot([KyvernoPolicy({**both, "spec": {"rules": []}})])
+    controller.reconcile_policies()
+    assert cluster.find("ConfigMap", "ns1", "zk") is None  # Kyverno deletes a removed data rule's downstream
+    assert cluster.find("Secret", "ns1", "copy") is not None  # and keeps a removed clone rule's copies
