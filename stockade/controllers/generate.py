@@ -725,8 +725,11 @@ class GenerateController:
                 except ApiError as exc:
                     failures.append(GenerateFailure(policy.key, rule.name, event.describe(), str(exc)))
             return failures
+        handled = self._process_copies_of(engine, by_key, old, event, failures)
         for policy in policies:
             for rule in generate_rules(policy).values():
+                if (policy.namespace, policy.name, rule.name) in handled:
+                    continue
                 how = cloned_from(rule, old, event.resource or None)
                 if not how or self._matches(engine, policy, rule, old, event):
                     continue
@@ -738,6 +741,42 @@ class GenerateController:
                 except ApiError as exc:
                     failures.append(GenerateFailure(policy.key, rule.name, event.describe(), str(exc)))
         return failures
+
+    def _process_copies_of(
+        self, engine: Engine, by_key: dict[tuple[str, str], KyvernoPolicy], source: dict[str, Any], event: TriggerEvent, failures: list[GenerateFailure]
+    ) -> set[tuple[str, str, str]]:
+        """The copies that name ``source`` by uid (Kyverno's source labels) follow it: regenerated from their
+        triggers when it changed, deleted with it.  Returns the (policy namespace, policy, rule) handled."""
+        metadata = source.get("metadata") or {}
+        uid = str(metadata.get("uid") or "")
+        handled: set[tuple[str, str, str]] = set()
+        if not uid:
+            return handled
+        try:
+            copies = self.cluster.list_objects(
+                str(source.get("apiVersion") or ""), str(source.get("kind") or ""), "", label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{SOURCE_UID_LABEL}={uid}", cached=False
+            )
+        except ApiError as exc:
+            if exc.status != 404:
+                failures.append(GenerateFailure("*", "*", event.describe(), str(exc)))
+            return handled
+        for copy_ in copies:
+            origin = downstream_origin(copy_)
+            policy = by_key.get((origin.policy_namespace, origin.policy_name)) if origin is not None else None
+            rule = generate_rules(policy).get(origin.rule_name) if policy is not None and origin is not None else None
+            if origin is None or policy is None or rule is None or not synchronize(rule):
+                continue
+            handled.add((policy.namespace, policy.name, rule.name))
+            if self._matches(engine, policy, rule, source, event):
+                continue  # the source is also the rule's trigger: its trigger handling decided
+            try:
+                if event.operation == "DELETE":
+                    self._delete_object(copy_)
+                else:
+                    self._regenerate_for(engine, policy, rule, origin)
+            except ApiError as exc:
+                failures.append(GenerateFailure(policy.key, rule.name, event.describe(), str(exc)))
+        return handled
 
     def _matches(self, engine: Engine, policy: KyvernoPolicy, rule: Rule, obj: dict[str, Any], event: TriggerEvent) -> bool:
         """Whether the changed object is itself a trigger of the rule (its trigger handling already ran)."""

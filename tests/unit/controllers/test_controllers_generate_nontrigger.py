@@ -158,3 +158,20 @@ def test_removing_a_synchronized_rule_deletes_data_copies_but_keeps_clone_copies
     controller.reconcile_policies()
     assert cluster.find("ConfigMap", "ns1", "zk") is None  # Kyverno deletes a removed data rule's downstream
     assert cluster.find("Secret", "ns1", "copy") is not None  # and keeps a removed clone rule's copies
+
+
+def test_copies_find_their_source_by_uid_even_when_the_clone_name_is_a_variable() -> None:
+    policy = clone_policy()
+    rule = policy["spec"]["rules"][0]
+    rule["context"] = [{"name": "source", "variable": {"value": "regcred"}}]
+    rule["generate"]["clone"]["name"] = "{{source}}"
+    cluster, controller, _ = setup(policy)
+    copied = cluster.find("Secret", "ns1", "copy")
+    assert copied is not None
+    source = cluster.find("Secret", "default", "regcred")
+    assert source is not None
+    assert copied["metadata"]["labels"]["generate.kyverno.io/source-uid"] == source["metadata"]["uid"]
+    assert cloned_from(KyvernoPolicy(policy).rules[0], source) == ""  # the coordinates alone do not say
+    edited = cluster.add({**source, "data": {"k": "djM="}})
+    assert controller.process_event(TriggerEvent("UPDATE", edited, source)) == []
+    assert (cluster.find("Secret", "ns1", "copy") or {}).get("data") == {"k": "djM="}
