@@ -1156,7 +1156,10 @@ class GenerateController:
                 log.warning("cleaning up downstream of removed %s failed: %s", key, exc)
         for key, policy in current.items():
             known = self._known_gpols.get(key)
-            if evaluation_enabled(policy, "generateExisting") and (known is None or known.raw != policy.raw):
+            if known is not None and evaluation_enabled(policy, "synchronize") and known.raw.get("spec") != policy.raw.get("spec"):
+                # Kyverno regenerates a synchronized policy's downstream after a change; what it no longer produces goes
+                self._apply_gpol_to_existing(policy, prune=True, drop_stale=True)
+            elif evaluation_enabled(policy, "generateExisting") and (known is None or known.raw != policy.raw):
                 self._apply_gpol_to_existing(policy, prune=False)
         self._known_gpols = current
 
@@ -1173,10 +1176,13 @@ class GenerateController:
             if evaluation_enabled(gpol, "synchronize"):
                 self._apply_gpol_to_existing(gpol, prune=True)
 
-    def _apply_gpol_to_existing(self, policy: CelPolicy, *, prune: bool) -> None:
-        """A GeneratingPolicy over every existing trigger (as CREATE requests, like Kyverno's background pass)."""
+    def _apply_gpol_to_existing(self, policy: CelPolicy, *, prune: bool, drop_stale: bool = False) -> None:
+        """A GeneratingPolicy over every existing trigger (as CREATE requests, like Kyverno's background pass); with
+        ``drop_stale``, downstream objects the policy no longer produces are deleted."""
         evaluator = self._cel_evaluator()
         applied_uids: set[str] = set()
+        produced: set[tuple[str, str, str, str]] = set()
+        unsure = False
         triggers, complete = self._list_gpol_triggers(policy)
         for trigger in triggers:
             uid = str((trigger.get("metadata") or {}).get("uid") or "")
@@ -1185,22 +1191,27 @@ class GenerateController:
             except Exception as exc:
                 log.warning("evaluating %s on %s failed: %s", policy.key, _describe(trigger), exc)
                 applied_uids.add(uid)
+                unsure = True
                 continue
             if result is None:
                 continue
             applied_uids.add(uid)
             self._report_gpol(policy, trigger, result)
             if result.status == ERROR:
+                unsure = True
                 log.warning("%s on %s: %s", policy.key, _describe(trigger), result.message)
             elif result.status == PASS:
                 try:
-                    self.apply_gpol_downstream(policy, trigger, result.generated_resources)
+                    produced |= self.apply_gpol_downstream(policy, trigger, result.generated_resources)
                 except ApiError as exc:
+                    unsure = True
                     self.stats.failures += 1
                     log.warning("%s on %s: %s", policy.key, _describe(trigger), exc)
         if prune and complete:
             try:
                 self.delete_gpol_downstream(policy, keep_uids=applied_uids)
+                if drop_stale and not unsure:
+                    self.delete_gpol_downstream(policy, keep=produced)
             except ApiError as exc:
                 log.warning("pruning downstream of %s failed: %s", policy.key, exc)
 

@@ -220,3 +220,19 @@ def test_a_watched_clone_source_change_reaches_its_copies_and_its_deletion_remov
 def test_watch_lines_are_split_at_newlines() -> None:
     events, rest = parse_watch_lines(b'{"type": "MODIFIED", "object": {}}\n\n{"type": "DEL')
     assert events == [{"type": "MODIFIED", "object": {}}] and rest == b'{"type": "DEL'
+
+
+def test_a_changed_synchronized_policy_regenerates_and_drops_what_it_no_longer_produces() -> None:
+    cluster = FakeCluster()
+    cluster.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "src", "namespace": "default"}, "data": {"k": "dg=="}})
+    cluster.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "src", "namespace": "default"}, "data": {"a": "b"}})
+    secret_copy = 'generator.Apply(object.metadata.namespace, [resource.Get("v1", "secrets", "default", "src")])'
+    store = Store(gpol(expression=secret_copy))
+    ctl = controller(cluster, store)
+    ctl.reconcile_policies()
+    ctl.process_event(TriggerEvent("CREATE", trigger(cluster)))
+    assert cluster.find("Secret", "ns1", "src") is not None
+    store.set(gpol(expression=secret_copy.replace("secrets", "configmaps")))
+    ctl.reconcile_policies()
+    assert cluster.find("Secret", "ns1", "src") is None
+    assert (cluster.find("ConfigMap", "ns1", "src") or {}).get("data") == {"a": "b"}
