@@ -110,6 +110,29 @@ def matches_delete_operation(rule: Rule) -> bool:
     return any("DELETE" in (block.get("operations") or []) for block in blocks if isinstance(block, dict))
 
 
+def _target(spec: dict[str, Any]) -> tuple[Any, ...]:
+    return (spec.get("apiVersion"), spec.get("kind"), spec.get("name"), spec.get("namespace"), spec.get("clone") or None)
+
+
+def retargeted_kinds(old: Rule, new: Rule) -> list[tuple[str, str]]:
+    """(apiVersion, kind) of the downstream objects a rule update leaves behind: Kyverno unlabels them (they stop
+    being the rule's) when the target (apiVersion, kind, name, namespace, clone source) or the cloneList changed."""
+    old_generate, new_generate = old.generate or {}, new.generate or {}
+    kinds: list[tuple[str, str]] = []
+    pairs = [(old_generate, new_generate)]
+    old_foreach = [g for g in old_generate.get("foreach") or [] if isinstance(g, dict)]
+    new_foreach = [g for g in new_generate.get("foreach") or [] if isinstance(g, dict)]
+    pairs += [(o, n) for o in old_foreach for n in new_foreach if o.get("list") == n.get("list")]
+    for before, after in pairs:
+        if _target(before) != _target(after) and before.get("kind"):
+            kinds.append((str(before.get("apiVersion") or ""), str(before["kind"])))
+        if (before.get("cloneList") or None) != (after.get("cloneList") or None):
+            for entry in (before.get("cloneList") or {}).get("kinds") or []:
+                api_version, _, kind = str(entry).rpartition("/")
+                kinds.append((api_version, kind))
+    return list(dict.fromkeys(kinds))
+
+
 def clones(rule: Rule) -> bool:
     """Whether a generate rule copies existing objects (clone/cloneList, also inside foreach) rather than data."""
     generate = rule.generate or {}
@@ -1098,6 +1121,31 @@ class GenerateController:
             log.info("deleted %d downstream object(s) of policy %s rule %s", deleted, policy.key, rule.name)
         return deleted
 
+    def _unlabel_downstream(self, policy: KyvernoPolicy, rule: Rule, kinds: list[tuple[str, str]]) -> None:
+        """Strip the policy and rule labels from a rule's downstream objects of ``kinds``: they are left as they
+        are and no longer synchronized or cleaned up with the rule."""
+        selector = label_selector(downstream_selector(policy.name, policy.namespace, rule.name))
+        for api_version, kind in kinds:
+            try:
+                found = self.cluster.list_objects(api_version, kind, "", label_selector=selector, cached=False)
+            except ApiError as exc:
+                if exc.status != 404:
+                    log.warning("listing old downstream of %s rule %s failed: %s", policy.key, rule.name, exc)
+                continue
+            for obj in found:
+                labels = dict((obj.get("metadata") or {}).get("labels") or {})
+                for label in (POLICY_NAME_LABEL, POLICY_NAMESPACE_LABEL, RULE_NAME_LABEL):
+                    labels.pop(label, None)
+                obj["metadata"]["labels"] = labels
+                resource = self.cluster.resolve_kind(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
+                if resource is None:
+                    continue
+                metadata = obj["metadata"]
+                try:
+                    self.cluster.request("PUT", object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or "")), obj)
+                except ApiError as exc:
+                    log.warning("unlabelling %s failed: %s", _describe(obj), exc)
+
     def _delete_object(self, obj: dict[str, Any]) -> int:
         metadata = obj.get("metadata") or {}
         resource = self.cluster.resolve_kind(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
@@ -1133,6 +1181,12 @@ class GenerateController:
                     log.warning("cleaning up downstream of removed rule %s/%s failed: %s", key, name, exc)
         for key, (policy, rules) in current.items():
             old_rules = previous.get(key, (None, {}))[1]
+            if old_rules and set(old_rules) <= set(rules):  # no rule removed: retargeted rules orphan their old objects
+                for name, rule in rules.items():
+                    if name in old_rules and old_rules[name].raw != rule.raw:
+                        kinds = retargeted_kinds(old_rules[name], rule)
+                        if kinds:
+                            self._unlabel_downstream(policy, old_rules[name], kinds)
             wanted = [rule for name, rule in rules.items() if generate_existing(policy, rule) and (name not in old_rules or old_rules[name].raw != rule.raw)]
             if wanted:
                 self._apply_to_existing(policy, wanted, prune=False)

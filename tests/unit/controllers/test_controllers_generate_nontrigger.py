@@ -175,3 +175,21 @@ def test_copies_find_their_source_by_uid_even_when_the_clone_name_is_a_variable(
     edited = cluster.add({**source, "data": {"k": "djM="}})
     assert controller.process_event(TriggerEvent("UPDATE", edited, source)) == []
     assert (cluster.find("Secret", "ns1", "copy") or {}).get("data") == {"k": "djM="}
+
+
+def test_a_retargeted_rule_leaves_its_old_downstream_unlabelled_and_out_of_its_cleanup() -> None:
+    import copy as copy_module
+
+    cluster, controller, namespace = setup(data_policy())
+    controller.reconcile_policies()
+    renamed = copy_module.deepcopy(data_policy())
+    renamed["spec"]["rules"][0]["generate"]["name"] = "zk-new"
+    controller.store.snapshot = Snapshot([KyvernoPolicy(renamed)])
+    controller.reconcile_policies()
+    old = cluster.find("ConfigMap", "ns1", "zk") or {}
+    assert "generate.kyverno.io/rule-name" not in old["metadata"]["labels"]  # Kyverno unlabels the old target
+    controller.process_event(TriggerEvent("UPDATE", namespace, namespace))
+    assert cluster.find("ConfigMap", "ns1", "zk-new") is not None
+    controller.store.snapshot = Snapshot([KyvernoPolicy({**renamed, "spec": {"rules": []}})])
+    controller.reconcile_policies()
+    assert cluster.find("ConfigMap", "ns1", "zk-new") is None and cluster.find("ConfigMap", "ns1", "zk") is not None
