@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.celpolicy.model import CelPolicy
-from stockade.controllers.clusterdata import ApiError, ClusterCelResources, ClusterData, api_version_of, collection_path, object_path, resources_for_rules
+from stockade.controllers.clusterdata import ApiError, ClusterCelHttp, ClusterCelResources, ClusterData, ClusterGlobalContext, api_version_of, collection_path, object_path, resources_for_rules
 from stockade.controllers.downstreamwatch import DownstreamWatcher
 from stockade.controllers.events import generate_events
 from stockade.engine.engine import Engine, Request
@@ -631,7 +631,9 @@ class GenerateController:
             for d in (getattr(snapshot, "documents", ()) or ())
             if d.kind == "PolicyException" and str(d.data.get("apiVersion", "")).startswith("policies.kyverno.io/")
         ]
-        return CelPolicyEvaluator(providers={"resource": ClusterCelResources(self.cluster)}, exceptions=exceptions)
+        # the CEL libraries Kyverno's background controller gives GeneratingPolicies: resource, http, globalContext
+        providers = {"resource": ClusterCelResources(self.cluster), "http": ClusterCelHttp(), "globalContext": ClusterGlobalContext(self.cluster)}
+        return CelPolicyEvaluator(providers=providers, exceptions=exceptions)
 
     def _evaluate_gpol(self, evaluator: Any, policy: CelPolicy, trigger: dict[str, Any], operation: str, old: dict[str, Any], info: RequestInfo) -> Any:
         """The policy's single rule response on this trigger, or None when it does not apply."""

@@ -236,3 +236,24 @@ def test_a_changed_synchronized_policy_regenerates_and_drops_what_it_no_longer_p
     ctl.reconcile_policies()
     assert cluster.find("Secret", "ns1", "src") is None
     assert (cluster.find("ConfigMap", "ns1", "src") or {}).get("data") == {"a": "b"}
+
+
+def test_generating_policies_read_global_context_entries_in_the_cluster() -> None:
+    from stockade.controllers.webhookconfig import ApiResource
+
+    cluster = FakeCluster()
+    cluster.resources.append(ApiResource("kyverno.io", "v2alpha1", "globalcontextentries", "GlobalContextEntry", False))
+    cluster.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app", "namespace": "default", "labels": {"app": "blue"}}})
+    cluster.add({
+        "apiVersion": "kyverno.io/v2alpha1", "kind": "GlobalContextEntry", "metadata": {"name": "apps"},
+        "spec": {"kubernetesResource": {"group": "", "version": "v1", "resource": "configmaps", "namespace": "default"},
+                 "projections": [{"name": "labels", "jmesPath": "[?metadata.name=='app'].metadata.labels.app"}]},
+    })
+    expression = (
+        'generator.Apply(object.metadata.namespace, [{"kind": dyn("ConfigMap"), "apiVersion": dyn("v1"), '
+        '"metadata": dyn({"name": "from-gctx", "namespace": string(object.metadata.namespace)}), '
+        '"data": dyn({"app": string(globalContext.Get("apps", "labels")[0])})}])'
+    )
+    ctl = controller(cluster, Store(gpol(expression=expression)))
+    assert ctl.process_event(TriggerEvent("CREATE", trigger(cluster))) == []
+    assert (cluster.find("ConfigMap", "ns1", "from-gctx") or {}).get("data") == {"app": "blue"}
