@@ -44,7 +44,8 @@ class _Outcome:
 class _GeneratorSink:
     """Collects ``generator.Apply`` calls: the CLI reports generated resources instead of creating them."""
 
-    def __init__(self) -> None:
+    def __init__(self, namespace: str = "") -> None:
+        self.namespace = namespace  # a namespaced policy's own namespace: where generator.Apply(resources) writes
         self.calls: list[tuple[str, list[dict[str, Any]]]] = []
 
     def apply(self, namespace: str, resources: list[Mapping[str, Any]]) -> None:
@@ -482,7 +483,7 @@ class CelPolicyEvaluator:
             return None
         if not constraints_match(spec.get("matchConstraints"), request):
             return None
-        sink = _GeneratorSink()
+        sink = _GeneratorSink(policy.namespace if policy.is_namespaced else "")
         scope = self._scope(policy.key, request, providers={"generator": sink})
         try:
             keys, images, values, full = self._policy_exceptions(policy, scope)
