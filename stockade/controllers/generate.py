@@ -62,6 +62,8 @@ SOURCE_UID_LABEL = "generate.kyverno.io/source-uid"
 GENERATING_POLICY_KINDS = ("GeneratingPolicy", "NamespacedGeneratingPolicy")
 FIELD_MANAGER = "stockade-generate"
 SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+PENDING_BACKOFF_SECONDS = 0.02  # first re-check of a trigger whose admission is still being persisted
+PENDING_ATTEMPTS = 12
 
 APPLY = "apply"
 DELETE = "delete"
@@ -131,6 +133,16 @@ def retargeted_kinds(old: Rule, new: Rule) -> list[tuple[str, str]]:
                 api_version, _, kind = str(entry).rpartition("/")
                 kinds.append((api_version, kind))
     return list(dict.fromkeys(kinds))
+
+
+def kyverno_labels_only_if_untyped(labels: Any) -> dict[str, Any]:
+    """A generated object's labels as Kyverno writes them: when one of the rule's label values is not a string
+    (``elementIndex: '{{ elementIndex }}'`` substitutes a number), Kyverno cannot read the rule's labels and keeps only
+    the managed-by and generate.kyverno.io labels it sets itself."""
+    found: dict[str, Any] = dict(labels) if isinstance(labels, dict) else {}
+    if all(isinstance(value, str) for value in found.values()):
+        return found
+    return {key: value for key, value in found.items() if key == MANAGED_BY_LABEL or str(key).startswith("generate.kyverno.io/")}
 
 
 def clones(rule: Rule) -> bool:
@@ -589,11 +601,14 @@ class GenerateController:
                 due.append(heapq.heappop(self._retries))
         return due
 
-    def _schedule_retry(self, event: TriggerEvent | WatchedChange, attempt: int, reason: str) -> None:
-        if attempt + 1 >= self.max_attempts:
+    def _schedule_retry(self, event: TriggerEvent | WatchedChange, attempt: int, reason: str, *, pending: bool = False) -> None:
+        """Back off and try again; a trigger that is not stored yet (its admission is still under way) is looked for
+        again within milliseconds, so its downstream appears about as soon as Kyverno's would."""
+        attempts, base = (PENDING_ATTEMPTS, PENDING_BACKOFF_SECONDS) if pending else (self.max_attempts, self.backoff_seconds)
+        if attempt + 1 >= attempts:
             log.error("giving up on %s %s after %d attempts: %s", event.operation, event.describe(), attempt + 1, reason)
             return
-        delay = min(self.backoff_seconds * (2**attempt), self.max_backoff_seconds)
+        delay = min(base * (2**attempt), self.max_backoff_seconds)
         self.stats.retries += 1
         with self._lock:
             heapq.heappush(self._retries, _Retry(time.monotonic() + delay, next(self._seq), event, attempt + 1))
@@ -604,7 +619,7 @@ class GenerateController:
         except ApiError as exc:
             failures = [GenerateFailure("*", "*", event.describe(), str(exc))]
         except _TriggerPending as exc:
-            self._schedule_retry(event, attempt, str(exc))
+            self._schedule_retry(event, attempt, str(exc), pending=True)
             return
         self.stats.processed += 1
         if failures:
@@ -973,6 +988,7 @@ class GenerateController:
             if resource is None:
                 raise ApiError("GET", str(desired.get("kind")), 404, f"kind {desired.get('apiVersion')}/{desired.get('kind')} is not served")
             metadata = desired.setdefault("metadata", {})
+            metadata["labels"] = kyverno_labels_only_if_untyped(metadata.get("labels"))
             desired["apiVersion"] = api_version_of(resource)
             if resource.namespaced:
                 metadata["namespace"] = metadata.get("namespace") or "default"
