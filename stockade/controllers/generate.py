@@ -25,6 +25,7 @@ Work never crashes the thread: failures are logged with policy, rule and resourc
 from __future__ import annotations
 
 import copy
+import dataclasses
 import heapq
 import itertools
 import logging
@@ -944,9 +945,8 @@ class GenerateController:
                 except Exception as exc:  # a compile error in one policy must not stop the others
                     failures.append(GenerateFailure(policy.key, policy.name, event.describe(), f"{type(exc).__name__}: {exc}"))
                     continue
-            if result is not None:
-                self._report_gpol(policy, trigger, result)
             if result is not None and result.status == ERROR:
+                self._report_gpol(policy, trigger, result)
                 failures.append(GenerateFailure(policy.key, policy.name, event.describe(), result.message))
                 continue
             applies = result is not None and result.status == PASS
@@ -958,7 +958,11 @@ class GenerateController:
                         self.delete_gpol_downstream(policy, trigger_uid=uid, keep=written)  # no longer generated
                 elif action == DELETE and uid:
                     self.delete_gpol_downstream(policy, trigger_uid=uid)
+                if result is not None:
+                    self._report_gpol(policy, trigger, result)
             except ApiError as exc:
+                if result is not None:  # Kyverno's generator writes during evaluation: a failed write is the rule's error
+                    self._report_gpol(policy, trigger, dataclasses.replace(result, status=ERROR, message=f"failed to generate resources: {exc}", generated_resources=[]))
                 failures.append(GenerateFailure(policy.key, policy.name, event.describe(), str(exc)))
         return failures
 

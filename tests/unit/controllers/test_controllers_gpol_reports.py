@@ -62,3 +62,17 @@ def test_an_exception_skip_names_the_exception() -> None:
     (result,) = reports.reports[0]["results"]
     assert result["result"] == "skip" and result["properties"]["exceptions"] == "allow"
     assert CelPolicy(gpol()).base_kind == "GeneratingPolicy"
+
+
+def test_a_resource_that_cannot_be_written_is_reported_as_an_error() -> None:
+    """Kyverno's generator writes while the policy is evaluated, so a write that fails makes the result an error."""
+    cluster = FakeCluster()
+    bad = (
+        '[{"kind": dyn("NetworkPolicy"), "apiVersion": dyn("networking.k8s.io/apps/v1"), '
+        '"metadata": dyn({"name": "x"}), "spec": dyn({"podSelector": dyn({})})}]'
+    )
+    reports = Reports()
+    ctl = GenerateController(None, Store(gpol(expression=f"generator.Apply(object.metadata.namespace, {bad})")), cluster_data=cluster, reports=reports)  # type: ignore[arg-type]
+    assert ctl.process_event(TriggerEvent("CREATE", trigger(cluster))) != []
+    (result,) = reports.reports[-1]["results"]
+    assert result["result"] == "error" and "generated-resources" not in result["properties"]
