@@ -766,11 +766,11 @@ class GenerateController:
                 except ApiError as exc:
                     failures.append(GenerateFailure(policy.key, rule.name, event.describe(), str(exc)))
             return failures
-        handled = self._process_copies_of(engine, by_key, old, event, failures)
+        # copies found by their source labels, and the rules whose clone coordinates name this object: both are
+        # brought in step (a second pass over the same copies finds nothing left to do)
+        self._process_copies_of(engine, by_key, old, event, failures)
         for policy in policies:
             for rule in generate_rules(policy).values():
-                if (policy.namespace, policy.name, rule.name) in handled:
-                    continue
                 how = cloned_from(rule, old, event.resource or None)
                 if not how or self._matches(engine, policy, rule, old, event):
                     continue
