@@ -146,6 +146,17 @@ def kyverno_labels_only_if_untyped(labels: Any) -> dict[str, Any]:
     return {key: value for key, value in found.items() if key == MANAGED_BY_LABEL or str(key).startswith("generate.kyverno.io/")}
 
 
+def current_targets(rule: Rule) -> set[tuple[str, str]]:
+    """(kind, name) of the objects a rule names without variables (its own downstream, whatever the trigger)."""
+    generate = rule.generate or {}
+    targets: set[tuple[str, str]] = set()
+    for spec in [generate, *[g for g in generate.get("foreach") or [] if isinstance(g, dict)]]:
+        kind, name = str(spec.get("kind") or ""), str(spec.get("name") or "")
+        if kind and name and "{{" not in name:
+            targets.add((kind, name))
+    return targets
+
+
 def clones(rule: Rule) -> bool:
     """Whether a generate rule copies existing objects (clone/cloneList, also inside foreach) rather than data."""
     generate = rule.generate or {}
@@ -1143,9 +1154,10 @@ class GenerateController:
             log.info("deleted %d downstream object(s) of policy %s rule %s", deleted, policy.key, rule.name)
         return deleted
 
-    def _unlabel_downstream(self, policy: KyvernoPolicy, rule: Rule, kinds: list[tuple[str, str]]) -> None:
+    def _unlabel_downstream(self, policy: KyvernoPolicy, rule: Rule, kinds: list[tuple[str, str]], keep: set[tuple[str, str]] | None = None) -> None:
         """Strip the policy and rule labels from a rule's downstream objects of ``kinds``: they are left as they
-        are and no longer synchronized or cleaned up with the rule."""
+        are and no longer synchronized or cleaned up with the rule.  Objects the updated rule itself names
+        (``keep``: (kind, name)) stay its own, also when a trigger produced them before this update was seen."""
         selector = label_selector(downstream_selector(policy.name, policy.namespace, rule.name))
         for api_version, kind in kinds:
             try:
@@ -1155,6 +1167,8 @@ class GenerateController:
                     log.warning("listing old downstream of %s rule %s failed: %s", policy.key, rule.name, exc)
                 continue
             for obj in found:
+                if keep and (str(obj.get("kind") or ""), str((obj.get("metadata") or {}).get("name") or "")) in keep:
+                    continue
                 labels = dict((obj.get("metadata") or {}).get("labels") or {})
                 for label in (POLICY_NAME_LABEL, POLICY_NAMESPACE_LABEL, RULE_NAME_LABEL):
                     labels.pop(label, None)
@@ -1208,7 +1222,7 @@ class GenerateController:
                     if name in old_rules and old_rules[name].raw != rule.raw:
                         kinds = retargeted_kinds(old_rules[name], rule)
                         if kinds:
-                            self._unlabel_downstream(policy, old_rules[name], kinds)
+                            self._unlabel_downstream(policy, old_rules[name], kinds, keep=current_targets(rule))
             wanted = [rule for name, rule in rules.items() if generate_existing(policy, rule) and (name not in old_rules or old_rules[name].raw != rule.raw)]
             if wanted:
                 self._apply_to_existing(policy, wanted, prune=False)

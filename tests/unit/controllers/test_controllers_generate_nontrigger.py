@@ -193,3 +193,19 @@ def test_a_retargeted_rule_leaves_its_old_downstream_unlabelled_and_out_of_its_c
     controller.store.snapshot = Snapshot([KyvernoPolicy({**renamed, "spec": {"rules": []}})])
     controller.reconcile_policies()
     assert cluster.find("ConfigMap", "ns1", "zk-new") is None and cluster.find("ConfigMap", "ns1", "zk") is not None
+
+
+def test_an_object_the_updated_rule_names_stays_its_own_even_if_produced_before_the_update_was_seen() -> None:
+    import copy as copy_module
+
+    cluster, controller, namespace = setup(data_policy())
+    controller.reconcile_policies()
+    renamed = copy_module.deepcopy(data_policy())
+    renamed["spec"]["rules"][0]["generate"]["name"] = "zk-new"
+    controller.store.snapshot = Snapshot([KyvernoPolicy(renamed)])
+    controller.process_event(TriggerEvent("UPDATE", namespace, namespace))  # the trigger event wins the race
+    controller.reconcile_policies()
+    new = cluster.find("ConfigMap", "ns1", "zk-new") or {}
+    assert new["metadata"]["labels"]["generate.kyverno.io/rule-name"] == "gen"
+    old = cluster.find("ConfigMap", "ns1", "zk") or {}
+    assert "generate.kyverno.io/rule-name" not in old["metadata"]["labels"]
