@@ -224,6 +224,21 @@ def _apply(provider: GeneratorProvider) -> Callable[..., Any]:
 _register("generator", ("generator.Apply", "generator.apply"), (_S, "list"), "bool", _apply)
 
 
+def _apply_in_own_namespace(provider: GeneratorProvider) -> Callable[..., Any]:
+    """``generator.Apply(resources)``: Kyverno's overload for NamespacedGeneratingPolicies, which generate into the
+    policy's own namespace (the provider's ``namespace``; cluster-wide policies have none and name one)."""
+    def apply(resources: list[Any]) -> bool:
+        namespace = str(getattr(provider, "namespace", "") or "")
+        if not namespace:
+            raise ValueError("generator.Apply(resources) is for namespaced policies; name the target namespace")
+        return bool(_apply(provider)(namespace, resources))
+
+    return apply
+
+
+_register("generator", ("generator.Apply", "generator.apply"), ("list",), "bool", _apply_in_own_namespace)
+
+
 _register("imageVerify", ("verifyImageSignatures",), (_S, "list"), "int",
           lambda p: lambda image, attestors: p.verify_image_signatures(image, list(attestors)))
 _register("imageVerify", ("verifyAttestationSignatures",), (_S, _S, "list"), "int",

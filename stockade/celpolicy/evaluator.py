@@ -24,6 +24,7 @@ from stockade.celpolicy.template import render_template
 from stockade.engine.response import EngineResponse, RuleResponse
 
 SOURCE_UID_LABEL = "generate.kyverno.io/source-uid"
+GENERATED_MESSAGE = "policy evaluated successfully"
 VALIDATION = "Validation"
 MUTATION = "Mutation"
 GENERATION = "Generation"
@@ -47,7 +48,8 @@ class _Outcome:
 class _GeneratorSink:
     """Collects ``generator.Apply`` calls: the CLI reports generated resources instead of creating them."""
 
-    def __init__(self) -> None:
+    def __init__(self, namespace: str = "") -> None:
+        self.namespace = namespace  # a namespaced policy's own namespace: where generator.Apply(resources) writes
         self.calls: list[tuple[str, list[dict[str, Any]]]] = []
 
     def apply(self, namespace: str, resources: list[Mapping[str, Any]]) -> None:
@@ -538,7 +540,7 @@ class CelPolicyEvaluator:
             return None
         if not constraints_match(spec.get("matchConstraints"), request):
             return None
-        sink = _GeneratorSink()
+        sink = _GeneratorSink(policy.namespace if policy.is_namespaced else "")
         scope = self._scope(policy.key, request, providers={"generator": sink})
         try:
             keys, images, values, full = self._policy_exceptions(policy, scope)
@@ -574,6 +576,7 @@ class CelPolicyEvaluator:
                     scope.evaluate(f"spec.generate[{index}].expression", str(expression))
             except (CelError, ValueError) as error:
                 return self._response(policy, request, GENERATION, _Outcome("error", f"failed to generate resources: {error}"))
+        annotations = self._audit_annotations(scope, spec.get("auditAnnotations"))
         generated: list[dict[str, Any]] = []
         for namespace, resources in sink.calls:
             for resource in _expand_lists(resources):
@@ -586,9 +589,26 @@ class CelPolicyEvaluator:
                 if namespace:
                     metadata["namespace"] = namespace
                 generated.append(resource)
-        if not generated:
-            return self._response(policy, request, GENERATION, _Outcome("pass", "success"))
-        return self._response(policy, request, GENERATION, _Outcome("pass", "success", generated=generated))
+        # Kyverno's message for a generating policy that ran, and its audit annotations as the result's properties
+        response = self._response(policy, request, GENERATION, _Outcome("pass", GENERATED_MESSAGE, generated=generated))
+        for rule in response.rules:
+            rule.properties.update(annotations)
+        return response
+
+    @staticmethod
+    def _audit_annotations(scope: Any, entries: Any) -> dict[str, str]:
+        """``auditAnnotations`` (key, valueExpression): null values are left out; a failing expression too."""
+        annotations: dict[str, str] = {}
+        for index, entry in enumerate(entries if isinstance(entries, list) else []):
+            if not isinstance(entry, dict) or not entry.get("key") or not entry.get("valueExpression"):
+                continue
+            try:
+                value = scope.evaluate(f"spec.auditAnnotations[{index}].valueExpression", str(entry["valueExpression"]))
+            except CelError:
+                continue
+            if value is not None:
+                annotations[str(entry["key"])] = str(value)
+        return annotations
 
     # -- DeletingPolicy ---------------------------------------------------------------------------------------------
     def delete(self, policy: CelPolicy, resource: dict[str, Any], namespace_object: dict[str, Any] | None = None) -> EngineResponse | None:

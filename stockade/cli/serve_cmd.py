@@ -46,11 +46,11 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--lease-name", default="stockade-leader", show_default=True, help="Name of the leader election Lease.")
 @click.option("--background-scan-interval", default=3600.0, show_default=True, type=click.FloatRange(min=0), help="With --register-webhooks: seconds between background scans of existing resources into PolicyReports (0 disables).")
 @click.option("--generate/--no-generate", default=True, show_default=True, help="With --register-webhooks: apply generate rules in the cluster (create and synchronise downstream resources).")
+@click.option("--background-service-account", default="", help="With --register-webhooks: the background controller's user (Kyverno's --backgroundServiceAccountName, e.g. system:serviceaccount:kyverno:kyverno-background-controller): a generate rule must fit its RBAC permissions, checked by SubjectAccessReview when the policy is created or updated, and its requests are background requests that MutatingPolicies skip unless spec.evaluation.skipBackgroundRequests is false (default: none, no check).")
 @click.option("--events/--no-events", default=True, show_default=True, help="With --register-webhooks: record a Kubernetes Event for each denial.")
 @click.option("--force-failure-policy-ignore", is_flag=True, default=False, help="Treat every policy as failurePolicy Ignore (Kyverno's forceFailurePolicyIgnore install option): its webhooks are registered with Ignore and its evaluation errors admit.")
 @click.option("--event-components", type=click.Choice(["kyverno", "stockade"]), default="stockade", show_default=True, help="reportingComponent of Events: stockade = 'stockade' for all; kyverno = Kyverno's names (kyverno-admission, kyverno-generate, kyverno-mutate, kyverno-cleanup), a compatibility setting for tools and tests that select Kyverno's Events.")
 @click.option("--webhook-names", type=click.Choice(["stockade", "kyverno"]), default="stockade", show_default=True, help="Names and managed-by label of the webhook configurations: stockade = stockade-resource-*-webhook-cfg, label webhook.stockade.io/managed-by; kyverno = Kyverno's (kyverno-resource-*-webhook-cfg, webhook.kyverno.io/managed-by: kyverno, kept registered even when empty), a compatibility setting for tooling and tests written against Kyverno. Do not run it beside Kyverno itself.")
-@click.option("--background-user", "background_user", default="", help="Username of the background controller whose requests MutatingPolicies skip unless they set spec.evaluation.skipBackgroundRequests: false (Kyverno's --backgroundServiceAccountName, e.g. system:serviceaccount:kyverno:kyverno-background-controller); empty: none.")
 @click.option("--config-map", "config_map", default="kyverno/kyverno", show_default=True, help="With --from-cluster: Kyverno's dynamic configuration ConfigMap (NAMESPACE/NAME), watched: resourceFilters, excluded users/groups/roles, defaultRegistry, webhooks selectors, matchConditions, webhook labels/annotations, generateSuccessEvents.")
 @click.option("--exception-namespace", "exception_namespaces", multiple=True, help="Honour PolicyExceptions only in these namespaces (repeatable; default: every namespace).")
 @click.option("--tracing-endpoint", default="", help="OTLP collector (http/protobuf: base URL such as http://otel-collector:4318; grpc: host:port or URL); spans per request, policy, rule and registry check.")
@@ -163,7 +163,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
         registry_ca_file=options["registry_ca_file"],
         webhook_timeout=float(options["webhook_timeout"]),
         exception_namespaces=tuple(options["exception_namespaces"]),
-        background_user=str(options.get("background_user") or ""),
+        background_user=str(options.get("background_service_account") or ""),
     )
     cluster_source = _start_cluster_source(cluster_client, options) if options["from_cluster"] else None
     kyverno_config, config_watch = _start_config_watch(cluster_client, options) if options["from_cluster"] else (None, None)
@@ -401,6 +401,11 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
         from stockade.controllers.events import EventRecorder
 
         state.events = EventRecorder(api_client, options.get("event_components") or "stockade", kyverno_config=state.kyverno_config)
+    from stockade.controllers.clusterdata import ClusterData
+    from stockade.controllers.policychecks import ClusterPolicyChecks
+
+    # the policy webhook's checks that need discovery and RBAC (generate target scopes and permissions)
+    state.policy_checker = ClusterPolicyChecks(ClusterData(api_client, ttl_seconds=0.0), background_user=options.get("background_service_account") or "")
     if services is None:
         return
     if options["generate"]:
@@ -408,7 +413,8 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
         from stockade.controllers.manager import DeduplicatingSubmitter
 
         generator = GenerateController(
-            api_client, store, is_leader=services.is_leader, events=state.events, background_username=str(options.get("background_user") or "")
+            api_client, store, is_leader=services.is_leader, events=state.events, reports=state.reports,
+            background_username=str(options.get("background_service_account") or ""),
         )
         services.background.append(generator)
         state.generator = DeduplicatingSubmitter(generator)

@@ -25,6 +25,7 @@ Work never crashes the thread: failures are logged with policy, rule and resourc
 from __future__ import annotations
 
 import copy
+import dataclasses
 import heapq
 import itertools
 import logging
@@ -37,11 +38,24 @@ from typing import Any
 
 from stockade.celpolicy.model import CelPolicy
 from stockade.controllers.celmutate import CelMutateExisting, CelMutateTrigger, TriggerNotStored, mutating_policies
-from stockade.controllers.clusterdata import ApiError, ClusterCelResources, ClusterData, api_version_of, collection_path, describe_object, object_identity, object_path, resources_for_rules
+from stockade.controllers.clusterdata import (
+    ApiError,
+    ClusterCelHttp,
+    ClusterCelResources,
+    ClusterData,
+    ClusterGlobalContext,
+    api_version_of,
+    collection_path,
+    describe_object,
+    object_identity,
+    object_path,
+    resources_for_rules,
+)
+from stockade.controllers.downstreamwatch import DownstreamWatcher
 from stockade.controllers.events import generate_events
 from stockade.controllers.mutateexisting import MutateExisting, TriggerFailure
 from stockade.engine.engine import Engine, Request
-from stockade.engine.match import RequestInfo, ResourceKind
+from stockade.engine.match import RequestInfo, ResourceKind, selector_matches
 from stockade.engine.response import ERROR, PASS, EngineResponse
 from stockade.policy.model import KyvernoPolicy, Rule
 from stockade.errors import StockadeError
@@ -62,6 +76,9 @@ TRIGGER_NAME_LABEL = "generate.kyverno.io/trigger-name"
 SOURCE_UID_LABEL = "generate.kyverno.io/source-uid"
 GENERATING_POLICY_KINDS = ("GeneratingPolicy", "NamespacedGeneratingPolicy")
 FIELD_MANAGER = "stockade-generate"
+SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
+PENDING_BACKOFF_SECONDS = 0.02  # first re-check of a trigger whose admission is still being persisted
+PENDING_ATTEMPTS = 12
 
 APPLY = "apply"
 DELETE = "delete"
@@ -100,11 +117,80 @@ def generate_existing(policy: KyvernoPolicy, rule: Rule) -> bool:
     return bool(policy.spec.get("generateExisting", policy.spec.get("generateExistingOnPolicyUpdate", False)))
 
 
-def trigger_action(operation: str, rule_applies: bool, synchronized: bool) -> str:
+def matches_delete_operation(rule: Rule) -> bool:
+    """Whether a rule names DELETE among its match operations: Kyverno then generates when the trigger is deleted."""
+    match = rule.raw.get("match") if isinstance(rule.raw.get("match"), dict) else {}
+    assert isinstance(match, dict)
+    blocks = [match.get("resources") or {}]
+    for key in ("any", "all"):
+        blocks += [(entry or {}).get("resources") or {} for entry in match.get(key) or [] if isinstance(entry, dict)]
+    return any("DELETE" in (block.get("operations") or []) for block in blocks if isinstance(block, dict))
+
+
+def _target(spec: dict[str, Any]) -> tuple[Any, ...]:
+    return (spec.get("apiVersion"), spec.get("kind"), spec.get("name"), spec.get("namespace"), spec.get("clone") or None)
+
+
+def retargeted_kinds(old: Rule, new: Rule) -> list[tuple[str, str]]:
+    """(apiVersion, kind) of the downstream objects a rule update leaves behind: Kyverno unlabels them (they stop
+    being the rule's) when the target (apiVersion, kind, name, namespace, clone source) or the cloneList changed."""
+    old_generate, new_generate = old.generate or {}, new.generate or {}
+    kinds: list[tuple[str, str]] = []
+    pairs = [(old_generate, new_generate)]
+    old_foreach = [g for g in old_generate.get("foreach") or [] if isinstance(g, dict)]
+    new_foreach = [g for g in new_generate.get("foreach") or [] if isinstance(g, dict)]
+    pairs += [(o, n) for o in old_foreach for n in new_foreach if o.get("list") == n.get("list")]
+    for before, after in pairs:
+        if _target(before) != _target(after) and before.get("kind"):
+            kinds.append((str(before.get("apiVersion") or ""), str(before["kind"])))
+        if (before.get("cloneList") or None) != (after.get("cloneList") or None):
+            for entry in (before.get("cloneList") or {}).get("kinds") or []:
+                api_version, _, kind = str(entry).rpartition("/")
+                kinds.append((api_version, kind))
+    return list(dict.fromkeys(kinds))
+
+
+def kyverno_labels_only_if_untyped(labels: Any) -> dict[str, Any]:
+    """A generated object's labels as Kyverno writes them: when one of the rule's label values is not a string
+    (``elementIndex: '{{ elementIndex }}'`` substitutes a number), Kyverno cannot read the rule's labels and keeps only
+    the managed-by and generate.kyverno.io labels it sets itself."""
+    found: dict[str, Any] = dict(labels) if isinstance(labels, dict) else {}
+    if all(isinstance(value, str) for value in found.values()):
+        return found
+    return {key: value for key, value in found.items() if key == MANAGED_BY_LABEL or str(key).startswith("generate.kyverno.io/")}
+
+
+def current_targets(rule: Rule) -> set[tuple[str, str]]:
+    """(kind, name) of the objects a rule names without variables (its own downstream, whatever the trigger)."""
+    generate = rule.generate or {}
+    targets: set[tuple[str, str]] = set()
+    for spec in [generate, *[g for g in generate.get("foreach") or [] if isinstance(g, dict)]]:
+        kind, name = str(spec.get("kind") or ""), str(spec.get("name") or "")
+        if kind and name and "{{" not in name:
+            targets.add((kind, name))
+    return targets
+
+
+def clones(rule: Rule) -> bool:
+    """Whether a generate rule copies existing objects (clone/cloneList, also inside foreach) rather than data."""
+    generate = rule.generate or {}
+    specs = [generate, *[g for g in generate.get("foreach") or [] if isinstance(g, dict)]]
+    return any(spec.get("clone") or spec.get("cloneList") for spec in specs)
+
+
+def skips_background_requests(rule: Rule) -> bool:
+    """``skipBackgroundRequests`` (default true): the rule ignores requests made by the generate controller itself."""
+    return rule.raw.get("skipBackgroundRequests", True) is not False
+
+
+def trigger_action(operation: str, rule_applies: bool, synchronized: bool, generate_on_delete: bool = False) -> str:
     """What a trigger event does to one rule's downstream objects.
 
     CREATE/UPDATE of a matching trigger applies the rule; an UPDATE after which the trigger no longer matches (or
-    its preconditions fail) and a DELETE of the trigger remove synchronized downstream objects; otherwise nothing."""
+    its preconditions fail) and a DELETE of the trigger remove synchronized downstream objects; otherwise nothing.
+    A rule matching the DELETE operation generates from the deleted trigger instead."""
+    if operation == "DELETE" and generate_on_delete:
+        return APPLY if rule_applies else NOTHING
     if operation in ("CREATE", "UPDATE") and rule_applies:
         return APPLY
     if operation in ("UPDATE", "DELETE") and synchronized:
@@ -228,6 +314,69 @@ def generate_rules(policy: KyvernoPolicy) -> dict[str, Rule]:
     return {rule.name: rule for rule in policy.rules if rule.has_generate()}
 
 
+@dataclass(frozen=True)
+class DownstreamOrigin:
+    """Where a downstream object of a ClusterPolicy/Policy generate rule came from, read from its labels."""
+
+    policy_name: str
+    policy_namespace: str
+    rule_name: str
+    trigger_api_version: str
+    trigger_kind: str
+    trigger_namespace: str
+    trigger_uid: str
+
+
+def downstream_origin(obj: dict[str, Any]) -> DownstreamOrigin | None:
+    """The policy, rule and trigger a Kyverno-labelled downstream object names (None for other objects and for
+    GeneratingPolicy downstream, which carries no rule name)."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    if labels.get(MANAGED_BY_LABEL) != MANAGED_BY_VALUE or not labels.get(POLICY_NAME_LABEL) or not labels.get(RULE_NAME_LABEL):
+        return None
+    group, version = str(labels.get(TRIGGER_GROUP_LABEL) or ""), str(labels.get(TRIGGER_VERSION_LABEL) or "")
+    return DownstreamOrigin(
+        str(labels[POLICY_NAME_LABEL]),
+        str(labels.get(POLICY_NAMESPACE_LABEL) or ""),
+        str(labels[RULE_NAME_LABEL]),
+        f"{group}/{version}" if group else version,
+        str(labels.get(TRIGGER_KIND_LABEL) or ""),
+        str(labels.get(TRIGGER_NAMESPACE_LABEL) or ""),
+        str(labels.get(TRIGGER_UID_LABEL) or ""),
+    )
+
+
+def _same_kind(selector_api_version: str, selector_kind: str, obj: dict[str, Any]) -> bool:
+    api_version = str(obj.get("apiVersion") or "")
+    return selector_kind == obj.get("kind") and (not selector_api_version or selector_api_version == api_version)
+
+
+def cloned_from(rule: Rule, source: dict[str, Any], old_source: dict[str, Any] | None = None) -> str:
+    """How a synchronized rule copies ``source``: ``"clone"`` (its single clone source), ``"cloneList"`` (one of the
+    sources its cloneList selects, before or after the change) or ``""``.  Clone coordinates with variables are only
+    known per trigger and are not recognised here."""
+    generate = rule.generate or {}
+    if not synchronize(rule):
+        return ""
+    metadata = source.get("metadata") or {}
+    namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+    for spec in [generate, *[g for g in generate.get("foreach") or [] if isinstance(g, dict)]]:
+        clone = spec.get("clone") if isinstance(spec.get("clone"), dict) else None
+        if clone and _same_kind(str(spec.get("apiVersion") or ""), str(spec.get("kind") or ""), source):
+            if (str(clone.get("namespace") or ""), str(clone.get("name") or "")) == (namespace, name):
+                return "clone"
+        clone_list = spec.get("cloneList") if isinstance(spec.get("cloneList"), dict) else None
+        if clone_list and str(clone_list.get("namespace") or "") == namespace:
+            for entry in clone_list.get("kinds") or []:
+                api_version, _, kind = str(entry).rpartition("/")
+                if not _same_kind(api_version, kind, source):
+                    continue
+                selector = clone_list.get("selector")
+                candidates = [source, *([old_source] if old_source else [])]
+                if selector is None or any(selector_matches(selector, (c.get("metadata") or {}).get("labels") or {}) for c in candidates):
+                    return "cloneList"
+    return ""
+
+
 # -- work items ------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TriggerEvent:
@@ -249,11 +398,26 @@ class TriggerEvent:
         return describe_object(self.subject)
 
 
+@dataclass(frozen=True)
+class WatchedChange:
+    """A MODIFIED/DELETED watch event of a resource type GeneratingPolicies produce (``downstreamwatch``)."""
+
+    event_type: str
+    obj: dict[str, Any]
+
+    @property
+    def operation(self) -> str:
+        return "DELETE" if self.event_type == "DELETED" else "UPDATE"
+
+    def describe(self) -> str:
+        return f"watched {self.event_type.lower()} {describe_object(self.obj)}"
+
+
 @dataclass(order=True)
 class _Retry:
     due: float
     seq: int
-    event: TriggerEvent = field(compare=False)
+    event: TriggerEvent | WatchedChange = field(compare=False)
     attempt: int = field(compare=False, default=0)
 
 
@@ -288,10 +452,12 @@ class GenerateController:
         max_backoff_seconds: float = 60.0,
         events: Any = None,
         background_username: str = "",
+        reports: Any = None,
     ) -> None:
         self.api_client = api_client
         self.store = store
         self.events = events  # an EventRecorder: Kyverno reports each generated resource as Events
+        self.reports = reports  # a ReportWriter: GeneratingPolicy results go into the trigger's report, as Kyverno's
         # uncached reads: the controller compares against the live objects it is about to write
         self.cluster = cluster_data or ClusterData(api_client, ttl_seconds=0.0)
         self.resync_interval = resync_interval
@@ -300,7 +466,7 @@ class GenerateController:
         self.backoff_seconds = backoff_seconds
         self.max_backoff_seconds = max_backoff_seconds
         self.stats = GenerateStats()
-        self._queue: queue.Queue[TriggerEvent | None] = queue.Queue(maxsize=capacity)
+        self._queue: queue.Queue[TriggerEvent | WatchedChange | None] = queue.Queue(maxsize=capacity)
         self._retries: list[_Retry] = []
         self._seq = itertools.count()
         self._lock = threading.Lock()
@@ -308,7 +474,10 @@ class GenerateController:
         self._known_gpols: dict[str, CelPolicy] = {}
         # (apiVersion, kind) each GeneratingPolicy has produced: its downstream kinds are only known from expressions
         self._gpol_kinds: dict[str, set[tuple[str, str]]] = {}
+        self._own_username: str | None = None
         self._policies_changed = threading.Event()
+        # watches of the kinds synchronized GeneratingPolicies produce (started with the controller in a cluster)
+        self.downstream_watch: DownstreamWatcher | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._busy = threading.Lock()
@@ -326,12 +495,16 @@ class GenerateController:
         if self._thread is not None:
             return
         self.store.listeners.append(self._on_snapshot)
+        if self.api_client is not None and self.downstream_watch is None:
+            self.downstream_watch = DownstreamWatcher(self.cluster, self._on_watched_change)
         self._policies_changed.set()  # first pass: generateExisting for the policies loaded at start
         self._thread = threading.Thread(target=self._run, name="generate", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
+        if self.downstream_watch is not None:
+            self.downstream_watch.stop()
         try:
             self._queue.put_nowait(None)
         except queue.Full:
@@ -399,7 +572,10 @@ class GenerateController:
         trigger = CelMutateTrigger(review.operation, review.object, review.old_object, user, policies, namespaced)
         self.submit_event(TriggerEvent(review.operation, review.object, review.old_object, info, review.kind, cel_mutate=trigger))
 
-    def submit_event(self, event: TriggerEvent) -> None:
+    def _on_watched_change(self, event_type: str, obj: dict[str, Any]) -> None:
+        self.submit_event(WatchedChange(event_type, obj))
+
+    def submit_event(self, event: TriggerEvent | WatchedChange) -> None:
         try:
             self._queue.put_nowait(event)
         except queue.Full:
@@ -466,22 +642,25 @@ class GenerateController:
                 due.append(heapq.heappop(self._retries))
         return due
 
-    def _schedule_retry(self, event: TriggerEvent, attempt: int, reason: str) -> None:
-        if attempt + 1 >= self.max_attempts:
+    def _schedule_retry(self, event: TriggerEvent | WatchedChange, attempt: int, reason: str, *, pending: bool = False) -> None:
+        """Back off and try again; a trigger that is not stored yet (its admission is still under way) is looked for
+        again within milliseconds, so its downstream appears about as soon as Kyverno's would."""
+        attempts, base = (PENDING_ATTEMPTS, PENDING_BACKOFF_SECONDS) if pending else (self.max_attempts, self.backoff_seconds)
+        if attempt + 1 >= attempts:
             log.error("giving up on %s %s after %d attempts: %s", event.operation, event.describe(), attempt + 1, reason)
             return
-        delay = min(self.backoff_seconds * (2**attempt), self.max_backoff_seconds)
+        delay = min(base * (2**attempt), self.max_backoff_seconds)
         self.stats.retries += 1
         with self._lock:
             heapq.heappush(self._retries, _Retry(time.monotonic() + delay, next(self._seq), event, attempt + 1))
 
-    def _process(self, event: TriggerEvent, attempt: int) -> None:
+    def _process(self, event: TriggerEvent | WatchedChange, attempt: int) -> None:
         try:
-            failures = self.process_event(event)
+            failures = self.process_watched_change(event) if isinstance(event, WatchedChange) else self.process_event(event)
         except ApiError as exc:
             failures = [TriggerFailure("*", "*", event.describe(), str(exc))]
         except _TriggerPending as exc:
-            self._schedule_retry(event, attempt, str(exc))
+            self._schedule_retry(event, attempt, str(exc), pending=True)
             return
         self.stats.processed += 1
         if failures:
@@ -508,7 +687,9 @@ class GenerateController:
             for d in (getattr(snapshot, "documents", ()) or ())
             if d.kind == "PolicyException" and str(d.data.get("apiVersion", "")).startswith("policies.kyverno.io/")
         ]
-        return CelPolicyEvaluator(providers={"resource": ClusterCelResources(self.cluster)}, exceptions=exceptions)
+        # the CEL libraries Kyverno's background controller gives GeneratingPolicies: resource, http, globalContext
+        providers = {"resource": ClusterCelResources(self.cluster), "http": ClusterCelHttp(), "globalContext": ClusterGlobalContext(self.cluster)}
+        return CelPolicyEvaluator(providers=providers, exceptions=exceptions)
 
     def _evaluate_gpol(self, evaluator: Any, policy: CelPolicy, trigger: dict[str, Any], operation: str, old: dict[str, Any], info: RequestInfo) -> Any:
         """The policy's single rule response on this trigger, or None when it does not apply."""
@@ -531,6 +712,17 @@ class GenerateController:
     def _policies(self) -> list[KyvernoPolicy]:
         snapshot = self.store.snapshot
         return [p for p in (snapshot.policies if snapshot is not None else []) if p.has_generate()]
+
+    def own_username(self) -> str:
+        """The user this controller writes as (a SelfSubjectReview, asked once); "" when it cannot be learned."""
+        if self._own_username is None:
+            try:
+                answer = self.cluster.request("POST", SELF_SUBJECT_REVIEWS, {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})
+                self._own_username = str((((answer or {}).get("status") or {}).get("userInfo") or {}).get("username") or "")
+            except Exception as exc:
+                log.warning("could not learn our own user name (skipBackgroundRequests cannot apply): %s", exc)
+                self._own_username = ""
+        return self._own_username
 
     def _evaluate(self, engine: Engine, policy: KyvernoPolicy, trigger: dict[str, Any], operation: str, info: RequestInfo, gvk: ResourceKind | None) -> EngineResponse:
         namespace = str((trigger.get("metadata") or {}).get("namespace") or "")
@@ -567,10 +759,18 @@ class GenerateController:
         engine = self._engine() if policies else None
         failures: list[TriggerFailure] = []
         uid = str((trigger.get("metadata") or {}).get("uid") or "")
+        own_request = bool(event.info.username) and event.info.username == self.own_username()
         for policy in policies:
             rules = generate_rules(policy)
+            if own_request:
+                rules = {name: rule for name, rule in rules.items() if not skips_background_requests(rule)}
+                if not rules:
+                    continue
+                policy = policy.with_rules(list(rules.values()))
             responses: dict[str, Any] = {}
-            if event.operation != "DELETE" and engine is not None:
+            deleting = {name for name, rule in rules.items() if event.operation == "DELETE" and matches_delete_operation(rule)}
+            if (event.operation != "DELETE" or deleting) and engine is not None:
+                # a deleted trigger is evaluated as the DELETE request (request.object reads the old object)
                 response = self._evaluate(engine, policy, trigger, event.operation, event.info, event.gvk)
                 responses = {r.name: r for r in response.rules}
             for name, rule in rules.items():
@@ -579,7 +779,7 @@ class GenerateController:
                     failures.append(TriggerFailure(policy.key, name, event.describe(), result.message))
                     continue
                 applies = result is not None and result.status == PASS
-                action = trigger_action(event.operation, applies, synchronize(rule))
+                action = trigger_action(event.operation, applies, synchronize(rule), name in deleting)
                 try:
                     if action == APPLY and result is not None:
                         written = self.apply_downstream(policy, rule, result.generated_resources)
@@ -590,9 +790,192 @@ class GenerateController:
                         self.delete_downstream(policy, rule, trigger_uid=uid)
                 except ApiError as exc:
                     failures.append(TriggerFailure(policy.key, name, event.describe(), str(exc)))
+        if engine is not None and event.operation in ("UPDATE", "DELETE") and event.old_resource:
+            failures.extend(self._process_non_trigger(engine, policies, event))
         failures.extend(self._process_gpol_event(event, trigger, uid))
         failures.extend(self.mutate_existing.process(mutating, event.operation, trigger, event.old_resource, event.info, event.gvk))
         return failures
+
+    # -- changes of downstream objects and clone sources (Kyverno's "non-trigger" admissions) -----------------------
+    def _process_non_trigger(self, engine: Engine, policies: list[KyvernoPolicy], event: TriggerEvent) -> list[TriggerFailure]:
+        """An edited or deleted downstream object of a synchronized rule is brought back from its trigger; an edited
+        clone source is copied again to every downstream object, a deleted one takes its copies with it."""
+        old = event.old_resource
+        by_key = {(p.namespace, p.name): p for p in policies}
+        failures: list[TriggerFailure] = []
+        origin = downstream_origin(old)
+        if origin is not None:
+            policy = by_key.get((origin.policy_namespace, origin.policy_name))
+            rule = generate_rules(policy).get(origin.rule_name) if policy is not None else None
+            if policy is not None and rule is not None and synchronize(rule) and not self._matches(engine, policy, rule, old, event):
+                try:
+                    self._regenerate_for(engine, policy, rule, origin)
+                except ApiError as exc:
+                    failures.append(TriggerFailure(policy.key, rule.name, event.describe(), str(exc)))
+            return failures
+        # copies found by their source labels, and the rules whose clone coordinates name this object: both are
+        # brought in step (a second pass over the same copies finds nothing left to do)
+        self._process_copies_of(engine, by_key, old, event, failures)
+        for policy in policies:
+            for rule in generate_rules(policy).values():
+                how = cloned_from(rule, old, event.resource or None)
+                if not how or self._matches(engine, policy, rule, old, event):
+                    continue
+                try:
+                    if event.operation == "DELETE":
+                        self._delete_copies(policy, rule, old, every_target=how == "clone")
+                    else:
+                        self._apply_to_existing(policy, [rule], prune=False)
+                except ApiError as exc:
+                    failures.append(TriggerFailure(policy.key, rule.name, event.describe(), str(exc)))
+        return failures
+
+    def _process_copies_of(
+        self, engine: Engine, by_key: dict[tuple[str, str], KyvernoPolicy], source: dict[str, Any], event: TriggerEvent, failures: list[TriggerFailure]
+    ) -> set[tuple[str, str, str]]:
+        """The copies that name ``source`` by uid (Kyverno's source labels) follow it: regenerated from their
+        triggers when it changed, deleted with it.  Returns the (policy namespace, policy, rule) handled."""
+        metadata = source.get("metadata") or {}
+        uid = str(metadata.get("uid") or "")
+        handled: set[tuple[str, str, str]] = set()
+        if not uid:
+            return handled
+        try:
+            copies = self.cluster.list_objects(
+                str(source.get("apiVersion") or ""), str(source.get("kind") or ""), "", label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{SOURCE_UID_LABEL}={uid}", cached=False
+            )
+        except ApiError as exc:
+            if exc.status != 404:
+                failures.append(TriggerFailure("*", "*", event.describe(), str(exc)))
+            return handled
+        for copy_ in copies:
+            origin = downstream_origin(copy_)
+            policy = by_key.get((origin.policy_namespace, origin.policy_name)) if origin is not None else None
+            rule = generate_rules(policy).get(origin.rule_name) if policy is not None and origin is not None else None
+            if origin is None or policy is None or rule is None or not synchronize(rule):
+                continue
+            handled.add((policy.namespace, policy.name, rule.name))
+            if self._matches(engine, policy, rule, source, event):
+                continue  # the source is also the rule's trigger: its trigger handling decided
+            try:
+                if event.operation == "DELETE":
+                    self._delete_object(copy_)
+                else:
+                    self._regenerate_for(engine, policy, rule, origin)
+            except ApiError as exc:
+                failures.append(TriggerFailure(policy.key, rule.name, event.describe(), str(exc)))
+        return handled
+
+    def _matches(self, engine: Engine, policy: KyvernoPolicy, rule: Rule, obj: dict[str, Any], event: TriggerEvent) -> bool:
+        """Whether the changed object is itself a trigger of the rule (its trigger handling already ran)."""
+        try:
+            response = self._evaluate(engine, policy.with_rules([rule]), obj, event.operation if event.operation != "DELETE" else "UPDATE", event.info, event.gvk)
+        except Exception:
+            return False
+        return any(result.name == rule.name and result.status in (PASS, ERROR) for result in response.rules)
+
+    def _regenerate_for(self, engine: Engine, policy: KyvernoPolicy, rule: Rule, origin: DownstreamOrigin) -> None:
+        if not origin.trigger_kind or not origin.trigger_uid:
+            return
+        try:
+            candidates = self.cluster.list_objects(origin.trigger_api_version, origin.trigger_kind, origin.trigger_namespace, cached=False)
+        except ApiError as exc:
+            if exc.status == 404:
+                return
+            raise
+        trigger = next((c for c in candidates if (c.get("metadata") or {}).get("uid") == origin.trigger_uid), None)
+        if trigger is None or (trigger.get("metadata") or {}).get("deletionTimestamp"):
+            return  # the trigger is gone: its own DELETE cleans up
+        response = self._evaluate(engine, policy.with_rules([rule]), trigger, "CREATE", RequestInfo(), None)
+        for result in response.rules:
+            if result.name == rule.name and result.status == PASS:
+                self.apply_downstream(policy, rule, result.generated_resources)
+
+    def _delete_copies(self, policy: KyvernoPolicy, rule: Rule, source: dict[str, Any], *, every_target: bool) -> None:
+        """The downstream objects a rule copied from a deleted source (all of a single-source clone rule; the
+        same-named ones of the source's kind for cloneList)."""
+        name = str((source.get("metadata") or {}).get("name") or "")
+        for obj in self.find_downstream(policy.name, policy.namespace, rule):
+            if obj.get("kind") != source.get("kind"):
+                continue
+            if every_target or (obj.get("metadata") or {}).get("name") == name:
+                self._delete_object(obj)
+
+    # -- watched changes of GeneratingPolicy downstream objects and clone sources -------------------------------------
+    def process_watched_change(self, change: WatchedChange) -> list[TriggerFailure]:
+        """A synchronized GeneratingPolicy's downstream object edited or deleted is regenerated from its trigger; a
+        clone source edited or deleted (an object its copies name by ``source-uid``) is copied again or takes its
+        copies along."""
+        gpols = {policy.name: policy for policy in self._generating() if evaluation_enabled(policy, "synchronize")}
+        if not gpols:
+            return []
+        obj = change.obj
+        labels = (obj.get("metadata") or {}).get("labels") or {}
+        if labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE:
+            policy = gpols.get(str(labels.get(POLICY_NAME_LABEL) or ""))
+            if policy is None or RULE_NAME_LABEL in labels:
+                return []  # not a GeneratingPolicy's: ClusterPolicy downstream is seen by the admission webhook
+            return self._regenerate_gpol(policy, labels, change)
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        if not uid:
+            return []
+        try:
+            copies = self.cluster.list_objects(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), "", label_selector=f"{SOURCE_UID_LABEL}={uid}", cached=False)
+        except ApiError as exc:
+            return [TriggerFailure("*", "*", change.describe(), str(exc))]
+        failures: list[TriggerFailure] = []
+        for copy_ in copies:
+            copy_labels = (copy_.get("metadata") or {}).get("labels") or {}
+            policy = gpols.get(str(copy_labels.get(POLICY_NAME_LABEL) or ""))
+            if policy is None:
+                continue
+            if change.event_type == "DELETED":
+                try:
+                    self._delete_object(copy_)
+                except ApiError as exc:
+                    failures.append(TriggerFailure(policy.key, policy.name, change.describe(), str(exc)))
+            else:
+                failures.extend(self._regenerate_gpol(policy, copy_labels, change))
+        return failures
+
+    def _regenerate_gpol(self, policy: CelPolicy, labels: dict[str, Any], change: WatchedChange) -> list[TriggerFailure]:
+        group, version = str(labels.get(TRIGGER_GROUP_LABEL) or ""), str(labels.get(TRIGGER_VERSION_LABEL) or "")
+        kind, namespace, name = str(labels.get(TRIGGER_KIND_LABEL) or ""), str(labels.get(TRIGGER_NAMESPACE_LABEL) or ""), str(labels.get(TRIGGER_NAME_LABEL) or "")
+        if not kind or not name:
+            return []
+        try:
+            trigger = self.cluster.get_object(f"{group}/{version}" if group else version, kind, namespace, name, cached=False)
+        except ApiError as exc:
+            if exc.status == 404:
+                return []
+            return [TriggerFailure(policy.key, policy.name, change.describe(), str(exc))]
+        metadata = (trigger or {}).get("metadata") or {}
+        if trigger is None or metadata.get("uid") != labels.get(TRIGGER_UID_LABEL) or metadata.get("deletionTimestamp"):
+            return []  # the trigger is gone or replaced: its own events decide
+        try:
+            result = self._evaluate_gpol(self._cel_evaluator(), policy, trigger, "CREATE", {}, RequestInfo())
+        except Exception as exc:
+            return [TriggerFailure(policy.key, policy.name, change.describe(), f"{type(exc).__name__}: {exc}")]
+        if result is None or result.status != PASS:
+            return []
+        try:
+            self.apply_gpol_downstream(policy, trigger, result.generated_resources)
+        except ApiError as exc:
+            return [TriggerFailure(policy.key, policy.name, change.describe(), str(exc))]
+        return []
+
+    def _report_gpol(self, policy: CelPolicy, trigger: dict[str, Any], result: Any) -> None:
+        """The trigger's report gets the GeneratingPolicy's result (Kyverno's generate reports)."""
+        if self.reports is None:
+            return
+        from stockade.controllers.reports import PROCESS_ADMISSION
+
+        response = EngineResponse(policy, trigger, trigger)
+        response.rules.append(result)
+        try:
+            self.reports.submit(trigger, [response], process=PROCESS_ADMISSION)
+        except Exception as exc:  # reporting must never stop generation
+            log.warning("reporting %s on %s failed: %s", policy.key, describe_object(trigger), exc)
 
     def _process_gpol_event(self, event: TriggerEvent, trigger: dict[str, Any], uid: str) -> list[TriggerFailure]:
         gpols = self._generating()
@@ -610,6 +993,7 @@ class GenerateController:
                     failures.append(TriggerFailure(policy.key, policy.name, event.describe(), f"{type(exc).__name__}: {exc}"))
                     continue
             if result is not None and result.status == ERROR:
+                self._report_gpol(policy, trigger, result)
                 failures.append(TriggerFailure(policy.key, policy.name, event.describe(), result.message))
                 continue
             applies = result is not None and result.status == PASS
@@ -621,7 +1005,11 @@ class GenerateController:
                         self.delete_gpol_downstream(policy, trigger_uid=uid, keep=written)  # no longer generated
                 elif action == DELETE and uid:
                     self.delete_gpol_downstream(policy, trigger_uid=uid)
+                if result is not None:
+                    self._report_gpol(policy, trigger, result)
             except ApiError as exc:
+                if result is not None:  # Kyverno's generator writes during evaluation: a failed write is the rule's error
+                    self._report_gpol(policy, trigger, dataclasses.replace(result, status=ERROR, message=f"failed to generate resources: {exc}", generated_resources=[]))
                 failures.append(TriggerFailure(policy.key, policy.name, event.describe(), str(exc)))
         return failures
 
@@ -651,6 +1039,7 @@ class GenerateController:
             if resource is None:
                 raise ApiError("GET", str(desired.get("kind")), 404, f"kind {desired.get('apiVersion')}/{desired.get('kind')} is not served")
             metadata = desired.setdefault("metadata", {})
+            metadata["labels"] = kyverno_labels_only_if_untyped(metadata.get("labels"))
             desired["apiVersion"] = api_version_of(resource)
             if resource.namespaced:
                 metadata["namespace"] = metadata.get("namespace") or "default"
@@ -715,6 +1104,8 @@ class GenerateController:
             else:
                 metadata.pop("namespace", None)
             self._gpol_kinds.setdefault(policy.key, set()).add((desired["apiVersion"], resource.kind))
+            if synchronized and self.downstream_watch is not None:
+                self.downstream_watch.ensure(desired["apiVersion"], resource.kind)
             written.add(object_identity(desired))
             self._upsert(resource, desired, synchronized=synchronized, server_side=server_side, owner=lambda current: owned_by(current, policy, trigger_uid), what=f"policy {policy.key}")
         return written
@@ -799,6 +1190,34 @@ class GenerateController:
             log.info("deleted %d downstream object(s) of policy %s rule %s", deleted, policy.key, rule.name)
         return deleted
 
+    def _unlabel_downstream(self, policy: KyvernoPolicy, rule: Rule, kinds: list[tuple[str, str]], keep: set[tuple[str, str]] | None = None) -> None:
+        """Strip the policy and rule labels from a rule's downstream objects of ``kinds``: they are left as they
+        are and no longer synchronized or cleaned up with the rule.  Objects the updated rule itself names
+        (``keep``: (kind, name)) stay its own, also when a trigger produced them before this update was seen."""
+        selector = label_selector(downstream_selector(policy.name, policy.namespace, rule.name))
+        for api_version, kind in kinds:
+            try:
+                found = self.cluster.list_objects(api_version, kind, "", label_selector=selector, cached=False)
+            except ApiError as exc:
+                if exc.status != 404:
+                    log.warning("listing old downstream of %s rule %s failed: %s", policy.key, rule.name, exc)
+                continue
+            for obj in found:
+                if keep and (str(obj.get("kind") or ""), str((obj.get("metadata") or {}).get("name") or "")) in keep:
+                    continue
+                labels = dict((obj.get("metadata") or {}).get("labels") or {})
+                for label in (POLICY_NAME_LABEL, POLICY_NAMESPACE_LABEL, RULE_NAME_LABEL):
+                    labels.pop(label, None)
+                obj["metadata"]["labels"] = labels
+                resource = self.cluster.resolve_kind(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
+                if resource is None:
+                    continue
+                metadata = obj["metadata"]
+                try:
+                    self.cluster.request("PUT", object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or "")), obj)
+                except ApiError as exc:
+                    log.warning("unlabelling %s failed: %s", describe_object(obj), exc)
+
     def _delete_object(self, obj: dict[str, Any]) -> int:
         metadata = obj.get("metadata") or {}
         resource = self.cluster.resolve_kind(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
@@ -817,18 +1236,29 @@ class GenerateController:
     def reconcile_policies(self) -> None:
         """React to loaded policies changing: clean up after vanished generate rules, run generateExisting for new ones."""
         current = {policy.key: (policy, generate_rules(policy)) for policy in self._policies()}
+        snapshot = self.store.snapshot
+        existing = {policy.key for policy in (snapshot.policies if snapshot is not None else [])}
         previous = self._known_rules or {}
         for key, (old_policy, old_rules) in previous.items():
             new_rules = current.get(key, (None, {}))[1]
+            policy_kept = key in existing
             for name, rule in old_rules.items():
                 if name in new_rules or not synchronize(rule) or orphan_on_policy_delete(rule):
                     continue
+                if policy_kept and clones(rule):
+                    continue  # a clone rule removed from a policy that stays leaves its copies in place, as in Kyverno
                 try:
                     self.delete_downstream(old_policy, rule)
                 except ApiError as exc:
                     log.warning("cleaning up downstream of removed rule %s/%s failed: %s", key, name, exc)
         for key, (policy, rules) in current.items():
             old_rules = previous.get(key, (None, {}))[1]
+            if old_rules and set(old_rules) <= set(rules):  # no rule removed: retargeted rules orphan their old objects
+                for name, rule in rules.items():
+                    if name in old_rules and old_rules[name].raw != rule.raw:
+                        kinds = retargeted_kinds(old_rules[name], rule)
+                        if kinds:
+                            self._unlabel_downstream(policy, old_rules[name], kinds, keep=current_targets(rule))
             wanted = [rule for name, rule in rules.items() if generate_existing(policy, rule) and (name not in old_rules or old_rules[name].raw != rule.raw)]
             if wanted:
                 self._apply_to_existing(policy, wanted, prune=False)
@@ -853,7 +1283,10 @@ class GenerateController:
                 log.warning("cleaning up downstream of removed %s failed: %s", key, exc)
         for key, policy in current.items():
             known = self._known_gpols.get(key)
-            if evaluation_enabled(policy, "generateExisting") and (known is None or known.raw != policy.raw):
+            if known is not None and evaluation_enabled(policy, "synchronize") and known.raw.get("spec") != policy.raw.get("spec"):
+                # Kyverno regenerates a synchronized policy's downstream after a change; what it no longer produces goes
+                self._apply_gpol_to_existing(policy, prune=True, drop_stale=True)
+            elif evaluation_enabled(policy, "generateExisting") and (known is None or known.raw != policy.raw):
                 self._apply_gpol_to_existing(policy, prune=False)
         self._known_gpols = current
 
@@ -870,10 +1303,13 @@ class GenerateController:
             if evaluation_enabled(gpol, "synchronize"):
                 self._apply_gpol_to_existing(gpol, prune=True)
 
-    def _apply_gpol_to_existing(self, policy: CelPolicy, *, prune: bool) -> None:
-        """A GeneratingPolicy over every existing trigger (as CREATE requests, like Kyverno's background pass)."""
+    def _apply_gpol_to_existing(self, policy: CelPolicy, *, prune: bool, drop_stale: bool = False) -> None:
+        """A GeneratingPolicy over every existing trigger (as CREATE requests, like Kyverno's background pass); with
+        ``drop_stale``, downstream objects the policy no longer produces are deleted."""
         evaluator = self._cel_evaluator()
         applied_uids: set[str] = set()
+        produced: set[tuple[str, str, str, str]] = set()
+        unsure = False
         triggers, complete = self._list_gpol_triggers(policy)
         for trigger in triggers:
             uid = str((trigger.get("metadata") or {}).get("uid") or "")
@@ -882,21 +1318,27 @@ class GenerateController:
             except Exception as exc:
                 log.warning("evaluating %s on %s failed: %s", policy.key, describe_object(trigger), exc)
                 applied_uids.add(uid)
+                unsure = True
                 continue
             if result is None:
                 continue
             applied_uids.add(uid)
+            self._report_gpol(policy, trigger, result)
             if result.status == ERROR:
+                unsure = True
                 log.warning("%s on %s: %s", policy.key, describe_object(trigger), result.message)
             elif result.status == PASS:
                 try:
-                    self.apply_gpol_downstream(policy, trigger, result.generated_resources)
+                    produced |= self.apply_gpol_downstream(policy, trigger, result.generated_resources)
                 except ApiError as exc:
+                    unsure = True
                     self.stats.failures += 1
                     log.warning("%s on %s: %s", policy.key, describe_object(trigger), exc)
         if prune and complete:
             try:
                 self.delete_gpol_downstream(policy, keep_uids=applied_uids)
+                if drop_stale and not unsure:
+                    self.delete_gpol_downstream(policy, keep=produced)
             except ApiError as exc:
                 log.warning("pruning downstream of %s failed: %s", policy.key, exc)
 

@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from stockade.engine.response import STATUSES, EngineResponse, report_result
-from stockade.policy.model import KyvernoPolicy
+from stockade.engine.response import STATUSES, EngineResponse, RuleResponse, report_result
+from stockade.policy.model import RULE_TYPE_GENERATION, KyvernoPolicy
 
 log = logging.getLogger("stockade.reports")
 
@@ -44,12 +44,12 @@ def report_policy_name(policy: Any) -> str:
     return f"{namespace}/{name}" if namespace else name
 
 
-# policies.kyverno.io kinds as Kyverno names them in a result's ``source``
+# Kyverno's report sources for the policies.kyverno.io kinds (its ClusterPolicies report "kyverno")
 _CEL_SOURCES = {
     "ValidatingPolicy": "KyvernoValidatingPolicy",
     "ImageValidatingPolicy": "KyvernoImageValidatingPolicy",
-    "GeneratingPolicy": "KyvernoGeneratingPolicy",
     "MutatingPolicy": "KyvernoMutatingPolicy",
+    "GeneratingPolicy": "KyvernoGeneratingPolicy",
 }
 
 
@@ -80,6 +80,31 @@ def report_process(policy: Any, default: str) -> str:
     return default
 
 
+def gvk_string(api_version: str, kind: str) -> str:
+    """Go's ``schema.GroupVersionKind.String()``: ``group/version, Kind=kind`` (``/v1, Kind=ConfigMap`` for core)."""
+    group, _, version = api_version.rpartition("/")
+    return f"{group}/{version}, Kind={kind}"
+
+
+def result_properties(rule: RuleResponse, process: str) -> dict[str, str]:
+    """A result's properties as Kyverno fills them: the rule's own (audit annotations), the exceptions that
+    applied, the resources a generate rule produced, and the process that evaluated it."""
+    properties = {str(k): str(v) for k, v in (rule.properties or {}).items()}
+    if rule.exceptions:
+        properties["exceptions"] = ",".join(key.rpartition("/")[2] for key in rule.exceptions)  # names, as Kyverno
+    if rule.rule_type == RULE_TYPE_GENERATION and rule.generated_resources:
+        described = []
+        for generated in rule.generated_resources:
+            metadata = generated.get("metadata") or {}
+            info = f"{gvk_string(str(generated.get('apiVersion') or ''), str(generated.get('kind') or ''))} Name={metadata.get('name', '')}"
+            if metadata.get("namespace"):
+                info += f" Namespace={metadata['namespace']}"
+            described.append(info)
+        properties["generated-resources"] = "; ".join(described)
+    properties["process"] = process
+    return properties
+
+
 def build_report(
     resource: dict[str, Any],
     responses: list[EngineResponse],
@@ -103,10 +128,6 @@ def build_report(
         for rule in response.rules:
             result = report_result(response, rule)
             summary[result] += 1
-            properties = {str(k): str(v) for k, v in (rule.properties or {}).items()}
-            properties["process"] = report_process(policy, process)
-            if rule.exceptions:
-                properties["exceptions"] = ",".join(name.rpartition("/")[2] for name in rule.exceptions)
             entry: dict[str, Any] = {
                 "source": report_source(policy),
                 "policy": report_policy_name(policy) or response.policy_name,
@@ -115,7 +136,7 @@ def build_report(
                 "message": rule.message,
                 "scored": str(annotations.get("policies.kyverno.io/scored", "")) != "false",
                 "timestamp": {"seconds": int(now.timestamp()), "nanos": 0},
-                "properties": properties,
+                "properties": result_properties(rule, report_process(policy, process)),
             }
             if annotations.get("policies.kyverno.io/severity"):
                 entry["severity"] = annotations["policies.kyverno.io/severity"]

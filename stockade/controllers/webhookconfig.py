@@ -553,11 +553,48 @@ def _namespace_selector_of(policy: Any, settings: WebhookSettings) -> dict[str, 
     return merge_label_selectors((policy.spec.get("matchConstraints") or {}).get("namespaceSelector"), settings.namespace_selector)
 
 
+# What kube-apiserver compiles webhook matchConditions with: its CEL extension libraries and variables, none of
+# Kyverno's (image(), resource, http, ...).
+_KUBERNETES_MATCH_LIBRARIES = (
+    "ext.strings", "ext.optional", "ext.math", "ext.encoders", "ext.bindings", "k8s.lists", "k8s.sets", "k8s.regex",
+    "k8s.urls", "k8s.ip", "k8s.cidr", "k8s.quantity", "k8s.semver", "k8s.format", "k8s.authz", "compat",
+)
+_KUBERNETES_MATCH_VARIABLES = ("object", "oldObject", "request", "authorizer")
+_kubernetes_match_env: Any = None
+
+
+def kubernetes_compilable(conditions: list[dict[str, Any]]) -> bool:
+    """Whether every matchCondition compiles in the apiserver's environment."""
+    global _kubernetes_match_env
+    from stockade.cel import CelEnvironment
+    from stockade.cel.errors import CelError
+
+    if _kubernetes_match_env is None:
+        _kubernetes_match_env = CelEnvironment(_KUBERNETES_MATCH_VARIABLES, _KUBERNETES_MATCH_LIBRARIES)
+    for condition in conditions:
+        try:
+            _kubernetes_match_env.compile(str(condition.get("expression") or ""))
+        except CelError:
+            return False
+    return True
+
+
+def webhook_match_conditions(conditions: Any) -> list[dict[str, Any]]:
+    """A CEL policy's matchConditions as its webhook carries them: all of them when the apiserver can compile them
+    all, none otherwise (Kyverno then evaluates them itself), as Kyverno's webhook controller decides (validConditions).
+    Our CEL environment declares the apiserver's variables untyped, so ``request``'s AdmissionRequest fields and
+    Kyverno-only names are checked by ``webhook_compatible_condition`` before the compile."""
+    found = [dict(c) for c in conditions or [] if isinstance(c, dict)]
+    if not found or not all(webhook_compatible_condition(str(c.get("expression") or "")) for c in found):
+        return []
+    return found if kubernetes_compilable(found) else []
+
+
 def _fine_grained(policy: Any) -> bool:
     constraints = policy.spec.get("matchConstraints") or {}
     configuration = policy.spec.get("webhookConfiguration")
     timeout = configuration.get("timeoutSeconds") if isinstance(configuration, dict) else None
-    return bool(policy.spec.get("matchConditions")) or constraints.get("matchPolicy") == "Exact" or timeout is not None
+    return bool(webhook_match_conditions(policy.spec.get("matchConditions"))) or constraints.get("matchPolicy") == "Exact" or timeout is not None
 
 
 # What the API server's webhook matchConditions environment declares: these variables, the fields of its
@@ -607,14 +644,6 @@ def webhook_compatible_condition(expression: str) -> bool:
     return True
 
 
-def webhook_match_conditions(conditions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """A CEL policy's matchConditions as its webhook carries them (Kyverno's validConditions): all of them when
-    the API server can compile every one, else none (the webhook evaluates them on each request anyway)."""
-    if all(webhook_compatible_condition(str(c.get("expression") or "")) for c in conditions):
-        return conditions
-    return []
-
-
 def cel_webhooks(policies: list[Any], name: str, path: str, settings: WebhookSettings) -> list[dict[str, Any]]:
     """The webhooks for one CEL policy kind, as Kyverno builds them: a webhook per policy for those with their own
     matchConditions, matchPolicy Exact or timeout ("fine-grained"), and shared ones per selector pair for the rest."""
@@ -625,7 +654,7 @@ def cel_webhooks(policies: list[Any], name: str, path: str, settings: WebhookSet
     ignore_list: list[dict[str, Any]] = []
     for policy in fine:
         generating = policy.base_kind == "GeneratingPolicy"
-        conditions = webhook_match_conditions([dict(c) for c in policy.spec.get("matchConditions") or [] if isinstance(c, dict)])
+        conditions = webhook_match_conditions(policy.spec.get("matchConditions"))
         if generating and _synchronizing(policy):
             # UPDATE/DELETE of a trigger that stopped matching must still arrive, so synchronisation can clean up
             conditions = [{"name": c.get("name"), "expression": f"request.operation != 'CREATE' || ({c.get('expression')})"} for c in conditions]
@@ -636,7 +665,7 @@ def cel_webhooks(policies: list[Any], name: str, path: str, settings: WebhookSet
         )
         rules = _webhook_rules(policy.spec, generating)
         for config, targets, spec in _autogen_variants(policy):
-            match_conditions += _autogen_match_conditions(config, targets, webhook_match_conditions([dict(c) for c in spec.get("matchConditions") or []]))
+            match_conditions += _autogen_match_conditions(config, targets, webhook_match_conditions(spec.get("matchConditions")))
             rules += _webhook_rules(spec, False)
         webhook["rules"] = sorted_rules(rules)
         if match_conditions:

@@ -30,6 +30,7 @@ from stockade.engine.conditions import CONDITION_OPERATORS
 from stockade.engine.pattern.anchors import parse_anchor
 from stockade.engine.variables import VARIABLE_RE
 from stockade.jmespath import JMESPathError, compile_expression, function_names
+from stockade.lint import generate as generate_checks
 from stockade.policy.model import ADMISSION_GROUP, CEL_POLICY_GROUP, CEL_POLICY_KINDS, KYVERNO_GROUP, api_group
 
 
@@ -128,8 +129,9 @@ def is_policy_document(document: dict[str, Any]) -> bool:
     return group == CEL_POLICY_GROUP and (kind in CEL_POLICY_KINDS or kind == "PolicyException")
 
 
-def validate_policy_document(document: dict[str, Any]) -> ValidationResult:
-    """Check one policy document; unknown kinds pass (the webhook is only registered for policy kinds)."""
+def validate_policy_document(document: dict[str, Any], old: dict[str, Any] | None = None) -> ValidationResult:
+    """Check one policy document; unknown kinds pass (the webhook is only registered for policy kinds).  ``old`` is
+    the version an update replaces: Kyverno refuses changes to the immutable parts of generate rules."""
     metadata = document.get("metadata")
     if not isinstance(metadata, dict):
         metadata = {}
@@ -147,6 +149,14 @@ def validate_policy_document(document: dict[str, Any]) -> ValidationResult:
     checker = _Checker(result)
     if group == KYVERNO_GROUP and kind in ("ClusterPolicy", "Policy"):
         checker.kyverno_policy(kind, metadata, spec)
+        for path, message in generate_checks.static_problems(document):
+            checker.error(path, message)
+        if old and result.ok:
+            warning, error = generate_checks.update_problem(document, old)
+            if warning:
+                result.warnings.append(warning)
+            if error:
+                checker.error("spec.rules", error)
     elif group == KYVERNO_GROUP and kind in CLEANUP_POLICY_KINDS:
         checker.cleanup_policy(spec)
     elif group == KYVERNO_GROUP:
@@ -720,9 +730,7 @@ class _Checker:
                 self.context(target.get("context"), f"{path}.targets[{index}].context", name, uses_cel=False)
 
     def generate(self, generate: dict[str, Any], path: str, name: str) -> None:
-        sources = [s for s in ("data", "clone", "cloneList") if generate.get(s) is not None]
-        if len(sources) > 1:
-            self.error(path, f"only one of data, clone, cloneList is allowed, found {', '.join(sources)}", name)
+        # several of data/clone/cloneList/foreach: stockade.lint.generate.static_problems
         if generate.get("foreach") is None and generate.get("cloneList") is None:
             for required in ("kind", "name"):
                 if not generate.get(required):

@@ -84,6 +84,9 @@ class ServerState:
     scanner: Any = None  # anything with notify(apiVersion, kind, namespace, name): background scan of admitted objects
     kyverno_config: Any = None  # () -> stockade.engine.kyvernoconfig.KyvernoConfig: Kyverno's ConfigMap in force
     evaluations: Any = None  # stockade.webhook.isolation.IsolatedEvaluations: evaluate in worker processes
+    # anything with check(policy, old_policy) -> (errors, warnings): the policy checks that ask the cluster
+    # (stockade.controllers.policychecks.ClusterPolicyChecks), run after the static ones pass
+    policy_checker: Any = None
 
 
 def _notify_scanner(scanner: Any, review: AdmissionRequest) -> None:
@@ -238,6 +241,8 @@ def make_policy_validation_handler(state: ServerState, path: str = POLICY_VALIDA
             return read
         review = read[0]
         decision = policy_validation_decision(review)
+        if decision.allowed and state.policy_checker is not None and review.operation in ("CREATE", "UPDATE") and review.object:
+            decision = await asyncio.to_thread(cluster_policy_decision, state.policy_checker, review, decision)
         state.metrics.observe_request(path, review.kind.kind, review.namespace, review.operation, decision.allowed, time.perf_counter() - started)
         return web.Response(body=_dumps(review_response(review, decision)), content_type="application/json")
 
@@ -251,13 +256,25 @@ def policy_validation_decision(review: AdmissionRequest) -> AdmissionDecision:
     if review.operation not in ("CREATE", "UPDATE") or not review.object:
         return AdmissionDecision(True)
     try:
-        result = validate_policy_document(review.object)
+        result = validate_policy_document(review.object, review.old_object if review.operation == "UPDATE" else None)
     except Exception as exc:  # a checker bug must not block policy management
         log.exception("policy validation failed for %s", review.uid)
         return AdmissionDecision(True, warnings=[f"stockade: policy validation failed: {exc}"])
     if not result.ok:
         return AdmissionDecision(False, result.message(), warnings=list(result.warnings))
     return AdmissionDecision(True, warnings=list(result.warnings))
+
+
+def cluster_policy_decision(checker: Any, review: AdmissionRequest, static: AdmissionDecision) -> AdmissionDecision:
+    """The static decision (allowed) refined by the checks that ask the cluster; their failure never blocks."""
+    try:
+        errors, warnings = checker.check(review.object, review.old_object if review.operation == "UPDATE" else None)
+    except Exception as exc:
+        log.exception("cluster policy checks failed for %s", review.uid)
+        return AdmissionDecision(True, warnings=[*static.warnings, f"stockade: policy validation failed: {exc}"])
+    if errors:
+        return AdmissionDecision(False, "; ".join(errors), warnings=[*static.warnings, *warnings])
+    return AdmissionDecision(True, warnings=[*static.warnings, *warnings])
 
 
 def build_app(state: ServerState) -> web.Application:

@@ -68,6 +68,20 @@ def _with_identity(obj: dict[str, Any], spec: dict[str, Any], labels: dict[str, 
     return obj
 
 
+def _source_labels(source: dict[str, Any]) -> dict[str, str]:
+    """Kyverno's labels on a copy naming its clone source, so a change of the source finds its copies."""
+    metadata = source.get("metadata") or {}
+    group, _, version = str(source.get("apiVersion") or "").rpartition("/")
+    return {
+        "generate.kyverno.io/clone-source": "",
+        "generate.kyverno.io/source-group": group,
+        "generate.kyverno.io/source-version": version,
+        "generate.kyverno.io/source-kind": str(source.get("kind") or ""),
+        "generate.kyverno.io/source-namespace": str(metadata.get("namespace") or ""),
+        "generate.kyverno.io/source-uid": str(metadata.get("uid") or ""),
+    }
+
+
 def _clean_clone(source: dict[str, Any]) -> dict[str, Any]:
     obj = copy.deepcopy(source)
     metadata = obj.setdefault("metadata", {})
@@ -93,7 +107,7 @@ def _generate_one(spec: dict[str, Any], pctx: PolicyContext, rule: Rule, lookup:
         sources = lookup(str(spec.get("apiVersion", "")), str(spec.get("kind", "")), str(clone.get("namespace", "")), str(clone.get("name", "")))
         if not sources:
             raise GenerateError(f"source resource {spec.get('kind')} {clone.get('namespace')}/{clone.get('name')} not found")
-        labels = {**labels, "generate.kyverno.io/clone-source": ""}
+        labels = {**labels, **_source_labels(sources[0])}
         return [_with_identity(_clean_clone(sources[0]), spec, labels)]
     if spec.get("cloneList"):
         clone_list = spec["cloneList"]
@@ -107,7 +121,7 @@ def _generate_one(spec: dict[str, Any], pctx: PolicyContext, rule: Rule, lookup:
                 if clone_list.get("selector") is not None and not selector_matches(clone_list["selector"], labels_of_source):
                     continue
                 target = {"namespace": spec.get("namespace"), "name": (source.get("metadata") or {}).get("name")}
-                generated.append(_with_identity(_clean_clone(source), target, {**labels, "generate.kyverno.io/clone-source": ""}))
+                generated.append(_with_identity(_clean_clone(source), target, {**labels, **_source_labels(source)}))
         return generated
     return []  # pragma: no cover - every branch above returns
 

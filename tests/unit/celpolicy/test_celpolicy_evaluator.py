@@ -182,6 +182,26 @@ def test_generating_policy_collects_generated_resources() -> None:
     assert generated == [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "team-a"}}]
 
 
+def test_a_namespaced_generating_policy_applies_into_its_own_namespace() -> None:
+    """Kyverno's generator library gives NamespacedGeneratingPolicies generator.Apply(resources), which writes into
+    the policy's namespace; a cluster-wide policy has to name the namespace."""
+    expression = "generator.apply([{'apiVersion': dyn('v1'), 'kind': dyn('ConfigMap'), 'metadata': dyn({'name': 'cm'})}])"
+    rules = {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["deployments"]}]}
+    document = {
+        "apiVersion": "policies.kyverno.io/v1beta1",
+        "kind": "NamespacedGeneratingPolicy",
+        "metadata": {"name": "gp", "namespace": "team-a"},
+        "spec": {"matchConstraints": rules, "generate": [{"expression": expression}]},
+    }
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "team-a"}}
+    response = CelPolicyEvaluator().generate(CelPolicy(document), AdmissionInput(deployment))
+    assert response is not None and response.rules[0].status == "pass"
+    assert response.rules[0].generated_resources == [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "team-a"}}]
+    cluster_wide = {**document, "kind": "GeneratingPolicy", "metadata": {"name": "gp"}}
+    response = CelPolicyEvaluator().generate(CelPolicy(cluster_wide), AdmissionInput(deployment))
+    assert response is not None and response.rules[0].status == "error"
+
+
 def test_deleting_policy_conditions_decide_pass_or_fail() -> None:
     policy = CelPolicy(
         {

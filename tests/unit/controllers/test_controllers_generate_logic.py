@@ -115,3 +115,27 @@ def test_verify_images_only_results_are_not_scanned() -> None:
     )
     response = EngineResponse(pol, {}, {}, rules=[RuleResponse("r", "Validation", "pass"), RuleResponse("sig", "ImageVerify", "fail")])
     assert [r.name for r in scanned_rules_only(response).rules] == ["r"]
+
+
+def test_untyped_rule_labels_leave_only_kyvernos_own() -> None:
+    from stockade.controllers.generate import kyverno_labels_only_if_untyped
+
+    typed = {"a": "1", "app.kubernetes.io/managed-by": "kyverno"}
+    assert kyverno_labels_only_if_untyped(typed) == typed
+    untyped = {"elementIndex": 0, "team": "x", "app.kubernetes.io/managed-by": "kyverno", "generate.kyverno.io/rule-name": "r"}
+    assert kyverno_labels_only_if_untyped(untyped) == {"app.kubernetes.io/managed-by": "kyverno", "generate.kyverno.io/rule-name": "r"}
+
+
+def test_a_trigger_not_stored_yet_is_looked_for_again_within_milliseconds() -> None:
+    from stockade.controllers.generate import PENDING_BACKOFF_SECONDS, GenerateController, TriggerEvent
+
+    class Store:
+        listeners: list = []
+        snapshot = None
+
+    controller = GenerateController(None, Store(), cluster_data=object())  # type: ignore[arg-type]
+    event = TriggerEvent("CREATE", {"kind": "ConfigMap", "metadata": {"name": "c"}})
+    controller._schedule_retry(event, 0, "not stored yet", pending=True)
+    controller._schedule_retry(event, 0, "server error")
+    pending, failed = sorted(controller._retries)
+    assert pending.due < failed.due and PENDING_BACKOFF_SECONDS < 0.1

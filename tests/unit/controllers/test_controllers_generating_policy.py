@@ -10,11 +10,13 @@ from stockade.celpolicy.model import CelPolicy
 from stockade.controllers.generate import (
     GenerateController,
     TriggerEvent,
+    WatchedChange,
     evaluation_enabled,
     gpol_labels,
     gpol_selector,
     owned_by,
 )
+from stockade.controllers.downstreamwatch import parse_watch_lines
 from stockade.policy.loader import Document
 from tests.unit.controllers.fakecluster import FakeCluster, selector_matches
 
@@ -176,3 +178,82 @@ def test_generate_existing_and_resync_prune() -> None:
     cluster.request("DELETE", "/api/v1/namespaces/ns1/configmaps/a")  # a trigger deleted while we were not told
     ctl.resync()
     assert cluster.find("NetworkPolicy", "ns1", "default-deny") is None
+
+
+def test_kyverno_reverts_an_edited_or_deleted_synchronized_downstream_object_from_the_watch() -> None:
+    cluster = FakeCluster()
+    ctl = controller(cluster, Store(gpol()))
+    ctl.process_event(TriggerEvent("CREATE", trigger(cluster)))
+    netpol = cluster.find("NetworkPolicy", "ns1", "default-deny") or {}
+    edited = cluster.add({**netpol, "spec": {"podSelector": {}, "policyTypes": ["Egress"]}})
+    assert ctl.process_watched_change(WatchedChange("MODIFIED", edited)) == []
+    assert (cluster.find("NetworkPolicy", "ns1", "default-deny") or {})["spec"]["policyTypes"] == ["Ingress"]
+    cluster.request("DELETE", "/apis/networking.k8s.io/v1/namespaces/ns1/networkpolicies/default-deny")
+    assert ctl.process_watched_change(WatchedChange("DELETED", edited)) == []
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny") is not None
+
+
+def test_without_sync_a_watched_change_is_left_alone() -> None:
+    cluster = FakeCluster()
+    ctl = controller(cluster, Store(gpol(sync=False)))
+    ctl.process_event(TriggerEvent("CREATE", trigger(cluster)))
+    netpol = cluster.find("NetworkPolicy", "ns1", "default-deny") or {}
+    edited = cluster.add({**netpol, "spec": {"podSelector": {}, "policyTypes": ["Egress"]}})
+    assert ctl.process_watched_change(WatchedChange("MODIFIED", edited)) == []
+    assert (cluster.find("NetworkPolicy", "ns1", "default-deny") or {})["spec"]["policyTypes"] == ["Egress"]
+
+
+def test_a_watched_clone_source_change_reaches_its_copies_and_its_deletion_removes_them() -> None:
+    cluster = FakeCluster()
+    source = cluster.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "src", "namespace": "default"}, "data": {"k": "dg=="}})
+    expression = 'generator.Apply(object.metadata.namespace, [resource.Get("v1", "secrets", "default", "src")])'
+    ctl = controller(cluster, Store(gpol(expression=expression)))
+    ctl.process_event(TriggerEvent("CREATE", trigger(cluster)))
+    changed = cluster.add({**source, "data": {"k": "dzI="}})
+    assert ctl.process_watched_change(WatchedChange("MODIFIED", changed)) == []
+    assert (cluster.find("Secret", "ns1", "src") or {})["data"] == {"k": "dzI="}
+    cluster.request("DELETE", "/api/v1/namespaces/default/secrets/src")
+    assert ctl.process_watched_change(WatchedChange("DELETED", changed)) == []
+    assert cluster.find("Secret", "ns1", "src") is None
+
+
+def test_watch_lines_are_split_at_newlines() -> None:
+    events, rest = parse_watch_lines(b'{"type": "MODIFIED", "object": {}}\n\n{"type": "DEL')
+    assert events == [{"type": "MODIFIED", "object": {}}] and rest == b'{"type": "DEL'
+
+
+def test_a_changed_synchronized_policy_regenerates_and_drops_what_it_no_longer_produces() -> None:
+    cluster = FakeCluster()
+    cluster.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "src", "namespace": "default"}, "data": {"k": "dg=="}})
+    cluster.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "src", "namespace": "default"}, "data": {"a": "b"}})
+    secret_copy = 'generator.Apply(object.metadata.namespace, [resource.Get("v1", "secrets", "default", "src")])'
+    store = Store(gpol(expression=secret_copy))
+    ctl = controller(cluster, store)
+    ctl.reconcile_policies()
+    ctl.process_event(TriggerEvent("CREATE", trigger(cluster)))
+    assert cluster.find("Secret", "ns1", "src") is not None
+    store.set(gpol(expression=secret_copy.replace("secrets", "configmaps")))
+    ctl.reconcile_policies()
+    assert cluster.find("Secret", "ns1", "src") is None
+    assert (cluster.find("ConfigMap", "ns1", "src") or {}).get("data") == {"a": "b"}
+
+
+def test_generating_policies_read_global_context_entries_in_the_cluster() -> None:
+    from stockade.controllers.webhookconfig import ApiResource
+
+    cluster = FakeCluster()
+    cluster.resources.append(ApiResource("kyverno.io", "v2alpha1", "globalcontextentries", "GlobalContextEntry", False))
+    cluster.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "app", "namespace": "default", "labels": {"app": "blue"}}})
+    cluster.add({
+        "apiVersion": "kyverno.io/v2alpha1", "kind": "GlobalContextEntry", "metadata": {"name": "apps"},
+        "spec": {"kubernetesResource": {"group": "", "version": "v1", "resource": "configmaps", "namespace": "default"},
+                 "projections": [{"name": "labels", "jmesPath": "[?metadata.name=='app'].metadata.labels.app"}]},
+    })
+    expression = (
+        'generator.Apply(object.metadata.namespace, [{"kind": dyn("ConfigMap"), "apiVersion": dyn("v1"), '
+        '"metadata": dyn({"name": "from-gctx", "namespace": string(object.metadata.namespace)}), '
+        '"data": dyn({"app": string(globalContext.Get("apps", "labels")[0])})}])'
+    )
+    ctl = controller(cluster, Store(gpol(expression=expression)))
+    assert ctl.process_event(TriggerEvent("CREATE", trigger(cluster))) == []
+    assert (cluster.find("ConfigMap", "ns1", "from-gctx") or {}).get("data") == {"app": "blue"}

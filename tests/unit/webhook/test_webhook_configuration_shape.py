@@ -167,6 +167,18 @@ def test_match_conditions_make_a_cel_policy_fine_grained_and_namespaced_ones_see
     assert own_namespace == {"key": "kubernetes.io/metadata.name", "operator": "In", "values": ["team"]}
 
 
+def test_match_conditions_the_apiserver_cannot_compile_stay_out_of_the_webhook() -> None:
+    """Kyverno's libraries (image(), ...) are unknown to kube-apiserver: Kyverno then builds the policy's webhook
+    without matchConditions (a shared one) and evaluates them itself."""
+    text = VPOL.format(kind="ValidatingPolicy", name="libs", namespace="''").replace(
+        "  validations:", "  matchConditions:\n  - {name: c, expression: \"object.spec.containers.exists(c, image(c.image).registry() == 'corp.reg.com')\"}\n  validations:"
+    )
+    _, validating = configurations([], [cel_policy(text)])
+    (webhook,) = validating["webhooks"]
+    assert webhook["name"] == "vpol.validate.kyverno.svc-fail" and "matchConditions" not in webhook
+    assert webhook["clientConfig"]["service"]["path"] == "/vpol/libs"
+
+
 def test_policies_with_different_selectors_get_webhooks_suffixed_by_the_selector_digest() -> None:
     plain = cel_policy(VPOL.format(kind="ValidatingPolicy", name="plain", namespace="''"))
     labelled = cel_policy(VPOL.format(kind="ValidatingPolicy", name="labelled", namespace="''"))
