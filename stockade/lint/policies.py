@@ -28,6 +28,7 @@ from stockade.celpolicy.compiler import POLICY_VARIABLES, PolicyCompiler
 from stockade.celpolicy.errors import PolicyCompileError
 from stockade.engine.conditions import CONDITION_OPERATORS
 from stockade.engine.pattern.anchors import parse_anchor
+from stockade.engine.podsecurity import validate_excludes
 from stockade.engine.variables import VARIABLE_RE
 from stockade.jmespath import JMESPathError, compile_expression, function_names
 from stockade.lint import generate as generate_checks
@@ -63,6 +64,7 @@ BACKGROUND_VARIABLES_PREFIX = (
     "only select variables are allowed in background mode. Set spec.background=false to disable background mode for this policy rule: "
 )
 USER_FILTER_FIELDS = ("roles", "clusterRoles", "subjects")
+SUBJECT_KINDS = ("User", "Group", "ServiceAccount")  # rbac/v1 Subject kinds, the only ones a request can carry
 WILDCARD_METADATA_ONLY = "policy can only deal with the metadata field of the resource if the rule does not match any kind"
 # deny keys a `*` rule may use besides request.object.metadata.*: request data other than the object's spec
 WILDCARD_ALLOWED_VARIABLES = re.compile(r"\{\{\s*(request\.|serviceAccountName|serviceAccountNamespace)[^{}]*\}\}")
@@ -408,6 +410,10 @@ class _Checker:
         self.webhook_settings(spec, legacy=True)
         if spec.get("admission") is False and spec.get("background") is False:
             self.error("spec", "disabling both admission and background processing is not allowed")
+        elif spec.get("admission") is False and any(
+            isinstance(r, dict) and (r.get("mutate") or r.get("generate") or r.get("verifyImages")) for r in spec.get("rules") or []
+        ):
+            self.error("spec", "disabling admission processing is only allowed with validation policies")
         self.background = spec.get("background") is not False
         rules = spec.get("rules")
         if rules is None:
@@ -457,6 +463,8 @@ class _Checker:
             self.error(path, f"no operation defined in the rule '{name}' (supported operations: mutate, validate, generate, verifyImages)", name)
         elif len(present) > 1:
             self.error(path, f"multiple operations defined in the rule '{name}' ({', '.join(present)}); only one of mutate, validate, generate, verifyImages is allowed per rule", name)
+        if rule.get("celPreconditions") is not None and not (isinstance(rule.get("validate"), dict) and rule["validate"].get("cel")):
+            self.error(f"{path}.celPreconditions", "celPrecondition can only be used with validate.cel", name)
         if rule.get("imageExtractors") and not rule.get("verifyImages"):
             self.error(f"{path}.imageExtractors", "imageExtractors can only be defined for verifyImages rules", name)
         self.match_block(rule.get("match"), f"{path}.match", name, required=True, rule=rule)
@@ -516,6 +524,11 @@ class _Checker:
         if not any(entry.get(k) for k in ("resources", "subjects", "roles", "clusterRoles")):
             self.error(path, "match resources not specified" if is_match else "exclude resources not specified", name)
             return
+        subjects = entry.get("subjects")
+        for index, subject in enumerate(subjects if isinstance(subjects, list) else []):
+            kind = subject.get("kind") if isinstance(subject, dict) else None
+            if kind not in SUBJECT_KINDS:
+                self.error(f"{path}.subjects[{index}].kind", f"unsupported subject kind {kind!r}: must be one of {', '.join(SUBJECT_KINDS)}", name)
         kinds = resources.get("kinds")
         if kinds is not None and not isinstance(kinds, list):
             self.error(f"{path}.resources.kinds", "must be a list of kinds", name)
@@ -621,6 +634,10 @@ class _Checker:
         if isinstance(deny, dict):
             self.conditions(deny.get("conditions"), f"{path}.deny.conditions", name)
         self.foreach_list(validate.get("foreach"), f"{path}.foreach", name, "validate")
+        pod_security = validate.get("podSecurity")
+        if isinstance(pod_security, dict) and isinstance(pod_security.get("exclude"), list):
+            for where, problem in validate_excludes(str(pod_security.get("level") or ""), pod_security["exclude"], f"{path}.podSecurity.exclude"):
+                self.error(where, problem, name)
         if isinstance(validate.get("cel"), dict):
             self.variable_sizes = {}
             self.policy_variable_sizes(validate["cel"].get("variables"), ())
@@ -778,6 +795,13 @@ class _Checker:
         else:
             self.match_block(match, "spec.match", "", required=True, rule={"validate": {"pattern": {"metadata": {}}}})
         self.conditions(spec.get("conditions"), "spec.conditions", "")
+        pod_security = spec.get("podSecurity")
+        if pod_security is not None:
+            if not isinstance(pod_security, list):
+                self.error("spec.podSecurity", "must be a list of controls")
+            else:
+                for where, problem in validate_excludes("", pod_security, "spec.podSecurity"):
+                    self.error(where, problem)
         self.variables({k: v for k, v in spec.items() if k != "match"}, "spec")
 
     def namespaced_cel_libraries(self, spec: dict[str, Any]) -> None:

@@ -179,29 +179,33 @@ def _remove_first_equal(
         return
 
 
-def validate_excludes(level: str, excludes: Iterable[dict[str, Any]]) -> list[str]:
-    """Kyverno's admission-time checks of `podSecurity.exclude` entries, as messages."""
-    problems: list[str] = []
+def validate_excludes(level: str, excludes: Iterable[Any], where: str = "podSecurity.exclude") -> list[tuple[str, str]]:
+    """Kyverno's admission-time checks of ``podSecurity.exclude`` entries (a rule's) or of a PolicyException's
+    ``spec.podSecurity`` (``where``; no ``level`` there), as (field path, message) pairs."""
+    problems: list[tuple[str, str]] = []
     for index, exclude in enumerate(excludes):
-        path = f"podSecurity.exclude[{index}]"
+        path = f"{where}[{index}]"
+        if not isinstance(exclude, dict):
+            problems.append((path, "must be a mapping with a controlName"))
+            continue
         control = exclude.get("controlName") or ""
         images = _string_list(exclude.get("images"))
         if control not in CONTROL_TO_CHECK_IDS:
-            problems.append(f"{path}.controlName: unsupported control name {control!r}")
+            problems.append((f"{path}.controlName", f"unsupported control name {control!r}"))
         if control in CONTAINER_LEVEL_CONTROLS and not images:
-            problems.append(f"{path}.controlName: exclude.images must be specified for the container level control")
+            problems.append((f"{path}.controlName", "exclude.images must be specified for the container level control"))
         elif control in POD_LEVEL_CONTROLS and images:
-            problems.append(f"{path}.controlName: exclude.images must not be specified for the pod level control")
+            problems.append((f"{path}.controlName", "exclude.images must not be specified for the pod level control"))
         has_field = bool(exclude.get("restrictedField"))
         has_values = bool(_string_list(exclude.get("values")))
         if has_field and not has_values:
-            problems.append(f"{path}.values: values is required")
+            problems.append((f"{path}.values", "values is required"))
         if not has_field and has_values:
-            problems.append(f"{path}.restrictedField: restrictedField is required")
+            problems.append((f"{path}.restrictedField", "restrictedField is required"))
         if (
             level == "baseline"
             and control in RESTRICTED_CONTROL_NAMES
             and control not in ("Seccomp", "Capabilities")
         ):
-            problems.append(f"{path}.controlName: Invalid control name defined at the given level")
+            problems.append((f"{path}.controlName", "Invalid control name defined at the given level"))
     return problems

@@ -396,3 +396,46 @@ def test_mutate_existing_on_policy_update_needs_targets(where: str) -> None:
     assert any("rules[0].mutate.targets has to be specified when mutateExistingOnPolicyUpdate is set" in p for p in problems), problems
     rule["mutate"]["targets"] = [{"apiVersion": "v1", "kind": "Secret", "name": "s"}]
     assert not [p for p in validate_policy_document(document).errors if "mutateExistingOnPolicyUpdate" in str(p)]
+
+
+MUTATE_RULE = {"name": "add", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "mutate": {"patchStrategicMerge": {"metadata": {"labels": {"a": "b"}}}}}
+
+
+def test_admission_off_is_only_for_validation_policies() -> None:
+    """Kyverno: "disabling admission processing is only allowed with validation policies" (mutate, generate and
+    verifyImages act at admission); a validate policy may run in the background only."""
+    assert errors_of(cluster_policy(admission=False, background=True)) == []
+    assert any("only allowed with validation policies" in e for e in errors_of(cluster_policy(MUTATE_RULE, admission=False, background=True)))
+
+
+def test_cel_preconditions_need_a_validate_cel_rule() -> None:
+    precondition = [{"name": "labelled", "expression": "has(object.metadata.labels)"}]
+    assert any("celPrecondition can only be used with validate.cel" in e for e in errors_of(with_rule(celPreconditions=precondition)))
+    cel = {"cel": {"expressions": [{"expression": "has(object.metadata.labels)"}]}}
+    assert errors_of(with_rule(celPreconditions=precondition, validate=cel)) == []
+
+
+def test_a_subject_kind_must_be_user_group_or_service_account() -> None:
+    """Kyverno #7052: a subject of kind Foo can never match a request, so the policy is refused."""
+    match = {"any": [{"resources": {"kinds": ["ConfigMap"]}, "subjects": [{"kind": "Foo", "name": "foo"}]}]}
+    policy = with_rule(match=match)
+    policy["spec"]["background"] = False  # requester filters are admission-only
+    assert any("subjects[0].kind" in e for e in errors_of(policy))
+    match["any"][0]["subjects"] = [{"kind": "ServiceAccount", "name": "sa", "namespace": "ns"}]
+    assert errors_of(policy) == []
+
+
+def test_pod_security_exception_controls_are_checked_as_kyverno_checks_them() -> None:
+    exception = {
+        "apiVersion": "kyverno.io/v2",
+        "kind": "PolicyException",
+        "metadata": {"name": "psa", "namespace": "default"},
+        "spec": {
+            "exceptions": [{"policyName": "psa", "ruleNames": ["restricted"]}],
+            "match": {"all": [{"resources": {"kinds": ["Pod"]}}]},
+            "podSecurity": [{"controlName": "Capabilities"}, {"controlName": "Host Namespaces"}],
+        },
+    }
+    assert errors_of(exception) == ["spec.podSecurity[0].controlName: exclude.images must be specified for the container level control"]
+    exception["spec"]["podSecurity"] = [{"controlName": "Capabilities", "images": ["nginx"], "restrictedField": "spec.containers[*].securityContext.capabilities.add"}]
+    assert errors_of(exception) == ["spec.podSecurity[0].values: values is required"]

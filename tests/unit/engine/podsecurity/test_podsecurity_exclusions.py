@@ -181,7 +181,7 @@ def test_rule_and_exception_excludes_apply_one_after_the_other() -> None:
 
 def test_validate_excludes() -> None:
     assert validate_excludes("restricted", [{"controlName": "Capabilities", "images": ["nginx"]}]) == []
-    problems = validate_excludes(
+    problems = [f"{path}: {message}" for path, message in validate_excludes(
         "baseline",
         [
             {"controlName": "Privileged Containers"},
@@ -191,7 +191,7 @@ def test_validate_excludes() -> None:
             {"controlName": "Running as Non-root"},
             {"controlName": "Seccomp"},
         ],
-    )
+    )]
     assert problems == [
         "podSecurity.exclude[0].controlName: exclude.images must be specified for the container level control",
         "podSecurity.exclude[1].controlName: exclude.images must not be specified for the pod level control",
