@@ -139,3 +139,28 @@ def test_a_trigger_not_stored_yet_is_looked_for_again_within_milliseconds() -> N
     controller._schedule_retry(event, 0, "server error")
     pending, failed = sorted(controller._retries)
     assert pending.due < failed.due and PENDING_BACKOFF_SECONDS < 0.1
+
+
+def test_a_trigger_whose_stored_object_has_another_uid_generates_nothing() -> None:
+    """Kyverno #16566 (its e2e test cpol-data-nosync-rejected-create checks it through an UpdateRequest, which Stockade
+    does not use): a CREATE the API server rejected (AlreadyExists) left a live object of the same name but another
+    UID; the controller must not generate for the rejected request's object."""
+    from stockade.controllers.generate import GenerateController, TriggerEvent
+
+    class Store:
+        listeners: list = []
+        snapshot = None
+
+    class Cluster:
+        def __init__(self, stored: dict[str, Any] | None) -> None:
+            self.stored = stored
+
+        def get_object(self, *_args: Any, **_kwargs: Any) -> dict[str, Any] | None:
+            return self.stored
+
+    rejected = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team", "uid": "phantom"}}
+    live = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team", "uid": "live", "labels": {"layer": "operational"}}}
+    controller = GenerateController(None, Store(), cluster_data=Cluster(live))  # type: ignore[arg-type]
+    assert controller._stored_trigger(TriggerEvent("CREATE", rejected)) is None
+    controller = GenerateController(None, Store(), cluster_data=Cluster({**live, "metadata": {**live["metadata"], "uid": "phantom"}}))  # type: ignore[arg-type]
+    assert controller._stored_trigger(TriggerEvent("CREATE", rejected)) is not None
