@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from stockade.controllers.background import background_blocker, scanned_rules_only
 from stockade.controllers.generate import (
     APPLY,
