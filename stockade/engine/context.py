@@ -26,11 +26,16 @@ DeferredLoader = Callable[["EngineContext"], None]
 
 @dataclass(frozen=True)
 class _Deferred:
-    """A registered lazy entry: ``order`` keeps Kyverno's rule that an entry loading may pull in earlier entries only."""
+    """A registered lazy entry: ``layers`` are its (registration order, loader) pairs, oldest first -- a name defined
+    twice has two.  Kyverno's rule: an entry being loaded may pull in only entries registered before it, so a variable
+    defined between two definitions of ``foo`` sees the first ``foo`` (the later layers stay deferred)."""
 
-    order: int
     matcher: re.Pattern[str]
-    load: DeferredLoader
+    layers: tuple[tuple[int, DeferredLoader], ...]
+
+    @property
+    def order(self) -> int:
+        return self.layers[0][0]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -100,14 +105,8 @@ class EngineContext:
         """Register a context entry that is loaded only when a query first mentions it (Kyverno's deferred
         loading).  A second entry of the same name loads after the first, so the later one wins as when eager."""
         earlier = self._deferred.get(name)
-        if earlier is not None:
-            first, second = earlier.load, loader
-
-            def loader(target: EngineContext) -> None:
-                first(target)
-                second(target)
-
-        self._deferred[name] = _Deferred(self._registered, _name_matcher(name), loader)
+        layers = (earlier.layers if earlier is not None else ()) + ((self._registered, loader),)
+        self._deferred[name] = _Deferred(_name_matcher(name), layers)
         self._registered += 1
 
     def _load_deferred_for(self, expression: str) -> None:
@@ -116,13 +115,18 @@ class EngineContext:
                 continue
             if self._deferred.get(name) is not entry or not entry.matcher.search(expression):
                 continue
+            bound = self._loading_below
+            due = [layer for layer in entry.layers if bound is None or layer[0] < bound]
+            later = tuple(layer for layer in entry.layers if bound is not None and layer[0] >= bound)
             del self._deferred[name]
-            outer = self._loading_below
-            self._loading_below = entry.order
             try:
-                entry.load(self)
+                for order, load in due:
+                    self._loading_below = order
+                    load(self)
             finally:
-                self._loading_below = outer
+                self._loading_below = bound
+            if later:  # definitions registered after the loading entry: still deferred for later queries
+                self._deferred[name] = _Deferred(entry.matcher, later)
 
     def checkpoint(self) -> None:
         self._checkpoints.append((self._data, dict(self._deferred)))

@@ -95,3 +95,21 @@ def test_a_later_entry_of_the_same_name_wins() -> None:
     ctx2 = EngineContext()
     ContextLoader().load([{"name": "v", "variable": {"value": 1}}, {"name": "v", "variable": {"value": 2}}], ctx2, "rule")
     assert ctx2.query("v") == 2
+
+
+def test_a_variable_between_two_definitions_of_a_name_sees_the_first_one() -> None:
+    """Kyverno's deferred/resolve-overriden-variable: ``one`` (jmesPath ``foo``) is registered between ``foo: foo`` and
+    ``foo: baz``, so it resolves to ``foo``; a later top-level query of ``foo`` still gets the last definition."""
+    ctx = EngineContext({})
+    loader = ContextLoader(ContextProviders())
+    loader.load(
+        [
+            {"name": "foo", "variable": {"value": "foo"}},
+            {"name": "one", "variable": {"jmesPath": "foo"}},
+            {"name": "foo", "variable": {"value": "baz"}},
+        ],
+        ctx,
+        "rule",
+    )
+    assert ctx.query("one") == "foo"
+    assert ctx.query("foo") == "baz"
