@@ -95,3 +95,18 @@ def test_a_later_entry_of_the_same_name_wins() -> None:
     ctx2 = EngineContext()
     ContextLoader().load([{"name": "v", "variable": {"value": 1}}, {"name": "v", "variable": {"value": 2}}], ctx2, "rule")
     assert ctx2.query("v") == 2
+
+
+def test_variable_jmespath_resolving_to_a_list_is_an_error_not_a_crash() -> None:
+    """Kyverno e2e invalid-jmespath-variable-substitution: a variable whose ``jmesPath`` substitutes to a list fails
+    the rule with "jmespath value must be a string" (Enforce then denies) instead of evaluating the list."""
+    rule = {
+        "name": "test-panic",
+        "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+        "context": [{"name": "image", "variable": {"jmesPath": "{{ request.object.spec.containers[].image }}"}}],
+        "validate": {"deny": {"conditions": {"all": [{"key": "{{ image }}", "operator": "AnyNotIn", "value": ["x"]}]}}},
+    }
+    engine = Engine()
+    response = engine.validate(engine.policy_context(policy(rule), Request(resource=pod("test"))))
+    assert response.rules[0].status == "error"
+    assert "jmespath value must be a string image" in response.rules[0].message
