@@ -44,7 +44,9 @@ MUTATE_TYPES = ("patchStrategicMerge", "patchesJson6902", "foreach")
 JSON_PATCH_OPERATIONS = ("add", "remove", "replace", "move", "copy", "test")
 CONTEXT_SOURCES = ("configMap", "apiCall", "imageRegistry", "variable", "globalReference")
 # Names the engine fills itself: a context entry with one of these names would shadow it.
-RESERVED_CONTEXT_NAMES = ("request", "serviceAccountName", "serviceAccountNamespace", "element", "elementIndex", "@", "images", "image", "target")
+# Names Kyverno's policy validation reserves for context entries (the name itself or a dotted path under it); others
+# such as ``image`` or ``target`` are free to use.
+RESERVED_CONTEXT_NAMES = ("images", "request", "serviceAccountName", "serviceAccountNamespace", "element", "elementIndex")
 CEL_EXPRESSION_KEYS = ("expression", "messageExpression", "valueExpression")
 VALIDATION_ACTIONS = ("Deny", "Warn", "Audit")
 ANCHOR_PREFIXES = ("(", "X(", "+(", "<(", "=(", "^(")
@@ -555,8 +557,10 @@ class _Checker:
             entry_name = entry.get("name")
             if not entry_name:
                 self.error(f"{where}.name", "a name is required for context entries", name)
-            elif entry_name in RESERVED_CONTEXT_NAMES:
-                self.error(f"{where}.name", f"entry name {entry_name} conflicts with a pre-defined variable", name)
+            else:
+                reserved = next((r for r in RESERVED_CONTEXT_NAMES if entry_name == r or str(entry_name).startswith(r + ".")), None)
+                if reserved is not None:
+                    self.error(f"{where}.name", f"entry name {entry_name} is invalid as it conflicts with a pre-defined variable {reserved}", name)
             sources = [s for s in CONTEXT_SOURCES if entry.get(s) is not None]
             if len(sources) != 1:
                 self.error(where, f"exactly one of {', '.join(CONTEXT_SOURCES)} is required for context entries", name)

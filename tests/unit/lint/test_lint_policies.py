@@ -116,10 +116,19 @@ def test_json_patch_path_must_start_with_slash() -> None:
     assert any("patchesJson6902[0].path: path must begin with a forward slash" in e for e in errors_of(policy))
 
 
+def test_context_entry_names_reserved_as_kyverno_reserves_them() -> None:
+    """Kyverno e2e invalid-jmespath-variable-substitution names a context entry ``image``: Kyverno reserves only
+    images, request, serviceAccountName(space), element and elementIndex (and dotted paths under them)."""
+    allowed = with_rule(context=[{"name": "image", "variable": {"value": 1}}, {"name": "target", "variable": {"value": 1}}])
+    assert not any("pre-defined variable" in e for e in errors_of(allowed))
+    dotted = with_rule(context=[{"name": "element.x", "variable": {"value": 1}}])
+    assert any("entry name element.x is invalid as it conflicts with a pre-defined variable element" in e for e in errors_of(dotted))
+
+
 def test_context_entry_problems() -> None:
     policy = with_rule(context=[{"name": "request", "variable": {"value": 1}}, {"name": "cm", "configMap": {"name": "x"}}, {"name": "v", "variable": {"jmesPath": "a.["}}])
     errors = errors_of(policy)
-    assert any("context[0].name: entry name request conflicts with a pre-defined variable" in e for e in errors)
+    assert any("context[0].name: entry name request is invalid as it conflicts with a pre-defined variable request" in e for e in errors)
     assert any("context[1].configMap.namespace: a namespace is required" in e for e in errors)
     assert any("context[2].variable.jmesPath: invalid JMESPath 'a.['" in e for e in errors)
 
