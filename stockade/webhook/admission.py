@@ -212,11 +212,18 @@ def uses_roles(policy: Any) -> bool:
     return '"roles"' in text or '"clusterRoles"' in text or "request.roles" in text or "request.clusterRoles" in text
 
 
+def subject_namespace(resource: dict[str, Any], request: AdmissionRequest) -> str:
+    """The namespace Kyverno names a reviewed object by: its own ``metadata.namespace``, else the request's, except
+    for a Namespace, which the request names as its own namespace but which is cluster-scoped."""
+    metadata = resource.get("metadata") or {}
+    return str(metadata.get("namespace") or labels_namespace(request))
+
+
 def resource_label(resource: dict[str, Any], request: AdmissionRequest) -> str:
     """``Kind/namespace/name`` as Kyverno prints it in block messages (namespace empty for cluster objects)."""
     metadata = resource.get("metadata") or {}
     kind = resource.get("kind") or request.kind.kind
-    namespace = metadata.get("namespace") or request.namespace
+    namespace = subject_namespace(resource, request)
     name = metadata.get("name") or request.name or metadata.get("generateName") or ""
     return f"{kind}/{namespace}/{name}"
 
