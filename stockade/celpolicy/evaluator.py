@@ -307,8 +307,10 @@ class CelPolicyEvaluator:
         rule: dict[str, Any],
         request: AdmissionInput,
         param_lookup: Callable[[dict[str, Any], dict[str, Any], str], list[Any]] | None = None,
+        providers: Mapping[str, Any] | None = None,
     ) -> tuple[str, str]:
-        """A ``validate.cel`` rule: returns (status, message) with Kyverno's wording."""
+        """A ``validate.cel`` rule: returns (status, message) with Kyverno's wording; ``providers`` add to the
+        evaluator's CEL providers for this request (e.g. an ``authorizer`` bound to the requester)."""
         name = str(rule.get("name", ""))
         validate = rule.get("validate") or {}
         cel = validate.get("cel") or {}
@@ -322,7 +324,7 @@ class CelPolicyEvaluator:
             except LookupError as error:
                 return "error", f"error in parameterized resource: {error}"
         for params in param_sets:
-            scope = self._scope(key, request, {"params": params})
+            scope = self._scope(key, request, {"params": params}, providers)
             try:
                 if not scope.conditions_hold(rule.get("celPreconditions"), "celPreconditions"):
                     return "skip", "cel preconditions not met"

@@ -6,13 +6,13 @@ engine's handler registry when ``stockade.celpolicy`` is imported: the dependenc
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from stockade.celpolicy.errors import PolicyCompileError
 from stockade.celpolicy.evaluator import CelPolicyEvaluator
 from stockade.celpolicy.request import AdmissionInput
-from stockade.engine.contextloader import ContextLoadError, ContextProviders, KindScopeResolver
+from stockade.engine.contextloader import AuthorizationResolver, ContextLoadError, ContextProviders, KindScopeResolver
 from stockade.engine.handlers.generate import ResourceLookup
 from stockade.engine.handlers.registry import DEFAULT_HANDLERS, VALIDATE_CEL, HandlerRegistry, HandlerResult, HandlerServices
 from stockade.engine.match import selector_matches
@@ -61,6 +61,20 @@ def _param_lookup(
     return collect
 
 
+class RequesterAuthorizer:
+    """The CEL ``authorizer`` of one request: checks built on ``authorizer`` itself ask about the requester, those
+    built on ``authorizer.serviceAccount(ns, name)`` about that account; the cluster answers both."""
+
+    def __init__(self, resolve: AuthorizationResolver, requester: dict[str, Any]) -> None:
+        self.resolve = resolve
+        self.requester = requester
+
+    def check(self, attributes: Mapping[str, Any]) -> tuple[str, str]:
+        checked = dict(attributes)
+        user = checked.pop("user", None)
+        return self.resolve({"username": user} if user else self.requester, checked)
+
+
 def validate_cel_rule(
     pctx: PolicyContext, rule: Rule, lookup: ResourceLookup | None = None, providers: ContextProviders | None = None
 ) -> RuleResponse:
@@ -88,8 +102,9 @@ def validate_cel_rule(
         # Kyverno hands the rule a Namespace carrying only its name when it works without a cluster.
         request.namespace_object = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
     policy_key = f"{pctx.policy.kind}/{pctx.policy.namespace}/{pctx.policy.name}"
+    extra = {"authorizer": RequesterAuthorizer(cluster.authorizer, request.user_info)} if cluster.authorizer is not None else None
     try:
-        status, message = _EVALUATOR.validate_cel_rule(policy_key, rule.raw, request, _param_lookup(lookup, cluster.kind_namespaced))
+        status, message = _EVALUATOR.validate_cel_rule(policy_key, rule.raw, request, _param_lookup(lookup, cluster.kind_namespaced), extra)
     except PolicyCompileError as error:
         return rule_error(rule.name, RULE_TYPE_VALIDATION, "Error while compiling CEL expressions", error)
     if status == "pass":

@@ -326,12 +326,34 @@ class ClusterData:
             return None
         return None if resource is None else resource.namespaced
 
+    def authorize(self, user: dict[str, Any], attributes: dict[str, Any]) -> tuple[str, str]:
+        """A CEL ``authorizer`` check as a SubjectAccessReview: ("allow" | "deny" | "noOpinion", reason)."""
+        verb = str(attributes.get("verb") or "")
+        spec: dict[str, Any] = {key: user[key] for key in ("uid", "groups", "extra") if user.get(key)}
+        spec["user"] = str(user.get("username") or "")
+        if "path" in attributes:
+            spec["nonResourceAttributes"] = {"path": str(attributes.get("path") or ""), "verb": verb}
+        else:
+            fields = ("group", "resource", "subresource", "namespace", "name")
+            spec["resourceAttributes"] = {key: str(attributes[key]) for key in fields if attributes.get(key)} | {"verb": verb}
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+        try:
+            answer = self.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
+        except ApiError as exc:
+            raise ContextLoadError(f"authorization check failed: {exc}") from None
+        status = answer.get("status") or {} if isinstance(answer, dict) else {}
+        reason = str(status.get("reason") or "")
+        if status.get("allowed"):
+            return "allow", reason
+        return ("deny", reason) if status.get("denied") else ("noOpinion", reason)
+
     def providers(self) -> ContextProviders:
         return ContextProviders(
             configmaps=self.configmap,
             api_calls=self.api_call,
             namespaces=self.namespace_object,
             kind_namespaced=self.kind_namespaced,
+            authorizer=self.authorize,
         )
 
 

@@ -37,6 +37,9 @@ NamespaceResolver = Callable[[str], dict[str, Any] | None]
 """Namespace name → the Namespace object as the cluster stores it (None when it does not exist)."""
 KindScopeResolver = Callable[[str, str], bool | None]
 """(apiVersion, kind) → whether the cluster serves the kind namespaced; None when the cluster does not know it."""
+AuthorizationResolver = Callable[[dict[str, Any], dict[str, Any]], tuple[str, str]]
+"""(user info, attributes of a CEL ``authorizer`` check) → (decision "allow"/"deny"/"noOpinion", reason), answered by
+the cluster's authorizer (a SubjectAccessReview)."""
 
 
 @dataclass
@@ -52,6 +55,7 @@ class ContextProviders:
     # Cluster facts rule handlers need beyond context entries (validate.cel's namespaceObject and paramKind scope).
     namespaces: NamespaceResolver | None = None
     kind_namespaced: KindScopeResolver | None = None
+    authorizer: AuthorizationResolver | None = None
 
 
 def _search(expression: str, data: Any) -> Any:
