@@ -65,6 +65,9 @@ class Request:
     values: dict[str, Any] = field(default_factory=dict)
     gvk: ResourceKind | None = None
     operation_forced: bool = False
+    # More fields of an AdmissionReview request (name, uid, kind, resource, subResource, dryRun), which Kyverno's
+    # admission context carries under ``request``; empty offline and in background scans, where there is no request
+    admission: dict[str, Any] = field(default_factory=dict)
 
 
 _MAX_KINDS_PER_POLICY = 256
@@ -162,7 +165,16 @@ class Engine:
         if request.operation == "UPDATE" and not old_resource:
             old_resource = request.resource
         gvk = request.gvk or ResourceKind.of(request.resource, request.subresource)
-        ctx = build_json_context(new_resource, old_resource, request.operation, request.info, gvk, default_registry=self.default_registry, registry_mutation=self.registry_mutation)
+        ctx = build_json_context(
+            new_resource,
+            old_resource,
+            request.operation,
+            request.info,
+            gvk,
+            default_registry=self.default_registry,
+            registry_mutation=self.registry_mutation,
+            admission=request.admission,
+        )
         for key, value in request.values.items():
             ctx.add_variable(key, value)
         request_data = ctx.get("request") or {}

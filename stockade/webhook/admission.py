@@ -55,6 +55,20 @@ class AdmissionRequest:
     dry_run: bool
     api_version: str = ADMISSION_API_VERSION
 
+    def context_fields(self) -> dict[str, Any]:
+        """The request's identity fields as policies read them under ``request`` (Kyverno puts the whole
+        AdmissionRequest there; object, oldObject, operation, namespace and userInfo the engine adds itself)."""
+        fields: dict[str, Any] = {
+            "uid": self.uid,
+            "kind": {"group": self.kind.group, "version": self.kind.version, "kind": self.kind.kind},
+            "resource": dict(self.resource),
+            "name": self.name,
+            "dryRun": self.dry_run,
+        }
+        if self.sub_resource:
+            fields["subResource"] = self.sub_resource
+        return fields
+
     @property
     def subject(self) -> dict[str, Any]:
         """The object policies look at: the new object, or the old one for DELETE."""
@@ -653,6 +667,7 @@ class AdmissionEvaluator:
             namespace_labels=labels,
             subresource=request.sub_resource,
             gvk=top_level_kind(request, self.kind_resolver),
+            admission=request.context_fields(),
         )
 
     def mutate(self, request: AdmissionRequest, failure: str | None = None, started: float | None = None) -> AdmissionDecision:
