@@ -6,13 +6,13 @@ engine's handler registry when ``stockade.celpolicy`` is imported: the dependenc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from stockade.celpolicy.errors import PolicyCompileError
-from stockade.celpolicy.evaluator import CelPolicyEvaluator
+from stockade.celpolicy.evaluator import CelPolicyEvaluator, RequesterAuthorizer
 from stockade.celpolicy.request import AdmissionInput
-from stockade.engine.contextloader import AuthorizationResolver, ContextLoadError, ContextProviders, KindScopeResolver
+from stockade.engine.contextloader import ContextLoadError, ContextProviders, KindScopeResolver
 from stockade.engine.handlers.generate import ResourceLookup
 from stockade.engine.handlers.registry import DEFAULT_HANDLERS, VALIDATE_CEL, HandlerRegistry, HandlerResult, HandlerServices
 from stockade.engine.match import selector_matches
@@ -59,20 +59,6 @@ def _param_lookup(
         return found
 
     return collect
-
-
-class RequesterAuthorizer:
-    """The CEL ``authorizer`` of one request: checks built on ``authorizer`` itself ask about the requester, those
-    built on ``authorizer.serviceAccount(ns, name)`` about that account; the cluster answers both."""
-
-    def __init__(self, resolve: AuthorizationResolver, requester: dict[str, Any]) -> None:
-        self.resolve = resolve
-        self.requester = requester
-
-    def check(self, attributes: Mapping[str, Any]) -> tuple[str, str]:
-        checked = dict(attributes)
-        user = checked.pop("user", None)
-        return self.resolve({"username": user} if user else self.requester, checked)
 
 
 def validate_cel_rule(

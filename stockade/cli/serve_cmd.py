@@ -322,7 +322,7 @@ def evaluation_store_options(settings: EvaluationSettings, api_client: Any = Non
         "exception_namespaces": list(settings.exception_namespaces) or None,
     }
     if settings.cluster:
-        from stockade.controllers.clusterdata import ClusterData
+        from stockade.controllers.clusterdata import ClusterCelHttp, ClusterCelResources, ClusterData, ClusterGlobalContext
         from stockade.controllers.registration import NamespaceLabelCache, ServedKinds, load_api_client
         from stockade.controllers.userroles import RoleResolver
         from stockade.engine.engine import Engine
@@ -330,6 +330,14 @@ def evaluation_store_options(settings: EvaluationSettings, api_client: Any = Non
         client = api_client if api_client is not None else load_api_client(settings.kubeconfig)
         cluster_data = ClusterData(client)  # configMap/apiCall context entries and clone sources
         options["engine_factory"] = partial(Engine, providers=cluster_data.providers(), resource_lookup=cluster_data.lookup)
+        # CEL policies' resource/http/globalContext libraries and authorizer checks; global context data is read
+        # anew for each review, as Kyverno's entries follow the cluster
+        options["cel_providers"] = {
+            "resource": ClusterCelResources(cluster_data),
+            "http": ClusterCelHttp(),
+            "globalContext": ClusterGlobalContext(cluster_data, reuse_seconds=0.0),
+        }
+        options["cel_authorize"] = cluster_data.authorize
         options["evaluator_options"]["role_resolver"] = RoleResolver(client)
         options["evaluator_options"]["kind_resolver"] = ServedKinds(client)  # Deployment/scale, Pod/ephemeralcontainers
         options["namespace_labels"] = NamespaceLabelCache(client)

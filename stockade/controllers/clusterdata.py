@@ -501,11 +501,14 @@ class ClusterCelHttp:
 class ClusterGlobalContext:
     """The CEL ``globalContext`` library for policies evaluated by controllers: reads the GlobalContextEntry, loads
     its ``apiCall`` (API server path or service) or ``kubernetesResource`` data, and applies a named projection's
-    ``jmesPath``.  Loaded once per entry for the life of this object (one scheduled run)."""
+    ``jmesPath``.  An entry's data is reused for ``reuse_seconds`` (None: for the life of this object, one scheduled
+    run; 0: read anew for every call, as the admission webhook needs)."""
 
-    def __init__(self, cluster: ClusterData) -> None:
+    def __init__(self, cluster: ClusterData, reuse_seconds: float | None = None) -> None:
         self.cluster = cluster
+        self.reuse_seconds = reuse_seconds
         self._data: dict[str, Any] = {}
+        self._loaded_at: dict[str, float] = {}
 
     def _entry(self, name: str) -> dict[str, Any]:
         from stockade.celpolicy.providers import ProviderError
@@ -525,7 +528,7 @@ class ClusterGlobalContext:
     def _load(self, name: str) -> Any:
         from stockade.celpolicy.providers import ProviderError
 
-        if name in self._data:
+        if name in self._data and (self.reuse_seconds is None or time.monotonic() - self._loaded_at[name] < self.reuse_seconds):
             return self._data[name]
         spec = self._entry(name).get("spec") or {}
         if spec.get("apiCall"):
@@ -545,6 +548,7 @@ class ClusterGlobalContext:
         else:
             raise ProviderError(f"global context entry {name!r} has neither apiCall nor kubernetesResource")
         self._data[name] = {"data": data, "projections": spec.get("projections") or []}
+        self._loaded_at[name] = time.monotonic()
         return self._data[name]
 
     def get(self, name: str, projection: str) -> Any:
