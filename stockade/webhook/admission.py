@@ -242,16 +242,33 @@ def resource_label(resource: dict[str, Any], request: AdmissionRequest) -> str:
     return f"{kind}/{namespace}/{name}"
 
 
-def blocking_rules(responses: Iterable[EngineResponse]) -> dict[str, dict[str, str]]:
-    """policy → rule → message for the rules that deny the request (Enforce failures, errors under Fail)."""
-    blocked: dict[str, dict[str, str]] = {}
+def _denying_rules(responses: Iterable[EngineResponse]) -> Iterable[tuple[EngineResponse, RuleResponse]]:
+    """Each rule that denies the request (Enforce failures, errors under Fail) with its policy's response."""
     for response in responses:
         policy_failure = failure_policy(response.policy) if hasattr(response.policy, "spec") else FAILURE_POLICY_FAIL
         for rule in response.rules:
-            denies = (rule.status == FAIL and rule.failure_action == "Enforce") or (rule.status == ERROR and policy_failure == FAILURE_POLICY_FAIL)
-            if denies:
-                blocked.setdefault(response.policy_name, {})[rule.name] = rule.message
+            if (rule.status == FAIL and rule.failure_action == "Enforce") or (rule.status == ERROR and policy_failure == FAILURE_POLICY_FAIL):
+                yield response, rule
+
+
+def blocking_rules(responses: Iterable[EngineResponse]) -> dict[str, dict[str, str]]:
+    """policy → rule → message for the rules that deny the request (Enforce failures, errors under Fail)."""
+    blocked: dict[str, dict[str, str]] = {}
+    for response, rule in _denying_rules(responses):
+        blocked.setdefault(response.policy_name, {})[rule.name] = rule.message
     return blocked
+
+
+def cel_policy_result(response: EngineResponse, rule: RuleResponse) -> str:
+    """How Kyverno's CEL policy webhooks word one result, in denials and warnings alike."""
+    verb = "error" if rule.status == ERROR else "failed"
+    return f"Policy {response.policy_name} {verb}: {rule.message}"
+
+
+def cel_denial(responses: Iterable[EngineResponse]) -> str:
+    """Kyverno's answer on its CEL policy webhooks: one "Policy <name> failed: <message>" (or "error:") per denying
+    result, joined by "; " — not the YAML block message of ClusterPolicies."""
+    return "; ".join(cel_policy_result(response, rule) for response, rule in _denying_rules(responses))
 
 
 def block_message(resource: str, blocked: dict[str, dict[str, str]]) -> str:
@@ -596,7 +613,7 @@ class AdmissionEvaluator:
             for rule in response.rules:
                 rule.failure_action = "Enforce" if "Deny" in actions else "Audit"
                 if "Warn" in actions and rule.status not in (PASS, SKIP):
-                    warnings.append(f"policy {response.policy_name}.{rule.name}: {rule.message}")
+                    warnings.append(cel_policy_result(response, rule))
         return responses, warnings
 
     def policies_in_play(self, phase: str, failure: str | None) -> list[Any]:
@@ -761,9 +778,12 @@ class AdmissionEvaluator:
             if response.rules:
                 responses.append(response)
         cel_responses, cel_warnings = self._validate_cel(request, failure, engine_request.namespace_labels, started)
-        blocked = blocking_rules(responses + cel_responses)
-        if blocked:
-            return AdmissionDecision(False, block_message(resource_label(request.subject, request), blocked), responses=responses + cel_responses)
+        blocked = blocking_rules(responses)
+        cel_denied = cel_denial(cel_responses)
+        if blocked or cel_denied:
+            messages = [block_message(resource_label(request.subject, request), blocked)] if blocked else []
+            message = "; ".join(messages + ([cel_denied] if cel_denied else []))
+            return AdmissionDecision(False, message, responses=responses + cel_responses)
         return AdmissionDecision(True, warnings=warning_messages(responses) + cel_warnings, responses=responses + cel_responses)
 
 
