@@ -44,6 +44,19 @@ def report_policy_name(policy: Any) -> str:
     return f"{namespace}/{name}" if namespace else name
 
 
+# policies.kyverno.io kinds report under Kyverno's own source names; admission policies under their kind
+_KYVERNO_CEL_SOURCES = {kind: "Kyverno" + kind for kind in ("ValidatingPolicy", "ImageValidatingPolicy", "GeneratingPolicy", "MutatingPolicy")}
+
+
+def report_source(policy: Any) -> str:
+    """A result's ``source`` as Kyverno writes it: ``kyverno`` for ClusterPolicy/Policy, ``KyvernoValidatingPolicy``
+    (and the like) for the policies.kyverno.io kinds, namespaced or not, the kind for (Validating|Mutating)AdmissionPolicy."""
+    if isinstance(policy, KyvernoPolicy):
+        return "kyverno"
+    kind = str(getattr(policy, "base_kind", "") or "kyverno")
+    return _KYVERNO_CEL_SOURCES.get(kind, kind)
+
+
 def build_report(
     resource: dict[str, Any],
     responses: list[EngineResponse],
@@ -68,7 +81,7 @@ def build_report(
             result = report_result(response, rule)
             summary[result] += 1
             entry: dict[str, Any] = {
-                "source": "kyverno" if isinstance(policy, KyvernoPolicy) else str(getattr(policy, "base_kind", "kyverno")),
+                "source": report_source(policy),
                 "policy": report_policy_name(policy) or response.policy_name,
                 "rule": rule.name,
                 "result": result,

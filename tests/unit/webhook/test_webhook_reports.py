@@ -62,3 +62,21 @@ def test_merge_keeps_other_policies_and_replaces_reevaluated_ones() -> None:
     assert new["results"] == [{"policy": "b", "result": "pass"}, {"policy": "a", "result": "pass"}]
     assert new["summary"]["pass"] == 2 and new["summary"]["fail"] == 0
     assert new["metadata"]["resourceVersion"] == "7"
+
+
+def test_report_sources_name_the_policy_family_as_kyverno_does() -> None:
+    """Kyverno e2e validating-policies/report: results of a ValidatingPolicy carry source KyvernoValidatingPolicy
+    (namespaced or not); ClusterPolicies ``kyverno``; admission policies their own kind."""
+    from stockade.celpolicy.model import CelPolicy
+    from stockade.controllers.reports import report_source
+    from stockade.policy.model import KyvernoPolicy
+
+    def cel(kind: str) -> CelPolicy:
+        return CelPolicy({"apiVersion": "policies.kyverno.io/v1", "kind": kind, "metadata": {"name": "p", "namespace": "ns"}, "spec": {}})
+
+    assert report_source(KyvernoPolicy({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"}, "spec": {"rules": []}})) == "kyverno"
+    assert report_source(cel("ValidatingPolicy")) == "KyvernoValidatingPolicy"
+    assert report_source(cel("NamespacedValidatingPolicy")) == "KyvernoValidatingPolicy"
+    assert report_source(cel("ImageValidatingPolicy")) == "KyvernoImageValidatingPolicy"
+    vap = CelPolicy({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": "p"}, "spec": {}})
+    assert report_source(vap) == "ValidatingAdmissionPolicy"
