@@ -418,6 +418,7 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
             api_client, store, state.reports, interval=options["background_scan_interval"], is_leader=services.is_leader, events=state.events
         )
         services.background.append(scanner)
+        store.listeners.append(scanner.on_snapshot)  # policy and exception changes rescan existing resources
         state.scanner = scanner
 
 

@@ -45,6 +45,7 @@ _VARIABLE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _USER_MATCH_FIELDS = ("roles", "clusterRoles", "subjects")
 MAX_PENDING_CHANGES = 5000  # changed resources waiting for their own scan; beyond this the periodic scan covers them
 CHANGE_SETTLE_SECONDS = 2.0
+POLICY_SETTLE_SECONDS = 1.0
 
 
 def background_blocker(policy: KyvernoPolicy) -> str:
@@ -157,6 +158,10 @@ class BackgroundScanner:
         self._wake = threading.Event()
         self._scan_lock = threading.Lock()
         self._changes_thread: threading.Thread | None = None
+        # a policy or exception change asks for a full scan soon, as Kyverno's background controller rescans
+        # existing resources when policies or exceptions change (not only on its periodic schedule)
+        self._policies_changed = threading.Event()
+        self._seen_documents: tuple[bytes, ...] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -168,9 +173,19 @@ class BackgroundScanner:
         self._changes_thread = threading.Thread(target=self._run_changes, name="background-scan-changes", daemon=True)
         self._changes_thread.start()
 
+    def on_snapshot(self, snapshot: Any) -> None:
+        """Store listener: a snapshot whose policy documents differ from the last one seen schedules a full scan."""
+        keys = tuple(getattr(snapshot, "document_keys", ()) or ())
+        if keys != self._seen_documents:
+            first = self._seen_documents is None
+            self._seen_documents = keys
+            if not first:  # the scan shortly after start covers the policies loaded at start
+                self._policies_changed.set()
+
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
         self._wake.set()
+        self._policies_changed.set()
         for thread in (self._thread, self._changes_thread):
             if thread is not None:
                 thread.join(timeout)
@@ -201,7 +216,15 @@ class BackgroundScanner:
 
     def _run(self) -> None:
         delay = 5.0  # let policies load and the lease settle
-        while not self._stop.wait(delay):
+        while True:
+            if self._policies_changed.wait(delay):
+                self._policies_changed.clear()
+                # let the policy's webhooks and status settle, and fold a burst of changes into one scan
+                if self._stop.wait(POLICY_SETTLE_SECONDS):
+                    return
+                self._policies_changed.clear()
+            if self._stop.is_set():
+                return
             delay = self.interval
             try:
                 if self.is_leader():
