@@ -92,6 +92,8 @@ class ValidationResult:
     name: str
     errors: list[PolicyProblem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # Kyverno answers some CEL policy problems with the bare field error (no header), which it also sends as a warning
+    bare: bool = False
 
     @property
     def ok(self) -> bool:
@@ -102,6 +104,8 @@ class ValidationResult:
         header = f'{self.kind} "{self.name}" is invalid'
         if not self.errors:
             return ""
+        if self.bare:
+            return "; ".join(str(problem) for problem in self.errors)
         if len(self.errors) == 1:
             return f"{header}: {self.errors[0]}"
         return header + ":\n" + "\n".join(f"- {problem}" for problem in self.errors)
@@ -813,6 +817,15 @@ class _Checker:
                 self.error("spec.policyRefs", "at least one policy reference is required")
             self.cel_expressions(spec, "spec")
             return
+        evaluation = spec.get("evaluation")
+        kubernetes_mode = not isinstance(evaluation, dict) or str(evaluation.get("mode") or "Kubernetes") == "Kubernetes"
+        if kind in ("ValidatingPolicy", "NamespacedValidatingPolicy") and kubernetes_mode and not _has_resource_rules(spec.get("matchConstraints")):
+            # Kyverno's ValidatingPolicy check: the field error alone, as denial message and warning
+            problem = "Required value: a matchConstraints with at least one resource rule is required"
+            self.error("spec.matchConstraints", problem)
+            self.result.warnings.append(f"spec.matchConstraints: {problem}")
+            self.result.bare = True
+            return
         self.webhook_settings(spec, legacy=False)
         actions = spec.get("validationActions")
         if actions is not None:
@@ -851,6 +864,10 @@ class _Checker:
             if isinstance(variable, dict) and isinstance(variable.get("name"), str) and isinstance(variable.get("expression"), str):
                 _, size = cel_cost_problem(variable["expression"], extra, self.variable_sizes)
                 self.variable_sizes[variable["name"]] = size
+
+
+def _has_resource_rules(constraints: Any) -> bool:
+    return isinstance(constraints, dict) and isinstance(constraints.get("resourceRules"), list) and bool(constraints["resourceRules"])
 
 
 def _user_filter_problem(rules: list[Any]) -> tuple[str, str] | None:

@@ -356,3 +356,16 @@ def test_namespaced_cel_policies_may_not_use_http_or_global_context(expression: 
     # the cluster-wide kind may use them, and a field or string of that name is not the library
     assert validate_policy_document(_namespaced_validating_policy(expression, "ValidatingPolicy")).errors == []
     assert validate_policy_document(_namespaced_validating_policy(f'object.{library} == "{library}.Get"')).errors == []
+
+
+def test_validating_policy_without_resource_rules_is_refused_with_kyvernos_bare_field_error() -> None:
+    """Kyverno e2e validating-policies/validation-checks/missing-match-constraints: the denial is the field error
+    alone (no header), also sent as a warning; policies of other evaluation modes need no matchConstraints."""
+    from stockade.lint.policies import validate_policy_document
+
+    policy = {"apiVersion": "policies.kyverno.io/v1beta1", "kind": "ValidatingPolicy", "metadata": {"name": "p"}, "spec": {"validations": [{"expression": "true"}]}}
+    result = validate_policy_document(policy)
+    expected = "spec.matchConstraints: Required value: a matchConstraints with at least one resource rule is required"
+    assert result.message() == expected and result.warnings == [expected]
+    json_mode = {**policy, "spec": {**policy["spec"], "evaluation": {"mode": "JSON"}}}
+    assert validate_policy_document(json_mode).ok
