@@ -157,7 +157,8 @@ def autogen_configs(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
     configs: dict[str, dict[str, Any]] = {}
     for variant in autogen_specs(spec):
         rules = (variant.get("matchConstraints") or {}).get("resourceRules") or []
-        resources = sorted(resource for rule in rules for resource in rule.get("resources") or [])
+        # in the order of the variant's resource rules (apps before batch), as Kyverno lists them
+        resources = [resource for rule in rules for resource in rule.get("resources") or [] if resource in CONTROLLERS]
         if not resources:
             continue
         name = CONTROLLERS[resources[0]][3]

@@ -479,6 +479,9 @@ def test_validating_policy_status_lists_its_autogen_configs() -> None:
     assert configs["cronjobs"]["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["cronjobs"]
     assert "object.spec.jobTemplate.spec.template.metadata.labels" in configs["cronjobs"]["spec"]["validations"][0]["expression"]
     assert status_patch(VALIDATING_KIND, policy, _snapshot_of(policy), policy_identity(policy), copy.deepcopy(patch)) is None
+    every = status_patch(VALIDATING_KIND, VALIDATING_POLICY, _snapshot_of(VALIDATING_POLICY), policy_identity(VALIDATING_POLICY), {})
+    assert every is not None
+    assert [t["resource"] for t in every["autogen"]["configs"]["defaults"]["targets"]] == ["daemonsets", "deployments", "replicasets", "statefulsets", "jobs"]
     none = with_changes(VALIDATING_POLICY, spec__autogen={"podControllers": {"controllers": []}})
     patch = status_patch(VALIDATING_KIND, none, _snapshot_of(none), policy_identity(none), {})
     assert patch is not None and patch["autogen"] == {"configs": None}
