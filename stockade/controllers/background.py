@@ -30,6 +30,7 @@ from stockade.engine.engine import Engine, Request
 from stockade.engine.match import ResourceKind
 from stockade.engine.response import STATUSES, EngineResponse, report_result
 from stockade.policy.model import KyvernoPolicy, Rule
+from stockade.webhook.admission import VALIDATING_POLICY_KINDS
 
 log = logging.getLogger("stockade.background")
 
@@ -286,7 +287,11 @@ class BackgroundScanner:
                 continue
             policies.append(policy)
         cel_evaluator = getattr(snapshot.evaluator, "cel_evaluator", None)
-        cel_policies = [p for p in getattr(snapshot.evaluator, "cel_policies", []) or [] if cel_background_enabled(p)] if cel_evaluator else []
+        # from the snapshot, not the admission evaluator: that one leaves out background-only policies
+        # (evaluation.admission.enabled false), which are exactly the ones only scans apply
+        cel_policies = (
+            [p for p in getattr(snapshot, "cel_policies", []) or [] if p.kind in VALIDATING_POLICY_KINDS and cel_background_enabled(p)] if cel_evaluator else []
+        )
         live = {report_policy_name(p) for p in snapshot.policies} | {report_policy_name(p) for p in getattr(snapshot, "cel_policies", []) or []}
         scanned = frozenset(report_policy_name(p) for p in policies + cel_policies)
         return policies, cel_policies, cel_evaluator, live, scanned

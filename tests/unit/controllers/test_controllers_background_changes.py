@@ -117,3 +117,28 @@ def test_a_policy_or_exception_change_rescans_existing_resources_without_waiting
     finally:
         scanner.stop()
         background.POLICY_SETTLE_SECONDS = settle
+
+
+def test_background_only_validating_policies_are_scanned() -> None:
+    """Kyverno e2e validating-policies/report/with-exception: a ValidatingPolicy with evaluation.admission.enabled
+    false is left out of admission but is exactly what background scans apply."""
+    from stockade.celpolicy import CelPolicy
+    from stockade.controllers.background import ScanSummary
+
+    background_only = CelPolicy(
+        {
+            "apiVersion": "policies.kyverno.io/v1beta1",
+            "kind": "ValidatingPolicy",
+            "metadata": {"name": "vpol"},
+            "spec": {"evaluation": {"admission": {"enabled": False}, "background": {"enabled": True}}, "validations": [{"expression": "true"}]},
+        }
+    )
+
+    class Evaluator:
+        cel_evaluator = object()
+        cel_policies: list[Any] = []  # what admission serves
+
+    scanner = BackgroundScanner(None, Store(), Reports(), cluster_data=FakeCluster())  # type: ignore[arg-type]
+    snapshot = Snapshot([], evaluator=Evaluator(), cel_policies=[background_only])
+    _, cel_policies, _, _, scanned = scanner._eligible(snapshot, ScanSummary())
+    assert cel_policies == [background_only] and "vpol" in scanned
