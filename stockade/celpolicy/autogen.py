@@ -149,3 +149,22 @@ def autogen_specs(spec: dict[str, Any]) -> list[dict[str, Any]]:
         variant["matchConstraints"] = constraints
         variants.append(variant)
     return variants
+
+
+def autogen_configs(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``status.autogen.configs`` as Kyverno reports a ValidatingPolicy's pod-controller variants: per replacement set
+    (``defaults``, ``cronjobs``) the controllers it covers as ``targets`` and the rewritten ``spec``."""
+    configs: dict[str, dict[str, Any]] = {}
+    for variant in autogen_specs(spec):
+        rules = (variant.get("matchConstraints") or {}).get("resourceRules") or []
+        # in the order of the variant's resource rules (apps before batch), as Kyverno lists them
+        resources = [resource for rule in rules for resource in rule.get("resources") or [] if resource in CONTROLLERS]
+        if not resources:
+            continue
+        name = CONTROLLERS[resources[0]][3]
+        targets = []
+        for resource in resources:
+            group, version, kind, _ = CONTROLLERS[resource]
+            targets.append({"group": group, "version": version, "resource": resource, "kind": kind})
+        configs[name] = {"targets": targets, "spec": variant}
+    return configs

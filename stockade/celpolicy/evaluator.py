@@ -17,6 +17,7 @@ from stockade.celpolicy.compiler import PolicyCompiler
 from stockade.celpolicy.errors import PolicyCompileError
 from stockade.celpolicy.matching import constraints_match, has_selector
 from stockade.celpolicy.model import CelPolicy
+from stockade.engine.contextloader import AuthorizationResolver
 from stockade.celpolicy.mutation import apply_configuration, apply_json_patch
 from stockade.celpolicy.request import AdmissionInput
 from stockade.celpolicy.scope import ConditionError, Scope
@@ -62,12 +63,26 @@ def _bool(value: Any, what: str) -> bool:
     return value
 
 
+class RequesterAuthorizer:
+    """The CEL ``authorizer`` of one request: checks built on ``authorizer`` itself ask about the requester, those
+    built on ``authorizer.serviceAccount(ns, name)`` about that account; the cluster answers both."""
+
+    def __init__(self, resolve: AuthorizationResolver, requester: dict[str, Any]) -> None:
+        self.resolve = resolve
+        self.requester = requester
+
+    def check(self, attributes: Mapping[str, Any]) -> tuple[str, str]:
+        checked = dict(attributes)
+        user = checked.pop("user", None)
+        return self.resolve({"username": user} if user else self.requester, checked)
+
+
 class CelPolicyEvaluator:
     """Evaluates CEL policies; one instance per policy set, reused for every resource (compiled programs cached).
 
     ``providers`` are the CEL provider objects (``resource``, ``http``, ``globalContext``, ``image``); ``exceptions``
     are policies.kyverno.io PolicyException documents; ``params`` are the parameter objects VAPs and
-    ``validate.cel`` rules may refer to.
+    ``validate.cel`` rules may refer to; ``authorize`` answers ``authorizer`` checks (bound to each request's user).
     """
 
     def __init__(
@@ -77,8 +92,10 @@ class CelPolicyEvaluator:
         exceptions: list[CelPolicy] | None = None,
         params: list[dict[str, Any]] | None = None,
         compiler: PolicyCompiler | None = None,
+        authorize: AuthorizationResolver | None = None,
     ) -> None:
         self.providers = dict(providers or {})
+        self.authorize = authorize
         self.exceptions = list(exceptions or [])
         self.params = list(params or [])
         self.compiler = compiler or PolicyCompiler()
@@ -96,6 +113,8 @@ class CelPolicyEvaluator:
         }
         values.update(extra or {})
         merged = dict(self.providers)
+        if self.authorize is not None:
+            merged["authorizer"] = RequesterAuthorizer(self.authorize, request.user_info)
         merged.update(providers or {})
         return Scope(self.compiler, key, values, merged)
 
@@ -315,8 +334,10 @@ class CelPolicyEvaluator:
         rule: dict[str, Any],
         request: AdmissionInput,
         param_lookup: Callable[[dict[str, Any], dict[str, Any], str], list[Any]] | None = None,
+        providers: Mapping[str, Any] | None = None,
     ) -> tuple[str, str]:
-        """A ``validate.cel`` rule: returns (status, message) with Kyverno's wording."""
+        """A ``validate.cel`` rule: returns (status, message) with Kyverno's wording; ``providers`` add to the
+        evaluator's CEL providers for this request (e.g. an ``authorizer`` bound to the requester)."""
         name = str(rule.get("name", ""))
         validate = rule.get("validate") or {}
         cel = validate.get("cel") or {}
@@ -330,7 +351,7 @@ class CelPolicyEvaluator:
             except LookupError as error:
                 return "error", f"error in parameterized resource: {error}"
         for params in param_sets:
-            scope = self._scope(key, request, {"params": params})
+            scope = self._scope(key, request, {"params": params}, providers)
             try:
                 if not scope.conditions_hold(rule.get("celPreconditions"), "celPreconditions"):
                     return "skip", "cel preconditions not met"

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stockade.celpolicy.errors import PolicyCompileError
-from stockade.celpolicy.evaluator import CelPolicyEvaluator
+from stockade.celpolicy.evaluator import CelPolicyEvaluator, RequesterAuthorizer
 from stockade.celpolicy.request import AdmissionInput
 from stockade.engine.contextloader import ContextLoadError, ContextProviders, KindScopeResolver
 from stockade.engine.handlers.generate import ResourceLookup
@@ -88,8 +88,9 @@ def validate_cel_rule(
         # Kyverno hands the rule a Namespace carrying only its name when it works without a cluster.
         request.namespace_object = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
     policy_key = f"{pctx.policy.kind}/{pctx.policy.namespace}/{pctx.policy.name}"
+    extra = {"authorizer": RequesterAuthorizer(cluster.authorizer, request.user_info)} if cluster.authorizer is not None else None
     try:
-        status, message = _EVALUATOR.validate_cel_rule(policy_key, rule.raw, request, _param_lookup(lookup, cluster.kind_namespaced))
+        status, message = _EVALUATOR.validate_cel_rule(policy_key, rule.raw, request, _param_lookup(lookup, cluster.kind_namespaced), extra)
     except PolicyCompileError as error:
         return rule_error(rule.name, RULE_TYPE_VALIDATION, "Error while compiling CEL expressions", error)
     if status == "pass":

@@ -327,7 +327,7 @@ def evaluation_store_options(settings: EvaluationSettings, api_client: Any = Non
         "exception_namespaces": list(settings.exception_namespaces) or None,
     }
     if settings.cluster:
-        from stockade.controllers.clusterdata import ClusterData
+        from stockade.controllers.clusterdata import ClusterCelHttp, ClusterCelResources, ClusterData, ClusterGlobalContext
         from stockade.controllers.registration import NamespaceLabelCache, ServedKinds, load_api_client
         from stockade.controllers.userroles import RoleResolver
         from stockade.engine.engine import Engine
@@ -335,19 +335,18 @@ def evaluation_store_options(settings: EvaluationSettings, api_client: Any = Non
         client = api_client if api_client is not None else load_api_client(settings.kubeconfig)
         cluster_data = ClusterData(client)  # configMap/apiCall context entries and clone sources
         options["engine_factory"] = partial(Engine, providers=cluster_data.providers(), resource_lookup=cluster_data.lookup)
-        options["cel_providers"] = cel_cluster_providers(cluster_data)
+        # CEL policies' resource/http/globalContext libraries and authorizer checks; global context data is read
+        # anew for each review, as Kyverno's entries follow the cluster
+        options["cel_providers"] = {
+            "resource": ClusterCelResources(cluster_data),
+            "http": ClusterCelHttp(),
+            "globalContext": ClusterGlobalContext(cluster_data, reuse_seconds=0.0),
+        }
+        options["cel_authorize"] = cluster_data.authorize
         options["evaluator_options"]["role_resolver"] = RoleResolver(client)
         options["evaluator_options"]["kind_resolver"] = ServedKinds(client)  # Deployment/scale, Pod/ephemeralcontainers
         options["namespace_labels"] = NamespaceLabelCache(client)
     return options
-
-
-def cel_cluster_providers(cluster_data: Any) -> dict[str, Any]:
-    """The CEL libraries Kyverno answers from the cluster (``resource``, ``http``) for the admission webhook's
-    policies.kyverno.io policies (``globalContext`` keeps what it loaded, so it is not shared across reviews)."""
-    from stockade.controllers.clusterdata import ClusterCelHttp, ClusterCelResources
-
-    return {"resource": ClusterCelResources(cluster_data), "http": ClusterCelHttp()}
 
 
 def _start_evaluation_pool(settings: EvaluationSettings, options: dict[str, Any]) -> Any:
@@ -432,6 +431,7 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
             api_client, store, state.reports, interval=options["background_scan_interval"], is_leader=services.is_leader, events=state.events
         )
         services.background.append(scanner)
+        store.listeners.append(scanner.on_snapshot)  # policy and exception changes rescan existing resources
         state.scanner = scanner
 
 

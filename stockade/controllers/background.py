@@ -30,6 +30,7 @@ from stockade.engine.engine import Engine, Request
 from stockade.engine.match import ResourceKind
 from stockade.engine.response import FAIL, PASS, STATUSES, EngineResponse, RuleResponse, report_result
 from stockade.policy.model import KyvernoPolicy, Rule
+from stockade.webhook.admission import VALIDATING_POLICY_KINDS
 
 log = logging.getLogger("stockade.background")
 
@@ -45,6 +46,7 @@ _VARIABLE = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _USER_MATCH_FIELDS = ("roles", "clusterRoles", "subjects")
 MAX_PENDING_CHANGES = 5000  # changed resources waiting for their own scan; beyond this the periodic scan covers them
 CHANGE_SETTLE_SECONDS = 2.0
+POLICY_SETTLE_SECONDS = 1.0
 
 
 def background_blocker(policy: KyvernoPolicy) -> str:
@@ -190,38 +192,40 @@ class BackgroundScanner:
         self._wake = threading.Event()
         self._scan_lock = threading.Lock()
         self._changes_thread: threading.Thread | None = None
-        # policies as last seen (report name -> spec): a new or changed one is scanned at once, as Kyverno's reports
-        # controller rescans on policy events; None until the first snapshot (the first full scan covers those)
-        self._known_policies: dict[str, Any] | None = None
+        # a policy or exception change asks for a full scan soon, as Kyverno's background controller rescans
+        # existing resources when policies or exceptions change (not only on its periodic schedule)
         self._policies_changed = threading.Event()
+        self._seen_documents: tuple[bytes, ...] | None = None
+        # policies as last seen by changed_policies() (report name -> spec); None until its first call
+        self._known_policies: dict[str, Any] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def start(self) -> None:
         """Scan shortly after start, then every ``interval`` seconds (0 disables)."""
         if self.interval <= 0 or self._thread is not None:
             return
-        listeners = getattr(self.store, "listeners", None)
-        if isinstance(listeners, list):
-            listeners.append(self._on_snapshot)
         self._thread = threading.Thread(target=self._run, name="background-scan", daemon=True)
         self._thread.start()
         self._changes_thread = threading.Thread(target=self._run_changes, name="background-scan-changes", daemon=True)
         self._changes_thread.start()
 
+    def on_snapshot(self, snapshot: Any) -> None:
+        """Store listener: a snapshot whose policy documents differ from the last one seen schedules a full scan."""
+        keys = tuple(getattr(snapshot, "document_keys", ()) or ())
+        if keys != self._seen_documents:
+            first = self._seen_documents is None
+            self._seen_documents = keys
+            if not first:  # the scan shortly after start covers the policies loaded at start
+                self._policies_changed.set()
+
     def stop(self, timeout: float = 10.0) -> None:
-        listeners = getattr(self.store, "listeners", None)
-        if isinstance(listeners, list) and self._on_snapshot in listeners:
-            listeners.remove(self._on_snapshot)
         self._stop.set()
         self._wake.set()
+        self._policies_changed.set()
         for thread in (self._thread, self._changes_thread):
             if thread is not None:
                 thread.join(timeout)
         self._thread = self._changes_thread = None
-
-    def _on_snapshot(self, _snapshot: Any) -> None:
-        self._policies_changed.set()
-        self._wake.set()
 
     def changed_policies(self) -> set[str]:
         """Report names of the scanned policies that are new or changed since the previous call."""
@@ -255,11 +259,6 @@ class BackgroundScanner:
             with self._changed_lock:
                 changed, self._changed = list(self._changed), {}
             try:
-                if self._policies_changed.is_set():
-                    self._policies_changed.clear()
-                    policies = self.changed_policies()
-                    if policies and self.is_leader():
-                        self.scan_policies(policies)
                 if changed and self.is_leader():
                     self.scan_resources(changed)
             except Exception:  # a failed pass must not end the worker
@@ -267,7 +266,15 @@ class BackgroundScanner:
 
     def _run(self) -> None:
         delay = 5.0  # let policies load and the lease settle
-        while not self._stop.wait(delay):
+        while True:
+            if self._policies_changed.wait(delay):
+                self._policies_changed.clear()
+                # let the policy's webhooks and status settle, and fold a burst of changes into one scan
+                if self._stop.wait(POLICY_SETTLE_SECONDS):
+                    return
+                self._policies_changed.clear()
+            if self._stop.is_set():
+                return
             delay = self.interval
             try:
                 if self.is_leader():
@@ -355,7 +362,8 @@ class BackgroundScanner:
                 continue
             policies.append(policy)
         cel_evaluator = getattr(snapshot.evaluator, "cel_evaluator", None)
-        # Validating and MutatingPolicies with background processing on, admission on or off
+        # Validating and MutatingPolicies with background processing on, from the snapshot, not the admission
+        # evaluator: that one leaves out background-only policies (evaluation.admission.enabled false)
         cel_policies = [p for p in getattr(snapshot, "cel_policies", []) or [] if p.kind in SCANNED_CEL_KINDS and cel_background_enabled(p)] if cel_evaluator else []
         live = {report_policy_name(p) for p in snapshot.policies} | {report_policy_name(p) for p in getattr(snapshot, "cel_policies", []) or []}
         scanned = frozenset(report_policy_name(p) for p in policies + cel_policies)

@@ -343,12 +343,34 @@ class ClusterData:
             return None
         return None if resource is None else resource.namespaced
 
+    def authorize(self, user: dict[str, Any], attributes: dict[str, Any]) -> tuple[str, str]:
+        """A CEL ``authorizer`` check as a SubjectAccessReview: ("allow" | "deny" | "noOpinion", reason)."""
+        verb = str(attributes.get("verb") or "")
+        spec: dict[str, Any] = {key: user[key] for key in ("uid", "groups", "extra") if user.get(key)}
+        spec["user"] = str(user.get("username") or "")
+        if "path" in attributes:
+            spec["nonResourceAttributes"] = {"path": str(attributes.get("path") or ""), "verb": verb}
+        else:
+            fields = ("group", "resource", "subresource", "namespace", "name")
+            spec["resourceAttributes"] = {key: str(attributes[key]) for key in fields if attributes.get(key)} | {"verb": verb}
+        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+        try:
+            answer = self.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
+        except ApiError as exc:
+            raise ContextLoadError(f"authorization check failed: {exc}") from None
+        status = answer.get("status") or {} if isinstance(answer, dict) else {}
+        reason = str(status.get("reason") or "")
+        if status.get("allowed"):
+            return "allow", reason
+        return ("deny", reason) if status.get("denied") else ("noOpinion", reason)
+
     def providers(self) -> ContextProviders:
         return ContextProviders(
             configmaps=self.configmap,
             api_calls=self.api_call,
             namespaces=self.namespace_object,
             kind_namespaced=self.kind_namespaced,
+            authorizer=self.authorize,
         )
 
 
@@ -496,11 +518,14 @@ class ClusterCelHttp:
 class ClusterGlobalContext:
     """The CEL ``globalContext`` library for policies evaluated by controllers: reads the GlobalContextEntry, loads
     its ``apiCall`` (API server path or service) or ``kubernetesResource`` data, and applies a named projection's
-    ``jmesPath``.  Loaded once per entry for the life of this object (one scheduled run)."""
+    ``jmesPath``.  An entry's data is reused for ``reuse_seconds`` (None: for the life of this object, one scheduled
+    run; 0: read anew for every call, as the admission webhook needs)."""
 
-    def __init__(self, cluster: ClusterData) -> None:
+    def __init__(self, cluster: ClusterData, reuse_seconds: float | None = None) -> None:
         self.cluster = cluster
+        self.reuse_seconds = reuse_seconds
         self._data: dict[str, Any] = {}
+        self._loaded_at: dict[str, float] = {}
 
     def _entry(self, name: str) -> dict[str, Any]:
         from stockade.celpolicy.providers import ProviderError
@@ -520,7 +545,7 @@ class ClusterGlobalContext:
     def _load(self, name: str) -> Any:
         from stockade.celpolicy.providers import ProviderError
 
-        if name in self._data:
+        if name in self._data and (self.reuse_seconds is None or time.monotonic() - self._loaded_at[name] < self.reuse_seconds):
             return self._data[name]
         spec = self._entry(name).get("spec") or {}
         if spec.get("apiCall"):
@@ -540,6 +565,7 @@ class ClusterGlobalContext:
         else:
             raise ProviderError(f"global context entry {name!r} has neither apiCall nor kubernetesResource")
         self._data[name] = {"data": data, "projections": spec.get("projections") or []}
+        self._loaded_at[name] = time.monotonic()
         return self._data[name]
 
     def get(self, name: str, projection: str) -> Any:

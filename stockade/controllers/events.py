@@ -38,6 +38,7 @@ from stockade.webhook.admission import (
     AdmissionRequest,
     blocking_rules,
     blocking_rules_for_mutation,
+    subject_namespace,
 )
 
 log = logging.getLogger("stockade.events")
@@ -257,7 +258,7 @@ def admission_events(request: AdmissionRequest, decision: AdmissionDecision, con
     subject = request.subject
     metadata = subject.get("metadata") or {}
     kind = str(subject.get("kind") or request.kind.kind)
-    namespace = str(metadata.get("namespace") or request.namespace)
+    namespace = subject_namespace(subject, request)
     name = str(metadata.get("name") or request.name or "")
     if not name:
         return []  # Kyverno writes nothing for objects without a name yet (generateName)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any
 
+from stockade.celpolicy.autogen import autogen_configs
 from stockade.controllers.kubetyped import WatchStream, watch_objects
 from stockade.policy.loader import Document
 from stockade.webhook.policystore import PolicyIdentity, PolicySnapshot, describe_identity, policy_identity
@@ -617,6 +618,11 @@ def _cel_status_patch(
         patch["conditionStatus"]["message"] = message
     elif previous.get("ready") is False and previous.get("message"):
         patch["conditionStatus"]["message"] = ""  # our earlier failure reason; the policy serves now
+    if watched.kind in _AUTOGEN_STATUS_KINDS:
+        configs = _cel_autogen_configs(data)
+        current_autogen = current.get("autogen")
+        if not isinstance(current_autogen, dict) or (current_autogen.get("configs") or {}) != configs:
+            patch["autogen"] = {"configs": configs or None}  # an empty ``autogen: {}`` when there are none, as Kyverno
     if watched.kind in _GENERATED_KINDS and "generated" not in current and not _native_generation_requested(data):
         # when generation is requested the generator writes ``generated`` itself; writing false here as well could
         # land after its true and undo it
@@ -626,8 +632,21 @@ def _cel_status_patch(
         and _same_condition(conditions, previous.get("conditions") or [])
         and all(previous.get(key) == value for key, value in patch["conditionStatus"].items() if key == "message")
         and "generated" not in patch
+        and "autogen" not in patch
     )
     return None if unchanged else patch
+
+
+_AUTOGEN_STATUS_KINDS = frozenset({"ValidatingPolicy", "NamespacedValidatingPolicy"})
+
+
+def _cel_autogen_configs(data: dict[str, Any]) -> dict[str, Any]:
+    """The pod-controller variants Kyverno lists in a ValidatingPolicy's ``status.autogen.configs`` ({} when none)."""
+    spec = data.get("spec")
+    try:
+        return autogen_configs(spec) if isinstance(spec, dict) else {}
+    except (KeyError, TypeError, ValueError, AttributeError):  # a malformed spec has no variants to report
+        return {}
 
 
 def _native_generation_requested(data: dict[str, Any]) -> bool:

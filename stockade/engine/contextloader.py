@@ -37,6 +37,9 @@ NamespaceResolver = Callable[[str], dict[str, Any] | None]
 """Namespace name → the Namespace object as the cluster stores it (None when it does not exist)."""
 KindScopeResolver = Callable[[str, str], bool | None]
 """(apiVersion, kind) → whether the cluster serves the kind namespaced; None when the cluster does not know it."""
+AuthorizationResolver = Callable[[dict[str, Any], dict[str, Any]], tuple[str, str]]
+"""(user info, attributes of a CEL ``authorizer`` check) → (decision "allow"/"deny"/"noOpinion", reason), answered by
+the cluster's authorizer (a SubjectAccessReview)."""
 
 
 @dataclass
@@ -52,6 +55,7 @@ class ContextProviders:
     # Cluster facts rule handlers need beyond context entries (validate.cel's namespaceObject and paramKind scope).
     namespaces: NamespaceResolver | None = None
     kind_namespaced: KindScopeResolver | None = None
+    authorizer: AuthorizationResolver | None = None
 
 
 def _search(expression: str, data: Any) -> Any:
@@ -149,6 +153,13 @@ class ContextLoader:
 
     def _load_variable(self, entry: dict[str, Any], name: str, ctx: EngineContext, is_delete: bool) -> None:
         variable = entry["variable"] or {}
+        source = variable.get("jmesPath")
+        expression: Any = None
+        if source:
+            # Kyverno substitutes the jmesPath first; a variable that resolves to a list or map there is an error
+            expression = self._substitute(source, ctx, name, is_delete)
+            if not isinstance(expression, str):
+                raise ContextLoadError(f"jmespath value must be a string {name} {source}: <nil>")
         default = variable.get("default")
         if default is not None:
             default = self._substitute(default, ctx, name, is_delete)
@@ -156,9 +167,7 @@ class ContextLoader:
         has_value = "value" in variable and variable["value"] is not None
         if has_value:
             value = self._substitute(variable["value"], ctx, name, is_delete)
-        expression = variable.get("jmesPath")
         if expression:
-            expression = self._substitute(expression, ctx, name, is_delete)
             try:
                 value = _search(expression, value) if has_value else ctx.query(expression)
             except (JMESPathError, Exception) as exc:

@@ -29,7 +29,7 @@ from stockade.engine.handlers.registry import (
     validate_type,
 )
 from stockade.engine.handlers.verify_images import VerificationCache, VerificationRecord, verify_and_patch
-from stockade.engine.match import RequestInfo, ResourceKind, match_reasons, rejected_by_kind
+from stockade.engine.match import RequestInfo, ResourceKind, match_reasons, rejected_by_kind, selector_matches
 from stockade.engine.policycontext import PolicyContext, build_json_context
 from stockade.engine.preconditions import ConditionEvaluationError, evaluate_conditions
 from stockade.engine.response import FAIL, PASS, EngineResponse, RuleResponse, rule_error, rule_skip
@@ -66,6 +66,9 @@ class Request:
     values: dict[str, Any] = field(default_factory=dict)
     gvk: ResourceKind | None = None
     operation_forced: bool = False
+    # More fields of an AdmissionReview request (name, uid, kind, resource, subResource, dryRun), which Kyverno's
+    # admission context carries under ``request``; empty offline and in background scans, where there is no request
+    admission: dict[str, Any] = field(default_factory=dict)
 
 
 _MAX_KINDS_PER_POLICY = 256
@@ -115,6 +118,27 @@ def _static_failure_action(policy: KyvernoPolicy, rule: Rule) -> str:
     return _RULE_ACTIONS.get(rule.raw, _rule_own_action) or _POLICY_ACTIONS.get(policy.raw, _policy_action)
 
 
+def _matching_override(overrides: Any, pctx: PolicyContext) -> str:
+    """The action of the first valid override whose ``namespaces`` (wildcards) and ``namespaceSelector`` both accept
+    the resource's namespace; an override naming neither applies everywhere.  "" when none matches."""
+    if not isinstance(overrides, list):
+        return ""
+    namespace = str(((pctx.new_resource or pctx.old_resource).get("metadata") or {}).get("namespace") or "")
+    for override in overrides:
+        if not isinstance(override, dict) or str(override.get("action") or "").lower() not in ("enforce", "audit"):
+            continue
+        namespaces = override.get("namespaces")
+        selector = override.get("namespaceSelector")
+        if namespaces is None:
+            if selector is None or selector_matches(selector, pctx.namespace_labels):
+                return str(override["action"])
+            continue
+        if any(wildcard_match(str(ns), namespace) for ns in namespaces or []):
+            if selector is None or selector_matches(selector, pctx.namespace_labels):
+                return str(override["action"])
+    return ""
+
+
 class Engine:
     """Evaluates Kyverno ClusterPolicy/Policy rules. Stateless apart from configuration; safe to reuse."""
 
@@ -150,7 +174,16 @@ class Engine:
         if request.operation == "UPDATE" and not old_resource:
             old_resource = request.resource
         gvk = request.gvk or ResourceKind.of(request.resource, request.subresource)
-        ctx = build_json_context(new_resource, old_resource, request.operation, request.info, gvk, default_registry=self.default_registry, registry_mutation=self.registry_mutation)
+        ctx = build_json_context(
+            new_resource,
+            old_resource,
+            request.operation,
+            request.info,
+            gvk,
+            default_registry=self.default_registry,
+            registry_mutation=self.registry_mutation,
+            admission=request.admission,
+        )
         for key, value in request.values.items():
             ctx.add_variable(key, value)
         request_data = ctx.get("request") or {}
@@ -261,17 +294,20 @@ class Engine:
 
     @staticmethod
     def _failure_action(pctx: PolicyContext, rule: Rule) -> str:
-        overrides = pctx.policy.validation_failure_action_overrides
-        if not overrides:
+        """Kyverno's per-rule action: the rule's first matching ``failureActionOverrides`` entry, else its
+        ``failureAction``, else the policy's first matching ``validationFailureActionOverrides`` entry, else its
+        ``validationFailureAction``."""
+        validate = rule.validate or {}
+        rule_overrides = validate.get("failureActionOverrides")
+        policy_overrides = pctx.policy.validation_failure_action_overrides
+        if not rule_overrides and not policy_overrides:
             return _static_failure_action(pctx.policy, rule)
-        action = (rule.validate or {}).get("failureAction")
-        if not action:
-            action = pctx.policy.validation_failure_action
-        for override in overrides:
-            namespaces = override.get("namespaces") or []
-            namespace = str(((pctx.new_resource or pctx.old_resource).get("metadata") or {}).get("namespace") or "")
-            if any(wildcard_match(str(ns), namespace) for ns in namespaces):
-                action = override.get("action") or action
+        action = (
+            _matching_override(rule_overrides, pctx)
+            or validate.get("failureAction")
+            or _matching_override(policy_overrides, pctx)
+            or pctx.policy.validation_failure_action
+        )
         return "Enforce" if str(action).lower() == "enforce" else "Audit"
 
     # -- phases ----------------------------------------------------------------------------------------------------

@@ -61,8 +61,9 @@ def build_json_context(
     *,
     default_registry: str = "docker.io",
     registry_mutation: bool = True,
+    admission: dict[str, Any] | None = None,
 ) -> EngineContext:
-    request: dict[str, Any] = {"operation": operation}
+    request: dict[str, Any] = {**(admission or {}), "operation": operation}
     request["object"] = new_resource if new_resource else None
     if old_resource:
         request["oldObject"] = old_resource

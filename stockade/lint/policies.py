@@ -46,7 +46,9 @@ MUTATE_TYPES = ("patchStrategicMerge", "patchesJson6902", "foreach")
 JSON_PATCH_OPERATIONS = ("add", "remove", "replace", "move", "copy", "test")
 CONTEXT_SOURCES = ("configMap", "apiCall", "imageRegistry", "variable", "globalReference")
 # Names the engine fills itself: a context entry with one of these names would shadow it.
-RESERVED_CONTEXT_NAMES = ("request", "serviceAccountName", "serviceAccountNamespace", "element", "elementIndex", "@", "images", "image", "target")
+# Names Kyverno's policy validation reserves for context entries (the name itself or a dotted path under it); others
+# such as ``image`` or ``target`` are free to use.
+RESERVED_CONTEXT_NAMES = ("images", "request", "serviceAccountName", "serviceAccountNamespace", "element", "elementIndex")
 CEL_EXPRESSION_KEYS = ("expression", "messageExpression", "valueExpression")
 VALIDATION_ACTIONS = ("Deny", "Warn", "Audit")
 ANCHOR_PREFIXES = ("(", "X(", "+(", "<(", "=(", "^(")
@@ -93,6 +95,8 @@ class ValidationResult:
     name: str
     errors: list[PolicyProblem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # Kyverno answers some CEL policy problems with the bare field error (no header), which it also sends as a warning
+    bare: bool = False
 
     @property
     def ok(self) -> bool:
@@ -103,6 +107,8 @@ class ValidationResult:
         header = f'{self.kind} "{self.name}" is invalid'
         if not self.errors:
             return ""
+        if self.bare:
+            return "; ".join(str(problem) for problem in self.errors)
         if len(self.errors) == 1:
             return f"{header}: {self.errors[0]}"
         return header + ":\n" + "\n".join(f"- {problem}" for problem in self.errors)
@@ -585,8 +591,10 @@ class _Checker:
             entry_name = entry.get("name")
             if not entry_name:
                 self.error(f"{where}.name", "a name is required for context entries", name)
-            elif entry_name in RESERVED_CONTEXT_NAMES:
-                self.error(f"{where}.name", f"entry name {entry_name} conflicts with a pre-defined variable", name)
+            else:
+                reserved = next((r for r in RESERVED_CONTEXT_NAMES if entry_name == r or str(entry_name).startswith(r + ".")), None)
+                if reserved is not None:
+                    self.error(f"{where}.name", f"entry name {entry_name} is invalid as it conflicts with a pre-defined variable {reserved}", name)
             sources = [s for s in CONTEXT_SOURCES if entry.get(s) is not None]
             if len(sources) != 1:
                 self.error(where, f"exactly one of {', '.join(CONTEXT_SOURCES)} is required for context entries", name)
@@ -848,6 +856,15 @@ class _Checker:
                 self.error("spec.policyRefs", "at least one policy reference is required")
             self.cel_expressions(spec, "spec")
             return
+        evaluation = spec.get("evaluation")
+        kubernetes_mode = not isinstance(evaluation, dict) or str(evaluation.get("mode") or "Kubernetes") == "Kubernetes"
+        if kind in ("ValidatingPolicy", "NamespacedValidatingPolicy") and kubernetes_mode and not _has_resource_rules(spec.get("matchConstraints")):
+            # Kyverno's ValidatingPolicy check: the field error alone, as denial message and warning
+            problem = "Required value: a matchConstraints with at least one resource rule is required"
+            self.error("spec.matchConstraints", problem)
+            self.result.warnings.append(f"spec.matchConstraints: {problem}")
+            self.result.bare = True
+            return
         self.webhook_settings(spec, legacy=False)
         if kind.endswith("MutatingPolicy"):
             self.mutating_evaluation_modes(spec)
@@ -901,6 +918,10 @@ class _Checker:
             if isinstance(variable, dict) and isinstance(variable.get("name"), str) and isinstance(variable.get("expression"), str):
                 _, size = cel_cost_problem(variable["expression"], extra, self.variable_sizes)
                 self.variable_sizes[variable["name"]] = size
+
+
+def _has_resource_rules(constraints: Any) -> bool:
+    return isinstance(constraints, dict) and isinstance(constraints.get("resourceRules"), list) and bool(constraints["resourceRules"])
 
 
 def _user_filter_problem(rules: list[Any]) -> tuple[str, str] | None:

@@ -40,7 +40,16 @@ from stockade.testing.apiserver import REPO_ROOT, ControlPlane, ControlPlaneUnav
 from stockade.errors import StockadeError
 
 DEFAULT_STATE_DIR = REPO_ROOT / ".cache" / "e2e" / "cluster"
-STOCKADE_USER = "system:serviceaccount:kyverno:kyverno-admission-controller"
+# stockade serve does the work of all of Kyverno's controllers, so it runs as its own cluster-admin identity; Kyverno's
+# admission controller account gets the permissions Kyverno's chart gives it (policies' SubjectAccessReviews ask about it)
+STOCKADE_USER = "system:serviceaccount:kyverno:stockade"
+KYVERNO_ADMISSION_USER = "system:serviceaccount:kyverno:kyverno-admission-controller"
+# ClusterRoles with these labels add to the admission controller's permissions (the chart's aggregationRule)
+KYVERNO_ADMISSION_ROLE_LABELS = {
+    "app.kubernetes.io/component": "admission-controller",
+    "app.kubernetes.io/instance": "kyverno",
+    "app.kubernetes.io/part-of": "kyverno",
+}
 STOCKADE_NAMESPACE = "kyverno"
 # Kyverno's webhooks call the kyverno-svc Service; its fixed cluster IP is what the CONNECT proxy redirects to
 # stockade serve (see connectproxy.py)
@@ -146,6 +155,44 @@ class E2EControlPlane(ControlPlane):
         config = yaml.safe_load(self.kubeconfig.read_text())
         config["users"][0]["user"]["token"] = self.stockade_token
         (self.workdir / "stockade.kubeconfig").write_text(yaml.safe_dump(config))
+
+
+def _kyverno_admission_rbac() -> list[dict[str, Any]]:
+    """Kyverno's admission controller ServiceAccount with the rights its Helm chart grants: read everything, manage
+    webhooks, policies, reports and events, create SubjectAccessReviews, plus whatever labelled ClusterRoles add."""
+    name = "kyverno:admission-controller"
+    everything = ["create", "delete", "get", "list", "patch", "update", "watch", "deletecollection"]
+    core_rules = [
+        {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"], "verbs": everything},
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "clusterroles", "rolebindings", "clusterrolebindings"], "verbs": ["list", "watch"]},
+        {
+            "apiGroups": ["kyverno.io"],
+            "resources": ["policies", "policies/status", "clusterpolicies", "clusterpolicies/status", "updaterequests", "updaterequests/status"],
+            "verbs": everything,
+        },
+        {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "policyreports/status", "clusterpolicyreports", "clusterpolicyreports/status"], "verbs": everything},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "update", "patch"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]},
+    ]
+    labels = dict(KYVERNO_ADMISSION_ROLE_LABELS)
+    subject = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KYVERNO_ADMISSION_USER}]
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name, "labels": labels},
+            "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": labels}]},
+        },
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": f"{name}:core", "labels": labels}, "rules": core_rules},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+            "subjects": subject,
+        },
+    ]
 
 
 @dataclass
@@ -269,6 +316,7 @@ class E2ECluster:
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
                 "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": STOCKADE_USER}],
             },
+            *_kyverno_admission_rbac(),
             *(_fake_node(name) for name in FAKE_NODES),
         ]
         self._kubectl(kubectl, "apply", "--server-side", "-f", str(REPO_ROOT / "deploy" / "crds"))

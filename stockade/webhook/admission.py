@@ -56,6 +56,20 @@ class AdmissionRequest:
     dry_run: bool
     api_version: str = ADMISSION_API_VERSION
 
+    def context_fields(self) -> dict[str, Any]:
+        """The request's identity fields as policies read them under ``request`` (Kyverno puts the whole
+        AdmissionRequest there; object, oldObject, operation, namespace and userInfo the engine adds itself)."""
+        fields: dict[str, Any] = {
+            "uid": self.uid,
+            "kind": {"group": self.kind.group, "version": self.kind.version, "kind": self.kind.kind},
+            "resource": dict(self.resource),
+            "name": self.name,
+            "dryRun": self.dry_run,
+        }
+        if self.sub_resource:
+            fields["subResource"] = self.sub_resource
+        return fields
+
     @property
     def subject(self) -> dict[str, Any]:
         """The object policies look at: the new object, or the old one for DELETE."""
@@ -213,25 +227,49 @@ def uses_roles(policy: Any) -> bool:
     return '"roles"' in text or '"clusterRoles"' in text or "request.roles" in text or "request.clusterRoles" in text
 
 
+def subject_namespace(resource: dict[str, Any], request: AdmissionRequest) -> str:
+    """The namespace Kyverno names a reviewed object by: its own ``metadata.namespace``, else the request's, except
+    for a Namespace, which the request names as its own namespace but which is cluster-scoped."""
+    metadata = resource.get("metadata") or {}
+    return str(metadata.get("namespace") or labels_namespace(request))
+
+
 def resource_label(resource: dict[str, Any], request: AdmissionRequest) -> str:
     """``Kind/namespace/name`` as Kyverno prints it in block messages (namespace empty for cluster objects)."""
     metadata = resource.get("metadata") or {}
     kind = resource.get("kind") or request.kind.kind
-    namespace = metadata.get("namespace") or request.namespace
+    namespace = subject_namespace(resource, request)
     name = metadata.get("name") or request.name or metadata.get("generateName") or ""
     return f"{kind}/{namespace}/{name}"
+
+
+def _denying_rules(responses: Iterable[EngineResponse]) -> Iterable[tuple[EngineResponse, RuleResponse]]:
+    """Each rule that denies the request (Enforce failures, errors under Fail) with its policy's response."""
+    for response in responses:
+        policy_failure = failure_policy(response.policy) if hasattr(response.policy, "spec") else FAILURE_POLICY_FAIL
+        for rule in response.rules:
+            if (rule.status == FAIL and rule.failure_action == "Enforce") or (rule.status == ERROR and policy_failure == FAILURE_POLICY_FAIL):
+                yield response, rule
 
 
 def blocking_rules(responses: Iterable[EngineResponse]) -> dict[str, dict[str, str]]:
     """policy → rule → message for the rules that deny the request (Enforce failures, errors under Fail)."""
     blocked: dict[str, dict[str, str]] = {}
-    for response in responses:
-        policy_failure = failure_policy(response.policy) if hasattr(response.policy, "spec") else FAILURE_POLICY_FAIL
-        for rule in response.rules:
-            denies = (rule.status == FAIL and rule.failure_action == "Enforce") or (rule.status == ERROR and policy_failure == FAILURE_POLICY_FAIL)
-            if denies:
-                blocked.setdefault(response.policy_name, {})[rule.name] = rule.message
+    for response, rule in _denying_rules(responses):
+        blocked.setdefault(response.policy_name, {})[rule.name] = rule.message
     return blocked
+
+
+def cel_policy_result(response: EngineResponse, rule: RuleResponse) -> str:
+    """How Kyverno's CEL policy webhooks word one result, in denials and warnings alike."""
+    verb = "error" if rule.status == ERROR else "failed"
+    return f"Policy {response.policy_name} {verb}: {rule.message}"
+
+
+def cel_denial(responses: Iterable[EngineResponse]) -> str:
+    """Kyverno's answer on its CEL policy webhooks: one "Policy <name> failed: <message>" (or "error:") per denying
+    result, joined by "; " — not the YAML block message of ClusterPolicies."""
+    return "; ".join(cel_policy_result(response, rule) for response, rule in _denying_rules(responses))
 
 
 def block_message(resource: str, blocked: dict[str, dict[str, str]]) -> str:
@@ -586,7 +624,7 @@ class AdmissionEvaluator:
             for rule in response.rules:
                 rule.failure_action = "Enforce" if "Deny" in actions else "Audit"
                 if "Warn" in actions and rule.status not in (PASS, SKIP):
-                    warnings.append(f"policy {response.policy_name}.{rule.name}: {rule.message}")
+                    warnings.append(cel_policy_result(response, rule))
         return responses, warnings
 
     def policies_in_play(self, phase: str, failure: str | None) -> list[Any]:
@@ -657,6 +695,7 @@ class AdmissionEvaluator:
             namespace_labels=labels,
             subresource=request.sub_resource,
             gvk=top_level_kind(request, self.kind_resolver),
+            admission=request.context_fields(),
         )
 
     def mutate(self, request: AdmissionRequest, failure: str | None = None, started: float | None = None) -> AdmissionDecision:
@@ -750,9 +789,12 @@ class AdmissionEvaluator:
             if response.rules:
                 responses.append(response)
         cel_responses, cel_warnings = self._validate_cel(request, failure, engine_request.namespace_labels, started)
-        blocked = blocking_rules(responses + cel_responses)
-        if blocked:
-            return AdmissionDecision(False, block_message(resource_label(request.subject, request), blocked), responses=responses + cel_responses)
+        blocked = blocking_rules(responses)
+        cel_denied = cel_denial(cel_responses)
+        if blocked or cel_denied:
+            messages = [block_message(resource_label(request.subject, request), blocked)] if blocked else []
+            message = "; ".join(messages + ([cel_denied] if cel_denied else []))
+            return AdmissionDecision(False, message, responses=responses + cel_responses)
         return AdmissionDecision(True, warnings=warning_messages(responses) + cel_warnings, responses=responses + cel_responses)
 
 

@@ -194,15 +194,19 @@ class PolicyStore:
         log_rejections: bool = True,
         force_failure_policy_ignore: bool = False,
         cel_providers: dict[str, Any] | None = None,
+        cel_authorize: Callable[[dict[str, Any], dict[str, Any]], tuple[str, str]] | None = None,
     ) -> None:
         """``evaluator_options`` go to every AdmissionEvaluator built (role resolver, default timeout), so no snapshot
         is ever served without them; ``exception_namespaces`` limits which PolicyExceptions count (None: all);
         ``controller_kinds`` are policy kinds that cluster controllers (generate, scheduled deletion) carry out, so they
         are in force although the admission evaluator does not serve them; ``log_rejections`` False leaves naming the
         policies left out to another store over the same documents (an evaluation worker's, whose server logs them);
-        ``force_failure_policy_ignore`` is Kyverno's forceFailurePolicyIgnore install option (see ``forced_ignore``)."""
+        ``force_failure_policy_ignore`` is Kyverno's forceFailurePolicyIgnore install option (see ``forced_ignore``);
+        ``cel_providers`` (``resource``, ``http``, ``globalContext``) and ``cel_authorize`` answer the cluster-backed
+        libraries of CEL policies."""
         self.log_rejections = log_rejections
         self.force_failure_policy_ignore = force_failure_policy_ignore
+        self.cel_authorize = cel_authorize
         self.paths = list(paths or [])
         self.evaluator_options = dict(evaluator_options or {})
         self.exception_namespaces = None if exception_namespaces is None else set(exception_namespaces)
@@ -330,7 +334,7 @@ class PolicyStore:
             exceptions=policy_set.exceptions, image_verifier=self.image_verifier, verification_cache=self.verification_cache
         )
         cel_policies, cel_evaluator = _cel_validating(
-            policy_set.cel, compiler, lambda document: _cel_view(entries[id(document)], document), self.cel_providers
+            policy_set.cel, compiler, lambda document: _cel_view(entries[id(document)], document), self.cel_providers, self.cel_authorize
         )
         served = {id(p.raw) for p in cel_policies}
         unsupported_documents = [d for d in policy_set.cel + policy_set.admission if id(d.data) not in served and d.kind != "PolicyException" and d.kind not in self.controller_kinds]
@@ -461,12 +465,15 @@ def _cel_view(entry: _Prepared, document: Document) -> Any:
 
 
 def _cel_validating(
-    documents: list[Document], compiler: Any = None, view: Callable[[Document], Any] | None = None, providers: dict[str, Any] | None = None
+    documents: list[Document],
+    compiler: Any = None,
+    view: Callable[[Document], Any] | None = None,
+    providers: dict[str, Any] | None = None,
+    authorize: Callable[[dict[str, Any], dict[str, Any]], tuple[str, str]] | None = None,
 ) -> tuple[list[Any], Any]:
     """(Namespaced)Validating/MutatingPolicy documents and an evaluator with the CEL PolicyExceptions loaded beside them;
-    ``view`` returns the CelPolicy of a document (reused across rebuilds by the store); ``providers`` answer the CEL
-    libraries that need the cluster (``resource.*``, ``http.*``, global context): without them, policies using those
-    evaluate to errors (and deny under failurePolicy Fail)."""
+    ``view`` returns the CelPolicy of a document (reused across rebuilds by the store).  Without ``providers`` (no
+    cluster) policies calling ``resource.*``, ``http.*`` or the global context evaluate to errors."""
     wanted = [d for d in documents if d.kind in VALIDATING_POLICY_KINDS + MUTATING_POLICY_KINDS + IMAGE_VALIDATING_POLICY_KINDS]
     if not wanted:
         return [], None
@@ -474,7 +481,7 @@ def _cel_validating(
 
     make = view or (lambda d: CelPolicy(d.data, d.origin))
     exceptions = [make(d) for d in documents if d.kind == "PolicyException"]
-    return [make(d) for d in wanted], CelPolicyEvaluator(exceptions=exceptions, compiler=compiler, providers=providers)
+    return [make(d) for d in wanted], CelPolicyEvaluator(exceptions=exceptions, compiler=compiler, providers=providers, authorize=authorize)
 
 
 # -- per-document checks ------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from typing import Any
 import stockade.celpolicy  # noqa: F401  registers the validate.cel handler
 from stockade.engine.contextloader import ContextProviders
 from stockade.engine.engine import Engine, Request
+from stockade.engine.match import RequestInfo
 from stockade.policy.model import KyvernoPolicy
 
 ENVIRONMENT_RULE = {
@@ -128,3 +129,25 @@ def test_namespaced_param_kind_for_a_cluster_scoped_request_is_an_error() -> Non
     status, message = run(engine, PARAM_RULE, namespace("production-ns-01"))
     assert status == "error"
     assert "can't use namespaced paramRef to match cluster-scoped resources" in message
+
+
+def test_authorizer_checks_reach_the_cluster_authorizer_for_a_service_account_or_the_requester() -> None:
+    """Kyverno e2e cel/authorizor-checks: ``authorizer.serviceAccount(ns, name)...check(verb).allowed()`` is answered
+    by the cluster's authorizer; checks built on ``authorizer`` itself ask about the requesting user."""
+    asked: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    def authorize(user: dict[str, Any], attributes: dict[str, Any]) -> tuple[str, str]:
+        asked.append((user, attributes))
+        return ("allow", "") if user.get("username") == "system:serviceaccount:default:test-account" else ("noOpinion", "")
+
+    expression = "authorizer.serviceAccount('default', 'test-account').group('').resource('pods').namespace('default').check('delete').allowed()"
+    rule = {"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"cel": {"expressions": [{"expression": expression}]}}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"}, "spec": {"containers": []}}
+    engine = Engine(providers=ContextProviders(authorizer=authorize))
+    assert run(engine, rule, pod)[0] == "pass"
+    assert asked[-1] == ({"username": "system:serviceaccount:default:test-account"}, {"group": "", "resource": "pods", "subresource": "", "namespace": "default", "name": "", "verb": "delete"})
+    requester = {**rule, "validate": {"cel": {"expressions": [{"expression": "authorizer.group('').resource('pods').check('delete').allowed()"}]}}}
+    request = Request(resource=pod, info=RequestInfo(username="alice", groups=("devs",)))
+    response = engine.validate(engine.policy_context(cpol(requester), request))
+    assert response.rules[0].status == "fail"
+    assert asked[-1][0] == {"username": "alice", "groups": ["devs"]}

@@ -30,6 +30,7 @@ class Snapshot:
     policies: list[Any]
     evaluator: Any = None
     cel_policies: list[Any] = field(default_factory=list)
+    document_keys: tuple[bytes, ...] = ()
 
 
 class Store:
@@ -84,3 +85,60 @@ def test_admitted_objects_are_queued_once_and_subresources_are_not() -> None:
     for index in range(MAX_PENDING_CHANGES):
         scanner.notify("v1", "Pod", "ns1", f"p{index}")
     assert scanner.notify("v1", "Pod", "ns1", "overflow") is False
+
+
+def test_a_policy_or_exception_change_rescans_existing_resources_without_waiting_for_the_interval() -> None:
+    """Kyverno e2e validating-policies/report/with-exception: a resource created before its exception gets a skip
+    result once the exception exists, because Kyverno's background controller rescans when policies change."""
+    import time
+
+    from stockade.controllers import background
+
+    cluster = FakeCluster()
+    cluster.add({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pod", "namespace": "ns1"}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}})
+    scans: list[float] = []
+    scanner = BackgroundScanner(None, Store(BACKGROUND_ONLY), Reports(), interval=3600.0, cluster_data=cluster)  # type: ignore[arg-type]
+    def count_scan() -> Any:
+        scans.append(time.monotonic())
+
+    scanner.scan_once = count_scan  # type: ignore[method-assign]
+    settle, background.POLICY_SETTLE_SECONDS = background.POLICY_SETTLE_SECONDS, 0.05
+    try:
+        scanner.on_snapshot(Snapshot([], document_keys=(b"a",)))  # the policies loaded at start: the start-up scan covers them
+        assert not scanner._policies_changed.is_set()
+        scanner.start()
+        scanner.on_snapshot(Snapshot([], document_keys=(b"a",)))
+        assert not scanner._policies_changed.is_set()  # nothing changed
+        scanner.on_snapshot(Snapshot([], document_keys=(b"a", b"exception")))
+        deadline = time.monotonic() + 3
+        while not scans and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(scans) == 1  # long before the 5 s start-up delay or the hourly interval
+    finally:
+        scanner.stop()
+        background.POLICY_SETTLE_SECONDS = settle
+
+
+def test_background_only_validating_policies_are_scanned() -> None:
+    """Kyverno e2e validating-policies/report/with-exception: a ValidatingPolicy with evaluation.admission.enabled
+    false is left out of admission but is exactly what background scans apply."""
+    from stockade.celpolicy import CelPolicy
+    from stockade.controllers.background import ScanSummary
+
+    background_only = CelPolicy(
+        {
+            "apiVersion": "policies.kyverno.io/v1beta1",
+            "kind": "ValidatingPolicy",
+            "metadata": {"name": "vpol"},
+            "spec": {"evaluation": {"admission": {"enabled": False}, "background": {"enabled": True}}, "validations": [{"expression": "true"}]},
+        }
+    )
+
+    class Evaluator:
+        cel_evaluator = object()
+        cel_policies: list[Any] = []  # what admission serves
+
+    scanner = BackgroundScanner(None, Store(), Reports(), cluster_data=FakeCluster())  # type: ignore[arg-type]
+    snapshot = Snapshot([], evaluator=Evaluator(), cel_policies=[background_only])
+    _, cel_policies, _, _, scanned = scanner._eligible(snapshot, ScanSummary())
+    assert cel_policies == [background_only] and "vpol" in scanned

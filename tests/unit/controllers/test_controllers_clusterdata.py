@@ -157,3 +157,23 @@ def test_a_wildcard_api_version_finds_the_served_kind() -> None:
     data, _ = make({"/api/v1/namespaces/ns/configmaps": {"items": [cm]}})
     assert data.resolve_kind("*", "ConfigMap") == RESOURCES[0]
     assert [o["metadata"]["name"] for o in data.lookup("*", "ConfigMap", "ns", None)] == ["c"]
+
+
+def test_authorizer_checks_are_subject_access_reviews() -> None:
+    """CEL ``authorizer`` checks of validate.cel rules: a SubjectAccessReview for the user and attributes; allowed,
+    denied and neither map to Kubernetes' allow, deny and noOpinion decisions."""
+    answers = [{"status": {"allowed": True, "reason": "RBAC: allowed"}}, {"status": {"allowed": False, "denied": True}}, {"status": {"allowed": False}}]
+    bodies: list[Any] = []
+
+    class Reviewer(FakeApiClient):
+        def call_api(self, method: str, url: str, header_params: Any = None, body: Any = None, _request_timeout: Any = None) -> _Response:
+            bodies.append(body)
+            return _Response(201, answers[len(bodies) - 1])
+
+    data = ClusterData(Reviewer({}), resources=RESOURCES)
+    attributes = {"group": "", "resource": "pods", "subresource": "", "namespace": "default", "name": "", "verb": "delete"}
+    assert data.authorize({"username": "system:serviceaccount:default:sa"}, attributes) == ("allow", "RBAC: allowed")
+    assert bodies[0]["spec"] == {"user": "system:serviceaccount:default:sa", "resourceAttributes": {"resource": "pods", "namespace": "default", "verb": "delete"}}
+    assert data.authorize({"username": "alice", "groups": ["devs"]}, {"path": "/healthz", "verb": "get"})[0] == "deny"
+    assert bodies[1]["spec"] == {"user": "alice", "groups": ["devs"], "nonResourceAttributes": {"path": "/healthz", "verb": "get"}}
+    assert data.authorize({"username": "bob"}, attributes)[0] == "noOpinion"

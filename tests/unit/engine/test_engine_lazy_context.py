@@ -113,3 +113,18 @@ def test_a_variable_between_two_definitions_of_a_name_sees_the_first_one() -> No
     )
     assert ctx.query("one") == "foo"
     assert ctx.query("foo") == "baz"
+
+
+def test_variable_jmespath_resolving_to_a_list_is_an_error_not_a_crash() -> None:
+    """Kyverno e2e invalid-jmespath-variable-substitution: a variable whose ``jmesPath`` substitutes to a list fails
+    the rule with "jmespath value must be a string" (Enforce then denies) instead of evaluating the list."""
+    rule = {
+        "name": "test-panic",
+        "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+        "context": [{"name": "image", "variable": {"jmesPath": "{{ request.object.spec.containers[].image }}"}}],
+        "validate": {"deny": {"conditions": {"all": [{"key": "{{ image }}", "operator": "AnyNotIn", "value": ["x"]}]}}},
+    }
+    engine = Engine()
+    response = engine.validate(engine.policy_context(policy(rule), Request(resource=pod("test"))))
+    assert response.rules[0].status == "error"
+    assert "jmespath value must be a string image" in response.rules[0].message

@@ -258,3 +258,31 @@ def test_a_policy_view_with_some_rules_runs_only_those_and_leaves_the_policy_alo
     assert [(r[0], r[1]) for r in validate(view, pod())] == [("second", "fail")]
     assert [rule.name for rule in policy.rules] == names
     assert [(r[0], r[1]) for r in validate(policy, pod())] == [("first", "pass")]  # applyRules: One stops there
+
+
+def failure_actions(policy: KyvernoPolicy, resource: dict[str, Any], labels: dict[str, str]) -> list[str]:
+    engine = Engine()
+    response = engine.validate(engine.policy_context(policy, Request(resource=resource, namespace_labels=labels)))
+    return [r.failure_action for r in response.rules]
+
+
+def test_rule_failure_action_overrides_select_namespaces_by_label() -> None:
+    """Kyverno e2e enforce-validate-labeled-action-override: a rule's ``failureActionOverrides`` entry with a
+    namespaceSelector turns its Enforce into Audit in namespaces with that label, and only there."""
+    deny = {"conditions": {"any": [{"key": "{{ request.object.metadata.labels.foo || '' }}", "operator": "NotEquals", "value": "bar"}]}}
+    override = {"action": "Audit", "namespaceSelector": {"matchExpressions": [{"key": "kyverno-audit", "operator": "In", "values": ["true"]}]}}
+    policy = cpol({"name": "check-labels", "match": MATCH_POD, "validate": {"failureAction": "Enforce", "failureActionOverrides": [override], "deny": deny}})
+    bad = pod(labels={"foo": "bad"}, namespace="labeled")
+    assert failure_actions(policy, bad, {"kyverno-audit": "true"}) == ["Audit"]
+    assert failure_actions(policy, bad, {"kubernetes.io/metadata.name": "labeled"}) == ["Enforce"]
+
+
+def test_first_matching_policy_override_wins_and_a_rule_action_outranks_it() -> None:
+    """Kyverno resolves the rule's own action before the policy's overrides, and takes the first matching override."""
+    rule = {"name": "r", "match": MATCH_POD, "validate": {"pattern": {"metadata": {"name": "x"}}}}
+    overrides = [{"action": "Enforce", "namespaces": ["team-*"]}, {"action": "Audit", "namespaces": ["team-a"]}]
+    policy = cpol(rule, validationFailureAction="Audit", validationFailureActionOverrides=overrides)
+    assert failure_actions(policy, pod(namespace="team-a"), {}) == ["Enforce"]
+    assert failure_actions(policy, pod(namespace="other"), {}) == ["Audit"]
+    with_own = cpol({**rule, "validate": {**rule["validate"], "failureAction": "Audit"}}, validationFailureActionOverrides=overrides)
+    assert failure_actions(with_own, pod(namespace="team-a"), {}) == ["Audit"]

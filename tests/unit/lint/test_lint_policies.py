@@ -116,10 +116,19 @@ def test_json_patch_path_must_start_with_slash() -> None:
     assert any("patchesJson6902[0].path: path must begin with a forward slash" in e for e in errors_of(policy))
 
 
+def test_context_entry_names_reserved_as_kyverno_reserves_them() -> None:
+    """Kyverno e2e invalid-jmespath-variable-substitution names a context entry ``image``: Kyverno reserves only
+    images, request, serviceAccountName(space), element and elementIndex (and dotted paths under them)."""
+    allowed = with_rule(context=[{"name": "image", "variable": {"value": 1}}, {"name": "target", "variable": {"value": 1}}])
+    assert not any("pre-defined variable" in e for e in errors_of(allowed))
+    dotted = with_rule(context=[{"name": "element.x", "variable": {"value": 1}}])
+    assert any("entry name element.x is invalid as it conflicts with a pre-defined variable element" in e for e in errors_of(dotted))
+
+
 def test_context_entry_problems() -> None:
     policy = with_rule(context=[{"name": "request", "variable": {"value": 1}}, {"name": "cm", "configMap": {"name": "x"}}, {"name": "v", "variable": {"jmesPath": "a.["}}])
     errors = errors_of(policy)
-    assert any("context[0].name: entry name request conflicts with a pre-defined variable" in e for e in errors)
+    assert any("context[0].name: entry name request is invalid as it conflicts with a pre-defined variable request" in e for e in errors)
     assert any("context[1].configMap.namespace: a namespace is required" in e for e in errors)
     assert any("context[2].variable.jmesPath: invalid JMESPath 'a.['" in e for e in errors)
 
@@ -439,3 +448,16 @@ def test_pod_security_exception_controls_are_checked_as_kyverno_checks_them() ->
     assert errors_of(exception) == ["spec.podSecurity[0].controlName: exclude.images must be specified for the container level control"]
     exception["spec"]["podSecurity"] = [{"controlName": "Capabilities", "images": ["nginx"], "restrictedField": "spec.containers[*].securityContext.capabilities.add"}]
     assert errors_of(exception) == ["spec.podSecurity[0].values: values is required"]
+
+
+def test_validating_policy_without_resource_rules_is_refused_with_kyvernos_bare_field_error() -> None:
+    """Kyverno e2e validating-policies/validation-checks/missing-match-constraints: the denial is the field error
+    alone (no header), also sent as a warning; policies of other evaluation modes need no matchConstraints."""
+    from stockade.lint.policies import validate_policy_document
+
+    policy = {"apiVersion": "policies.kyverno.io/v1beta1", "kind": "ValidatingPolicy", "metadata": {"name": "p"}, "spec": {"validations": [{"expression": "true"}]}}
+    result = validate_policy_document(policy)
+    expected = "spec.matchConstraints: Required value: a matchConstraints with at least one resource rule is required"
+    assert result.message() == expected and result.warnings == [expected]
+    json_mode = {**policy, "spec": {**policy["spec"], "evaluation": {"mode": "JSON"}}}
+    assert validate_policy_document(json_mode).ok

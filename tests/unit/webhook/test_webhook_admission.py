@@ -161,3 +161,28 @@ spec:
     assert decision.patch
     expected = ["policy add-labels.add-labels: mutated Pod/web in namespace default"] if emit else []
     assert decision.warnings == expected
+
+
+def test_policies_read_the_admission_request_fields_under_request() -> None:
+    """Kyverno e2e variables/lazyload/conditions: preconditions on ``{{ request.name }}``; Kyverno's admission context
+    holds the whole AdmissionRequest (name, uid, kind, resource, dryRun), not only object and operation."""
+    from stockade.engine.engine import Engine
+    from stockade.webhook.admission import AdmissionEvaluator
+
+    only_test = KyvernoPolicy(yaml.safe_load("""
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: preconditions}
+spec:
+  rules:
+  - name: test
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    preconditions:
+      all:
+      - {key: '{{ request.name }}', operator: Equals, value: test}
+      - {key: '{{ request.kind.kind }}/{{ request.resource.resource }}/{{ request.dryRun }}', operator: Equals, value: Pod/pods/false}
+    validate: {failureAction: Enforce, deny: {}}
+"""))
+    evaluator = AdmissionEvaluator(Engine(), [only_test])
+    assert evaluator.validate(parse_review(review(pod(name="test")))).allowed is False
+    assert evaluator.validate(parse_review(review(pod(name="other")))).allowed is True

@@ -19,7 +19,7 @@ from stockade.controllers.events import (
 from stockade.engine.kyvernoconfig import parse_kyverno_config
 from stockade.engine.response import EngineResponse, RuleResponse
 from stockade.policy.model import KyvernoPolicy
-from stockade.webhook.admission import AdmissionDecision, parse_review
+from stockade.webhook.admission import AdmissionDecision, parse_review, resource_label
 from stockade.webhook.certs import CertificateManager
 
 
@@ -94,7 +94,9 @@ def two_rule_policy() -> KyvernoPolicy:
 
 
 def namespace_admission(name: str) -> Any:
+    """As the API server sends it: a Namespace review carries the Namespace's own name as request namespace."""
     body = review({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    body["request"].update(kind={"group": "", "version": "v1", "kind": "Namespace"}, resource={"group": "", "version": "v1", "resource": "namespaces"}, namespace=name)
     return parse_review(body)
 
 
@@ -116,6 +118,17 @@ def test_audit_rule_failure_on_an_admitted_request_is_a_passed_violation_on_poli
     assert on_resource_fail.regarding_dict == {"apiVersion": "v1", "kind": "Namespace", "name": "good-ns-1"}
     assert on_resource_fail.message == "policy check-ns-labels/require-ns-env-label fail: validation error: env needed."
     assert on_resource_pass.message == "policy check-ns-labels/require-ns-purpose-label pass: validation rule 'require-ns-purpose-label' passed."
+
+
+def test_a_namespace_is_named_without_the_request_namespace_in_events_and_block_messages() -> None:
+    """Kyverno e2e two-rules-with-different-action: "Namespace bad-ns-1: ..." and "resource Namespace//bad-ns-1",
+    although the API server sends a Namespace's own name as the request namespace."""
+    request = namespace_admission("bad-ns-1")
+    rule = RuleResponse("require-ns-purpose-label", "Validation", "fail", "purpose needed.", failure_action="Enforce")
+    (event,) = admission_events(request, AdmissionDecision(False, "blocked", responses=[EngineResponse(two_rule_policy(), {}, {}, [rule])]))
+    assert event.message == "Namespace bad-ns-1: [require-ns-purpose-label] fail (blocked); purpose needed."
+    assert event.related_dict == {"apiVersion": "v1", "kind": "Namespace", "name": "bad-ns-1"}
+    assert resource_label(request.subject, request) == "Namespace//bad-ns-1"
 
 
 def test_denial_events_cover_enforce_policies_only_and_success_events_follow_the_configmap() -> None:

@@ -465,3 +465,26 @@ def test_serve_needs_policies_or_from_cluster() -> None:
     result = CliRunner().invoke(serve, [])
     assert result.exit_code == 2
     assert "give POLICIES (files or directories) and/or --from-cluster" in result.output
+
+
+def test_validating_policy_status_lists_its_autogen_configs() -> None:
+    """Kyverno e2e validating-policies/autogen: status.autogen.configs holds each replacement set's targets and the
+    rewritten spec (``defaults`` for deployments, ``cronjobs``), and is an empty ``autogen: {}`` without controllers."""
+    policy = with_changes(VALIDATING_POLICY, spec__autogen={"podControllers": {"controllers": ["deployments", "cronjobs"]}})
+    patch = status_patch(VALIDATING_KIND, policy, _snapshot_of(policy), policy_identity(policy), {})
+    assert patch is not None
+    configs = patch["autogen"]["configs"]
+    assert sorted(configs) == ["cronjobs", "defaults"]
+    assert configs["defaults"]["targets"] == [{"group": "apps", "version": "v1", "resource": "deployments", "kind": "Deployment"}]
+    assert configs["cronjobs"]["spec"]["matchConstraints"]["resourceRules"][0]["resources"] == ["cronjobs"]
+    assert "object.spec.jobTemplate.spec.template.metadata.labels" in configs["cronjobs"]["spec"]["validations"][0]["expression"]
+    assert status_patch(VALIDATING_KIND, policy, _snapshot_of(policy), policy_identity(policy), copy.deepcopy(patch)) is None
+    every = status_patch(VALIDATING_KIND, VALIDATING_POLICY, _snapshot_of(VALIDATING_POLICY), policy_identity(VALIDATING_POLICY), {})
+    assert every is not None
+    assert [t["resource"] for t in every["autogen"]["configs"]["defaults"]["targets"]] == ["daemonsets", "deployments", "replicasets", "statefulsets", "jobs"]
+    none = with_changes(VALIDATING_POLICY, spec__autogen={"podControllers": {"controllers": []}})
+    patch = status_patch(VALIDATING_KIND, none, _snapshot_of(none), policy_identity(none), {})
+    assert patch is not None and patch["autogen"] == {"configs": None}
+    written = copy.deepcopy(patch)
+    written["autogen"] = {}  # what the merge patch leaves stored
+    assert status_patch(VALIDATING_KIND, none, _snapshot_of(none), policy_identity(none), written) is None

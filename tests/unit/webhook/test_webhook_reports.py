@@ -94,3 +94,21 @@ def test_results_carry_kyverno_sources_processes_and_properties() -> None:
         ("KyvernoGeneratingPolicy", {"process": "admission review"}),
         ("kyverno", {"process": "admission review"}),
     ]
+
+
+def test_report_sources_name_the_policy_family_as_kyverno_does() -> None:
+    """Kyverno e2e validating-policies/report: results of a ValidatingPolicy carry source KyvernoValidatingPolicy
+    (namespaced or not); ClusterPolicies ``kyverno``; admission policies their own kind."""
+    from stockade.celpolicy.model import CelPolicy
+    from stockade.controllers.reports import report_source
+    from stockade.policy.model import KyvernoPolicy
+
+    def cel(kind: str) -> CelPolicy:
+        return CelPolicy({"apiVersion": "policies.kyverno.io/v1", "kind": kind, "metadata": {"name": "p", "namespace": "ns"}, "spec": {}})
+
+    assert report_source(KyvernoPolicy({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"}, "spec": {"rules": []}})) == "kyverno"
+    assert report_source(cel("ValidatingPolicy")) == "KyvernoValidatingPolicy"
+    assert report_source(cel("NamespacedValidatingPolicy")) == "KyvernoValidatingPolicy"
+    assert report_source(cel("ImageValidatingPolicy")) == "KyvernoImageValidatingPolicy"
+    vap = CelPolicy({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": "p"}, "spec": {}})
+    assert report_source(vap) == "ValidatingAdmissionPolicy"

@@ -46,12 +46,12 @@ def vpol_server(tmp_path: Path) -> Iterator[tuple[RunningServer, WebhookClient]]
 
 
 def test_deny_action_blocks_with_policy_message(vpol_server: tuple[RunningServer, WebhookClient]) -> None:
+    """Kyverno e2e validating-policies (validation-actions/none, context/configmap, ...): its CEL policy webhooks
+    answer "Policy <name> failed: <message>", not the YAML block message of ClusterPolicies."""
     _, client = vpol_server
     response = client.post_review("/vpol/need-team", review(pod(labels={"app": "x"})))["response"]
     assert response["allowed"] is False
-    message = response["status"]["message"]
-    assert "resource Pod/default/web was blocked due to the following policies" in message
-    assert message.endswith("need-team:\n  need-team: label 'team' is required\n")
+    assert response["status"]["message"] == "Policy need-team failed: label 'team' is required"
 
 
 def test_each_webhook_path_evaluates_only_its_policies(vpol_server: tuple[RunningServer, WebhookClient]) -> None:
@@ -74,7 +74,7 @@ def test_warn_action_warns_and_audit_is_silent(vpol_server: tuple[RunningServer,
     response = client.post_review("/validate", review(pod(labels={"team": "a"})))["response"]
     assert response["allowed"] is True
     assert len(response["warnings"]) == 1
-    assert response["warnings"][0].startswith("policy want-owner.") and "label 'owner' is required" in response["warnings"][0]
+    assert response["warnings"] == ["Policy want-owner failed: label 'owner' is required"]
     compliant = client.post_review("/validate", review(pod(labels={"team": "a", "owner": "b", "cost": "c"})))["response"]
     assert compliant["allowed"] is True and "warnings" not in compliant
 
@@ -138,3 +138,52 @@ def test_mutating_policy_patch_comes_back_and_is_registered(tmp_path: Path) -> N
     )
     assert validating["webhooks"] == []
     assert mutating["webhooks"][0]["rules"][0]["resources"] == ["pods"]
+
+
+RESOURCE_VPOL = """
+apiVersion: policies.kyverno.io/v1beta1
+kind: ValidatingPolicy
+metadata:
+  name: check-labels
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [pods]
+  variables:
+  - name: cm
+    expression: resource.get("v1", "configmaps", object.metadata.namespace, "policy-cm")
+  validations:
+  - expression: "object.metadata.labels.env == variables.cm.data.env"
+    message: env must match the ConfigMap
+  - expression: "authorizer.serviceAccount('default', 'builder').group('').resource('pods').check('delete').allowed()"
+    message: builder may not delete pods
+"""
+
+
+def test_validating_policies_reach_the_cluster_through_the_store_providers(tmp_path: Path) -> None:
+    """Kyverno e2e validating-policies/context/configmap: ``resource.get`` (and authorizer checks) in a ValidatingPolicy
+    served by the webhook are answered by the cluster-backed providers the store is given."""
+    from stockade.webhook.admission import parse_review
+
+    class ConfigMaps:
+        def get(self, api_version: str, resource: str, namespace: str | None, name: str) -> dict[str, object]:
+            assert (api_version, resource, namespace, name) == ("v1", "configmaps", "default", "policy-cm")
+            return {"data": {"env": "prod"}}
+
+    allowed_users: set[str] = {"system:serviceaccount:default:builder"}
+
+    def authorize(user: dict[str, object], attributes: dict[str, object]) -> tuple[str, str]:
+        return ("allow", "") if user.get("username") in allowed_users else ("noOpinion", "")
+
+    directory = tmp_path / "vpol"
+    directory.mkdir()
+    (directory / "vpol.yaml").write_text(RESOURCE_VPOL)
+    store = PolicyStore([str(directory)], cel_providers={"resource": ConfigMaps()}, cel_authorize=authorize)
+    evaluator = store.load().evaluator
+    assert evaluator.validate(parse_review(review(pod(labels={"env": "prod"})))).allowed is True
+    assert evaluator.validate(parse_review(review(pod(labels={"env": "dev"})))).allowed is False
+    allowed_users.clear()
+    assert evaluator.validate(parse_review(review(pod(labels={"env": "prod"})))).allowed is False
