@@ -81,7 +81,7 @@ class CountingConnectProxy:
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        self._server.close()
+        self._loop.call_soon_threadsafe(self._server.close)  # the server belongs to the loop's thread
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
         self._loop.close()

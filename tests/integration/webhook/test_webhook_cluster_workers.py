@@ -21,6 +21,9 @@ spec:
   rules:
   - name: quota-config
     match: {any: [{resources: {kinds: [Namespace], selector: {matchLabels: {stockade-test/generate: "yes"}}}}]}
+    # this test's client and the server share the control plane's admin identity, so the client's writes are the
+    # server's own (background) requests, which generate rules skip by default
+    skipBackgroundRequests: false
     generate:
       apiVersion: v1
       kind: ConfigMap
