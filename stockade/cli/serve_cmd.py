@@ -52,6 +52,7 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--event-components", type=click.Choice(["kyverno", "stockade"]), default="stockade", show_default=True, help="reportingComponent of Events: stockade = 'stockade' for all; kyverno = Kyverno's names (kyverno-admission, kyverno-generate, kyverno-mutate, kyverno-cleanup), a compatibility setting for tools and tests that select Kyverno's Events.")
 @click.option("--webhook-names", type=click.Choice(["stockade", "kyverno"]), default="stockade", show_default=True, help="Names and managed-by label of the webhook configurations: stockade = stockade-resource-*-webhook-cfg, label webhook.stockade.io/managed-by; kyverno = Kyverno's (kyverno-resource-*-webhook-cfg, webhook.kyverno.io/managed-by: kyverno, kept registered even when empty), a compatibility setting for tooling and tests written against Kyverno. Do not run it beside Kyverno itself.")
 @click.option("--config-map", "config_map", default="kyverno/kyverno", show_default=True, help="With --from-cluster: Kyverno's dynamic configuration ConfigMap (NAMESPACE/NAME), watched: resourceFilters, excluded users/groups/roles, defaultRegistry, webhooks selectors, matchConditions, webhook labels/annotations, generateSuccessEvents.")
+@click.option("--policy-exceptions/--no-policy-exceptions", default=True, show_default=True, help="Honour PolicyExceptions (kyverno.io and policies.kyverno.io); off is Kyverno's policyExceptions.enabled=false install option.")
 @click.option("--exception-namespace", "exception_namespaces", multiple=True, help="Honour PolicyExceptions only in these namespaces (repeatable; default: every namespace).")
 @click.option("--tracing-endpoint", default="", help="OTLP collector (http/protobuf: base URL such as http://otel-collector:4318; grpc: host:port or URL); spans per request, policy, rule and registry check.")
 @click.option("--tracing-protocol", default="http/protobuf", type=click.Choice(["http/protobuf", "grpc"]), show_default=True, help="OTLP transport.")
@@ -163,6 +164,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
         registry_ca_file=options["registry_ca_file"],
         webhook_timeout=float(options["webhook_timeout"]),
         exception_namespaces=tuple(options["exception_namespaces"]),
+        policy_exceptions=bool(options.get("policy_exceptions", True)),
         background_user=str(options.get("background_service_account") or ""),
     )
     cluster_source = _start_cluster_source(cluster_client, options) if options["from_cluster"] else None
@@ -310,6 +312,7 @@ class EvaluationSettings:
     webhook_timeout: float
     exception_namespaces: tuple[str, ...]
     background_user: str = ""
+    policy_exceptions: bool = True  # False: no PolicyException counts (Kyverno's policyExceptions.enabled=false)
 
 
 def evaluation_store_options(settings: EvaluationSettings, api_client: Any = None) -> dict[str, Any]:
@@ -324,7 +327,7 @@ def evaluation_store_options(settings: EvaluationSettings, api_client: Any = Non
         "image_verifier": verifier,
         "verification_cache": verification_cache,
         "evaluator_options": {"default_timeout_seconds": settings.webhook_timeout, "background_username": settings.background_user},
-        "exception_namespaces": list(settings.exception_namespaces) or None,
+        "exception_namespaces": (list(settings.exception_namespaces) or None) if settings.policy_exceptions else [],
     }
     if settings.cluster:
         from stockade.controllers.clusterdata import ClusterCelHttp, ClusterCelResources, ClusterData, ClusterGlobalContext

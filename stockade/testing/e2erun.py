@@ -38,6 +38,8 @@ DEFAULT_RESULTS = REPO_ROOT / ".cache" / "e2e" / "results"
 INSTALL_PROFILES: dict[str, tuple[str, ...]] = {
     # features.forceFailurePolicyIgnore.enabled: true
     "force-failure-policy-ignore": ("--force-failure-policy-ignore",),
+    # features.policyExceptions.enabled: false (Kyverno's scripts/config/exceptions-disabled)
+    "policy-exceptions-disabled": ("--no-policy-exceptions",),
 }
 
 

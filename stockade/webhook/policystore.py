@@ -355,6 +355,10 @@ class PolicyStore:
 
     def _exception_allowed(self, document: Document) -> bool:
         namespace = str((document.data.get("metadata") or {}).get("namespace") or "")
+        if self.exception_namespaces is not None and not self.exception_namespaces:
+            log.warning("PolicyException %s/%s ignored: policy exceptions are disabled", namespace,
+                        (document.data.get("metadata") or {}).get("name", ""))
+            return False
         if self.exception_namespaces is not None and namespace not in self.exception_namespaces:
             log.warning("PolicyException %s/%s ignored: exceptions are only honoured in %s", namespace,
                         (document.data.get("metadata") or {}).get("name", ""), ", ".join(sorted(self.exception_namespaces)))

@@ -171,3 +171,10 @@ def test_force_failure_policy_ignore_value_passes_the_serve_flag(tools: Tools) -
     assert "--force-failure-policy-ignore" not in default_args
     forced = documents(tools.template("--set", "webhook.forceFailurePolicyIgnore=true"))
     assert "--force-failure-policy-ignore" in find(forced, "Deployment", "stockade")["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_policy_exceptions_value_passes_the_serve_flag(tools: Tools) -> None:
+    default_args = find(documents(tools.template()), "Deployment", "stockade")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--no-policy-exceptions" not in default_args
+    disabled = documents(tools.template("--set", "webhook.policyExceptions=false"))
+    assert "--no-policy-exceptions" in find(disabled, "Deployment", "stockade")["spec"]["template"]["spec"]["containers"][0]["args"]
