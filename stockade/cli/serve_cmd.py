@@ -52,6 +52,8 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--event-components", type=click.Choice(["kyverno", "stockade"]), default="stockade", show_default=True, help="reportingComponent of Events: stockade = 'stockade' for all; kyverno = Kyverno's names (kyverno-admission, kyverno-generate, kyverno-mutate, kyverno-cleanup), a compatibility setting for tools and tests that select Kyverno's Events.")
 @click.option("--webhook-names", type=click.Choice(["stockade", "kyverno"]), default="stockade", show_default=True, help="Names and managed-by label of the webhook configurations: stockade = stockade-resource-*-webhook-cfg, label webhook.stockade.io/managed-by; kyverno = Kyverno's (kyverno-resource-*-webhook-cfg, webhook.kyverno.io/managed-by: kyverno, kept registered even when empty), a compatibility setting for tooling and tests written against Kyverno. Do not run it beside Kyverno itself.")
 @click.option("--config-map", "config_map", default="kyverno/kyverno", show_default=True, help="With --from-cluster: Kyverno's dynamic configuration ConfigMap (NAMESPACE/NAME), watched: resourceFilters, excluded users/groups/roles, defaultRegistry, webhooks selectors, matchConditions, webhook labels/annotations, generateSuccessEvents.")
+@click.option("--validating-admission-policy-reports", is_flag=True, default=False, help="With --from-cluster and background scans: report on ValidatingAdmissionPolicies labelled reports.kyverno.io/enabled=true, with their bindings (Kyverno's validatingAdmissionPolicyReports).")
+@click.option("--mutating-admission-policy-reports", is_flag=True, default=False, help="With --from-cluster and background scans: report on MutatingAdmissionPolicies labelled reports.kyverno.io/enabled=true, with their bindings (Kyverno's mutatingAdmissionPolicyReports).")
 @click.option("--policy-exceptions/--no-policy-exceptions", default=True, show_default=True, help="Honour PolicyExceptions (kyverno.io and policies.kyverno.io); off is Kyverno's policyExceptions.enabled=false install option.")
 @click.option("--exception-namespace", "exception_namespaces", multiple=True, help="Honour PolicyExceptions only in these namespaces (repeatable; default: every namespace).")
 @click.option("--tracing-endpoint", default="", help="OTLP collector (http/protobuf: base URL such as http://otel-collector:4318; grpc: host:port or URL); spans per request, policy, rule and registry check.")
@@ -431,7 +433,8 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
         from stockade.controllers.background import BackgroundScanner
 
         scanner = BackgroundScanner(
-            api_client, store, state.reports, interval=options["background_scan_interval"], is_leader=services.is_leader, events=state.events
+            api_client, store, state.reports, interval=options["background_scan_interval"], is_leader=services.is_leader, events=state.events,
+            admission_policy_kinds=_reported_admission_kinds(options),
         )
         services.background.append(scanner)
         store.listeners.append(scanner.on_snapshot)  # policy and exception changes rescan existing resources
@@ -459,7 +462,15 @@ def _controller_kinds(options: dict[str, Any]) -> tuple[str, ...]:
     from stockade.controllers.cleanup import DELETING_POLICY_KINDS
     from stockade.controllers.generate import GENERATING_POLICY_KINDS
 
-    return DELETING_POLICY_KINDS + (GENERATING_POLICY_KINDS if options["generate"] else ())
+    return DELETING_POLICY_KINDS + (GENERATING_POLICY_KINDS if options["generate"] else ()) + _reported_admission_kinds(options)
+
+
+def _reported_admission_kinds(options: dict[str, Any]) -> tuple[str, ...]:
+    """The Kubernetes admission policy kinds background scans report on (their bindings are watched with them)."""
+    if options.get("background_scan_interval", 0) <= 0:
+        return ()
+    kinds = ("ValidatingAdmissionPolicy",) if options.get("validating_admission_policy_reports") else ()
+    return kinds + (("MutatingAdmissionPolicy",) if options.get("mutating_admission_policy_reports") else ())
 
 
 def _engine_settings(live: Any) -> dict[str, Any]:
@@ -485,9 +496,9 @@ def _configured_engine_factory(base: Any, live: Any) -> Any:
 def _start_cluster_source(api_client: Any, options: dict[str, Any]) -> Any:
     """Watch the cluster's policies and wait for the first complete listing, so the first snapshot has them all.
     """
-    from stockade.controllers.policywatch import ClusterPolicySource
+    from stockade.controllers.policywatch import ADMISSION_POLICY_WATCHES, WATCHED_KINDS, ClusterPolicySource
 
-    source = ClusterPolicySource(api_client, write_status=True)
+    source = ClusterPolicySource(api_client, kinds=WATCHED_KINDS + tuple(w for kind in _reported_admission_kinds(options) for w in ADMISSION_POLICY_WATCHES[kind]), write_status=True)
     source.start()
     if not source.wait_synced(timeout=60):
         source.stop()

@@ -26,6 +26,7 @@ from typing import Any
 from stockade.controllers.clusterdata import ApiError, ClusterData, describe_object
 from stockade.controllers.reports import PROCESS_BACKGROUND, report_policy_name
 import stockade.celpolicy  # noqa: F401  (registers the engine's validate.cel handler)
+from stockade.celpolicy.model import CelPolicy
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import ResourceKind
 from stockade.engine.response import FAIL, PASS, STATUSES, EngineResponse, RuleResponse, report_result
@@ -102,6 +103,65 @@ VALIDATING_POLICY_KINDS = ("ValidatingPolicy", "NamespacedValidatingPolicy")
 MUTATING_POLICY_KINDS = ("MutatingPolicy", "NamespacedMutatingPolicy")
 SCANNED_CEL_KINDS = VALIDATING_POLICY_KINDS + MUTATING_POLICY_KINDS
 MUTATION_NOT_APPLIED = "mutation is not applied"
+MUTATION_APPLIED = "mutation is successfully applied"
+# Kubernetes' own admission policies, which the API server enforces; Kyverno's reports controller only reports on
+# them, and only on those that opt in with this label (and when its --validating/mutatingAdmissionPolicyReports is on)
+ADMISSION_POLICY_KINDS = ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy")
+REPORTS_LABEL = "reports.kyverno.io/enabled"
+
+
+class ReportedAdmissionPolicy(CelPolicy):
+    """A ValidatingAdmissionPolicy or MutatingAdmissionPolicy opted into reports, with the bindings naming it."""
+
+    def __init__(self, data: dict[str, Any], origin: str, bindings: list[CelPolicy]) -> None:
+        super().__init__(data, origin)
+        self.bindings = bindings
+
+
+def reported_admission_policies(documents: Any, kinds: frozenset[str]) -> list[ReportedAdmissionPolicy]:
+    """The admission policies of ``kinds`` among ``documents`` that carry ``reports.kyverno.io/enabled: "true"``."""
+    if not kinds:
+        return []
+    data = [getattr(d, "data", d) for d in documents or ()]
+    found = []
+    for policy in data:
+        kind = policy.get("kind")
+        labels = (policy.get("metadata") or {}).get("labels") or {}
+        if kind not in kinds or str(labels.get(REPORTS_LABEL, "")).lower() != "true":
+            continue
+        name = (policy.get("metadata") or {}).get("name")
+        bindings = [CelPolicy(b) for b in data if b.get("kind") == f"{kind}Binding" and (b.get("spec") or {}).get("policyName") == name]
+        found.append(ReportedAdmissionPolicy(policy, "", sorted(bindings, key=lambda b: b.name)))
+    return found
+
+
+def admission_policy_scan(evaluator: Any, policy: ReportedAdmissionPolicy, request: Any, obj: dict[str, Any]) -> EngineResponse | None:
+    """One admission policy on one stored object, as Kyverno's reports controller judges it: a result per binding
+    that selects the object (properties ``binding`` / ``mapBinding``), or one for the policy alone when it has no
+    binding.  A MutatingAdmissionPolicy passes when its mutation would change nothing ("mutation is successfully
+    applied": the API server applied it on admission) and fails when it would ("mutation is not applied")."""
+    mutating = policy.kind == "MutatingAdmissionPolicy"
+    combined: EngineResponse | None = None
+    choices: list[CelPolicy | None] = list(policy.bindings) or [None]
+    for binding in choices:
+        bindings = [binding] if binding is not None else []
+        if mutating:
+            response = evaluator.mutate_admission(policy, bindings, request)
+        else:
+            response = evaluator.validate_admission(policy, bindings, request)
+        if response is None or not response.rules:
+            continue
+        for rule in response.rules:
+            if mutating and rule.status == PASS:
+                applied = same_object(obj, response.patched_resource)
+                rule.status, rule.message = (PASS, MUTATION_APPLIED) if applied else (FAIL, MUTATION_NOT_APPLIED)
+            if binding is not None:
+                rule.properties = {**(rule.properties or {}), ("mapBinding" if mutating else "binding"): binding.name}
+        if combined is None:
+            combined = response
+        else:
+            combined.rules.extend(response.rules)
+    return combined
 
 
 def mutation_scan(cel_evaluator: Any, policy: Any, request: Any, obj: dict[str, Any]) -> EngineResponse | None:
@@ -173,8 +233,15 @@ class BackgroundScanner:
         *,
         cluster_data: ClusterData | None = None,
         events: Any = None,
+        admission_policy_kinds: tuple[str, ...] = (),
     ) -> None:
         self.api_client = api_client
+        # ValidatingAdmissionPolicy / MutatingAdmissionPolicy kinds reported on (Kyverno's reports controller flags)
+        self.admission_policy_kinds = frozenset(admission_policy_kinds)
+        self._admission_evaluator: Any = None
+        # Kubernetes' admission policies have no webhook of ours to tell us when a resource they select changes:
+        # those kinds are watched (Kyverno's reports controller keeps an informer per kind policies select)
+        self._kind_watch: Any = None
         self.events = events  # an EventRecorder: Kyverno's scan reports violations as Events too
         self.store = store
         self.reports = report_writer
@@ -219,6 +286,8 @@ class BackgroundScanner:
                 self._policies_changed.set()
 
     def stop(self, timeout: float = 10.0) -> None:
+        if self._kind_watch is not None:
+            self._kind_watch.stop()
         self._stop.set()
         self._wake.set()
         self._policies_changed.set()
@@ -365,7 +434,10 @@ class BackgroundScanner:
         # Validating and MutatingPolicies with background processing on, from the snapshot, not the admission
         # evaluator: that one leaves out background-only policies (evaluation.admission.enabled false)
         cel_policies = [p for p in getattr(snapshot, "cel_policies", []) or [] if p.kind in SCANNED_CEL_KINDS and cel_background_enabled(p)] if cel_evaluator else []
+        admission_policies = reported_admission_policies(getattr(snapshot, "documents", ()), self.admission_policy_kinds)
+        cel_policies += admission_policies
         live = {report_policy_name(p) for p in snapshot.policies} | {report_policy_name(p) for p in getattr(snapshot, "cel_policies", []) or []}
+        live |= {report_policy_name(p) for p in admission_policies}
         scanned = frozenset(report_policy_name(p) for p in policies + cel_policies)
         return policies, cel_policies, cel_evaluator, live, scanned
 
@@ -411,6 +483,30 @@ class BackgroundScanner:
         )
         return summary
 
+    def _watch_kind(self, resource: Any) -> None:
+        """Rescan objects of this kind when they are created or changed (started once per kind, while scanning)."""
+        if self._stop.is_set() or getattr(self.cluster, "api_client", None) is None:
+            return  # nothing to watch without an API server
+        if self._kind_watch is None:
+            from stockade.controllers.downstreamwatch import DownstreamWatcher
+
+            def changed(_event: str, obj: dict[str, Any]) -> None:
+                metadata = obj.get("metadata") or {}
+                # watch events carry apiVersion and kind, as a list's items do not
+                self.notify(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+
+            self._kind_watch = DownstreamWatcher(self.cluster, changed, event_types=("ADDED", "MODIFIED"))
+        api_version = f"{resource.group}/{resource.version}" if resource.group else resource.version
+        self._kind_watch.ensure(api_version, resource.kind)
+
+    def _admission_policy_evaluator(self) -> Any:
+        """Kubernetes' admission policies need no Kyverno library: one plain evaluator keeps their compiled programs."""
+        if self._admission_evaluator is None:
+            from stockade.celpolicy.evaluator import CelPolicyEvaluator
+
+            self._admission_evaluator = CelPolicyEvaluator()
+        return self._admission_evaluator
+
     def _targets(self, policies: list[KyvernoPolicy], cel_policies: list[Any], summary: ScanSummary) -> list[tuple[list[dict[str, Any]], list[KyvernoPolicy], list[Any]]]:
         """Objects to scan grouped by listed resource, each with the policies that may match it."""
         from stockade.controllers.webhookconfig import cel_resource_rules, rule_kinds
@@ -445,6 +541,8 @@ class BackgroundScanner:
                 for resource in self.cluster.api_resources():
                     if (group in ("*", resource.group)) and (version in ("*", resource.version)) and resource.resource == plural:
                         add(resource, str(getattr(policy, "namespace", "") or ""), policy, True)
+                        if isinstance(policy, ReportedAdmissionPolicy):
+                            self._watch_kind(resource)
                         break
 
         targets = []
@@ -484,7 +582,7 @@ class BackgroundScanner:
                 continue
             if response.rules:
                 responses.append(response)
-        if cel_policies and cel_evaluator is not None:
+        if cel_policies:
             from stockade.celpolicy import AdmissionInput
 
             cel_input = AdmissionInput(object=obj, operation="CREATE", namespace_labels=labels)
@@ -493,7 +591,11 @@ class BackgroundScanner:
                 if policy_namespace and policy_namespace != namespace:
                     continue
                 try:
-                    if policy.kind in MUTATING_POLICY_KINDS:
+                    if isinstance(policy, ReportedAdmissionPolicy):
+                        cel_response = admission_policy_scan(self._admission_policy_evaluator(), policy, cel_input, obj)
+                    elif cel_evaluator is None:
+                        continue
+                    elif policy.kind in MUTATING_POLICY_KINDS:
                         cel_response = mutation_scan(cel_evaluator, policy, cel_input, obj)
                     else:
                         cel_response = cel_evaluator.validate(policy, cel_input)

@@ -80,6 +80,19 @@ WATCHED_KINDS: tuple[WatchedKind, ...] = (
     WatchedKind("policies.kyverno.io", "PolicyException", "policyexceptions", True, _CEL_VERSIONS),
 )
 
+# Kubernetes' admission policies and their bindings, watched only to report on them (Kyverno's reports controller
+# with --validatingAdmissionPolicyReports / --mutatingAdmissionPolicyReports): the API server enforces them itself
+ADMISSION_POLICY_WATCHES: dict[str, tuple[WatchedKind, ...]] = {
+    "ValidatingAdmissionPolicy": (
+        WatchedKind("admissionregistration.k8s.io", "ValidatingAdmissionPolicy", "validatingadmissionpolicies", False, ("v1", "v1beta1")),
+        WatchedKind("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings", False, ("v1", "v1beta1")),
+    ),
+    "MutatingAdmissionPolicy": (
+        WatchedKind("admissionregistration.k8s.io", "MutatingAdmissionPolicy", "mutatingadmissionpolicies", False, ("v1", "v1beta1", "v1alpha1")),
+        WatchedKind("admissionregistration.k8s.io", "MutatingAdmissionPolicyBinding", "mutatingadmissionpolicybindings", False, ("v1", "v1beta1", "v1alpha1")),
+    ),
+}
+
 
 @dataclass(frozen=True)
 class ClusterDocument(Document):

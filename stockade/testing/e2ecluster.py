@@ -362,6 +362,8 @@ class E2ECluster:
                     # generate/mutate targets must fit the RBAC of Kyverno's background controller account
                     # (BACKGROUND_RBAC), and its requests are "background requests" (skipBackgroundRequests)
                     f"--background-service-account={BACKGROUND_USER}",
+                    # Kyverno's standard values: features.validatingAdmissionPolicyReports.enabled
+                    "--validating-admission-policy-reports",
                     f"--cert-dir={self.state_dir / 'stockade-certs'}",
                     *os.environ.get("STOCKADE_E2E_SERVE_ARGS", "").split(),
                     *extra_args,

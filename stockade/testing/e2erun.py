@@ -40,6 +40,8 @@ INSTALL_PROFILES: dict[str, tuple[str, ...]] = {
     "force-failure-policy-ignore": ("--force-failure-policy-ignore",),
     # features.policyExceptions.enabled: false (Kyverno's scripts/config/exceptions-disabled)
     "policy-exceptions-disabled": ("--no-policy-exceptions",),
+    # features.mutatingAdmissionPolicyReports.enabled: true (Kyverno's scripts/config/mutating-admission-policy-reports)
+    "mutating-admission-policy-reports-alpha": ("--mutating-admission-policy-reports",),
 }
 
 

@@ -176,5 +176,13 @@ def test_force_failure_policy_ignore_value_passes_the_serve_flag(tools: Tools) -
 def test_policy_exceptions_value_passes_the_serve_flag(tools: Tools) -> None:
     default_args = find(documents(tools.template()), "Deployment", "stockade")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--no-policy-exceptions" not in default_args
-    disabled = documents(tools.template("--set", "webhook.policyExceptions=false"))
+    disabled = documents(tools.template("--set", "policyExceptions.enabled=false"))
     assert "--no-policy-exceptions" in find(disabled, "Deployment", "stockade")["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_admission_policy_report_values_pass_the_serve_flags(tools: Tools) -> None:
+    default_args = find(documents(tools.template()), "Deployment", "stockade")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not {"--validating-admission-policy-reports", "--mutating-admission-policy-reports"} & set(default_args)
+    enabled = documents(tools.template("--set", "policyReports.validatingAdmissionPolicies=true", "--set", "policyReports.mutatingAdmissionPolicies=true"))
+    args = find(enabled, "Deployment", "stockade")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert {"--validating-admission-policy-reports", "--mutating-admission-policy-reports"} <= set(args)
