@@ -15,6 +15,7 @@ from stockade.engine.context import ContextError
 from stockade.engine.contextloader import ContextLoader, ContextLoadError, ContextProviders
 from stockade.engine.exceptions import exception_keys, matching_exceptions
 from stockade.engine.handlers.generate import ResourceLookup
+from stockade.engine.jsonutil import go_string
 from stockade.engine.handlers.podsecurity import validate_pod_security_rule
 from stockade.engine.handlers.registry import (
     DEFAULT_HANDLERS,
@@ -33,7 +34,7 @@ from stockade.engine.match import RequestInfo, ResourceKind, match_reasons, reje
 from stockade.engine.policycontext import PolicyContext, build_json_context
 from stockade.engine.preconditions import ConditionEvaluationError, evaluate_conditions
 from stockade.engine.response import FAIL, PASS, EngineResponse, RuleResponse, rule_error, rule_skip
-from stockade.engine.variables import SubstitutionError
+from stockade.engine.variables import SubstitutionError, substitute_all
 from stockade.engine.wildcard import match as wildcard_match
 from stockade.identitymemo import IdentityMemo
 from stockade.images.verifier_api import ImageSignatureVerifier
@@ -73,6 +74,19 @@ class Request:
 
 _MAX_KINDS_PER_POLICY = 256
 _RULES_BY_KIND: IdentityMemo[list[Rule], dict[ResourceKind, list[Rule]]] = IdentityMemo(4096)
+
+
+def add_report_properties(pctx: PolicyContext, report_properties: dict[str, Any], responses: list[RuleResponse]) -> None:
+    """A rule's ``reportProperties``, its variables substituted in the rule's context, join the properties of its
+    report results (Kyverno's rule field); a property whose variables do not resolve is left out."""
+    for key, template in report_properties.items():
+        try:
+            value = substitute_all(template, pctx.json_context, is_delete=pctx.is_delete)
+        except (SubstitutionError, ContextError, JMESPathError):
+            continue
+        text = value if isinstance(value, str) else go_string(value)
+        for response in responses:
+            response.properties = {**response.properties, str(key): text}
 
 
 def _kind_table(rules: list[Rule]) -> dict[ResourceKind, list[Rule]]:
@@ -290,7 +304,11 @@ class Engine:
                 return resource, rule_skip(rule.name, rule_type, "rule is skipped due to policy exception " + keys[0], exceptions=keys)
             extra = [control for e in exceptions for control in e.pod_security]
             return resource, validate_pod_security_rule(pctx, rule, extra, exception_keys(exceptions))
-        return handler(pctx, rule, resource)
+        resource, outcome = handler(pctx, rule, resource)
+        report_properties = rule.raw.get("reportProperties")
+        if outcome is not None and isinstance(report_properties, dict) and report_properties:
+            add_report_properties(pctx, report_properties, outcome if isinstance(outcome, list) else [outcome])
+        return resource, outcome
 
     @staticmethod
     def _failure_action(pctx: PolicyContext, rule: Rule) -> str:
