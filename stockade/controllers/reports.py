@@ -145,6 +145,7 @@ def build_report(
             results.append(entry)
     if not results and not allow_empty:
         return None
+    sort_results(results)
     namespace = str(metadata.get("namespace") or "")
     api_version = str(resource.get("apiVersion", ""))
     scope = {"apiVersion": api_version, "kind": resource.get("kind", ""), "name": metadata.get("name", ""), "uid": uid}
@@ -357,6 +358,12 @@ def stale_results_removed(results: list[dict[str, Any]], live_policies: set[str]
     return [r for r in results if r.get("policy") in live_policies]
 
 
+def sort_results(results: list[dict[str, Any]]) -> None:
+    """Kyverno's order of report results: by policy, then rule, then source (readers and its e2e suite compare the
+    lists in order)."""
+    results.sort(key=lambda r: (str(r.get("policy") or ""), str(r.get("rule") or ""), str(r.get("source") or "")))
+
+
 def summarise(results: list[dict[str, Any]]) -> dict[str, int]:
     summary = {status: 0 for status in STATUSES}
     for result in results:
@@ -379,5 +386,6 @@ def merge_into(
     fresh |= {r["policy"] for r in report["results"]}
     kept = [r for r in current.get("results") or [] if r.get("policy") not in fresh and (live is None or r.get("policy") in live)]
     report["results"] = kept + report["results"]
+    sort_results(report["results"])
     report["summary"] = summarise(report["results"])
     report["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]

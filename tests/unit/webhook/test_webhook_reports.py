@@ -60,7 +60,7 @@ def test_merge_keeps_other_policies_and_replaces_reevaluated_ones() -> None:
     old = {"metadata": {"resourceVersion": "7"}, "results": [{"policy": "a", "result": "fail"}, {"policy": "b", "result": "pass"}]}
     new = {"metadata": {"name": "x"}, "results": [{"policy": "a", "result": "pass"}]}
     merge_into(new, old)
-    assert new["results"] == [{"policy": "b", "result": "pass"}, {"policy": "a", "result": "pass"}]
+    assert new["results"] == [{"policy": "a", "result": "pass"}, {"policy": "b", "result": "pass"}]  # Kyverno's order
     assert new["summary"]["pass"] == 2 and new["summary"]["fail"] == 0
     assert new["metadata"]["resourceVersion"] == "7"
 
@@ -87,12 +87,12 @@ def test_results_carry_kyverno_sources_processes_and_properties() -> None:
     report = build_report(POD, responses, NOW)
     assert report is not None
     results = [(r["source"], r["properties"]) for r in report["results"]]
-    assert results == [
-        ("KyvernoMutatingPolicy", {"resource-name": "web", "process": "background scan"}),
-        ("KyvernoMutatingPolicy", {"process": "background scan", "exceptions": "a,b"}),
-        ("KyvernoValidatingPolicy", {"process": "admission review"}),
+    assert results == [  # in Kyverno's order: by policy, then rule
         ("KyvernoGeneratingPolicy", {"process": "admission review"}),
         ("kyverno", {"process": "admission review"}),
+        ("KyvernoMutatingPolicy", {"process": "background scan", "exceptions": "a,b"}),
+        ("KyvernoMutatingPolicy", {"resource-name": "web", "process": "background scan"}),
+        ("KyvernoValidatingPolicy", {"process": "admission review"}),
     ]
 
 
@@ -112,3 +112,20 @@ def test_report_sources_name_the_policy_family_as_kyverno_does() -> None:
     assert report_source(cel("ImageValidatingPolicy")) == "KyvernoImageValidatingPolicy"
     vap = CelPolicy({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy", "metadata": {"name": "p"}, "spec": {}})
     assert report_source(vap) == "ValidatingAdmissionPolicy"
+
+
+def test_results_follow_kyvernos_order_by_policy_rule_and_source() -> None:
+    """Kyverno sorts report results by policy, rule and source; its e2e suite compares the lists in order."""
+    old = {"metadata": {"resourceVersion": "7"}, "results": [{"policy": "q", "rule": "z-rule", "source": "kyverno"}]}
+    new = {"metadata": {"name": "x"}, "results": [
+        {"policy": "p", "rule": "b-rule", "source": "ValidatingAdmissionPolicy"},
+        {"policy": "p", "rule": "b-rule", "source": "KyvernoImageValidatingPolicy"},
+        {"policy": "a", "rule": "", "source": "KyvernoValidatingPolicy"},
+    ]}
+    merge_into(new, old, replace={"a"})
+    assert [(r["policy"], r["rule"], r["source"]) for r in new["results"]] == [
+        ("a", "", "KyvernoValidatingPolicy"),
+        ("p", "b-rule", "KyvernoImageValidatingPolicy"),
+        ("p", "b-rule", "ValidatingAdmissionPolicy"),
+        ("q", "z-rule", "kyverno"),
+    ]
