@@ -783,6 +783,8 @@ class GenerateController:
                 try:
                     if action == APPLY and result is not None:
                         written = self.apply_downstream(policy, rule, result.generated_resources)
+                        if trigger.get("metadata", {}).get("uid"):
+                            self._report_gpol(policy, trigger, dataclasses.replace(result, generated_resources=list(written)))
                         if self.events is not None:
                             for spec in generate_events(policy, name, written):
                                 self.events.submit_success(spec)
@@ -964,8 +966,8 @@ class GenerateController:
             return [TriggerFailure(policy.key, policy.name, change.describe(), str(exc))]
         return []
 
-    def _report_gpol(self, policy: CelPolicy, trigger: dict[str, Any], result: Any) -> None:
-        """The trigger's report gets the GeneratingPolicy's result (Kyverno's generate reports)."""
+    def _report_gpol(self, policy: CelPolicy | KyvernoPolicy, trigger: dict[str, Any], result: Any) -> None:
+        """The trigger's report gets the GeneratingPolicy's or generate rule's result (Kyverno's generate reports)."""
         if self.reports is None:
             return
         from stockade.controllers.reports import PROCESS_ADMISSION

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from stockade.engine.handlers.existing import skip_if_pre_existing
 from stockade.engine.images import pod_spec_paths
 from stockade.engine.policycontext import PolicyContext
 from stockade.engine.response import RuleResponse, rule_error, rule_fail, rule_pass, rule_skip
+from stockade.images.reference import InvalidReferenceError, image_info
 from stockade.policy.model import RULE_TYPE_VALIDATION, Rule
 
 
@@ -29,6 +31,14 @@ def _pod_parts(resource: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
         job_template = (resource.get("spec") or {}).get("jobTemplate")
         metadata = (job_template.get("metadata") if isinstance(job_template, dict) else None) or {}
     return metadata, template.get("spec") or {}
+
+
+def reported_image(image: str) -> str:
+    """How Kyverno names a failing container's image in reports: the full reference (``docker.io/x:latest``)."""
+    try:
+        return str(image_info(image)["reference"])
+    except InvalidReferenceError:
+        return image
 
 
 def validate_pod_security_rule(
@@ -60,7 +70,10 @@ def _pod_security_response(
     level = str(settings.get("level") or "")
     version = str(settings.get("version") or "")
     try:
-        result = evaluate_pod_security(metadata, spec, level, version or "latest", list(settings.get("exclude") or []), resource_kind=str(resource.get("kind", "Pod")))
+        result = evaluate_pod_security(
+            metadata, spec, level, version or "latest", list(settings.get("exclude") or []),
+            resource_kind=str(resource.get("kind", "Pod")), normalize_image=reported_image,
+        )
     except ValueError as exc:
         return rule_error(rule.name, RULE_TYPE_VALIDATION, "failed to evaluate pod security", exc)
     if result.allowed:
@@ -70,5 +83,7 @@ def _pod_security_response(
         if remaining.allowed:
             keys = ", ".join(exception_keys or [])
             return rule_skip(rule.name, RULE_TYPE_VALIDATION, "rule is skipped due to policy exceptions " + keys, exceptions=list(exception_keys or []))
-        result = remaining
+        # the report names, per remaining control, every image that failed it before the exceptions applied
+        images = {failure.check_id: failure.images for failure in result.failures}
+        result = dataclasses.replace(remaining, failures=tuple(dataclasses.replace(f, images=images.get(f.check_id, f.images)) for f in remaining.failures))
     return rule_fail(rule.name, RULE_TYPE_VALIDATION, result.message(rule.name), pod_security_checks=result)

@@ -129,3 +129,31 @@ def test_results_follow_kyvernos_order_by_policy_rule_and_source() -> None:
         ("p", "b-rule", "ValidatingAdmissionPolicy"),
         ("q", "z-rule", "kyverno"),
     ]
+
+
+def test_failed_pod_security_results_carry_kyvernos_control_properties() -> None:
+    """Kyverno e2e reports/background/test-report-background-mode: a failed podSecurity result names the standard, its
+    version and the failed controls, with the images (as full references) that failed each."""
+    from stockade.engine.engine import Engine, Request
+
+    policy = KyvernoPolicy({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "psa"},
+        "spec": {"rules": [{"name": "restricted", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                            "validate": {"podSecurity": {"level": "restricted", "version": "latest"}}}]},
+    })
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "badpod01", "namespace": "default", "uid": "u1"}, "spec": {"containers": [{
+        "name": "c", "image": "dummyimagename",
+        "securityContext": {"allowPrivilegeEscalation": False, "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+    }]}}
+    engine = Engine()
+    response = engine.validate(engine.policy_context(policy, Request(resource=pod, operation="CREATE")))
+    report = build_report(pod, [response], NOW)
+    assert report is not None
+    properties = report["results"][0]["properties"]
+    assert properties == {
+        "standard": "restricted",
+        "version": "latest",
+        "controls": "capabilities_restricted",
+        "controlsJSON": '[{"ID":"capabilities_restricted","Name":"Capabilities","Images":["docker.io/dummyimagename:latest"]}]',
+        "process": "background scan",
+    }
