@@ -482,7 +482,7 @@ class GenerateController:
         self._thread: threading.Thread | None = None
         self._busy = threading.Lock()
         # mutate.targets share this queue, retries and leader-only policy reconciliation
-        self.mutate_existing = MutateExisting(self.cluster, self._engine, events=events)
+        self.mutate_existing = MutateExisting(self.cluster, self._engine, events=events, reports=reports)
         # MutatingPolicy mutateExisting: admission triggers arrive through submit_mutating, policy events here too
         self.cel_mutate = CelMutateExisting(self.cluster, lambda: self.store.snapshot, background_username=background_username, events=events)
         from stockade.controllers.admissionpolicygen import AdmissionPolicyGenerator

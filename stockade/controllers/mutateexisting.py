@@ -26,7 +26,7 @@ from stockade.controllers.clusterdata import ApiError, ClusterData, describe_obj
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.response import ERROR, FAIL, PASS, EngineResponse, RuleResponse
-from stockade.policy.model import KyvernoPolicy, Rule
+from stockade.policy.model import RULE_TYPE_MUTATION, KyvernoPolicy, Rule
 from stockade.errors import StockadeError
 
 log = logging.getLogger("stockade.mutateexisting")
@@ -82,10 +82,11 @@ class MutateExistingStats:
 class MutateExisting:
     """Applies mutate-existing rules for the generate controller's worker (which owns queueing and retries)."""
 
-    def __init__(self, cluster: ClusterData, engine_factory: Callable[[], Engine], *, events: Any = None) -> None:
+    def __init__(self, cluster: ClusterData, engine_factory: Callable[[], Engine], *, events: Any = None, reports: Any = None) -> None:
         self.cluster = cluster
         self.engine_factory = engine_factory
         self.events = events  # EventRecorder-like: submit(EventSpec)
+        self.reports = reports  # ReportWriter-like: the trigger's report gets each mutated target (Kyverno's)
         self.stats = MutateExistingStats()
         self._known: dict[str, tuple[KyvernoPolicy, dict[str, Rule]]] | None = None
 
@@ -181,7 +182,25 @@ class MutateExisting:
         self.stats.mutated += 1
         log.info("mutated %s (policy %s, rule %s)", describe_object(target), policy.key, result.name)
         self._event(policy, result.name, target, "")
+        self._report(policy, result.name, trigger, target)
         return None
+
+    def _report(self, policy: KyvernoPolicy, rule: str, trigger: dict[str, Any], target: dict[str, Any]) -> None:
+        """The trigger's report says which target the rule mutated, as Kyverno's background controller reports it."""
+        if self.reports is None or not (trigger.get("metadata") or {}).get("uid"):
+            return
+        from stockade.controllers.reports import PROCESS_ADMISSION, gvk_string
+
+        metadata = target.get("metadata") or {}
+        kind, name, namespace = str(target.get("kind") or ""), str(metadata.get("name") or ""), str(metadata.get("namespace") or "")
+        message = f"mutated {kind}/{name}" + (f" in namespace {namespace}" if namespace else "")
+        described = f"{gvk_string(str(target.get('apiVersion') or ''), kind)} Name={name}" + (f" Namespace={namespace}" if namespace else "")
+        response = EngineResponse(policy, trigger, trigger)
+        response.rules.append(RuleResponse(rule, RULE_TYPE_MUTATION, PASS, message, properties={"patched-target": described}))
+        try:
+            self.reports.submit(trigger, [response], process=PROCESS_ADMISSION)
+        except Exception as exc:  # reporting must never stop mutation
+            log.warning("reporting %s on %s failed: %s", policy.key, describe_object(trigger), exc)
 
     def _event(self, policy: KyvernoPolicy, rule: str, target: dict[str, Any] | None, error: str) -> None:
         if self.events is None:

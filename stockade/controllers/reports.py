@@ -312,8 +312,8 @@ class ReportWriter:
         if not report["results"]:
             self._delete(namespace, plural, name)
             return
-        if report["results"] == current.get("results") and report["summary"] == current.get("summary"):
-            return
+        if _without_timestamps(report["results"]) == _without_timestamps(current.get("results") or []):
+            return  # the same verdicts: rewriting only the times would bump the report's generation for nothing
         if namespace:
             self.api.replace_namespaced_custom_object(GROUP, VERSION, namespace, plural, name, report)
         else:
@@ -373,6 +373,10 @@ class ReportWriter:
 
 def stale_results_removed(results: list[dict[str, Any]], live_policies: set[str] | frozenset[str]) -> list[dict[str, Any]]:
     return [r for r in results if r.get("policy") in live_policies]
+
+
+def _without_timestamps(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{k: v for k, v in r.items() if k != "timestamp"} for r in results if isinstance(r, dict)]
 
 
 def sort_results(results: list[dict[str, Any]]) -> None:

@@ -252,3 +252,27 @@ def test_a_subresource_request_triggers_mutate_existing_rules_by_its_parent_kind
     assert event is not None and event.subresource and event.gvk is not None and (event.gvk.kind, event.gvk.subresource) == ("Pod", "binding")
     assert controller.process_event(event) == []
     assert ((cluster.find("Pod", "ns1", "web") or {}).get("metadata") or {}).get("labels") == {"node": "node-1"}
+
+
+class Reports:
+    def __init__(self) -> None:
+        self.results: list[tuple[str, str, str, str, dict[str, str]]] = []
+
+    def submit(self, trigger: dict[str, Any], responses: list[Any], **options: Any) -> None:
+        for response in responses:
+            for rule in response.rules:
+                self.results.append((trigger["metadata"]["name"], rule.name, rule.status, rule.message, rule.properties))
+
+
+def test_each_mutated_target_goes_into_the_triggers_report() -> None:
+    """Kyverno e2e reports/background/mutate-existing: the trigger's report says "mutated Secret/secret-1 in namespace
+    staging" with the target in ``patched-target``."""
+    cluster, controller, _ = setup(policy())
+    reports = Reports()
+    controller.mutate_existing.reports = reports
+    trigger = cluster.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "trigger", "namespace": "ns1", "uid": "t1"}})
+    assert controller.process_event(TriggerEvent("CREATE", trigger)) == []
+    assert sorted(reports.results, key=lambda r: r[3]) == [
+        ("trigger", "label-secrets", "pass", "mutated Secret/secret-a in namespace ns1", {"patched-target": "/v1, Kind=Secret Name=secret-a Namespace=ns1"}),
+        ("trigger", "label-secrets", "pass", "mutated Secret/secret-b in namespace ns1", {"patched-target": "/v1, Kind=Secret Name=secret-b Namespace=ns1"}),
+    ]

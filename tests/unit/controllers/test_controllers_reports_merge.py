@@ -90,3 +90,46 @@ def test_prune_covers_reports_labelled_as_kyverno_writes_them_and_older_stockade
         writer.close()
     assert set(api.selectors) == {"app.kubernetes.io/managed-by in (kyverno,stockade)"}
     assert api.deleted == [("ns", "u1")]
+
+
+class _StoredReportApi:
+    """CustomObjectsApi stand-in holding one existing report: creation conflicts, replacements are recorded."""
+
+    def __init__(self, current: dict) -> None:
+        self.current = current
+        self.replaced: list[dict] = []
+
+    def create_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, body: dict) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        raise ApiException(status=409)
+
+    def get_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str) -> dict:
+        return self.current
+
+    def replace_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str, body: dict) -> None:
+        self.replaced.append(body)
+
+
+def test_a_rewrite_with_the_same_verdicts_at_a_later_time_is_not_written() -> None:
+    """Kyverno e2e reports/background/mutate-existing asserts the report's generation is 1: re-evaluating a resource
+    with unchanged verdicts must not rewrite the report only because the timestamps moved."""
+    from stockade.controllers.reports import ReportWriter
+
+    def report_at(when: dt.datetime, result: str = "pass") -> dict:
+        built = build_report(POD, [EngineResponse(_policy("a"), POD, POD, rules=[RuleResponse("r", "Validation", result)])], when)
+        assert built is not None
+        return built
+
+    stored = report_at(NOW)
+    stored["metadata"]["resourceVersion"] = "7"
+    api = _StoredReportApi(stored)
+    writer = ReportWriter(None)
+    writer.api = api
+    try:
+        writer._upsert(report_at(NOW + dt.timedelta(minutes=5)))
+        assert api.replaced == []
+        writer._upsert(report_at(NOW + dt.timedelta(minutes=5), "fail"))
+        assert [r["result"] for r in api.replaced[0]["results"]] == ["fail"]
+    finally:
+        writer.close()
