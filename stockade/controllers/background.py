@@ -263,8 +263,6 @@ class BackgroundScanner:
         # existing resources when policies or exceptions change (not only on its periodic schedule)
         self._policies_changed = threading.Event()
         self._seen_documents: tuple[bytes, ...] | None = None
-        # policies as last seen by changed_policies() (report name -> spec); None until its first call
-        self._known_policies: dict[str, Any] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -295,20 +293,6 @@ class BackgroundScanner:
             if thread is not None:
                 thread.join(timeout)
         self._thread = self._changes_thread = None
-
-    def changed_policies(self) -> set[str]:
-        """Report names of the scanned policies that are new or changed since the previous call."""
-        snapshot = self.store.snapshot
-        if snapshot is None:
-            return set()
-        summary = ScanSummary()
-        policies, cel_policies, _, _, _ = self._eligible(snapshot, summary)
-        current = {report_policy_name(p): p.raw.get("spec") for p in [*policies, *cel_policies]}
-        previous = self._known_policies
-        self._known_policies = current
-        if previous is None:
-            return set()
-        return {name for name, spec in current.items() if name not in previous or previous[name] != spec}
 
     def notify(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
         """Queue one changed resource for a scan of its own (False when the queue is full: the periodic scan covers it)."""
@@ -380,32 +364,6 @@ class BackgroundScanner:
                 responses = self._evaluate(engine, obj, policies, cel_policies, cel_evaluator, summary)
                 self._publish(obj, responses, summary, scanned, live)
             summary.duration_seconds = time.monotonic() - began
-            return summary
-
-    def scan_policies(self, names: set[str]) -> ScanSummary:
-        """Scan what the named policies (report names) select, replacing only their results in the reports."""
-        with self._scan_lock:
-            summary = ScanSummary(started=time.time())
-            began = time.monotonic()
-            snapshot = self.store.snapshot
-            if snapshot is None:
-                return summary
-            policies, cel_policies, cel_evaluator, live, _ = self._eligible(snapshot, summary)
-            policies = [p for p in policies if report_policy_name(p) in names]
-            cel_policies = [p for p in cel_policies if report_policy_name(p) in names]
-            summary.policies = len(policies) + len(cel_policies)
-            if not policies and not cel_policies:
-                return summary
-            scanned = frozenset(report_policy_name(p) for p in [*policies, *cel_policies])
-            exceptions = list(getattr(getattr(snapshot.evaluator, "engine", None), "exceptions", []) or [])
-            engine = Engine(providers=self.cluster.providers(), exceptions=exceptions, resource_lookup=self.cluster.lookup)
-            for resource_objects, kyverno_policies, cel_for_kind in self._targets(policies, cel_policies, summary):
-                for obj in resource_objects:
-                    summary.resources += 1
-                    responses = self._evaluate(engine, obj, kyverno_policies, cel_for_kind, cel_evaluator, summary)
-                    self._publish(obj, responses, summary, scanned, live)
-            summary.duration_seconds = time.monotonic() - began
-            log.info("background scan of changed policies %s: %d resources", sorted(names), summary.resources)
             return summary
 
     def _publish(self, obj: dict[str, Any], responses: list[EngineResponse], summary: ScanSummary, scanned: frozenset[str], live: set[str]) -> None:

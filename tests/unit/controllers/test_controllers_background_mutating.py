@@ -1,5 +1,5 @@
 """MutatingPolicies in background scans, as Kyverno's reports scanner judges them (a pending mutation fails with
-"mutation is not applied"), and scans of policies that appear or change."""
+"mutation is not applied")."""
 
 from __future__ import annotations
 
@@ -86,20 +86,3 @@ def test_background_disabled_mutating_policies_are_not_scanned_and_admission_dis
     scanner = BackgroundScanner(None, Store(background_only), reports, cluster_data=cluster())  # type: ignore[arg-type]
     scanner.scan_once()
     assert reports.results["ns1/plain"] == [("add-foo", "fail", MUTATION_NOT_APPLIED)]
-
-
-def test_a_new_or_changed_policy_is_scanned_on_its_own() -> None:
-    """Kyverno's reports controller rescans on policy events; only that policy's results are replaced."""
-    store = Store(mpol())
-    reports = Reports()
-    scanner = BackgroundScanner(None, store, reports, cluster_data=cluster())  # type: ignore[arg-type]
-    assert scanner.changed_policies() == set()  # the first snapshot is the periodic scan's
-    store.set(mpol(), mpol("second"))
-    assert scanner.changed_policies() == {"second"}
-    assert scanner.changed_policies() == set()
-    scanner.scan_policies({"second"})
-    assert reports.results["ns1/plain"] == [("second", "fail", MUTATION_NOT_APPLIED)]
-    assert set(reports.replaced) == {frozenset({"second"})}
-    changed = mpol("second", matchConditions=[])
-    store.set(mpol(), changed)
-    assert scanner.changed_policies() == {"second"}
