@@ -12,7 +12,6 @@ evaluated and keeps the others, and a background write also drops results of pol
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import queue
 import threading
@@ -20,7 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from stockade.engine.response import FAIL, STATUSES, EngineResponse, RuleResponse, report_result
+from stockade.engine.response import STATUSES, EngineResponse, RuleResponse, report_result
 from stockade.policy.model import RULE_TYPE_GENERATION, KyvernoPolicy
 
 log = logging.getLogger("stockade.reports")
@@ -102,24 +101,8 @@ def result_properties(rule: RuleResponse, process: str) -> dict[str, str]:
                 info += f" Namespace={metadata['namespace']}"
             described.append(info)
         properties["generated-resources"] = "; ".join(described)
-    checks = rule.pod_security_checks
-    if checks is not None and not getattr(checks, "allowed", True) and rule.status == FAIL:
-        properties.update(pod_security_properties(checks))
     properties["process"] = process
     return properties
-
-
-def pod_security_properties(checks: Any) -> dict[str, str]:
-    """The properties Kyverno gives a failed podSecurity result: the standard, its version and the failed controls
-    (their IDs, and as JSON with each control's name and the images that failed it)."""
-    failures = list(getattr(checks, "failures", ()) or ())
-    controls = [{"ID": f.check_id, "Name": f.control_name, "Images": list(f.images) or None} for f in failures]
-    return {
-        "standard": str(checks.level),
-        "version": str(checks.version),
-        "controls": ",".join(f.check_id for f in failures),
-        "controlsJSON": json.dumps(controls, separators=(",", ":")),
-    }
 
 
 def build_report(

@@ -275,6 +275,7 @@ def summarize(responses: list[EngineResponse], with_unmatched: bool = False) -> 
                     rule.duration_ns,
                     rule.exceptions,
                     [[c.image, c.digest, c.source, c.status, c.started_ns, c.duration_ns, c.http_calls] for c in rule.image_checks],
+                    rule.properties,
                 ]
                 for rule in r.rules
             ],
@@ -304,8 +305,10 @@ def rebuild_responses(summaries: list[PolicySummary], policies: dict[str, Any], 
         if unmatched:
             response.unmatched = [(str(rule), list(reasons)) for rule, reasons in unmatched[0]]
         response.rules = [
-            RuleResponse(n, t, s, m, exceptions=e, failure_action=a, started_ns=b, duration_ns=d, image_checks=[ImageCheck(*c) for c in checks])
-            for n, t, s, m, a, b, d, e, checks in rules
+            RuleResponse(
+                n, t, s, m, exceptions=e, failure_action=a, started_ns=b, duration_ns=d, image_checks=[ImageCheck(*c) for c in checks], properties=dict(p)
+            )
+            for n, t, s, m, a, b, d, e, checks, p in rules
         ]
         responses.append(response)
     return responses

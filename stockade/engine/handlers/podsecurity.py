@@ -86,4 +86,6 @@ def _pod_security_response(
         # the report names, per remaining control, every image that failed it before the exceptions applied
         images = {failure.check_id: failure.images for failure in result.failures}
         result = dataclasses.replace(remaining, failures=tuple(dataclasses.replace(f, images=images.get(f.check_id, f.images)) for f in remaining.failures))
-    return rule_fail(rule.name, RULE_TYPE_VALIDATION, result.message(rule.name), pod_security_checks=result)
+    failed = rule_fail(rule.name, RULE_TYPE_VALIDATION, result.message(rule.name), pod_security_checks=result)
+    failed.properties = {**failed.properties, **result.report_properties()}  # what Kyverno's reports say of it
+    return failed

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from dataclasses import dataclass, field
 from typing import Any
 from stockade.gofmt import go_sprint
@@ -72,6 +74,17 @@ class PodSecurityResult:
             f"Validation rule '{rule_name}' failed. It violates PodSecurity "
             f'"{self.level}:{self.version}": {self.checks_text()}'
         )
+
+    def report_properties(self) -> dict[str, str]:
+        """The properties Kyverno gives a failed podSecurity result in reports: the standard, its version and the
+        failed controls (their IDs, and as JSON with each control's name and the images that failed it)."""
+        controls = [{"ID": f.check_id, "Name": f.control_name, "Images": list(f.images) or None} for f in self.failures]
+        return {
+            "standard": self.level,
+            "version": self.version,
+            "controls": ",".join(f.check_id for f in self.failures),
+            "controlsJSON": json.dumps(controls, separators=(",", ":")),
+        }
 
     def checks_text(self) -> str:
         """The `(Forbidden reason: ..., field error list: [...])` part, one group per failed check."""

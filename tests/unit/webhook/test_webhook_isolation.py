@@ -267,3 +267,19 @@ def test_reviews_beyond_the_idle_workers_wait_for_one(store: PolicyStore) -> Non
             await pool.close(0)
 
     run(scenario())
+
+
+def test_rule_properties_survive_the_worker_boundary() -> None:
+    """Reports are written by the parent from the worker's summaries: a rule's properties (reportProperties, audit
+    annotations, podSecurity controls) must travel with it, or admission reports lose them."""
+    from stockade.engine.response import EngineResponse, RuleResponse
+    from stockade.policy.model import KyvernoPolicy
+    from stockade.webhook.isolation import rebuild_responses, summarize
+
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}
+    policy = KyvernoPolicy({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "require-owner"}, "spec": {"rules": []}})
+    response = EngineResponse(policy, pod, pod)
+    response.rules = [RuleResponse("check-owner", "Validation", "pass", "ok", properties={"objName": "bar", "operation": "CREATE"})]
+    wire = json.loads(json.dumps(summarize([response])))
+    rebuilt = rebuild_responses(wire, {}, pod)
+    assert rebuilt[0].rules[0].properties == {"objName": "bar", "operation": "CREATE"}
