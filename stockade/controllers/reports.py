@@ -105,6 +105,15 @@ def result_properties(rule: RuleResponse, process: str) -> dict[str, str]:
     return properties
 
 
+REPORTS_DISABLED_LABEL = "reports.kyverno.io/disabled"
+
+
+def reports_disabled(policy: Any) -> bool:
+    """A policy labelled ``reports.kyverno.io/disabled: "true"`` never appears in reports (Kyverno's opt-out)."""
+    labels = getattr(policy, "labels", None) or {}
+    return str(labels.get(REPORTS_DISABLED_LABEL, "")).lower() == "true"
+
+
 def build_report(
     resource: dict[str, Any],
     responses: list[EngineResponse],
@@ -124,6 +133,8 @@ def build_report(
     summary = {status: 0 for status in STATUSES}
     for response in responses:
         policy = response.policy
+        if reports_disabled(policy):
+            continue
         annotations = getattr(policy, "annotations", {}) or {}
         for rule in response.rules:
             result = report_result(response, rule)

@@ -133,3 +133,12 @@ def test_a_rewrite_with_the_same_verdicts_at_a_later_time_is_not_written() -> No
         assert [r["result"] for r in api.replaced[0]["results"]] == ["fail"]
     finally:
         writer.close()
+
+
+def test_policies_labelled_reports_disabled_stay_out_of_reports() -> None:
+    """Kyverno e2e reports/background/test-reporting-exclusion: reports.kyverno.io/disabled=true opts a policy out."""
+    quiet = KyvernoPolicy({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "q", "labels": {"reports.kyverno.io/disabled": "true"}}, "spec": {}})
+    fail = [RuleResponse("r", "Validation", "fail", "bad")]
+    assert build_report(POD, [EngineResponse(quiet, POD, POD, rules=list(fail))], NOW) is None
+    both = build_report(POD, [EngineResponse(quiet, POD, POD, rules=list(fail)), EngineResponse(_policy("a"), POD, POD, rules=list(fail))], NOW)
+    assert both is not None and [r["policy"] for r in both["results"]] == ["a"]
