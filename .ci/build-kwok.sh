@@ -17,6 +17,11 @@ command -v go >/dev/null 2>&1 || { echo "build-kwok: go is not installed" >&2; e
 
 cd "$module_dir"
 [ -s go.sum ] || go mod tidy
+# KWOK's own "fast" pod stages without pod-complete: in Kyverno's kind cluster a Job's Pod runs its command (the
+# ttl tests wait for it to be Running), while KWOK's default would mark it Succeeded at once.
+stages="$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage/pod/fast"
+{ cat "$stages/pod-ready.yaml"; echo "---"; cat "$stages/pod-delete.yaml"; } > "$bin_dir/kwok-pod-stages.yaml.tmp"
+mv "$bin_dir/kwok-pod-stages.yaml.tmp" "$bin_dir/kwok-pod-stages.yaml"
 stamp="$(sha256sum go.mod | cut -c1-16)-$(go env GOVERSION)"
 if [ -x "$out" ] && [ "$(cat "$out.stamp" 2>/dev/null)" = "$stamp" ]; then
   echo "build-kwok: kwok is up to date ($out)"

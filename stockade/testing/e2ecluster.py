@@ -290,6 +290,8 @@ class E2ECluster:
                 "--node-port=0",
                 f"--server-address=127.0.0.1:{free_port()}",
                 "--node-lease-duration-seconds=40",
+                # Pods become Running and go away when deleted, and Jobs' Pods keep running (no pod-complete stage)
+                f"--config={kwok_pod_stages(binaries['kwok'])}",
             ],
         )
 
@@ -462,6 +464,14 @@ def _fake_node(name: str) -> dict[str, Any]:
         "metadata": {"name": name, "labels": labels, "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}},
         "spec": spec,
     }
+
+
+def kwok_pod_stages(kwok_binary: str) -> Path:
+    """The KWOK pod stages .ci/build-kwok.sh writes beside the binary (ready and delete, no completion)."""
+    stages = Path(kwok_binary).parent / "kwok-pod-stages.yaml"
+    if not stages.is_file():
+        raise ClusterError(f"{stages} is missing: run .ci/build-kwok.sh")
+    return stages
 
 
 def _stop_group(pid: int, grace: float) -> bool:

@@ -221,3 +221,14 @@ def test_install_profiles_follow_kyverno_ci_values_folders() -> None:
     assert e2erun.install_profile("policy-exceptions-disabled/validating-policies") == ("--no-policy-exceptions",)
     assert e2erun.install_profile("force-failure-policy-ignore/validating-policy/fail") == ("--force-failure-policy-ignore",)
     assert e2erun.install_profile("validate/clusterpolicy") == ()
+
+
+def test_kwok_pod_stages_are_required_beside_the_binary(tmp_path: Path) -> None:
+    """Without the stage file KWOK would complete Jobs' Pods at once (its default pod-complete stage): refuse to start."""
+    from stockade.testing.e2ecluster import ClusterError, kwok_pod_stages
+
+    kwok = tmp_path / "kwok"
+    with pytest.raises(ClusterError, match="build-kwok"):
+        kwok_pod_stages(str(kwok))
+    (tmp_path / "kwok-pod-stages.yaml").write_text("kind: Stage\n")
+    assert kwok_pod_stages(str(kwok)) == tmp_path / "kwok-pod-stages.yaml"
