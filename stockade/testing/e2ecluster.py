@@ -327,6 +327,19 @@ class E2ECluster:
         self._kubectl(kubectl, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(manifests))
         self._kubectl(kubectl, "apply", "--server-side", "-f", str(BACKGROUND_RBAC))
 
+    def reset_between_folders(self) -> None:
+        """Kyverno's CI gives every folder a fresh kind cluster; one control plane serves them all here, so what a
+        folder leaves in the shared namespaces is cleared before the next: the Events in ``default`` and ``kyverno``
+        (several tests grep them) and the ``kyverno`` ConfigMap, which tests patch and do not always restore."""
+        kubectl = find_binary("kubectl", "STOCKADE_KUBECTL")
+        for namespace in ("default", STOCKADE_NAMESPACE):
+            self._kubectl(kubectl, "delete", "events", "--all", "-n", namespace, "--wait=false")
+        configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kyverno", "namespace": STOCKADE_NAMESPACE}, "data": KYVERNO_CONFIG_DATA}
+        try:
+            self._kubectl(kubectl, "replace", "-f", "-", stdin=yaml.safe_dump(configmap))
+        except ClusterError:  # a test deleted it
+            self._kubectl(kubectl, "create", "-f", "-", stdin=yaml.safe_dump(configmap))
+
     def _start_stockade(self, plane: E2EControlPlane) -> None:
         plane.processes.append(self._launch_stockade(self.stockade_port, ()))
 

@@ -344,6 +344,11 @@ def main(argv: list[str] | None = None) -> int:
                 result = UnitResult(unit.path, excluded=sum(1 for t in tests if is_excluded(t, exclusions)))
                 result.not_run = len(tests) - result.excluded
             else:
+                try:
+                    cluster.reset_between_folders()
+                except ClusterError as exc:
+                    print(f"e2e-run: resetting the cluster before {unit.path} failed: {exc}", file=sys.stderr)
+                    return 1
                 if install_profile(unit.path) != profile:
                     profile = install_profile(unit.path)
                     print(f"e2e-run: restarting stockade serve for {unit.path} with [{' '.join(profile)}]", flush=True)
