@@ -54,6 +54,7 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--config-map", "config_map", default="kyverno/kyverno", show_default=True, help="With --from-cluster: Kyverno's dynamic configuration ConfigMap (NAMESPACE/NAME), watched: resourceFilters, excluded users/groups/roles, defaultRegistry, webhooks selectors, matchConditions, webhook labels/annotations, generateSuccessEvents.")
 @click.option("--validating-admission-policy-reports", is_flag=True, default=False, help="With --from-cluster and background scans: report on ValidatingAdmissionPolicies labelled reports.kyverno.io/enabled=true, with their bindings (Kyverno's validatingAdmissionPolicyReports).")
 @click.option("--mutating-admission-policy-reports", is_flag=True, default=False, help="With --from-cluster and background scans: report on MutatingAdmissionPolicies labelled reports.kyverno.io/enabled=true, with their bindings (Kyverno's mutatingAdmissionPolicyReports).")
+@click.option("--kyverno-tls-secrets", is_flag=True, default=False, help="With --register-webhooks and self-managed certificates: also publish the CA and serving pair as Kyverno's Secrets (<service>.<namespace>.svc.kyverno-tls-ca / -tls-pair), a compatibility setting for tools that read them.")
 @click.option("--policy-exceptions/--no-policy-exceptions", default=True, show_default=True, help="Honour PolicyExceptions (kyverno.io and policies.kyverno.io); off is Kyverno's policyExceptions.enabled=false install option.")
 @click.option("--exception-namespace", "exception_namespaces", multiple=True, help="Honour PolicyExceptions only in these namespaces (repeatable; default: every namespace).")
 @click.option("--tracing-endpoint", default="", help="OTLP collector (http/protobuf: base URL such as http://otel-collector:4318; grpc: host:port or URL); spans per request, policy, rule and registry check.")
@@ -158,6 +159,10 @@ async def _serve(policies: list[str], **options: Any) -> int:
             from stockade.controllers.tlssecret import SecretStore
 
             certs.store = SecretStore(api_client, namespace, options["tls_secret"])
+        if options.get("kyverno_tls_secrets") and not certs.user_provided:
+            from stockade.controllers.tlssecret import KyvernoTlsSecrets
+
+            certs.on_pair_change = KyvernoTlsSecrets(api_client, namespace, service).publish
 
     settings = EvaluationSettings(
         kubeconfig=options["kubeconfig"],

@@ -13,7 +13,7 @@ from typing import Any
 
 from stockade.controllers.kubetyped import request_body
 from stockade.controllers.webhookconfig import MANAGED_BY_LABEL, MANAGED_BY_VALUE
-from stockade.webhook.certs import StoreConflict
+from stockade.webhook.certs import KeyPair, StoreConflict
 
 
 class SecretStore:
@@ -79,3 +79,43 @@ class SecretStore:
             if exc.status == 409:
                 raise StoreConflict(f"secret {self.namespace}/{self.name} changed concurrently") from exc
             raise
+
+
+def kyverno_tls_secret_names(namespace: str, service: str) -> tuple[str, str]:
+    """The names of Kyverno's CA Secret and serving-pair Secret for its webhook Service."""
+    prefix = f"{service}.{namespace}.svc"
+    return f"{prefix}.kyverno-tls-ca", f"{prefix}.kyverno-tls-pair"
+
+
+class KyvernoTlsSecrets:
+    """Publishes the CA and serving pair as the kubernetes.io/tls Secrets Kyverno keeps its own in
+    (``<service>.<namespace>.svc.kyverno-tls-ca`` and ``...-tls-pair``), for tools and tests that read them there."""
+
+    def __init__(self, api_client: Any, namespace: str, service: str) -> None:
+        from kubernetes import client
+
+        self.core = client.CoreV1Api(api_client)
+        self.namespace = namespace
+        self.service = service
+
+    def publish(self, ca: KeyPair, serving: KeyPair) -> None:
+        ca_name, pair_name = kyverno_tls_secret_names(self.namespace, self.service)
+        self._upsert(ca_name, ca)
+        self._upsert(pair_name, serving)
+
+    def _upsert(self, name: str, pair: KeyPair) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        body: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": "kubernetes.io/tls",
+            "metadata": {"name": name, "namespace": self.namespace, "labels": {MANAGED_BY_LABEL: MANAGED_BY_VALUE}},
+            "data": {"tls.crt": base64.b64encode(pair.cert_pem).decode(), "tls.key": base64.b64encode(pair.key_pem).decode()},
+        }
+        try:
+            self.core.create_namespaced_secret(self.namespace, request_body(body))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            self.core.replace_namespaced_secret(name, self.namespace, request_body(body))

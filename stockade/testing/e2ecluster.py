@@ -379,6 +379,8 @@ class E2ECluster:
                     f"--background-service-account={BACKGROUND_USER}",
                     # Kyverno's standard values: features.validatingAdmissionPolicyReports.enabled
                     "--validating-admission-policy-reports",
+                    # ... and keeps its certificates in Kyverno's Secrets (tls-certificates reads them)
+                    "--kyverno-tls-secrets",
                     f"--cert-dir={self.state_dir / 'stockade-certs'}",
                     *os.environ.get("STOCKADE_E2E_SERVE_ARGS", "").split(),
                     *extra_args,

@@ -317,6 +317,9 @@ class CertificateManager:
         self.serving: KeyPair | None = None
         self._user_stamp: tuple[float, float] | None = None
         self.on_ca_change: Callable[[bytes], None] | None = None
+        # managed mode: told the CA and serving pair when the serving pair changes (and once at start), e.g. to
+        # publish them where Kyverno keeps its own (``serve --kyverno-tls-secrets``); a failure is logged, not raised
+        self.on_pair_change: Callable[[KeyPair, KeyPair], None] | None = None
 
     @property
     def user_provided(self) -> bool:
@@ -462,6 +465,11 @@ class CertificateManager:
         if changed or not self._loaded_once:
             load_pair_into(self.context, self.serving)
             self._loaded_once = True
+            if self.on_pair_change is not None:
+                try:
+                    self.on_pair_change(self.ca, self.serving)
+                except Exception as exc:  # publishing is a courtesy to other tools: serving goes on
+                    log.warning("publishing the renewed certificates failed: %s", exc)
         if previous_ca is not None and self.ca.cert_pem != previous_ca and self.on_ca_change is not None:
             self.on_ca_change(self.ca_bundle)
         return changed

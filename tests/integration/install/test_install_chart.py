@@ -186,3 +186,12 @@ def test_admission_policy_report_values_pass_the_serve_flags(tools: Tools) -> No
     enabled = documents(tools.template("--set", "policyReports.validatingAdmissionPolicies=true", "--set", "policyReports.mutatingAdmissionPolicies=true"))
     args = find(enabled, "Deployment", "stockade")["spec"]["template"]["spec"]["containers"][0]["args"]
     assert {"--validating-admission-policy-reports", "--mutating-admission-policy-reports"} <= set(args)
+
+
+def test_kyverno_tls_secrets_value_passes_the_flag_and_grants_only_those_secrets(tools: Tools) -> None:
+    default = documents(tools.template())
+    assert "--kyverno-tls-secrets" not in find(default, "Deployment", "stockade")["spec"]["template"]["spec"]["containers"][0]["args"]
+    enabled = documents(tools.template("--set", "webhook.kyvernoTlsSecrets=true"))
+    assert "--kyverno-tls-secrets" in find(enabled, "Deployment", "stockade")["spec"]["template"]["spec"]["containers"][0]["args"]
+    granted = [name for doc in enabled if doc.get("kind") == "Role" for rule in doc.get("rules", []) for name in rule.get("resourceNames", [])]
+    assert {"stockade-svc.stockade.svc.kyverno-tls-ca", "stockade-svc.stockade.svc.kyverno-tls-pair"} <= set(granted)

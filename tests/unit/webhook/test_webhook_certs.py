@@ -159,3 +159,29 @@ def test_lost_race_rereads_the_store(tmp_path: Path) -> None:
     loser = CertificateManager(hosts=["127.0.0.1"], store=RacingStore())
     loser.start()
     assert loser.ca_bundle == winner.ca_bundle
+
+
+def test_pair_changes_are_published_once_at_start_and_after_each_renewal(tmp_path: Path) -> None:
+    """``serve --kyverno-tls-secrets`` hangs the Secret publisher here: it must see the first pair and every renewal,
+    and a failing publisher must not stop serving."""
+    now = [dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)]
+    manager = CertificateManager(directory=tmp_path, serving_validity=dt.timedelta(days=2), renew_before=dt.timedelta(days=1), clock=lambda: now[0])
+    published: list[tuple[bytes, bytes]] = []
+    manager.on_pair_change = lambda ca, serving: published.append((ca.cert_pem, serving.cert_pem))
+    manager.start()
+    assert manager.ca is not None and manager.serving is not None
+    assert published == [(manager.ca.cert_pem, manager.serving.cert_pem)]
+    assert manager.refresh() is False and len(published) == 1  # nothing renewed, nothing published
+    now[0] += dt.timedelta(days=1, hours=1)
+
+    def broken(ca: object, serving: object) -> None:
+        raise RuntimeError("API down")
+
+    manager.on_pair_change = broken
+    assert manager.refresh() is True  # renewed and served although publishing failed
+
+
+def test_kyverno_secret_names_follow_kyvernos_layout() -> None:
+    from stockade.controllers.tlssecret import kyverno_tls_secret_names
+
+    assert kyverno_tls_secret_names("kyverno", "kyverno-svc") == ("kyverno-svc.kyverno.svc.kyverno-tls-ca", "kyverno-svc.kyverno.svc.kyverno-tls-pair")
