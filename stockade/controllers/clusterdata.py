@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Iterable
 from typing import Any
 
+from stockade.celpolicy.providers import ProviderError
 from stockade.controllers.webhookconfig import ApiResource
 from stockade.engine.contextloader import ContextLoadError, ContextProviders
 from stockade.errors import StockadeError
@@ -99,6 +100,7 @@ class ClusterData:
         self._resources: list[ApiResource] | None = list(resources) if resources is not None else None
         self._discovered_at = time.monotonic() if resources is not None else 0.0
         self._pinned_resources = resources is not None
+        self._global_context: ClusterGlobalContext | None = None
 
     # -- raw REST ----------------------------------------------------------------------------------------------------
     def request(
@@ -295,8 +297,27 @@ class ClusterData:
             if method == "POST":
                 return self.request("POST", path, _call_body(call), query=query)
         except ApiError as exc:
-            raise ContextLoadError(f"failed to call {method} {url_path}: {exc}") from None
+            # Kyverno names an RBAC refusal (401/403) "permission denied" so it shows in the admission answer
+            denied = "permission denied: " if exc.status in (401, 403) else ""
+            raise ContextLoadError(f"failed to {method} resource with raw url: {url_path}: {denied}{exc}") from None
         raise ContextLoadError(f"apiCall method {method} is not supported (GET or POST)")
+
+    def global_reference(self, name: str) -> Any:
+        """``globalReference`` context entries of ClusterPolicy/Policy rules: ``entry`` or ``entry.projection`` (Kyverno
+        splits the name at its first dot), read from the GlobalContextEntry as the CEL ``globalContext`` library
+        reads it.  A missing entry is Kyverno's "failed to fetch entry key=NAME"; a projection the entry does not
+        define has no data."""
+        entry, _, projection = name.partition(".")
+        if self._global_context is None:
+            self._global_context = ClusterGlobalContext(self, reuse_seconds=0.0)
+        try:
+            return self._global_context.get(entry, projection)
+        except GlobalContextEntryMissing:
+            raise ContextLoadError(f"failed to fetch entry key={entry}") from None
+        except GlobalContextProjectionMissing:
+            raise ContextLoadError(f"global context entry {entry}: no data available for projection {projection}") from None
+        except ProviderError as exc:
+            raise ContextLoadError(str(exc)) from None
 
     def _service_call(self, call: dict[str, Any], method: str) -> Any:
         service = call.get("service") or {}
@@ -368,6 +389,7 @@ class ClusterData:
         return ContextProviders(
             configmaps=self.configmap,
             api_calls=self.api_call,
+            global_context=self.global_reference,
             namespaces=self.namespace_object,
             kind_namespaced=self.kind_namespaced,
             authorizer=self.authorize,
@@ -515,6 +537,14 @@ class ClusterCelHttp:
         return {"body": body, "statusCode": status}
 
 
+class GlobalContextEntryMissing(ProviderError):
+    """No GlobalContextEntry of that name exists."""
+
+
+class GlobalContextProjectionMissing(ProviderError):
+    """The GlobalContextEntry defines no projection of that name."""
+
+
 class ClusterGlobalContext:
     """The CEL ``globalContext`` library for policies evaluated by controllers: reads the GlobalContextEntry, loads
     its ``apiCall`` (API server path or service) or ``kubernetesResource`` data, and applies a named projection's
@@ -537,10 +567,12 @@ class ClusterGlobalContext:
             try:
                 found = self.cluster.get(object_path(resource, "", name), cached=False)
             except ApiError as exc:
+                if exc.status == 404:
+                    break
                 raise ProviderError(f"global context entry {name!r}: {exc}") from None
             if isinstance(found, dict):
                 return found
-        raise ProviderError(f"global context entry {name!r} not found")
+        raise GlobalContextEntryMissing(f"global context entry {name!r} not found")
 
     def _load(self, name: str) -> Any:
         from stockade.celpolicy.providers import ProviderError
@@ -578,4 +610,4 @@ class ClusterGlobalContext:
         for item in loaded["projections"]:
             if isinstance(item, dict) and item.get("name") == projection:
                 return jmespath_search(str(item.get("jmesPath") or "@"), copy.deepcopy(loaded["data"]))
-        raise ProviderError(f"projection {projection!r} not found in global context entry {name!r}")
+        raise GlobalContextProjectionMissing(f"projection {projection!r} not found in global context entry {name!r}")

@@ -1,0 +1,111 @@
+"""ClusterPolicy ``context[].globalReference`` entries answered from the cluster's GlobalContextEntries, as Kyverno's
+admission controller answers them from its global context store (e2e globalcontext/*)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from stockade.controllers.clusterdata import ClusterData
+from stockade.controllers.webhookconfig import ApiResource
+from stockade.engine.contextloader import ContextLoadError
+from stockade.engine.engine import Engine, Request
+from stockade.policy.model import KyvernoPolicy
+from tests.unit.controllers.test_controllers_clusterdata import FakeApiClient, _Response
+
+RESOURCES = [
+    ApiResource("kyverno.io", "v2alpha1", "globalcontextentries", "GlobalContextEntry", namespaced=False),
+    ApiResource("apps", "v1", "deployments", "Deployment"),
+]
+GCE = "/apis/kyverno.io/v2alpha1/globalcontextentries"
+DEPLOYMENTS = "/apis/apps/v1/namespaces/team/deployments"
+
+
+def cluster(objects: dict[str, Any]) -> ClusterData:
+    return ClusterData(FakeApiClient(objects), ttl_seconds=0.0, resources=RESOURCES)
+
+
+def entries() -> dict[str, Any]:
+    listing = {"kind": "DeploymentList", "items": [{"metadata": {"name": "main", "namespace": "team"}}]}
+    return {
+        DEPLOYMENTS: listing,
+        f"{GCE}/by-api": {"spec": {"apiCall": {"urlPath": DEPLOYMENTS}, "projections": [{"name": "count", "jmesPath": "items | length(@)"}]}},
+        f"{GCE}/by-resource": {"spec": {"kubernetesResource": {"group": "apps", "version": "v1", "resource": "deployments", "namespace": "team"}}},
+    }
+
+
+def deny_when_no_deployments(reference: dict[str, Any]) -> KyvernoPolicy:
+    rule = {
+        "name": "main-deployment-exists",
+        "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+        "context": [{"name": "deploymentCount", "globalReference": reference}],
+        "validate": {"failureAction": "Enforce", "deny": {"conditions": {"any": [{"key": "{{ deploymentCount }}", "operator": "Equal", "value": 0}]}}},
+    }
+    return KyvernoPolicy({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "gctx"}, "spec": {"rules": [rule]}})
+
+
+def evaluate(data: ClusterData, reference: dict[str, Any]) -> tuple[str, str]:
+    engine = Engine(providers=data.providers())
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team"}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+    response = engine.validate(engine.policy_context(deny_when_no_deployments(reference), Request(resource=pod)))
+    return response.rules[0].status, response.rules[0].message
+
+
+def test_global_reference_reads_api_call_and_kubernetes_resource_entries() -> None:
+    """Kyverno's gctx loader: the entry's data (an apiCall's answer, a kubernetesResource's object list), then the
+    reference's own jmesPath (e2e globalcontext/apicall-correct, resource-correct)."""
+    data = cluster(entries())
+    assert evaluate(data, {"name": "by-api", "jmesPath": "items | length(@)"})[0] == "pass"
+    assert evaluate(data, {"name": "by-resource", "jmesPath": "length(@)"})[0] == "pass"
+
+
+def test_global_reference_name_selects_a_projection_after_the_first_dot() -> None:
+    """Kyverno splits ``entry.projection`` at the first dot (e2e globalcontext/apicall-correct-projection)."""
+    data = cluster(entries())
+    assert data.global_reference("by-api.count") == 1
+    with pytest.raises(ContextLoadError, match="no data available"):
+        data.global_reference("by-api.other")
+
+
+def test_a_missing_entry_is_an_error_naming_it() -> None:
+    """Kyverno: "failed to fetch entry key=NAME" fails the rule, so the admission answer names the entry
+    (e2e globalcontext/gctxentry-not-exist)."""
+    status, message = evaluate(cluster(entries()), {"name": "non-existent-gctx", "jmesPath": "length(@)"})
+    assert status == "error"
+    assert "failed to fetch entry key=non-existent-gctx" in message
+
+
+class ForbiddingApiClient(FakeApiClient):
+    def call_api(self, method: str, url: str, header_params: Any = None, body: Any = None, _request_timeout: Any = None) -> _Response:
+        if url.startswith("/apis/apps/v1/namespaces/default/unknown"):
+            return _Response(403, {"kind": "Status", "message": "unknown.apps is forbidden"})
+        return super().call_api(method, url, header_params, body, _request_timeout)
+
+
+def test_an_api_call_refused_by_rbac_says_permission_denied() -> None:
+    """Kyverno's apiCall executor names a 401/403 answer "permission denied" (e2e globalcontext/apicall-failed)."""
+    objects = {f"{GCE}/failing": {"spec": {"apiCall": {"urlPath": "/apis/apps/v1/namespaces/default/unknown"}}}}
+    data = ClusterData(ForbiddingApiClient(objects), ttl_seconds=0.0, resources=RESOURCES)
+    with pytest.raises(ContextLoadError, match="failed to GET resource with raw url: /apis/apps/v1/namespaces/default/unknown: permission denied: "):
+        data.global_reference("failing")
+    status, message = evaluate(data, {"name": "failing", "jmesPath": "length(@)"})
+    assert status == "error" and "permission denied" in message
+
+
+@pytest.mark.parametrize("kind", ["ClusterPolicy", "Policy"])
+def test_the_crds_require_a_global_reference_name_as_kyvernos_do(kind: str) -> None:
+    """Kyverno's CRD marks globalReference.name required, so the API server refuses the policy with
+    "spec.rules[0].context[0].globalReference.name: Required value" before any webhook (e2e
+    globalcontext/validate-reference)."""
+    from pathlib import Path
+
+    import yaml
+
+    crds = [d for d in yaml.safe_load_all((Path(__file__).parents[3] / "deploy" / "crds" / "policies.yaml").read_text()) if d]
+    crd = next(d for d in crds if d["spec"]["group"] == "kyverno.io" and d["spec"]["names"]["kind"] == kind)
+    for version in crd["spec"]["versions"]:
+        spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        assert spec["x-kubernetes-preserve-unknown-fields"] is True
+        entry = spec["properties"]["rules"]["items"]["properties"]["context"]["items"]
+        assert entry["properties"]["globalReference"]["required"] == ["name"]
