@@ -90,8 +90,12 @@ class ClusterData:
         discovery_ttl_seconds: float = DISCOVERY_TTL_SECONDS,
         request_timeout: float = 10.0,
         resources: Iterable[ApiResource] | None = None,
+        impersonate: str = "",
     ) -> None:
         self.api_client = api_client
+        # a user every request is made as (Impersonate-User): how a component that Kyverno runs under its own
+        # service account (cleanup controller, the admission controller's global context) gets that account's RBAC
+        self.impersonate = impersonate
         self.ttl = ttl_seconds
         self.discovery_ttl = discovery_ttl_seconds
         self.request_timeout = request_timeout
@@ -100,7 +104,7 @@ class ClusterData:
         self._resources: list[ApiResource] | None = list(resources) if resources is not None else None
         self._discovered_at = time.monotonic() if resources is not None else 0.0
         self._pinned_resources = resources is not None
-        self._global_context: ClusterGlobalContext | None = None
+        self.global_context: ClusterGlobalContext | None = None  # globalReference entries; set to share one
 
     # -- raw REST ----------------------------------------------------------------------------------------------------
     def request(
@@ -116,6 +120,8 @@ class ClusterData:
         from kubernetes.client.exceptions import ApiException
 
         headers = {"Accept": "application/json"}
+        if self.impersonate:
+            headers["Impersonate-User"] = self.impersonate
         if body is not None:
             headers["Content-Type"] = content_type  # the client serialises dict bodies for JSON and YAML types
         method_, url, headers, serialized, _ = self.api_client.param_serialize(
@@ -308,10 +314,10 @@ class ClusterData:
         reads it.  A missing entry is Kyverno's "failed to fetch entry key=NAME"; a projection the entry does not
         define has no data."""
         entry, _, projection = name.partition(".")
-        if self._global_context is None:
-            self._global_context = ClusterGlobalContext(self, reuse_seconds=0.0)
+        if self.global_context is None:
+            self.global_context = ClusterGlobalContext(self, reuse_seconds=0.0)
         try:
-            return self._global_context.get(entry, projection)
+            return self.global_context.get(entry, projection)
         except GlobalContextEntryMissing:
             raise ContextLoadError(f"failed to fetch entry key={entry}") from None
         except GlobalContextProjectionMissing:
@@ -549,10 +555,12 @@ class ClusterGlobalContext:
     """The CEL ``globalContext`` library for policies evaluated by controllers: reads the GlobalContextEntry, loads
     its ``apiCall`` (API server path or service) or ``kubernetesResource`` data, and applies a named projection's
     ``jmesPath``.  An entry's data is reused for ``reuse_seconds`` (None: for the life of this object, one scheduled
-    run; 0: read anew for every call, as the admission webhook needs)."""
+    run; 0: read anew for every call, as the admission webhook needs).  ``reader`` loads the entries' data (default
+    ``cluster``): Kyverno loads it with the account of the controller that holds the entry, so its RBAC applies."""
 
-    def __init__(self, cluster: ClusterData, reuse_seconds: float | None = None) -> None:
+    def __init__(self, cluster: ClusterData, reuse_seconds: float | None = None, reader: ClusterData | None = None) -> None:
         self.cluster = cluster
+        self.reader = reader or cluster
         self.reuse_seconds = reuse_seconds
         self._data: dict[str, Any] = {}
         self._loaded_at: dict[str, float] = {}
@@ -582,7 +590,7 @@ class ClusterGlobalContext:
         spec = self._entry(name).get("spec") or {}
         if spec.get("apiCall"):
             try:
-                data = self.cluster.api_call(spec["apiCall"])
+                data = self.reader.api_call(spec["apiCall"])
             except ContextLoadError as exc:
                 raise ProviderError(f"global context entry {name!r}: {exc}") from None
         elif spec.get("kubernetesResource"):
@@ -591,7 +599,7 @@ class ClusterGlobalContext:
             if resource is None:
                 raise ProviderError(f"global context entry {name!r}: the server does not serve {target.get('resource')}")
             try:
-                data = self.cluster.list_resource(resource, str(target.get("namespace") or ""), cached=False)
+                data = self.reader.list_resource(resource, str(target.get("namespace") or ""), cached=False)
             except ApiError as exc:
                 raise ProviderError(f"global context entry {name!r}: {exc}") from None
         else:

@@ -109,3 +109,69 @@ def test_the_crds_require_a_global_reference_name_as_kyvernos_do(kind: str) -> N
         assert spec["x-kubernetes-preserve-unknown-fields"] is True
         entry = spec["properties"]["rules"]["items"]["properties"]["context"]["items"]
         assert entry["properties"]["globalReference"]["required"] == ["name"]
+
+
+class RbacApiClient(FakeApiClient):
+    """Answers 403 to requests made as ``restricted`` (Impersonate-User) for paths outside ``allowed``."""
+
+    def __init__(self, objects: dict[str, Any], restricted: str, allowed: tuple[str, ...]) -> None:
+        super().__init__(objects)
+        self.restricted, self.allowed = restricted, allowed
+        self.users: list[tuple[str, str, str]] = []
+
+    def call_api(self, method: str, url: str, header_params: Any = None, body: Any = None, _request_timeout: Any = None) -> _Response:
+        user = (header_params or {}).get("Impersonate-User", "")
+        self.users.append((method, url, user))
+        if user == self.restricted and not url.startswith(self.allowed):
+            return _Response(403, {"kind": "Status", "message": f"forbidden for {user}"})
+        if method == "DELETE":
+            self.objects.pop(url, None)
+            return _Response(200, {})
+        return super().call_api(method, url, header_params, body, _request_timeout)
+
+
+ADMISSION = "system:serviceaccount:kyverno:kyverno-admission-controller"
+
+
+def test_global_context_data_is_loaded_with_the_admission_accounts_rbac() -> None:
+    """Kyverno's admission controller loads GlobalContextEntry data with its own account, so a path its RBAC does not
+    cover fails with "permission denied" even where our own rights would get a 404 (e2e globalcontext/apicall-failed)."""
+    from stockade.controllers.clusterdata import ClusterGlobalContext
+
+    objects = {**entries(), f"{GCE}/failing": {"spec": {"apiCall": {"urlPath": "/apis/apps/v1/namespaces/default/unknown"}}}}
+    client = RbacApiClient(objects, ADMISSION, allowed=(DEPLOYMENTS,))
+    data = ClusterData(client, ttl_seconds=0.0, resources=RESOURCES)
+    data.global_context = ClusterGlobalContext(data, reuse_seconds=0.0, reader=ClusterData(client, ttl_seconds=0.0, resources=RESOURCES, impersonate=ADMISSION))
+    assert data.global_reference("by-api.count") == 1
+    with pytest.raises(ContextLoadError, match="permission denied"):
+        data.global_reference("failing")
+    # the entry itself is read with our own rights, its data as the admission account
+    assert ("GET", f"{GCE}/by-api", "") in client.users and ("GET", DEPLOYMENTS, ADMISSION) in client.users
+
+
+def test_deleting_policies_delete_with_the_cleanup_accounts_rbac() -> None:
+    """Kyverno's cleanup controller deletes with its own account: without RBAC for the target the object stays and a
+    failure is counted (e2e deleting-policies/rbac-missing, namespaced-deleting-policies/rbac-missing)."""
+    from stockade.controllers.cleanup import ScheduledDeletionController
+    from tests.unit.controllers.test_controllers_generating_policy import Store
+
+    cleanup_user = "system:serviceaccount:kyverno:kyverno-cleanup-controller"
+    configmaps = "/api/v1/namespaces/default/configmaps"
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "keep", "namespace": "default"}}
+    client = RbacApiClient({configmaps: {"items": [cm]}, "/api/v1/configmaps": {"items": [cm]}, f"{configmaps}/keep": cm}, cleanup_user, allowed=("/api/v1/configmaps", configmaps + "?"))
+    policy = {
+        "apiVersion": "policies.kyverno.io/v1beta1",
+        "kind": "DeletingPolicy",
+        "metadata": {"name": "del"},
+        "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["configmaps"]}]}, "schedule": "*/1 * * * *"},
+    }
+    resources = [ApiResource("", "v1", "configmaps", "ConfigMap"), ApiResource("", "v1", "namespaces", "Namespace", namespaced=False)]
+    controller = ScheduledDeletionController(
+        client, Store(policy), cluster_data=ClusterData(client, ttl_seconds=0.0, resources=resources), write_status=False, acting_user=cleanup_user
+    )
+    from stockade.controllers.cleanup import ScheduledPolicy
+
+    assert controller.execute(ScheduledPolicy(policy)) == 0
+    assert f"{configmaps}/keep" in client.objects
+    assert ("DELETE", f"{configmaps}/keep", cleanup_user) in client.users
+    assert controller.stats.failures == 1
