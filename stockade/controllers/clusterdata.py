@@ -317,7 +317,7 @@ class ClusterData:
         if self.global_context is None:
             self.global_context = ClusterGlobalContext(self, reuse_seconds=0.0)
         try:
-            return self.global_context.get(entry, projection)
+            return self.global_context.lookup(entry, projection)
         except GlobalContextEntryMissing:
             raise ContextLoadError(f"failed to fetch entry key={entry}") from None
         except GlobalContextProjectionMissing:
@@ -609,7 +609,16 @@ class ClusterGlobalContext:
         return self._data[name]
 
     def get(self, name: str, projection: str) -> Any:
-        from stockade.celpolicy.providers import ProviderError
+        """``globalContext.Get``: Kyverno's CEL library answers null for an entry that does not exist, so a policy can
+        test for it; a failed load or an unknown projection is an error."""
+        try:
+            return self.lookup(name, projection)
+        except GlobalContextEntryMissing:
+            return None
+
+    def lookup(self, name: str, projection: str) -> Any:
+        """An entry's data (projected when ``projection`` is not empty); GlobalContextEntryMissing when there is no
+        such entry."""
         from stockade.jmespath import search as jmespath_search
 
         loaded = self._load(name)

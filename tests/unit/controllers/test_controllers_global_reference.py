@@ -175,3 +175,17 @@ def test_deleting_policies_delete_with_the_cleanup_accounts_rbac() -> None:
     assert f"{configmaps}/keep" in client.objects
     assert ("DELETE", f"{configmaps}/keep", cleanup_user) in client.users
     assert controller.stats.failures == 1
+
+
+def test_cel_global_context_answers_null_for_a_missing_entry() -> None:
+    """Kyverno's CEL globalContext.Get returns null when the entry does not exist, so a ValidatingPolicy can degrade
+    gracefully (e2e validating-policies/context/globalreference-missing-graceful); the JSON engine's globalReference
+    still fails the rule."""
+    from stockade.controllers.clusterdata import ClusterGlobalContext
+
+    data = cluster(entries())
+    library = ClusterGlobalContext(data, reuse_seconds=0.0)
+    assert library.get("non-existent-gctx", "count") is None
+    assert library.get("by-api", "count") == 1
+    with pytest.raises(ContextLoadError, match="failed to fetch entry key=non-existent-gctx"):
+        data.global_reference("non-existent-gctx")
