@@ -32,7 +32,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -111,6 +111,8 @@ class E2EControlPlane(ControlPlane):
 
     stockade_token: str = field(default_factory=lambda: os.urandom(16).hex())
     egress_proxy_socket: str = ""
+    # kind's admin kubeconfig authenticates as kubernetes-admin; the suite's user subjects name it (filter/*/user)
+    admin_user: ClassVar[str] = "kubernetes-admin"
 
     def apiserver_args(self) -> list[str]:
         egress = self.workdir / "egress-selector.yaml"
