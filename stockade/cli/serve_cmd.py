@@ -432,6 +432,15 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
             api_client, store, events=state.events, is_leader=services.is_leader, acting_user=str(options.get("cleanup_service_account") or "")
         )
     )
+    from stockade.controllers.globalcontextstatus import GlobalContextStatusController
+
+    admission_user = str(options.get("admission_service_account") or "")
+    # apiCall GlobalContextEntries get Kyverno's Ready status, loaded as the admission account
+    services.background.append(
+        GlobalContextStatusController(
+            api_client, reader=ClusterData(api_client, ttl_seconds=0.0, impersonate=admission_user) if admission_user else None, is_leader=services.is_leader
+        )
+    )
     from stockade.controllers.ttl import TtlController
 
     services.background.append(TtlController(api_client, is_leader=services.is_leader))  # cleanup.kyverno.io/ttl
