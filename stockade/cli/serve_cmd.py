@@ -47,6 +47,8 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--background-scan-interval", default=3600.0, show_default=True, type=click.FloatRange(min=0), help="With --register-webhooks: seconds between background scans of existing resources into PolicyReports (0 disables).")
 @click.option("--generate/--no-generate", default=True, show_default=True, help="With --register-webhooks: apply generate rules in the cluster (create and synchronise downstream resources).")
 @click.option("--background-service-account", default="", help="With --register-webhooks: the background controller's user (Kyverno's --backgroundServiceAccountName, e.g. system:serviceaccount:kyverno:kyverno-background-controller): a generate rule must fit its RBAC permissions, checked by SubjectAccessReview when the policy is created or updated, and its requests are background requests that MutatingPolicies skip unless spec.evaluation.skipBackgroundRequests is false (default: none, no check).")
+@click.option("--admission-service-account", default="", help="With --register-webhooks: the admission controller's user (e.g. system:serviceaccount:kyverno:kyverno-admission-controller): GlobalContextEntry data for admission is loaded as this user (impersonated), so its RBAC applies as it does to Kyverno's admission controller; an API call it may not make fails with \"permission denied\" (default: our own rights).")
+@click.option("--cleanup-service-account", default="", help="With --register-webhooks: the cleanup controller's user (e.g. system:serviceaccount:kyverno:kyverno-cleanup-controller): DeletingPolicies and CleanupPolicies list and delete their targets as this user (impersonated), so objects its RBAC does not cover stay, as with Kyverno's cleanup controller (default: our own rights).")
 @click.option("--events/--no-events", default=True, show_default=True, help="With --register-webhooks: record a Kubernetes Event for each denial.")
 @click.option("--force-failure-policy-ignore", is_flag=True, default=False, help="Treat every policy as failurePolicy Ignore (Kyverno's forceFailurePolicyIgnore install option): its webhooks are registered with Ignore and its evaluation errors admit.")
 @click.option("--event-components", type=click.Choice(["kyverno", "stockade"]), default="stockade", show_default=True, help="reportingComponent of Events: stockade = 'stockade' for all; kyverno = Kyverno's names (kyverno-admission, kyverno-generate, kyverno-mutate, kyverno-cleanup), a compatibility setting for tools and tests that select Kyverno's Events.")
@@ -173,6 +175,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
         exception_namespaces=tuple(options["exception_namespaces"]),
         policy_exceptions=bool(options.get("policy_exceptions", True)),
         background_user=str(options.get("background_service_account") or ""),
+        admission_user=str(options.get("admission_service_account") or ""),
     )
     cluster_source = _start_cluster_source(cluster_client, options) if options["from_cluster"] else None
     kyverno_config, config_watch = _start_config_watch(cluster_client, options) if options["from_cluster"] else (None, None)
@@ -320,6 +323,7 @@ class EvaluationSettings:
     exception_namespaces: tuple[str, ...]
     background_user: str = ""
     policy_exceptions: bool = True  # False: no PolicyException counts (Kyverno's policyExceptions.enabled=false)
+    admission_user: str = ""
 
 
 def evaluation_store_options(settings: EvaluationSettings, api_client: Any = None) -> dict[str, Any]:
@@ -344,13 +348,16 @@ def evaluation_store_options(settings: EvaluationSettings, api_client: Any = Non
 
         client = api_client if api_client is not None else load_api_client(settings.kubeconfig)
         cluster_data = ClusterData(client)  # configMap/apiCall context entries and clone sources
+        # global context entries (ClusterPolicy globalReference and the CEL globalContext library share them); their
+        # data is read anew for each review, as Kyverno's entries follow the cluster, with the admission account
+        reader = ClusterData(client, ttl_seconds=0.0, impersonate=settings.admission_user) if settings.admission_user else None
+        cluster_data.global_context = ClusterGlobalContext(cluster_data, reuse_seconds=0.0, reader=reader)
         options["engine_factory"] = partial(Engine, providers=cluster_data.providers(), resource_lookup=cluster_data.lookup)
-        # CEL policies' resource/http/globalContext libraries and authorizer checks; global context data is read
-        # anew for each review, as Kyverno's entries follow the cluster
+        # CEL policies' resource/http/globalContext libraries and authorizer checks
         options["cel_providers"] = {
             "resource": ClusterCelResources(cluster_data),
             "http": ClusterCelHttp(),
-            "globalContext": ClusterGlobalContext(cluster_data, reuse_seconds=0.0),
+            "globalContext": cluster_data.global_context,
         }
         options["cel_authorize"] = cluster_data.authorize
         options["evaluator_options"]["role_resolver"] = RoleResolver(client)
@@ -430,7 +437,20 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
     from stockade.controllers.cleanup import ScheduledDeletionController
 
     # DeletingPolicy / CleanupPolicy schedules (the controller acts only while leading)
-    services.background.append(ScheduledDeletionController(api_client, store, events=state.events, is_leader=services.is_leader))
+    services.background.append(
+        ScheduledDeletionController(
+            api_client, store, events=state.events, is_leader=services.is_leader, acting_user=str(options.get("cleanup_service_account") or "")
+        )
+    )
+    from stockade.controllers.globalcontextstatus import GlobalContextStatusController
+
+    admission_user = str(options.get("admission_service_account") or "")
+    # apiCall GlobalContextEntries get Kyverno's Ready status, loaded as the admission account
+    services.background.append(
+        GlobalContextStatusController(
+            api_client, reader=ClusterData(api_client, ttl_seconds=0.0, impersonate=admission_user) if admission_user else None, is_leader=services.is_leader
+        )
+    )
     from stockade.controllers.ttl import TtlController
 
     services.background.append(TtlController(api_client, is_leader=services.is_leader))  # cleanup.kyverno.io/ttl

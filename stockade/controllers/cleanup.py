@@ -138,9 +138,13 @@ class ScheduledDeletionController(LeaderPeriodicWorker):
         clock: Clock = utc_now,
         tick_seconds: float = 10.0,
         write_status: bool = True,
+        acting_user: str = "",
     ) -> None:
         self.store = store
         self.cluster = cluster_data or ClusterData(api_client, ttl_seconds=0.0)
+        # Kyverno's cleanup controller lists and deletes targets with its own account, so an object its RBAC does
+        # not cover stays; ``acting_user`` is that account (impersonated), empty to act with our own rights
+        self.acting = ClusterData(self.cluster.api_client, ttl_seconds=0.0, impersonate=acting_user) if acting_user else self.cluster
         self.events = events
         self.clock = clock
         self.tick_seconds = tick_seconds
@@ -202,7 +206,7 @@ class ScheduledDeletionController(LeaderPeriodicWorker):
 
     def _list(self, resource: ApiResource, namespace: str, policy: ScheduledPolicy) -> list[dict[str, Any]]:
         try:
-            return self.cluster.list_resource(resource, namespace, cached=False)
+            return self.acting.list_resource(resource, namespace, cached=False)
         except ApiError as exc:
             if exc.status in (401, 403, 404, 405):  # access restrictions: skip the kind, as Kyverno does
                 log.info("%s: skipping %s: %s", policy.key, resource.resource, exc)
@@ -302,7 +306,7 @@ class ScheduledDeletionController(LeaderPeriodicWorker):
         query = {"propagationPolicy": policy.propagation()} if policy.propagation() else None
         what = f"{obj.get('kind')}/{metadata.get('namespace') or ''}/{metadata.get('name')}"
         try:
-            self.cluster.request("DELETE", object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or "")), query=query)
+            self.acting.request("DELETE", object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or "")), query=query)
         except ApiError as exc:
             if exc.status == 404:
                 return 0

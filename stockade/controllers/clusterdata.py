@@ -20,6 +20,7 @@ import urllib.request
 from collections.abc import Iterable
 from typing import Any
 
+from stockade.celpolicy.providers import ProviderError
 from stockade.controllers.webhookconfig import ApiResource
 from stockade.engine.contextloader import ContextLoadError, ContextProviders
 from stockade.errors import StockadeError
@@ -89,8 +90,12 @@ class ClusterData:
         discovery_ttl_seconds: float = DISCOVERY_TTL_SECONDS,
         request_timeout: float = 10.0,
         resources: Iterable[ApiResource] | None = None,
+        impersonate: str = "",
     ) -> None:
         self.api_client = api_client
+        # a user every request is made as (Impersonate-User): how a component that Kyverno runs under its own
+        # service account (cleanup controller, the admission controller's global context) gets that account's RBAC
+        self.impersonate = impersonate
         self.ttl = ttl_seconds
         self.discovery_ttl = discovery_ttl_seconds
         self.request_timeout = request_timeout
@@ -99,6 +104,7 @@ class ClusterData:
         self._resources: list[ApiResource] | None = list(resources) if resources is not None else None
         self._discovered_at = time.monotonic() if resources is not None else 0.0
         self._pinned_resources = resources is not None
+        self.global_context: ClusterGlobalContext | None = None  # globalReference entries; set to share one
 
     # -- raw REST ----------------------------------------------------------------------------------------------------
     def request(
@@ -114,6 +120,8 @@ class ClusterData:
         from kubernetes.client.exceptions import ApiException
 
         headers = {"Accept": "application/json"}
+        if self.impersonate:
+            headers["Impersonate-User"] = self.impersonate
         if body is not None:
             headers["Content-Type"] = content_type  # the client serialises dict bodies for JSON and YAML types
         method_, url, headers, serialized, _ = self.api_client.param_serialize(
@@ -295,8 +303,27 @@ class ClusterData:
             if method == "POST":
                 return self.request("POST", path, _call_body(call), query=query)
         except ApiError as exc:
-            raise ContextLoadError(f"failed to call {method} {url_path}: {exc}") from None
+            # Kyverno names an RBAC refusal (401/403) "permission denied" so it shows in the admission answer
+            denied = "permission denied: " if exc.status in (401, 403) else ""
+            raise ContextLoadError(f"failed to {method} resource with raw url: {url_path}: {denied}{exc}") from None
         raise ContextLoadError(f"apiCall method {method} is not supported (GET or POST)")
+
+    def global_reference(self, name: str) -> Any:
+        """``globalReference`` context entries of ClusterPolicy/Policy rules: ``entry`` or ``entry.projection`` (Kyverno
+        splits the name at its first dot), read from the GlobalContextEntry as the CEL ``globalContext`` library
+        reads it.  A missing entry is Kyverno's "failed to fetch entry key=NAME"; a projection the entry does not
+        define has no data."""
+        entry, _, projection = name.partition(".")
+        if self.global_context is None:
+            self.global_context = ClusterGlobalContext(self, reuse_seconds=0.0)
+        try:
+            return self.global_context.lookup(entry, projection)
+        except GlobalContextEntryMissing:
+            raise ContextLoadError(f"failed to fetch entry key={entry}") from None
+        except GlobalContextProjectionMissing:
+            raise ContextLoadError(f"global context entry {entry}: no data available for projection {projection}") from None
+        except ProviderError as exc:
+            raise ContextLoadError(str(exc)) from None
 
     def _service_call(self, call: dict[str, Any], method: str) -> Any:
         service = call.get("service") or {}
@@ -368,6 +395,7 @@ class ClusterData:
         return ContextProviders(
             configmaps=self.configmap,
             api_calls=self.api_call,
+            global_context=self.global_reference,
             namespaces=self.namespace_object,
             kind_namespaced=self.kind_namespaced,
             authorizer=self.authorize,
@@ -515,14 +543,24 @@ class ClusterCelHttp:
         return {"body": body, "statusCode": status}
 
 
+class GlobalContextEntryMissing(ProviderError):
+    """No GlobalContextEntry of that name exists."""
+
+
+class GlobalContextProjectionMissing(ProviderError):
+    """The GlobalContextEntry defines no projection of that name."""
+
+
 class ClusterGlobalContext:
     """The CEL ``globalContext`` library for policies evaluated by controllers: reads the GlobalContextEntry, loads
     its ``apiCall`` (API server path or service) or ``kubernetesResource`` data, and applies a named projection's
     ``jmesPath``.  An entry's data is reused for ``reuse_seconds`` (None: for the life of this object, one scheduled
-    run; 0: read anew for every call, as the admission webhook needs)."""
+    run; 0: read anew for every call, as the admission webhook needs).  ``reader`` loads the entries' data (default
+    ``cluster``): Kyverno loads it with the account of the controller that holds the entry, so its RBAC applies."""
 
-    def __init__(self, cluster: ClusterData, reuse_seconds: float | None = None) -> None:
+    def __init__(self, cluster: ClusterData, reuse_seconds: float | None = None, reader: ClusterData | None = None) -> None:
         self.cluster = cluster
+        self.reader = reader or cluster
         self.reuse_seconds = reuse_seconds
         self._data: dict[str, Any] = {}
         self._loaded_at: dict[str, float] = {}
@@ -537,10 +575,12 @@ class ClusterGlobalContext:
             try:
                 found = self.cluster.get(object_path(resource, "", name), cached=False)
             except ApiError as exc:
+                if exc.status == 404:
+                    break
                 raise ProviderError(f"global context entry {name!r}: {exc}") from None
             if isinstance(found, dict):
                 return found
-        raise ProviderError(f"global context entry {name!r} not found")
+        raise GlobalContextEntryMissing(f"global context entry {name!r} not found")
 
     def _load(self, name: str) -> Any:
         from stockade.celpolicy.providers import ProviderError
@@ -550,7 +590,7 @@ class ClusterGlobalContext:
         spec = self._entry(name).get("spec") or {}
         if spec.get("apiCall"):
             try:
-                data = self.cluster.api_call(spec["apiCall"])
+                data = self.reader.api_call(spec["apiCall"])
             except ContextLoadError as exc:
                 raise ProviderError(f"global context entry {name!r}: {exc}") from None
         elif spec.get("kubernetesResource"):
@@ -559,7 +599,7 @@ class ClusterGlobalContext:
             if resource is None:
                 raise ProviderError(f"global context entry {name!r}: the server does not serve {target.get('resource')}")
             try:
-                data = self.cluster.list_resource(resource, str(target.get("namespace") or ""), cached=False)
+                data = self.reader.list_resource(resource, str(target.get("namespace") or ""), cached=False)
             except ApiError as exc:
                 raise ProviderError(f"global context entry {name!r}: {exc}") from None
         else:
@@ -569,7 +609,16 @@ class ClusterGlobalContext:
         return self._data[name]
 
     def get(self, name: str, projection: str) -> Any:
-        from stockade.celpolicy.providers import ProviderError
+        """``globalContext.Get``: Kyverno's CEL library answers null for an entry that does not exist, so a policy can
+        test for it; a failed load or an unknown projection is an error."""
+        try:
+            return self.lookup(name, projection)
+        except GlobalContextEntryMissing:
+            return None
+
+    def lookup(self, name: str, projection: str) -> Any:
+        """An entry's data (projected when ``projection`` is not empty); GlobalContextEntryMissing when there is no
+        such entry."""
         from stockade.jmespath import search as jmespath_search
 
         loaded = self._load(name)
@@ -578,4 +627,4 @@ class ClusterGlobalContext:
         for item in loaded["projections"]:
             if isinstance(item, dict) and item.get("name") == projection:
                 return jmespath_search(str(item.get("jmesPath") or "@"), copy.deepcopy(loaded["data"]))
-        raise ProviderError(f"projection {projection!r} not found in global context entry {name!r}")
+        raise GlobalContextProjectionMissing(f"projection {projection!r} not found in global context entry {name!r}")

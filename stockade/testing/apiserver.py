@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -65,6 +65,7 @@ class ControlPlane:
     etcd_port: int = 0
     apiserver_port: int = 0
     token: str = field(default_factory=lambda: secrets.token_hex(16))
+    admin_user: ClassVar[str] = "admin"  # the user the admin token authenticates as (group system:masters)
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     @property
@@ -149,7 +150,7 @@ class ControlPlane:
         (self.workdir / "sa.pub").write_bytes(
             key.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
         )
-        (self.workdir / "tokens.csv").write_text(f'{self.token},admin,admin-uid,"system:masters"\n')
+        (self.workdir / "tokens.csv").write_text(f'{self.token},{self.admin_user},admin-uid,"system:masters"\n')
         self.kubeconfig.write_text(
             "apiVersion: v1\nkind: Config\n"
             f"clusters:\n- name: test\n  cluster:\n    server: {self.url}\n    certificate-authority: {self.ca_file}\n"

@@ -32,7 +32,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -44,12 +44,8 @@ DEFAULT_STATE_DIR = REPO_ROOT / ".cache" / "e2e" / "cluster"
 # admission controller account gets the permissions Kyverno's chart gives it (policies' SubjectAccessReviews ask about it)
 STOCKADE_USER = "system:serviceaccount:kyverno:stockade"
 KYVERNO_ADMISSION_USER = "system:serviceaccount:kyverno:kyverno-admission-controller"
-# ClusterRoles with these labels add to the admission controller's permissions (the chart's aggregationRule)
-KYVERNO_ADMISSION_ROLE_LABELS = {
-    "app.kubernetes.io/component": "admission-controller",
-    "app.kubernetes.io/instance": "kyverno",
-    "app.kubernetes.io/part-of": "kyverno",
-}
+# DeletingPolicies and CleanupPolicies act as Kyverno's cleanup controller account, with its chart's permissions
+KYVERNO_CLEANUP_USER = "system:serviceaccount:kyverno:kyverno-cleanup-controller"
 STOCKADE_NAMESPACE = "kyverno"
 # Kyverno's webhooks call the kyverno-svc Service; its fixed cluster IP is what the CONNECT proxy redirects to
 # stockade serve (see connectproxy.py)
@@ -115,6 +111,8 @@ class E2EControlPlane(ControlPlane):
 
     stockade_token: str = field(default_factory=lambda: os.urandom(16).hex())
     egress_proxy_socket: str = ""
+    # kind's admin kubeconfig authenticates as kubernetes-admin; the suite's user subjects name it (filter/*/user)
+    admin_user: ClassVar[str] = "kubernetes-admin"
 
     def apiserver_args(self) -> list[str]:
         egress = self.workdir / "egress-selector.yaml"
@@ -157,34 +155,23 @@ class E2EControlPlane(ControlPlane):
         (self.workdir / "stockade.kubeconfig").write_text(yaml.safe_dump(config))
 
 
-def _kyverno_admission_rbac() -> list[dict[str, Any]]:
-    """Kyverno's admission controller ServiceAccount with the rights its Helm chart grants: read everything, manage
-    webhooks, policies, reports and events, create SubjectAccessReviews, plus whatever labelled ClusterRoles add."""
-    name = "kyverno:admission-controller"
-    everything = ["create", "delete", "get", "list", "patch", "update", "watch", "deletecollection"]
-    core_rules = [
-        {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingwebhookconfigurations", "validatingwebhookconfigurations"], "verbs": everything},
-        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "clusterroles", "rolebindings", "clusterrolebindings"], "verbs": ["list", "watch"]},
-        {
-            "apiGroups": ["kyverno.io"],
-            "resources": ["policies", "policies/status", "clusterpolicies", "clusterpolicies/status", "updaterequests", "updaterequests/status"],
-            "verbs": everything,
-        },
-        {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "policyreports/status", "clusterpolicyreports", "clusterpolicyreports/status"], "verbs": everything},
-        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "update", "patch"]},
-        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
-        {"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]},
-    ]
-    labels = dict(KYVERNO_ADMISSION_ROLE_LABELS)
-    subject = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": KYVERNO_ADMISSION_USER}]
-    return [
+def _kyverno_rbac(component: str, user: str, core_rules: list[dict[str, Any]], extra_rules: list[dict[str, Any]], *, view: bool) -> list[dict[str, Any]]:
+    """One Kyverno controller's account with the ClusterRoles its Helm chart (Kyverno 1.19, `standard` CI values)
+    gives it: an aggregated role collecting ``:core``, ``:additional`` (the values' extraResources) and every ClusterRole
+    a test labels ``rbac.kyverno.io/aggregate-to-<component>``, bound to the account, plus the ``view`` role when the
+    chart binds it."""
+    name = f"kyverno:{component}"
+    labels = {"app.kubernetes.io/component": component, "app.kubernetes.io/instance": "kyverno", "app.kubernetes.io/part-of": "kyverno"}
+    subject = [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]
+    manifests: list[dict[str, Any]] = [
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": {"name": name, "labels": labels},
-            "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": labels}]},
+            "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {f"rbac.kyverno.io/aggregate-to-{component}": "true"}}, {"matchLabels": labels}]},
         },
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": f"{name}:core", "labels": labels}, "rules": core_rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": f"{name}:additional", "labels": labels}, "rules": extra_rules},
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
@@ -193,6 +180,86 @@ def _kyverno_admission_rbac() -> list[dict[str, Any]]:
             "subjects": subject,
         },
     ]
+    if view:
+        manifests.append(
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": f"{name}:view"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+                "subjects": subject,
+            }
+        )
+    return manifests
+
+
+_EVERYTHING = ["create", "delete", "get", "list", "patch", "update", "watch", "deletecollection"]
+_READ = ["get", "list", "watch"]
+
+
+def _kyverno_admission_rbac() -> list[dict[str, Any]]:
+    """Kyverno's admission controller account: manage webhooks, policies, reports and events, create
+    SubjectAccessReviews, read ConfigMaps and Namespaces, the ``view`` role, and Secrets (the CI values)."""
+    core_rules = [
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get"]},
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": [
+                "mutatingwebhookconfigurations", "validatingwebhookconfigurations", "validatingadmissionpolicies",
+                "validatingadmissionpolicybindings", "mutatingadmissionpolicies", "mutatingadmissionpolicybindings",
+            ],
+            "verbs": _EVERYTHING,
+        },
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "clusterroles", "rolebindings", "clusterrolebindings"], "verbs": _READ},
+        {
+            "apiGroups": ["kyverno.io"],
+            "resources": [
+                "policies", "policies/status", "clusterpolicies", "clusterpolicies/status", "updaterequests", "updaterequests/status",
+                "globalcontextentries", "globalcontextentries/status",
+            ],
+            "verbs": _EVERYTHING,
+        },
+        {"apiGroups": ["kyverno.io", "policies.kyverno.io"], "resources": ["policyexceptions"], "verbs": ["create", "get", "list", "patch", "update", "watch"]},
+        {
+            "apiGroups": ["policies.kyverno.io"],
+            "resources": [
+                f"{prefix}{kind}policies{status}"
+                for prefix in ("", "namespaced")
+                for kind in ("validating", "imagevalidating", "generating", "mutating")
+                for status in ("", "/status")
+            ],
+            "verbs": _EVERYTHING,
+        },
+        {"apiGroups": ["reports.kyverno.io"], "resources": ["ephemeralreports", "clusterephemeralreports"], "verbs": _EVERYTHING},
+        {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "policyreports/status", "clusterpolicyreports", "clusterpolicyreports/status"], "verbs": _EVERYTHING},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "update", "patch"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["configmaps", "namespaces"], "verbs": _READ},
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create", "update", "patch", "get", "list", "watch"]},
+    ]
+    extra_rules = [{"apiGroups": ["*"], "resources": ["secrets"], "verbs": ["create", "update", "patch", "delete", "get", "list"]}]
+    return _kyverno_rbac("admission-controller", KYVERNO_ADMISSION_USER, core_rules, extra_rules, view=True)
+
+
+def _kyverno_cleanup_rbac() -> list[dict[str, Any]]:
+    """Kyverno's cleanup controller account: read its policies, Namespaces and ConfigMaps, write their status and
+    events; it may list and delete Pods (the CI values) and whatever a test's ClusterRoles grant, nothing else."""
+    core_rules = [
+        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get"]},
+        {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations"], "verbs": ["create", "delete", "get", "list", "update", "watch"]},
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": _READ},
+        {"apiGroups": ["kyverno.io"], "resources": ["clustercleanuppolicies", "cleanuppolicies"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["policies.kyverno.io"], "resources": ["deletingpolicies", "namespaceddeletingpolicies"], "verbs": _READ},
+        {"apiGroups": ["policies.kyverno.io"], "resources": ["deletingpolicies/status", "namespaceddeletingpolicies/status"], "verbs": ["update"]},
+        {"apiGroups": ["policies.kyverno.io"], "resources": ["policyexceptions"], "verbs": ["get", "list", "patch", "update", "watch"]},
+        {"apiGroups": ["kyverno.io"], "resources": ["globalcontextentries", "globalcontextentries/status"], "verbs": _EVERYTHING},
+        {"apiGroups": ["kyverno.io"], "resources": ["clustercleanuppolicies/status", "cleanuppolicies/status"], "verbs": ["update"]},
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": _READ},
+        {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+    ]
+    extra_rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete"]}]
+    return _kyverno_rbac("cleanup-controller", KYVERNO_CLEANUP_USER, core_rules, extra_rules, view=False)
 
 
 @dataclass
@@ -319,6 +386,7 @@ class E2ECluster:
                 "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": STOCKADE_USER}],
             },
             *_kyverno_admission_rbac(),
+            *_kyverno_cleanup_rbac(),
             *(_fake_node(name) for name in FAKE_NODES),
         ]
         self._kubectl(kubectl, "apply", "--server-side", "-f", str(REPO_ROOT / "deploy" / "crds"))
@@ -381,6 +449,10 @@ class E2ECluster:
                     "--validating-admission-policy-reports",
                     # ... and keeps its certificates in Kyverno's Secrets (tls-certificates reads them)
                     "--kyverno-tls-secrets",
+                    # global context data is loaded with the RBAC of Kyverno's admission controller account, and
+                    # DeletingPolicies/CleanupPolicies delete with that of its cleanup controller account
+                    f"--admission-service-account={KYVERNO_ADMISSION_USER}",
+                    f"--cleanup-service-account={KYVERNO_CLEANUP_USER}",
                     f"--cert-dir={self.state_dir / 'stockade-certs'}",
                     *os.environ.get("STOCKADE_E2E_SERVE_ARGS", "").split(),
                     *extra_args,

@@ -1,0 +1,65 @@
+"""Kyverno's admission controller writes a Ready condition on apiCall GlobalContextEntries after each load (every
+refreshInterval); kubernetesResource entries get none."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+from stockade.controllers.clusterdata import ClusterData
+from stockade.controllers.globalcontextstatus import GlobalContextStatusController, ready_status, refresh_seconds
+from stockade.controllers.webhookconfig import ApiResource
+from tests.unit.controllers.test_controllers_clusterdata import FakeApiClient, _Response
+
+GCE = "/apis/kyverno.io/v2beta1/globalcontextentries"
+RESOURCES = [ApiResource("kyverno.io", "v2beta1", "globalcontextentries", "GlobalContextEntry", namespaced=False)]
+
+
+class PatchingClient(FakeApiClient):
+    def __init__(self, objects: dict[str, Any]) -> None:
+        super().__init__(objects)
+        self.patches: dict[str, Any] = {}
+
+    def call_api(self, method: str, url: str, header_params: Any = None, body: Any = None, _request_timeout: Any = None) -> _Response:
+        if method == "PATCH":
+            self.patches[url] = json.loads(body) if isinstance(body, (str, bytes)) else body
+            return _Response(200, {})
+        return super().call_api(method, url, header_params, body, _request_timeout)
+
+
+def entry(name: str, spec: dict[str, Any], generation: int = 1) -> dict[str, Any]:
+    return {"metadata": {"name": name, "uid": f"uid-{name}", "generation": generation}, "spec": spec}
+
+
+def test_api_call_entries_get_a_ready_condition_and_resource_entries_none() -> None:
+    items = [
+        entry("ok", {"apiCall": {"urlPath": "/api/v1/namespaces", "refreshInterval": "1h"}}),
+        entry("failing", {"apiCall": {"urlPath": "/apis/apps/v1/namespaces/default/unknown"}}),
+        entry("resources", {"kubernetesResource": {"group": "apps", "version": "v1", "resource": "deployments"}}),
+    ]
+    client = PatchingClient({GCE: {"items": items}, "/api/v1/namespaces": {"items": []}})
+    now = [100.0]
+    clock = lambda: dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)  # noqa: E731
+    controller = GlobalContextStatusController(client, cluster_data=ClusterData(client, ttl_seconds=0.0, resources=RESOURCES), clock=clock, monotonic=lambda: now[0])
+    assert controller.scan() == ["ok", "failing"]
+    ok = client.patches[f"{GCE}/ok/status"]["status"]
+    assert ok["conditions"] == [{"type": "Ready", "status": "True", "reason": "Succeeded", "message": "Ready", "lastTransitionTime": "2026-01-02T03:04:05Z"}]
+    assert ok["lastRefreshTime"] == "2026-01-02T03:04:05Z"
+    failing = client.patches[f"{GCE}/failing/status"]["status"]
+    assert failing["conditions"][0]["status"] == "False" and failing["conditions"][0]["reason"] == "Failed"
+    assert "/apis/apps/v1/namespaces/default/unknown" in failing["conditions"][0]["message"] and "lastRefreshTime" not in failing
+    # loaded again only once its refreshInterval (1h; the default 10m for the other) has passed
+    now[0] += 601
+    assert controller.scan() == ["failing"]
+    now[0] += 3000
+    assert controller.scan() == ["ok", "failing"]
+
+
+def test_ready_status_keeps_the_transition_time_while_unchanged() -> None:
+    first = ready_status(None, True, "Ready", dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
+    again = ready_status(first, True, "Ready", dt.datetime(2026, 1, 2, tzinfo=dt.timezone.utc))
+    assert again["conditions"][0]["lastTransitionTime"] == "2026-01-01T00:00:00Z" and again["lastRefreshTime"] == "2026-01-02T00:00:00Z"
+    failed = ready_status(again, False, "boom", dt.datetime(2026, 1, 3, tzinfo=dt.timezone.utc))
+    assert failed["conditions"][0]["lastTransitionTime"] == "2026-01-03T00:00:00Z"
+    assert refresh_seconds({"refreshInterval": "1h"}) == 3600 and refresh_seconds({}) == 600 and refresh_seconds({"refreshInterval": "x"}) == 600
