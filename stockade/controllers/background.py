@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.controllers.clusterdata import ApiError, ClusterData, describe_object
+from stockade.controllers.downstreamwatch import DownstreamWatcher
 from stockade.controllers.reports import PROCESS_BACKGROUND, report_policy_name
 import stockade.celpolicy  # noqa: F401  (registers the engine's validate.cel handler)
 from stockade.engine.engine import Engine, Request
@@ -198,6 +199,8 @@ class BackgroundScanner:
         self._seen_documents: tuple[bytes, ...] | None = None
         # policies as last seen by changed_policies() (report name -> spec); None until its first call
         self._known_policies: dict[str, Any] | None = None
+        # watches of the kinds background-only policies match (no webhook reports their changes); started by a scan
+        self._watcher: DownstreamWatcher | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -220,6 +223,8 @@ class BackgroundScanner:
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
+        if self._watcher is not None:
+            self._watcher.stop()
         self._wake.set()
         self._policies_changed.set()
         for thread in (self._thread, self._changes_thread):
@@ -249,6 +254,26 @@ class BackgroundScanner:
             self._changed[(api_version, kind, namespace, name)] = None
         self._wake.set()
         return True
+
+    def watch_unadmitted(self, resources: list[tuple[str, str]]) -> None:
+        """Watch these (apiVersion, kind): the kinds a background-only policy matches.  Kyverno's reports controller
+        watches every kind background policies match and rescans an object when it changes; for kinds some policy's
+        webhook sees, admitted requests already queue that rescan (``notify``), but a policy with admission disabled
+        has no webhook, so a new or changed object would wait for the periodic scan."""
+        if not resources or self._stop.is_set() or self._thread is None:
+            return
+        if self._watcher is None:
+            self._watcher = DownstreamWatcher(self.cluster, self._on_watched, event_types=("ADDED", "MODIFIED"))
+        for api_version, kind in resources:
+            self._watcher.ensure(api_version, kind)
+
+    def _on_watched(self, _event_type: str, obj: dict[str, Any]) -> None:
+        metadata = obj.get("metadata")
+        if not isinstance(metadata, dict):
+            return
+        name = str(metadata.get("name") or "")
+        if name and obj.get("apiVersion") and obj.get("kind"):
+            self.notify(str(obj["apiVersion"]), str(obj["kind"]), str(metadata.get("namespace") or ""), name)
 
     def _run_changes(self) -> None:
         while not self._stop.is_set():
@@ -416,9 +441,12 @@ class BackgroundScanner:
         from stockade.controllers.webhookconfig import cel_resource_rules, rule_kinds
 
         by_resource: dict[tuple[str, str, str], tuple[Any, list[KyvernoPolicy], list[Any], set[str]]] = {}
+        unadmitted: dict[tuple[str, str], None] = {}
 
         def add(resource: Any, namespace: str, policy: Any, cel: bool) -> None:
             key = (resource.group, resource.version, resource.resource)
+            if not getattr(policy, "admission", True) and "/" not in resource.resource:
+                unadmitted[(f"{resource.group}/{resource.version}" if resource.group else resource.version, resource.kind)] = None
             entry = by_resource.setdefault(key, (resource, [], [], set()))
             bucket = entry[2] if cel else entry[1]
             if all(p is not policy for p in bucket):
@@ -458,6 +486,7 @@ class BackgroundScanner:
                 except ApiError as exc:
                     summary.errors.append(f"listing {resource.resource}: {exc}")
             targets.append((objects, kyverno_policies, cel_for_kind))
+        self.watch_unadmitted(list(unadmitted))
         return targets
 
     def _evaluate(

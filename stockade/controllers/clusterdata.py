@@ -97,6 +97,7 @@ class ClusterData:
         self._cache: dict[str, tuple[float, Any]] = {}
         self._lock = threading.Lock()
         self._resources: list[ApiResource] | None = list(resources) if resources is not None else None
+        self._subresources: list[ApiResource] = []  # from the same discovery as _resources
         self._discovered_at = time.monotonic() if resources is not None else 0.0
         self._pinned_resources = resources is not None
 
@@ -166,13 +167,20 @@ class ClusterData:
         stale = self._resources is None or now - self._discovered_at >= self.discovery_ttl
         if not self._pinned_resources and (stale or refresh):
             try:
-                self._resources = discover_resources(self.api_client)
+                subresources: list[ApiResource] = []
+                self._resources = discover_resources(self.api_client, subresources)
+                self._subresources = subresources
                 self._discovered_at = now
             except Exception as exc:
                 if self._resources is None:
                     raise ApiError("GET", "/apis", 0, f"discovery failed: {exc}") from None
                 log.warning("discovery refresh failed, keeping the previous list: %s", exc)
         return list(self._resources or [])
+
+    def api_subresources(self, refresh: bool = False) -> list[ApiResource]:
+        """Served subresources (``resource`` is ``parent/subresource``) from the same discovery as ``api_resources``."""
+        self.api_resources(refresh=refresh)
+        return list(self._subresources)
 
     def resolve_kind(self, api_version: str, kind: str) -> ApiResource | None:
         """The served resource for a kind (the preferred version when ``api_version`` is empty or ``*``, as a

@@ -5,6 +5,7 @@ of a synchronized downstream object is reverted, and a change or deletion of a c
 the copies that name its uid.  The admission webhooks of GeneratingPolicies see only their triggers, so Stockade
 does the same: one list+watch per (apiVersion, kind), started the first time the generate controller writes such an
 object; every MODIFIED/DELETED event is handed to ``on_event`` (the controller queues it for its worker thread).
+The background scanner uses the same watches (ADDED/MODIFIED) for the kinds only background-only policies match.
 """
 
 from __future__ import annotations
@@ -43,9 +44,10 @@ def parse_watch_lines(buffer: bytes) -> tuple[list[dict[str, Any]], bytes]:
 class DownstreamWatcher:
     """One watch thread per resource type; ``ensure`` is cheap and idempotent."""
 
-    def __init__(self, cluster: ClusterData, on_event: EventHandler) -> None:
+    def __init__(self, cluster: ClusterData, on_event: EventHandler, event_types: tuple[str, ...] = ("MODIFIED", "DELETED")) -> None:
         self.cluster = cluster
         self.on_event = on_event
+        self.event_types = event_types  # the watch event types handed to ``on_event``
         self._threads: dict[tuple[str, str], threading.Thread] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -117,7 +119,7 @@ class DownstreamWatcher:
                             raise ApiError("GET", path, 410, "watch expired")
                         continue
                     resource_version = str((obj.get("metadata") or {}).get("resourceVersion") or resource_version)
-                    if event.get("type") in ("MODIFIED", "DELETED"):
+                    if event.get("type") in self.event_types:
                         try:
                             self.on_event(str(event["type"]), obj)
                         except Exception:
