@@ -137,6 +137,8 @@ class E2EControlPlane(ControlPlane):
         return [
             *([f"--egress-selector-config-file={egress}"] if self.egress_proxy_socket else []),
             *self.serving_args(),
+            # client certificates signed by the cluster CA authenticate (kind's users, and CSRs tests get approved)
+            f"--client-ca-file={self.ca_file}",
             "--authorization-mode=Node,RBAC",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--service-cluster-ip-range=10.96.0.0/16",
@@ -270,6 +272,9 @@ class E2ECluster:
                 "--cluster-name=kind",
                 f"--service-account-private-key-file={self.state_dir / 'sa.key'}",
                 f"--root-ca-file={plane.ca_file}",
+                # approved kubernetes.io/kube-apiserver-client CSRs are signed with the cluster CA, as in kind
+                f"--cluster-signing-cert-file={plane.ca_file}",
+                f"--cluster-signing-key-file={self.state_dir / 'ca.key'}",
                 "--use-service-account-credentials=false",
                 "--v=1",
             ],
