@@ -288,7 +288,8 @@ class ClusterData:
     def api_call(self, call: dict[str, Any], _ctx: Any = None) -> Any:
         """``apiCall`` context entries: ``urlPath`` goes to the API server, ``service`` to an in-cluster URL.
 
-        The entry's ``jmesPath`` and ``default`` are applied by the engine's context loader."""
+        The entry's ``jmesPath`` and ``default`` are applied by the engine's context loader.  Like Kyverno, every
+        evaluation reads the API server afresh (no TTL cache: a listing must include what was created a moment ago)."""
         method = str(call.get("method") or "GET").upper()
         if call.get("service"):
             return self._service_call(call, method)
@@ -299,7 +300,7 @@ class ClusterData:
         query = dict(urllib.parse.parse_qsl(raw_query)) if raw_query else None
         try:
             if method == "GET":
-                return self.get(path, query=query)
+                return self.get(path, query=query, cached=False)
             if method == "POST":
                 return self.request("POST", path, _call_body(call), query=query)
         except ApiError as exc:
