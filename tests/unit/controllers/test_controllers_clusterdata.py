@@ -27,7 +27,7 @@ class FakeApiClient:
         self.objects = objects
         self.calls: list[tuple[str, str]] = []
 
-    def param_serialize(self, method: str, path: str, query_params: Any = None, header_params: Any = None, body: Any = None, auth_settings: Any = None) -> tuple:
+    def param_serialize(self, method: str, path: str, query_params: Any = None, header_params: Any = None, body: Any = None, auth_settings: Any = None) -> tuple[Any, ...]:
         query = "&".join(f"{k}={v}" for k, v in query_params or [])
         return method, path + ("?" + query if query else ""), header_params, body, None
 
