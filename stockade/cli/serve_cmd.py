@@ -47,6 +47,7 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--background-scan-interval", default=3600.0, show_default=True, type=click.FloatRange(min=0), help="With --register-webhooks: seconds between background scans of existing resources into PolicyReports (0 disables).")
 @click.option("--generate/--no-generate", default=True, show_default=True, help="With --register-webhooks: apply generate rules in the cluster (create and synchronise downstream resources).")
 @click.option("--background-service-account", default="", help="With --register-webhooks: the background controller's user (Kyverno's --backgroundServiceAccountName, e.g. system:serviceaccount:kyverno:kyverno-background-controller): a generate rule must fit its RBAC permissions, checked by SubjectAccessReview when the policy is created or updated, and its requests are background requests that MutatingPolicies skip unless spec.evaluation.skipBackgroundRequests is false (default: none, no check).")
+@click.option("--reports-service-account", default="", help="With --register-webhooks: the reports controller's user (Kyverno's reports controller service account, e.g. system:serviceaccount:kyverno:kyverno-reports-controller): a CEL policy with background processing on is ready for reporting only when this account may get, list and watch what it matches (SubjectAccessReview), as Kyverno's RBACPermissionsGranted condition says (default: none, always granted).")
 @click.option("--events/--no-events", default=True, show_default=True, help="With --register-webhooks: record a Kubernetes Event for each denial.")
 @click.option("--force-failure-policy-ignore", is_flag=True, default=False, help="Treat every policy as failurePolicy Ignore (Kyverno's forceFailurePolicyIgnore install option): its webhooks are registered with Ignore and its evaluation errors admit.")
 @click.option("--event-components", type=click.Choice(["kyverno", "stockade"]), default="stockade", show_default=True, help="reportingComponent of Events: stockade = 'stockade' for all; kyverno = Kyverno's names (kyverno-admission, kyverno-generate, kyverno-mutate, kyverno-cleanup), a compatibility setting for tools and tests that select Kyverno's Events.")
@@ -484,7 +485,13 @@ def _start_cluster_source(api_client: Any, options: dict[str, Any]) -> Any:
     """
     from stockade.controllers.policywatch import ClusterPolicySource
 
-    source = ClusterPolicySource(api_client, write_status=True)
+    reporting_permissions = None
+    if options.get("reports_service_account"):
+        from stockade.controllers.clusterdata import ClusterData
+        from stockade.controllers.reportingrbac import ReportingPermissions
+
+        reporting_permissions = ReportingPermissions(ClusterData(api_client, ttl_seconds=0.0).request, str(options["reports_service_account"])).missing
+    source = ClusterPolicySource(api_client, write_status=True, reporting_permissions=reporting_permissions)
     source.start()
     if not source.wait_synced(timeout=60):
         source.stop()

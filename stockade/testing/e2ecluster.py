@@ -59,6 +59,8 @@ FAKE_NODES = ("kind-control-plane", "kind-worker")
 EXTRA_CRDS = REPO_ROOT / "hack" / "e2e" / "extra-crds.yaml"
 BACKGROUND_RBAC = REPO_ROOT / "hack" / "e2e" / "background-controller-rbac.yaml"
 BACKGROUND_USER = "system:serviceaccount:kyverno:kyverno-background-controller"
+REPORTS_RBAC = REPO_ROOT / "hack" / "e2e" / "reports-controller-rbac.yaml"
+REPORTS_USER = "system:serviceaccount:kyverno:kyverno-reports-controller"
 
 # Kyverno's dynamic configuration as its Helm chart installs it by default (the `standard` values do not change
 # it): resource filters keep system traffic away from the engine, success events are off.
@@ -329,6 +331,7 @@ class E2ECluster:
         self._kubectl(kubectl, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         self._kubectl(kubectl, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(manifests))
         self._kubectl(kubectl, "apply", "--server-side", "-f", str(BACKGROUND_RBAC))
+        self._kubectl(kubectl, "apply", "--server-side", "-f", str(REPORTS_RBAC))
 
     def _start_stockade(self, plane: E2EControlPlane) -> None:
         plane.processes.append(self._launch_stockade(self.stockade_port, ()))
@@ -367,6 +370,9 @@ class E2ECluster:
                     # generate/mutate targets must fit the RBAC of Kyverno's background controller account
                     # (BACKGROUND_RBAC), and its requests are "background requests" (skipBackgroundRequests)
                     f"--background-service-account={BACKGROUND_USER}",
+                    # CEL policies' RBACPermissionsGranted: may Kyverno's reports controller account (REPORTS_RBAC)
+                    # get/list/watch what they match
+                    f"--reports-service-account={REPORTS_USER}",
                     f"--cert-dir={self.state_dir / 'stockade-certs'}",
                     *os.environ.get("STOCKADE_E2E_SERVE_ARGS", "").split(),
                     *extra_args,
