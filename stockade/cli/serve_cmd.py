@@ -49,6 +49,7 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--background-service-account", default="", help="With --register-webhooks: the background controller's user (Kyverno's --backgroundServiceAccountName, e.g. system:serviceaccount:kyverno:kyverno-background-controller): a generate rule must fit its RBAC permissions, checked by SubjectAccessReview when the policy is created or updated, and its requests are background requests that MutatingPolicies skip unless spec.evaluation.skipBackgroundRequests is false (default: none, no check).")
 @click.option("--admission-service-account", default="", help="With --register-webhooks: the admission controller's user (e.g. system:serviceaccount:kyverno:kyverno-admission-controller): GlobalContextEntry data for admission is loaded as this user (impersonated), so its RBAC applies as it does to Kyverno's admission controller; an API call it may not make fails with \"permission denied\" (default: our own rights).")
 @click.option("--cleanup-service-account", default="", help="With --register-webhooks: the cleanup controller's user (e.g. system:serviceaccount:kyverno:kyverno-cleanup-controller): DeletingPolicies and CleanupPolicies list and delete their targets as this user (impersonated), so objects its RBAC does not cover stay, as with Kyverno's cleanup controller (default: our own rights).")
+@click.option("--reports-service-account", default="", help="With --register-webhooks: the reports controller's user (Kyverno's reports controller service account, e.g. system:serviceaccount:kyverno:kyverno-reports-controller): a CEL policy with background processing on is ready for reporting only when this account may get, list and watch what it matches (SubjectAccessReview), as Kyverno's RBACPermissionsGranted condition says (default: none, always granted).")
 @click.option("--events/--no-events", default=True, show_default=True, help="With --register-webhooks: record a Kubernetes Event for each denial.")
 @click.option("--force-failure-policy-ignore", is_flag=True, default=False, help="Treat every policy as failurePolicy Ignore (Kyverno's forceFailurePolicyIgnore install option): its webhooks are registered with Ignore and its evaluation errors admit.")
 @click.option("--event-components", type=click.Choice(["kyverno", "stockade"]), default="stockade", show_default=True, help="reportingComponent of Events: stockade = 'stockade' for all; kyverno = Kyverno's names (kyverno-admission, kyverno-generate, kyverno-mutate, kyverno-cleanup), a compatibility setting for tools and tests that select Kyverno's Events.")
@@ -523,7 +524,14 @@ def _start_cluster_source(api_client: Any, options: dict[str, Any]) -> Any:
     """
     from stockade.controllers.policywatch import ADMISSION_POLICY_WATCHES, WATCHED_KINDS, ClusterPolicySource
 
-    source = ClusterPolicySource(api_client, kinds=WATCHED_KINDS + tuple(w for kind in _reported_admission_kinds(options) for w in ADMISSION_POLICY_WATCHES[kind]), write_status=True)
+    reporting_permissions = None
+    if options.get("reports_service_account"):
+        from stockade.controllers.clusterdata import ClusterData
+        from stockade.controllers.reportingrbac import ReportingPermissions
+
+        reporting_permissions = ReportingPermissions(ClusterData(api_client, ttl_seconds=0.0).request, str(options["reports_service_account"])).missing
+    kinds = WATCHED_KINDS + tuple(w for kind in _reported_admission_kinds(options) for w in ADMISSION_POLICY_WATCHES[kind])
+    source = ClusterPolicySource(api_client, kinds=kinds, write_status=True, reporting_permissions=reporting_permissions)
     source.start()
     if not source.wait_synced(timeout=60):
         source.stop()

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.controllers.clusterdata import ApiError, ClusterData, describe_object
+from stockade.controllers.downstreamwatch import DownstreamWatcher
 from stockade.controllers.reports import PROCESS_BACKGROUND, report_policy_name
 import stockade.celpolicy  # noqa: F401  (registers the engine's validate.cel handler)
 from stockade.celpolicy.model import CelPolicy
@@ -239,9 +240,6 @@ class BackgroundScanner:
         # ValidatingAdmissionPolicy / MutatingAdmissionPolicy kinds reported on (Kyverno's reports controller flags)
         self.admission_policy_kinds = frozenset(admission_policy_kinds)
         self._admission_evaluator: Any = None
-        # Kubernetes' admission policies have no webhook of ours to tell us when a resource they select changes:
-        # those kinds are watched (Kyverno's reports controller keeps an informer per kind policies select)
-        self._kind_watch: Any = None
         self.events = events  # an EventRecorder: Kyverno's scan reports violations as Events too
         self.store = store
         self.reports = report_writer
@@ -263,6 +261,8 @@ class BackgroundScanner:
         # existing resources when policies or exceptions change (not only on its periodic schedule)
         self._policies_changed = threading.Event()
         self._seen_documents: tuple[bytes, ...] | None = None
+        # watches of the kinds background-only policies match (no webhook reports their changes); started by a scan
+        self._watcher: DownstreamWatcher | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -284,9 +284,9 @@ class BackgroundScanner:
                 self._policies_changed.set()
 
     def stop(self, timeout: float = 10.0) -> None:
-        if self._kind_watch is not None:
-            self._kind_watch.stop()
         self._stop.set()
+        if self._watcher is not None:
+            self._watcher.stop()
         self._wake.set()
         self._policies_changed.set()
         for thread in (self._thread, self._changes_thread):
@@ -302,6 +302,26 @@ class BackgroundScanner:
             self._changed[(api_version, kind, namespace, name)] = None
         self._wake.set()
         return True
+
+    def watch_unadmitted(self, resources: list[tuple[str, str]]) -> None:
+        """Watch these (apiVersion, kind): the kinds a background-only policy matches.  Kyverno's reports controller
+        watches every kind background policies match and rescans an object when it changes; for kinds some policy's
+        webhook sees, admitted requests already queue that rescan (``notify``), but a policy with admission disabled
+        has no webhook, so a new or changed object would wait for the periodic scan."""
+        if not resources or self._stop.is_set() or self._thread is None:
+            return
+        if self._watcher is None:
+            self._watcher = DownstreamWatcher(self.cluster, self._on_watched, event_types=("ADDED", "MODIFIED"))
+        for api_version, kind in resources:
+            self._watcher.ensure(api_version, kind)
+
+    def _on_watched(self, _event_type: str, obj: dict[str, Any]) -> None:
+        metadata = obj.get("metadata")
+        if not isinstance(metadata, dict):
+            return
+        name = str(metadata.get("name") or "")
+        if name and obj.get("apiVersion") and obj.get("kind"):
+            self.notify(str(obj["apiVersion"]), str(obj["kind"]), str(metadata.get("namespace") or ""), name)
 
     def _run_changes(self) -> None:
         while not self._stop.is_set():
@@ -441,22 +461,6 @@ class BackgroundScanner:
         )
         return summary
 
-    def _watch_kind(self, resource: Any) -> None:
-        """Rescan objects of this kind when they are created or changed (started once per kind, while scanning)."""
-        if self._stop.is_set() or getattr(self.cluster, "api_client", None) is None:
-            return  # nothing to watch without an API server
-        if self._kind_watch is None:
-            from stockade.controllers.downstreamwatch import DownstreamWatcher
-
-            def changed(_event: str, obj: dict[str, Any]) -> None:
-                metadata = obj.get("metadata") or {}
-                # watch events carry apiVersion and kind, as a list's items do not
-                self.notify(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
-
-            self._kind_watch = DownstreamWatcher(self.cluster, changed, event_types=("ADDED", "MODIFIED"))
-        api_version = f"{resource.group}/{resource.version}" if resource.group else resource.version
-        self._kind_watch.ensure(api_version, resource.kind)
-
     def _admission_policy_evaluator(self) -> Any:
         """Kubernetes' admission policies need no Kyverno library: one plain evaluator keeps their compiled programs."""
         if self._admission_evaluator is None:
@@ -470,9 +474,15 @@ class BackgroundScanner:
         from stockade.controllers.webhookconfig import cel_resource_rules, rule_kinds
 
         by_resource: dict[tuple[str, str, str], tuple[Any, list[KyvernoPolicy], list[Any], set[str]]] = {}
+        unadmitted: dict[tuple[str, str], None] = {}
 
         def add(resource: Any, namespace: str, policy: Any, cel: bool) -> None:
             key = (resource.group, resource.version, resource.resource)
+            # no webhook of ours sees these policies' resources change: background-only policies, and Kubernetes'
+            # admission policies (the API server enforces them)
+            unseen = isinstance(policy, ReportedAdmissionPolicy) or not getattr(policy, "admission", True)
+            if unseen and "/" not in resource.resource:
+                unadmitted[(f"{resource.group}/{resource.version}" if resource.group else resource.version, resource.kind)] = None
             entry = by_resource.setdefault(key, (resource, [], [], set()))
             bucket = entry[2] if cel else entry[1]
             if all(p is not policy for p in bucket):
@@ -499,8 +509,6 @@ class BackgroundScanner:
                 for resource in self.cluster.api_resources():
                     if (group in ("*", resource.group)) and (version in ("*", resource.version)) and resource.resource == plural:
                         add(resource, str(getattr(policy, "namespace", "") or ""), policy, True)
-                        if isinstance(policy, ReportedAdmissionPolicy):
-                            self._watch_kind(resource)
                         break
 
         targets = []
@@ -514,6 +522,7 @@ class BackgroundScanner:
                 except ApiError as exc:
                     summary.errors.append(f"listing {resource.resource}: {exc}")
             targets.append((objects, kyverno_policies, cel_for_kind))
+        self.watch_unadmitted(list(unadmitted))
         return targets
 
     def _evaluate(

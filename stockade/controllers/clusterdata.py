@@ -102,6 +102,7 @@ class ClusterData:
         self._cache: dict[str, tuple[float, Any]] = {}
         self._lock = threading.Lock()
         self._resources: list[ApiResource] | None = list(resources) if resources is not None else None
+        self._subresources: list[ApiResource] = []  # from the same discovery as _resources
         self._discovered_at = time.monotonic() if resources is not None else 0.0
         self._pinned_resources = resources is not None
         self.global_context: ClusterGlobalContext | None = None  # globalReference entries; set to share one
@@ -174,13 +175,20 @@ class ClusterData:
         stale = self._resources is None or now - self._discovered_at >= self.discovery_ttl
         if not self._pinned_resources and (stale or refresh):
             try:
-                self._resources = discover_resources(self.api_client)
+                subresources: list[ApiResource] = []
+                self._resources = discover_resources(self.api_client, subresources)
+                self._subresources = subresources
                 self._discovered_at = now
             except Exception as exc:
                 if self._resources is None:
                     raise ApiError("GET", "/apis", 0, f"discovery failed: {exc}") from None
                 log.warning("discovery refresh failed, keeping the previous list: %s", exc)
         return list(self._resources or [])
+
+    def api_subresources(self, refresh: bool = False) -> list[ApiResource]:
+        """Served subresources (``resource`` is ``parent/subresource``) from the same discovery as ``api_resources``."""
+        self.api_resources(refresh=refresh)
+        return list(self._subresources)
 
     def resolve_kind(self, api_version: str, kind: str) -> ApiResource | None:
         """The served resource for a kind (the preferred version when ``api_version`` is empty or ``*``, as a
@@ -288,7 +296,8 @@ class ClusterData:
     def api_call(self, call: dict[str, Any], _ctx: Any = None) -> Any:
         """``apiCall`` context entries: ``urlPath`` goes to the API server, ``service`` to an in-cluster URL.
 
-        The entry's ``jmesPath`` and ``default`` are applied by the engine's context loader."""
+        The entry's ``jmesPath`` and ``default`` are applied by the engine's context loader.  Like Kyverno, every
+        evaluation reads the API server afresh (no TTL cache: a listing must include what was created a moment ago)."""
         method = str(call.get("method") or "GET").upper()
         if call.get("service"):
             return self._service_call(call, method)
@@ -299,7 +308,7 @@ class ClusterData:
         query = dict(urllib.parse.parse_qsl(raw_query)) if raw_query else None
         try:
             if method == "GET":
-                return self.get(path, query=query)
+                return self.get(path, query=query, cached=False)
             if method == "POST":
                 return self.request("POST", path, _call_body(call), query=query)
         except ApiError as exc:

@@ -5,7 +5,8 @@ of a synchronized downstream object is reverted, and a change or deletion of a c
 the copies that name its uid.  The admission webhooks of GeneratingPolicies see only their triggers, so Stockade
 does the same: one list+watch per (apiVersion, kind), started the first time the generate controller writes such an
 object; every MODIFIED/DELETED event is handed to ``on_event`` (the controller queues it for its worker thread).
-The background scanner uses the same watches for the kinds reported-on admission policies select (ADDED/MODIFIED).
+The background scanner uses the same watches (ADDED/MODIFIED) for the kinds that no webhook of ours sees change:
+those of background-only policies and of reported-on Kubernetes admission policies.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 * Target scope of generate rules against discovery (``stockade.lint.generate.scope_problems``): when a check fails,
   discovery is refreshed once and the check repeated, so a CRD installed a moment ago is known.
+* Kinds in match/exclude against discovery (``kind_problems``): each must name a served resource or subresource, and
+  a validate rule of a policy with background processing on may not name a subresource (a scan lists objects, never
+  subresources); discovery is refreshed once before a kind is called unknown.
 * Permissions: Kyverno's background controller writes downstream objects under its own service account, and Kyverno
   refuses a generate rule that account may not carry out (get/create, plus update/delete when synchronized).  With
   ``background_user`` set (``serve --background-service-account``) the same SubjectAccessReviews are made for that
@@ -15,6 +18,9 @@ import logging
 from typing import Any
 
 from stockade.controllers.clusterdata import ApiError, ClusterData
+from stockade.controllers.webhookconfig import ApiResource
+from stockade.engine.match import parse_kind_selector
+from stockade.engine.wildcard import match as wildcard_match
 from stockade.lint import generate as generate_checks
 
 log = logging.getLogger("stockade.policychecks")
@@ -33,6 +39,95 @@ def _has_generate(document: dict[str, Any]) -> bool:
     return isinstance(rules, list) and any(isinstance(rule, dict) and isinstance(rule.get("generate"), dict) for rule in rules)
 
 
+def _kind_lists(rule: dict[str, Any]) -> list[tuple[str, list[Any]]]:
+    """(path, kinds) of every kinds list in a rule's match and exclude blocks, in Kyverno's order."""
+    found: list[tuple[str, list[Any]]] = []
+    for block_name in ("match", "exclude"):
+        block = rule.get(block_name)
+        if not isinstance(block, dict):
+            continue
+        for key in ("any", "all"):
+            entries = block.get(key)
+            for index, entry in enumerate(entries if isinstance(entries, list) else []):
+                resources = entry.get("resources") if isinstance(entry, dict) else None
+                kinds = resources.get("kinds") if isinstance(resources, dict) else None
+                if isinstance(kinds, list):
+                    found.append((f"{block_name}.{key}[{index}].kinds", kinds))
+        resources = block.get("resources")
+        kinds = resources.get("kinds") if isinstance(resources, dict) else None
+        if isinstance(kinds, list):
+            found.append((f"{block_name}.kinds", kinds))
+    return found
+
+
+def served_for_selector(selector: str, resources: list[ApiResource], subresources: list[ApiResource]) -> tuple[list[ApiResource], list[ApiResource]]:
+    """What a ``kinds`` entry names among the served resources, as Kyverno's discovery resolves it: the top-level
+    resources whose group/version/kind match, then (with a subresource part) their subresources; ``*/*`` names both."""
+    group, version, kind, subresource = parse_kind_selector(selector)
+    top = [r for r in resources if wildcard_match(group, r.group) and wildcard_match(version, r.version) and wildcard_match(kind, r.kind)]
+    if not subresource:
+        return top, []
+    parents = {r.resource for r in top}
+    subs = [s for s in subresources if any(wildcard_match(f"{parent}/{subresource}", s.resource) for parent in parents)]
+    if kind == "*" and subresource == "*":
+        return top, subs
+    return [], subs
+
+
+def kind_problems(document: dict[str, Any], resources: list[ApiResource], subresources: list[ApiResource]) -> list[str]:
+    """Kyverno's checks of the kinds a ClusterPolicy/Policy matches or excludes (its policy webhook, with API
+    discovery): a kind no served resource or subresource answers to is refused, and so is a subresource in a validate
+    rule of a policy with background processing on (``spec.background``, default true).  ``*`` alone is left to the
+    wildcard checks."""
+    spec = document.get("spec") if isinstance(document.get("spec"), dict) else {}
+    assert isinstance(spec, dict)
+    background = spec.get("background", True) is not False
+    rules = spec.get("rules")
+    for index, rule in enumerate(rules if isinstance(rules, list) else []):
+        if not isinstance(rule, dict):
+            continue
+        validates = isinstance(rule.get("validate"), dict)
+        for path, kinds in _kind_lists(rule):
+            if "*" in kinds:
+                continue
+            for kind in kinds:
+                if not isinstance(kind, str) or not kind:
+                    continue
+                top, subs = served_for_selector(kind, resources, subresources)
+                where = f"path: spec.rules[{index}].{path}: the kind defined in the all match resource is invalid"
+                if not top and not subs:
+                    return [f"{where}: unable to convert GVK to GVR for kinds {kind}, err: resource not found"]
+                if validates and background and subs:
+                    return [f"{where}: background scan enabled with subresource {kind}"]
+    return []
+
+
+def mutate_target_checks(document: dict[str, Any]) -> list[generate_checks.PermissionCheck]:
+    """get/update on every mutate-existing target kind, for the background user (targets whose kind is a variable
+    are resolved only when a trigger arrives, so Kyverno skips them)."""
+    checks: list[generate_checks.PermissionCheck] = []
+    spec = document.get("spec") if isinstance(document.get("spec"), dict) else {}
+    assert isinstance(spec, dict)
+    rules = spec.get("rules")
+    for index, rule in enumerate(rules if isinstance(rules, list) else []):
+        mutate = rule.get("mutate") if isinstance(rule, dict) else None
+        targets = mutate.get("targets") if isinstance(mutate, dict) else None
+        for target in targets if isinstance(targets, list) else []:
+            if not isinstance(target, dict):
+                continue
+            kind_selector = str(target.get("kind") or "")
+            if not kind_selector or "{{" in kind_selector:
+                continue
+            _, _, kind, subresource = parse_kind_selector(kind_selector)
+            checks.append(
+                generate_checks.PermissionCheck(
+                    f"spec.rules[{index}].mutate.targets", "background", ("get", "update"), str(target.get("apiVersion") or ""), kind,
+                    str(target.get("namespace") or ""), subresource,
+                )
+            )
+    return checks
+
+
 class ClusterPolicyChecks:
     """``check(policy, old_policy) -> (errors, warnings)`` for the policy validation webhook."""
 
@@ -42,7 +137,18 @@ class ClusterPolicyChecks:
         self.admission_user = admission_user
 
     def check(self, document: dict[str, Any], old: dict[str, Any] | None = None) -> tuple[list[str], list[str]]:
-        if not _is_kyverno_policy(document) or not _has_generate(document):
+        if not _is_kyverno_policy(document):
+            return [], []
+        problems_with_kinds = self._kind_problems(document, refresh=False)
+        if problems_with_kinds:
+            problems_with_kinds = self._kind_problems(document, refresh=True)
+        if problems_with_kinds:
+            return problems_with_kinds, []
+        if self.background_user:
+            missing_for_targets = self._target_permission_problems(document)
+            if missing_for_targets:
+                return missing_for_targets, []
+        if not _has_generate(document):
             return [], []
         problems = self._scope_problems(document, refresh=False)
         if problems:
@@ -54,6 +160,17 @@ class ClusterPolicyChecks:
             if warning or error:
                 return [], []  # the static check reported it; Kyverno stops its checks here
         return self._permission_problems(document), []
+
+    def _kind_problems(self, document: dict[str, Any], *, refresh: bool) -> list[str]:
+        try:
+            resources = self.cluster.api_resources(refresh=refresh)
+            subresources = self.cluster.api_subresources()
+        except ApiError as exc:
+            log.warning("discovery failed, kinds not checked: %s", exc)
+            return []
+        if not resources:
+            return []  # no discovery: nothing to judge by
+        return kind_problems(document, resources, subresources)
 
     def _scope_problems(self, document: dict[str, Any], *, refresh: bool) -> list[tuple[str, str]]:
         resources = self.cluster.api_resources(refresh=refresh)
@@ -76,6 +193,25 @@ class ClusterPolicyChecks:
             missing = [verb for verb in check.verbs if not self._allowed(user, verb, resource, check)]
             if missing:
                 return [generate_checks.permission_message(user, check, missing)]
+        return []
+
+    def _target_permission_problems(self, document: dict[str, Any]) -> list[str]:
+        """Kyverno's check of mutate-existing targets: its background controller's account must be allowed to get
+        and update every target kind (in the target's namespace as written), or the policy is refused."""
+        for check in mutate_target_checks(document):
+            resource = self.cluster.resolve_kind(check.api_version, check.kind)
+            if resource is None:
+                resource = self.cluster.resolve_kind(check.api_version, check.kind) if self._refreshed() else None
+            if resource is None:
+                continue  # an unknown target kind is reported when a trigger arrives
+            missing = [verb for verb in check.verbs if not self._allowed(self.background_user, verb, resource, check)]
+            if missing:
+                target = f"{check.api_version}/{check.kind}" if check.api_version else check.kind
+                where = f" in namespace {check.namespace}" if check.namespace else ""
+                return [
+                    f"path: {check.path}.: auth check fails, additional privileges are required for the service account "
+                    f"'{self.background_user}': {self.background_user} requires permissions {','.join(missing)} for resource {target}{where}"
+                ]
         return []
 
     def _refreshed(self) -> bool:

@@ -135,8 +135,11 @@ class ClusterPolicySource:
         rediscover_interval: float = 60.0,
         max_backoff: float = 30.0,
         status_retry_interval: float = 10.0,
+        reporting_permissions: Callable[[dict[str, Any]], list[str]] | None = None,
     ) -> None:
         self.kinds = tuple(kinds)
+        # policy document -> the reports controller's missing permissions (serve --reports-service-account)
+        self.reporting_permissions = reporting_permissions
         # every installed kind keeps one watch connection open: a client of our own, with a pool that fits them
         self.api_client = _dedicated_client(api_client, len(self.kinds) + 4) if api_client is not None else None
         self.write_status = write_status
@@ -431,7 +434,11 @@ class ClusterPolicySource:
             if cached is None or _generation(cached[1]) != _generation(document.data):
                 continue  # deleted or changed since this snapshot: the next snapshot writes its status
             version, current = cached
-            patch = status_patch(watched, document.data, snapshot, identity, current.get("status"))
+            missing: list[str] = []
+            if self.reporting_permissions is not None and watched.status == STATUS_CEL and reporting_checked(document.data):
+                missing = self.reporting_permissions(document.data)
+                failures += bool(missing)  # asked again after the retry interval: permissions may be granted later
+            patch = status_patch(watched, document.data, snapshot, identity, current.get("status"), missing)
             if patch is None:
                 continue
             try:
@@ -578,7 +585,18 @@ def _set_condition(conditions: list[dict[str, Any]], kind: str, ok: bool, messag
     return [condition if c.get("type") == kind else c for c in conditions]
 
 
-def cel_conditions(data: dict[str, Any], served: bool, previous: Any, generation: Any) -> list[dict[str, Any]]:
+def reporting_checked(data: dict[str, Any]) -> bool:
+    """Whether Kyverno checks its reports controller's permissions for this policy: background processing on, and
+    not a GeneratingPolicy (reported as granted without a check)."""
+    from stockade.celpolicy.model import CelPolicy
+
+    policy = CelPolicy(data)
+    return policy.base_kind in _WEBHOOK_CONDITION_KINDS and policy.base_kind != "GeneratingPolicy" and policy.background
+
+
+def cel_conditions(
+    data: dict[str, Any], served: bool, previous: Any, generation: Any, missing_permissions: list[str] | None = None
+) -> list[dict[str, Any]]:
     """The ``conditionStatus.conditions`` Kyverno's policy status controller writes for a policies.kyverno.io policy.
 
     ``WebhookConfigured``: true once the admission webhook serves the policy (here: it loaded without error); left
@@ -609,12 +627,16 @@ def cel_conditions(data: dict[str, Any], served: bool, previous: Any, generation
     else:
         message = WEBHOOK_CONFIGURED_MESSAGE if served else WEBHOOK_NOT_CONFIGURED_MESSAGE
         conditions = _set_condition(conditions, WEBHOOK_CONFIGURED, served, message, generation)
+    if background and missing_permissions:
+        message = f"Policy is not ready for reporting, missing permissions: {'; '.join(missing_permissions)}."
+        return _set_condition(conditions, RBAC_PERMISSIONS_GRANTED, False, message, generation)
     reporting = REPORTING_READY_MESSAGE if background else REPORTING_NOT_NEEDED_MESSAGE
     return _set_condition(conditions, RBAC_PERMISSIONS_GRANTED, True, reporting, generation)
 
 
 def _cel_status_patch(
-    watched: WatchedKind, data: dict[str, Any], served: bool, message: str, generation: Any, current: dict[str, Any]
+    watched: WatchedKind, data: dict[str, Any], served: bool, message: str, generation: Any, current: dict[str, Any],
+    missing_permissions: list[str] | None = None,
 ) -> dict[str, Any] | None:
     """``status.conditionStatus`` as Kyverno writes it: the conditions, and ``ready`` true when all of them are true
     (and Stockade serves the policy); ``message`` carries Stockade's reason when it cannot serve the policy."""
@@ -624,7 +646,7 @@ def _cel_status_patch(
     if watched.kind.endswith("DeletingPolicy"):
         conditions = _ready_condition(previous.get("conditions"), served, "Succeeded" if served else "Failed", message, generation)
     else:
-        conditions = cel_conditions(data, served, previous.get("conditions"), generation)
+        conditions = cel_conditions(data, served, previous.get("conditions"), generation, missing_permissions)
     ready = served and all(c.get("status") == "True" for c in conditions)
     patch: dict[str, Any] = {"conditionStatus": {"ready": ready, "conditions": conditions}}
     if not served:
@@ -671,7 +693,8 @@ def _native_generation_requested(data: dict[str, Any]) -> bool:
 
 
 def status_patch(
-    watched: WatchedKind, data: dict[str, Any], snapshot: PolicySnapshot, identity: PolicyIdentity, current: Any
+    watched: WatchedKind, data: dict[str, Any], snapshot: PolicySnapshot, identity: PolicyIdentity, current: Any,
+    missing_permissions: list[str] | None = None,
 ) -> dict[str, Any] | None:
     """The merge patch for ``status`` that makes it say what this snapshot knows, or None when it already does."""
     current = current if isinstance(current, dict) else {}
@@ -693,7 +716,7 @@ def status_patch(
             return None
         return {"conditions": conditions, "rulecount": counts, "autogen": {"rules": autogen or None}}
     if watched.status == STATUS_CEL:
-        return _cel_status_patch(watched, data, ready, message, generation, current)
+        return _cel_status_patch(watched, data, ready, message, generation, current, missing_permissions)
     return None
 
 

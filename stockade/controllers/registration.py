@@ -48,13 +48,16 @@ def _get_json(api_client: Any, path: str, timeout: float = 10) -> dict[str, Any]
     return data if isinstance(data, dict) else {}
 
 
-def discover_resources(api_client: Any) -> list[ApiResource]:
-    """Every served (group, version, resource) with its kind, via /api and /apis discovery."""
+def discover_resources(api_client: Any, subresources: list[ApiResource] | None = None) -> list[ApiResource]:
+    """Every served (group, version, resource) with its kind, via /api and /apis discovery; the subresources
+    (``pods/status``, with their own kind) are appended to ``subresources`` when a list is given."""
     resources: list[ApiResource] = []
 
     def add_list(group: str, version: str, listing: dict[str, Any]) -> None:
         for entry in listing.get("resources") or []:
             name = str(entry.get("name", ""))
+            if name and "/" in name and subresources is not None:
+                subresources.append(ApiResource(group, version, name, str(entry.get("kind", "")), bool(entry.get("namespaced"))))
             if not name or "/" in name:
                 continue
             resources.append(ApiResource(group, version, name, str(entry.get("kind", "")), bool(entry.get("namespaced"))))

@@ -142,6 +142,9 @@ class ControlPlane:
         ca = generate_ca("stockade-test-apiserver-ca")
         serving = issue_serving_cert(ca, ["127.0.0.1", "localhost", "kubernetes.default.svc"])
         self.ca_file.write_bytes(ca.cert_pem)
+        # the CA's key, for a controller-manager that signs approved client-certificate CSRs with it
+        (self.workdir / "ca.key").write_bytes(ca.key_pem)
+        (self.workdir / "ca.key").chmod(0o600)
         write_pair(serving, self.workdir / "apiserver.crt", self.workdir / "apiserver.key")
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         (self.workdir / "sa.key").write_bytes(

@@ -55,6 +55,8 @@ FAKE_NODES = ("kind-control-plane", "kind-worker")
 EXTRA_CRDS = REPO_ROOT / "hack" / "e2e" / "extra-crds.yaml"
 BACKGROUND_RBAC = REPO_ROOT / "hack" / "e2e" / "background-controller-rbac.yaml"
 BACKGROUND_USER = "system:serviceaccount:kyverno:kyverno-background-controller"
+REPORTS_RBAC = REPO_ROOT / "hack" / "e2e" / "reports-controller-rbac.yaml"
+REPORTS_USER = "system:serviceaccount:kyverno:kyverno-reports-controller"
 
 # Kyverno's dynamic configuration as its Helm chart installs it by default (the `standard` values do not change
 # it): resource filters keep system traffic away from the engine, success events are off.
@@ -135,6 +137,8 @@ class E2EControlPlane(ControlPlane):
         return [
             *([f"--egress-selector-config-file={egress}"] if self.egress_proxy_socket else []),
             *self.serving_args(),
+            # client certificates signed by the cluster CA authenticate (kind's users, and CSRs tests get approved)
+            f"--client-ca-file={self.ca_file}",
             "--authorization-mode=Node,RBAC",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             "--service-cluster-ip-range=10.96.0.0/16",
@@ -337,6 +341,9 @@ class E2ECluster:
                 "--cluster-name=kind",
                 f"--service-account-private-key-file={self.state_dir / 'sa.key'}",
                 f"--root-ca-file={plane.ca_file}",
+                # approved kubernetes.io/kube-apiserver-client CSRs are signed with the cluster CA, as in kind
+                f"--cluster-signing-cert-file={plane.ca_file}",
+                f"--cluster-signing-key-file={self.state_dir / 'ca.key'}",
                 "--use-service-account-credentials=false",
                 "--v=1",
             ],
@@ -394,6 +401,7 @@ class E2ECluster:
         self._kubectl(kubectl, "wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
         self._kubectl(kubectl, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(manifests))
         self._kubectl(kubectl, "apply", "--server-side", "-f", str(BACKGROUND_RBAC))
+        self._kubectl(kubectl, "apply", "--server-side", "-f", str(REPORTS_RBAC))
 
     def reset_between_folders(self) -> None:
         """Kyverno's CI gives every folder a fresh kind cluster; one control plane serves them all here, so what a
@@ -453,6 +461,9 @@ class E2ECluster:
                     # DeletingPolicies/CleanupPolicies delete with that of its cleanup controller account
                     f"--admission-service-account={KYVERNO_ADMISSION_USER}",
                     f"--cleanup-service-account={KYVERNO_CLEANUP_USER}",
+                    # CEL policies' RBACPermissionsGranted: may Kyverno's reports controller account (REPORTS_RBAC)
+                    # get/list/watch what they match
+                    f"--reports-service-account={REPORTS_USER}",
                     f"--cert-dir={self.state_dir / 'stockade-certs'}",
                     *os.environ.get("STOCKADE_E2E_SERVE_ARGS", "").split(),
                     *extra_args,

@@ -142,3 +142,45 @@ def test_background_only_validating_policies_are_scanned() -> None:
     snapshot = Snapshot([], evaluator=Evaluator(), cel_policies=[background_only])
     _, cel_policies, _, _, scanned = scanner._eligible(snapshot, ScanSummary())
     assert cel_policies == [background_only] and "vpol" in scanned
+
+
+ADMITTED = {
+    "apiVersion": "kyverno.io/v1",
+    "kind": "ClusterPolicy",
+    "metadata": {"name": "admitted"},
+    "spec": {
+        "background": True,
+        "rules": [{"name": "validate", "match": {"any": [{"resources": {"kinds": ["ConfigMap"]}}]}, "validate": {"failureAction": "Audit", "deny": {}}}],
+    },
+}
+
+
+class Watches:
+    def __init__(self) -> None:
+        self.ensured: list[tuple[str, str]] = []
+
+    def ensure(self, api_version: str, kind: str) -> None:
+        self.ensured.append((api_version, kind))
+
+    def stop(self) -> None:
+        pass
+
+
+def test_kinds_only_background_only_policies_match_are_watched_and_their_changes_rescanned() -> None:
+    """Kyverno's reports controller watches the kinds background policies match and rescans a created or changed
+    object; a policy with admission disabled has no webhook to report those changes, so its kinds are watched."""
+    cluster = FakeCluster()
+    scanner = BackgroundScanner(None, Store(BACKGROUND_ONLY, ADMITTED), Reports(), cluster_data=cluster)  # type: ignore[arg-type]
+    scanner._thread = object()  # type: ignore[assignment]  # as if started
+    watches = Watches()
+    scanner._watcher = watches  # type: ignore[assignment]
+    scanner.scan_once()
+    assert watches.ensured == [("v1", "Pod")]  # not ConfigMap: the admitted policy's webhook reports those
+    scanner._on_watched("ADDED", {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "new", "namespace": "ns1"}})
+    assert list(scanner._changed) == [("v1", "Pod", "ns1", "new")]
+
+
+def test_an_unstarted_scanner_watches_nothing() -> None:
+    scanner = BackgroundScanner(None, Store(BACKGROUND_ONLY), Reports(), cluster_data=FakeCluster())  # type: ignore[arg-type]
+    scanner.scan_once()
+    assert scanner._watcher is None

@@ -22,12 +22,17 @@ class SarCluster:
             ApiResource("", "v1", "configmaps", "ConfigMap"),
             ApiResource("", "v1", "namespaces", "Namespace", False),
         ]
+        self.subresources = [ApiResource("", "v1", "pods/status", "Pod"), ApiResource("apps", "v1", "deployments/scale", "Scale", True)]
+        self.resources.extend([ApiResource("", "v1", "pods", "Pod"), ApiResource("apps", "v1", "deployments", "Deployment")])
         self.reviews: list[dict[str, Any]] = []
         self.refreshes = 0
 
     def api_resources(self, refresh: bool = False) -> list[ApiResource]:
         self.refreshes += refresh
         return list(self.resources)
+
+    def api_subresources(self, refresh: bool = False) -> list[ApiResource]:
+        return list(self.subresources)
 
     def resolve_kind(self, api_version: str, kind: str) -> ApiResource | None:
         return next((r for r in self.resources if r.kind == kind and (not api_version or api_version_of(r) == api_version)), None)
@@ -82,3 +87,47 @@ def test_an_update_that_only_warns_skips_the_permission_checks() -> None:
     cluster = SarCluster(granted=set())
     assert ClusterPolicyChecks(cluster, background_user=BACKGROUND).check(new, old) == ([], [])  # type: ignore[arg-type]
     assert cluster.reviews == []
+
+
+def deny_policy(kinds: list[str], background: bool | None = None, kind: str = "ClusterPolicy") -> dict[str, Any]:
+    spec: dict[str, Any] = {"rules": [{"name": "deny", "match": {"any": [{"resources": {"kinds": kinds}}]}, "validate": {"failureAction": "Audit", "deny": {}}}]}
+    if background is not None:
+        spec["background"] = background
+    return {"apiVersion": "kyverno.io/v1", "kind": kind, "metadata": {"name": "deny"}, "spec": spec}
+
+
+def test_kyverno_refuses_background_validate_rules_that_match_subresources() -> None:
+    """Kyverno's policy webhook resolves every match/exclude kind through discovery: a background validate rule may
+    not name a subresource (``Pod/*``, ``*/*``, ``*/status``), and a kind nothing serves (``Scale`` is only a
+    subresource's kind, pods have no ``scale``) is refused outright."""
+    checks = ClusterPolicyChecks(SarCluster(set()))  # type: ignore[arg-type]
+    for kinds in (["Pod/*"], ["*/*"], ["*/status"]):
+        for kind in ("ClusterPolicy", "Policy"):
+            (error,) = checks.check(deny_policy(kinds, kind=kind))[0]
+            assert f"background scan enabled with subresource {kinds[0]}" in error and "spec.rules[0].match.any[0].kinds" in error
+    for kinds in (["Scale"], ["Pod/scale"], ["Unknown"]):
+        (error,) = checks.check(deny_policy(kinds))[0]
+        assert f"unable to convert GVK to GVR for kinds {kinds[0]}" in error
+    # without background processing a subresource is fine; served kinds and the lone wildcard pass
+    assert checks.check(deny_policy(["Pod/status", "Deployment/scale"], background=False)) == ([], [])
+    assert checks.check(deny_policy(["Pod", "apps/v1/Deployment"])) == ([], [])
+    assert checks.check(deny_policy(["*"], background=False)) == ([], [])
+
+
+def mutate_existing_policy(namespace: str = "") -> dict[str, Any]:
+    target: dict[str, Any] = {"apiVersion": "v1", "kind": "ServiceAccount"}
+    if namespace:
+        target["namespace"] = namespace
+    rule = {"name": "r", "match": {"any": [{"resources": {"kinds": ["Namespace"]}}]}, "mutate": {"targets": [target], "patchStrategicMerge": {"metadata": {"labels": {"foo": "bar"}}}}}
+    return {"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"}, "spec": {"background": False, "rules": [rule]}}
+
+
+def test_kyverno_refuses_mutate_existing_targets_the_background_account_cannot_get_and_update() -> None:
+    cluster = SarCluster(granted={(BACKGROUND, "serviceaccounts", "get")})
+    (error,) = ClusterPolicyChecks(cluster, background_user=BACKGROUND).check(mutate_existing_policy("{{ request.object.metadata.name }}"))[0]  # type: ignore[arg-type]
+    assert "spec.rules[0].mutate.targets" in error and "auth check fails" in error and "update" in error
+    assert [r["spec"]["resourceAttributes"]["namespace"] for r in cluster.reviews] == ["{{ request.object.metadata.name }}"] * 2
+    granted = {(BACKGROUND, "serviceaccounts", verb) for verb in ("get", "update")}
+    assert ClusterPolicyChecks(SarCluster(granted), background_user=BACKGROUND).check(mutate_existing_policy()) == ([], [])  # type: ignore[arg-type]
+    # without a background account configured nothing is asked
+    assert ClusterPolicyChecks(SarCluster(set())).check(mutate_existing_policy()) == ([], [])  # type: ignore[arg-type]
