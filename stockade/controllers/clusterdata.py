@@ -17,7 +17,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from stockade.celpolicy.providers import ProviderError
@@ -77,6 +77,18 @@ def object_identity(obj: dict[str, Any]) -> tuple[str, str, str, str]:
     """(apiVersion, kind, namespace, name): what tells two objects apart when comparing sets of them."""
     metadata = obj.get("metadata") or {}
     return str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+
+
+SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
+
+
+def subject_access_review(request: Callable[..., Any], user: str, resource_attributes: dict[str, str]) -> tuple[bool, str]:
+    """Ask the API server whether ``user`` may do what ``resource_attributes`` say: (allowed, reason).  ``request`` is
+    ``ClusterData.request``-like; its ApiError propagates."""
+    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {"user": user, "resourceAttributes": resource_attributes}}
+    answer = request("POST", SUBJECT_ACCESS_REVIEWS, review)
+    status = ((answer if isinstance(answer, dict) else {}).get("status")) or {}
+    return bool(status.get("allowed")), str(status.get("reason") or "")
 
 
 class ClusterData:
@@ -391,7 +403,7 @@ class ClusterData:
             spec["resourceAttributes"] = {key: str(attributes[key]) for key in fields if attributes.get(key)} | {"verb": verb}
         review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
         try:
-            answer = self.request("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", review)
+            answer = self.request("POST", SUBJECT_ACCESS_REVIEWS, review)
         except ApiError as exc:
             raise ContextLoadError(f"authorization check failed: {exc}") from None
         status = answer.get("status") or {} if isinstance(answer, dict) else {}

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from stockade.controllers.clusterdata import ApiError, ClusterData
+from stockade.controllers.clusterdata import ApiError, ClusterData, subject_access_review
 from stockade.controllers.webhookconfig import ApiResource
 from stockade.engine.match import parse_kind_selector
 from stockade.engine.wildcard import match as wildcard_match
@@ -25,7 +25,6 @@ from stockade.lint import generate as generate_checks
 
 log = logging.getLogger("stockade.policychecks")
 
-SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 KYVERNO_POLICY_KINDS = ("ClusterPolicy", "Policy")
 
 
@@ -228,6 +227,4 @@ class ClusterPolicyChecks:
             attributes["subresource"] = check.subresource
         if check.namespace:
             attributes["namespace"] = check.namespace
-        review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {"user": user, "resourceAttributes": attributes}}
-        answer = self.cluster.request("POST", SUBJECT_ACCESS_REVIEWS, review)
-        return bool(((answer or {}).get("status") or {}).get("allowed"))
+        return subject_access_review(self.cluster.request, user, attributes)[0]

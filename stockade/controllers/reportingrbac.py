@@ -15,11 +15,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from stockade.controllers.clusterdata import ApiError
+from stockade.controllers.clusterdata import ApiError, subject_access_review
 
 log = logging.getLogger("stockade.reportingrbac")
 
-SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 VERBS = ("get", "list", "watch")
 ANSWER_TTL_SECONDS = 5.0
 
@@ -76,18 +75,12 @@ class ReportingPermissions:
             cached = self._answers.get(key)
         if cached is not None and now - cached[0] < ANSWER_TTL_SECONDS:
             return cached[1], cached[2]
-        review = {
-            "apiVersion": "authorization.k8s.io/v1",
-            "kind": "SubjectAccessReview",
-            "spec": {"user": self.user, "resourceAttributes": {"group": group, "version": version, "resource": resource, "verb": verb}},
-        }
+        attributes = {"group": group, "version": version, "resource": resource, "verb": verb}
         try:
-            answer = self.request("POST", SUBJECT_ACCESS_REVIEWS, review)
+            allowed, reason = subject_access_review(self.request, self.user, attributes)
         except ApiError as exc:
             log.warning("SubjectAccessReview for %s %s/%s/%s failed: %s", verb, group, version, resource, exc)
             return None
-        status = (answer or {}).get("status") or {}
-        allowed, reason = bool(status.get("allowed")), str(status.get("reason") or "")
         with self._lock:
             self._answers[key] = (now, allowed, reason)
         return allowed, reason

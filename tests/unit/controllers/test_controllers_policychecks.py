@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from stockade.controllers.clusterdata import api_version_of
-from stockade.controllers.policychecks import SUBJECT_ACCESS_REVIEWS, ClusterPolicyChecks
+from stockade.controllers.clusterdata import SUBJECT_ACCESS_REVIEWS
+from stockade.controllers.policychecks import ClusterPolicyChecks
 from stockade.controllers.webhookconfig import ApiResource
 
 BACKGROUND = "system:serviceaccount:kyverno:kyverno-background-controller"

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from stockade.controllers.policywatch import cel_conditions, reporting_checked
-from stockade.controllers.reportingrbac import SUBJECT_ACCESS_REVIEWS, ReportingPermissions
+from stockade.controllers.clusterdata import SUBJECT_ACCESS_REVIEWS
+from stockade.controllers.reportingrbac import ReportingPermissions
 
 USER = "system:serviceaccount:kyverno:kyverno-reports-controller"
 
