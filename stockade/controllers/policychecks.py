@@ -184,9 +184,7 @@ class ClusterPolicyChecks:
             user = users.get(check.user) or ""
             if not user:
                 continue
-            resource = self.cluster.resolve_kind(check.api_version, check.kind)
-            if resource is None:
-                resource = self.cluster.resolve_kind(check.api_version, check.kind) if self._refreshed() else None
+            resource = self._resolve(check)
             if resource is None:
                 return [f"path: {check.path}..: failed to get GVR for kind {check.api_version}/{check.kind}"]
             missing = [verb for verb in check.verbs if not self._allowed(user, verb, resource, check)]
@@ -198,9 +196,7 @@ class ClusterPolicyChecks:
         """Kyverno's check of mutate-existing targets: its background controller's account must be allowed to get
         and update every target kind (in the target's namespace as written), or the policy is refused."""
         for check in mutate_target_checks(document):
-            resource = self.cluster.resolve_kind(check.api_version, check.kind)
-            if resource is None:
-                resource = self.cluster.resolve_kind(check.api_version, check.kind) if self._refreshed() else None
+            resource = self._resolve(check)
             if resource is None:
                 continue  # an unknown target kind is reported when a trigger arrives
             missing = [verb for verb in check.verbs if not self._allowed(self.background_user, verb, resource, check)]
@@ -212,6 +208,13 @@ class ClusterPolicyChecks:
                     f"'{self.background_user}': {self.background_user} requires permissions {','.join(missing)} for resource {target}{where}"
                 ]
         return []
+
+    def _resolve(self, check: generate_checks.PermissionCheck) -> Any:
+        """The served resource of a check's kind, asking discovery again before calling it unknown."""
+        resource = self.cluster.resolve_kind(check.api_version, check.kind)
+        if resource is None and self._refreshed():
+            resource = self.cluster.resolve_kind(check.api_version, check.kind)
+        return resource
 
     def _refreshed(self) -> bool:
         try:
