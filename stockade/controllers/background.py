@@ -27,6 +27,7 @@ from stockade.controllers.clusterdata import ApiError, ClusterData, describe_obj
 from stockade.controllers.downstreamwatch import DownstreamWatcher
 from stockade.controllers.reports import PROCESS_BACKGROUND, report_policy_name
 import stockade.celpolicy  # noqa: F401  (registers the engine's validate.cel handler)
+from stockade.celpolicy.evaluator import CelPolicyEvaluator
 from stockade.celpolicy.model import CelPolicy
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import ResourceKind
@@ -105,9 +106,8 @@ MUTATING_POLICY_KINDS = ("MutatingPolicy", "NamespacedMutatingPolicy")
 SCANNED_CEL_KINDS = VALIDATING_POLICY_KINDS + MUTATING_POLICY_KINDS
 MUTATION_NOT_APPLIED = "mutation is not applied"
 MUTATION_APPLIED = "mutation is successfully applied"
-# Kubernetes' own admission policies, which the API server enforces; Kyverno's reports controller only reports on
-# them, and only on those that opt in with this label (and when its --validating/mutatingAdmissionPolicyReports is on)
-ADMISSION_POLICY_KINDS = ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy")
+# Kubernetes' own admission policies are enforced by the API server; Kyverno's reports controller only reports on
+# those that opt in with this label (and when its --validating/mutatingAdmissionPolicyReports is on)
 REPORTS_LABEL = "reports.kyverno.io/enabled"
 
 
@@ -239,7 +239,8 @@ class BackgroundScanner:
         self.api_client = api_client
         # ValidatingAdmissionPolicy / MutatingAdmissionPolicy kinds reported on (Kyverno's reports controller flags)
         self.admission_policy_kinds = frozenset(admission_policy_kinds)
-        self._admission_evaluator: Any = None
+        # Kubernetes' admission policies need no Kyverno library: one plain evaluator keeps their compiled programs
+        self._admission_evaluator = CelPolicyEvaluator()
         self.events = events  # an EventRecorder: Kyverno's scan reports violations as Events too
         self.store = store
         self.reports = report_writer
@@ -304,10 +305,11 @@ class BackgroundScanner:
         return True
 
     def watch_unadmitted(self, resources: list[tuple[str, str]]) -> None:
-        """Watch these (apiVersion, kind): the kinds a background-only policy matches.  Kyverno's reports controller
-        watches every kind background policies match and rescans an object when it changes; for kinds some policy's
-        webhook sees, admitted requests already queue that rescan (``notify``), but a policy with admission disabled
-        has no webhook, so a new or changed object would wait for the periodic scan."""
+        """Watch these (apiVersion, kind): the kinds a background-only policy or a reported-on Kubernetes admission
+        policy matches.  Kyverno's reports controller watches every kind background policies match and rescans an
+        object when it changes; for kinds some policy's webhook sees, admitted requests already queue that rescan
+        (``notify``), but these policies have no webhook of ours, so a new or changed object would wait for the
+        periodic scan."""
         if not resources or self._stop.is_set() or self._thread is None:
             return
         if self._watcher is None:
@@ -461,14 +463,6 @@ class BackgroundScanner:
         )
         return summary
 
-    def _admission_policy_evaluator(self) -> Any:
-        """Kubernetes' admission policies need no Kyverno library: one plain evaluator keeps their compiled programs."""
-        if self._admission_evaluator is None:
-            from stockade.celpolicy.evaluator import CelPolicyEvaluator
-
-            self._admission_evaluator = CelPolicyEvaluator()
-        return self._admission_evaluator
-
     def _targets(self, policies: list[KyvernoPolicy], cel_policies: list[Any], summary: ScanSummary) -> list[tuple[list[dict[str, Any]], list[KyvernoPolicy], list[Any]]]:
         """Objects to scan grouped by listed resource, each with the policies that may match it."""
         from stockade.controllers.webhookconfig import cel_resource_rules, rule_kinds
@@ -559,7 +553,7 @@ class BackgroundScanner:
                     continue
                 try:
                     if isinstance(policy, ReportedAdmissionPolicy):
-                        cel_response = admission_policy_scan(self._admission_policy_evaluator(), policy, cel_input, obj)
+                        cel_response = admission_policy_scan(self._admission_evaluator, policy, cel_input, obj)
                     elif cel_evaluator is None:
                         continue
                     elif policy.kind in MUTATING_POLICY_KINDS:
