@@ -54,6 +54,7 @@ from stockade.controllers.clusterdata import (
 from stockade.controllers.downstreamwatch import DownstreamWatcher
 from stockade.controllers.events import generate_events
 from stockade.controllers.mutateexisting import MutateExisting, TriggerFailure
+from stockade.controllers.reports import submit_rule_result
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind, selector_matches
 from stockade.engine.response import ERROR, PASS, EngineResponse
@@ -968,16 +969,8 @@ class GenerateController:
 
     def _report_gpol(self, policy: CelPolicy | KyvernoPolicy, trigger: dict[str, Any], result: Any) -> None:
         """The trigger's report gets the GeneratingPolicy's or generate rule's result (Kyverno's generate reports)."""
-        if self.reports is None:
-            return
-        from stockade.controllers.reports import PROCESS_ADMISSION
-
-        response = EngineResponse(policy, trigger, trigger)
-        response.rules.append(result)
-        try:
-            self.reports.submit(trigger, [response], process=PROCESS_ADMISSION)
-        except Exception as exc:  # reporting must never stop generation
-            log.warning("reporting %s on %s failed: %s", policy.key, describe_object(trigger), exc)
+        if self.reports is not None:
+            submit_rule_result(self.reports, policy, trigger, result)
 
     def _process_gpol_event(self, event: TriggerEvent, trigger: dict[str, Any], uid: str) -> list[TriggerFailure]:
         gpols = self._generating()

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.controllers.clusterdata import ApiError, ClusterData, describe_object, object_identity, object_path
+from stockade.controllers.reports import resource_reference, submit_rule_result
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.response import ERROR, FAIL, PASS, EngineResponse, RuleResponse
@@ -189,18 +190,11 @@ class MutateExisting:
         """The trigger's report says which target the rule mutated, as Kyverno's background controller reports it."""
         if self.reports is None or not (trigger.get("metadata") or {}).get("uid"):
             return
-        from stockade.controllers.reports import PROCESS_ADMISSION, gvk_string
-
         metadata = target.get("metadata") or {}
         kind, name, namespace = str(target.get("kind") or ""), str(metadata.get("name") or ""), str(metadata.get("namespace") or "")
         message = f"mutated {kind}/{name}" + (f" in namespace {namespace}" if namespace else "")
-        described = f"{gvk_string(str(target.get('apiVersion') or ''), kind)} Name={name}" + (f" Namespace={namespace}" if namespace else "")
-        response = EngineResponse(policy, trigger, trigger)
-        response.rules.append(RuleResponse(rule, RULE_TYPE_MUTATION, PASS, message, properties={"patched-target": described}))
-        try:
-            self.reports.submit(trigger, [response], process=PROCESS_ADMISSION)
-        except Exception as exc:  # reporting must never stop mutation
-            log.warning("reporting %s on %s failed: %s", policy.key, describe_object(trigger), exc)
+        result = RuleResponse(rule, RULE_TYPE_MUTATION, PASS, message, properties={"patched-target": resource_reference(target)})
+        submit_rule_result(self.reports, policy, trigger, result)
 
     def _event(self, policy: KyvernoPolicy, rule: str, target: dict[str, Any] | None, error: str) -> None:
         if self.events is None:

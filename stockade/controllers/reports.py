@@ -86,6 +86,24 @@ def gvk_string(api_version: str, kind: str) -> str:
     return f"{group}/{version}, Kind={kind}"
 
 
+def resource_reference(obj: dict[str, Any]) -> str:
+    """How Kyverno's report properties name a resource: ``/v1, Kind=Secret Name=x Namespace=y``."""
+    metadata = obj.get("metadata") or {}
+    reference = f"{gvk_string(str(obj.get('apiVersion') or ''), str(obj.get('kind') or ''))} Name={metadata.get('name', '')}"
+    return reference + (f" Namespace={metadata['namespace']}" if metadata.get("namespace") else "")
+
+
+def submit_rule_result(reports: Any, policy: Any, trigger: dict[str, Any], rule: RuleResponse, process: str = PROCESS_ADMISSION) -> None:
+    """Put one rule's result into the trigger's report, as the generate and mutate-existing controllers do after
+    acting; a failure is logged, never raised (reporting must not stop their work)."""
+    response = EngineResponse(policy, trigger, trigger)
+    response.rules.append(rule)
+    try:
+        reports.submit(trigger, [response], process=process)
+    except Exception as exc:
+        log.warning("reporting %s on %s/%s failed: %s", getattr(policy, "key", ""), trigger.get("kind", ""), (trigger.get("metadata") or {}).get("name", ""), exc)
+
+
 def result_properties(rule: RuleResponse, process: str) -> dict[str, str]:
     """A result's properties as Kyverno fills them: the rule's own (audit annotations), the exceptions that
     applied, the resources a generate rule produced, and the process that evaluated it."""
@@ -93,14 +111,7 @@ def result_properties(rule: RuleResponse, process: str) -> dict[str, str]:
     if rule.exceptions:
         properties["exceptions"] = ",".join(key.rpartition("/")[2] for key in rule.exceptions)  # names, as Kyverno
     if rule.rule_type == RULE_TYPE_GENERATION and rule.generated_resources:
-        described = []
-        for generated in rule.generated_resources:
-            metadata = generated.get("metadata") or {}
-            info = f"{gvk_string(str(generated.get('apiVersion') or ''), str(generated.get('kind') or ''))} Name={metadata.get('name', '')}"
-            if metadata.get("namespace"):
-                info += f" Namespace={metadata['namespace']}"
-            described.append(info)
-        properties["generated-resources"] = "; ".join(described)
+        properties["generated-resources"] = "; ".join(resource_reference(generated) for generated in rule.generated_resources)
     properties["process"] = process
     return properties
 
