@@ -15,7 +15,8 @@
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from stockade.controllers.clusterdata import ApiError, ClusterData, subject_access_review
 from stockade.controllers.webhookconfig import ApiResource
@@ -127,6 +128,16 @@ def mutate_target_checks(document: dict[str, Any]) -> list[generate_checks.Permi
     return checks
 
 
+Problem = TypeVar("Problem")
+
+
+def _confirmed(find: Callable[[bool], list[Problem]]) -> list[Problem]:
+    """Problems found with cached discovery (``find(False)``), confirmed with fresh discovery (``find(True)``): a kind
+    or scope that only looks wrong because the cache predates a new CRD is not reported."""
+    found = find(False)
+    return find(True) if found else found
+
+
 class ClusterPolicyChecks:
     """``check(policy, old_policy) -> (errors, warnings)`` for the policy validation webhook."""
 
@@ -138,9 +149,7 @@ class ClusterPolicyChecks:
     def check(self, document: dict[str, Any], old: dict[str, Any] | None = None) -> tuple[list[str], list[str]]:
         if not _is_kyverno_policy(document):
             return [], []
-        problems_with_kinds = self._kind_problems(document, refresh=False)
-        if problems_with_kinds:
-            problems_with_kinds = self._kind_problems(document, refresh=True)
+        problems_with_kinds = _confirmed(lambda refresh: self._kind_problems(document, refresh=refresh))
         if problems_with_kinds:
             return problems_with_kinds, []
         if self.background_user:
@@ -149,9 +158,7 @@ class ClusterPolicyChecks:
                 return missing_for_targets, []
         if not _has_generate(document):
             return [], []
-        problems = self._scope_problems(document, refresh=False)
-        if problems:
-            problems = self._scope_problems(document, refresh=True)
+        problems = _confirmed(lambda refresh: self._scope_problems(document, refresh=refresh))
         if problems:
             return [f"{path}: {message}" for path, message in problems], []
         if old:
