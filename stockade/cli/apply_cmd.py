@@ -11,6 +11,7 @@ from typing import Any
 import yaml
 
 from stockade.cli.output import colour_enabled, paint
+from stockade.cli.policycheck import policies_pass_check
 import stockade.celpolicy  # noqa: F401  (registers the engine's validate.cel handler)
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo
@@ -113,12 +114,17 @@ def run_apply(
     remove_color: bool,
     registry: bool = False,
     insecure_registries: tuple[str, ...] = (),
+    strict: bool = False,
 ) -> int:
     out = sys.stdout
     colour = colour_enabled(out, remove_color)
     try:
-        policy_set = split_policies(load_documents(list(policies)))
-        exception_set = split_policies(load_documents(list(exceptions))) if exceptions else None
+        policy_documents = load_documents(list(policies))
+        exception_documents = load_documents(list(exceptions)) if exceptions else []
+        if not policies_pass_check(policy_documents + exception_documents, strict):
+            return 2
+        policy_set = split_policies(policy_documents)
+        exception_set = split_policies(exception_documents) if exceptions else None
         exception_list = policy_set.exceptions + (exception_set.exceptions if exception_set else [])
         loaded = [normalise_resource(d.data) for d in load_documents(list(resources))] if resources else []
         values = load_values(values_file) if values_file else Values()

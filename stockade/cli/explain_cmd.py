@@ -20,6 +20,7 @@ from typing import Any
 from stockade.cli.output import colour_enabled, paint
 from stockade.engine.mutate import KUBERNETES_OPTIONS, apply_json6902
 from stockade.engine.response import EngineResponse
+from stockade.cli.policycheck import policies_pass_check
 from stockade.policy.loader import LoadError, load_documents, parse_yaml_documents, read_text
 
 NOT_MATCHED = "not matched"
@@ -277,8 +278,16 @@ def render_text(explanation: Explanation, colour: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_explain(policies: list[str], output: str, remove_color: bool, registry: bool, insecure_registries: tuple[str, ...], **options: Any) -> int:
+def run_explain(
+    policies: list[str], output: str, remove_color: bool, registry: bool, insecure_registries: tuple[str, ...], strict: bool = False, **options: Any
+) -> int:
     """CLI body: 0 when the request would be admitted, 1 when denied, 2 for unusable input (message, no traceback)."""
+    try:
+        if not policies_pass_check(load_documents(policies), strict):
+            return 2
+    except LoadError as exc:
+        print(f"Error: {exc}", file=sys.stderr)
+        return 2
     verifier = None
     if registry:
         from stockade.cli.registry_access import make_image_verifier
@@ -287,7 +296,7 @@ def run_explain(policies: list[str], output: str, remove_color: bool, registry: 
     try:
         explanation = explain(policies, image_verifier=verifier, **options)
     except (ExplainInputError, LoadError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"Error: {exc}", file=sys.stderr)
         return 2
     if output == "json":
         print(json.dumps(asdict(explanation), indent=2, sort_keys=True))

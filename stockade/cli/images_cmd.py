@@ -20,7 +20,9 @@ import yaml
 from stockade.images.auth import CredentialError, CredentialStore
 from stockade.images.reference import InvalidReferenceError
 from stockade.images.registry import RegistryClient, RegistryError
-from stockade.policy.loader import LoadError, parse_yaml_documents, read_text
+from stockade.cli.policycheck import report_findings
+from stockade.lint.check import check_documents
+from stockade.policy.loader import Document, LoadError, parse_yaml_documents, read_text
 from stockade.reflector.imagepolicy import ImagePolicyReconciler
 from stockade.reflector.markers import MarkerError, plan_updates, write_updates
 from stockade.reflector.models import (
@@ -187,8 +189,10 @@ def _yaml_files(paths: tuple[str, ...]) -> Iterator[Path]:
             yield path
 
 
-def _load_documents(paths: tuple[str, ...]) -> list[dict[str, Any]]:
-    documents: list[dict[str, Any]] = []
+def _load_documents(paths: tuple[str, ...], strict: bool = False) -> list[dict[str, Any]]:
+    """Every document under ``paths``; the Flux objects among them pass the policy check first (schema, unknown
+    fields: warnings, or errors with ``strict``)."""
+    documents: list[Document] = []
     for file in _yaml_files(paths):
         try:
             loaded = parse_yaml_documents(read_text(str(file)), str(file))
@@ -199,8 +203,11 @@ def _load_documents(paths: tuple[str, ...]) -> list[dict[str, Any]]:
                 continue
             if not isinstance(document, dict):
                 raise click.ClickException(f"{file}: document {index + 1} is not a mapping")
-            documents.append(document)
-    return documents
+            documents.append(Document(document, str(file), index))
+    report = check_documents(documents)
+    if not report_findings(report, strict):
+        raise click.ClickException(f"{len(report.refused(strict))} object(s) refused by the check (see above)")
+    return [document.data for document in documents]
 
 
 def _is_kind(document: Mapping[str, Any], kind: str) -> bool:
@@ -261,13 +268,14 @@ def _result_line(kind: str, result: ReconcileResult) -> str:
 @click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), help="Extra CA bundle for registries' TLS certificates.")
 @click.option("--output", "-o", type=click.Choice(["text", "yaml", "json"]), default="text", show_default=True)
 @click.option("--events", "show_events", is_flag=True, help="Also print the events Flux would record.")
-def reconcile_command(paths: tuple[str, ...], store_dir: str, force: bool, ca_file: str | None, output: str, show_events: bool) -> None:
+@click.option("--strict", is_flag=True, help="Refuse objects with unknown fields instead of warning.")
+def reconcile_command(paths: tuple[str, ...], store_dir: str, force: bool, ca_file: str | None, output: str, show_events: bool, strict: bool) -> None:
     """Reconcile ImageRepository and ImagePolicy objects from PATHS (YAML files or directories).
 
     Secrets (kubernetes.io/dockerconfigjson) and Namespaces in PATHS serve secretRef and accessFrom.
     Exits 1 when any object is not Ready.
     """
-    objects = _Objects(_load_documents(paths))
+    objects = _Objects(_load_documents(paths, strict))
     if not objects.repositories and not objects.policies:
         raise click.ClickException("no ImageRepository or ImagePolicy objects found in the given paths")
     store = TagStore(store_dir)

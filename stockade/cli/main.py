@@ -24,7 +24,8 @@ def cli() -> None:
 @click.option("--require-tests", is_flag=True, help="Fail when no test file is found.")
 @click.option("--remove-color", is_flag=True, help="Disable colours.")
 @click.option("--registry", is_flag=True, help="Allow registry access (verifyImages rules verify signatures).")
-def test_command(paths: tuple[str, ...], file_name: str, fail_only: bool, detailed_results: bool, output_format: str, require_tests: bool, remove_color: bool, registry: bool) -> None:
+@click.option("--strict", is_flag=True, help="Accepted for symmetry: `test` always refuses policies with unknown fields.")
+def test_command(paths: tuple[str, ...], file_name: str, fail_only: bool, detailed_results: bool, output_format: str, require_tests: bool, remove_color: bool, registry: bool, strict: bool) -> None:
     """Run Kyverno CLI test files (kyverno-test.yaml) found under PATHS."""
     from stockade.cli.test_cmd import run_tests
 
@@ -46,6 +47,7 @@ def test_command(paths: tuple[str, ...], file_name: str, fail_only: bool, detail
 @click.option("--remove-color", is_flag=True, help="Disable colours.")
 @click.option("--registry", is_flag=True, help="Allow registry access (verifyImages rules verify signatures).")
 @click.option("--insecure-registry", "insecure_registries", multiple=True, help="Registry host allowed over plain HTTP/untrusted TLS.")
+@click.option("--strict", is_flag=True, help="Refuse policies with unknown fields (exit 2) instead of warning.")
 def apply_command(**options: object) -> None:
     """Apply POLICIES to resources and report the results."""
     from stockade.cli.apply_cmd import run_apply
@@ -65,11 +67,23 @@ def apply_command(**options: object) -> None:
 @click.option("--remove-color", is_flag=True, help="Disable colours.")
 @click.option("--registry", is_flag=True, help="Allow registry access (verifyImages rules verify signatures).")
 @click.option("--insecure-registry", "insecure_registries", multiple=True, help="Registry host allowed over plain HTTP/untrusted TLS.")
+@click.option("--strict", is_flag=True, help="Refuse policies with unknown fields (exit 2) instead of warning.")
 def explain_command(policies: tuple[str, ...], **options: object) -> None:
     """Why would this request be admitted or denied? Every rule: matched or why not, outcome, failing definition."""
     from stockade.cli.explain_cmd import run_explain
 
     sys.exit(run_explain(list(policies), **options))  # type: ignore[arg-type]
+
+
+@cli.command("lint")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--strict", is_flag=True, help="Unknown fields are errors, not warnings.")
+@click.option("--output-format", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def lint_command(paths: tuple[str, ...], strict: bool, output_format: str) -> None:
+    """Check policy files without evaluating them: schema, unknown fields, Kyverno's policy validation."""
+    from stockade.cli.lint_cmd import run_lint
+
+    sys.exit(run_lint(list(paths), strict, output_format))
 
 
 def _register_optional_groups() -> None:

@@ -19,9 +19,19 @@ from stockade.engine.response import EngineResponse, RuleResponse, report_result
 from stockade.kyvernotest.compare import compare_resources, find_resource
 from stockade.kyvernotest.schema import TestCase, TestResult, validate_api_call_responses, validate_context_document
 from stockade.kyvernotest.values import Values, load_user_info, load_values, values_from_mapping
+from stockade.errors import StockadeError
+from stockade.lint.check import Finding, check_documents
 from stockade.policy.loader import Document, LoadError, load_documents, read_text
 from stockade.policy.model import KyvernoPolicy
 from stockade.policy.resources import PolicySet, normalise_resource, resource_key, split_policies
+
+
+class PolicyRefused(StockadeError):
+    """The policy check refused one or more of a test's policies; the message lists every finding."""
+
+    def __init__(self, findings: list[Finding]) -> None:
+        self.findings = findings
+        super().__init__("invalid policy:\n" + "\n".join(f"    {finding}" for finding in findings))
 
 
 @dataclass
@@ -49,6 +59,8 @@ class TestRun:
     error: str = ""
     warnings: list[str] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
+    # the policy check refused a policy or exception of the test: nothing was evaluated
+    refused: bool = False
 
     @property
     def failed(self) -> int:
@@ -116,6 +128,7 @@ class TestRunner:
         self.case = case
         self.run = TestRun(case)
         self.global_context_entries: list[dict[str, Any]] = list(case.global_context_entries)
+        self.strict = True  # unknown fields refuse the policy (the CLI's `test` always; Kyverno's loader does too)
         self.image_verifier: Any = None  # set by `--registry`: verifyImages rules then verify signatures
         self.verification_cache: Any = None
 
@@ -128,7 +141,17 @@ class TestRunner:
         return Values()
 
     def _policies(self) -> PolicySet:
-        return split_policies(load_documents([self.case.resolve(p) for p in self.case.policies]))
+        return split_policies(self._checked(load_documents([self.case.resolve(p) for p in self.case.policies])))
+
+    def _checked(self, documents: list[Document]) -> list[Document]:
+        """``documents`` once the policy check accepts them; unknown fields refuse a test's policy, as Kyverno's
+        schema-validating loader does, so a typo can never make a test pass by checking less."""
+        report = check_documents(documents)
+        self.run.warnings.extend(str(finding) for finding in report.warnings(strict=self.strict))
+        errors = report.errors(strict=self.strict)
+        if errors:
+            raise PolicyRefused(errors)
+        return documents
 
     def execute(self) -> TestRun:
         case = self.case
@@ -141,7 +164,7 @@ class TestRunner:
             exceptions = []
             exception_set = PolicySet()
             if case.exceptions:
-                exception_set = split_policies(load_documents([case.resolve(p) for p in case.exceptions]))
+                exception_set = split_policies(self._checked(load_documents([case.resolve(p) for p in case.exceptions])))
                 exceptions = exception_set.exceptions
             cluster_objects = list(resources)
             for path in case.cluster_resources:
@@ -150,6 +173,10 @@ class TestRunner:
             targets = _load_resources(case, case.target_resources)
             cluster_objects.extend(targets)
             cel_run = self._cel_run(policies, exception_set.cel if case.exceptions else [], values, cluster_objects, targets)
+        except PolicyRefused as exc:
+            self.run.error = str(exc)
+            self.run.refused = True
+            return self.run
         except LoadError as exc:
             self.run.error = str(exc)
             return self.run

@@ -497,18 +497,21 @@ def _cel_validating(
 
 def document_problem(document: Document, compiler: Any = None) -> str | None:
     """Why this policy document cannot be served, or None (also for documents that are not policies); never raises."""
-    from stockade.lint.policies import is_policy_document, validate_policy_document
+    from stockade.lint.check import Severity, check_policy, is_checked_kind
+    from stockade.lint.policies import is_policy_document
 
     data = document.data
-    if not is_policy_document(data):
+    if not is_checked_kind(data):
         return None
     try:
         metadata = data.get("metadata")
         if not isinstance(metadata, dict) or not metadata.get("name"):
             return "metadata.name: a name is required"
-        result = validate_policy_document(data)
-        if not result.ok:
-            return "; ".join(str(problem) for problem in result.errors)
+        refused = [f.message for f in check_policy(data, document.source, document.index) if f.severity is Severity.ERROR]
+        if refused:
+            return "; ".join(refused)
+        if not is_policy_document(data):
+            return None
         if is_kyverno_policy(data):
             KyvernoPolicy(data).rules  # autogen must be computable: the engine and webhook registration both need it
         elif api_group(document.api_version) == CEL_POLICY_GROUP and document.kind in VALIDATING_POLICY_KINDS + MUTATING_POLICY_KINDS:
