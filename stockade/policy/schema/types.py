@@ -162,3 +162,18 @@ class KindSchema:
 
     def spec(self, version: str) -> Node | None:
         return self.versions.get(version)
+
+
+def atomic(node: Node) -> Node:
+    """``node`` (an object) replaced as a whole by server-side apply: ``x-kubernetes-map-type: atomic``."""
+    return {**node, "x-kubernetes-map-type": "atomic"}
+
+
+def one_of_required(node: Node, *alternatives: Sequence[str]) -> Node:
+    """``node`` with exactly one of the ``alternatives`` (each a set of fields) present: ``oneOf`` of ``required``."""
+    return {**node, "oneOf": [{"required": list(names)} for names in alternatives]}
+
+
+def not_together(node: Node, *names: str) -> Node:
+    """``node`` where the fields ``names`` may not all be present at once: ``not: {required: [...]}``."""
+    return {**node, "not": {"required": list(names)}}
