@@ -135,6 +135,27 @@ def validated(node: Node, *rules: tuple[str, str]) -> Node:
     return {**node, "x-kubernetes-validations": [{"rule": rule, "message": message} for rule, message in rules]}
 
 
+
+def one_of(node: Node, *alternatives: Sequence[str]) -> Node:
+    """``node`` that must set exactly one of the field sets in ``alternatives`` (kubebuilder's ``oneOf`` of
+    ``required`` lists): ``one_of(obj(...), ["glob"], ["expression"])``."""
+    for names in alternatives:
+        missing = [name for name in names if name not in (node.get("properties") or {})]
+        if missing:
+            raise ValueError(f"oneOf field(s) not declared: {', '.join(missing)}")
+    return {**node, "oneOf": [{"required": list(names)} for names in alternatives]}
+
+
+def atomic(node: Node) -> Node:
+    """``node`` replaced as a whole by server-side apply (``x-kubernetes-map-type: atomic``, Go's
+    ``+structType=atomic``)."""
+    return {**node, "x-kubernetes-map-type": "atomic"}
+
+
+def defaulted(node: Node, value: Any) -> Node:
+    """``node`` with a ``default`` the API server fills in when the field is absent (an object's ``{}``)."""
+    return {**node, "default": value}
+
 @dataclass(frozen=True)
 class KindSchema:
     """One policy kind: its CRD identity and, per served version, the schema of ``spec`` (and ``status``)."""
