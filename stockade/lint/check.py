@@ -100,8 +100,14 @@ class CheckReport:
         return not self.errors(strict)
 
 
+# The CLI's own file kinds; old test files write them under kyverno.io/v1.  They are inputs of `test`, not policies.
+CLI_FILE_KINDS = frozenset({"Test", "Values", "UserInfo", "Context"})
+
+
 def is_checked_kind(document: dict[str, Any]) -> bool:
     """Whether the check has anything to say about this document: a kind of a policy group (even a misspelt one)."""
+    if document.get("kind") in CLI_FILE_KINDS:
+        return False
     try:
         if resolve_kind(str(document.get("apiVersion") or ""), str(document.get("kind") or "")) is not None:
             return True
@@ -138,6 +144,8 @@ def schema_findings(document: dict[str, Any], source: str = "", index: int = 0) 
 def check_policy(document: dict[str, Any], source: str = "", index: int = 0, old: dict[str, Any] | None = None) -> list[Finding]:
     """Every finding for one document; [] for documents of no policy group.  Never raises."""
     kind, name = _identity(document)
+    if kind in CLI_FILE_KINDS:
+        return []
     findings = schema_findings(document, source, index)
     if any(f.severity is Severity.ERROR for f in findings) or not is_policy_document(document):
         # the admission checks assume the schema's shapes; a document that breaks them is already refused

@@ -26,7 +26,7 @@ from stockade.policy.schema.types import (
     map_of,
     not_together,
     obj,
-    one_of_required,
+    one_of,
     string,
     string_list,
     string_map,
@@ -166,7 +166,7 @@ IMAGE_REGISTRY = obj(
 )
 VARIABLE = obj({"default": any_value(), "jmesPath": string(), "value": any_value()})
 GLOBAL_CONTEXT_ENTRY_REFERENCE = obj({"jmesPath": string(), "name": string()}, required=["name"])
-CONTEXT_ENTRY = one_of_required(
+CONTEXT_ENTRY = one_of(
     obj(
         {
             "apiCall": CONTEXT_API_CALL,
@@ -508,7 +508,7 @@ EXTERNAL_API_CALL = extend(
         "retryLimit": integer(fmt=None, minimum=1, default=3),
     },
 )
-GLOBAL_CONTEXT_ENTRY_SPEC = one_of_required(
+GLOBAL_CONTEXT_ENTRY_SPEC = one_of(
     obj(
         {
             "apiCall": EXTERNAL_API_CALL,

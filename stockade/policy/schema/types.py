@@ -135,7 +135,6 @@ def validated(node: Node, *rules: tuple[str, str]) -> Node:
     return {**node, "x-kubernetes-validations": [{"rule": rule, "message": message} for rule, message in rules]}
 
 
-
 def one_of(node: Node, *alternatives: Sequence[str]) -> Node:
     """``node`` that must set exactly one of the field sets in ``alternatives`` (kubebuilder's ``oneOf`` of
     ``required`` lists): ``one_of(obj(...), ["glob"], ["expression"])``."""
@@ -155,6 +154,12 @@ def atomic(node: Node) -> Node:
 def defaulted(node: Node, value: Any) -> Node:
     """``node`` with a ``default`` the API server fills in when the field is absent (an object's ``{}``)."""
     return {**node, "default": value}
+
+
+def not_together(node: Node, *names: str) -> Node:
+    """``node`` where the fields ``names`` may not all be present at once: ``not: {required: [...]}``."""
+    return {**node, "not": {"required": list(names)}}
+
 
 @dataclass(frozen=True)
 class KindSchema:
@@ -184,17 +189,3 @@ class KindSchema:
     def spec(self, version: str) -> Node | None:
         return self.versions.get(version)
 
-
-def atomic(node: Node) -> Node:
-    """``node`` (an object) replaced as a whole by server-side apply: ``x-kubernetes-map-type: atomic``."""
-    return {**node, "x-kubernetes-map-type": "atomic"}
-
-
-def one_of_required(node: Node, *alternatives: Sequence[str]) -> Node:
-    """``node`` with exactly one of the ``alternatives`` (each a set of fields) present: ``oneOf`` of ``required``."""
-    return {**node, "oneOf": [{"required": list(names)} for names in alternatives]}
-
-
-def not_together(node: Node, *names: str) -> Node:
-    """``node`` where the fields ``names`` may not all be present at once: ``not: {required: [...]}``."""
-    return {**node, "not": {"required": list(names)}}

@@ -191,6 +191,12 @@ def _translate(node: Node) -> dict[str, Any]:
             out["additionalProperties"] = False
     if kind == "array" and isinstance(node.get("items"), dict):
         out["items"] = _translate(node["items"])
+    # field-presence rules (kubebuilder's oneOf of required lists, "not both"): they speak of mappings only, so a
+    # null (absent) value is not held to them
+    presence = {key: node[key] for key in ("oneOf", "not") if key in node}
+    if presence:
+        out["if"] = {"type": "object"}
+        out["then"] = presence
     return out
 
 
@@ -270,6 +276,16 @@ def _problems(error: ValidationError) -> Iterator[SchemaProblem]:
             "pattern": f"must match the pattern {limit!r}",
         }
         yield SchemaProblem(where, f"Invalid value: {_show(instance)}: {words[str(error.validator)]}")
+        return
+    if error.validator == "oneOf":
+        choices = [" and ".join(option.get("required") or []) for option in schema.get("oneOf") or []]
+        present = [choice for choice, option in zip(choices, schema.get("oneOf") or []) if isinstance(instance, dict) and all(k in instance for k in option.get("required") or [])]
+        how = f"found {', '.join(present)}" if present else "found none"
+        yield SchemaProblem(where, f"Invalid value: exactly one of {', '.join(choices)} must be set, {how}")
+        return
+    if error.validator == "not":
+        together = (schema.get("not") or {}).get("required") or []
+        yield SchemaProblem(where, f"Invalid value: {' and '.join(together)} may not be set together")
         return
     if error.validator == "anyOf":
         yield SchemaProblem(where, f"Invalid value: {_show(instance)}: not one of the allowed forms")
