@@ -32,6 +32,7 @@ from stockade.engine.podsecurity import validate_excludes
 from stockade.engine.variables import VARIABLE_RE
 from stockade.jmespath import JMESPathError, compile_expression, function_names
 from stockade.lint import generate as generate_checks
+from stockade.lint import kyverno_rules
 from stockade.policy.model import ADMISSION_GROUP, CEL_POLICY_GROUP, CEL_POLICY_KINDS, KYVERNO_GROUP, api_group
 
 
@@ -131,7 +132,7 @@ def is_policy_document(document: dict[str, Any]) -> bool:
     group = api_group(str(document.get("apiVersion", "")))
     kind = str(document.get("kind", ""))
     if group == KYVERNO_GROUP:
-        return kind in ("ClusterPolicy", "Policy", "PolicyException", *CLEANUP_POLICY_KINDS)
+        return kind in ("ClusterPolicy", "Policy", "PolicyException", "GlobalContextEntry", *CLEANUP_POLICY_KINDS)
     if group == ADMISSION_GROUP:
         return kind in ADMISSION_POLICY_KINDS_CHECKED
     return group == CEL_POLICY_GROUP and (kind in CEL_POLICY_KINDS or kind == "PolicyException")
@@ -159,6 +160,9 @@ def validate_policy_document(document: dict[str, Any], old: dict[str, Any] | Non
         checker.kyverno_policy(kind, metadata, spec)
         for path, message in generate_checks.static_problems(document):
             checker.error(path, message)
+        findings, warnings = kyverno_rules.policy_problems(document)
+        checker.findings(findings)
+        result.warnings.extend(warnings)
         if old and result.ok:
             warning, error = generate_checks.update_problem(document, old)
             if warning:
@@ -167,13 +171,21 @@ def validate_policy_document(document: dict[str, Any], old: dict[str, Any] | Non
                 checker.error("spec.rules", error)
     elif group == KYVERNO_GROUP and kind in CLEANUP_POLICY_KINDS:
         checker.cleanup_policy(spec)
+        checker.findings(kyverno_rules.cleanup_problems(document))
+    elif group == KYVERNO_GROUP and kind == "GlobalContextEntry":
+        checker.findings(kyverno_rules.global_context_problems(document))
     elif group == KYVERNO_GROUP:
         checker.kyverno_exception(spec)
+        checker.findings(kyverno_rules.exception_problems(document))
     elif group == ADMISSION_GROUP:
         checker.policy_variable_sizes(spec.get("variables"), ())
         checker.cel_expressions(spec, "spec")
     else:
         checker.cel_policy(kind, spec)
+        if kind == "PolicyException":
+            checker.findings(kyverno_rules.cel_exception_problems(document))
+        elif not result.bare:
+            checker.findings(kyverno_rules.cel_policy_problems(kind, document))
         if kind in _NAMESPACE_RESTRICTED_KINDS and (kind.startswith("Namespaced") or metadata.get("namespace")):
             checker.namespaced_cel_libraries(spec)
     return result
@@ -316,6 +328,10 @@ class _Checker:
 
     def error(self, path: str, message: str, rule: str = "") -> None:
         self.result.errors.append(PolicyProblem(path, message, rule))
+
+    def findings(self, findings: list[kyverno_rules.Finding]) -> None:
+        for finding in findings:
+            self.error(finding.path, finding.message, finding.rule)
 
     # ---- shared ------------------------------------------------------------------------------------------------
     def webhook_settings(self, spec: dict[str, Any], legacy: bool) -> None:

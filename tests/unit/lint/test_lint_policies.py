@@ -224,7 +224,7 @@ BACKGROUND_PREFIX = "only select variables are allowed in background mode. Set s
 
 def test_background_policy_matching_by_roles_is_rejected() -> None:
     """A background scan has no requester: Kyverno rejects match/exclude by roles unless background is false."""
-    policy = with_rule(match={"any": [{"resources": {"kinds": ["Pod"]}, "roles": ["foo-role"]}]})
+    policy = with_rule(match={"any": [{"resources": {"kinds": ["Pod"]}, "roles": ["default:foo-role"]}]})
     assert errors_of(policy) == [
         f"spec.rules[0].match.any[0].roles: {BACKGROUND_PREFIX}invalid variable used at path: spec/rules[0]/match/any[0]/roles"
     ]

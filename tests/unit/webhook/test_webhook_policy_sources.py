@@ -365,7 +365,9 @@ def test_cel_policy_status_follows_admission_and_background_switches() -> None:
 
 
 def test_cel_policy_status_when_stockade_cannot_serve_it() -> None:
-    generating = {"apiVersion": "policies.kyverno.io/v1", "kind": "GeneratingPolicy", "metadata": {"name": "gen"}, "spec": {}}
+    # valid as Kyverno sees it (matchConstraints with a resource rule), so the refusal is Stockade's own
+    rules = [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["namespaces"]}]
+    generating = {"apiVersion": "policies.kyverno.io/v1", "kind": "GeneratingPolicy", "metadata": {"name": "gen"}, "spec": {"matchConstraints": {"resourceRules": rules}}}
     generating_kind = next(k for k in WATCHED_KINDS if k.kind == "GeneratingPolicy")
     snapshot = _snapshot_of(generating)
     patch = status_patch(generating_kind, generating, snapshot, policy_identity(generating), {})
