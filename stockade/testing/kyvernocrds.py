@@ -100,6 +100,9 @@ def schema_differences(kind: Any, upstream: dict[str, Any]) -> list[str]:
     ):
         if ours != theirs:
             found.append(f"{label}: ours {ours!r} != upstream {theirs!r}")
+    subresource = any("status" in (v.get("subresources") or {}) for v in spec["versions"])
+    if kind.status_subresource != subresource:
+        found.append(f"status subresource: ours {kind.status_subresource} != upstream {subresource}")
     served = [v["name"] for v in spec["versions"] if v.get("served")]
     if sorted(kind.versions) != sorted(served):
         found.append(f"served versions: ours {sorted(kind.versions)} != upstream {sorted(served)}")

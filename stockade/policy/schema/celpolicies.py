@@ -308,5 +308,6 @@ KINDS: tuple[KindSchema, ...] = (
         versions={version: POLICY_EXCEPTION_SPEC for version in CLUSTER_VERSIONS},
         storage=STORAGE,
         spec_required=True,
+        status_subresource=False,
     ),
 )

@@ -33,7 +33,8 @@ def render_crd(kind: KindSchema) -> dict[str, Any]:
         entry["schema"] = {"openAPIV3Schema": object_schema(kind, schema_version)}
         if kind.printer_columns:
             entry["additionalPrinterColumns"] = [dict(column) for column in kind.printer_columns]
-        entry["subresources"] = {"status": {}}
+        if kind.status_subresource:
+            entry["subresources"] = {"status": {}}
         versions.append(entry)
     names: dict[str, Any] = {"kind": kind.kind, "listKind": f"{kind.kind}List", "plural": kind.plural, "singular": kind.singular or kind.kind.lower()}
     if kind.short_names:

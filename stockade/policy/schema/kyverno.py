@@ -631,6 +631,7 @@ POLICY_EXCEPTION = KindSchema(
     short_names=("polex",),
     categories=("kyverno",),
     spec_required=True,
+    status_subresource=False,
 )
 CLEANUP_POLICY = KindSchema(
     group=GROUP,

@@ -181,6 +181,8 @@ class KindSchema:
     spec_required: bool = False
     # versions the CRD keeps but no longer serves (rendered with served: false; the check refuses them)
     unserved: tuple[str, ...] = field(default=())
+    # whether status is a subresource (written apart from spec); Kyverno's exceptions have none
+    status_subresource: bool = True
 
     @property
     def storage_version(self) -> str:
