@@ -39,6 +39,9 @@ class Code(str, Enum):
     INVALID_VALUE = "invalid-value"
     INVALID_POLICY = "invalid-policy"
     POLICY_WARNING = "policy-warning"
+    # beyond Kyverno: a CEL expression whose estimated cost is over the static limit.  Refused where the policy
+    # would serve admission (the webhook, serve); a warning offline, where the runtime cost limit bounds it anyway
+    ADMISSION_SAFETY = "admission-safety"
 
 
 @dataclass(frozen=True)
@@ -141,8 +144,12 @@ def schema_findings(document: dict[str, Any], source: str = "", index: int = 0) 
     ]
 
 
-def check_policy(document: dict[str, Any], source: str = "", index: int = 0, old: dict[str, Any] | None = None) -> list[Finding]:
-    """Every finding for one document; [] for documents of no policy group.  Never raises."""
+def check_policy(
+    document: dict[str, Any], source: str = "", index: int = 0, old: dict[str, Any] | None = None, admission: bool = False
+) -> list[Finding]:
+    """Every finding for one document; [] for documents of no policy group.  Never raises.
+
+    ``admission``: the policy is about to serve admission reviews, so admission-safety problems are errors."""
     kind, name = _identity(document)
     if kind in CLI_FILE_KINDS:
         return []
@@ -157,7 +164,11 @@ def check_policy(document: dict[str, Any], source: str = "", index: int = 0, old
         message = f"the policy could not be checked: {type(error).__name__}: {error}"
         return [*findings, Finding(Severity.ERROR, Code.INVALID_POLICY, message, "", source, index, kind, name)]
     for lint_problem in result.errors:
-        findings.append(Finding(Severity.ERROR, Code.INVALID_POLICY, str(lint_problem), lint_problem.path, source, index, kind, name))
+        if lint_problem.safety:
+            severity = Severity.ERROR if admission else Severity.WARNING
+            findings.append(Finding(severity, Code.ADMISSION_SAFETY, str(lint_problem), lint_problem.path, source, index, kind, name))
+        else:
+            findings.append(Finding(Severity.ERROR, Code.INVALID_POLICY, str(lint_problem), lint_problem.path, source, index, kind, name))
     for warning in result.warnings:
         findings.append(Finding(Severity.WARNING, Code.POLICY_WARNING, warning, "", source, index, kind, name))
     return findings

@@ -82,6 +82,8 @@ class PolicyProblem:
     path: str
     message: str
     rule: str = ""
+    # set for problems that guard the admission path rather than mirror Kyverno (see ADMISSION_SAFETY)
+    safety: bool = False
 
     def __str__(self) -> str:
         where = f'rule "{self.rule}": ' if self.rule else ""
@@ -326,8 +328,8 @@ class _Checker:
         # Worst-case result sizes of the policy's variables (``variables.name``), for the cost estimates.
         self.variable_sizes: dict[str, Form] = {}
 
-    def error(self, path: str, message: str, rule: str = "") -> None:
-        self.result.errors.append(PolicyProblem(path, message, rule))
+    def error(self, path: str, message: str, rule: str = "", safety: bool = False) -> None:
+        self.result.errors.append(PolicyProblem(path, message, rule, safety))
 
     def findings(self, findings: list[kyverno_rules.Finding]) -> None:
         for finding in findings:
@@ -364,10 +366,12 @@ class _Checker:
                 child = f"{path}.{key}"
                 if key in CEL_EXPRESSION_KEYS and isinstance(value, str):
                     problem = cel_problem(value, child, extra_variables, libraries)
-                    if not problem:
-                        problem, _ = cel_cost_problem(value, extra_variables, self.variable_sizes)
                     if problem:
                         self.error(child, problem, rule)
+                        continue
+                    problem, _ = cel_cost_problem(value, extra_variables, self.variable_sizes)
+                    if problem:
+                        self.error(child, problem, rule, safety=True)
                 else:
                     self.cel_expressions(value, child, rule, extra_variables, libraries)
         elif isinstance(node, list):

@@ -507,7 +507,7 @@ def document_problem(document: Document, compiler: Any = None) -> str | None:
         metadata = data.get("metadata")
         if not isinstance(metadata, dict) or not metadata.get("name"):
             return "metadata.name: a name is required"
-        refused = [f.message for f in check_policy(data, document.source, document.index) if f.severity is Severity.ERROR]
+        refused = [f.message for f in check_policy(data, document.source, document.index, admission=True) if f.severity is Severity.ERROR]
         if refused:
             return "; ".join(refused)
         if not is_policy_document(data):

@@ -164,3 +164,26 @@ def test_lint_accepts_valid_policies_of_every_group(files: Path) -> None:
     status, _, err = run("lint", str(files / "policies.yaml"))
     assert status == 0, err
     assert "2 policies checked, 0 refused" in err
+
+
+def test_an_expensive_cel_expression_warns_offline_but_is_refused_for_admission(files: Path) -> None:
+    """Kyverno has no estimated-cost check; Stockade refuses such a policy only where it would serve admission."""
+    from stockade.lint.check import Code, Severity, check_policy
+
+    expression = "object.metadata.name"
+    for _ in range(12):  # each binding doubles the string: far beyond any request
+        expression = f"cel.bind(s, {expression}, s + s)"
+    hostile = (
+        "apiVersion: policies.kyverno.io/v1\nkind: ValidatingPolicy\nmetadata: {name: costly}\nspec:\n"
+        "  matchConstraints:\n    resourceRules:\n    - {apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [pods]}\n"
+        f"  validations:\n  - expression: '({expression}).size() > 0'\n"
+    )
+    (files / "policy.yaml").write_text(hostile)
+    status, out, err = run("lint", "-o", "json", str(files / "policy.yaml"))
+    assert status == 0, out
+    [finding] = json.loads(out)["findings"]
+    assert (finding["severity"], finding["code"], finding["path"]) == ("warning", "admission-safety", "spec.validations[0].expression")
+    import yaml
+
+    findings = check_policy(yaml.safe_load(hostile), admission=True)
+    assert [(f.severity, f.code) for f in findings] == [(Severity.ERROR, Code.ADMISSION_SAFETY)]
