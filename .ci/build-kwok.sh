@@ -19,7 +19,10 @@ cd "$module_dir"
 [ -s go.sum ] || go mod tidy
 # KWOK's own "fast" pod stages without pod-complete: in Kyverno's kind cluster a Job's Pod runs its command (the
 # ttl tests wait for it to be Running), while KWOK's default would mark it Succeeded at once.
+# `go list -m` does not download: on a cold module cache the directory would be empty
+go mod download sigs.k8s.io/kwok
 stages="$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage/pod/fast"
+[ -f "$stages/pod-ready.yaml" ] || { echo "build-kwok: KWOK's pod stages not found under $stages" >&2; exit 1; }
 { cat "$stages/pod-ready.yaml"; echo "---"; cat "$stages/pod-delete.yaml"; } > "$bin_dir/kwok-pod-stages.yaml.tmp"
 mv "$bin_dir/kwok-pod-stages.yaml.tmp" "$bin_dir/kwok-pod-stages.yaml"
 stamp="$(sha256sum go.mod | cut -c1-16)-$(go env GOVERSION)"
