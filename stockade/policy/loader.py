@@ -82,7 +82,7 @@ def _read_stdin(limit: int) -> bytes:
     stream = getattr(sys.stdin, "buffer", None)
     try:
         if stream is not None:
-            data = stream.read(limit + 1)
+            data = bytes(stream.read(limit + 1))
         else:
             text = sys.stdin.read(limit + 1) if sys.stdin is not None else ""
             data = text.encode("utf-8")
