@@ -166,5 +166,5 @@ def test_images_update_refuses_an_alias_bomb_in_policies(tmp_path: Path) -> None
     tree, policies = _manifests(tmp_path)
     policies.write_text(ALIAS_BOMB)
     result = CliRunner().invoke(cli, ["images", "update", str(tree), "--policies", str(policies)])
-    assert result.exit_code == 1 and f"{policies} (document 1): aliases expand" in result.output
+    assert result.exit_code == 2 and f"{policies} (document 1): aliases expand" in result.output
     assert (tree / "a.yaml").read_text() == MARKER
