@@ -53,7 +53,7 @@ def test_test_refuses_an_alias_bomb_in_a_listed_file_and_in_the_test_file(tmp_pa
     (suite / "kyverno-test.yaml").write_text(ALIAS_BOMB.replace("kind: ConfigMap", "kind: Test"))
     result = run("test", str(suite))
     assert result.returncode == 1
-    assert f"Error loading test {suite / 'kyverno-test.yaml'}" in result.stderr and "aliases expand" in result.stderr
+    assert f"Error: cannot load test {suite / 'kyverno-test.yaml'}" in result.stderr and "aliases expand" in result.stderr
 
 
 def test_test_refuses_dev_zero_named_as_a_resource(tmp_path: Path) -> None:
