@@ -8,6 +8,7 @@ import os
 import sys
 import tempfile
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
@@ -206,16 +207,14 @@ def _kyverno_rule_may_apply(rule: dict[str, Any], kind: str) -> bool:
     return all(fits(f) for f in filters) if mode == "all" else any(fits(f) for f in filters)
 
 
-def _cel_policy_may_apply(document: dict[str, Any], resource: dict[str, Any]) -> bool:
-    """Whether ``matchConstraints.resourceRules`` (resources and API groups) leave the resource possible; a policy
+def _cel_policy_may_apply(document: dict[str, Any], kind: str, group: str) -> bool:
+    """Whether ``matchConstraints.resourceRules`` (resources and API groups) leave the kind possible; a policy
     evaluated on other payloads (JSON, authorization modes) or without resource rules is taken as applicable."""
     spec = document.get("spec") or {}
     mode = (spec.get("evaluation") or {}).get("mode") if isinstance(spec.get("evaluation"), dict) else None
     constraints = spec.get("matchConstraints")
     if mode not in (None, "", "Kubernetes") or not isinstance(constraints, dict) or not constraints.get("resourceRules"):
         return True
-    kind = str(resource.get("kind", ""))
-    group = str(resource.get("apiVersion", "")).rpartition("/")[0]
     plural = kind_to_resource(kind)
     for rule in constraints["resourceRules"]:
         if not isinstance(rule, dict):
@@ -229,15 +228,29 @@ def _cel_policy_may_apply(document: dict[str, Any], resource: dict[str, Any]) ->
     return False
 
 
-def _anything_applies(policy_set: PolicySet, resources: list[dict[str, Any]]) -> bool:
+def _kinds_to_check(resource: dict[str, Any], subresources: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(kind, API group) the resource can be matched as: itself and, for a subresource kind the values file
+    declares (Scale, Binding...), its parent resource, which is what rules name (``Deployment/scale``)."""
+    kind = str(resource.get("kind", ""))
+    kinds = [(kind, str(resource.get("apiVersion", "")).rpartition("/")[0])]
+    for entry in subresources:
+        if not isinstance(entry, dict):
+            continue
+        subresource, parent = entry.get("subresource") or {}, entry.get("parentResource") or {}
+        if isinstance(subresource, dict) and isinstance(parent, dict) and subresource.get("kind") == kind and parent.get("kind"):
+            kinds.append((str(parent["kind"]), str(parent.get("group") or "")))
+    return kinds
+
+
+def _anything_applies(policy_set: PolicySet, resources: list[dict[str, Any]], subresources: Sequence[dict[str, Any]] = ()) -> bool:
     """Whether some rule (or CEL policy) of the set names the kind of some resource: otherwise nothing is evaluated."""
     cel_policies = [d.data for d in policy_set.cel if d.kind != "PolicyException"] + [d.data for d in policy_set.admission if not d.kind.endswith("Binding")]
     for resource in resources:
-        kind = str(resource.get("kind", ""))
-        if any(_kyverno_rule_may_apply(rule.raw, kind) for policy in policy_set.kyverno for rule in policy.rules):
-            return True
-        if any(_cel_policy_may_apply(document, resource) for document in cel_policies):
-            return True
+        for kind, group in _kinds_to_check(resource, subresources):
+            if any(_kyverno_rule_may_apply(rule.raw, kind) for policy in policy_set.kyverno for rule in policy.rules):
+                return True
+            if any(_cel_policy_may_apply(document, kind, group) for document in cel_policies):
+                return True
     return False
 
 
@@ -290,7 +303,7 @@ def run_apply(
     if not policy_set.count:
         print_error(f"no policy found in {_named(policies)} (nothing to evaluate)")
         return USAGE_EXIT
-    if not _anything_applies(policy_set, loaded):
+    if not _anything_applies(policy_set, loaded, values.subresources):
         kinds = ", ".join(sorted({str(r.get("kind", "")) for r in loaded}))
         print_error(f"no rule of the policies in {_named(policies)} applies to the kinds of the resources in {_named(resources)} ({kinds}): nothing to evaluate")
         return USAGE_EXIT

@@ -345,3 +345,22 @@ def test_cel_policies_match_by_resource_rules(tmp_path: Path, files: dict[str, P
     policy.write_text(CEL_POLICY.replace("RESOURCES", resources))
     result = invoke("apply", str(policy), "-r", str(files["pod"]))
     assert result.exit_code == exit_code, result.output  # 1: evaluated, and the pod has no team label
+
+
+SCALE_VALUES = """\
+apiVersion: cli.kyverno.io/v1alpha1
+kind: Values
+subresources:
+- parentResource: {group: apps, kind: Deployment, name: deployments, namespaced: true, version: v1}
+  subresource: {group: autoscaling, kind: Scale, name: deployments/scale, namespaced: true, version: v1}
+"""
+
+
+def test_a_subresource_kind_counts_as_its_parent_declared_in_values(tmp_path: Path, files: dict[str, Path]) -> None:
+    files["policy"].write_text(POLICY.replace("kinds: [ConfigMap]", "kinds: [Deployment/scale]"))
+    scale = tmp_path / "scale.yaml"
+    scale.write_text("apiVersion: autoscaling/v1\nkind: Scale\nmetadata: {name: s, namespace: default}\nspec: {replicas: 2}\n")
+    (tmp_path / "values.yaml").write_text(SCALE_VALUES)
+    assert invoke("apply", str(files["policy"]), "-r", str(scale)).exit_code == 2  # nothing says a Scale is a Deployment's
+    result = invoke("apply", str(files["policy"]), "-r", str(scale), "--values-file", str(tmp_path / "values.yaml"))
+    assert result.exit_code != 2 and "Applying 2 policy rule(s) to 1 resource(s)" in result.stdout, result.output
