@@ -117,9 +117,14 @@ def _is_input(path: str, inputs: set[tuple[int, int]]) -> bool:
     return (status.st_dev, status.st_ino) in inputs
 
 
+def _is_single_file(target: str) -> bool:
+    """``-o x.yaml`` (not an existing directory) writes one file holding every resource; anything else is a directory."""
+    return target.endswith((".yaml", ".yml", ".json")) and not os.path.isdir(target)
+
+
 def _plan_outputs(target: str, resources: list[dict[str, Any]], output_format: str) -> list[tuple[str, str]]:
     """(path, text) of every file ``-o target`` writes, all rendered before anything touches the disk."""
-    if target.endswith((".yaml", ".yml", ".json")) and not os.path.isdir(target):
+    if _is_single_file(target):
         return [(os.path.abspath(target), render_stream(resources, output_format))]
     paths = _output_paths(target, resources, ".json" if output_format == "json" else ".yaml")
     return [(path, _render(resource, output_format)) for path, resource in zip(paths, resources)]
@@ -149,8 +154,7 @@ def write_outputs(target: str, resources: list[dict[str, Any]], output_format: s
     for path, _ in planned:
         if _is_input(path, inputs):
             raise OutputPathError(f"output file {path} is one of the input files; refusing to overwrite it")
-    single_file = len(planned) == 1 and not os.path.isdir(target) and target.endswith((".yaml", ".yml", ".json"))
-    created_directories = [] if single_file else _missing_directories(target)
+    created_directories = [] if _is_single_file(target) else _missing_directories(target)
     temporary: list[tuple[str, str]] = []
     renamed: list[str] = []
     existed = {path for path, _ in planned if os.path.lexists(path)}
