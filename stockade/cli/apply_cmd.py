@@ -2,25 +2,31 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
+import tempfile
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 import yaml
 
+from stockade.cli.common import USAGE_EXIT, CliInputError, check_stdin_use, print_error
 from stockade.cli.output import colour_enabled, paint
 from stockade.cli.policycheck import policies_pass_check
 import stockade.celpolicy  # noqa: F401  (registers the engine's validate.cel handler)
+from stockade.celpolicy.request import kind_to_resource
 from stockade.engine.engine import Engine, Request
-from stockade.engine.match import RequestInfo
+from stockade.engine.match import RequestInfo, parse_kind_selector
 from stockade.engine.processor import apply_policies
 from stockade.engine.response import EngineResponse, report_result
 from stockade.kyvernotest.values import Values, load_user_info, load_values, parse_set_values
-from stockade.policy.loader import LoadError, load_documents
+from stockade.engine.wildcard import match as wildcard_match
+from stockade.policy.loader import STDIN_PATH, LoadError, expand_paths, load_documents, source_name
 from stockade.policy.model import KyvernoPolicy
-from stockade.policy.resources import normalise_resource, split_policies
+from stockade.policy.resources import PolicySet, normalise_resource, split_policies
 from stockade.errors import StockadeError
 
 
@@ -58,7 +64,8 @@ def _policy_report(results: list[tuple[EngineResponse, Any, str]]) -> dict[str, 
 
 
 class OutputPathError(StockadeError, ValueError):
-    """An output file name derived from a resource would land outside the ``-o`` directory."""
+    """An output file cannot be written as asked: its name (derived from a resource) would land outside the ``-o``
+    directory, or it would overwrite one of the command's input files."""
 
 
 def _output_paths(target: str, resources: list[dict[str, Any]], suffix: str) -> list[str]:
@@ -82,21 +89,178 @@ def _output_paths(target: str, resources: list[dict[str, Any]], suffix: str) -> 
     return paths
 
 
-def _write_outputs(target: str, resources: list[dict[str, Any]], output_format: str) -> None:
-    def dump(resource: dict[str, Any]) -> str:
-        return json.dumps(resource, indent=2) + "\n" if output_format == "json" else yaml.safe_dump(resource, sort_keys=False)
+def _render(resource: dict[str, Any], output_format: str) -> str:
+    return json.dumps(resource, indent=2) + "\n" if output_format == "json" else yaml.safe_dump(resource, sort_keys=False)
 
-    if target.endswith((".yaml", ".yml", ".json")) and not os.path.isdir(target):
-        with open(target, "w", encoding="utf-8") as handle:
-            handle.write(("---\n" if output_format == "yaml" else "").join(dump(r) for r in resources))
-        return
-    os.makedirs(target, exist_ok=True)
+
+def render_stream(resources: list[dict[str, Any]], output_format: str) -> str:
+    """Resources as one stream: YAML documents separated by ``---``, or JSON objects one after another."""
+    return ("---\n" if output_format == "yaml" else "").join(_render(r, output_format) for r in resources)
+
+
+def _input_files(paths: list[str]) -> set[tuple[int, int]]:
+    """(device, inode) of every input file (directories walked as the loader walks them): what ``-o`` must not overwrite."""
+    identities: set[tuple[int, int]] = set()
+    for path in expand_paths([p for p in paths if p != STDIN_PATH]):
+        try:
+            status = os.stat(path)
+        except OSError:
+            continue
+        identities.add((status.st_dev, status.st_ino))
+    return identities
+
+
+def _is_input(path: str, inputs: set[tuple[int, int]]) -> bool:
+    try:
+        status = os.stat(path)
+    except OSError:
+        return False
+    return (status.st_dev, status.st_ino) in inputs
+
+
+def _is_single_file(target: str) -> bool:
+    """``-o x.yaml`` (not an existing directory) writes one file holding every resource; anything else is a directory."""
+    return target.endswith((".yaml", ".yml", ".json")) and not os.path.isdir(target)
+
+
+def _plan_outputs(target: str, resources: list[dict[str, Any]], output_format: str) -> list[tuple[str, str]]:
+    """(path, text) of every file ``-o target`` writes, all rendered before anything touches the disk."""
+    if _is_single_file(target):
+        return [(os.path.abspath(target), render_stream(resources, output_format))]
     paths = _output_paths(target, resources, ".json" if output_format == "json" else ".yaml")
-    for path, resource in zip(paths, resources):
-        # O_NOFOLLOW: a symlink planted after the check still cannot redirect the write.
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            handle.write(dump(resource))
+    return [(path, _render(resource, output_format)) for path, resource in zip(paths, resources)]
+
+
+def _missing_directories(directory: str) -> list[str]:
+    """``directory`` and the parents of it that do not exist yet, outermost first (what makedirs would create)."""
+    missing: list[str] = []
+    current = os.path.abspath(directory)
+    while not os.path.exists(current):
+        missing.append(current)
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    return list(reversed(missing))
+
+
+def write_outputs(target: str, resources: list[dict[str, Any]], output_format: str, input_paths: list[str]) -> list[str]:
+    """Write every output file or none: render all, refuse to overwrite an input, write temporary files beside their
+    destinations, then rename them into place. On any error the temporary files, the files this call created and the
+    directories it created are removed (a file that existed before and was already replaced cannot be restored: the
+    renames come last, after every write succeeded, so only a failing rename can leave that state). Returns the paths.
+    """
+    planned = _plan_outputs(target, resources, output_format)
+    inputs = _input_files(input_paths)
+    for path, _ in planned:
+        if _is_input(path, inputs):
+            raise OutputPathError(f"output file {path} is one of the input files; refusing to overwrite it")
+    created_directories = [] if _is_single_file(target) else _missing_directories(target)
+    temporary: list[tuple[str, str]] = []
+    renamed: list[str] = []
+    existed = {path for path, _ in planned if os.path.lexists(path)}
+    try:
+        if created_directories:
+            os.makedirs(created_directories[-1])
+        for path, text in planned:
+            descriptor, temporary_path = tempfile.mkstemp(prefix=".stockade-", suffix=".tmp", dir=os.path.dirname(path))
+            temporary.append((temporary_path, path))
+            with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+                os.fchmod(handle.fileno(), 0o644)
+                handle.write(text)
+        for temporary_path, path in temporary:
+            os.replace(temporary_path, path)  # replaces a name, never follows a symlink planted at it
+            renamed.append(path)
+    except BaseException:
+        for temporary_path, _ in temporary:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary_path)
+        for path in renamed:
+            if path not in existed:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+        for directory in reversed(created_directories):
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+        raise
+    return [path for path, _ in planned]
+
+
+# Kinds whose pod template autogen rules (Kyverno's and the CEL policies') cover when a rule names Pods.
+_POD_CONTROLLER_KINDS = frozenset({"Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "ReplicationController", "Job", "CronJob"})
+
+
+def _kinds_of_filters(match: dict[str, Any]) -> tuple[str, list[list[str] | None]]:
+    """("any"|"all", the kinds each filter names, None for a filter naming none) of a Kyverno match block."""
+    for mode in ("any", "all"):
+        if match.get(mode):
+            return mode, [list(((f or {}).get("resources") or {}).get("kinds") or []) or None for f in match[mode]]
+    return "any", [list((match.get("resources") or {}).get("kinds") or []) or None]
+
+
+def _kyverno_rule_may_apply(rule: dict[str, Any], kind: str) -> bool:
+    """Whether the kinds named in the rule's match block leave ``kind`` possible (group, version and subresource
+    parts are not judged here: only a rule that cannot apply to the kind at all says no)."""
+    match = rule.get("match")
+    if not isinstance(match, dict):
+        return True
+    mode, filters = _kinds_of_filters(match)
+
+    def fits(kinds: list[str] | None) -> bool:
+        return kinds is None or any(wildcard_match(parse_kind_selector(str(k))[2], kind) for k in kinds)
+
+    return all(fits(f) for f in filters) if mode == "all" else any(fits(f) for f in filters)
+
+
+def _cel_policy_may_apply(document: dict[str, Any], kind: str, group: str) -> bool:
+    """Whether ``matchConstraints.resourceRules`` (resources and API groups) leave the kind possible; a policy
+    evaluated on other payloads (JSON, authorization modes) or without resource rules is taken as applicable."""
+    spec = document.get("spec") or {}
+    mode = (spec.get("evaluation") or {}).get("mode") if isinstance(spec.get("evaluation"), dict) else None
+    constraints = spec.get("matchConstraints")
+    if mode not in (None, "", "Kubernetes") or not isinstance(constraints, dict) or not constraints.get("resourceRules"):
+        return True
+    plural = kind_to_resource(kind)
+    for rule in constraints["resourceRules"]:
+        if not isinstance(rule, dict):
+            continue
+        resources = {str(r).partition("/")[0] for r in rule.get("resources") or []}
+        groups = {str(g) for g in rule.get("apiGroups") or []}
+        if resources & {"*", plural} and groups & {"*", group}:
+            return True
+        if kind in _POD_CONTROLLER_KINDS and "pods" in resources:
+            return True
+    return False
+
+
+def _kinds_to_check(resource: dict[str, Any], subresources: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(kind, API group) the resource can be matched as: itself and, for a subresource kind the values file
+    declares (Scale, Binding...), its parent resource, which is what rules name (``Deployment/scale``)."""
+    kind = str(resource.get("kind", ""))
+    kinds = [(kind, str(resource.get("apiVersion", "")).rpartition("/")[0])]
+    for entry in subresources:
+        if not isinstance(entry, dict):
+            continue
+        subresource, parent = entry.get("subresource") or {}, entry.get("parentResource") or {}
+        if isinstance(subresource, dict) and isinstance(parent, dict) and subresource.get("kind") == kind and parent.get("kind"):
+            kinds.append((str(parent["kind"]), str(parent.get("group") or "")))
+    return kinds
+
+
+def _anything_applies(policy_set: PolicySet, resources: list[dict[str, Any]], subresources: Sequence[dict[str, Any]] = ()) -> bool:
+    """Whether some rule (or CEL policy) of the set names the kind of some resource: otherwise nothing is evaluated."""
+    cel_policies = [d.data for d in policy_set.cel if d.kind != "PolicyException"] + [d.data for d in policy_set.admission if not d.kind.endswith("Binding")]
+    for resource in resources:
+        for kind, group in _kinds_to_check(resource, subresources):
+            if any(_kyverno_rule_may_apply(rule.raw, kind) for policy in policy_set.kyverno for rule in policy.rules):
+                return True
+            if any(_cel_policy_may_apply(document, kind, group) for document in cel_policies):
+                return True
+    return False
+
+
+def _named(paths: tuple[str, ...] | list[str]) -> str:
+    return ", ".join(source_name(p) for p in paths)
 
 
 def run_apply(
@@ -116,13 +280,22 @@ def run_apply(
     insecure_registries: tuple[str, ...] = (),
     strict: bool = False,
 ) -> int:
-    out = sys.stdout
+    to_stdout = output_dir == STDIN_PATH  # "-o -": the resources are the output
+    # Machine-readable output on stdout is all that goes there: progress, failures and the summary go to stderr.
+    out = sys.stderr if (policy_report or to_stdout) else sys.stdout
     colour = colour_enabled(out, remove_color)
+    try:
+        check_stdin_use({"POLICY": policies, "--resource": resources, "--values-file": [values_file], "--userinfo": [userinfo], "--exception": exceptions})
+        if policy_report and to_stdout:
+            raise CliInputError("--policy-report and -o - both print on stdout: write the resources to a file or directory instead")
+    except CliInputError as exc:
+        print_error(exc.message)
+        return USAGE_EXIT
     try:
         policy_documents = load_documents(list(policies))
         exception_documents = load_documents(list(exceptions)) if exceptions else []
         if not policies_pass_check(policy_documents + exception_documents, strict):
-            return 2
+            return USAGE_EXIT
         policy_set = split_policies(policy_documents)
         exception_set = split_policies(exception_documents) if exceptions else None
         exception_list = policy_set.exceptions + (exception_set.exceptions if exception_set else [])
@@ -131,11 +304,19 @@ def run_apply(
         info = load_user_info(userinfo) if userinfo else RequestInfo()
         extra_values = parse_set_values(list(set_values))
     except (LoadError, ValueError) as exc:
-        print(f"Error: {exc}", file=sys.stderr)
-        return 2
+        print_error(str(exc))
+        return USAGE_EXIT
     if not loaded:
-        print("Error: no resources given (use --resource/-r)", file=sys.stderr)
-        return 2
+        print_error("no resources given (use --resource/-r)" if not resources else f"no resources found in {_named(resources)}")
+        return USAGE_EXIT
+    # A CI job must not go green on zero checks: no policy, or no rule for any given kind, is an error.
+    if not policy_set.count:
+        print_error(f"no policy found in {_named(policies)} (nothing to evaluate)")
+        return USAGE_EXIT
+    if not _anything_applies(policy_set, loaded, values.subresources):
+        kinds = ", ".join(sorted({str(r.get("kind", "")) for r in loaded}))
+        print_error(f"no rule of the policies in {_named(policies)} applies to the kinds of the resources in {_named(resources)} ({kinds}): nothing to evaluate")
+        return USAGE_EXIT
     rule_count = sum(len(p.rules) for p in policy_set.kyverno)
     cel_documents = [d.data for d in policy_set.cel + policy_set.admission]
     cel_count = sum(1 for d in cel_documents if d.get("kind") != "PolicyException")
@@ -199,17 +380,20 @@ def run_apply(
                 print(f"\npolicy {response.policy_name} -> resource {where} failed:", file=out)
                 for index, (rule, outcome) in enumerate(failed, start=1):
                     print(f"{index}. {rule.name}: {paint(outcome, 'red' if outcome in ('fail', 'error') else 'yellow', colour)} {rule.message}", file=out)
-    if output_dir and outputs:
+    if to_stdout:
+        sys.stdout.write(render_stream(outputs, output_format))
+    elif output_dir and outputs:
+        inputs = [*policies, *resources, *exceptions, *(p for p in (values_file, userinfo) if p)]
         try:
-            _write_outputs(output_dir, outputs, output_format)
+            write_outputs(output_dir, outputs, output_format, inputs)
         except OutputPathError as exc:
-            print(f"Error: {exc}; nothing was written", file=sys.stderr)
-            return 2
+            print_error(f"{exc}; nothing was written")
+            return USAGE_EXIT
         except OSError as exc:
-            print(f"Error: cannot write output {exc.filename or output_dir}: {exc.strerror or exc}", file=sys.stderr)
-            return 2
+            print_error(f"cannot write output {exc.filename or output_dir}: {exc.strerror or exc}; nothing was written")
+            return USAGE_EXIT
     if policy_report:
         report = _policy_report(report_rows)
-        print(json.dumps(report, indent=2) if output_format == "json" else yaml.safe_dump(report, sort_keys=False), file=out)
+        print(json.dumps(report, indent=2) if output_format == "json" else yaml.safe_dump(report, sort_keys=False), file=sys.stdout)
     print(f"\npass: {counts['pass']}, fail: {counts['fail']}, warn: {counts['warn']}, error: {counts['error']}, skip: {counts['skip']}", file=out)
     return 1 if counts["fail"] or counts["error"] else 0

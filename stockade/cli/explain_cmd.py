@@ -21,7 +21,8 @@ from stockade.cli.output import colour_enabled, paint
 from stockade.engine.mutate import KUBERNETES_OPTIONS, apply_json6902
 from stockade.engine.response import EngineResponse
 from stockade.cli.policycheck import policies_pass_check
-from stockade.policy.loader import LoadError, load_documents, parse_yaml_documents, read_text
+from stockade.cli.common import USAGE_EXIT, print_error
+from stockade.policy.loader import STDIN_PATH, Document, LoadError, load_documents, parse_yaml_documents, read_text, source_name
 
 NOT_MATCHED = "not matched"
 RECORD_ANNOTATIONS = ("kyverno.io/verify-images", "kyverno.io/verify-images-scoped")
@@ -68,16 +69,30 @@ class Explanation:
     verification_record: dict[str, Any]
 
 
+class _LoadedPolicies:
+    """The policy documents, read once (standard input cannot be read twice), as the policy store's only source."""
+
+    def __init__(self, documents: list[Document]) -> None:
+        self._documents = documents
+
+    def fingerprint(self) -> tuple[int, ...]:
+        return (len(self._documents),)
+
+    def documents(self) -> list[Document]:
+        return list(self._documents)
+
+
 def _read_resource(path: str) -> dict[str, Any]:
-    documents = [d for d in parse_yaml_documents(read_text(path), path) if d is not None]
+    source = source_name(path)  # "-" is standard input
+    documents = [d for d in parse_yaml_documents(read_text(path), source) if d is not None]
     if len(documents) != 1 or not isinstance(documents[0], dict):
-        raise ExplainInputError(f"{path}: expected exactly one resource (a YAML/JSON object), found {len(documents)} documents")
+        raise ExplainInputError(f"{source}: expected exactly one resource (a YAML/JSON object), found {len(documents)} documents")
     resource: dict[str, Any] = documents[0]
     for key in ("apiVersion", "kind"):
         if not isinstance(resource.get(key), str) or not resource[key]:
-            raise ExplainInputError(f"{path}: field {key} is missing")
+            raise ExplainInputError(f"{source}: field {key} is missing")
     if resource.get("metadata") is not None and not isinstance(resource["metadata"], dict):
-        raise ExplainInputError(f"{path}: field metadata must be an object")
+        raise ExplainInputError(f"{source}: field metadata must be an object")
     return resource
 
 
@@ -179,6 +194,7 @@ def explain(
     user: str = "",
     groups: tuple[str, ...] = (),
     image_verifier: Any = None,
+    strict: bool = False,
 ) -> Explanation:
     """Evaluate one admission request built from files; raises ExplainInputError / LoadError with the file named."""
     from stockade.engine.handlers.verify_images import VerificationCache
@@ -187,14 +203,24 @@ def explain(
 
     if resource and (old or new):
         raise ExplainInputError("give either a resource or --old/--new, not both")
+    dashed = ["POLICY"] * policies.count(STDIN_PATH) + [name for name, path in (("--resource", resource), ("--old", old), ("--new", new)) if path == STDIN_PATH]
+    if len(dashed) > 1:
+        raise ExplainInputError(f"only one input can be read from standard input ('-'), got it for {', '.join(dashed)}")
     new_path = resource or new
     new_object = _read_resource(new_path) if new_path else {}
     old_object = _read_resource(old) if old else {}
     if not new_object and not old_object:
         raise ExplainInputError("nothing to explain: give --resource, or --old and/or --new")
     operation = (operation or ("UPDATE" if new_object and old_object else "DELETE" if old_object else "CREATE")).upper()
-    load_documents(policies)  # a policy file that cannot be read fails here with its name
-    store = PolicyStore(policies, image_verifier=image_verifier, verification_cache=VerificationCache() if image_verifier is not None else None, log_rejections=False)
+    documents = load_documents(policies)  # a policy file that cannot be read fails here with its name
+    if not policies_pass_check(documents, strict):
+        raise ExplainInputError("the policy check refused the policies (see above)")
+    store = PolicyStore(
+        sources=[_LoadedPolicies(documents)],
+        image_verifier=image_verifier,
+        verification_cache=VerificationCache() if image_verifier is not None else None,
+        log_rejections=False,
+    )
     snapshot = store.load()
     if snapshot.errors:
         raise ExplainInputError("invalid policies: " + "; ".join(f"{'/'.join(p for p in identity if p)}: {reason}" for identity, reason in snapshot.errors.items()))
@@ -282,22 +308,16 @@ def run_explain(
     policies: list[str], output: str, remove_color: bool, registry: bool, insecure_registries: tuple[str, ...], strict: bool = False, **options: Any
 ) -> int:
     """CLI body: 0 when the request would be admitted, 1 when denied, 2 for unusable input (message, no traceback)."""
-    try:
-        if not policies_pass_check(load_documents(policies), strict):
-            return 2
-    except LoadError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
-        return 2
     verifier = None
     if registry:
         from stockade.cli.registry_access import make_image_verifier
 
         verifier = make_image_verifier(insecure_registries)[0]
     try:
-        explanation = explain(policies, image_verifier=verifier, **options)
+        explanation = explain(policies, image_verifier=verifier, strict=strict, **options)
     except (ExplainInputError, LoadError) as exc:
-        print(f"Error: {exc}", file=sys.stderr)
-        return 2
+        print_error(str(exc))
+        return USAGE_EXIT
     if output == "json":
         print(json.dumps(asdict(explanation), indent=2, sort_keys=True))
     else:

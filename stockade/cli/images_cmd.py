@@ -17,12 +17,13 @@ from typing import Any
 import click
 import yaml
 
+from stockade.cli.common import CliInputError, check_stdin_use
 from stockade.images.auth import CredentialError, CredentialStore
 from stockade.images.reference import InvalidReferenceError
 from stockade.images.registry import RegistryClient, RegistryError
 from stockade.cli.policycheck import report_findings
 from stockade.lint.check import check_documents
-from stockade.policy.loader import Document, LoadError, parse_yaml_documents, read_text
+from stockade.policy.loader import STDIN_PATH, Document, LoadError, parse_yaml_documents, read_text, source_name
 from stockade.reflector.imagepolicy import ImagePolicyReconciler
 from stockade.reflector.markers import MarkerError, plan_updates, write_updates
 from stockade.reflector.models import (
@@ -72,12 +73,12 @@ def _client(image: str, insecure: bool, docker_config: str | None, ca_file: str 
     try:
         reference = parse_repository_image(image)
     except InvalidReferenceError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise CliInputError(str(exc)) from None
     try:
         seconds = duration_seconds(timeout, "--timeout") or 30.0
         credentials = CredentialStore.from_docker_config_file(docker_config)
     except (SpecError, CredentialError) as exc:
-        raise click.ClickException(str(exc)) from None
+        raise CliInputError(str(exc)) from None
     client = RegistryClient(
         credentials=credentials,
         insecure_registries=[reference.registry] if insecure else [],
@@ -106,7 +107,7 @@ def scan_command(image: str, exclusions: tuple[str, ...], output: str, insecure:
     try:
         patterns = [compile_tag_filter(p) for p in (exclusions or DEFAULT_EXCLUSION_LIST)]
     except InvalidPolicyError as exc:
-        raise click.ClickException(f"invalid --exclude: {exc}") from None
+        raise CliInputError(f"invalid --exclude: {exc}") from None
     try:
         with client:
             listed = client.list_tags(reference, page_size=1000)
@@ -157,7 +158,7 @@ def latest_command(
     try:
         select_latest([], policy, filter_tags)  # reject a bad policy before touching the network
     except InvalidPolicyError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise CliInputError(str(exc)) from None
     try:
         with client:
             tags = sorted(set(client.list_tags(reference, page_size=1000)), reverse=True)
@@ -181,7 +182,7 @@ def latest_command(
 def _yaml_files(paths: tuple[str, ...]) -> Iterator[Path]:
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
+        if raw != STDIN_PATH and path.is_dir():
             for found in sorted(path.rglob("*")):
                 if found.suffix in (".yaml", ".yml") and found.is_file():
                     yield found
@@ -194,19 +195,20 @@ def _load_documents(paths: tuple[str, ...], strict: bool = False) -> list[dict[s
     fields: warnings, or errors with ``strict``)."""
     documents: list[Document] = []
     for file in _yaml_files(paths):
+        name = str(file)  # "-" stays "-": standard input
         try:
-            loaded = parse_yaml_documents(read_text(str(file)), str(file))
+            loaded = parse_yaml_documents(read_text(name), source_name(name))
         except LoadError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise CliInputError(str(exc)) from None
         for index, document in enumerate(loaded):
             if document is None:
                 continue
             if not isinstance(document, dict):
-                raise click.ClickException(f"{file}: document {index + 1} is not a mapping")
-            documents.append(Document(document, str(file), index))
+                raise CliInputError(f"{source_name(name)}: document {index + 1} is not a mapping")
+            documents.append(Document(document, source_name(name), index))
     report = check_documents(documents)
     if not report_findings(report, strict):
-        raise click.ClickException(f"{len(report.refused(strict))} object(s) refused by the check (see above)")
+        raise CliInputError(f"{len(report.refused(strict))} object(s) refused by the check (see above)")
     return [document.data for document in documents]
 
 
@@ -262,7 +264,7 @@ def _result_line(kind: str, result: ReconcileResult) -> str:
 
 
 @images.command("reconcile")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, allow_dash=True))
 @click.option("--store", "store_dir", required=True, type=click.Path(file_okay=False), help="State directory (tags and statuses) kept between runs.")
 @click.option("--force", is_flag=True, help="Scan every repository now, even if its interval has not elapsed.")
 @click.option("--ca-file", type=click.Path(exists=True, dir_okay=False), help="Extra CA bundle for registries' TLS certificates.")
@@ -273,11 +275,12 @@ def reconcile_command(paths: tuple[str, ...], store_dir: str, force: bool, ca_fi
     """Reconcile ImageRepository and ImagePolicy objects from PATHS (YAML files or directories).
 
     Secrets (kubernetes.io/dockerconfigjson) and Namespaces in PATHS serve secretRef and accessFrom.
-    Exits 1 when any object is not Ready.
+    A path - reads standard input. Exits 1 when any object is not Ready.
     """
+    check_stdin_use({"PATHS": paths})
     objects = _Objects(_load_documents(paths, strict))
     if not objects.repositories and not objects.policies:
-        raise click.ClickException("no ImageRepository or ImagePolicy objects found in the given paths")
+        raise CliInputError(f"no ImageRepository or ImagePolicy objects found in {', '.join(source_name(p) for p in paths)}")
     store = TagStore(store_dir)
     repositories = ImageRepositoryReconciler(store, secrets=objects.secret, ca_file=ca_file)
     results: list[tuple[str, ReconcileResult]] = []
@@ -354,7 +357,7 @@ def _policy_refs(policy_paths: tuple[str, ...], store_dir: str | None) -> dict[O
 
 @images.command("update")
 @click.argument("path", type=click.Path(exists=True))
-@click.option("--policies", "policy_paths", multiple=True, type=click.Path(exists=True), help="YAML with ImagePolicy objects carrying status.latestRef (repeatable).")
+@click.option("--policies", "policy_paths", multiple=True, type=click.Path(exists=True, allow_dash=True), help="YAML with ImagePolicy objects carrying status.latestRef (repeatable; - reads standard input).")
 @click.option("--store", "store_dir", type=click.Path(exists=True, file_okay=False), help="State directory written by 'images reconcile'.")
 @click.option("--dry-run", is_flag=True, help="Show a diff instead of writing files.")
 def update_command(path: str, policy_paths: tuple[str, ...], store_dir: str | None, dry_run: bool) -> None:
@@ -364,6 +367,7 @@ def update_command(path: str, policy_paths: tuple[str, ...], store_dir: str | No
     """
     if not policy_paths and store_dir is None:
         raise click.UsageError("give --policies FILE and/or --store DIR to read ImagePolicy statuses from")
+    check_stdin_use({"--policies": policy_paths})
     refs = _policy_refs(policy_paths, store_dir)
 
     def resolve(namespace: str, name: str) -> dict[str, object] | None:

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import click
+
+from stockade.cli.common import FAILURE_EXIT, USAGE_EXIT, print_error
 from stockade.errors import StockadeError
 
 DEFAULT_NAMESPACE = os.environ.get("STOCKADE_NAMESPACE", "stockade")
@@ -110,12 +112,20 @@ def run_serve(policies: list[str], **options: Any) -> int:
     try:
         return asyncio.run(_serve(policies, **options))
     except _StartupError as exc:
-        click.echo(f"stockade serve: {exc}", err=True)
-        return 1
+        print_error(str(exc))
+        return exc.exit_code
 
 
 class _StartupError(StockadeError):
-    pass
+    """The server cannot start (the cluster is unreachable, the port is taken...): exit status 1."""
+
+    exit_code = FAILURE_EXIT
+
+
+class _StartupInputError(_StartupError):
+    """A file or setting given to the server cannot be used (a policy, a certificate, --cert-dir): exit status 2."""
+
+    exit_code = USAGE_EXIT
 
 
 async def _serve(policies: list[str], **options: Any) -> int:
@@ -138,7 +148,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
         try:
             ensure_private_directory(cert_dir)
         except CertificateFileError as exc:
-            raise _StartupError(f"--cert-dir {exc}") from None
+            raise _StartupInputError(f"--cert-dir {exc}") from None
     certs = CertificateManager(
         hosts=list(dict.fromkeys(hosts)),
         directory=None if options["tls_cert_file"] else cert_dir,
@@ -197,7 +207,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
     except (LoadError, OSError, ValueError) as exc:
         if cluster_source is not None:
             cluster_source.stop()
-        raise _StartupError(str(exc)) from exc
+        raise _StartupInputError(str(exc)) from exc
     snapshot = store.snapshot
     assert snapshot is not None
     if snapshot.unsupported:
@@ -264,7 +274,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
         if cluster_source is not None:
             cluster_source.stop()
         await pool.close(0)  # the workers' socketpairs would otherwise outlive the loop
-        raise _StartupError(f"TLS certificate: {exc}") from None
+        raise _StartupInputError(f"TLS certificate: {exc}") from None
     except OSError as exc:
         await pool.close(0)
         raise _StartupError(f"cannot listen on {options['host']}:{options['port']}: {exc}") from exc
@@ -474,7 +484,7 @@ def _start_config_watch(api_client: Any, options: dict[str, Any]) -> tuple[Any, 
     try:
         namespace, name = parse_configmap_reference(options["config_map"])
     except InvalidConfigMapReference as exc:
-        raise _StartupError(str(exc)) from exc
+        raise _StartupInputError(str(exc)) from exc
     live = LiveKyvernoConfig(source=f"{namespace}/{name}")
     watch = ConfigMapWatch(api_client, live, namespace, name)
     watch.start()
@@ -552,6 +562,6 @@ def cleanup(kubeconfig: str | None, webhook_names: str) -> None:
     try:
         removed = WebhookRegistrar(load_api_client(kubeconfig), WEBHOOK_NAMINGS[webhook_names]).remove_all()
     except Exception as exc:
-        click.echo(f"stockade cleanup: {exc}", err=True)
-        sys.exit(1)
+        print_error(str(exc))
+        sys.exit(FAILURE_EXIT)
     click.echo(f"removed {removed} webhook configuration(s)")

@@ -7,6 +7,7 @@ import sys
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
+from stockade.cli.common import print_error
 from stockade.cli.output import colour_enabled, paint, render_table
 from stockade.kyvernotest.runner import TestRun, TestRunner
 from stockade.kyvernotest.schema import TestFileError, discover, load_test_files
@@ -60,7 +61,11 @@ def run_tests(
     colour = colour_enabled(out, remove_color)
     files = discover(paths, file_name)
     if not files:
-        print("No test yamls available", file=out)
+        if output_format == "table":
+            print("No test yamls available", file=out)
+        else:  # stdout carries the (empty) payload alone
+            print("No test yamls available", file=sys.stderr)
+            print("[]" if output_format == "json" else _junit([]), file=out)
         return 1 if require_tests else 0
     runs: list[TestRun] = []
     load_errors = 0
@@ -69,7 +74,7 @@ def run_tests(
         try:
             cases.extend(load_test_files(path))  # each document of a multi-document file is its own test
         except (TestFileError, LoadError) as exc:
-            print(f"Error loading test {path}: {exc}", file=sys.stderr)
+            print_error(f"cannot load test {path}: {exc}")
             load_errors += 1
     for case in cases:
         if output_format == "table":

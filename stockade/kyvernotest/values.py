@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.engine.match import RequestInfo
-from stockade.policy.loader import LoadError, parse_yaml_documents, read_text
+from stockade.policy.loader import LoadError, parse_yaml_documents, read_text, source_name
 
 
 @dataclass(frozen=True)
@@ -124,12 +124,13 @@ def values_from_mapping(data: dict[str, Any], source: str = "values", *, inline:
 
 
 def load_values(path: str) -> Values:
-    documents = parse_yaml_documents(read_text(path), path)
+    source = source_name(path)  # "-" is standard input
+    documents = parse_yaml_documents(read_text(path), source)
     if not documents:
         return Values()
     if not isinstance(documents[0], dict):
-        raise LoadError(path, "expected a mapping", 0)
-    return values_from_mapping(documents[0], path)
+        raise LoadError(source, "expected a mapping", 0)
+    return values_from_mapping(documents[0], source)
 
 
 def parse_set_values(pairs: list[str]) -> dict[str, Any]:
@@ -147,7 +148,7 @@ def parse_set_values(pairs: list[str]) -> dict[str, Any]:
 
 
 def load_user_info(path: str) -> RequestInfo:
-    documents = parse_yaml_documents(read_text(path), path)
+    documents = parse_yaml_documents(read_text(path), source_name(path))
     data = _fold(documents[0]) if documents and isinstance(documents[0], dict) else {}
     user = data.get("userInfo") or {}
     return RequestInfo(

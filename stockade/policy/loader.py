@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,8 @@ from stockade import safefile, yamlsafe
 from stockade.errors import StockadeError
 
 YAML_SUFFIXES = (".yaml", ".yml", ".json")
+STDIN_PATH = "-"  # a path argument meaning "read standard input"
+STDIN_SOURCE = "<stdin>"  # the source name documents read from standard input carry
 
 
 class LoadError(StockadeError):
@@ -69,22 +72,46 @@ def parse_yaml_documents(text: str, source: str) -> list[Any]:
         raise LoadError(source, f"malformed YAML{position}: {problem}") from None
 
 
-def read_text(path: str, limit: int = safefile.MAX_FILE_BYTES) -> str:
-    """A regular file's UTF-8 text within ``limit`` bytes; devices, FIFOs and directories are refused."""
+def source_name(path: str) -> str:
+    """How documents read from ``path`` are named in messages: ``<stdin>`` for ``-``, else the path."""
+    return STDIN_SOURCE if path == STDIN_PATH else path
+
+
+def _read_stdin(limit: int) -> bytes:
+    """Standard input to its end, within ``limit`` bytes. Read once per run: the CLI lets a single input be ``-``."""
+    stream = getattr(sys.stdin, "buffer", None)
     try:
-        data = safefile.read_bytes(path, limit)
+        if stream is not None:
+            data = bytes(stream.read(limit + 1))
+        else:
+            text = sys.stdin.read(limit + 1) if sys.stdin is not None else ""
+            data = text.encode("utf-8")
+    except OSError as exc:
+        raise LoadError(STDIN_SOURCE, exc.strerror or str(exc)) from None
+    if len(data) > limit:
+        raise LoadError(STDIN_SOURCE, f"over the {limit}-byte limit")
+    return data
+
+
+def read_text(path: str, limit: int = safefile.MAX_FILE_BYTES) -> str:
+    """A regular file's UTF-8 text within ``limit`` bytes; devices, FIFOs and directories are refused.
+
+    ``-`` reads standard input instead (a pipe is what it is meant for, so it is not refused).
+    """
+    try:
+        data = _read_stdin(limit) if path == STDIN_PATH else safefile.read_bytes(path, limit)
     except safefile.FileReadError as exc:
         raise LoadError(path, exc.reason or str(exc)) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise LoadError(path, f"not UTF-8 text ({exc.reason})") from None
+        raise LoadError(source_name(path), f"not UTF-8 text ({exc.reason})") from None
 
 
 def expand_paths(paths: Iterable[str]) -> Iterator[str]:
-    """Files as given, directories walked recursively for YAML/JSON files in a stable order."""
+    """Files as given, directories walked recursively for YAML/JSON files in a stable order; ``-`` stays as it is."""
     for path in paths:
-        if os.path.isdir(path):
+        if path != STDIN_PATH and os.path.isdir(path):
             for root, dirs, files in os.walk(path):
                 dirs.sort()
                 for name in sorted(files):
@@ -104,7 +131,7 @@ def load_documents(paths: Iterable[str], *, require_kind: bool = True) -> list[D
 
 def load_file(path: str, *, require_kind: bool = True) -> list[Document]:
     text = read_text(path)
-    return documents_from_text(text, path, require_kind=require_kind)
+    return documents_from_text(text, source_name(path), require_kind=require_kind)
 
 
 def documents_from_text(text: str, source: str, *, require_kind: bool = True) -> list[Document]:

@@ -137,11 +137,11 @@ def test_update_needs_a_status_source(tmp_path: Path) -> None:
 
 def test_latest_rejects_a_bad_reference_and_policy_choice() -> None:
     bad = CliRunner().invoke(images, ["latest", "oci://ghcr.io/x", "--semver", "1.x"])
-    assert bad.exit_code == 1 and "should not include URL scheme" in bad.output
+    assert bad.exit_code == 2 and "Error: " in bad.output and "should not include URL scheme" in bad.output  # an input error
     none = CliRunner().invoke(images, ["latest", "ghcr.io/x"])
     assert none.exit_code == 2 and "exactly one" in none.output
     invalid = CliRunner().invoke(images, ["latest", "ghcr.io/x", "--semver", "1.0.0p"])
-    assert invalid.exit_code == 1 and "invalid policy" in invalid.output
+    assert invalid.exit_code == 2 and "invalid policy" in invalid.output
 
 
 def test_reconcile_warns_about_an_interval_without_always_and_still_reconciles(tmp_path: Path) -> None:

@@ -64,7 +64,7 @@ def test_serve_refuses_world_writable_cert_dir(tmp_path: Path, policy: Path) -> 
     directory.mkdir()
     directory.chmod(0o777)
     result = CliRunner().invoke(serve, [str(policy), "--port", "0", "--host", "127.0.0.1", "--cert-dir", str(directory)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # an input error
     assert f"--cert-dir {directory}: is group- or world-writable (mode 0777)" in result.output
     assert "Traceback" not in result.output
     assert list(directory.iterdir()) == []  # nothing written there
@@ -74,7 +74,7 @@ def test_serve_refuses_cert_dir_that_is_a_file(tmp_path: Path, policy: Path) -> 
     not_a_directory = tmp_path / "file"
     not_a_directory.write_text("x")
     result = CliRunner().invoke(serve, [str(policy), "--port", "0", "--host", "127.0.0.1", "--cert-dir", str(not_a_directory / "sub")])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # an input error
     assert f"--cert-dir {not_a_directory / 'sub'}: cannot create or inspect" in result.output
 
 
@@ -207,8 +207,8 @@ def test_malformed_user_files_are_named_with_a_reason(tmp_path: Path, policy: Pa
         CertificateManager(cert_file=cert_file, key_file=key_file).start()
     assert caught.value.path == culprit and reason in caught.value.reason
     result = CliRunner().invoke(serve, [str(policy), "--port", "0", "--host", "127.0.0.1", "--tls-cert-file", str(cert_file), "--tls-key-file", str(key_file)])
-    assert result.exit_code == 1
-    assert f"stockade serve: TLS certificate: {culprit}: " in result.output and reason in result.output
+    assert result.exit_code == 2  # an input error
+    assert f"Error: TLS certificate: {culprit}: " in result.output and reason in result.output
     assert "Traceback" not in result.output
 
 
@@ -222,7 +222,7 @@ def test_malformed_ca_file_is_named(tmp_path: Path, policy: Path) -> None:
         [str(policy), "--port", "0", "--host", "127.0.0.1", "--tls-cert-file", str(tmp_path / "tls.crt"),
          "--tls-key-file", str(tmp_path / "tls.key"), "--tls-ca-file", str(tmp_path / "ca.crt")],
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # an input error
     assert f"{tmp_path / 'ca.crt'}: is not a valid PEM certificate" in result.output
     assert "Traceback" not in result.output
 
@@ -235,7 +235,7 @@ def test_garbage_in_cert_dir_is_named(tmp_path: Path, policy: Path) -> None:
     write_pair_target.write_bytes(b"garbage")
     write_pair_target.chmod(0o600)
     result = CliRunner().invoke(serve, [str(policy), "--port", "0", "--host", "127.0.0.1", "--cert-dir", str(directory)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # an input error
     assert f"{directory / 'ca.crt'}: holds no PEM block" in result.output
     assert "Traceback" not in result.output
 

@@ -13,8 +13,8 @@ def test_broken_policy_file_is_reported_with_its_name(tmp_path: Path) -> None:
     broken = tmp_path / "broken.yaml"
     broken.write_text("apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: [oops\n")
     result = CliRunner().invoke(serve, [str(broken), "--port", "0", "--host", "127.0.0.1", "--cert-dir", str(tmp_path / "c")])
-    assert result.exit_code == 1
-    assert "stockade serve:" in result.output and "broken.yaml" in result.output
+    assert result.exit_code == 2  # an input error
+    assert "Error: " in result.output and "broken.yaml" in result.output
 
 
 def test_cert_file_without_key_is_refused(tmp_path: Path) -> None:
