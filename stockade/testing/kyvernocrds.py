@@ -17,13 +17,15 @@ from typing import Any
 
 import yaml
 
+from stockade.errors import StockadeError
+
 KYVERNO_MODULE = "github.com/kyverno/kyverno"
 KYVERNO_VERSION = "v1.19.1"
 # Node keys that carry prose or rendering hints, not structure: not compared.
 IGNORED_KEYS = frozenset({"description"})
 
 
-class UpstreamUnavailable(RuntimeError):
+class UpstreamUnavailable(StockadeError, RuntimeError):
     """The Go toolchain could not fetch Kyverno's module."""
 
 

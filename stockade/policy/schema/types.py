@@ -181,6 +181,9 @@ class KindSchema:
     spec_required: bool = False
     # versions the CRD keeps but no longer serves (rendered with served: false; the check refuses them)
     unserved: tuple[str, ...] = field(default=())
+    # older versions the offline check reads with the storage version's schema although the shipped CRD does not serve
+    # them (Flux still serves v1beta2 of its image kinds; manifests written for it must keep working offline)
+    also_read: tuple[str, ...] = ()
     # whether status is a subresource (written apart from spec); Kyverno's exceptions have none
     status_subresource: bool = True
 

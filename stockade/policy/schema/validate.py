@@ -17,6 +17,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
+from stockade.errors import StockadeError
 from stockade.policy.schema.crd import object_schema
 from stockade.policy.schema.registry import SchemaRegistry, default_registry
 from stockade.policy.schema.types import KindSchema, Node
@@ -43,7 +44,7 @@ class SchemaProblem:
         return f"{self.path}: {self.message}" if self.path else self.message
 
 
-class UnknownKind(Exception):
+class UnknownKind(StockadeError):
     """The document names a kind (or version) of a policy group that does not exist; ``suggestion`` may help."""
 
     def __init__(self, message: str, suggestion: str = "") -> None:
@@ -86,6 +87,8 @@ def resolve_kind(api_version: str, kind: str, registry: SchemaRegistry | None = 
     if schema is None:
         suggestion = one_edit_away(kind, [k.kind for k in known]) or _closest_by_case(kind, [k.kind for k in known])
         raise UnknownKind(f'no kind "{kind}" in {group}; its kinds are {", ".join(sorted(k.kind for k in known))}', suggestion)
+    if version in schema.also_read:
+        return schema, schema.storage_version
     if version not in schema.versions:
         served = ", ".join(f"{group}/{v}" for v in schema.versions)
         raise UnknownKind(f"{kind} is not served as {api_version}; use one of {served}", "")
