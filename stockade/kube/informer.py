@@ -418,8 +418,10 @@ class Informer:
         resync_period: float = 0.0,
         watch_timeout: int = 300,
         backoff: Backoff = WATCH_BACKOFF,
+        on_error: Callable[[Exception], None] | None = None,
     ) -> None:
         self.list_watch = list_watch
+        self.on_error = on_error  # told of every failed list or watch (not of Gone), before the backoff pause
         self.name = name
         self.resync_period = resync_period
         self.watch_timeout = watch_timeout
@@ -520,6 +522,11 @@ class Informer:
                 delay = self.backoff.delay(failures)
                 failures += 1
                 log.warning("%s: list/watch failed (%s), retrying in %.1fs", self.name, exc, delay)
+                if self.on_error is not None:
+                    try:
+                        self.on_error(exc)
+                    except Exception:
+                        log.exception("%s: error handler failed", self.name)
                 self._stopping.wait(delay)
 
     def _relist(self) -> None:
