@@ -107,7 +107,8 @@ def test_gone_during_a_watch_relists_and_loses_no_change(api_client: Any, namesp
         api.delete_namespaced_config_map("remove", namespace)
         api.create_namespaced_config_map(namespace, {"metadata": {"name": "new"}, "data": {"v": "1"}})
 
-    list_watch = GoneOnFirstWatch(RawListWatch.for_resource(api_client, "v1", "configmaps", namespace), meanwhile)
+    # two items a page: the listings are paginated with continue tokens
+    list_watch = GoneOnFirstWatch(RawListWatch.for_resource(api_client, "v1", "configmaps", namespace, page_size=2), meanwhile)
     informer = informer_for(list_watch)
     seen = record(informer)
     informer.start()
