@@ -1,8 +1,8 @@
 """Kyverno's dynamic configuration from the cluster: a watch of one ConfigMap (``kyverno/kyverno`` by default).
 
 `LiveKyvernoConfig` holds the current parsed configuration and tells its listeners (webhook re-registration, ...)
-when it changes.  `ConfigMapWatch` keeps it current: a daemon thread watches the single ConfigMap by
-``metadata.name`` field selector (re-listing after 410 Gone or any error, with backoff).  A deleted or absent
+when it changes.  `ConfigMapWatch` keeps it current with an informer of the single ConfigMap (``metadata.name``
+field selector) and a one-worker controller from `stockade.kube` (re-listing after 410 Gone, backoff on errors).  A deleted or absent
 ConfigMap means Kyverno's defaults, as in Kyverno.  Bad keys are logged once per change, naming the key and reason.
 """
 
@@ -13,9 +13,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from stockade.controllers.kubetyped import WatchStream, watch_objects
 from stockade.engine.kyvernoconfig import DEFAULT_CONFIGMAP_NAME, DEFAULT_CONFIGMAP_NAMESPACE, KyvernoConfig, parse_kyverno_config
 from stockade.errors import StockadeError
+from stockade.kube.controller import Controller, Result
+from stockade.kube.errors import Backoff, Forbidden, Unauthorized
+from stockade.kube.informer import Informer, RawListWatch
 
 log = logging.getLogger("stockade.controllers.kyvernoconfig")
 
@@ -76,7 +78,13 @@ class LiveKyvernoConfig:
 
 
 class ConfigMapWatch:
-    """Keeps a `LiveKyvernoConfig` equal to one ConfigMap; ``start()`` then ``stop()``."""
+    """Keeps a `LiveKyvernoConfig` equal to one ConfigMap; ``start()`` then ``stop()``.
+
+    Built on the controller runtime (`stockade.kube`), as the pattern for the other watches: an `Informer` of the
+    one ConfigMap (field selector on its name) feeds a `Controller` whose reconcile reads the informer's store and
+    loads what it finds, its absence meaning Kyverno's defaults.  The informer resumes its watch from the last
+    resourceVersion, lists again after 410 Gone (a deletion missed meanwhile still arrives) and backs off on other
+    failures; the controller runs on every replica (no leadership needed)."""
 
     def __init__(
         self,
@@ -92,28 +100,41 @@ class ConfigMapWatch:
         self.live = live
         self.namespace = namespace
         self.name = name
-        self.watch_timeout = watch_timeout
-        self.max_backoff = max_backoff
-        self._stopping = threading.Event()
+        self.key = f"{namespace}/{name}"
         self._synced = threading.Event()
-        self._stream: WatchStream | None = None
-        self._thread: threading.Thread | None = None
+        list_watch = RawListWatch.for_resource(api_client, "v1", "configmaps", namespace, field_selector=f"metadata.name={name}")
+        self.informer = Informer(
+            list_watch,
+            name="kyverno-configmap",
+            watch_timeout=watch_timeout,
+            backoff=Backoff(initial=1.0, factor=2.0, cap=max_backoff, jitter=0.1),
+            on_error=self._on_error,
+        )
+        self.controller = Controller("kyverno-configmap", self, workers=1, needs_leadership=False)
+        self.controller.watch(self.informer)
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="kyverno-configmap-watch", daemon=True)
-        self._thread.start()
+        self.controller.enqueue(self.key)  # reconciled once the informer synced, even when the ConfigMap is absent
+        self.informer.start()
+        self.controller.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        self._stopping.set()
-        stream = self._stream
-        if stream is not None:
-            stream.stop()
-        if self._thread is not None:
-            self._thread.join(timeout=timeout)
+        self.informer.stop(timeout)
+        self.controller.stop(timeout=timeout)
 
     def wait_synced(self, timeout: float | None = None) -> bool:
         """True once the first read finished (the ConfigMap, its absence, or a failure that leaves the defaults)."""
         return self._synced.wait(timeout)
+
+    def reconcile(self, key: str) -> Result | None:
+        """Load what the store holds for our ConfigMap (nothing: Kyverno's defaults)."""
+        if key != self.key:
+            return None
+        obj = self.informer.store.get(key)
+        if self.live.load(dict(obj.get("data") or {}) if obj is not None else None):
+            log.info("ConfigMap %s: Kyverno configuration %s", self.live.source, "loaded" if obj is not None else "absent, using defaults")
+        self._synced.set()
+        return None
 
     def apply_event(self, event_type: str, obj: dict[str, Any]) -> bool:
         """One watch event for our ConfigMap; a deletion restores Kyverno's defaults."""
@@ -123,58 +144,7 @@ class ConfigMapWatch:
             return self.live.load(None)
         return self.live.load(obj.get("data") or {})
 
-    def _core(self) -> Any:
-        from kubernetes import client
-
-        return client.CoreV1Api(self.api_client)
-
-    def _run(self) -> None:
-        from kubernetes.client.exceptions import ApiException
-
-        backoff = 1.0
-        while not self._stopping.is_set():
-            try:
-                resource_version = self._list()
-                self._synced.set()
-                backoff = 1.0
-                self._watch(resource_version)
-            except ApiException as exc:
-                if exc.status == 410:
-                    continue
-                log.warning("ConfigMap %s: list/watch failed (HTTP %s: %s), retrying in %.0fs", self.live.source, exc.status, exc.reason, backoff)
-                self._synced.set()  # e.g. not allowed to read it: start with the defaults rather than wait
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, self.max_backoff)
-            except Exception as exc:
-                if self._stopping.is_set():
-                    return
-                log.warning("ConfigMap %s: list/watch failed (%s), retrying in %.0fs", self.live.source, exc, backoff)
-                self._synced.set()
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, self.max_backoff)
-
-    def _list(self) -> str:
-        listing = self._core().list_namespaced_config_map(self.namespace, field_selector=f"metadata.name={self.name}", _request_timeout=60)
-        items = [item for item in listing.items or [] if item.metadata is not None and item.metadata.name == self.name]
-        if self.live.load(dict(items[0].data or {}) if items else None):
-            log.info("ConfigMap %s: Kyverno configuration %s", self.live.source, "loaded" if items else "absent, using defaults")
-        return str(listing.metadata.resource_version or "")
-
-    def _watch(self, resource_version: str) -> None:
-        watch_objects(
-            self._core().list_namespaced_config_map,
-            self.namespace,
-            field_selector=f"metadata.name={self.name}",
-            resource_version=resource_version,
-            timeout_seconds=self.watch_timeout,
-            stopping=self._stopping,
-            on_event=self._on_event,
-            on_stream=self._on_stream,
-        )
-
-    def _on_event(self, event_type: str, obj: dict[str, Any]) -> None:
-        if self.apply_event(event_type, obj):
-            log.info("ConfigMap %s %s: Kyverno configuration updated", self.live.source, event_type.lower())
-
-    def _on_stream(self, stream: WatchStream | None) -> None:
-        self._stream = stream
+    def _on_error(self, exc: Exception) -> None:
+        if isinstance(exc, (Forbidden, Unauthorized)):
+            log.warning("ConfigMap %s: not allowed to read it (%s); Kyverno's defaults apply", self.live.source, exc)
+        self._synced.set()  # e.g. not allowed to read it: start with the defaults rather than wait

@@ -1,0 +1,30 @@
+"""Fixtures of the controller-runtime tests: an API client and a fresh namespace per test on the shared apiserver."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from stockade.controllers.registration import load_api_client
+from stockade.testing.apiserver import ControlPlane
+
+
+@pytest.fixture(scope="session")
+def api_client(control_plane: ControlPlane) -> Any:
+    return load_api_client(str(control_plane.kubeconfig))
+
+
+@pytest.fixture()
+def namespace(api_client: Any) -> Iterator[str]:
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client)
+    name = f"kube-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name)
