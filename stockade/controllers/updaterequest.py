@@ -439,7 +439,7 @@ class UpdateRequestController:
         if self.cluster.api_client is not None:
             from stockade.controllers.downstreamwatch import DownstreamWatcher
 
-            self._watch = DownstreamWatcher(self.cluster, self._on_event, event_types=("ADDED", "MODIFIED"))
+            self._watch = DownstreamWatcher(self.cluster, self._on_event, event_types=("ADDED", "MODIFIED"), namespace=self.namespace)
             self._watch.ensure(API_VERSION, KIND)
         self._thread = threading.Thread(target=self._run, name="updaterequests", daemon=True)
         self._thread.start()
@@ -459,7 +459,7 @@ class UpdateRequestController:
 
     def _on_event(self, _event_type: str, obj: dict[str, Any]) -> None:
         metadata = obj.get("metadata") or {}
-        if metadata.get("namespace") == self.namespace and state_of(obj) == PENDING:
+        if metadata.get("namespace") == self.namespace and state_of(obj) in (PENDING, COMPLETED):
             self.enqueue(str(metadata.get("name") or ""))
 
     def enqueue(self, name: str, due: float | None = None) -> None:
@@ -474,10 +474,11 @@ class UpdateRequestController:
         self._wake.set()
 
     def relist(self) -> None:
-        """Every Pending request in our namespace (the recovery pass)."""
+        """Every Pending request in our namespace (the recovery pass), and Completed ones a predecessor did not get
+        to delete."""
         listing = self.cluster.request("GET", collection_path(self.namespace))
         for item in (listing or {}).get("items") or []:
-            if isinstance(item, dict) and state_of(item) == PENDING:
+            if isinstance(item, dict) and state_of(item) in (PENDING, COMPLETED):
                 self.enqueue(str((item.get("metadata") or {}).get("name") or ""))
 
     def _leader(self) -> bool:

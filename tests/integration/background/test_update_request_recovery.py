@@ -194,7 +194,7 @@ def test_killed_server_completes_admitted_generate_work_after_restart(
             generated = configmap(cluster, name) or {}
             assert generated.get("data") == {"owner": name}
             assert (generated.get("metadata") or {}).get("labels", {}).get("generate.kyverno.io/policy-name") == f"ur-defaults-{suffix}"
-        eventually(lambda: not update_requests(cluster, system), "completed UpdateRequests deleted", details=lambda: str(update_requests(cluster, system)))
+        eventually(lambda: not update_requests(cluster, system), "completed UpdateRequests deleted", details=lambda: str([(u["metadata"]["name"], u.get("status")) for u in update_requests(cluster, system)]))
         print(f"after restart: {BATCH} of {BATCH} Namespaces have their ConfigMap")
     finally:
         if first.process.poll() is None:

@@ -344,3 +344,15 @@ def test_hand_written_request_without_status_is_pending() -> None:
     store_request(cluster, body, "ur-1")
     controller.relist()
     assert controller.pending() == 1
+
+
+def test_completed_request_left_by_a_crashed_leader_is_deleted() -> None:
+    cluster, _, controller = setup(generate_policy())
+    trigger = cluster.add(namespace("ns2", {"team": "a"}))
+    [body] = plan_update_requests(NAMESPACE, [generate_policy()], review("CREATE", trigger))
+    body["status"] = {"state": COMPLETED}
+    store_request(cluster, body, "ur-done")
+    controller.relist()
+    assert controller.pending() == 1
+    assert controller.process("ur-done") is None
+    assert cluster.find("UpdateRequest", NAMESPACE, "ur-done") is None and controller.pending() == 0
