@@ -48,6 +48,7 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--lease-name", default="stockade-leader", show_default=True, help="Name of the leader election Lease.")
 @click.option("--background-scan-interval", default=3600.0, show_default=True, type=click.FloatRange(min=0), help="With --register-webhooks: seconds between background scans of existing resources into PolicyReports (0 disables).")
 @click.option("--generate/--no-generate", default=True, show_default=True, help="With --register-webhooks: apply generate rules in the cluster (create and synchronise downstream resources).")
+@click.option("--update-requests/--no-update-requests", default=True, show_default=True, help="With --generate: record admitted generate and mutate-existing work as Kyverno's UpdateRequests (kyverno.io/v2) in --namespace before answering, so the leader completes it after a crash or restart; off: in memory only.")
 @click.option("--background-service-account", default="", help="With --register-webhooks: the background controller's user (Kyverno's --backgroundServiceAccountName, e.g. system:serviceaccount:kyverno:kyverno-background-controller): a generate rule must fit its RBAC permissions, checked by SubjectAccessReview when the policy is created or updated, and its requests are background requests that MutatingPolicies skip unless spec.evaluation.skipBackgroundRequests is false (default: none, no check).")
 @click.option("--admission-service-account", default="", help="With --register-webhooks: the admission controller's user (e.g. system:serviceaccount:kyverno:kyverno-admission-controller): GlobalContextEntry data for admission is loaded as this user (impersonated), so its RBAC applies as it does to Kyverno's admission controller; an API call it may not make fails with \"permission denied\" (default: our own rights).")
 @click.option("--cleanup-service-account", default="", help="With --register-webhooks: the cleanup controller's user (e.g. system:serviceaccount:kyverno:kyverno-cleanup-controller): DeletingPolicies and CleanupPolicies list and delete their targets as this user (impersonated), so objects its RBAC does not cover stay, as with Kyverno's cleanup controller (default: our own rights).")
@@ -445,6 +446,13 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
         )
         services.background.append(generator)
         state.generator = DeduplicatingSubmitter(generator)
+        if options["update_requests"]:
+            from stockade.controllers.updaterequest import UpdateRequestController, UpdateRequestWriter
+
+            # admitted generate/mutate-existing work survives crashes: UpdateRequests in our namespace, replayed
+            # by the leader (Kyverno's kyverno.io/v2 UpdateRequests)
+            generator.update_requests = UpdateRequestWriter(api_client, options["namespace"])
+            services.background.append(UpdateRequestController(generator, options["namespace"], is_leader=services.is_leader))
     from stockade.controllers.cleanup import ScheduledDeletionController
 
     # DeletingPolicy / CleanupPolicy schedules (the controller acts only while leading)

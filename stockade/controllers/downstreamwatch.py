@@ -45,8 +45,9 @@ def parse_watch_lines(buffer: bytes) -> tuple[list[dict[str, Any]], bytes]:
 class DownstreamWatcher:
     """One watch thread per resource type; ``ensure`` is cheap and idempotent."""
 
-    def __init__(self, cluster: ClusterData, on_event: EventHandler, event_types: tuple[str, ...] = ("MODIFIED", "DELETED")) -> None:
+    def __init__(self, cluster: ClusterData, on_event: EventHandler, event_types: tuple[str, ...] = ("MODIFIED", "DELETED"), namespace: str = "") -> None:
         self.cluster = cluster
+        self.namespace = namespace  # watch only this namespace (RBAC may grant no more); "": all of them
         self.on_event = on_event
         self.event_types = frozenset(event_types)  # which watch events reach ``on_event``
         self._threads: dict[tuple[str, str], threading.Thread] = {}
@@ -77,7 +78,7 @@ class DownstreamWatcher:
                 resource = self.cluster.resolve_kind(api_version, kind)
                 if resource is None:
                     raise ApiError("GET", f"{api_version}/{kind}", 404, "not served")
-                path = collection_path(resource)
+                path = collection_path(resource, self.namespace)
                 if not resource_version:
                     listing = self.cluster.request("GET", path, query={"limit": "1"})
                     resource_version = str(((listing or {}).get("metadata") or {}).get("resourceVersion") or "")

@@ -390,6 +390,12 @@ class TriggerEvent:
     gvk: ResourceKind | None = None
     cel_mutate: CelMutateTrigger | None = None  # set: a MutatingPolicy webhook's request, for mutateExisting only
     subresource: bool = False  # a subresource request (never stored itself): mutate-existing rules only
+    # what the event is about (None: everything): the keys of the policies whose generate rules run, the
+    # (policy key, rule) pairs of mutate-existing rules, and whether GeneratingPolicies run; an UpdateRequest replays
+    # one policy (or rule), the in-memory rest of a recorded request only the GeneratingPolicies
+    generate_policies: frozenset[str] | None = None
+    mutate_rules: frozenset[tuple[str, str]] | None = None
+    cel: bool = True
 
     @property
     def subject(self) -> dict[str, Any]:
@@ -490,6 +496,8 @@ class GenerateController:
 
         # ValidatingAdmissionPolicy / MutatingAdmissionPolicy generation follows the same leader-only policy changes
         self.admission_policies = AdmissionPolicyGenerator(self.cluster, events=events)
+        # an UpdateRequestWriter: admitted generate/mutate-existing work is recorded in the API server
+        self.update_requests: Any = None
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def start(self) -> None:
@@ -529,25 +537,64 @@ class GenerateController:
             pass
 
     # -- input -----------------------------------------------------------------------------------------------------
-    def submit(self, review: Any) -> None:
-        """Queue an allowed, non-dryRun admission (a ``stockade.webhook.admission.AdmissionRequest``); never blocks.
-        A subresource request (a Pod/binding) only triggers mutate-existing rules, matched by the parent's kind."""
+    def submit(self, review: Any) -> Callable[[], None] | None:
+        """Take on an allowed, non-dryRun admission (a ``stockade.webhook.admission.AdmissionRequest``); never blocks.
+        A subresource request (a Pod/binding) only triggers mutate-existing rules, matched by the parent's kind.
+
+        With ``update_requests`` set, generate and mutate-existing work of ClusterPolicies/Policies is recorded as
+        UpdateRequests: the returned function writes them (blocking, bounded by short timeouts) and must have
+        returned before the review is answered; None when nothing needs recording."""
         if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE"):
-            return
+            return None
         snapshot = self.store.snapshot
         if snapshot is None:
-            return
+            return None
         if review.sub_resource:
             if not _mutate_existing_policies(snapshot.policies):
-                return
+                return None
             gvk = self._subresource_kind(review)
             if gvk is not None:
                 self.submit_event(TriggerEvent(review.operation, review.object, review.old_object, review.user_info, gvk, subresource=True))
-            return
+            return None
         if not (any(p.has_generate() for p in snapshot.policies) or generating_policies(snapshot) or _mutate_existing_policies(snapshot.policies)):
-            return
+            return None
         event = TriggerEvent(review.operation, review.object, review.old_object, review.user_info, review.kind)
-        self.submit_event(event)
+        writer = self.update_requests
+        if writer is None:
+            self.submit_event(event)
+            return None
+        requests = writer.plan(snapshot.policies, review)
+        # what UpdateRequests do not carry (GeneratingPolicies) stays in memory
+        rest = dataclasses.replace(event, generate_policies=frozenset(), mutate_rules=frozenset())
+        if not requests:
+            if generating_policies(snapshot):
+                self.submit_event(rest)
+            return None
+
+        def record() -> None:
+            if not writer.write(requests):
+                self.submit_event(event)  # fallback: all of it in memory (work done twice is found done)
+            elif generating_policies(snapshot):
+                self.submit_event(rest)
+
+        return record
+
+    def trigger_replaced(self, event: TriggerEvent) -> str:
+        """Why a replayed CREATE/UPDATE can never apply: another object of that name is stored (the request was
+        refused after admission); "" when the trigger is stored as admitted, or not stored yet."""
+        uid = str((event.resource.get("metadata") or {}).get("uid") or "")
+        if not uid:
+            return ""
+        metadata = event.resource.get("metadata") or {}
+        api_version = str(event.resource.get("apiVersion") or "")
+        if event.gvk is not None and event.gvk.version:
+            api_version = f"{event.gvk.group}/{event.gvk.version}" if event.gvk.group else event.gvk.version
+        kind = str(event.resource.get("kind") or (event.gvk.kind if event.gvk else ""))
+        stored = self.cluster.get_object(api_version, kind, str(metadata.get("namespace") or ""), str(metadata.get("name") or ""), cached=False)
+        stored_uid = str(((stored or {}).get("metadata") or {}).get("uid") or "")
+        if stored is None or stored_uid == uid:
+            return ""
+        return f"trigger {event.describe()} (uid {uid}) is not stored: {kind} {metadata.get('name')} has uid {stored_uid}"
 
     def _subresource_kind(self, review: Any) -> ResourceKind | None:
         """``Pod/binding`` for a pods/binding review (whose own kind is Binding), as policies match it."""
@@ -660,7 +707,7 @@ class GenerateController:
             failures = self.process_watched_change(event) if isinstance(event, WatchedChange) else self.process_event(event)
         except ApiError as exc:
             failures = [TriggerFailure("*", "*", event.describe(), str(exc))]
-        except _TriggerPending as exc:
+        except TriggerPending as exc:
             self._schedule_retry(event, attempt, str(exc), pending=True)
             return
         self.stats.processed += 1
@@ -741,20 +788,20 @@ class GenerateController:
             try:
                 problems = self.cel_mutate.process_trigger(event.cel_mutate)
             except TriggerNotStored as exc:
-                raise _TriggerPending(str(exc)) from None
+                raise TriggerPending(str(exc)) from None
             return [TriggerFailure("MutatingPolicy", "*", event.describe(), problem) for problem in problems]
-        policies = self._policies()
-        mutating = _mutate_existing_policies(self.store.snapshot.policies if self.store.snapshot is not None else [])
+        policies = [p for p in self._policies() if event.generate_policies is None or p.key in event.generate_policies]
+        mutating = _scoped_mutating(self.store.snapshot.policies if self.store.snapshot is not None else [], event.mutate_rules)
         if event.subresource:
             return list(self.mutate_existing.process(mutating, event.operation, event.subject, event.old_resource, event.info, event.gvk))
-        if not policies and not self._generating() and not mutating:
+        if not policies and not (event.cel and self._generating()) and not mutating:
             return []
         trigger = event.subject
         if event.operation in ("CREATE", "UPDATE"):
             stored = self._stored_trigger(event)
             if stored is None:
                 if event.operation == "CREATE":
-                    raise _TriggerPending(f"trigger {event.describe()} is not stored yet")
+                    raise TriggerPending(f"trigger {event.describe()} is not stored yet")
                 return []  # deleted since; its DELETE event cleans up
             trigger = event.resource
         engine = self._engine() if policies else None
@@ -795,7 +842,8 @@ class GenerateController:
                     failures.append(TriggerFailure(policy.key, name, event.describe(), str(exc)))
         if engine is not None and event.operation in ("UPDATE", "DELETE") and event.old_resource:
             failures.extend(self._process_non_trigger(engine, policies, event))
-        failures.extend(self._process_gpol_event(event, trigger, uid))
+        if event.cel:
+            failures.extend(self._process_gpol_event(event, trigger, uid))
         failures.extend(self.mutate_existing.process(mutating, event.operation, trigger, event.old_resource, event.info, event.gvk))
         return failures
 
@@ -1415,9 +1463,22 @@ class GenerateController:
         return triggers, complete
 
 
-class _TriggerPending(StockadeError):
-    pass
+class TriggerPending(StockadeError):
+    """The trigger of a CREATE is not stored yet (its admission is still under way): look again shortly."""
 
 
 def _mutate_existing_policies(policies: Iterable[KyvernoPolicy]) -> list[KyvernoPolicy]:
     return [policy for policy in policies if any(rule.has_mutate_existing() for rule in policy.rules)]
+
+
+def _scoped_mutating(policies: Iterable[KyvernoPolicy], scope: frozenset[tuple[str, str]] | None) -> list[KyvernoPolicy]:
+    """The mutate-existing policies an event runs: all, or views of them with only the (policy key, rule) in scope."""
+    found = _mutate_existing_policies(policies)
+    if scope is None:
+        return found
+    scoped: list[KyvernoPolicy] = []
+    for policy in found:
+        rules = [rule for rule in policy.rules if rule.has_mutate_existing() and (policy.key, rule.name) in scope]
+        if rules:
+            scoped.append(policy.with_rules(rules))
+    return scoped

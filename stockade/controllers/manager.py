@@ -101,14 +101,15 @@ class DeduplicatingSubmitter:
         self._memory = memory
         self._lock = threading.Lock()
 
-    def submit(self, review: Any) -> None:
+    def submit(self, review: Any) -> Any:
+        """The target's answer: a function that records the work durably, to run before the review is answered."""
         with self._lock:
             if review.uid in self._seen:
-                return
+                return None
             self._seen[review.uid] = None
             if len(self._seen) > self._memory:
                 self._seen.popitem(last=False)
-        self.target.submit(review)
+        return self.target.submit(review)
 
     def submit_mutating(self, review: Any, policies: tuple[str, ...] | None, namespaced: bool | None) -> None:
         """A MutatingPolicy webhook's admitted review (mutateExisting triggers), once per review and webhook."""

@@ -80,7 +80,9 @@ class ServerState:
     decision_log: Any = None  # stockade.webhook.decisionlog.DecisionLog when --decision-log is set
     reports: Any = None  # stockade.controllers.reports.ReportWriter when reporting to a cluster
     events: Any = None  # stockade.controllers.events.EventRecorder (record_denial) unless --no-events
-    generator: Any = None  # anything with submit(AdmissionRequest): called for allowed, non-dry-run validations
+    # anything with submit(AdmissionRequest): called for allowed, non-dry-run validations; a callable it returns
+    # (recording the work in the API server) is run off the event loop and awaited before the review is answered
+    generator: Any = None
     scanner: Any = None  # anything with notify(apiVersion, kind, namespace, name): background scan of admitted objects
     kyverno_config: Any = None  # () -> stockade.engine.kyvernoconfig.KyvernoConfig: Kyverno's ConfigMap in force
     evaluations: Any = None  # stockade.webhook.isolation.IsolatedEvaluations: evaluate in worker processes
@@ -209,7 +211,12 @@ def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> C
         if state.events is not None and not review.dry_run:  # sideEffects: NoneOnDryRun
             (state.events.record_denial if not decision.allowed else state.events.record_success)(review, decision)
         if state.generator is not None and phase == "validate" and decision.allowed and not review.dry_run:
-            state.generator.submit(review)
+            record = state.generator.submit(review)
+            if callable(record):  # generate/mutate-existing work is stored (UpdateRequests) before we answer
+                try:
+                    await asyncio.to_thread(record)
+                except Exception:
+                    log.exception("recording background work for %s failed", review.uid)
         if state.generator is not None and phase == "mutate" and decision.allowed and not review.dry_run:
             _submit_mutating(state.generator, route, review)
         if state.scanner is not None and decision.allowed and not review.dry_run and (phase == "validate" or route.scope.family in ("mpol", "nmpol")):

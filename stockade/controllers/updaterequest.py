@@ -1,0 +1,619 @@
+"""Durable generate and mutate-existing work: Kyverno's ``kyverno.io/v2`` UpdateRequests.
+
+An admitted request that triggers generate or mutate-existing rules of a ClusterPolicy/Policy is written down as
+UpdateRequests in our namespace before the admission review is answered, the way Kyverno's webhooks record them:
+
+* ``requestType: generate``: one per policy, ``ruleContext`` naming each rule with its trigger and whether the
+  request removes that rule's downstream (``deleteDownstream``: the trigger went away or stopped matching, or a
+  clone source was deleted);
+* ``requestType: mutate``: one per policy and rule, ``resource`` naming the trigger;
+* ``context.userInfo`` (requester and roles) and ``context.admissionRequestInfo`` (the admission request itself)
+  let any replica replay the request later.
+
+The leader lists them when it starts leading (recovery after a crash, restart or leader change), follows a watch,
+and replays each one through the generate controller's own code.  A success is marked ``Completed`` and deleted
+(Kyverno's clean-up); a failure is retried with exponential backoff, its ``retryCount`` and reason written to the
+status, and after the last attempt the request is left ``Failed`` for an operator to read.  A request whose
+trigger was replaced by another object of the same name (the admission was refused after all) fails at once.
+
+Selecting the rules at admission is deliberately generous (match blocks only, no preconditions, no context): the
+replay evaluates the rules properly, so a request recorded once too often costs one write, never a wrong object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from stockade.controllers.clusterdata import ApiError, ClusterData
+from stockade.engine.match import RequestInfo, ResourceKind, match_reasons, rejected_by_kind
+from stockade.policy.model import KyvernoPolicy, Rule
+
+log = logging.getLogger("stockade.updaterequest")
+
+API_VERSION = "kyverno.io/v2"
+KIND = "UpdateRequest"
+GENERATE = "generate"
+MUTATE = "mutate"
+PENDING = "Pending"
+COMPLETED = "Completed"
+FAILED = "Failed"
+SKIP = "Skip"
+# Kyverno's labels on UpdateRequests
+GENERATE_POLICY_LABEL = "generate.kyverno.io/policy-name"
+MUTATE_POLICY_LABEL = "mutate.updaterequest.kyverno.io/policy-name"
+MUTATE_TRIGGER_NAME_LABEL = "mutate.updaterequest.kyverno.io/trigger-name"
+MUTATE_TRIGGER_NAMESPACE_LABEL = "mutate.updaterequest.kyverno.io/trigger-namespace"
+MUTATE_TRIGGER_KIND_LABEL = "mutate.updaterequest.kyverno.io/trigger-kind"
+MUTATE_TRIGGER_API_VERSION_LABEL = "mutate.updaterequest.kyverno.io/trigger-apiversion"
+WRITE_TIMEOUT_SECONDS = 2.0  # one UpdateRequest create; admission falls back to in-memory work beyond it
+WRITE_BUDGET_SECONDS = 4.0  # all the creates of one admission request
+UNSERVED_PAUSE_SECONDS = 60.0  # the CRD is missing: admission stops trying for this long
+_LOOKUP_KEYS = ("namespaceSelector", "roles", "clusterRoles")
+
+
+# -- building UpdateRequests (pure, unit-tested) --------------------------------------------------------------------
+def collection_path(namespace: str) -> str:
+    return f"/apis/{API_VERSION}/namespaces/{namespace}/updaterequests"
+
+
+def resource_spec(obj: dict[str, Any]) -> dict[str, str]:
+    """Kyverno's ResourceSpec of an object (empty fields left out, as Go's omitempty does)."""
+    metadata = obj.get("metadata") or {}
+    spec = {
+        "apiVersion": str(obj.get("apiVersion") or ""),
+        "kind": str(obj.get("kind") or ""),
+        "namespace": str(metadata.get("namespace") or ""),
+        "name": str(metadata.get("name") or ""),
+        "uid": str(metadata.get("uid") or ""),
+    }
+    return {key: value for key, value in spec.items() if value}
+
+
+def _trim(value: str, limit: int = 63) -> str:
+    return value[:limit]
+
+
+@dataclass(frozen=True)
+class RuleContext:
+    """One rule of a generate UpdateRequest: what triggered it and whether its downstream goes away."""
+
+    rule: str
+    trigger: dict[str, str]
+    delete_downstream: bool = False
+    synchronize: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"rule": self.rule, "deleteDownstream": self.delete_downstream, "trigger": dict(self.trigger)}
+        if self.synchronize:
+            body["synchronize"] = True
+        return body
+
+
+def admission_request(review: Any) -> dict[str, Any]:
+    """The admission request as Kyverno's UpdateRequest stores it (``context.admissionRequestInfo.admissionRequest``)."""
+    kind = review.kind
+    resource = dict(getattr(review, "resource", None) or {})
+    info = review.user_info
+    request: dict[str, Any] = {
+        "uid": str(review.uid),
+        "kind": {"group": kind.group, "version": kind.version, "kind": kind.kind},
+        "resource": {"group": str(resource.get("group") or ""), "version": str(resource.get("version") or ""), "resource": str(resource.get("resource") or "")},
+        "name": str(review.name or ""),
+        "namespace": str(review.namespace or ""),
+        "operation": str(review.operation),
+        "userInfo": _user_info(info),
+        "object": review.object or None,
+        "oldObject": review.old_object or None,
+        "dryRun": bool(review.dry_run),
+    }
+    if review.sub_resource:
+        request["subResource"] = str(review.sub_resource)
+    return {key: value for key, value in request.items() if value is not None}
+
+
+def _user_info(info: RequestInfo) -> dict[str, Any]:
+    user: dict[str, Any] = {}
+    if info.username:
+        user["username"] = info.username
+    if info.uid:
+        user["uid"] = info.uid
+    if info.groups:
+        user["groups"] = list(info.groups)
+    if info.extra:
+        user["extra"] = {key: list(value) if isinstance(value, (list, tuple)) else [str(value)] for key, value in info.extra.items()}
+    return user
+
+
+def request_context(review: Any) -> dict[str, Any]:
+    """``spec.context``: who asked (with the roles Kyverno computes) and the admission request."""
+    info: RequestInfo = review.user_info
+    user: dict[str, Any] = {"userInfo": _user_info(info)}
+    if info.roles:
+        user["roles"] = list(info.roles)
+    if info.cluster_roles:
+        user["clusterRoles"] = list(info.cluster_roles)
+    return {"userInfo": user, "admissionRequestInfo": {"admissionRequest": admission_request(review), "operation": str(review.operation)}}
+
+
+def generate_request(namespace: str, policy: KyvernoPolicy, contexts: list[RuleContext], review: Any) -> dict[str, Any]:
+    """A ``requestType: generate`` UpdateRequest for one policy's rules."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"generateName": "ur-", "namespace": namespace, "labels": {GENERATE_POLICY_LABEL: _trim(policy.name)}},
+        "spec": {
+            "requestType": GENERATE,
+            "policy": policy.key,
+            "rule": "",
+            "deleteDownstream": False,
+            "resource": {},
+            "ruleContext": [context.as_dict() for context in contexts],
+            "context": request_context(review),
+        },
+    }
+
+
+def mutate_request(namespace: str, policy: KyvernoPolicy, rule: Rule, trigger: dict[str, Any], review: Any) -> dict[str, Any]:
+    """A ``requestType: mutate`` UpdateRequest for one mutate-existing rule and its trigger."""
+    spec = resource_spec(trigger)
+    labels = {
+        MUTATE_POLICY_LABEL: _trim(policy.name),
+        MUTATE_TRIGGER_NAME_LABEL: _trim(spec.get("name", "")),
+        MUTATE_TRIGGER_NAMESPACE_LABEL: spec.get("namespace", ""),
+        MUTATE_TRIGGER_KIND_LABEL: spec.get("kind", ""),
+    }
+    if spec.get("apiVersion"):
+        labels[MUTATE_TRIGGER_API_VERSION_LABEL] = spec["apiVersion"].replace("/", "-")
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"generateName": "ur-", "namespace": namespace, "labels": labels},
+        "spec": {
+            "requestType": MUTATE,
+            "policy": policy.key,
+            "rule": rule.name,
+            "deleteDownstream": False,
+            "resource": spec,
+            "context": request_context(review),
+        },
+    }
+
+
+def _uses_lookups(raw: dict[str, Any]) -> bool:
+    """Whether a rule's match/exclude selects on namespace labels or RBAC roles (not known cheaply at admission)."""
+
+    def walk(value: Any) -> bool:
+        if isinstance(value, dict):
+            return any(key in _LOOKUP_KEYS or walk(item) for key, item in value.items())
+        if isinstance(value, list):
+            return any(walk(item) for item in value)
+        return False
+
+    return walk(raw.get("match")) or walk(raw.get("exclude"))
+
+
+def may_match(policy: KyvernoPolicy, rule: Rule, obj: dict[str, Any], gvk: ResourceKind, info: RequestInfo, operation: str) -> bool:
+    """Whether ``rule`` may apply to ``obj``: its match/exclude blocks, and only its kinds when they select on
+    namespace labels or roles.  Over-inclusion is harmless (the replay decides), missing a rule is not."""
+    if not obj:
+        return False
+    if policy.namespace and policy.namespace != str((obj.get("metadata") or {}).get("namespace") or ""):
+        return False
+    if rejected_by_kind(rule.raw, gvk):
+        return False
+    if _uses_lookups(rule.raw):
+        return True
+    return not match_reasons(rule.raw, obj, gvk, info=info, operation=operation, policy_namespace=policy.namespace)
+
+
+def _trigger_from_labels(labels: dict[str, Any]) -> dict[str, str]:
+    group, version = str(labels.get("generate.kyverno.io/trigger-group") or ""), str(labels.get("generate.kyverno.io/trigger-version") or "")
+    spec = {
+        "apiVersion": f"{group}/{version}" if group else version,
+        "kind": str(labels.get("generate.kyverno.io/trigger-kind") or ""),
+        "namespace": str(labels.get("generate.kyverno.io/trigger-namespace") or ""),
+        "name": str(labels.get("generate.kyverno.io/trigger-name") or ""),
+        "uid": str(labels.get("generate.kyverno.io/trigger-uid") or ""),
+    }
+    return {key: value for key, value in spec.items() if value}
+
+
+def generate_contexts(policy: KyvernoPolicy, review: Any) -> list[RuleContext]:
+    """The rules of ``policy`` an admitted request gives generate work (see the module docstring)."""
+    from stockade.controllers.generate import (
+        MANAGED_BY_LABEL,
+        MANAGED_BY_VALUE,
+        POLICY_NAME_LABEL,
+        POLICY_NAMESPACE_LABEL,
+        RULE_NAME_LABEL,
+        cloned_from,
+        clones,
+        downstream_kinds,
+        matches_delete_operation,
+        synchronize,
+    )
+
+    operation = str(review.operation)
+    new, old, gvk, info = review.object or {}, review.old_object or {}, review.kind, review.user_info
+    contexts: dict[str, RuleContext] = {}
+    old_labels = (old.get("metadata") or {}).get("labels") or {}
+    downstream_of_policy = (
+        old_labels.get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
+        and old_labels.get(POLICY_NAME_LABEL) == policy.name
+        and str(old_labels.get(POLICY_NAMESPACE_LABEL) or "") == policy.namespace
+    )
+    for rule in policy.rules:
+        if not rule.has_generate():
+            continue
+        synchronized = synchronize(rule)
+        if operation in ("CREATE", "UPDATE") and may_match(policy, rule, new, gvk, info, operation):
+            contexts[rule.name] = RuleContext(rule.name, resource_spec(new), False, synchronized)
+            continue
+        if operation not in ("UPDATE", "DELETE") or not old:
+            continue
+        generate_on_delete = operation == "DELETE" and matches_delete_operation(rule)
+        if (synchronized or generate_on_delete) and may_match(policy, rule, old, gvk, info, "DELETE" if generate_on_delete else "CREATE"):
+            contexts[rule.name] = RuleContext(rule.name, resource_spec(old), not generate_on_delete, synchronized)
+            continue
+        if not synchronized:
+            continue
+        if downstream_of_policy and old_labels.get(RULE_NAME_LABEL) == rule.name:
+            contexts[rule.name] = RuleContext(rule.name, _trigger_from_labels(old_labels), False, True)  # a downstream object changed
+            continue
+        source_kind = (str(old.get("apiVersion") or ""), str(old.get("kind") or ""))
+        copies_this_kind = any(kind == source_kind[1] and api_version in ("", source_kind[0]) for api_version, kind in downstream_kinds(rule))
+        if clones(rule) and (cloned_from(rule, old, new or None) or copies_this_kind):
+            contexts[rule.name] = RuleContext(rule.name, resource_spec(old), operation == "DELETE", True)  # a clone source changed
+    return list(contexts.values())
+
+
+def plan_update_requests(namespace: str, policies: Iterable[KyvernoPolicy], review: Any) -> list[dict[str, Any]]:
+    """The UpdateRequests an admitted (non-subresource) request needs; empty for the great majority of requests."""
+    if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE") or review.sub_resource:
+        return []
+    requests: list[dict[str, Any]] = []
+    trigger = review.object if review.operation != "DELETE" else review.old_object
+    for policy in policies:
+        if policy.has_generate():
+            contexts = generate_contexts(policy, review)
+            if contexts:
+                requests.append(generate_request(namespace, policy, contexts, review))
+        for rule in policy.rules:
+            if rule.has_mutate_existing() and may_match(policy, rule, trigger or {}, review.kind, review.user_info, review.operation):
+                requests.append(mutate_request(namespace, policy, rule, trigger or {}, review))
+    return requests
+
+
+# -- processing decisions (pure, unit-tested) -----------------------------------------------------------------------
+def state_of(request: dict[str, Any]) -> str:
+    """A request without a state (just created, Kyverno's webhook sets Pending in a second write) is Pending."""
+    return str(((request.get("status") or {}).get("state")) or PENDING)
+
+
+def retry_count(request: dict[str, Any]) -> int:
+    try:
+        return int((request.get("status") or {}).get("retryCount") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What to do after one attempt: the status to write, whether to delete, and when to try again."""
+
+    state: str
+    message: str = ""
+    retry_count: int = 0
+    delete: bool = False
+    retry_after: float | None = None
+
+
+def outcome(failures: list[str], attempts_before: int, *, max_retries: int, backoff: float, max_backoff: float, permanent: bool = False) -> Outcome:
+    """Success is Completed and deleted; a failure is retried (still Pending, ``retryCount`` counting the failed
+    attempts) after ``backoff * 2**n`` seconds, until ``max_retries`` retries were spent: then Failed."""
+    if not failures:
+        return Outcome(COMPLETED, "", attempts_before, delete=True)
+    message = "; ".join(failures)
+    count = attempts_before + 1
+    if permanent or count > max_retries:
+        return Outcome(FAILED, message, count)
+    return Outcome(PENDING, message, count, retry_after=min(backoff * (2 ** (count - 1)), max_backoff))
+
+
+def with_status(request: dict[str, Any], result: Outcome, generated: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    body = dict(request)
+    status: dict[str, Any] = {"state": result.state}
+    if result.message:
+        status["message"] = result.message
+    if result.retry_count:
+        status["retryCount"] = result.retry_count
+    if generated:
+        status["generatedResources"] = generated
+    body["status"] = status
+    return body
+
+
+def replayed_request(request: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any], RequestInfo, ResourceKind | None]:
+    """(operation, object, oldObject, requester, kind) of the admission request an UpdateRequest records."""
+    spec = request.get("spec") or {}
+    context = spec.get("context") or {}
+    admission = ((context.get("admissionRequestInfo") or {}).get("admissionRequest")) or {}
+    user = context.get("userInfo") or {}
+    who = user.get("userInfo") or admission.get("userInfo") or {}
+    info = RequestInfo(
+        username=str(who.get("username") or ""),
+        uid=str(who.get("uid") or ""),
+        groups=tuple(str(group) for group in who.get("groups") or ()),
+        extra=dict(who.get("extra") or {}),
+        roles=tuple(str(role) for role in user.get("roles") or ()),
+        cluster_roles=tuple(str(role) for role in user.get("clusterRoles") or ()),
+    )
+    operation = str(admission.get("operation") or (context.get("admissionRequestInfo") or {}).get("operation") or "CREATE")
+    new = admission.get("object") if isinstance(admission.get("object"), dict) else {}
+    old = admission.get("oldObject") if isinstance(admission.get("oldObject"), dict) else {}
+    kind = admission.get("kind") if isinstance(admission.get("kind"), dict) else None
+    gvk = ResourceKind(str(kind.get("group") or ""), str(kind.get("version") or ""), str(kind.get("kind") or ""), str(admission.get("subResource") or "")) if kind else None
+    assert isinstance(new, dict) and isinstance(old, dict)
+    return operation, new, old, info, gvk
+
+
+# -- admission side ----------------------------------------------------------------------------------------------------
+class UpdateRequestWriter:
+    """Creates the UpdateRequests of an admitted request, each bounded by a short timeout."""
+
+    def __init__(self, api_client: Any, namespace: str, *, timeout: float = WRITE_TIMEOUT_SECONDS, budget: float = WRITE_BUDGET_SECONDS) -> None:
+        self.cluster = ClusterData(api_client, ttl_seconds=0.0, request_timeout=timeout)
+        self.namespace = namespace
+        self.budget = budget
+        self._unserved_until = 0.0
+        self.written = 0
+        self.failed = 0
+
+    def plan(self, policies: Iterable[KyvernoPolicy], review: Any) -> list[dict[str, Any]]:
+        if time.monotonic() < self._unserved_until:
+            return []
+        return plan_update_requests(self.namespace, policies, review)
+
+    def write(self, requests: list[dict[str, Any]]) -> bool:
+        """True once every request is stored; False (logged) when any could not be: the caller falls back."""
+        deadline = time.monotonic() + self.budget
+        for body in requests:
+            if time.monotonic() > deadline:
+                self.failed += 1
+                log.warning("recording UpdateRequests took too long; doing the work in memory")
+                return False
+            try:
+                self.cluster.request("POST", collection_path(self.namespace), body)
+                self.written += 1
+            except ApiError as exc:
+                self.failed += 1
+                if exc.status == 404:
+                    self._unserved_until = time.monotonic() + UNSERVED_PAUSE_SECONDS
+                log.warning("could not record an UpdateRequest for policy %s (%s); doing the work in memory", (body.get("spec") or {}).get("policy"), exc)
+                return False
+        return True
+
+
+# -- leader side -------------------------------------------------------------------------------------------------------
+class UpdateRequestController:
+    """Replays stored UpdateRequests through the generate controller (leader only); ``start()`` then ``stop()``."""
+
+    def __init__(
+        self,
+        generator: Any,  # stockade.controllers.generate.GenerateController
+        namespace: str,
+        *,
+        cluster: ClusterData | None = None,
+        is_leader: Callable[[], bool] = lambda: True,
+        max_retries: int = 10,
+        backoff_seconds: float = 0.1,
+        max_backoff_seconds: float = 30.0,
+        relist_seconds: float = 60.0,
+    ) -> None:
+        self.generator = generator
+        self.cluster = cluster or generator.cluster
+        self.namespace = namespace
+        self.is_leader = is_leader
+        self.max_retries = max_retries
+        self.backoff = backoff_seconds
+        self.max_backoff = max_backoff_seconds
+        self.relist_seconds = relist_seconds
+        self.completed = 0
+        self.failed = 0
+        self._due: dict[str, float] = {}  # request name -> when to (re)process it
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._watch: Any = None
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        if self.cluster.api_client is not None:
+            from stockade.controllers.downstreamwatch import DownstreamWatcher
+
+            self._watch = DownstreamWatcher(self.cluster, self._on_event, event_types=("ADDED", "MODIFIED"), namespace=self.namespace)
+            self._watch.ensure(API_VERSION, KIND)
+        self._thread = threading.Thread(target=self._run, name="updaterequests", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._watch is not None:
+            self._watch.stop()
+        if self._thread is not None:
+            self._thread.join(timeout)
+            self._thread = None
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._due)
+
+    def _on_event(self, _event_type: str, obj: dict[str, Any]) -> None:
+        metadata = obj.get("metadata") or {}
+        if metadata.get("namespace") == self.namespace and state_of(obj) in (PENDING, COMPLETED):
+            self.enqueue(str(metadata.get("name") or ""))
+
+    def enqueue(self, name: str, due: float | None = None) -> None:
+        """Known names keep their schedule: our own status writes come back as events and must not cut a backoff."""
+        if not name:
+            return
+        with self._lock:
+            if due is None:
+                self._due.setdefault(name, time.monotonic())
+            else:
+                self._due[name] = due
+        self._wake.set()
+
+    def relist(self) -> None:
+        """Every Pending request in our namespace (the recovery pass), and Completed ones a predecessor did not get
+        to delete."""
+        listing = self.cluster.request("GET", collection_path(self.namespace))
+        for item in (listing or {}).get("items") or []:
+            if isinstance(item, dict) and state_of(item) in (PENDING, COMPLETED):
+                self.enqueue(str((item.get("metadata") or {}).get("name") or ""))
+
+    def _leader(self) -> bool:
+        try:
+            return bool(self.is_leader())
+        except Exception:
+            return False
+
+    def _run(self) -> None:
+        leading = False
+        next_relist = 0.0
+        while not self._stop.is_set():
+            if not self._leader():
+                leading = False
+                self._stop.wait(0.5)
+                continue
+            now = time.monotonic()
+            if not leading or now >= next_relist:
+                try:
+                    self.relist()
+                    leading, next_relist = True, now + self.relist_seconds
+                except ApiError as exc:
+                    log.warning("listing UpdateRequests failed: %s", exc)
+                    self._stop.wait(1.0)
+                    continue
+            name, wait = self._next()
+            if name is None:
+                self._wake.clear()
+                self._wake.wait(min(wait, 1.0))
+                continue
+            try:
+                self.process(name)
+            except Exception:  # never let the thread die
+                log.exception("processing UpdateRequest %s failed", name)
+                self.enqueue(name, time.monotonic() + self.max_backoff)
+
+    def _next(self) -> tuple[str | None, float]:
+        now = time.monotonic()
+        with self._lock:
+            if not self._due:
+                return None, 1.0
+            name = min(self._due, key=lambda key: self._due[key])
+            if self._due[name] > now:
+                return None, self._due[name] - now
+            return name, 0.0
+
+    def _forget(self, name: str) -> None:
+        with self._lock:
+            self._due.pop(name, None)
+
+    def process(self, name: str) -> Outcome | None:
+        """One attempt at one request, read fresh (another replica may have finished it)."""
+        path = f"{collection_path(self.namespace)}/{name}"
+        try:
+            request = self.cluster.request("GET", path)
+        except ApiError as exc:
+            if exc.status == 404:
+                self._forget(name)
+                return None
+            raise
+        state = state_of(request)
+        if state == COMPLETED:
+            self._delete(path, name)
+            return None
+        if state != PENDING:
+            self._forget(name)
+            return None
+        failures, permanent = self._replay(request)
+        result = outcome(failures, retry_count(request), max_retries=self.max_retries, backoff=self.backoff, max_backoff=self.max_backoff, permanent=permanent)
+        try:
+            self.cluster.request("PUT", f"{path}/status", with_status(request, result))
+        except ApiError as exc:
+            if exc.status == 404:
+                self._forget(name)
+                return result
+            if exc.status != 409:
+                raise
+            self.enqueue(name, time.monotonic())  # changed meanwhile: read it again
+            return result
+        if result.delete:
+            self.completed += 1
+            self._delete(path, name)
+        elif result.retry_after is not None:
+            log.info("UpdateRequest %s (policy %s) will be retried: %s", name, (request.get("spec") or {}).get("policy"), result.message)
+            self.enqueue(name, time.monotonic() + result.retry_after)
+        else:
+            self.failed += 1
+            log.error("UpdateRequest %s (policy %s) failed: %s", name, (request.get("spec") or {}).get("policy"), result.message)
+            self._forget(name)
+        return result
+
+    def _delete(self, path: str, name: str) -> None:
+        try:
+            self.cluster.request("DELETE", path)
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+        self._forget(name)
+
+    def _replay(self, request: dict[str, Any]) -> tuple[list[str], bool]:
+        """Run the recorded work; (failure messages, whether they are final)."""
+        from stockade.controllers.generate import TriggerEvent, TriggerPending
+
+        spec = request.get("spec") or {}
+        kind, policy = str(spec.get("requestType") or GENERATE), str(spec.get("policy") or "")
+        operation, new, old, info, gvk = replayed_request(request)
+        if not new and not old:  # no admission request (a policy-update request): the trigger as it is now
+            current = self._current(spec)
+            if current is None:
+                return [f"trigger {spec.get('resource')} not found"], False
+            new, operation = current, "CREATE"
+        if kind == MUTATE:
+            scope = dataclasses.replace(TriggerEvent(operation, new, old, info, gvk), generate_policies=frozenset(), mutate_rules=frozenset({(policy, str(spec.get("rule") or ""))}), cel=False)
+        elif kind == GENERATE:
+            scope = dataclasses.replace(TriggerEvent(operation, new, old, info, gvk), generate_policies=frozenset({policy}), mutate_rules=frozenset(), cel=False)
+        else:
+            return [f"requestType {kind} is not handled"], True
+        if operation in ("CREATE", "UPDATE"):
+            replaced = self.generator.trigger_replaced(scope)
+            if replaced:
+                return [replaced], True
+        try:
+            failures = self.generator.process_event(scope)
+        except TriggerPending as exc:
+            return [str(exc)], False
+        except ApiError as exc:
+            return [str(exc)], False
+        return [str(failure) for failure in failures], False
+
+    def _current(self, spec: dict[str, Any]) -> dict[str, Any] | None:
+        resource = spec.get("resource") or {}
+        if not resource.get("kind") or not resource.get("name"):
+            contexts = spec.get("ruleContext") or []
+            resource = (contexts[0].get("trigger") or {}) if contexts and isinstance(contexts[0], dict) else {}
+        if not resource.get("kind") or not resource.get("name"):
+            return None
+        found = self.cluster.get_object(str(resource.get("apiVersion") or ""), str(resource["kind"]), str(resource.get("namespace") or ""), str(resource["name"]), cached=False)
+        return found
