@@ -156,11 +156,11 @@ def test_an_invalid_policy_is_skipped_and_the_others_keep_working() -> None:
     ("change", "expected"),
     [
         ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}, "mutate": {"patchStrategicMerge": {}}}]}, "spec.rules[0]: multiple operations defined in the rule 'r' (validate, mutate)"),
-        ({"spec__rules": [{"name": "r", "validate": {"deny": {}}}]}, "spec.rules[0].match: match resources not specified"),
-        ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}], "all": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}}]}, "spec.rules[0].match: can't specify any and all together"),
+        ({"spec__rules": [{"name": "r", "validate": {"deny": {}}}]}, "spec.rules[0].match: Required value"),  # the CRD schema speaks first, as the API server does
+        ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}], "all": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}}]}, "spec.rules[0].match: Invalid value: any and all may not be set together"),
         ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {"conditions": {"any": [{"key": "a", "operator": "Bigger", "value": "b"}]}}}}]}, "spec.rules[0].validate.deny.conditions.any[0].operator: unknown operator 'Bigger'"),
         ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "context": [{"name": "x", "variable": {"jmesPath": "a.["}}], "validate": {"deny": {}}}]}, "spec.rules[0].context[0].variable.jmesPath: invalid JMESPath"),
-        ({"spec__rules": [{"match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}}]}, "spec.rules[0].name: a rule needs a name"),
+        ({"spec__rules": [{"match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}}]}, "spec.rules[0].name: Required value"),
     ],
 )
 def test_policy_problems_name_the_field(change: dict[str, Any], expected: str) -> None:
@@ -306,7 +306,7 @@ def test_failed_status_carries_the_error_and_a_new_transition_time() -> None:
     ready, other = patch["conditions"]
     assert other == {"type": "Other", "status": "True"}
     assert ready["status"] == "False" and ready["reason"] == "Failed"
-    assert "match resources not specified" in ready["message"]
+    assert "spec.rules[0].match: Required value" in ready["message"]
     assert ready["lastTransitionTime"] != "2020-01-01T00:00:00Z"
     assert patch["autogen"] == {"rules": None}
 
@@ -365,14 +365,14 @@ def test_cel_policy_status_follows_admission_and_background_switches() -> None:
 
 
 def test_cel_policy_status_when_stockade_cannot_serve_it() -> None:
-    # valid as Kyverno sees it (matchConstraints with a resource rule), so the refusal is Stockade's own
+    # no generate list: the CRD schema refuses it (as the API server would under Kyverno's CRDs)
     rules = [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["namespaces"]}]
     generating = {"apiVersion": "policies.kyverno.io/v1", "kind": "GeneratingPolicy", "metadata": {"name": "gen"}, "spec": {"matchConstraints": {"resourceRules": rules}}}
     generating_kind = next(k for k in WATCHED_KINDS if k.kind == "GeneratingPolicy")
     snapshot = _snapshot_of(generating)
     patch = status_patch(generating_kind, generating, snapshot, policy_identity(generating), {})
     assert patch is not None and patch["conditionStatus"]["ready"] is False
-    assert "not enforced" in patch["conditionStatus"]["message"] and "generated" not in patch
+    assert "spec.generate: Required value" in patch["conditionStatus"]["message"] and "generated" not in patch
     webhook = patch["conditionStatus"]["conditions"][0]
     assert (webhook["type"], webhook["status"], webhook["reason"]) == ("WebhookConfigured", "False", "Failed")
 
