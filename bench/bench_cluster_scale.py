@@ -458,7 +458,7 @@ def run_engine(name: str, args: argparse.Namespace, scratch: Path) -> Result:
             engine.check_alive()
             done = coverage(api, policies, args.pods)
             print(f"{name}: {time.monotonic() - start:6.0f}s  pods reported {done.pods_reported}/{args.pods}  generated {done.configmaps}/{args.namespaces}", flush=True)
-            return done.pods_reported >= args.pods and done.configmaps >= args.namespaces
+            return bool(done.pods_reported >= args.pods and done.configmaps >= args.namespaces)
 
         result = Result(name)
         result.reports_seconds = wait_until(complete, args.timeout, f"{name}: reports and generated objects")
