@@ -51,6 +51,7 @@ _SCALAR_TYPES: dict[str, Any] = {
     "bytes": cel.Type.BYTES,
     "null": cel.Type.NULL,
     "dyn": cel.Type.DYN,
+    "opaque": cel.Type.DYN,  # see stockade.cel.functions
     "timestamp": cel.Type.TIMESTAMP,
     "duration": cel.Type.DURATION,
     "list": cel.Type.List(cel.Type.DYN),
@@ -212,9 +213,10 @@ class CelActivation:
         ]
         authorizer = self.providers.get("authorizer")
         if authorizer is not None:
-            map_type = _cel_type("map")
             functions.append(
-                cel.Function("check", [map_type, cel.Type.STRING], True, authorizer_check_impl(authorizer), map_type)
+                cel.Function(
+                    "check", [_cel_type("map"), cel.Type.STRING], True, authorizer_check_impl(authorizer), _cel_type("opaque")
+                )
             )
         try:
             self._native = _ACTIVATION_ENV.Activation(self.values, functions)

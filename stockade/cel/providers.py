@@ -148,7 +148,7 @@ def _gvr(value: Any) -> tuple[str, str]:
     return (f"{gvr['group']}/{gvr['version']}" if gvr["group"] else gvr["version"]), gvr["resource"]
 
 
-_register("resource", ("resource.ToGVR", "resource.toGVR"), (_S, _S), "map", _to_gvr)
+_register("resource", ("resource.ToGVR", "resource.toGVR"), (_S, _S), "opaque", _to_gvr)
 _register("resource", ("resource.Get", "resource.get"), ("map", _S, _S), "map",
           lambda p: lambda gvr, ns, n: p.get(*_gvr(gvr), ns, n))
 _register("resource", ("resource.Get", "resource.get"), ("map", _S), "map",
@@ -197,7 +197,7 @@ def _client_provider(provider: HttpProvider, client: Any) -> HttpProvider:
     return provider
 
 
-_register("http", ("http.Client", "http.client"), (_S,), "map", lambda p: _http_client)
+_register("http", ("http.Client", "http.client"), (_S,), "opaque", lambda p: _http_client)
 _register("http", ("Get", "get"), ("map", _S), "dyn", lambda p: lambda c, url: _client_provider(p, c).get(url, {}), member=True)
 _register("http", ("Get", "get"), ("map", _S, "map"), "dyn",
           lambda p: lambda c, url, h: _client_provider(p, c).get(url, dict(h)), member=True)

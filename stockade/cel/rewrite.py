@@ -119,12 +119,15 @@ def rewrite_struct_literals(expression: str) -> str:
 # preceding ``?.`` yields the list itself.  cel-cpp fails both with "no matching overloads".  The rewrite wraps such
 # sites so they evaluate the receiver once (``cel.bind``) and branch on null / on the receiver's type:
 #
-#   R.?f          ->  cel.bind(__stk_opt_N, R, __stk_opt_N == null ? optional.none() : __stk_opt_N.?f)
+#   R.?f          ->  cel.bind(__stk_opt_N, R, dyn(__stk_opt_N) == null ? optional.none() : __stk_opt_N.?f)
 #   R[?k]         ->  the same with [?k]
-#   O.?f (O optional) ->  cel.bind(__stk_opt_N, O, !__stk_opt_N.hasValue() || __stk_opt_N.value() == null
+#   O.?f (O optional) ->  cel.bind(__stk_opt_N, O, !__stk_opt_N.hasValue() || dyn(__stk_opt_N.value()) == null
 #                           ? optional.none() : __stk_opt_N.value().?f)
 #   R.orValue(d)  ->  cel.bind(__stk_val_N, R, type(__stk_val_N) == optional_type ? __stk_val_N.orValue(d)
 #                           : dyn(__stk_val_N))       (only when R is not syntactically optional)
+#
+# The null tests go through ``dyn(...)``: the receiver's static type may be one the checker does not let ``==`` meet
+# null (``resource.get(...)`` is a map), while cel-go's ``?.`` needs no such comparison at all.
 
 _OPTIONAL_FUNCTIONS = frozenset({"of", "none", "ofNonZeroValue", "or", "optMap", "optFlatMap"})
 _LITERAL_KEYWORDS = frozenset({"true", "false", "null"})
@@ -286,10 +289,10 @@ def rewrite_null_safety(expression: str) -> str:
         else:
             name = f"{_PREFIX}opt_{counter}"
             if _is_optional_receiver(sig, start, receiver_end):
-                wrapped = (f"cel.bind({name}, {receiver}, !{name}.hasValue() || {name}.value() == null "
+                wrapped = (f"cel.bind({name}, {receiver}, !{name}.hasValue() || dyn({name}.value()) == null "
                            f"? optional.none() : {name}.value(){access})")
             else:
-                wrapped = f"cel.bind({name}, {receiver}, {name} == null ? optional.none() : {name}{access})"
+                wrapped = f"cel.bind({name}, {receiver}, dyn({name}) == null ? optional.none() : {name}{access})"
         counter += 1
         text = before + wrapped + after
     return text
