@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stockade.controllers.clusterdata import ApiError, ClusterData, describe_object
+from stockade.controllers.clusterdata import ClusterData, describe_object
 from stockade.controllers.downstreamwatch import DownstreamWatcher
 from stockade.controllers.reports import PROCESS_BACKGROUND, report_policy_name
 import stockade.celpolicy  # noqa: F401  (registers the engine's validate.cel handler)
@@ -34,6 +34,7 @@ from stockade.engine.match import ResourceKind
 from stockade.engine.response import FAIL, PASS, STATUSES, EngineResponse, RuleResponse, report_result
 from stockade.policy.model import KyvernoPolicy, Rule
 from stockade.webhook.admission import VALIDATING_POLICY_KINDS
+from stockade.kube.errors import KubeError
 
 log = logging.getLogger("stockade.background")
 
@@ -459,7 +460,7 @@ class BackgroundScanner:
             for api_version, kind, namespace, name in references:
                 try:
                     obj = self.cluster.get_object(api_version, kind, namespace, name, cached=False)
-                except ApiError as exc:
+                except KubeError as exc:
                     summary.errors.append(f"reading {kind} {namespace}/{name}: {exc}")
                     continue
                 if obj is None:
@@ -587,7 +588,7 @@ class BackgroundScanner:
                     try:
                         for resource in self.cluster.resources_for_selector(selector):
                             add(resource, policy.namespace, policy, False)
-                    except ApiError as exc:
+                    except KubeError as exc:
                         summary.errors.append(f"discovery for {selector}: {exc}")
         for policy in cel_policies:
             for group, version, plural, _operations in cel_resource_rules(policy):
@@ -606,7 +607,7 @@ class BackgroundScanner:
             for namespace in listing_namespaces:
                 try:
                     objects.extend(self.cluster.list_resource(resource, namespace, cached=False))
-                except ApiError as exc:
+                except KubeError as exc:
                     summary.errors.append(f"listing {resource.resource}: {exc}")
             targets.append((objects, kyverno_policies, cel_for_kind))
         self.watch_unadmitted(list(unadmitted))
