@@ -489,7 +489,9 @@ class TestRunner:
             for rule in _lookup_rule_responses(result, response.rules) if result.rule and not ruleless else response.rules:
                 if rule.rule_type == "Generation" and rule.generated_resources:
                     for generated in rule.generated_resources:
-                        generated_row = self._check(result, response, rule, generated, display)
+                        # Kyverno's row for a generated object names that object, not its trigger
+                        generated_name = str((generated.get("metadata") or {}).get("name") or "")
+                        generated_row = self._check(result, response, rule, generated, generated_name)
                         if generated_row is None:
                             skipped_missing = True
                         else:
