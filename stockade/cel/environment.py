@@ -21,7 +21,7 @@ from stockade.cel.errors import CelCompileError, CelCostLimitError, CelError, Ce
 from stockade.cel.functions import ANY_KINDS, Library
 from stockade.cel.libs import IMAGE_VERIFY_LIBRARY, LIBRARY_BUILDERS, OPTIONAL_LIBRARY_BUILDERS, authorizer_check_impl
 from stockade.cel.providers import PROVIDER_KEYS, provider_implementations, provider_library
-from stockade.cel.rewrite import rewrite_null_safety, rewrite_struct_literals
+from stockade.cel.rewrite import rewrite_bindings, rewrite_null_safety, rewrite_struct_literals
 from stockade.cel.values import PLAIN_SCALARS, to_backend
 
 # cel-cpp itself aborts an evaluation after 10,000 comprehension iterations (reported as a cost-limit error).
@@ -313,9 +313,10 @@ class CelEnvironment:
         self._env = _native_env(self.variables, self.libraries)
         self._cache: dict[str, CelProgram] = {}
         self._optional_wrapping = "ext.optional" in self.libraries
-        # cel-go semantics for ``?.`` on null and ``orValue`` on plain values need optionals, cel.bind and the
-        # compat orValue declaration.
-        self._null_safety = {"ext.optional", "ext.bindings", "compat"} <= set(self.libraries)
+        # cel-go semantics for ``?.`` on null and ``orValue`` on plain values need optionals and the compat orValue
+        # declaration.
+        self._null_safety = {"ext.optional", "compat"} <= set(self.libraries)
+        self._bindings = "ext.bindings" in self.libraries
 
     def compile(self, expression: str) -> CelProgram:
         """Parse and type-check ``expression``; raise :class:`CelCompileError` naming the position on failure."""
@@ -327,6 +328,8 @@ class CelEnvironment:
         source = rewrite_struct_literals(expression)
         if self._null_safety:
             source = rewrite_null_safety(source)
+        # cel.bind / optMap / optFlatMap without cel-cpp's stale bind slot (see stockade.cel.rewrite)
+        source = rewrite_bindings(source, bindings=self._bindings, optionals=self._optional_wrapping)
         try:
             program = self._env.compile(source)
             return_type = program.return_type().name()

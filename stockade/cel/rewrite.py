@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 _TOKEN_RE = re.compile(
     r"""
@@ -117,19 +118,17 @@ def rewrite_struct_literals(expression: str) -> str:
 # Kyverno evaluates with cel-go, where an optional selection on null is simply absent (``oldObject.?spec`` on a
 # CREATE, ``template.metadata.?labels`` when the YAML says ``metadata:``), and where ``list.orValue([])`` without a
 # preceding ``?.`` yields the list itself.  cel-cpp fails both with "no matching overloads".  The rewrite wraps such
-# sites so they evaluate the receiver once (``cel.bind``) and branch on null / on the receiver's type:
+# sites so they evaluate the receiver once and branch on null / on the receiver's type:
 #
 #   R.?f              ->  optional.ofNonZeroValue(R).?f
 #   R[?k]             ->  optional.ofNonZeroValue(R)[?k]
 #   O.?f (O optional) ->  optional.ofNonZeroValue(O.orValue(dyn(null))).?f
-#   R.orValue(d)      ->  cel.bind(__stk_val_N, R, type(__stk_val_N) == optional_type ? __stk_val_N.orValue(d)
-#                           : dyn(__stk_val_N))       (only when R is not syntactically optional)
+#   R.orValue(d)      ->  [R].map(__stk_val_N, type(__stk_val_N) == optional_type ? __stk_val_N.orValue(d)
+#                           : dyn(__stk_val_N))[0]       (only when R is not syntactically optional)
 #
 # ``optional.ofNonZeroValue`` makes null (and an empty map or list, where a selection finds nothing either) absent,
-# evaluates the receiver once, and needs neither a comparison with null (which the checker refuses for a receiver of
-# map type, ``resource.get(...)``) nor ``cel.bind``: cel-cpp initialises a bind lazily in a slot that a sibling
-# comprehension stopped early (``exists``) may leave holding its iteration value, so a bind evaluated again inside an
-# enclosing ``all``/``map`` could read that stale value.
+# evaluates the receiver once, and needs no comparison with null (which the checker refuses for a receiver of map
+# type, ``resource.get(...)``).  None of the forms uses ``cel.bind``: see :func:`rewrite_bindings`.
 
 _OPTIONAL_FUNCTIONS = frozenset({"of", "none", "ofNonZeroValue", "or", "optMap", "optFlatMap"})
 _LITERAL_KEYWORDS = frozenset({"true", "false", "null"})
@@ -222,10 +221,7 @@ def _is_optional_receiver(sig: list[Token], start: int, last: int) -> bool:
                 return optional
             name = sig[name_index].text
             if name_index + 1 <= last and sig[name_index + 1].text == "(":
-                if name == "bind":
-                    optional = name_index + 2 <= last and sig[name_index + 2].text.startswith(_PREFIX + "opt")
-                else:
-                    optional = name in _OPTIONAL_FUNCTIONS
+                optional = name in _OPTIONAL_FUNCTIONS
                 index = _matching_close(sig, name_index + 1) + 1
             else:
                 optional = optional or selective
@@ -301,11 +297,147 @@ def rewrite_null_safety(expression: str) -> str:
         after = joined(positions[site_end] + 1, len(tokens))
         if kind == "orValue":
             name = f"{_PREFIX}val_{counter}"
-            wrapped = f"cel.bind({name}, {receiver}, type({name}) == optional_type ? {name}{access} : dyn({name}))"
+            wrapped = bind_once(name, receiver, f"type({name}) == optional_type ? {name}{access} : dyn({name})")
         elif _is_optional_receiver(sig, start, receiver_end):
             wrapped = f"optional.ofNonZeroValue({receiver}.orValue(dyn(null))){access}"
         else:
             wrapped = f"optional.ofNonZeroValue({receiver}){access}"
         counter += 1
+        text = before + wrapped + after
+    return text
+
+
+# -- bindings without cel.bind ----------------------------------------------------------------------------------------
+#
+# cel-cpp plans ``cel.bind`` (and the ``optMap``/``optFlatMap`` macros, which expand to a bind) with a lazily
+# initialised comprehension slot: the first read of the bound name evaluates the initialiser unless the slot already
+# holds a value.  A comprehension that stops early (``exists`` that found a match, ``all`` that found a false) leaves
+# its iteration value in a slot that a later sibling bind reuses, so inside an enclosing ``all``/``map`` the bound
+# name can read that stale value instead of its own (``c.xs.exists(x, x > 0) && cel.bind(n, c.name, n == c.name)``
+# is false).  cel-go has no such slot sharing.  A one-element list's ``map`` assigns its variable on every
+# evaluation, so every binding, generated or written by the user, is expressed that way:
+#
+#   cel.bind(v, I, B)     ->  [I].map(v, B)[0]            (B alone when B never mentions v)
+#   O.optMap(v, B)        ->  [O].map(__stk_opt_N, __stk_opt_N.hasValue()
+#                               ? optional.of([__stk_opt_N.value()].map(v, B)[0]) : optional.none())[0]
+#   O.optFlatMap(v, B)    ->  the same without ``optional.of``
+#
+# The one difference left from cel-go: cel-go initialises a bind lazily, so an initialiser that fails is harmless
+# when the body never reaches the name on the path it takes; here it is evaluated once up front.
+
+
+def bind_once(name: str, value: str, body: str) -> str:
+    """CEL source for ``body`` with ``name`` bound to ``value``, evaluated once (never ``cel.bind``: see above)."""
+    return f"[{value}].map({name}, {body})[0]"
+
+
+def _split_arguments(sig: list[Token], opening: int, closing: int) -> list[tuple[int, int]]:
+    """(first, last) significant-token ranges of the top-level arguments between ``opening`` and ``closing``."""
+    ranges: list[tuple[int, int]] = []
+    depth = 0
+    first = opening + 1
+    for index in range(opening + 1, closing):
+        text = sig[index].text
+        if text in ("(", "[", "{"):
+            depth += 1
+        elif text in (")", "]", "}"):
+            depth -= 1
+        elif text == "," and depth == 0:
+            ranges.append((first, index - 1))
+            first = index + 1
+    if first <= closing - 1:
+        ranges.append((first, closing - 1))
+    return ranges
+
+
+def _find_binding(sig: list[Token], bindings: bool, optionals: bool) -> tuple[str, int, int, list[tuple[int, int]]] | None:
+    """The first ``cel.bind(...)`` / ``R.optMap(...)`` / ``R.optFlatMap(...)`` with a simple variable:
+    (kind, site start, site end, argument ranges)."""
+    for index, token in enumerate(sig):
+        if (bindings and token.text == "cel" and token.kind == "ident" and index + 3 < len(sig)
+                and sig[index + 1].text == "." and sig[index + 2].text == "bind" and sig[index + 3].text == "("
+                and not (index > 0 and sig[index - 1].text == ".")):
+            kind, opening, start = "bind", index + 3, index
+        elif (optionals and token.text == "." and index + 2 < len(sig) and sig[index + 1].text in ("optMap", "optFlatMap")
+              and sig[index + 2].text == "(" and index > 0):
+            kind, opening = sig[index + 1].text, index + 2
+            start = _receiver_start(sig, index - 1)
+            if start < 0:
+                continue
+        else:
+            continue
+        closing = _matching_close(sig, opening)
+        if closing < 0:
+            continue
+        arguments = _split_arguments(sig, opening, closing)
+        expected = 3 if kind == "bind" else 2
+        if len(arguments) != expected or arguments[0][0] != arguments[0][1] or sig[arguments[0][0]].kind != "ident":
+            continue  # not the macro's shape: left for the checker to report
+        return kind, start, closing, arguments
+    return None
+
+
+def _is_bind_call(sig: list[Token], first: int, last: int) -> bool:
+    return (last - first >= 4 and sig[first].text == "cel" and sig[first + 1].text == "." and sig[first + 2].text == "bind"
+            and sig[first + 3].text == "(" and _matching_close(sig, first + 3) == last)
+
+
+def _hoisted_binding(sig: list[Token], arguments: list[tuple[int, int]], joined: Callable[[int, int], str]) -> str | None:
+    """``cel.bind(s, cel.bind(t, J, C), B)`` as ``cel.bind(t, J, cel.bind(s, C, B))`` when ``t`` cannot capture a
+    name of ``B`` (``t`` is ``s`` or ``B`` never mentions it), else None.  Same values; the one-element-list form of a
+    binding nests its initialiser three parser levels deep, so chains of bindings in initialisers (each doubling a
+    string, the classic cost-limit test) would otherwise hit the parser's recursion limit before the cost check."""
+    (variable_at, _), (init_first, init_last), (body_first, body_last) = arguments
+    if not _is_bind_call(sig, init_first, init_last):
+        return None
+    inner = _split_arguments(sig, init_first + 3, init_last)
+    if len(inner) != 3 or inner[0][0] != inner[0][1] or sig[inner[0][0]].kind != "ident":
+        return None
+    outer_name, inner_name = sig[variable_at].text, sig[inner[0][0]].text
+    if inner_name != outer_name and any(
+        token.kind == "ident" and token.text == inner_name for token in sig[body_first:body_last + 1]
+    ):
+        return None
+    return (f"cel.bind({inner_name}, {joined(*inner[1])}, "
+            f"cel.bind({outer_name}, {joined(*inner[2])}, {joined(body_first, body_last)}))")
+
+
+def rewrite_bindings(expression: str, *, bindings: bool = True, optionals: bool = True) -> str:
+    """Express ``cel.bind`` (``bindings``) and ``optMap``/``optFlatMap`` (``optionals``) without cel-cpp's lazily
+    initialised bind slot (see above)."""
+    if not ((bindings and "bind" in expression) or (optionals and "optMap" in expression)
+            or (optionals and "optFlatMap" in expression)):
+        return expression
+    text = expression
+    for counter in range(2000):
+        tokens = tokenize(text)
+        positions = [index for index, token in enumerate(tokens) if token.kind not in ("space", "comment")]
+        sig = [tokens[index] for index in positions]
+        site = _find_binding(sig, bindings, optionals)
+        if site is None:
+            return text
+        kind, start, end, arguments = site
+
+        def joined(first: int, last: int) -> str:
+            return "".join(token.text for token in tokens[positions[first]:positions[last] + 1])
+
+        before = "".join(token.text for token in tokens[: positions[start]])
+        after = "".join(token.text for token in tokens[positions[end] + 1:])
+        variable = sig[arguments[0][0]].text
+        body = joined(*arguments[-1])
+        if kind == "bind":
+            hoisted = _hoisted_binding(sig, arguments, joined)
+            if hoisted is not None:
+                text = before + hoisted + after
+                continue
+            value = joined(*arguments[1])
+            mentioned = any(token.kind == "ident" and token.text == variable for token in sig[arguments[2][0]:arguments[2][1] + 1])
+            wrapped = bind_once(variable, value, body) if mentioned else f"({body})"
+        else:
+            receiver = joined(start, arguments[0][0] - 4)  # up to the "." before optMap
+            holder = f"{_PREFIX}opt_{counter}"
+            mapped = bind_once(variable, f"{holder}.value()", body)
+            present = f"optional.of({mapped})" if kind == "optMap" else mapped
+            wrapped = bind_once(holder, receiver, f"{holder}.hasValue() ? {present} : optional.none()")
         text = before + wrapped + after
     return text

@@ -17,7 +17,7 @@ from stockade.celpolicy.compiler import PolicyCompiler
 from stockade.celpolicy.errors import PolicyCompileError
 from stockade.celpolicy.matching import constraints_match, has_selector
 from stockade.celpolicy.model import CelPolicy
-from stockade.engine.contextloader import AuthorizationResolver
+from stockade.engine.contextloader import AuthorizationResolver, KindScopeResolver
 from stockade.celpolicy.mutation import apply_configuration, apply_json_patch
 from stockade.celpolicy.request import AdmissionInput
 from stockade.celpolicy.scope import ConditionError, Scope
@@ -553,9 +553,20 @@ class CelPolicyEvaluator:
         return _Outcome("pass", "success", patched=current, properties=properties)
 
     # -- GeneratingPolicy -------------------------------------------------------------------------------------------
-    def generate(self, policy: CelPolicy, request: AdmissionInput, *, keep_source_uid: bool = False) -> EngineResponse | None:
-        """``keep_source_uid`` (in the cluster): a generated object read from the cluster (a clone source, it has a
-        resourceVersion) carries its uid in the ``generate.kyverno.io/source-uid`` label, as Kyverno labels clones."""
+    def generate(
+        self,
+        policy: CelPolicy,
+        request: AdmissionInput,
+        *,
+        keep_source_uid: bool = False,
+        placement: GeneratedPlacement | None = None,
+    ) -> EngineResponse | None:
+        """``placement``: how ``generator.Apply`` stores each object (see :class:`GeneratedPlacement`); by default
+        Kyverno's offline CLI.  ``keep_source_uid`` (in the cluster, implies a cluster placement): a generated object
+        read from the cluster (a clone source, it has a resourceVersion) carries its uid in the
+        ``generate.kyverno.io/source-uid`` label, as Kyverno labels clones."""
+        if placement is None:
+            placement = GeneratedPlacement(cluster=True, report_only=False) if keep_source_uid else GeneratedPlacement()
         spec = policy.spec
         if policy.is_namespaced and request.namespace != policy.namespace:
             return None
@@ -599,17 +610,13 @@ class CelPolicyEvaluator:
                 return self._response(policy, request, GENERATION, _Outcome("error", f"failed to generate resources: {error}"))
         annotations = self._audit_annotations(scope, spec.get("auditAnnotations"))
         generated: list[dict[str, Any]] = []
-        for namespace, resources in sink.calls:
-            for resource in _expand_lists(resources):
-                metadata = resource.setdefault("metadata", {})
-                if keep_source_uid and metadata.get("resourceVersion") and metadata.get("uid"):
-                    labels = metadata.get("labels") if isinstance(metadata.get("labels"), dict) else {}
-                    metadata["labels"] = {**labels, SOURCE_UID_LABEL: str(metadata["uid"])}
-                for transient in ("resourceVersion", "uid", "creationTimestamp", "managedFields", "generation", "selfLink"):
-                    metadata.pop(transient, None)
-                if namespace:
-                    metadata["namespace"] = namespace
-                generated.append(resource)
+        try:
+            for namespace, resources in sink.calls:
+                for resource in _expand_lists(resources):
+                    generated.append(placement.place(resource, namespace, policy.namespace if policy.is_namespaced else "",
+                                                     keep_source_uid=keep_source_uid))
+        except CelEvalError as error:
+            return self._response(policy, request, GENERATION, _Outcome("error", f"failed to generate resources: {error}"))
         # Kyverno's message for a generating policy that ran, and its audit annotations as the result's properties
         response = self._response(policy, request, GENERATION, _Outcome("pass", GENERATED_MESSAGE, generated=generated))
         for rule in response.rules:
@@ -675,18 +682,87 @@ def audit_annotations(scope: Scope, annotations: Any) -> dict[str, str]:
 
 
 def _expand_lists(resources: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``generator.Apply`` accepts List objects (e.g. a ``resource.List`` result) and generates their items."""
+    """``generator.Apply`` accepts List objects (e.g. a ``resource.List`` result) and generates their items: like
+    Kubernetes' unstructured ``IsList``, any object whose ``items`` is a list is one."""
     expanded: list[dict[str, Any]] = []
     for resource in resources:
         items = resource.get("items")
-        if isinstance(items, list) and str(resource.get("kind", "")).endswith("List") or (isinstance(items, list) and not resource.get("metadata", {}).get("name")):
-            expanded.extend(copy.deepcopy(item) for item in items if isinstance(item, dict))
+        if isinstance(items, list):
+            for item in items:
+                if not isinstance(item, dict):
+                    raise CelEvalError("failed to generate resources: a List item is not an object")
+                expanded.append(copy.deepcopy(item))
         else:
             expanded.append(resource)
     return expanded
 
 
-__all__ = ["CelPolicyEvaluator", "PolicyCompileError"]
+@dataclass(frozen=True)
+class GeneratedPlacement:
+    """What becomes of an object passed to ``generator.Apply(namespace, objects)`` (Kyverno's libs context).
+
+    Offline (``cluster`` False, Kyverno's CLI without clusterResources: its fake context) the object is reported as
+    given, with ``metadata.namespace`` set to the call's namespace (removed when that is empty), whatever its kind.
+
+    Against a cluster (the CLI with clusterResources, or in the cluster): a cluster-scoped kind gets no namespace
+    (a namespaced policy naming a namespace may not generate one at all), ownerReferences are dropped when the object
+    moves out of its source namespace, and uid, resourceVersion, creationTimestamp and managedFields are cleared;
+    ``report_only`` (the CLI) clears annotations too, in the cluster selfLink goes and (``keep_source_uid``) a clone
+    read from the cluster is labelled with its source uid.  ``kind_namespaced`` answers the kind's scope; a kind it
+    does not know is namespaced, as Kyverno's REST mapper fallback has it.
+    """
+
+    cluster: bool = False
+    report_only: bool = True
+    kind_namespaced: KindScopeResolver | None = None
+
+    def is_namespaced(self, api_version: str, kind: str) -> bool:
+        if self.kind_namespaced is None or not api_version or not kind:
+            return True
+        return self.kind_namespaced(api_version, kind) is not False
+
+    def place(self, resource: dict[str, Any], namespace: str, policy_namespace: str, *, keep_source_uid: bool = False) -> dict[str, Any]:
+        item = copy.deepcopy(resource)
+        metadata = item.get("metadata")
+        if not isinstance(metadata, dict):
+            metadata = {}
+            item["metadata"] = metadata
+        if not self.cluster:
+            _set_namespace(metadata, namespace)
+            return item
+        api_version, kind = str(item.get("apiVersion") or ""), str(item.get("kind") or "")
+        target = namespace
+        if not self.is_namespaced(api_version, kind):
+            if namespace and policy_namespace:
+                raise CelEvalError(
+                    f"cross-scope generation denied: a policy scoped to namespace {namespace!r} cannot generate "
+                    f"cluster-scoped resource {api_version}/{kind}"
+                )
+            target = ""
+        source_namespace = str(metadata.get("namespace") or "")
+        if source_namespace and source_namespace != target and "ownerReferences" in metadata:
+            metadata.pop("ownerReferences")
+        if self.report_only:
+            cleared: tuple[str, ...] = ("uid", "managedFields", "annotations", "resourceVersion", "creationTimestamp")
+        else:
+            if keep_source_uid and metadata.get("resourceVersion") and metadata.get("uid"):
+                labels = metadata.get("labels")
+                metadata["labels"] = {**(labels if isinstance(labels, dict) else {}), SOURCE_UID_LABEL: str(metadata["uid"])}
+            cleared = ("uid", "selfLink", "creationTimestamp", "managedFields", "resourceVersion")
+        for name in cleared:
+            metadata.pop(name, None)
+        _set_namespace(metadata, target)
+        return item
+
+
+def _set_namespace(metadata: dict[str, Any], namespace: str) -> None:
+    if namespace:
+        metadata["namespace"] = namespace
+    else:
+        metadata.pop("namespace", None)
+
+
+__all__ = ["CelPolicyEvaluator", "GeneratedPlacement", "PolicyCompileError"]
 
 
 def validation_message(scope: Any, validation: dict[str, Any], index: int) -> str:

@@ -6,7 +6,7 @@ import re
 from typing import Any, Mapping
 
 from stockade.cel import CelActivation, CelCostLimitError, CelError, CelEvalError
-from stockade.cel.rewrite import tokenize
+from stockade.cel.rewrite import bind_once, tokenize
 from stockade.celpolicy.compiler import PolicyCompiler
 from stockade.errors import StockadeError
 
@@ -30,7 +30,7 @@ _INLINE_PREFIX = "__stk_var_"
 
 def _inline_references(expression: str, inline: Mapping[str, str], depth: int = 0) -> str:
     """``expression`` with each ``variables.NAME`` of an inlined variable replaced by that variable's expression,
-    bound once with ``cel.bind`` (its own inlined references resolved first)."""
+    bound once with :func:`stockade.cel.rewrite.bind_once` (its own inlined references resolved first)."""
     tokens = tokenize(expression)
     significant = [index for index, token in enumerate(tokens) if token.kind not in ("space", "comment")]
     replace: dict[int, tuple[int, str]] = {}
@@ -62,7 +62,7 @@ def _inline_references(expression: str, inline: Mapping[str, str], depth: int = 
         index += 1
     body = "".join(parts)
     for name in reversed(used):
-        body = f"cel.bind({_INLINE_PREFIX}{name}, ({_inline_references(inline[name], inline, depth + 1)}), {body})"
+        body = bind_once(f"{_INLINE_PREFIX}{name}", _inline_references(inline[name], inline, depth + 1), body)
     return body
 
 

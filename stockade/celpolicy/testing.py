@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from stockade.celpolicy.authz import AUTHZ_MODES, AuthzEvaluator, evaluation_mode, request_for_mode
-from stockade.celpolicy.evaluator import CelPolicyEvaluator
+from stockade.celpolicy.evaluator import CelPolicyEvaluator, GeneratedPlacement
 from stockade.celpolicy.imagevalidating import ImageValidatingEvaluator, RequestVerifications
 from stockade.celpolicy.model import CelPolicy
 from stockade.celpolicy.providers import MockHttp, StaticGlobalContext, StaticImageData, StaticResources
@@ -43,8 +43,12 @@ class CelPolicyRun:
         subresources: list[dict[str, Any]] | None = None,
         image_verifier: Any = None,
         targets: list[dict[str, Any]] | None = None,
+        generate_placement: GeneratedPlacement | None = None,
     ) -> None:
+        """``generate_placement``: what becomes of ``generator.Apply``'s objects; Kyverno's offline CLI by default
+        (the CLI with clusterResources stands for a cluster: see :class:`GeneratedPlacement`)."""
         self.targets = list(targets or [])
+        self.generate_placement = generate_placement or GeneratedPlacement()
         self.subresources = list(subresources or [])
         policies = [CelPolicy(d) for d in documents]
         exceptions = [p for p in policies if p.kind == "PolicyException"]
@@ -168,7 +172,7 @@ class CelPolicyRun:
                     out.append(response)
             verifications.enforce_required()
         for policy in self.generating:
-            response = self.evaluator.generate(policy, request_for(current))
+            response = self.evaluator.generate(policy, request_for(current), placement=self.generate_placement)
             if response is not None:
                 out.append(response)
         if default_run:

@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from stockade.celpolicy.evaluator import GeneratedPlacement
 from stockade.celpolicy.model import CelPolicy
 from stockade.controllers.celmutate import CelMutateExisting, CelMutateTrigger, TriggerNotStored, mutating_policies
 from stockade.controllers.clusterdata import (
@@ -752,7 +753,8 @@ class GenerateController:
                 log.warning("could not read namespace %s: %s", namespace, exc)
         user = {"username": info.username, "uid": info.uid, "groups": list(info.groups), "extra": dict(info.extra)}
         request = AdmissionInput(object=trigger, old_object=old or None, operation=operation, user_info=user, namespace_object=namespace_object)
-        response = evaluator.generate(policy, request, keep_source_uid=True)
+        placement = GeneratedPlacement(cluster=True, report_only=False, kind_namespaced=self.cluster.kind_namespaced)
+        response = evaluator.generate(policy, request, keep_source_uid=True, placement=placement)
         if response is None or not response.rules:
             return None
         return response.rules[0]

@@ -10,8 +10,9 @@ from typing import Any
 from stockade.celpolicy import RULELESS_KINDS, kind_to_resource
 from stockade.celpolicy.authz import ENVOY_MODE, HTTP_MODE, AuthzPayloadError
 from stockade.celpolicy.errors import PolicyCompileError
+from stockade.celpolicy.evaluator import GeneratedPlacement
 from stockade.celpolicy.testing import CelPolicyRun
-from stockade.engine.contextloader import ContextLoadError, ContextProviders, ContextSourceDisabled
+from stockade.engine.contextloader import ContextLoadError, ContextProviders, ContextSourceDisabled, KindScopeResolver
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.processor import apply_policies
@@ -23,7 +24,7 @@ from stockade.errors import StockadeError
 from stockade.lint.check import Finding, check_documents
 from stockade.policy.loader import Document, LoadError, load_documents, read_text
 from stockade.policy.model import KyvernoPolicy
-from stockade.policy.resources import PolicySet, normalise_resource, resource_key, split_policies
+from stockade.policy.resources import CLUSTER_SCOPED_KINDS, PolicySet, normalise_resource, resource_key, split_policies
 
 
 class PolicyRefused(StockadeError):
@@ -99,6 +100,27 @@ class _ClusterData:
     def configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         matches = self.lookup("v1", "ConfigMap", namespace, name)
         return matches[0] if matches else None
+
+
+def _kind_scope(objects: list[dict[str, Any]]) -> KindScopeResolver:
+    """Kinds' scope in the cluster a test describes: CustomResourceDefinitions among its objects, else the built-in
+    cluster-scoped kinds; any other kind is namespaced."""
+    crd_scopes: dict[tuple[str, str], bool] = {}
+    for obj in objects:
+        if obj.get("kind") != "CustomResourceDefinition":
+            continue
+        spec = obj.get("spec")
+        names = spec.get("names") if isinstance(spec, dict) else None
+        if isinstance(spec, dict) and isinstance(names, dict) and spec.get("group") and names.get("kind"):
+            crd_scopes[(str(spec["group"]), str(names["kind"]))] = spec.get("scope") != "Cluster"
+
+    def namespaced(api_version: str, kind: str) -> bool | None:
+        group = api_version.split("/", 1)[0] if "/" in api_version else ""
+        if (group, kind) in crd_scopes:
+            return crd_scopes[(group, kind)]
+        return kind not in CLUSTER_SCOPED_KINDS
+
+    return namespaced
 
 
 def _load_resources(case: TestCase, paths: list[str]) -> list[dict[str, Any]]:
@@ -398,6 +420,9 @@ class TestRunner:
             subresources=values.subresources,
             image_verifier=self.image_verifier,
             targets=targets,
+            # Kyverno's test command runs against its fake cluster client when the test names clusterResources
+            generate_placement=GeneratedPlacement(cluster=True, kind_namespaced=_kind_scope(cluster_objects))
+            if self.case.cluster_resources else None,
         )
 
     # -- judging -----------------------------------------------------------------------------------------------------
@@ -464,7 +489,9 @@ class TestRunner:
             for rule in _lookup_rule_responses(result, response.rules) if result.rule and not ruleless else response.rules:
                 if rule.rule_type == "Generation" and rule.generated_resources:
                     for generated in rule.generated_resources:
-                        generated_row = self._check(result, response, rule, generated, display)
+                        # Kyverno's row for a generated object names that object, not its trigger
+                        generated_name = str((generated.get("metadata") or {}).get("name") or "")
+                        generated_row = self._check(result, response, rule, generated, generated_name)
                         if generated_row is None:
                             skipped_missing = True
                         else:

@@ -52,6 +52,10 @@ class FakeCluster:
     def resolve_kind(self, api_version: str, kind: str) -> ApiResource | None:
         return next((r for r in self.resources if r.kind == kind and (not api_version or api_version_of(r) == api_version)), None)
 
+    def kind_namespaced(self, api_version: str, kind: str) -> bool | None:
+        resource = self.resolve_kind(api_version, kind)
+        return None if resource is None else resource.namespaced
+
     def resolve_resource(self, group: str, version: str, plural: str) -> ApiResource | None:
         return next((r for r in self.resources if (r.group, r.resource) == (group, plural) and (not version or r.version == version)), None)
 
