@@ -468,7 +468,8 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
     )
     from stockade.controllers.ttl import TtlController
 
-    services.background.append(TtlController(api_client))  # cleanup.kyverno.io/ttl: watched, leader only
+    # cleanup.kyverno.io/ttl: watched, leader only, as the cleanup controller's account when one is given
+    services.background.append(TtlController(api_client, acting_user=str(options.get("cleanup_service_account") or "")))
     if options["background_scan_interval"] > 0:
         from stockade.controllers.background import BackgroundScanner
 

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from stockade.controllers.clusterdata import ClusterData, object_path
+from stockade.controllers.clusterdata import ClusterData, object_path, subject_access_review
 from stockade.controllers.webhookconfig import ApiResource
 from stockade.errors import StockadeError
 from stockade.kube.controller import Controller, FunctionReconciler, Result
@@ -166,8 +166,13 @@ class TtlController:
         discovery_interval: float = DISCOVERY_SAFETY_SECONDS,
         watch_discovery: bool = True,
         workers: int = WORKERS,
+        acting_user: str = "",
     ) -> None:
         self.cluster = cluster_data or ClusterData(api_client, ttl_seconds=0.0)
+        # Kyverno's cleanup controller watches and deletes with its own account: only resources that account may
+        # watch, list and delete are looked after (checked with SubjectAccessReviews), and deletions are made as it
+        self.acting_user = acting_user
+        self.acting = ClusterData(self.cluster.api_client, ttl_seconds=0.0, impersonate=acting_user) if acting_user else self.cluster
         self.clock = clock
         self.resources = resources or (lambda: deletable_resources(self.cluster))
         # (resource, label selector) -> its list/watch: metadata only through the API server unless a test injects one
@@ -272,7 +277,25 @@ class TtlController:
             if rid not in self._informers and not self._stopping.is_set():
                 self._start_informer(rid, resource)
 
+    def permitted(self, resource: ApiResource) -> bool:
+        """Whether the acting account may watch, list and delete ``resource`` everywhere (always, acting as ourselves)."""
+        if not self.acting_user:
+            return True
+        for verb in ("watch", "list", "delete"):
+            attributes = {"group": resource.group, "version": resource.version, "resource": resource.resource, "verb": verb}
+            try:
+                allowed, _ = subject_access_review(self.cluster.request, self.acting_user, attributes)
+            except KubeError as exc:
+                log.warning("ttl: checking %s %s for %s failed: %s", verb, resource.resource, self.acting_user, exc)
+                return False
+            if not allowed:
+                return False
+        return True
+
     def _start_informer(self, rid: str, resource: ApiResource) -> None:
+        if not self.permitted(resource):
+            log.debug("ttl: %s may not watch, list and delete %s", self.acting_user, rid)
+            return
         list_watch = self.list_watch(resource, TTL_LABEL)
         try:  # as Kyverno's preflight: a resource we may not list is left out rather than retried for ever
             list_watch.list()
@@ -331,7 +354,7 @@ class TtlController:
             return max((expires - now).total_seconds(), 0.0) + 0.5  # a little after, so the clock has passed it
         policy = propagation_policy(metadata.get("annotations"))
         try:
-            self.cluster.request(
+            self.acting.request(
                 "DELETE", object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or "")),
                 query={"propagationPolicy": policy} if policy else None,
             )

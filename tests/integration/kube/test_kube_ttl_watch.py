@@ -79,3 +79,34 @@ def test_ttl_controller_deletes_on_expiry_from_watches(api_client: Any, namespac
     finally:
         controller.stop()
     assert controller.watched() == []
+
+
+def test_ttl_controller_acts_only_where_the_cleanup_account_may(api_client: Any, namespace: str) -> None:
+    """Kyverno's TTL manager keeps the resources its account may watch, list and delete; deletions are its own."""
+    from kubernetes import client
+
+    user = f"system:serviceaccount:{namespace}:cleanup"
+    rbac = client.RbacAuthorizationV1Api(api_client)
+    role = f"ttl-{namespace}"
+    api = core(api_client)
+    api.create_namespaced_config_map(namespace, configmap("expired", {TTL_LABEL: "2020-01-01"}))
+    controller = TtlController(api_client, cluster_data=ClusterData(api_client, ttl_seconds=0.0), acting_user=user, watch_discovery=False)
+    controller.start()
+    try:
+        controller.sync_resources()
+        assert controller.watched() == []
+        rbac.create_cluster_role({"metadata": {"name": role}, "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["watch", "list", "delete"]}]})
+        rbac.create_cluster_role_binding({
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}],
+        })
+        assert wait_until(lambda: controller.sync_resources() or controller.watched() == ["/v1/configmaps"])
+        assert wait_until(lambda: "expired" not in {item.metadata.name for item in api.list_namespaced_config_map(namespace).items})
+    finally:
+        controller.stop()
+        for delete in (rbac.delete_cluster_role_binding, rbac.delete_cluster_role):
+            try:
+                delete(role)
+            except Exception:
+                pass
