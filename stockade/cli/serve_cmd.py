@@ -455,24 +455,21 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
             services.background.append(UpdateRequestController(generator, options["namespace"], is_leader=services.is_leader))
     from stockade.controllers.cleanup import ScheduledDeletionController
 
-    # DeletingPolicy / CleanupPolicy schedules (the controller acts only while leading)
+    # DeletingPolicy / CleanupPolicy schedules (runs only while leading)
     services.background.append(
-        ScheduledDeletionController(
-            api_client, store, events=state.events, is_leader=services.is_leader, acting_user=str(options.get("cleanup_service_account") or "")
-        )
+        ScheduledDeletionController(api_client, store, events=state.events, acting_user=str(options.get("cleanup_service_account") or ""))
     )
     from stockade.controllers.globalcontextstatus import GlobalContextStatusController
 
     admission_user = str(options.get("admission_service_account") or "")
     # apiCall GlobalContextEntries get Kyverno's Ready status, loaded as the admission account
     services.background.append(
-        GlobalContextStatusController(
-            api_client, reader=ClusterData(api_client, ttl_seconds=0.0, impersonate=admission_user) if admission_user else None, is_leader=services.is_leader
-        )
+        GlobalContextStatusController(api_client, reader=ClusterData(api_client, ttl_seconds=0.0, impersonate=admission_user) if admission_user else None)
     )
     from stockade.controllers.ttl import TtlController
 
-    services.background.append(TtlController(api_client, is_leader=services.is_leader))  # cleanup.kyverno.io/ttl
+    # cleanup.kyverno.io/ttl: watched, leader only, as the cleanup controller's account when one is given
+    services.background.append(TtlController(api_client, acting_user=str(options.get("cleanup_service_account") or "")))
     if options["background_scan_interval"] > 0:
         from stockade.controllers.background import BackgroundScanner
 

@@ -134,7 +134,6 @@ class ScheduledDeletionController(LeaderPeriodicWorker):
         *,
         cluster_data: ClusterData | None = None,
         events: Any = None,
-        is_leader: Callable[[], bool] = lambda: True,
         clock: Clock = utc_now,
         tick_seconds: float = 10.0,
         write_status: bool = True,
@@ -148,7 +147,7 @@ class ScheduledDeletionController(LeaderPeriodicWorker):
         self.events = events
         self.clock = clock
         self.tick_seconds = tick_seconds
-        LeaderPeriodicWorker.__init__(self, is_leader, tick_seconds)
+        LeaderPeriodicWorker.__init__(self, tick_seconds)
         self.write_status = write_status
         self.stats = CleanupStats()
         self._last_run: dict[str, dt.datetime] = {}  # our own runs: the snapshot does not follow status writes

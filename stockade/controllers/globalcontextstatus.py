@@ -4,23 +4,30 @@ Kyverno's admission controller loads such an entry when it appears or changes an
 (default 10m), and records the outcome on the entry: a ``Ready`` condition (True, reason Succeeded, message "Ready",
 with ``lastRefreshTime``; or False, reason Failed, with the error) — entries over a ``kubernetesResource`` get no
 status.  Stockade reads entry data anew for each evaluation, so this controller only keeps that status: it makes the
-entry's call (as the admission account when ``reader`` impersonates it) and writes the condition.  The clock is
-injectable.
+entry's call (as the admission account when ``reader`` impersonates it) and writes the condition.
+
+The entries are watched (an informer), never listed periodically: an entry is loaded when it appears or its
+generation changes, and comes back through the work queue once its ``refreshInterval`` has passed.  The clocks and
+the list/watch are injectable.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from stockade.controllers.clusterdata import ClusterData, object_path
-from stockade.controllers.periodic import LeaderPeriodicWorker
+from stockade.controllers.downstreamwatch import WATCH_BACKOFF, WATCH_TIMEOUT_SECONDS, KindListWatch
+from stockade.controllers.webhookconfig import ApiResource
 from stockade.engine.contextloader import ContextLoadError
 from stockade.units.duration import DurationError, parse_duration
-from stockade.kube.errors import KubeError, NotFound
+from stockade.kube.controller import Controller, FunctionReconciler, Result
+from stockade.kube.errors import NotFound
+from stockade.kube.informer import Informer, ListWatch
 
 log = logging.getLogger("stockade.globalcontext")
 
@@ -58,10 +65,9 @@ def ready_status(previous: Any, ready: bool, message: str, now: dt.datetime) -> 
     return status
 
 
-class GlobalContextStatusController(LeaderPeriodicWorker):
-    """Loads each apiCall GlobalContextEntry when it is new or changed and every refreshInterval, writing its status."""
-
-    thread_name = "globalcontext-status"
+class GlobalContextStatusController:
+    """Loads each apiCall GlobalContextEntry when it is new or changed and every refreshInterval, writing its status
+    (a `stockade.kube.controller.Runnable` that needs leadership)."""
 
     def __init__(
         self,
@@ -69,62 +75,86 @@ class GlobalContextStatusController(LeaderPeriodicWorker):
         *,
         cluster_data: ClusterData | None = None,
         reader: ClusterData | None = None,
-        is_leader: Callable[[], bool] = lambda: True,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc),
         monotonic: Callable[[], float] = time.monotonic,
-        period: float = 2.0,
+        list_watch: ListWatch | None = None,
     ) -> None:
         self.cluster = cluster_data or ClusterData(api_client, ttl_seconds=0.0)
         self.reader = reader or self.cluster
         self.clock = clock
         self.monotonic = monotonic
-        LeaderPeriodicWorker.__init__(self, is_leader, period)
-        self._loaded: dict[str, tuple[Any, float]] = {}  # uid -> (generation, when)
+        self._list_watch = list_watch
+        self._loaded: dict[str, tuple[str, Any, float]] = {}  # name -> (uid, generation, when)
+        self.loads: list[str] = []  # names of the entries loaded, in order (for logs and tests)
+        self.informer: Informer | None = None
+        self.controller: Controller | None = None
+        self._lock = threading.Lock()
 
-    def run_once(self) -> object:
-        return self.scan()
+    @property
+    def name(self) -> str:
+        return "globalcontext-status"
 
-    def scan(self) -> list[str]:
-        """Load every due entry and write its status; returns the names of the entries loaded."""
-        resource = self.cluster.resolve_resource("kyverno.io", "v2beta1", "globalcontextentries") or self.cluster.resolve_resource(
-            "kyverno.io", "v2alpha1", "globalcontextentries"
-        )
-        if resource is None:
-            return []
+    @property
+    def needs_leadership(self) -> bool:
+        return True
+
+    def start(self) -> None:
+        """Starts threads only (the manager calls this from the leader elector's callback)."""
+        with self._lock:
+            if self.controller is not None:
+                return
+            # the served version is found through discovery when the informer lists (and lists again)
+            list_watch = self._list_watch or KindListWatch(self.cluster, "", "GlobalContextEntry")
+            self.informer = Informer(list_watch, name="globalcontextentries", watch_timeout=WATCH_TIMEOUT_SECONDS, backoff=WATCH_BACKOFF)
+            self.controller = Controller(self.name, FunctionReconciler(self.reconcile))
+            self.controller.watch(self.informer)
+            self.informer.start()
+            self.controller.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            if self.controller is not None:
+                self.controller.stop()
+                self.controller = None
+            if self.informer is not None:
+                self.informer.stop()
+                self.informer = None
+
+    def reconcile(self, key: str) -> Result | None:
+        """Load the entry named ``key`` if it is due; come back when its refreshInterval has passed."""
+        entry = self.informer.store.get(key) if self.informer is not None else None
+        call = ((entry or {}).get("spec") or {}).get("apiCall")
+        if entry is None or not isinstance(call, dict):
+            self._loaded.pop(key, None)
+            return None
+        metadata = entry.get("metadata") or {}
+        uid = str(metadata.get("uid") or "")
+        refresh = refresh_seconds(call)
+        previous = self._loaded.get(key)
+        now = self.monotonic()
+        if previous is not None and previous[:2] == (uid, metadata.get("generation")) and now - previous[2] < refresh:
+            return Result(requeue_after=refresh - (now - previous[2]))  # our own status write, or an early timer
+        if self.load(entry, call):
+            self._loaded[key] = (uid, metadata.get("generation"), now)
+        return Result(requeue_after=refresh)
+
+    def load(self, entry: dict[str, Any], call: dict[str, Any]) -> bool:
+        """Make the entry's call and write its Ready condition; False when the entry is gone.  A status that could
+        not be written raises (the key is retried with backoff)."""
+        metadata = entry.get("metadata") or {}
+        name = str(metadata.get("name") or "")
+        group, _, version = str(entry.get("apiVersion") or "kyverno.io/v2beta1").rpartition("/")
+        resource = ApiResource(group, version, "globalcontextentries", "GlobalContextEntry", namespaced=False)
         try:
-            entries = self.cluster.list_resource(resource, "", cached=False)
-        except KubeError as exc:
-            log.warning("listing GlobalContextEntries failed: %s", exc)
-            return []
-        seen: set[str] = set()
-        loaded: list[str] = []
-        for entry in entries:
-            metadata = entry.get("metadata") or {}
-            call = (entry.get("spec") or {}).get("apiCall")
-            uid = str(metadata.get("uid") or metadata.get("name") or "")
-            seen.add(uid)
-            if not isinstance(call, dict):
-                continue
-            previous = self._loaded.get(uid)
-            now = self.monotonic()
-            if previous is not None and previous[0] == metadata.get("generation") and now - previous[1] < refresh_seconds(call):
-                continue
-            self._loaded[uid] = (metadata.get("generation"), now)
-            try:
-                self.reader.api_call(call)
-                ready, message = True, "Ready"
-            except ContextLoadError as exc:
-                ready, message = False, str(exc)
-            status = ready_status(entry.get("status"), ready, message, self.clock())
-            path = object_path(resource, "", str(metadata.get("name") or "")) + "/status"
-            try:
-                self.cluster.request("PATCH", path, {"status": status}, content_type="application/merge-patch+json")
-            except NotFound:
-                continue
-            except KubeError as exc:
-                log.warning("status of GlobalContextEntry %s not written: %s", metadata.get("name"), exc)
-                continue
-            loaded.append(str(metadata.get("name") or ""))
-        for uid in [u for u in self._loaded if u not in seen]:
-            del self._loaded[uid]
-        return loaded
+            self.reader.api_call(call)
+            ready, message = True, "Ready"
+        except ContextLoadError as exc:
+            ready, message = False, str(exc)
+        status = ready_status(entry.get("status"), ready, message, self.clock())
+        path = object_path(resource, "", name) + "/status"
+        try:
+            self.cluster.request("PATCH", path, {"status": status}, content_type="application/merge-patch+json")
+        except NotFound:
+            return False
+        self.loads.append(name)
+        return True

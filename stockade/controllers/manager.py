@@ -131,8 +131,53 @@ class LeadershipOptions:
     lease_name: str = "stockade-leader"
 
 
+class BackgroundComponent:
+    """A background component as a `stockade.kube.controller.Runnable`: leader-only when it declares
+    ``needs_leadership``, otherwise every replica runs it."""
+
+    def __init__(self, component: Any) -> None:
+        self.component = component
+
+    @property
+    def name(self) -> str:
+        name = getattr(self.component, "name", None)
+        return name if isinstance(name, str) else type(self.component).__name__
+
+    @property
+    def needs_leadership(self) -> bool:
+        return bool(getattr(self.component, "needs_leadership", False))
+
+    def start(self) -> None:
+        self.component.start()
+
+    def stop(self) -> None:
+        self.component.stop()
+
+
+class LeaderDuties:
+    """What a replica does on becoming the leader: register the webhooks and write policy status (from a thread of
+    its own, so the elector keeps renewing)."""
+
+    name = "leader-duties"
+    needs_leadership = True
+
+    def __init__(self, services: ClusterServices) -> None:
+        self.services = services
+
+    def start(self) -> None:
+        log.info("leading: registering webhooks and running background work")
+        threading.Thread(target=self.services._lead, name="leader-work", daemon=True).start()
+
+    def stop(self) -> None:
+        log.info("no longer leading")
+
+
 class ClusterServices:
-    """Leader election, membership and the leader-only work; ``start()`` then ``stop()``."""
+    """Leader election, membership and the leader-only work; ``start()`` then ``stop()``.
+
+    A `stockade.kube.controller.Manager` runs the background components: those that declare ``needs_leadership``
+    start when this replica gains leadership and stop when it loses it; the others run on every replica.
+    """
 
     def __init__(
         self,
@@ -142,22 +187,31 @@ class ClusterServices:
         registration: WebhookRegistration | None = None,
         status_publisher: Any = None,  # ClusterPolicySource: writes policy status for each snapshot
         store: Any = None,
-        background: list[Any] | None = None,  # started/stopped with us; they check is_leader themselves
+        background: list[Any] | None = None,  # Runnables (or start/stop objects every replica runs)
     ) -> None:
+        from stockade.kube.controller import Manager
+
         self.api_client = api_client
         self.options = options
         self.registration = registration
         self.status_publisher = status_publisher
         self.store = store
         self.background = list(background or [])
-        self.elector: Any = None
         self.membership: Any = None
         # not leading before start(): registering webhooks before the server listens would send the apiserver
         # to a closed port
-        self._leading = threading.Event()
+        self.manager = Manager(self._elector if options.leader_election else None)
+
+    def _elector(self, gained: Callable[[], None], lost: Callable[[], None]) -> Any:
+        from stockade.controllers.leader import LeaderElector
+
+        return LeaderElector(
+            self.api_client, self.options.namespace, self.options.lease_name, self.membership.identity if self.membership else None,
+            on_started_leading=gained, on_stopped_leading=lost,
+        )
 
     def is_leader(self) -> bool:
-        return self._leading.is_set()
+        return self.manager.is_leader()
 
     def check_namespace(self) -> None:
         """Leases live in our namespace: without it membership cannot work, and a stopping replica could not tell
@@ -176,44 +230,26 @@ class ClusterServices:
 
     def start(self) -> None:
         """Without leader election, registration happens here and a failure raises (serve then exits)."""
+        for component in self.background:
+            self.manager.add(BackgroundComponent(component))
         if self.options.leader_election:
-            from stockade.controllers.leader import LeaderElector, ReplicaMembership, make_identity
+            from stockade.controllers.leader import ReplicaMembership, make_identity
 
             self.check_namespace()
-            identity = make_identity()
-            self.membership = ReplicaMembership(self.api_client, self.options.namespace, identity=identity)
+            self.membership = ReplicaMembership(self.api_client, self.options.namespace, identity=make_identity())
             self.membership.start()
-            self.elector = LeaderElector(
-                self.api_client,
-                self.options.namespace,
-                self.options.lease_name,
-                identity,
-                on_started_leading=self._started_leading,
-                on_stopped_leading=self._stopped_leading,
-            )
-            self.elector.start()
+            self.manager.add(LeaderDuties(self))
         else:
-            self._leading.set()
             if self.registration is not None:
                 self.registration.apply()
+        self.manager.start()
+        if not self.options.leader_election:
             self._publish_status()
-        for component in self.background:
-            component.start()
-
-    def _started_leading(self) -> None:
-        log.info("leading: registering webhooks and running background work")
-        self._leading.set()
-        # the election thread must keep renewing: do the API work elsewhere
-        threading.Thread(target=self._lead, name="leader-work", daemon=True).start()
 
     def _lead(self) -> None:
         if self.registration is not None:
             self.registration.apply_if_leader()
         self._publish_status()
-
-    def _stopped_leading(self) -> None:
-        log.info("no longer leading")
-        self._leading.clear()
 
     def _publish_status(self) -> None:
         if self.status_publisher is not None and self.store is not None and self.store.snapshot is not None:
@@ -230,13 +266,7 @@ class ClusterServices:
     def stop(self) -> int:
         """Stops background work, hands leadership back, and removes the webhook configurations when this is the last
         replica.  Returns how many configurations were removed."""
-        for component in reversed(self.background):
-            try:
-                component.stop()
-            except Exception:
-                log.exception("stopping %s failed", type(component).__name__)
-        if self.elector is not None:
-            self.elector.stop(release=True)
+        self.manager.stop()  # leader-only work, then the elector (which releases the lease), then the rest
         others_alive = False
         if self.membership is not None:
             self.membership.stop(release=True)

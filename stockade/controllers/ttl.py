@@ -13,13 +13,16 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import re
+import threading
 from collections.abc import Callable
 from typing import Any
 
-from stockade.controllers.clusterdata import ClusterData, object_path
-from stockade.controllers.periodic import LeaderPeriodicWorker
+from stockade.controllers.clusterdata import ClusterData, object_path, subject_access_review
 from stockade.controllers.webhookconfig import ApiResource
 from stockade.errors import StockadeError
+from stockade.kube.controller import Controller, FunctionReconciler, Result
+from stockade.kube.errors import Forbidden, KubeError, MethodNotAllowed, NotFound
+from stockade.kube.informer import Informer, ListWatch, Obj, RawListWatch, object_key
 
 log = logging.getLogger("stockade.ttl")
 
@@ -40,7 +43,6 @@ _WORD_UNITS = (
     (("d", "day"), 86400.0),
     (("w", "wk", "week"), 604800.0),
 )
-from stockade.kube.errors import Forbidden, KubeError, MethodNotAllowed, NotFound
 
 
 class TtlError(StockadeError, ValueError):
@@ -136,53 +138,209 @@ def deletable_resources(cluster: ClusterData) -> list[ApiResource]:
     return found
 
 
-class TtlController(LeaderPeriodicWorker):
-    """Deletes objects whose ``cleanup.kyverno.io/ttl`` has expired, scanning every ``interval`` seconds."""
+DISCOVERY_SAFETY_SECONDS = 600.0  # discovery is read again this often even when no CRD or APIService changed
+WORKERS = 3  # Kyverno's TTL controllers' worker count
+
+
+def resource_id(resource: ApiResource) -> str:
+    """``group/version/resource`` (``/v1/configmaps`` for the core group): the prefix of the work queue's keys."""
+    return f"{resource.group}/{resource.version}/{resource.resource}"
+
+
+def _api_version(resource: ApiResource) -> str:
+    return f"{resource.group}/{resource.version}" if resource.group else resource.version
+
+
+class TtlController:
+    """Deletes objects whose ``cleanup.kyverno.io/ttl`` has expired (a `stockade.kube.controller.Runnable` that
+    needs leadership); see the module docstring."""
 
     def __init__(
         self,
         api_client: Any,
         *,
         cluster_data: Any = None,
-        is_leader: Callable[[], bool] = lambda: True,
         clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.timezone.utc),
-        interval: float = 30.0,
         resources: Callable[[], list[ApiResource]] | None = None,
+        list_watch: Callable[[ApiResource, str], ListWatch] | None = None,
+        discovery_interval: float = DISCOVERY_SAFETY_SECONDS,
+        watch_discovery: bool = True,
+        workers: int = WORKERS,
+        acting_user: str = "",
     ) -> None:
         self.cluster = cluster_data or ClusterData(api_client, ttl_seconds=0.0)
+        # Kyverno's cleanup controller watches and deletes with its own account: only resources that account may
+        # watch, list and delete are looked after (checked with SubjectAccessReviews), and deletions are made as it
+        self.acting_user = acting_user
+        self.acting = ClusterData(self.cluster.api_client, ttl_seconds=0.0, impersonate=acting_user) if acting_user else self.cluster
         self.clock = clock
-        self.interval = interval
-        LeaderPeriodicWorker.__init__(self, is_leader, interval)
         self.resources = resources or (lambda: deletable_resources(self.cluster))
+        # (resource, label selector) -> its list/watch: metadata only through the API server unless a test injects one
+        self.list_watch = list_watch or self._raw_list_watch
+        self.discovery_interval = discovery_interval
+        self.watch_discovery = watch_discovery and list_watch is None
+        self.workers = workers
         self.deleted = 0
         self.invalid: set[str] = set()
+        self.controller: Controller | None = None
+        self._informers: dict[str, tuple[ApiResource, Informer]] = {}
+        self._discovery_informers: list[Informer] = []
+        self._rediscover = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
 
-    thread_name = "ttl"
+    @property
+    def name(self) -> str:
+        return "ttl"
 
-    def run_once(self) -> object:
-        return self.scan()
+    @property
+    def needs_leadership(self) -> bool:
+        return True
 
-    def scan(self) -> int:
-        """Delete every expired object now; returns how many were deleted."""
-        now = self.clock()
-        deleted = 0
-        for resource in self.resources():
+    def _raw_list_watch(self, resource: ApiResource, label_selector: str) -> ListWatch:
+        return RawListWatch.for_resource(
+            self.cluster.api_client, _api_version(resource), resource.resource, label_selector=label_selector, metadata_only=True
+        )
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        with self._lock:
+            if self._thread is not None:
+                return
+            self._stopping.clear()
+            self.controller = Controller("ttl", FunctionReconciler(self.reconcile), workers=self.workers)
+            self.controller.start()
+            if self.watch_discovery:
+                self._watch_discovery()
+            self._rediscover.set()
+            self._thread = threading.Thread(target=self._run, name="ttl-discovery", daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self._lock:
+            self._stopping.set()
+            self._rediscover.set()
+            if self._thread is not None:
+                self._thread.join(timeout)
+                self._thread = None
+            for informer in self._discovery_informers:
+                informer.stop(timeout)
+            self._discovery_informers = []
+            for rid in list(self._informers):
+                self._stop_informer(rid, timeout)
+            if self.controller is not None:
+                self.controller.stop()
+                self.controller = None
+
+    def _watch_discovery(self) -> None:
+        """A new or removed CRD or aggregated API changes what can carry the label: look at discovery again."""
+        for resource in (
+            ApiResource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False),
+            ApiResource("apiregistration.k8s.io", "v1", "apiservices", "APIService", False),
+        ):
+            informer = Informer(self._raw_list_watch(resource, ""), name=f"ttl-discovery-{resource.resource}")
+
+            def changed(*_objects: Obj, informer: Informer = informer) -> None:
+                if informer.has_synced():  # the first listing is what discovery already shows
+                    self._rediscover.set()
+
+            def updated(old: Obj, new: Obj) -> None:
+                if old.get("metadata", {}).get("generation") != new.get("metadata", {}).get("generation"):
+                    changed(new)
+
+            informer.add_handlers(on_add=changed, on_update=updated, on_delete=changed)
+            informer.start()
+            self._discovery_informers.append(informer)
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            self._rediscover.wait(self.discovery_interval)
+            if self._stopping.is_set():
+                return
+            self._rediscover.clear()
             try:
-                objects = self.cluster.list_resource(resource, "", label_selector=TTL_LABEL, cached=False)
-            except (Forbidden, NotFound, MethodNotAllowed):
-                continue
-            except KubeError as exc:
-                log.warning("listing %s with %s failed: %s", resource.resource, TTL_LABEL, exc)
-                continue
-            for obj in objects:
-                deleted += self._expire(resource, obj, now)
-        self.deleted += deleted
-        return deleted
+                self.sync_resources()
+            except Exception:
+                log.exception("ttl: discovery failed")
 
-    def _expire(self, resource: ApiResource, obj: dict[str, Any], now: dt.datetime) -> int:
+    # -- informers, one per resource -----------------------------------------------------------------------------
+    def watched(self) -> list[str]:
+        return sorted(self._informers)
+
+    def sync_resources(self) -> None:
+        """Informers for every resource that can carry the label now; those for vanished resources stop."""
+        wanted = {resource_id(resource): resource for resource in self.resources()}
+        for rid in [rid for rid in self._informers if rid not in wanted]:
+            self._stop_informer(rid)
+        for rid, resource in wanted.items():
+            if rid not in self._informers and not self._stopping.is_set():
+                self._start_informer(rid, resource)
+
+    def permitted(self, resource: ApiResource) -> bool:
+        """Whether the acting account may watch, list and delete ``resource`` everywhere (always, acting as ourselves)."""
+        if not self.acting_user:
+            return True
+        for verb in ("watch", "list", "delete"):
+            attributes = {"group": resource.group, "version": resource.version, "resource": resource.resource, "verb": verb}
+            try:
+                allowed, _ = subject_access_review(self.cluster.request, self.acting_user, attributes)
+            except KubeError as exc:
+                log.warning("ttl: checking %s %s for %s failed: %s", verb, resource.resource, self.acting_user, exc)
+                return False
+            if not allowed:
+                return False
+        return True
+
+    def _start_informer(self, rid: str, resource: ApiResource) -> None:
+        if not self.permitted(resource):
+            log.debug("ttl: %s may not watch, list and delete %s", self.acting_user, rid)
+            return
+        list_watch = self.list_watch(resource, TTL_LABEL)
+        try:  # as Kyverno's preflight: a resource we may not list is left out rather than retried for ever
+            list_watch.list()
+        except (Forbidden, NotFound, MethodNotAllowed) as exc:
+            log.info("ttl: not watching %s: %s", rid, exc)
+            return
+        except KubeError as exc:
+            log.warning("ttl: listing %s with %s failed: %s", rid, TTL_LABEL, exc)
+            return
+        informer = Informer(list_watch, name=f"ttl-{resource.resource}")
+
+        def enqueue(obj: Obj) -> None:
+            if self.controller is not None:
+                self.controller.enqueue(f"{rid}|{object_key(obj)}")
+
+        informer.add_handlers(on_add=enqueue, on_update=lambda _old, new: enqueue(new))
+        self._informers[rid] = (resource, informer)
+        informer.start()
+
+    def _stop_informer(self, rid: str, timeout: float = 10.0) -> None:
+        entry = self._informers.pop(rid, None)
+        if entry is not None and not entry[1].stop(timeout):
+            log.warning("ttl: informer for %s did not stop in time", rid)
+
+    # -- reconcile -------------------------------------------------------------------------------------------------
+    def reconcile(self, key: str) -> Result | None:
+        """Delete the object named by ``key`` (``group/version/resource|namespace/name``) if its ttl has expired;
+        come back when it expires otherwise."""
+        rid, _, object_name = key.partition("|")
+        entry = self._informers.get(rid)
+        if entry is None:
+            return None
+        resource, informer = entry
+        obj = informer.store.get(object_name)
+        if obj is None:
+            return None
+        wait = self.expire(resource, obj, self.clock())
+        return Result(requeue_after=wait) if wait is not None else None
+
+    def expire(self, resource: ApiResource, obj: dict[str, Any], now: dt.datetime) -> float | None:
+        """Delete ``obj`` if expired (None); seconds until it expires otherwise; None for an unparsable value.  A
+        failed deletion raises (the key is retried with backoff)."""
         metadata = obj.get("metadata") or {}
         if metadata.get("deletionTimestamp"):
-            return 0
+            return None
         value = str((metadata.get("labels") or {}).get(TTL_LABEL, ""))
         where = f"{resource.kind} {metadata.get('namespace') or ''}/{metadata.get('name')}"
         try:
@@ -191,19 +349,17 @@ class TtlController(LeaderPeriodicWorker):
             if where not in self.invalid:
                 self.invalid.add(where)
                 log.error("%s: %s", where, exc)
-            return 0
+            return None
         if now <= expires:
-            return 0
+            return max((expires - now).total_seconds(), 0.0) + 0.5  # a little after, so the clock has passed it
         policy = propagation_policy(metadata.get("annotations"))
         try:
-            self.cluster.request(
+            self.acting.request(
                 "DELETE", object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or "")),
                 query={"propagationPolicy": policy} if policy else None,
             )
         except NotFound:
-            return 0
-        except KubeError as exc:
-            log.warning("deleting expired %s failed: %s", where, exc)
-            return 0
+            return None
         log.info("deleted %s: %s=%s expired", where, TTL_LABEL, value)
-        return 1
+        self.deleted += 1
+        return None

@@ -328,9 +328,13 @@ class RawListWatch:
         field_selector: str = "",
         page_size: int = 500,
         request_timeout: float = 60.0,
+        metadata_only: bool = False,
     ) -> None:
         self.api_client = api_client
         self.path = path
+        # objects as PartialObjectMetadata (apiVersion, kind, metadata only): for watching big or numerous objects
+        # when only their names, labels and annotations matter
+        self.metadata_only = metadata_only
         self.label_selector = label_selector
         self.field_selector = field_selector
         self.page_size = page_size
@@ -344,10 +348,16 @@ class RawListWatch:
         query = {k: v for k, v in (("labelSelector", self.label_selector), ("fieldSelector", self.field_selector)) if v}
         return list({**query, **extra}.items())
 
-    def _call(self, query: list[tuple[str, str]], timeout: Any) -> Any:
+    def _accept(self, watch: bool) -> str:
+        if not self.metadata_only:
+            return "application/json"
+        kind = "PartialObjectMetadata" if watch else "PartialObjectMetadataList"
+        return f"application/json;as={kind};g=meta.k8s.io;v=v1"
+
+    def _call(self, query: list[tuple[str, str]], timeout: Any, watch: bool = False) -> Any:
         """The GET; its urllib3 response (not yet read) on 2xx, a `KubeError` otherwise."""
         method, url, headers, body, _ = self.api_client.param_serialize(
-            "GET", self.path, query_params=query, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
+            "GET", self.path, query_params=query, header_params={"Accept": self._accept(watch)}, auth_settings=["BearerToken"]
         )
         with translated(method="GET", path=self.path):
             response = self.api_client.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout)
@@ -393,7 +403,7 @@ class RawListWatch:
             "resourceVersion": resource_version,
             "timeoutSeconds": str(timeout_seconds),
         }
-        return _RawWatch(self._call(self._query(extra), (10.0, timeout_seconds + 30.0)), self.path)
+        return _RawWatch(self._call(self._query(extra), (10.0, timeout_seconds + 30.0), watch=True), self.path)
 
 
 # -- the informer -------------------------------------------------------------------------------------------------

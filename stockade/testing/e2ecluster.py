@@ -247,7 +247,7 @@ def _kyverno_admission_rbac() -> list[dict[str, Any]]:
 
 def _kyverno_cleanup_rbac() -> list[dict[str, Any]]:
     """Kyverno's cleanup controller account: read its policies, Namespaces and ConfigMaps, write their status and
-    events; it may list and delete Pods (the CI values) and whatever a test's ClusterRoles grant, nothing else."""
+    events; it may list, watch and delete Pods (the CI values) and whatever a test's ClusterRoles grant, nothing else."""
     core_rules = [
         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get"]},
         {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations"], "verbs": ["create", "delete", "get", "list", "update", "watch"]},
@@ -262,7 +262,9 @@ def _kyverno_cleanup_rbac() -> list[dict[str, Any]]:
         {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch", "update"]},
         {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
     ]
-    extra_rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete"]}]
+    # pods: list and delete (scripts/config/standard), plus watch, which Kyverno's CI grants for the ttl folder
+    # (scripts/config/ttl): its TTL manager looks after a resource only when it may watch, list and delete it
+    extra_rules = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete", "watch"]}]
     return _kyverno_rbac("cleanup-controller", KYVERNO_CLEANUP_USER, core_rules, extra_rules, view=False)
 
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from stockade.controllers.clusterdata import ClusterData
 from stockade.controllers.globalcontextstatus import GlobalContextStatusController, ready_status, refresh_seconds
 from stockade.controllers.webhookconfig import ApiResource
+from stockade.kube.controller import Result
+from stockade.kube.informer import Informer
 from tests.unit.controllers.test_controllers_clusterdata import FakeApiClient, _Response
 
 GCE = "/apis/kyverno.io/v2beta1/globalcontextentries"
@@ -32,28 +37,87 @@ def entry(name: str, spec: dict[str, Any], generation: int = 1) -> dict[str, Any
     return {"metadata": {"name": name, "uid": f"uid-{name}", "generation": generation}, "spec": spec}
 
 
+class ListedOnce:
+    """A list/watch whose first listing is ``items`` and whose watch stays open until closed; counts listings."""
+
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        self.items = items
+        self.lists = 0
+        self.closed = threading.Event()
+
+    def list(self) -> tuple[list[dict[str, Any]], str]:
+        self.lists += 1
+        return [dict(item, apiVersion="kyverno.io/v2beta1", kind="GlobalContextEntry") for item in self.items], "1"
+
+    def watch(self, resource_version: str, timeout_seconds: int) -> Any:
+        closed = self.closed
+
+        class Open:
+            def __iter__(self) -> Iterator[dict[str, Any]]:
+                closed.wait(30)
+                return iter(())
+
+            def close(self) -> None:
+                closed.set()
+
+        return Open()
+
+
 def test_api_call_entries_get_a_ready_condition_and_resource_entries_none() -> None:
     items = [
         entry("ok", {"apiCall": {"urlPath": "/api/v1/namespaces", "refreshInterval": "1h"}}),
         entry("failing", {"apiCall": {"urlPath": "/apis/apps/v1/namespaces/default/unknown"}}),
         entry("resources", {"kubernetesResource": {"group": "apps", "version": "v1", "resource": "deployments"}}),
     ]
-    client = PatchingClient({GCE: {"items": items}, "/api/v1/namespaces": {"items": []}})
+    client = PatchingClient({"/api/v1/namespaces": {"items": []}})
     now = [100.0]
     clock = lambda: dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)  # noqa: E731
-    controller = GlobalContextStatusController(client, cluster_data=ClusterData(client, ttl_seconds=0.0, resources=RESOURCES), clock=clock, monotonic=lambda: now[0])
-    assert controller.scan() == ["ok", "failing"]
+    listing = ListedOnce(items)
+    controller = GlobalContextStatusController(
+        client, cluster_data=ClusterData(client, ttl_seconds=0.0, resources=RESOURCES), clock=clock, monotonic=lambda: now[0], list_watch=listing
+    )
+    controller.informer = Informer(listing)
+    controller.informer.apply_listing(listing.list()[0])
+    # an entry is loaded when it first appears and comes back after its refreshInterval (1h; the default 10m)
+    assert controller.reconcile("ok") == Result(requeue_after=3600)
+    assert controller.reconcile("failing") == Result(requeue_after=600)
+    assert controller.reconcile("resources") is None and controller.loads == ["ok", "failing"]
     ok = client.patches[f"{GCE}/ok/status"]["status"]
     assert ok["conditions"] == [{"type": "Ready", "status": "True", "reason": "Succeeded", "message": "Ready", "lastTransitionTime": "2026-01-02T03:04:05Z"}]
     assert ok["lastRefreshTime"] == "2026-01-02T03:04:05Z"
     failing = client.patches[f"{GCE}/failing/status"]["status"]
     assert failing["conditions"][0]["status"] == "False" and failing["conditions"][0]["reason"] == "Failed"
     assert "/apis/apps/v1/namespaces/default/unknown" in failing["conditions"][0]["message"] and "lastRefreshTime" not in failing
-    # loaded again only once its refreshInterval (1h; the default 10m for the other) has passed
-    now[0] += 601
-    assert controller.scan() == ["failing"]
-    now[0] += 3000
-    assert controller.scan() == ["ok", "failing"]
+    # the status write comes back as an update event: nothing is loaded, the key waits for the rest of its interval
+    now[0] += 100
+    assert controller.reconcile("ok") == Result(requeue_after=3500) and controller.loads == ["ok", "failing"]
+    now[0] += 501
+    assert controller.reconcile("failing") == Result(requeue_after=600) and controller.loads == ["ok", "failing", "failing"]
+    # a new generation is loaded at once, whatever the interval
+    changed = entry("ok", {"apiCall": {"urlPath": "/api/v1/namespaces", "refreshInterval": "1h"}}, generation=2)
+    controller.informer.apply_listing([dict(i, apiVersion="kyverno.io/v2beta1", kind="GlobalContextEntry") for i in (changed, items[1], items[2])])
+    assert controller.reconcile("ok") == Result(requeue_after=3600) and controller.loads[-1] == "ok"
+    # a deleted entry is forgotten
+    controller.informer.apply_listing([])
+    assert controller.reconcile("ok") is None
+
+
+def test_the_running_controller_lists_once_and_loads_from_the_watch() -> None:
+    items = [entry("ok", {"apiCall": {"urlPath": "/api/v1/namespaces"}})]
+    client = PatchingClient({"/api/v1/namespaces": {"items": []}})
+    listing = ListedOnce(items)
+    controller = GlobalContextStatusController(client, cluster_data=ClusterData(client, ttl_seconds=0.0, resources=RESOURCES), list_watch=listing)
+    assert controller.needs_leadership
+    controller.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not controller.loads and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.3)
+        assert controller.loads == ["ok"] and f"{GCE}/ok/status" in client.patches
+        assert listing.lists == 1  # watched, not listed again
+    finally:
+        controller.stop()
 
 
 def test_ready_status_keeps_the_transition_time_while_unchanged() -> None:

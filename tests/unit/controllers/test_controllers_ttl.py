@@ -4,10 +4,17 @@ cluster with an injected clock."""
 from __future__ import annotations
 
 import datetime as dt
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from stockade.controllers.ttl import TtlController, TtlError, deletion_time, parse_duration, propagation_policy, ttl_warning
+from stockade.controllers.webhookconfig import ApiResource
+from stockade.kube.controller import Result
+from stockade.kube.errors import Forbidden
 from tests.unit.controllers.fakecluster import RESOURCES, FakeCluster
 
 UTC = dt.timezone.utc
@@ -31,16 +38,77 @@ def test_deletion_times_and_warning() -> None:
     assert propagation_policy({"cleanup.kyverno.io/propagation-policy": "Sometimes"}) == ""
 
 
-def test_expired_objects_are_deleted_with_their_propagation_policy() -> None:
+class FakeListWatch:
+    """Lists the fake cluster's labelled objects of one resource; its watch stays open (no events) until closed."""
+
+    def __init__(self, cluster: FakeCluster, resource: ApiResource, selector: str, forbidden: bool = False) -> None:
+        self.cluster, self.resource, self.selector, self.forbidden = cluster, resource, selector, forbidden
+        self.lists = 0
+        self.closed = threading.Event()
+
+    def list(self) -> tuple[list[dict[str, Any]], str]:
+        self.lists += 1
+        if self.forbidden:
+            raise Forbidden("forbidden", method="GET", path=self.resource.resource)
+        return self.cluster.list_resource(self.resource, "", label_selector=self.selector), "1"
+
+    def watch(self, resource_version: str, timeout_seconds: int) -> Any:
+        closed = self.closed
+
+        class Open:
+            def __iter__(self) -> Iterator[dict[str, Any]]:
+                closed.wait(30)
+                return iter(())
+
+            def close(self) -> None:
+                closed.set()
+
+        return Open()
+
+
+def wait_until(condition: Any, timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not condition():
+        time.sleep(0.01)
+    return bool(condition())
+
+
+def test_expired_objects_are_deleted_and_the_others_come_back_when_they_expire() -> None:
     cluster = FakeCluster()
     for name, ttl, annotations in (("short", "1m", {"cleanup.kyverno.io/propagation-policy": "Foreground"}), ("long", "1h", {}), ("past", "2023-12-31", {}), ("bad", "soon", {})):
         cluster.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "ns1", "labels": {"cleanup.kyverno.io/ttl": ttl}, "annotations": annotations, "creationTimestamp": "2024-01-01T00:00:00Z"}})
     cluster.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain", "namespace": "ns1"}})
     now = [CREATED + dt.timedelta(seconds=30)]
-    controller = TtlController(None, cluster_data=cluster, clock=lambda: now[0], resources=lambda: list(RESOURCES))
-    assert controller.scan() == 1 and cluster.find("ConfigMap", "ns1", "past") is None
-    now[0] = CREATED + dt.timedelta(minutes=2)
-    assert controller.scan() == 1 and cluster.find("ConfigMap", "ns1", "short") is None
-    assert cluster.deletes[-1][1] == {"propagationPolicy": "Foreground"}
-    assert {name for name in ("long", "bad", "plain") if cluster.find("ConfigMap", "ns1", name)} == {"long", "bad", "plain"}
-    assert controller.invalid == {"ConfigMap ns1/bad"}
+    watches: dict[str, FakeListWatch] = {}
+
+    def list_watch(resource: ApiResource, selector: str) -> FakeListWatch:
+        assert selector == "cleanup.kyverno.io/ttl"
+        watches[resource.resource] = FakeListWatch(cluster, resource, selector, forbidden=resource.resource == "secrets")
+        return watches[resource.resource]
+
+    resources = [r for r in RESOURCES if r.resource in ("configmaps", "secrets")]
+    controller = TtlController(None, cluster_data=cluster, clock=lambda: now[0], resources=lambda: resources, list_watch=list_watch)
+    assert controller.needs_leadership
+    controller.start()
+    try:
+        # the expired one goes at once; a resource we may not list is left out, not retried
+        assert wait_until(lambda: cluster.find("ConfigMap", "ns1", "past") is None)
+        assert controller.watched() == ["/v1/configmaps"] and watches["secrets"].lists == 1
+        assert wait_until(lambda: controller.invalid == {"ConfigMap ns1/bad"})
+        # the others come back when they expire: 30 s from now for "short"
+        configmaps = next(r for r in resources if r.resource == "configmaps")
+        short = cluster.find("ConfigMap", "ns1", "short")
+        assert short is not None and controller.expire(configmaps, short, now[0]) == pytest.approx(30.5)
+        assert controller.reconcile("/v1/configmaps|ns1/short") == Result(requeue_after=30.5)
+        now[0] = CREATED + dt.timedelta(minutes=2)
+        assert controller.reconcile("/v1/configmaps|ns1/short") is None and cluster.find("ConfigMap", "ns1", "short") is None
+        assert cluster.deletes[-1][1] == {"propagationPolicy": "Foreground"}
+        assert {name for name in ("long", "bad", "plain") if cluster.find("ConfigMap", "ns1", name)} == {"long", "bad", "plain"}
+        # listed once (the permission check, then the informer), never again
+        assert watches["configmaps"].lists == 2 and controller.deleted == 2
+        # a resource that is no longer served loses its informer
+        resources.pop(resources.index(configmaps))
+        controller.sync_resources()
+        assert controller.watched() == [] and watches["configmaps"].closed.is_set()
+    finally:
+        controller.stop()

@@ -79,12 +79,39 @@ def test_a_stopping_replica_leaves_webhooks_when_others_are_alive() -> None:
     assert last.stop() == 2
 
 
-def test_losing_leadership_stops_leader_work() -> None:
-    svc = ClusterServices(api_client=None, options=LeadershipOptions(namespace="stockade"))
-    svc._started_leading()
-    assert svc.is_leader()
-    svc._stopped_leading()
-    assert not svc.is_leader()
+class LeaderOnly(Component):
+    needs_leadership = True
+
+
+class FakeElector:
+    def __init__(self, gained: Any, lost: Any) -> None:
+        self.gained, self.lost = gained, lost
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        self.lost()
+
+
+def test_leader_only_components_follow_leadership_and_the_others_run_everywhere() -> None:
+    log: list[str] = []
+    svc = ClusterServices(api_client=None, options=LeadershipOptions(namespace="stockade"),
+                          background=[Component(log, "generate"), LeaderOnly(log, "ttl")])
+    electors: list[FakeElector] = []
+    svc.manager.elector_factory = lambda gained, lost: electors.append(FakeElector(gained, lost)) or electors[-1]
+    svc.check_namespace = lambda: None  # type: ignore[method-assign]
+    svc.options.leader_election = False  # no membership Leases without an API server; the elector is the fake
+    svc.start()
+    assert log == ["start generate"] and not svc.is_leader()
+    electors[0].gained()
+    assert svc.is_leader() and log[-1] == "start ttl"
+    electors[0].lost()
+    assert not svc.is_leader() and log[-1] == "stop ttl"
+    electors[0].gained()
+    assert log[-1] == "start ttl"
+    svc.stop()
+    assert log[-2:] == ["stop ttl", "stop generate"]
 
 
 def test_generator_sees_each_review_once() -> None:
