@@ -274,6 +274,9 @@ class E2ECluster:
     python: str = sys.executable
     timings: dict[str, float] = field(default_factory=dict)
     stockade_port: int = 0
+    # the processes this object started, kept so ``down`` can reap them (a caller that stays alive, such as a test,
+    # would otherwise drop running children); a later ``down`` from another process goes by the pid file alone
+    children: list[subprocess.Popen[bytes]] = field(default_factory=list, repr=False)
 
     @property
     def kubeconfig(self) -> Path:
@@ -430,6 +433,7 @@ class E2ECluster:
         process = self._launch_stockade(port, extra_args)
         pids["stockade"] = process.pid
         self.pid_file.write_text(json.dumps(pids, indent=2))
+        self.children.append(process)
 
     def _launch_stockade(self, port: int, extra_args: tuple[str, ...]) -> subprocess.Popen[bytes]:
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -508,6 +512,7 @@ class E2ECluster:
         return result.stdout
 
     def _record(self, processes: list[subprocess.Popen[bytes]]) -> None:
+        self.children.extend(p for p in processes if p not in self.children)
         pids = {_process_name(p, self.python): p.pid for p in processes}
         self.pid_file.write_text(json.dumps(pids, indent=2))
 
@@ -524,6 +529,14 @@ class E2ECluster:
             if _stop_group(pid, grace=20 if name == "stockade" else 10):
                 stopped.append(name)
         self.pid_file.unlink(missing_ok=True)
+        for child in self.children:
+            if child.poll() is None:  # its group was signalled above; reap it
+                try:
+                    child.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+        self.children.clear()
         return stopped
 
     def env(self) -> str:
