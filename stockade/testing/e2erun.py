@@ -41,8 +41,11 @@ INSTALL_PROFILES: dict[str, tuple[str, ...]] = {
     "force-failure-policy-ignore": ("--force-failure-policy-ignore",),
     # features.policyExceptions.enabled: false (Kyverno's scripts/config/exceptions-disabled)
     "policy-exceptions-disabled": ("--no-policy-exceptions",),
-    # features.mutatingAdmissionPolicyReports.enabled: true (Kyverno's scripts/config/mutating-admission-policy-reports)
+    # features.mutatingAdmissionPolicyReports.enabled: true (Kyverno's scripts/config/mutating-admission-policy-reports),
+    # used by Kyverno's CI for the v1alpha1, v1beta1 and v1 folders alike
     "mutating-admission-policy-reports-alpha": ("--mutating-admission-policy-reports",),
+    "mutating-admission-policy-reports": ("--mutating-admission-policy-reports",),
+    "mutating-admission-policy-reports-v1": ("--mutating-admission-policy-reports",),
 }
 
 
