@@ -1,7 +1,7 @@
 """A local control plane shaped like the kind cluster of Kyverno's CI, with ``stockade serve`` as the admission webhook.
 
 Runs etcd, kube-apiserver (default admission plugins, Node+RBAC, privileged containers allowed, the alpha/beta
-admissionregistration APIs for Validating/MutatingAdmissionPolicy), kube-controller-manager (namespaces, GC,
+admissionregistration APIs beside v1 for Validating/MutatingAdmissionPolicy), kube-controller-manager (namespaces, GC,
 Deployments, Jobs, service-account tokens, signed with the apiserver's key), kube-scheduler, and KWOK with two fake
 nodes named like kind's (``kind-control-plane``, ``kind-worker``) so Pods are scheduled and reach Running without a
 kubelet.  Then it installs the CRDs, the ``kyverno`` namespace with a ``kyverno`` ConfigMap (Kyverno's dynamic
@@ -145,7 +145,7 @@ class E2EControlPlane(ControlPlane):
             "--allow-privileged=true",
             # kubeadm adds NodeRestriction to the defaults (PodSecurity, ServiceAccount, webhooks, VAP, ...)
             "--enable-admission-plugins=NodeRestriction",
-            "--feature-gates=MutatingAdmissionPolicy=true",
+            # MutatingAdmissionPolicy is GA (v1) since 1.36; Kyverno's suite also has folders for v1beta1 and v1alpha1
             "--runtime-config=admissionregistration.k8s.io/v1alpha1=true,admissionregistration.k8s.io/v1beta1=true",
             "--v=1",
         ]
