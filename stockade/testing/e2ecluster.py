@@ -145,6 +145,10 @@ class E2EControlPlane(ControlPlane):
             "--allow-privileged=true",
             # kubeadm adds NodeRestriction to the defaults (PodSecurity, ServiceAccount, webhooks, VAP, ...)
             "--enable-admission-plugins=NodeRestriction",
+            # Streaming lists (WatchList, on by default since 1.34) need etcd's RequestWatchProgress (etcd >= 3.4.31 /
+            # 3.5.13); Debian's etcd 3.4.23 lacks it, and the server would then end every streaming watch with an
+            # error that KWOK's informers retry forever instead of falling back: off, clients list and watch
+            "--feature-gates=WatchList=false",
             # MutatingAdmissionPolicy is GA (v1) since 1.36; Kyverno's suite also has folders for v1beta1 and v1alpha1
             "--runtime-config=admissionregistration.k8s.io/v1alpha1=true,admissionregistration.k8s.io/v1beta1=true",
             "--v=1",
