@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds chainsaw (Kyverno's e2e test runner) from the source tarball beside the repository
-# (../shared/e2e/chainsaw-src.tar.gz; chainsaw is not served by the Go module proxy, its
-# dependencies are) into .cache/bin/chainsaw for hack/e2e-run.sh.
+# (../shared/e2e/chainsaw-src.tar.gz; its dependencies come from the Go module proxy) into .cache/bin/chainsaw for hack/e2e-run.sh.
 # Rebuilt only when the tarball or the Go version changes.
+# (The proxy does serve chainsaw v0.2.12, but it does not compile with Go 1.26: its test-main shim lacks
+# testing.testDeps.ModulePath.  The tarball's newer source does.)
 # Usage: .ci/build-chainsaw.sh
 # Env:   STOCKADE_E2E_SHARED (default <repo>/../shared/e2e), CHAINSAW_SRC (tarball path, default
 #        $STOCKADE_E2E_SHARED/chainsaw-src.tar.gz), STOCKADE_BUILD_PARALLELISM (default 2).

@@ -15,6 +15,9 @@ deadline="${1:?usage: .ci/e2e.sh DEADLINE_EPOCH_SECONDS}"
 .ci/build-kwok.sh
 .ci/build-chainsaw.sh
 
+# The runner's own tests on the e2e control plane (folder isolation), now that its peers are built (tests/e2e/conftest.py)
+STOCKADE_E2E_CLUSTER_TESTS=1 .venv/bin/python -m pytest tests/e2e
+
 budget=$(( deadline - $(date +%s) - 120 ))  # the cluster's teardown and the summary need the rest
 if [ "$budget" -lt 600 ]; then
   # a cold machine spends most of CI compiling the peers: the suite still gets ten minutes (CI's hard limit allows it)

@@ -1,7 +1,7 @@
 """A local control plane shaped like the kind cluster of Kyverno's CI, with ``stockade serve`` as the admission webhook.
 
 Runs etcd, kube-apiserver (default admission plugins, Node+RBAC, privileged containers allowed, the alpha/beta
-admissionregistration APIs for Validating/MutatingAdmissionPolicy), kube-controller-manager (namespaces, GC,
+admissionregistration APIs beside v1 for Validating/MutatingAdmissionPolicy), kube-controller-manager (namespaces, GC,
 Deployments, Jobs, service-account tokens, signed with the apiserver's key), kube-scheduler, and KWOK with two fake
 nodes named like kind's (``kind-control-plane``, ``kind-worker``) so Pods are scheduled and reach Running without a
 kubelet.  Then it installs the CRDs, the ``kyverno`` namespace with a ``kyverno`` ConfigMap (Kyverno's dynamic
@@ -145,7 +145,11 @@ class E2EControlPlane(ControlPlane):
             "--allow-privileged=true",
             # kubeadm adds NodeRestriction to the defaults (PodSecurity, ServiceAccount, webhooks, VAP, ...)
             "--enable-admission-plugins=NodeRestriction",
-            "--feature-gates=MutatingAdmissionPolicy=true",
+            # Streaming lists (WatchList, on by default since 1.34) need etcd's RequestWatchProgress (etcd >= 3.4.31 /
+            # 3.5.13); Debian's etcd 3.4.23 lacks it, and the server would then end every streaming watch with an
+            # error that KWOK's informers retry forever instead of falling back: off, clients list and watch
+            "--feature-gates=WatchList=false",
+            # MutatingAdmissionPolicy is GA (v1) since 1.36; Kyverno's suite also has folders for v1beta1 and v1alpha1
             "--runtime-config=admissionregistration.k8s.io/v1alpha1=true,admissionregistration.k8s.io/v1beta1=true",
             "--v=1",
         ]
@@ -276,6 +280,9 @@ class E2ECluster:
     python: str = sys.executable
     timings: dict[str, float] = field(default_factory=dict)
     stockade_port: int = 0
+    # the processes this object started, kept so ``down`` can reap them (a caller that stays alive, such as a test,
+    # would otherwise drop running children); a later ``down`` from another process goes by the pid file alone
+    children: list[subprocess.Popen[bytes]] = field(default_factory=list, repr=False)
 
     @property
     def kubeconfig(self) -> Path:
@@ -432,6 +439,7 @@ class E2ECluster:
         process = self._launch_stockade(port, extra_args)
         pids["stockade"] = process.pid
         self.pid_file.write_text(json.dumps(pids, indent=2))
+        self.children.append(process)
 
     def _launch_stockade(self, port: int, extra_args: tuple[str, ...]) -> subprocess.Popen[bytes]:
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -510,6 +518,7 @@ class E2ECluster:
         return result.stdout
 
     def _record(self, processes: list[subprocess.Popen[bytes]]) -> None:
+        self.children.extend(p for p in processes if p not in self.children)
         pids = {_process_name(p, self.python): p.pid for p in processes}
         self.pid_file.write_text(json.dumps(pids, indent=2))
 
@@ -526,6 +535,14 @@ class E2ECluster:
             if _stop_group(pid, grace=20 if name == "stockade" else 10):
                 stopped.append(name)
         self.pid_file.unlink(missing_ok=True)
+        for child in self.children:
+            if child.poll() is None:  # its group was signalled above; reap it
+                try:
+                    child.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+        self.children.clear()
         return stopped
 
     def env(self) -> str:

@@ -27,6 +27,7 @@ import yaml
 
 from stockade.testing.apiserver import REPO_ROOT, find_binary
 from stockade.testing.e2ecluster import DEFAULT_STATE_DIR, ClusterError, E2ECluster
+from stockade.testing.e2eclean import Baseline, CleanupError, ClusterCleaner, webhook_document_count
 from stockade.errors import StockadeError
 
 DEFAULT_SUITE = Path(os.environ.get("STOCKADE_E2E_SHARED", str(REPO_ROOT.parent / "shared" / "e2e"))) / "kyverno-chainsaw"
@@ -40,8 +41,11 @@ INSTALL_PROFILES: dict[str, tuple[str, ...]] = {
     "force-failure-policy-ignore": ("--force-failure-policy-ignore",),
     # features.policyExceptions.enabled: false (Kyverno's scripts/config/exceptions-disabled)
     "policy-exceptions-disabled": ("--no-policy-exceptions",),
-    # features.mutatingAdmissionPolicyReports.enabled: true (Kyverno's scripts/config/mutating-admission-policy-reports)
+    # features.mutatingAdmissionPolicyReports.enabled: true (Kyverno's scripts/config/mutating-admission-policy-reports),
+    # used by Kyverno's CI for the v1alpha1, v1beta1 and v1 folders alike
     "mutating-admission-policy-reports-alpha": ("--mutating-admission-policy-reports",),
+    "mutating-admission-policy-reports": ("--mutating-admission-policy-reports",),
+    "mutating-admission-policy-reports-v1": ("--mutating-admission-policy-reports",),
 }
 
 
@@ -76,6 +80,7 @@ class UnitResult:
     failures: list[dict[str, str]] = field(default_factory=list)
     not_run: int = 0  # left when the run's time budget ended
     stopped: bool = False  # chainsaw was stopped at the deadline
+    left_behind: list[str] = field(default_factory=list)  # what the unit left in the cluster, removed after it
 
 
 def load_exclusions(path: Path) -> dict[str, str]:
@@ -335,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"e2e-run: cluster up in {cluster.timings['total_s']:.1f}s", flush=True)
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PATH": f"{REPO_ROOT / '.cache' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
     outcome: list[UnitResult] = []
+    isolated: tuple[ClusterCleaner, Baseline] | None = None  # taken before the first unit that runs
     started = time.monotonic()
     deadline = None if args.budget is None else started + args.budget
     profile: tuple[str, ...] = ()
@@ -353,7 +359,21 @@ def main(argv: list[str] | None = None) -> int:
                     profile = install_profile(unit.path)
                     print(f"e2e-run: restarting stockade serve for {unit.path} with [{' '.join(profile)}]", flush=True)
                     cluster.restart_stockade(profile)
+                if isolated is None:
+                    try:
+                        isolated = isolation(cluster)
+                    except CleanupError as exc:
+                        print(f"e2e-run: reading the installed cluster failed: {exc}", file=sys.stderr)
+                        return 1
+                    print(f"e2e-run: isolating units: {len(isolated[1].keys)} objects in {len(isolated[1].namespaces)} namespaces after install", flush=True)
                 result = run_unit(unit, tests, suite, exclusions, results, args.parallel, env, chainsaw, args.chainsaw_arg, deadline)
+                try:
+                    cleanup = isolated[0].clean(isolated[1])
+                except CleanupError as exc:
+                    print(f"e2e-run: cleaning up after {unit.path} failed: {exc}", file=sys.stderr)
+                    return 1
+                result.left_behind = cleanup.removed
+                print(f"e2e-run: after {unit.path}: {cleanup.describe()} ({cleanup.seconds:.1f}s)", flush=True)
             outcome.append(result)
             print(f"e2e-run: {unit.path}: {describe(result)}", flush=True)
     finally:
@@ -382,6 +402,15 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         return 0
     return 0 if totals["failed"] == 0 else 1
+
+
+def isolation(cluster: E2ECluster) -> tuple[ClusterCleaner, Baseline]:
+    """The cleaner that puts the cluster back after each unit, and the state it puts it back to (taken now, right
+    after the install): Kyverno's CI runs each folder on a fresh cluster."""
+    from stockade.controllers.registration import load_api_client
+
+    cleaner = ClusterCleaner(load_api_client(str(cluster.kubeconfig)), webhook_document_count(cluster.state_dir / "stockade.port"))
+    return cleaner, cleaner.baseline()
 
 
 MIN_DECIDED_FOR_FLOOR = 30  # below this a pass rate says more about which folders ran than about Stockade

@@ -321,7 +321,12 @@ def build_app(state: ServerState) -> web.Application:
         problems.extend(p for p in (check() for check in state.readiness_checks) if p)
         if problems:
             return web.json_response({"status": "unready", "problems": problems}, status=503)
-        return web.json_response({"status": "ok", "policies": len(state.store.snapshot.policies) if state.store.snapshot else 0})
+        snapshot = state.store.snapshot
+        # policies: the Kyverno policies served; documents: everything the store holds (policies of every kind,
+        # exceptions, watched admission policies), so a caller can wait for deleted ones to leave the cache
+        return web.json_response(
+            {"status": "ok", "policies": len(snapshot.policies) if snapshot else 0, "documents": len(snapshot.documents) if snapshot else 0}
+        )
 
     app.router.add_get("/health/liveness", liveness)
     app.router.add_get("/health/readiness", readiness)

@@ -221,6 +221,9 @@ def test_install_profiles_follow_kyverno_ci_values_folders() -> None:
     assert e2erun.install_profile("policy-exceptions-disabled/validating-policies") == ("--no-policy-exceptions",)
     assert e2erun.install_profile("force-failure-policy-ignore/validating-policy/fail") == ("--force-failure-policy-ignore",)
     assert e2erun.install_profile("validate/clusterpolicy") == ()
+    # Kyverno's CI installs with mutatingAdmissionPolicyReports for each MutatingAdmissionPolicy API version's folder
+    for folder in ("mutating-admission-policy-reports-alpha", "mutating-admission-policy-reports", "mutating-admission-policy-reports-v1"):
+        assert e2erun.install_profile(f"{folder}/background") == ("--mutating-admission-policy-reports",)
 
 
 def test_kwok_pod_stages_are_required_beside_the_binary(tmp_path: Path) -> None:

@@ -35,7 +35,13 @@ def test_reload_swaps_policies_and_keeps_old_on_error(policy_dir: Path, webhook:
     os.utime(target, ns=(2, 2))
     assert webhook.call(_reload(store)) is True
     status, data = client.request("GET", "/health/readiness")
-    assert status == 200 and json.loads(data)["policies"] == 3
+    assert status == 200 and json.loads(data)["policies"] == 3 and json.loads(data)["documents"] == 3
+    # a policy removed from the source leaves the cache: the count callers wait on (the e2e runner's cleanup) drops
+    target.write_text(POLICIES.split("\n---\n", 1)[1])
+    os.utime(target, ns=(3, 3))
+    assert webhook.call(_reload(store)) is True
+    status, data = client.request("GET", "/health/readiness")
+    assert status == 200 and json.loads(data)["documents"] == 2
 
 
 ALIAS_BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
