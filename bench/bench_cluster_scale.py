@@ -57,7 +57,7 @@ sys.path.insert(0, str(HERE))
 import yaml  # noqa: E402
 from bench_admission import cpu_snapshot, descendants, free_port  # noqa: E402
 from bench_engine import generate_pods  # noqa: E402
-from compare_kyverno import BenchError, install_kyverno_prerequisites, kubectl  # noqa: E402
+from compare_kyverno import BenchError, install_kyverno_prerequisites, kubectl, wait_crds_established  # noqa: E402
 
 from stockade.testing.apiserver import ControlPlane, find_binary  # noqa: E402
 
@@ -439,7 +439,7 @@ def run_engine(name: str, args: argparse.Namespace, scratch: Path) -> Result:
         else:
             for path in sorted((ROOT / "deploy" / "crds").glob("*.yaml")):
                 kubectl(plane, "apply", "--server-side", "-f", str(path), timeout=300)
-            kubectl(plane, "wait", "--for=condition=Established", "crd", "--all", "--timeout=120s")
+            wait_crds_established(plane)
             plane.ensure_namespace("kyverno")
         api = Api(plane)
         started = time.monotonic()
@@ -544,6 +544,8 @@ def main() -> int:
         if name not in ("stockade", "kyverno"):
             raise BenchError(f"unknown engine {name!r} (stockade, kyverno)")
         results.append(run_engine(name, args, args.scratch / name))
+        if args.json:  # after each engine, so a later failure keeps what was measured
+            args.json.write_text(json.dumps([asdict(result) for result in results], indent=2))
     load = os.getloadavg()
     print(f"\n{args.namespaces} namespaces, {args.pods} pods, {17 + args.generate_policies} policies; load average at the end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, {os.cpu_count()} cores")
     print(table(results))

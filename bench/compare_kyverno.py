@@ -135,14 +135,27 @@ def kyverno_source() -> Path:
     raise BenchError("Kyverno's module copy not found: run bench/build-kyverno.sh or set STOCKADE_KYVERNO_SRC")
 
 
+def wait_crds_established(plane: ControlPlane, attempts: int = 10) -> None:
+    """kubectl wait fails outright on a CRD whose status the API server has not written yet: try again."""
+    for attempt in range(attempts):
+        try:
+            kubectl(plane, "wait", "--for=condition=Established", "crd", "--all", "--timeout=120s")
+            return
+        except BenchError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(1)
+
+
 def install_kyverno_prerequisites(plane: ControlPlane) -> None:
     """Kyverno's CRDs, its namespace and dynamic ConfigMap (as its chart installs them) and the bench namespace."""
     crds = kyverno_source() / "config" / "crds"
     for folder in sorted(path for path in crds.iterdir() if path.is_dir()):
         kubectl(plane, "apply", "--server-side", "-f", str(folder))
-    kubectl(plane, "wait", "--for=condition=Established", "crd", "--all", "--timeout=120s")
+    wait_crds_established(plane)
     # Kyverno 1.19 reads `webhooks` as one object (the e2e cluster's list form is the older chart's)
-    kyverno_config = {**KYVERNO_CONFIG_DATA, "webhooks": json.dumps(json.loads(KYVERNO_CONFIG_DATA["webhooks"])[0])}
+    webhooks = json.loads(KYVERNO_CONFIG_DATA["webhooks"])
+    kyverno_config = {**KYVERNO_CONFIG_DATA, "webhooks": json.dumps(webhooks[0] if isinstance(webhooks, list) else webhooks)}
     manifests = [
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kyverno"}},
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": BENCH_NAMESPACE}},

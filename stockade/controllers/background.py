@@ -478,7 +478,7 @@ class BackgroundScanner:
         if self.events is not None:
             self.events.record_scan(obj, responses)
         if self.reports is not None and (obj.get("metadata") or {}).get("uid"):
-            self.reports.submit(obj, responses, process=PROCESS_BACKGROUND, replace_policies=scanned, live_policies=live)
+            self.reports.submit(obj, responses, process=PROCESS_BACKGROUND, replace_policies=scanned, live_policies=live, wait=True)
             summary.reports_submitted += 1
 
     def _eligible(self, snapshot: Any, summary: ScanSummary) -> tuple[list[KyvernoPolicy], list[Any], Any, set[str], frozenset[str]]:

@@ -34,6 +34,7 @@ MANAGED_BY_KEY = "app.kubernetes.io/managed-by"
 MANAGED_BY = {MANAGED_BY_KEY: "kyverno"}
 OWNED_SELECTOR = f"{MANAGED_BY_KEY} in (kyverno,stockade)"
 CRD_RETRY_SECONDS = 300.0
+WAIT_SECONDS = 120.0  # how long a background scan waits for room in the queue before a report is dropped
 PROCESS_ADMISSION = "admission review"
 PROCESS_BACKGROUND = "background scan"
 
@@ -230,9 +231,14 @@ class ReportWriter:
         process: str = PROCESS_ADMISSION,
         replace_policies: set[str] | frozenset[str] | None = None,
         live_policies: set[str] | frozenset[str] | None = None,
+        wait: bool = False,
     ) -> None:
         """Queue a report for ``resource``; with ``replace_policies`` an empty result list still clears those
-        policies' old results (a background scan re-evaluated them and they no longer apply)."""
+        policies' old results (a background scan re-evaluated them and they no longer apply).
+
+        ``wait``: block while the queue is full instead of dropping the report.  Background scans wait (a scan
+        outruns the writer, and a dropped result would stay missing until the next full scan, an hour later);
+        admission never does, so a slow API server cannot delay an answer."""
         if self.crd_missing:
             return
         report = build_report(resource, responses, process=process, allow_empty=replace_policies is not None)
@@ -244,9 +250,14 @@ class ReportWriter:
             frozenset(live_policies) if live_policies is not None else None,
         )
         try:
-            self.queue.put_nowait(update)
+            if wait:
+                self.queue.put(update, timeout=WAIT_SECONDS)
+            else:
+                self.queue.put_nowait(update)
         except queue.Full:
             self.dropped += 1
+            if self.dropped == 1 or self.dropped % 1000 == 0:
+                log.warning("report queue full: %d reports dropped so far (the next scan writes them)", self.dropped)
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until everything queued so far is written; False when ``timeout`` ran out first."""

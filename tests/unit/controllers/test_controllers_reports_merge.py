@@ -142,3 +142,52 @@ def test_policies_labelled_reports_disabled_stay_out_of_reports() -> None:
     assert build_report(POD, [EngineResponse(quiet, POD, POD, rules=list(fail))], NOW) is None
     both = build_report(POD, [EngineResponse(quiet, POD, POD, rules=list(fail)), EngineResponse(_policy("a"), POD, POD, rules=list(fail))], NOW)
     assert both is not None and [r["policy"] for r in both["results"]] == ["a"]
+
+
+def test_background_reports_wait_for_the_writer_and_admission_reports_never_do() -> None:
+    """A scan outruns the writer: its reports must wait for room (dropped ones stay missing until the next full
+    scan, an hour later); admission must never wait on the API server, so it drops instead."""
+    import threading
+    import time
+    from typing import Any
+
+    from stockade.controllers.reports import ReportWriter
+
+    class SlowApi:
+        def __init__(self) -> None:
+            self.created: list[str] = []
+            self.gate = threading.Event()
+
+        def create_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, body: dict[str, Any]) -> None:
+            self.gate.wait(5)
+            self.created.append(body["metadata"]["name"])
+
+    def pod(index: int) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{index}", "namespace": "ns", "uid": f"u{index}"}}
+
+    def responses(obj: dict[str, Any]) -> list[EngineResponse]:
+        return [EngineResponse(_policy("a"), obj, obj, rules=[RuleResponse("r", "Validation", "pass")])]
+
+    writer = ReportWriter(None, capacity=2)
+    api = SlowApi()
+    writer.api = api  # type: ignore[assignment]
+    try:
+        for index in range(6):  # admission: the writer is stuck, the queue holds 2 and the rest are dropped at once
+            started = time.monotonic()
+            writer.submit(pod(index), responses(pod(index)))
+            assert time.monotonic() - started < 1.0
+        assert writer.dropped >= 3
+        dropped = writer.dropped
+        api.gate.set()
+        writer.flush(10)
+        api.created.clear()
+        api.gate.clear()
+        threading.Timer(0.3, api.gate.set).start()
+        for index in range(10, 30):  # background: every report is written, none dropped
+            writer.submit(pod(index), responses(pod(index)), process=PROCESS_BACKGROUND, replace_policies={"a"}, wait=True)
+        assert writer.flush(10)
+        assert writer.dropped == dropped
+        assert sorted(api.created) == sorted(f"u{index}" for index in range(10, 30))
+    finally:
+        api.gate.set()
+        writer.close()
