@@ -234,7 +234,7 @@ def test_a_repository_over_the_size_cap_is_refused(tmp_path: Path) -> None:
 
 # -- https through a proxy -----------------------------------------------------------------------------------------
 def test_https_through_the_proxy_of_proxy_secret_ref(tmp_path: Path) -> None:
-    from conftest import CountingConnectProxy
+    from flux_connect_proxy import CountingConnectProxy
 
     bare = bare_repository(tmp_path, "web.git")
     server = HttpGitServer(tmp_path, tls=True, credentials=("git", "token"))

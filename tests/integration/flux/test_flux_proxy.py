@@ -20,7 +20,7 @@ from stockade.reflector.repository import ImageRepositoryReconciler
 from stockade.reflector.store import TagStore
 from stockade.testing.registry import LocalRegistry
 
-from conftest import CountingConnectProxy
+from flux_connect_proxy import CountingConnectProxy
 
 
 @pytest.fixture(scope="module")
