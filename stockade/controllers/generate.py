@@ -52,7 +52,7 @@ from stockade.controllers.clusterdata import (
     resources_for_rules,
 )
 from stockade.controllers.downstreamwatch import DownstreamWatcher
-from stockade.controllers.events import generate_events
+from stockade.controllers.events import generate_events, generate_failure_event
 from stockade.controllers.mutateexisting import MutateExisting, TriggerFailure
 from stockade.controllers.reports import submit_rule_result
 from stockade.engine.engine import Engine, Request
@@ -82,6 +82,7 @@ PENDING_BACKOFF_SECONDS = 0.02  # first re-check of a trigger whose admission is
 PENDING_ATTEMPTS = 12
 
 APPLY = "apply"
+POLICY_DOES_NOT_APPLY = "policy does not apply to resource"  # Kyverno's error when a regenerated trigger no longer matches
 DELETE = "delete"
 NOTHING = "none"
 
@@ -187,9 +188,10 @@ def skips_background_requests(rule: Rule) -> bool:
 def trigger_action(operation: str, rule_applies: bool, synchronized: bool, generate_on_delete: bool = False) -> str:
     """What a trigger event does to one rule's downstream objects.
 
-    CREATE/UPDATE of a matching trigger applies the rule; an UPDATE after which the trigger no longer matches (or
-    its preconditions fail) and a DELETE of the trigger remove synchronized downstream objects; otherwise nothing.
-    A rule matching the DELETE operation generates from the deleted trigger instead."""
+    CREATE/UPDATE of a matching trigger applies the rule; with ``synchronized`` (the rule synchronizes *and* the
+    trigger matched it before: ``no_longer_applies`` for an UPDATE, the old object matching for a DELETE) an UPDATE
+    that no longer applies and a DELETE remove the trigger's downstream objects; otherwise nothing.  A rule matching
+    the DELETE operation generates from the deleted trigger instead."""
     if operation == "DELETE" and generate_on_delete:
         return APPLY if rule_applies else NOTHING
     if operation in ("CREATE", "UPDATE") and rule_applies:
@@ -197,6 +199,15 @@ def trigger_action(operation: str, rule_applies: bool, synchronized: bool, gener
     if operation in ("UPDATE", "DELETE") and synchronized:
         return DELETE
     return NOTHING
+
+
+def no_longer_applies(new_result: Any, old_result: Any) -> bool:
+    """Kyverno's "fail" verdict for an UPDATE of a synchronized rule's trigger, which deletes its downstream: the new
+    object does not match the rule but the old one did, or the new one matches but fails the preconditions the old one
+    passed.  When neither matched (or both failed the preconditions) nothing happens: the downstream stays."""
+    if new_result is None:
+        return old_result is not None
+    return new_result.status != PASS and new_result.status != ERROR and old_result is not None and old_result.status == PASS
 
 
 def should_update(desired: dict[str, Any], current: dict[str, Any], synchronized: bool) -> bool:
@@ -231,6 +242,16 @@ def _contains(actual: Any, wanted: Any) -> bool:
     if wanted is None:
         return actual is None
     return actual == wanted or (isinstance(wanted, (int, float)) and not isinstance(wanted, bool) and actual == wanted)
+
+
+def data_kinds(rule: Rule) -> list[tuple[str, str]]:
+    """(apiVersion, kind) of the ``data`` targets of a rule (its own and its foreach entries'), without variables."""
+    generate = rule.generate or {}
+    kinds: list[tuple[str, str]] = []
+    for spec in [generate, *[g for g in generate.get("foreach") or [] if isinstance(g, dict)]]:
+        if spec.get("data") is not None and spec.get("kind") and "{{" not in str(spec["kind"]):
+            kinds.append((str(spec.get("apiVersion") or ""), str(spec["kind"])))
+    return list(dict.fromkeys(kinds))
 
 
 def downstream_kinds(rule: Rule) -> list[tuple[str, str]]:
@@ -781,6 +802,20 @@ class GenerateController:
         pctx.old_resource = {} if operation != "DELETE" else pctx.old_resource
         return engine.generate(pctx)
 
+    def _old_responses(self, engine: Engine, policy: KyvernoPolicy, event: TriggerEvent) -> dict[str, Any]:
+        """The policy's generate rules judged on the object before an UPDATE (did the trigger match before?)."""
+        try:
+            response = self._evaluate(engine, policy, event.old_resource, "UPDATE", event.info, event.gvk)
+        except Exception as exc:
+            log.warning("evaluating policy %s on the old %s failed: %s", policy.key, event.describe(), exc)
+            return {}
+        return {r.name: r for r in response.rules}
+
+    def _failure_event(self, policy: KyvernoPolicy | CelPolicy, rule_name: str, error: str, trigger: dict[str, Any]) -> None:
+        """Kyverno's PolicyError Warning on the policy, naming the trigger, after background generation failed."""
+        if self.events is not None and trigger:
+            self.events.submit(generate_failure_event(policy, rule_name, error, trigger))
+
     # -- trigger events --------------------------------------------------------------------------------------------
     def process_event(self, event: TriggerEvent) -> list[TriggerFailure]:
         """Apply every generate rule to one trigger event; returns the failures (empty when all went well)."""
@@ -816,18 +851,29 @@ class GenerateController:
                     continue
                 policy = policy.with_rules(list(rules.values()))
             responses: dict[str, Any] = {}
+            old_responses: dict[str, Any] | None = None
             deleting = {name for name, rule in rules.items() if event.operation == "DELETE" and matches_delete_operation(rule)}
-            if (event.operation != "DELETE" or deleting) and engine is not None:
-                # a deleted trigger is evaluated as the DELETE request (request.object reads the old object)
+            if engine is not None and (event.operation != "DELETE" or deleting or any(synchronize(r) for r in rules.values())):
+                # a deleted trigger is evaluated as the DELETE request (request.object reads the old object): a rule
+                # answers only when the old object matches it, which is when Kyverno cleans up after it
                 response = self._evaluate(engine, policy, trigger, event.operation, event.info, event.gvk)
                 responses = {r.name: r for r in response.rules}
             for name, rule in rules.items():
                 result = responses.get(name)
-                if result is not None and result.status == ERROR:
+                if result is not None and result.status == ERROR and (event.operation != "DELETE" or name in deleting):
                     failures.append(TriggerFailure(policy.key, name, event.describe(), result.message))
+                    self._failure_event(policy, name, result.message, trigger)
                     continue
                 applies = result is not None and result.status == PASS
-                action = trigger_action(event.operation, applies, synchronize(rule), name in deleting)
+                if event.operation == "DELETE":
+                    matched_before = result is not None
+                elif event.operation == "UPDATE" and not applies and synchronize(rule) and event.old_resource and engine is not None:
+                    if old_responses is None:
+                        old_responses = self._old_responses(engine, policy, event)
+                    matched_before = no_longer_applies(result, old_responses.get(name))
+                else:
+                    matched_before = False
+                action = trigger_action(event.operation, applies, synchronize(rule) and matched_before, name in deleting)
                 try:
                     if action == APPLY and result is not None:
                         written = self.apply_downstream(policy, rule, result.generated_resources)
@@ -840,6 +886,7 @@ class GenerateController:
                         self.delete_downstream(policy, rule, trigger_uid=uid)
                 except ApiError as exc:
                     failures.append(TriggerFailure(policy.key, name, event.describe(), str(exc)))
+                    self._failure_event(policy, name, str(exc), trigger)
         if engine is not None and event.operation in ("UPDATE", "DELETE") and event.old_resource:
             failures.extend(self._process_non_trigger(engine, policies, event))
         if event.cel:
@@ -910,7 +957,8 @@ class GenerateController:
                 continue  # the source is also the rule's trigger: its trigger handling decided
             try:
                 if event.operation == "DELETE":
-                    self._delete_object(copy_)
+                    # Kyverno cleans up after the trigger: everything the policy produced for it of the rule's kinds
+                    self.delete_downstream(policy, rule, trigger_uid=origin.trigger_uid)
                 else:
                     self._regenerate_for(engine, policy, rule, origin)
             except ApiError as exc:
@@ -938,9 +986,21 @@ class GenerateController:
         if trigger is None or (trigger.get("metadata") or {}).get("deletionTimestamp"):
             return  # the trigger is gone: its own DELETE cleans up
         response = self._evaluate(engine, policy.with_rules([rule]), trigger, "CREATE", RequestInfo(), None)
-        for result in response.rules:
-            if result.name == rule.name and result.status == PASS:
-                self.apply_downstream(policy, rule, result.generated_resources)
+        results = [result for result in response.rules if result.name == rule.name]
+        if not results:  # Kyverno's UpdateRequest fails: the policy no longer applies to the trigger
+            self._failure_event(policy, rule.name, POLICY_DOES_NOT_APPLY, trigger)
+        for result in results:
+            if result.status == PASS:
+                try:
+                    written = self.apply_downstream(policy, rule, result.generated_resources)
+                except ApiError as exc:
+                    self._failure_event(policy, rule.name, str(exc), trigger)
+                    raise
+                if self.events is not None:
+                    for spec in generate_events(policy, rule.name, written):
+                        self.events.submit_success(spec)
+            elif result.status == ERROR:
+                self._failure_event(policy, rule.name, result.message, trigger)
 
     def _delete_copies(self, policy: KyvernoPolicy, rule: Rule, source: dict[str, Any], *, every_target: bool) -> None:
         """The downstream objects a rule copied from a deleted source (all of a single-source clone rule; the
@@ -1211,7 +1271,9 @@ class GenerateController:
         return deleted
 
     def find_downstream(self, policy_name: str, policy_namespace: str, rule: Rule, trigger_uid: str | None = None) -> list[dict[str, Any]]:
-        selector = label_selector(downstream_selector(policy_name, policy_namespace, rule.name, trigger_uid))
+        """A rule's downstream objects of the kinds it produces; for one trigger, Kyverno's per-trigger cleanup
+        selects by policy and trigger only (any rule of the policy that produced those kinds for that trigger)."""
+        selector = label_selector(downstream_selector(policy_name, policy_namespace, rule.name if trigger_uid is None else None, trigger_uid))
         found: list[dict[str, Any]] = []
         for api_version, kind in downstream_kinds(rule):
             try:
@@ -1302,6 +1364,10 @@ class GenerateController:
                         kinds = retargeted_kinds(old_rules[name], rule)
                         if kinds:
                             self._unlabel_downstream(policy, old_rules[name], kinds, keep=current_targets(rule))
+            previous_policy = previous.get(key, (None, {}))[0]
+            if previous_policy is None or previous_policy.raw.get("spec") != policy.raw.get("spec"):
+                # a new or changed policy brings the data of its synchronized rules to their downstream objects
+                self._sync_data_downstream(policy, list(rules.values()))
             wanted = [rule for name, rule in rules.items() if generate_existing(policy, rule) and (name not in old_rules or old_rules[name].raw != rule.raw)]
             if wanted:
                 self._apply_to_existing(policy, wanted, prune=False)
@@ -1339,12 +1405,46 @@ class GenerateController:
         if self._known_rules is None:
             self.reconcile_policies()
         for policy in self._policies():
-            rules = [rule for rule in generate_rules(policy).values() if synchronize(rule)]
-            if rules:
-                self._apply_to_existing(policy, rules, prune=True)
+            rules = list(generate_rules(policy).values())
+            self._sync_data_downstream(policy, rules)
+            # a catch-up for trigger events this process never saw; like Kyverno's periodic pass it never deletes
+            # downstream objects (a trigger that stopped matching keeps them)
+            caught_up = [rule for rule in rules if synchronize(rule) or generate_existing(policy, rule)]
+            if caught_up:
+                self._apply_to_existing(policy, caught_up, prune=False)
         for gpol in self._generating():
             if evaluation_enabled(gpol, "synchronize"):
                 self._apply_gpol_to_existing(gpol, prune=True)
+
+    def _sync_data_downstream(self, policy: KyvernoPolicy, rules: list[Rule]) -> None:
+        """Kyverno's policy-event pass over synchronized data rules: every trigger that has downstream objects of
+        such a rule (found by their labels) gets the rule applied again, so a changed ``data`` reaches them; a trigger
+        the rule no longer applies to keeps them and the policy gets a PolicyError Event."""
+        engine: Engine | None = None
+        for rule in rules:
+            kinds = data_kinds(rule)
+            if not synchronize(rule) or not kinds:
+                continue
+            selector = label_selector(downstream_selector(policy.name, policy.namespace, rule.name))
+            origins: dict[str, DownstreamOrigin] = {}
+            for api_version, kind in kinds:
+                try:
+                    found = self.cluster.list_objects(api_version, kind, "", label_selector=selector, cached=False)
+                except ApiError as exc:
+                    if exc.status != 404:
+                        log.warning("listing downstream of policy %s rule %s failed: %s", policy.key, rule.name, exc)
+                    continue
+                for obj in found:
+                    origin = downstream_origin(obj)
+                    if origin is not None and origin.trigger_uid:
+                        origins.setdefault(origin.trigger_uid, origin)
+            for origin in origins.values():
+                engine = engine or self._engine()
+                try:
+                    self._regenerate_for(engine, policy, rule, origin)
+                except ApiError as exc:
+                    self.stats.failures += 1
+                    log.warning("synchronizing policy %s rule %s for trigger %s failed: %s", policy.key, rule.name, origin.trigger_uid, exc)
 
     def _apply_gpol_to_existing(self, policy: CelPolicy, *, prune: bool, drop_stale: bool = False) -> None:
         """A GeneratingPolicy over every existing trigger (as CREATE requests, like Kyverno's background pass); with
