@@ -20,6 +20,46 @@ Kyverno's background controller does:
 downstream of this trigger is left alone, never adopted.
 
 Work never crashes the thread: failures are logged with policy, rule and resource and retried with backoff.
+
+The lifecycle, event by event (Kyverno 1.19's policy controller, webhook generation handler and background generate
+controller; "sync" = ``synchronize: true``, "orphan" = ``orphanDownstreamOnPolicyDelete``; every downstream object
+carries ``app.kubernetes.io/managed-by: kyverno``, ``generate.kyverno.io/policy-name|policy-namespace|rule-name`` and
+``trigger-group|version|kind|namespace|uid``; a copy also ``clone-source`` and ``source-group|version|kind|namespace|uid``):
+
+=============================  ==============================================================================================
+event                          what happens
+=============================  ==============================================================================================
+policy created                 generateExisting rules run on every existing trigger (create only what is missing; nosync
+                               leaves existing targets alone); sync data rules re-apply to triggers that have downstream
+policy spec changed            a removed rule, sync and not orphan: its downstream (data, clone, cloneList, foreach kinds) is
+                               deleted [deviation: a removed *clone* rule keeps its copies while the policy stays, as the
+                               suite's cpol-clone-sync-delete-rule expects]; no rule removed: a rule whose target (kind,
+                               name, namespace, clone source) or cloneList changed has its old downstream unlabelled (left in
+                               place, no longer managed); then every sync *data* rule is re-applied to each trigger named by
+                               its downstream labels (changed data, removed list elements reach them; a trigger it no longer
+                               applies to keeps them and yields a PolicyError Event); then generateExisting for changed rules
+policy deleted                 sync and not orphan: all downstream of the rule deleted; orphan or nosync: left in place
+trigger CREATE/UPDATE, passes  the rule applies: missing targets created (sync or not); sync: drifted targets rewritten
+trigger UPDATE, fails          (``no_longer_applies``: new object does not match but the old did, or new fails preconditions
+                               the old passed) sync: the trigger's downstream of the rule's kinds deleted; nosync: nothing
+trigger UPDATE, never matched  nothing (neither object matched, or both failed preconditions): downstream stays, also when it
+                               came from an earlier match (namespace labels changed, policy changed)
+trigger DELETE                 the old object matches the rule (operations included) and sync: downstream deleted by policy
+                               + trigger labels (any rule of the policy, the rule's kinds); a rule matching DELETE generates
+downstream edited / deleted    sync: re-applied from the trigger named by its labels (reverted / re-created), unless the
+                               object itself matches the rule; nosync: left alone (a later trigger UPDATE re-creates a
+                               missing target, never rewrites one)
+clone source edited            sync: every copy naming it by source-uid is re-applied from its trigger
+clone source deleted           sync: the trigger's downstream of the rule's kinds is deleted (cloneList: all its copies)
+generate fails                 (clone source missing, API error, rule error, no longer applies when re-applied) a Warning
+                               Event, reason PolicyError, on the policy: "policy <name>/<rule> error: <error>", related
+                               to the trigger; the work is retried with backoff
+periodic resync                sync data rules re-applied as on a policy change; sync/generateExisting rules applied to
+                               existing triggers to catch up on missed events; nothing is ever deleted by it
+GeneratingPolicy               same cells with spec.evaluation.synchronize / orphanDownstreamOnPolicyDelete /
+                               generateExisting; a sync policy's change re-applies it to every trigger and deletes what it
+                               no longer produces; an UPDATE whose trigger no longer matches deletes its downstream
+=============================  ==============================================================================================
 """
 
 from __future__ import annotations
