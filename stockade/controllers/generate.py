@@ -115,6 +115,11 @@ TRIGGER_GROUP_LABEL = "generate.kyverno.io/trigger-group"
 TRIGGER_VERSION_LABEL = "generate.kyverno.io/trigger-version"
 TRIGGER_NAME_LABEL = "generate.kyverno.io/trigger-name"
 SOURCE_UID_LABEL = "generate.kyverno.io/source-uid"
+SOURCE_GROUP_LABEL = "generate.kyverno.io/source-group"
+SOURCE_VERSION_LABEL = "generate.kyverno.io/source-version"
+SOURCE_KIND_LABEL = "generate.kyverno.io/source-kind"
+SOURCE_NAMESPACE_LABEL = "generate.kyverno.io/source-namespace"
+CLONE_SOURCE_LABEL = "generate.kyverno.io/clone-source"
 GENERATING_POLICY_KINDS = ("GeneratingPolicy", "NamespacedGeneratingPolicy")
 FIELD_MANAGER = "stockade-generate"
 SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
@@ -854,7 +859,7 @@ class GenerateController:
     def _failure_event(self, policy: KyvernoPolicy | CelPolicy, rule_name: str, error: str, trigger: dict[str, Any]) -> None:
         """Kyverno's PolicyError Warning on the policy, naming the trigger, after background generation failed."""
         if self.events is not None and trigger:
-            self.events.submit(generate_failure_event(policy, rule_name, error, trigger))
+            self.events.submit(generate_failure_event(policy, rule_name, error, trigger, trigger_api_version=isinstance(policy, CelPolicy)))
 
     # -- trigger events --------------------------------------------------------------------------------------------
     def process_event(self, event: TriggerEvent) -> list[TriggerFailure]:
@@ -928,7 +933,8 @@ class GenerateController:
                     failures.append(TriggerFailure(policy.key, name, event.describe(), str(exc)))
                     self._failure_event(policy, name, str(exc), trigger)
         if engine is not None and event.operation in ("UPDATE", "DELETE") and event.old_resource:
-            failures.extend(self._process_non_trigger(engine, policies, event))
+            if not own_request:  # Kyverno ignores its own background writes to downstream objects and sources
+                failures.extend(self._process_non_trigger(engine, policies, event))
         if event.cel:
             failures.extend(self._process_gpol_event(event, trigger, uid))
         failures.extend(self.mutate_existing.process(mutating, event.operation, trigger, event.old_resource, event.info, event.gvk))
@@ -1138,6 +1144,7 @@ class GenerateController:
             if result is not None and result.status == ERROR:
                 self._report_gpol(policy, trigger, result)
                 failures.append(TriggerFailure(policy.key, policy.name, event.describe(), result.message))
+                self._failure_event(policy, result.name, result.message, trigger)
                 continue
             applies = result is not None and result.status == PASS
             action = trigger_action(event.operation, applies, synchronized)
@@ -1153,6 +1160,7 @@ class GenerateController:
             except ApiError as exc:
                 if result is not None:  # Kyverno's generator writes during evaluation: a failed write is the rule's error
                     self._report_gpol(policy, trigger, dataclasses.replace(result, status=ERROR, message=f"failed to generate resources: {exc}", generated_resources=[]))
+                    self._failure_event(policy, result.name, f"failed to generate resources: {exc}", trigger)
                 failures.append(TriggerFailure(policy.key, policy.name, event.describe(), str(exc)))
         return failures
 
@@ -1220,7 +1228,40 @@ class GenerateController:
             self.cluster.request("PUT", path, desired)
             self.stats.updated += 1
             log.info("synchronized %s %s/%s (policy %s, rule %s)", resource.kind, namespace, name, policy.key, rule.name)
+        for desired in handled:
+            self._tag_clone_source(rule, desired)
         return handled
+
+    def _tag_clone_source(self, rule: Rule, copy_: dict[str, Any]) -> None:
+        """Kyverno labels a clone source ``generate.kyverno.io/clone-source: ""`` when it copies it, which is how a
+        later change of the source is recognised.  The copy names its source by kind, namespace and uid; the name is
+        the rule's clone name or, for cloneList, the copy's own."""
+        labels = (copy_.get("metadata") or {}).get("labels") or {}
+        uid = str(labels.get(SOURCE_UID_LABEL) or "")
+        if not uid:
+            return
+        group, version = str(labels.get(SOURCE_GROUP_LABEL) or ""), str(labels.get(SOURCE_VERSION_LABEL) or "")
+        api_version, kind = (f"{group}/{version}" if group else version), str(labels.get(SOURCE_KIND_LABEL) or copy_.get("kind") or "")
+        namespace = str(labels.get(SOURCE_NAMESPACE_LABEL) or "")
+        names = [str((copy_.get("metadata") or {}).get("name") or "")]
+        generate = rule.generate or {}
+        for spec in [generate, *[g for g in generate.get("foreach") or [] if isinstance(g, dict)]]:
+            clone = spec.get("clone")
+            clone_name = str(clone.get("name") or "") if isinstance(clone, dict) else ""
+            if clone_name and "{{" not in clone_name:
+                names.insert(0, clone_name)
+        try:
+            source = next((c for c in (self.cluster.get_object(api_version or "v1", kind, namespace, n, cached=False) for n in names if n) if c and (c.get("metadata") or {}).get("uid") == uid), None)
+            if source is None:
+                source = next((c for c in self.cluster.list_objects(api_version or "v1", kind, namespace, cached=False) if (c.get("metadata") or {}).get("uid") == uid), None)
+            if source is None or CLONE_SOURCE_LABEL in ((source.get("metadata") or {}).get("labels") or {}):
+                return
+            source.setdefault("metadata", {}).setdefault("labels", {})[CLONE_SOURCE_LABEL] = ""
+            resource = self.cluster.resolve_kind(str(source.get("apiVersion") or ""), str(source.get("kind") or ""))
+            if resource is not None:
+                self.cluster.request("PUT", object_path(resource, namespace, str(source["metadata"].get("name") or "")), source)
+        except ApiError as exc:  # as in Kyverno, a source that cannot be labelled does not fail the generation
+            log.warning("labelling clone source %s %s/%s failed: %s", kind, namespace, uid, exc)
 
     def apply_gpol_downstream(self, policy: CelPolicy, trigger: dict[str, Any], generated: Iterable[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
         """Create (or, synchronized, bring back in step) what a GeneratingPolicy produced for one trigger; returns

@@ -275,3 +275,69 @@ spec:
         assert event.message.startswith(f"policy life-clone-{suffix}/copy error: ") and f"absent-{suffix}" in event.message
     finally:
         controller.stop()
+
+
+def test_clone_source_is_labelled_and_its_changes_reach_the_copies(
+    api_client: Any, cluster: ClusterData, namespaces: Callable[..., dict[str, Any]], policy_store: Any, suffix: str
+) -> None:
+    source_ns = f"life-src-{suffix}"
+    namespaces(source_ns)
+    cluster.request("POST", f"/api/v1/namespaces/{source_ns}/configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "base"}, "data": {"v": "1"}})
+    text = f"""
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: life-src-{suffix}
+spec:
+  rules:
+  - name: copy
+    match:
+      any:
+      - resources:
+          kinds: [Namespace]
+          selector:
+            matchLabels:
+              life-src: "{suffix}"
+    generate:
+      apiVersion: v1
+      kind: ConfigMap
+      name: copied
+      namespace: "{{{{request.object.metadata.name}}}}"
+      synchronize: true
+      clone:
+        namespace: {source_ns}
+        name: base
+"""
+    controller = GenerateController(api_client, policy_store(text), resync_interval=0)
+    controller.start()
+    try:
+        target = f"life-g-{suffix}"
+        controller.submit(review("CREATE", namespaces(target, {"life-src": suffix})))
+        assert controller.wait_idle()
+        source = get(cluster, "v1", "ConfigMap", source_ns, "base")
+        assert source is not None and source["metadata"]["labels"]["generate.kyverno.io/clone-source"] == ""
+        copy_ = get(cluster, "v1", "ConfigMap", target, "copied")
+        assert copy_ is not None and copy_["data"] == {"v": "1"}
+        assert copy_["metadata"]["labels"]["generate.kyverno.io/source-uid"] == source["metadata"]["uid"]
+
+        # a user edits the source: the copy follows
+        edited = {**source, "data": {"v": "2"}}
+        edited = {**cluster.request("PUT", f"/api/v1/namespaces/{source_ns}/configmaps/base", edited), "apiVersion": "v1", "kind": "ConfigMap"}
+        controller.submit(review("UPDATE", edited, {**source, "apiVersion": "v1", "kind": "ConfigMap"}))
+        assert controller.wait_idle()
+        copy_ = get(cluster, "v1", "ConfigMap", target, "copied")
+        assert copy_ is not None and copy_["data"] == {"v": "2"}
+
+        # a user deletes the synchronized copy: it is re-created from its trigger
+        cluster.request("DELETE", f"/api/v1/namespaces/{target}/configmaps/copied")
+        controller.submit(review("DELETE", {}, {**copy_, "apiVersion": "v1", "kind": "ConfigMap"}))
+        assert controller.wait_idle()
+        assert get(cluster, "v1", "ConfigMap", target, "copied") is not None
+
+        # the source is deleted: the trigger's copies go with it
+        cluster.request("DELETE", f"/api/v1/namespaces/{source_ns}/configmaps/base")
+        controller.submit(review("DELETE", {}, edited))
+        assert controller.wait_idle()
+        assert get(cluster, "v1", "ConfigMap", target, "copied") is None
+    finally:
+        controller.stop()
