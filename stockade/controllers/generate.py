@@ -180,14 +180,12 @@ def _target(spec: dict[str, Any]) -> tuple[Any, ...]:
 
 def retargeted_kinds(old: Rule, new: Rule) -> list[tuple[str, str]]:
     """(apiVersion, kind) of the downstream objects a rule update leaves behind: Kyverno unlabels them (they stop
-    being the rule's) when the target (apiVersion, kind, name, namespace, clone source) or the cloneList changed."""
+    being the rule's) when the target (apiVersion, kind, name, namespace, clone source) or the cloneList changed.
+    Only the rule's own target counts: for a changed foreach entry Kyverno looks up the rule-level kind, which a
+    foreach rule does not have, so its old downstream stays the rule's (and goes with the trigger)."""
     old_generate, new_generate = old.generate or {}, new.generate or {}
     kinds: list[tuple[str, str]] = []
-    pairs = [(old_generate, new_generate)]
-    old_foreach = [g for g in old_generate.get("foreach") or [] if isinstance(g, dict)]
-    new_foreach = [g for g in new_generate.get("foreach") or [] if isinstance(g, dict)]
-    pairs += [(o, n) for o in old_foreach for n in new_foreach if o.get("list") == n.get("list")]
-    for before, after in pairs:
+    for before, after in [(old_generate, new_generate)]:
         if _target(before) != _target(after) and before.get("kind"):
             kinds.append((str(before.get("apiVersion") or ""), str(before["kind"])))
         if (before.get("cloneList") or None) != (after.get("cloneList") or None):

@@ -341,3 +341,71 @@ spec:
         assert get(cluster, "v1", "ConfigMap", target, "copied") is None
     finally:
         controller.stop()
+
+
+def foreach_policy(suffix: str, prefix: str, level: str) -> str:
+    return f"""
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: life-each-{suffix}
+spec:
+  rules:
+  - name: per-team
+    match:
+      any:
+      - resources:
+          kinds: [Namespace]
+          selector:
+            matchLabels:
+              life-each: "{suffix}"
+    generate:
+      generateExisting: false
+      synchronize: true
+      foreach:
+      - list: "split(request.object.metadata.annotations.teams, ',')"
+        apiVersion: v1
+        kind: ConfigMap
+        name: "{prefix}-{{{{element}}}}"
+        namespace: "{{{{request.object.metadata.name}}}}"
+        data:
+          data:
+            level: "{level}"
+"""
+
+
+def test_foreach_rule_change_resyncs_data_and_a_retargeted_entry_keeps_its_old_downstream_until_the_trigger_goes(
+    api_client: Any, cluster: ClusterData, namespaces: Callable[..., dict[str, Any]], policy_store: Any, suffix: str
+) -> None:
+    store = policy_store(foreach_policy(suffix, "team", "low"))
+    controller = GenerateController(api_client, store, resync_interval=0)
+    controller.start()
+    try:
+        target = f"life-h-{suffix}"
+        body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": target, "labels": {"life-each": suffix}, "annotations": {"teams": "a,b"}}}
+        trigger = {**cluster.request("POST", "/api/v1/namespaces", body), "apiVersion": "v1", "kind": "Namespace"}
+        controller.submit(review("CREATE", trigger))
+        assert controller.wait_idle()
+        assert all(get(cluster, "v1", "ConfigMap", target, f"team-{t}") is not None for t in "ab")
+
+        rewrite(store, foreach_policy(suffix, "team", "high"))  # data changed: both elements' objects follow
+        assert controller.wait_idle()
+        assert [(get(cluster, "v1", "ConfigMap", target, f"team-{t}") or {}).get("data") for t in "ab"] == [{"level": "high"}] * 2
+
+        rewrite(store, foreach_policy(suffix, "crew", "high"))  # retargeted: new names on the next trigger event
+        assert controller.wait_idle()
+        new, old = relabel(cluster, target, {"life-each": suffix, "touched": "yes"})
+        controller.submit(review("UPDATE", new, old))
+        assert controller.wait_idle()
+        kept = get(cluster, "v1", "ConfigMap", target, "team-a")
+        assert kept is not None and kept["metadata"]["labels"]["generate.kyverno.io/rule-name"] == "per-team"
+        assert get(cluster, "v1", "ConfigMap", target, "crew-a") is not None
+
+        # the trigger stops matching: everything the policy made for it of the rule's kinds goes, old names included
+        new, old = relabel(cluster, target, {})
+        controller.submit(review("UPDATE", new, old))
+        assert controller.wait_idle()
+        assert [get(cluster, "v1", "ConfigMap", target, n) for n in ("team-a", "team-b", "crew-a", "crew-b")] == [None] * 4
+    finally:
+        controller.stop()
+        cluster.request("DELETE", f"/api/v1/namespaces/life-h-{suffix}")
