@@ -324,6 +324,13 @@ def evaluation_enabled(policy: CelPolicy, setting: str) -> bool:
     return bool(value.get("enabled", False)) if isinstance(value, dict) else False
 
 
+def gpol_matches_delete(policy: CelPolicy) -> bool:
+    """Whether a GeneratingPolicy's matchConstraints name the DELETE operation: Kyverno then generates from a deleted
+    trigger instead of deleting its downstream."""
+    rules = (policy.spec.get("matchConstraints") or {}).get("resourceRules") or []
+    return any("DELETE" in (rule.get("operations") or []) for rule in rules if isinstance(rule, dict))
+
+
 def gpol_selector(policy: CelPolicy, trigger_uid: str | None = None) -> str:
     """Finds a GeneratingPolicy's downstream: Kyverno labels them by policy name (and trigger) without a rule name,
     which also keeps a ClusterPolicy of the same name from claiming them."""
@@ -807,15 +814,16 @@ class GenerateController:
         """The policy's single rule response on this trigger, or None when it does not apply."""
         from stockade.celpolicy.request import AdmissionInput
 
-        namespace = str((trigger.get("metadata") or {}).get("namespace") or "")
+        subject = trigger or old
+        namespace = str((subject.get("metadata") or {}).get("namespace") or "")
         namespace_object = None
-        if namespace and trigger.get("kind") != "Namespace":
+        if namespace and subject.get("kind") != "Namespace":
             try:
                 namespace_object = self.cluster.get_object("v1", "Namespace", "", namespace, cached=False)
             except ApiError as exc:
                 log.warning("could not read namespace %s: %s", namespace, exc)
         user = {"username": info.username, "uid": info.uid, "groups": list(info.groups), "extra": dict(info.extra)}
-        request = AdmissionInput(object=trigger, old_object=old or None, operation=operation, user_info=user, namespace_object=namespace_object)
+        request = AdmissionInput(object=trigger or None, old_object=old or None, operation=operation, user_info=user, namespace_object=namespace_object)
         response = evaluator.generate(policy, request, keep_source_uid=True)
         if response is None or not response.rules:
             return None
@@ -1128,14 +1136,19 @@ class GenerateController:
         gpols = self._generating()
         if not gpols:
             return []
-        evaluator = self._cel_evaluator() if event.operation != "DELETE" else None
+        deleting = event.operation == "DELETE"
+        evaluator = self._cel_evaluator() if not deleting or any(gpol_matches_delete(p) for p in gpols) else None
         failures: list[TriggerFailure] = []
         for policy in gpols:
             synchronized = evaluation_enabled(policy, "synchronize")
+            generate_on_delete = deleting and gpol_matches_delete(policy)
             result = None
-            if evaluator is not None:
+            if evaluator is not None and (not deleting or generate_on_delete):
                 try:
-                    result = self._evaluate_gpol(evaluator, policy, trigger, event.operation, event.old_resource, event.info)
+                    if generate_on_delete:  # the DELETE request itself: no object, the deleted one as oldObject
+                        result = self._evaluate_gpol(evaluator, policy, {}, "DELETE", event.old_resource or trigger, event.info)
+                    else:
+                        result = self._evaluate_gpol(evaluator, policy, trigger, event.operation, event.old_resource, event.info)
                 except Exception as exc:  # a compile error in one policy must not stop the others
                     failures.append(TriggerFailure(policy.key, policy.name, event.describe(), f"{type(exc).__name__}: {exc}"))
                     continue
@@ -1145,7 +1158,7 @@ class GenerateController:
                 self._failure_event(policy, result.name, result.message, trigger)
                 continue
             applies = result is not None and result.status == PASS
-            action = trigger_action(event.operation, applies, synchronized)
+            action = trigger_action(event.operation, applies, synchronized, generate_on_delete)
             try:
                 if action == APPLY and result is not None:
                     written = self.apply_gpol_downstream(policy, trigger, result.generated_resources)

@@ -409,3 +409,55 @@ def test_foreach_rule_change_resyncs_data_and_a_retargeted_entry_keeps_its_old_d
     finally:
         controller.stop()
         cluster.request("DELETE", f"/api/v1/namespaces/life-h-{suffix}")
+
+
+def test_generating_policy_matching_delete_generates_from_the_deleted_trigger(
+    api_client: Any, cluster: ClusterData, namespaces: Callable[..., dict[str, Any]], policy_store: Any, suffix: str
+) -> None:
+    text = f"""
+apiVersion: policies.kyverno.io/v1beta1
+kind: GeneratingPolicy
+metadata:
+  name: life-tomb-{suffix}
+spec:
+  evaluation:
+    synchronize:
+      enabled: true
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["DELETE"]
+      resources: ["configmaps"]
+    objectSelector:
+      matchLabels:
+        life-tomb: "{suffix}"
+  generate:
+  - expression: |
+      generator.Apply(oldObject.metadata.namespace, [
+        {{
+          "kind": dyn("ConfigMap"),
+          "apiVersion": dyn("v1"),
+          "metadata": dyn({{"name": dyn("tomb-" + oldObject.metadata.name)}}),
+          "data": dyn({{"was": dyn(oldObject.metadata.name)}})
+        }}
+      ])
+"""
+    controller = GenerateController(api_client, policy_store(text), resync_interval=0)
+    controller.start()
+    try:
+        target = f"life-i-{suffix}"
+        namespaces(target)
+        cm = cluster.request("POST", f"/api/v1/namespaces/{target}/configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gone", "labels": {"life-tomb": suffix}}})
+        cm = {**cm, "apiVersion": "v1", "kind": "ConfigMap"}
+        controller.submit(review("CREATE", cm))
+        assert controller.wait_idle()
+        assert get(cluster, "v1", "ConfigMap", target, "tomb-gone") is None  # CREATE is not among its operations
+        cluster.request("DELETE", f"/api/v1/namespaces/{target}/configmaps/gone")
+        controller.submit(review("DELETE", {}, cm))
+        assert controller.wait_idle()
+        tomb = get(cluster, "v1", "ConfigMap", target, "tomb-gone")
+        assert tomb is not None and tomb["data"] == {"was": "gone"}
+        assert controller.stats.failures == 0
+    finally:
+        controller.stop()
