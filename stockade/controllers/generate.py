@@ -1043,13 +1043,14 @@ class GenerateController:
             self._failure_event(policy, rule.name, POLICY_DOES_NOT_APPLY, trigger)
         for result in results:
             if result.status == PASS:
+                created: list[dict[str, Any]] = []
                 try:
-                    written = self.apply_downstream(policy, rule, result.generated_resources)
+                    self.apply_downstream(policy, rule, result.generated_resources, created)
                 except ApiError as exc:
                     self._failure_event(policy, rule.name, str(exc), trigger)
                     raise
-                if self.events is not None:
-                    for spec in generate_events(policy, rule.name, written):
+                if self.events is not None:  # a re-created downstream object is reported as Kyverno does
+                    for spec in generate_events(policy, rule.name, created):
                         self.events.submit_success(spec)
             elif result.status == ERROR:
                 self._failure_event(policy, rule.name, result.message, trigger)
@@ -1190,9 +1191,11 @@ class GenerateController:
         return stored
 
     # -- downstream objects ----------------------------------------------------------------------------------------
-    def apply_downstream(self, policy: KyvernoPolicy, rule: Rule, generated: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    def apply_downstream(
+        self, policy: KyvernoPolicy, rule: Rule, generated: Iterable[dict[str, Any]], created: list[dict[str, Any]] | None = None
+    ) -> list[dict[str, Any]]:
         """Create missing downstream objects; rewrite drifted ones of synchronized rules. Returns the downstream
-        objects the rule now stands for (created, updated or already in step)."""
+        objects the rule now stands for (created, updated or already in step); ``created`` collects the new ones."""
         server_side = bool(policy.spec.get("useServerSideApply", False))
         handled: list[dict[str, Any]] = []
         for desired in generated:
@@ -1225,6 +1228,8 @@ class GenerateController:
                 try:
                     self.cluster.request("POST", collection_path(resource, namespace), desired)
                     self.stats.created += 1
+                    if created is not None:
+                        created.append(desired)
                     log.info("generated %s %s/%s (policy %s, rule %s)", resource.kind, namespace, name, policy.key, rule.name)
                     continue
                 except ApiError as exc:
@@ -1615,13 +1620,20 @@ class GenerateController:
                     if result.status == ERROR:
                         applied_uids.add(uid)
                         log.warning("policy %s rule %s on %s: %s", policy.key, rule.name, describe_object(trigger), result.message)
+                        self._failure_event(policy, rule.name, result.message, trigger)
                     elif result.status == PASS:
                         applied_uids.add(uid)
+                        created: list[dict[str, Any]] = []
                         try:
-                            self.apply_downstream(policy, rule, result.generated_resources)
+                            self.apply_downstream(policy, rule, result.generated_resources, created)
                         except ApiError as exc:
                             self.stats.failures += 1
                             log.warning("policy %s rule %s on %s: %s", policy.key, rule.name, describe_object(trigger), exc)
+                            self._failure_event(policy, rule.name, str(exc), trigger)
+                            continue
+                        if self.events is not None:  # Kyverno reports the objects a background pass created
+                            for spec in generate_events(policy, rule.name, created):
+                                self.events.submit_success(spec)
             if prune and complete:  # an incomplete listing must not look like vanished triggers
                 try:
                     self.delete_downstream(policy, rule, keep_uids=applied_uids)
