@@ -461,3 +461,55 @@ spec:
         assert controller.stats.failures == 0
     finally:
         controller.stop()
+
+
+def test_namespace_selector_turning_false_leaves_the_downstream_of_a_namespaced_trigger(
+    api_client: Any, cluster: ClusterData, namespaces: Callable[..., dict[str, Any]], policy_store: Any, suffix: str
+) -> None:
+    text = f"""
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: life-nssel-{suffix}
+spec:
+  rules:
+  - name: derive
+    match:
+      any:
+      - resources:
+          kinds: [ConfigMap]
+          names: [seed]
+          namespaceSelector:
+            matchLabels:
+              life-nssel: "{suffix}"
+    generate:
+      apiVersion: v1
+      kind: ConfigMap
+      name: derived
+      namespace: "{{{{request.object.metadata.namespace}}}}"
+      synchronize: true
+      data:
+        data:
+          from: seed
+"""
+    controller = GenerateController(api_client, policy_store(text), resync_interval=0)
+    controller.start()
+    try:
+        target = f"life-j-{suffix}"
+        namespaces(target, {"life-nssel": suffix})
+        seed = cluster.request("POST", f"/api/v1/namespaces/{target}/configmaps", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "seed"}})
+        seed = {**seed, "apiVersion": "v1", "kind": "ConfigMap"}
+        controller.submit(review("CREATE", seed))
+        assert controller.wait_idle()
+        assert get(cluster, "v1", "ConfigMap", target, "derived") is not None
+
+        relabel(cluster, target, {})  # the namespace selector no longer holds; no trigger event for that
+        edited = {**cluster.request("PUT", f"/api/v1/namespaces/{target}/configmaps/seed", {**seed, "data": {"x": "y"}}), "apiVersion": "v1", "kind": "ConfigMap"}
+        controller.submit(review("UPDATE", edited, seed))
+        assert controller.wait_idle()
+        # Kyverno judges old and new object with today's namespace labels: neither matches, the downstream stays
+        assert get(cluster, "v1", "ConfigMap", target, "derived") is not None
+        controller.resync()  # the periodic pass never deletes either
+        assert get(cluster, "v1", "ConfigMap", target, "derived") is not None
+    finally:
+        controller.stop()
