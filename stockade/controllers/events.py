@@ -47,6 +47,7 @@ log = logging.getLogger("stockade.events")
 REASON_POLICY_VIOLATION = "PolicyViolation"
 REASON_POLICY_APPLIED = "PolicyApplied"
 REASON_POLICY_SKIPPED = "PolicySkipped"
+REASON_POLICY_ERROR = "PolicyError"
 ACTION_BLOCKED = "Resource Blocked"
 ACTION_PASSED = "Resource Passed"
 ACTION_MUTATED = "Resource Mutated"
@@ -353,6 +354,30 @@ def generate_events(policy: Any, rule_name: str, generated: list[dict[str, Any]]
             )
         )
     return events
+
+
+def generate_failure_event(policy: Any, rule_name: str, error: str, trigger: Mapping[str, Any], *, trigger_api_version: bool = False) -> EventSpec:
+    """Kyverno's Warning after a generate rule (or GeneratingPolicy) failed for a trigger in the background: on the
+    policy (apiVersion written as kyverno.io/v1, as Kyverno does), reason PolicyError, "policy <name>/<rule> error:
+    <error>" ("policy <name> error: ..." without a rule), the trigger as related object (kind, namespace, name)."""
+    policy_ref = dict(_policy_reference(policy))
+    policy_ref["apiVersion"] = "kyverno.io/v1"
+    regarding = tuple((k, policy_ref[k]) for k in ("apiVersion", "kind", "name", "namespace", "uid") if policy_ref.get(k))
+    name = str(getattr(policy, "name", "") or "")
+    message = f"policy {name}/{rule_name} error: {error}" if rule_name else f"policy {name} error: {error}"
+    # Kyverno names a ClusterPolicy/Policy trigger by kind, namespace and name; a GeneratingPolicy's also by apiVersion
+    kept = ("apiVersion", "kind", "namespace", "name") if trigger_api_version else ("kind", "namespace", "name")
+    related = tuple((k, v) for k, v in object_reference(trigger) if k in kept)
+    return EventSpec(
+        namespace=str(getattr(policy, "namespace", "") or "") or CLUSTER_EVENT_NAMESPACE,
+        regarding=regarding,
+        reason=REASON_POLICY_ERROR,
+        message=_truncate(message),
+        type="Warning",
+        action=ACTION_NONE,
+        related=related,
+        source=SOURCE_GENERATE,
+    )
 
 
 @dataclass

@@ -20,6 +20,46 @@ Kyverno's background controller does:
 downstream of this trigger is left alone, never adopted.
 
 Work never crashes the thread: failures are logged with policy, rule and resource and retried with backoff.
+
+The lifecycle, event by event (Kyverno 1.19's policy controller, webhook generation handler and background generate
+controller; "sync" = ``synchronize: true``, "orphan" = ``orphanDownstreamOnPolicyDelete``; every downstream object
+carries ``app.kubernetes.io/managed-by: kyverno``, ``generate.kyverno.io/policy-name|policy-namespace|rule-name`` and
+``trigger-group|version|kind|namespace|uid``; a copy also ``clone-source`` and ``source-group|version|kind|namespace|uid``):
+
+=============================  ==============================================================================================
+event                          what happens
+=============================  ==============================================================================================
+policy created                 generateExisting rules run on every existing trigger (create only what is missing; nosync
+                               leaves existing targets alone); sync data rules re-apply to triggers that have downstream
+policy spec changed            a removed rule, sync and not orphan: its downstream (data, clone, cloneList, foreach kinds) is
+                               deleted [deviation: a removed *clone* rule keeps its copies while the policy stays, as the
+                               suite's cpol-clone-sync-delete-rule expects]; no rule removed: a rule whose target (kind,
+                               name, namespace, clone source) or cloneList changed has its old downstream unlabelled (left in
+                               place, no longer managed); then every sync *data* rule is re-applied to each trigger named by
+                               its downstream labels (changed data, removed list elements reach them; a trigger it no longer
+                               applies to keeps them and yields a PolicyError Event); then generateExisting for changed rules
+policy deleted                 sync and not orphan: all downstream of the rule deleted; orphan or nosync: left in place
+trigger CREATE/UPDATE, passes  the rule applies: missing targets created (sync or not); sync: drifted targets rewritten
+trigger UPDATE, fails          (``no_longer_applies``: new object does not match but the old did, or new fails preconditions
+                               the old passed) sync: the trigger's downstream of the rule's kinds deleted; nosync: nothing
+trigger UPDATE, never matched  nothing (neither object matched, or both failed preconditions): downstream stays, also when it
+                               came from an earlier match (namespace labels changed, policy changed)
+trigger DELETE                 the old object matches the rule (operations included) and sync: downstream deleted by policy
+                               + trigger labels (any rule of the policy, the rule's kinds); a rule matching DELETE generates
+downstream edited / deleted    sync: re-applied from the trigger named by its labels (reverted / re-created), unless the
+                               object itself matches the rule; nosync: left alone (a later trigger UPDATE re-creates a
+                               missing target, never rewrites one)
+clone source edited            sync: every copy naming it by source-uid is re-applied from its trigger
+clone source deleted           sync: the trigger's downstream of the rule's kinds is deleted (cloneList: all its copies)
+generate fails                 (clone source missing, API error, rule error, no longer applies when re-applied) a Warning
+                               Event, reason PolicyError, on the policy: "policy <name>/<rule> error: <error>", related
+                               to the trigger; the work is retried with backoff
+periodic resync                sync data rules re-applied as on a policy change; sync/generateExisting rules applied to
+                               existing triggers to catch up on missed events; nothing is ever deleted by it
+GeneratingPolicy               same cells with spec.evaluation.synchronize / orphanDownstreamOnPolicyDelete /
+                               generateExisting; a sync policy's change re-applies it to every trigger and deletes what it
+                               no longer produces; an UPDATE whose trigger no longer matches deletes its downstream
+=============================  ==============================================================================================
 """
 
 from __future__ import annotations
@@ -52,7 +92,7 @@ from stockade.controllers.clusterdata import (
     resources_for_rules,
 )
 from stockade.controllers.downstreamwatch import DownstreamWatcher
-from stockade.controllers.events import generate_events
+from stockade.controllers.events import generate_events, generate_failure_event
 from stockade.controllers.mutateexisting import MutateExisting, TriggerFailure
 from stockade.controllers.reports import submit_rule_result
 from stockade.engine.engine import Engine, Request
@@ -76,6 +116,11 @@ TRIGGER_GROUP_LABEL = "generate.kyverno.io/trigger-group"
 TRIGGER_VERSION_LABEL = "generate.kyverno.io/trigger-version"
 TRIGGER_NAME_LABEL = "generate.kyverno.io/trigger-name"
 SOURCE_UID_LABEL = "generate.kyverno.io/source-uid"
+SOURCE_GROUP_LABEL = "generate.kyverno.io/source-group"
+SOURCE_VERSION_LABEL = "generate.kyverno.io/source-version"
+SOURCE_KIND_LABEL = "generate.kyverno.io/source-kind"
+SOURCE_NAMESPACE_LABEL = "generate.kyverno.io/source-namespace"
+CLONE_SOURCE_LABEL = "generate.kyverno.io/clone-source"
 GENERATING_POLICY_KINDS = ("GeneratingPolicy", "NamespacedGeneratingPolicy")
 FIELD_MANAGER = "stockade-generate"
 SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
@@ -83,6 +128,7 @@ PENDING_BACKOFF_SECONDS = 0.02  # first re-check of a trigger whose admission is
 PENDING_ATTEMPTS = 12
 
 APPLY = "apply"
+POLICY_DOES_NOT_APPLY = "policy does not apply to resource"  # Kyverno's error when a regenerated trigger no longer matches
 DELETE = "delete"
 NOTHING = "none"
 
@@ -135,14 +181,12 @@ def _target(spec: dict[str, Any]) -> tuple[Any, ...]:
 
 def retargeted_kinds(old: Rule, new: Rule) -> list[tuple[str, str]]:
     """(apiVersion, kind) of the downstream objects a rule update leaves behind: Kyverno unlabels them (they stop
-    being the rule's) when the target (apiVersion, kind, name, namespace, clone source) or the cloneList changed."""
+    being the rule's) when the target (apiVersion, kind, name, namespace, clone source) or the cloneList changed.
+    Only the rule's own target counts: for a changed foreach entry Kyverno looks up the rule-level kind, which a
+    foreach rule does not have, so its old downstream stays the rule's (and goes with the trigger)."""
     old_generate, new_generate = old.generate or {}, new.generate or {}
     kinds: list[tuple[str, str]] = []
-    pairs = [(old_generate, new_generate)]
-    old_foreach = [g for g in old_generate.get("foreach") or [] if isinstance(g, dict)]
-    new_foreach = [g for g in new_generate.get("foreach") or [] if isinstance(g, dict)]
-    pairs += [(o, n) for o in old_foreach for n in new_foreach if o.get("list") == n.get("list")]
-    for before, after in pairs:
+    for before, after in [(old_generate, new_generate)]:
         if _target(before) != _target(after) and before.get("kind"):
             kinds.append((str(before.get("apiVersion") or ""), str(before["kind"])))
         if (before.get("cloneList") or None) != (after.get("cloneList") or None):
@@ -188,9 +232,10 @@ def skips_background_requests(rule: Rule) -> bool:
 def trigger_action(operation: str, rule_applies: bool, synchronized: bool, generate_on_delete: bool = False) -> str:
     """What a trigger event does to one rule's downstream objects.
 
-    CREATE/UPDATE of a matching trigger applies the rule; an UPDATE after which the trigger no longer matches (or
-    its preconditions fail) and a DELETE of the trigger remove synchronized downstream objects; otherwise nothing.
-    A rule matching the DELETE operation generates from the deleted trigger instead."""
+    CREATE/UPDATE of a matching trigger applies the rule; with ``synchronized`` (the rule synchronizes *and* the
+    trigger matched it before: ``no_longer_applies`` for an UPDATE, the old object matching for a DELETE) an UPDATE
+    that no longer applies and a DELETE remove the trigger's downstream objects; otherwise nothing.  A rule matching
+    the DELETE operation generates from the deleted trigger instead."""
     if operation == "DELETE" and generate_on_delete:
         return APPLY if rule_applies else NOTHING
     if operation in ("CREATE", "UPDATE") and rule_applies:
@@ -198,6 +243,15 @@ def trigger_action(operation: str, rule_applies: bool, synchronized: bool, gener
     if operation in ("UPDATE", "DELETE") and synchronized:
         return DELETE
     return NOTHING
+
+
+def no_longer_applies(new_result: Any, old_result: Any) -> bool:
+    """Kyverno's "fail" verdict for an UPDATE of a synchronized rule's trigger, which deletes its downstream: the new
+    object does not match the rule but the old one did, or the new one matches but fails the preconditions the old one
+    passed.  When neither matched (or both failed the preconditions) nothing happens: the downstream stays."""
+    if new_result is None:
+        return old_result is not None
+    return new_result.status != PASS and new_result.status != ERROR and old_result is not None and old_result.status == PASS
 
 
 def should_update(desired: dict[str, Any], current: dict[str, Any], synchronized: bool) -> bool:
@@ -234,6 +288,16 @@ def _contains(actual: Any, wanted: Any) -> bool:
     return actual == wanted or (isinstance(wanted, (int, float)) and not isinstance(wanted, bool) and actual == wanted)
 
 
+def data_kinds(rule: Rule) -> list[tuple[str, str]]:
+    """(apiVersion, kind) of the ``data`` targets of a rule (its own and its foreach entries'), without variables."""
+    generate = rule.generate or {}
+    kinds: list[tuple[str, str]] = []
+    for spec in [generate, *[g for g in generate.get("foreach") or [] if isinstance(g, dict)]]:
+        if spec.get("data") is not None and spec.get("kind") and "{{" not in str(spec["kind"]):
+            kinds.append((str(spec.get("apiVersion") or ""), str(spec["kind"])))
+    return list(dict.fromkeys(kinds))
+
+
 def downstream_kinds(rule: Rule) -> list[tuple[str, str]]:
     """(apiVersion, kind) of everything a generate rule can produce, to find its downstream objects by label."""
     generate = rule.generate or {}
@@ -259,6 +323,13 @@ def evaluation_enabled(policy: CelPolicy, setting: str) -> bool:
     evaluation = policy.spec.get("evaluation")
     value = evaluation.get(setting) if isinstance(evaluation, dict) else None
     return bool(value.get("enabled", False)) if isinstance(value, dict) else False
+
+
+def gpol_matches_delete(policy: CelPolicy) -> bool:
+    """Whether a GeneratingPolicy's matchConstraints name the DELETE operation: Kyverno then generates from a deleted
+    trigger instead of deleting its downstream."""
+    rules = (policy.spec.get("matchConstraints") or {}).get("resourceRules") or []
+    return any("DELETE" in (rule.get("operations") or []) for rule in rules if isinstance(rule, dict))
 
 
 def gpol_selector(policy: CelPolicy, trigger_uid: str | None = None) -> str:
@@ -744,15 +815,16 @@ class GenerateController:
         """The policy's single rule response on this trigger, or None when it does not apply."""
         from stockade.celpolicy.request import AdmissionInput
 
-        namespace = str((trigger.get("metadata") or {}).get("namespace") or "")
+        subject = trigger or old
+        namespace = str((subject.get("metadata") or {}).get("namespace") or "")
         namespace_object = None
-        if namespace and trigger.get("kind") != "Namespace":
+        if namespace and subject.get("kind") != "Namespace":
             try:
                 namespace_object = self.cluster.get_object("v1", "Namespace", "", namespace, cached=False)
             except KubeError as exc:
                 log.warning("could not read namespace %s: %s", namespace, exc)
         user = {"username": info.username, "uid": info.uid, "groups": list(info.groups), "extra": dict(info.extra)}
-        request = AdmissionInput(object=trigger, old_object=old or None, operation=operation, user_info=user, namespace_object=namespace_object)
+        request = AdmissionInput(object=trigger or None, old_object=old or None, operation=operation, user_info=user, namespace_object=namespace_object)
         placement = GeneratedPlacement(cluster=True, report_only=False, kind_namespaced=self.cluster.kind_namespaced)
         response = evaluator.generate(policy, request, keep_source_uid=True, placement=placement)
         if response is None or not response.rules:
@@ -782,6 +854,20 @@ class GenerateController:
         pctx = engine.policy_context(policy, request)
         pctx.old_resource = {} if operation != "DELETE" else pctx.old_resource
         return engine.generate(pctx)
+
+    def _old_responses(self, engine: Engine, policy: KyvernoPolicy, event: TriggerEvent) -> dict[str, Any]:
+        """The policy's generate rules judged on the object before an UPDATE (did the trigger match before?)."""
+        try:
+            response = self._evaluate(engine, policy, event.old_resource, "UPDATE", event.info, event.gvk)
+        except Exception as exc:
+            log.warning("evaluating policy %s on the old %s failed: %s", policy.key, event.describe(), exc)
+            return {}
+        return {r.name: r for r in response.rules}
+
+    def _failure_event(self, policy: KyvernoPolicy | CelPolicy, rule_name: str, error: str, trigger: dict[str, Any]) -> None:
+        """Kyverno's PolicyError Warning on the policy, naming the trigger, after background generation failed."""
+        if self.events is not None and trigger:
+            self.events.submit(generate_failure_event(policy, rule_name, error, trigger, trigger_api_version=isinstance(policy, CelPolicy)))
 
     # -- trigger events --------------------------------------------------------------------------------------------
     def process_event(self, event: TriggerEvent) -> list[TriggerFailure]:
@@ -818,18 +904,29 @@ class GenerateController:
                     continue
                 policy = policy.with_rules(list(rules.values()))
             responses: dict[str, Any] = {}
+            old_responses: dict[str, Any] | None = None
             deleting = {name for name, rule in rules.items() if event.operation == "DELETE" and matches_delete_operation(rule)}
-            if (event.operation != "DELETE" or deleting) and engine is not None:
-                # a deleted trigger is evaluated as the DELETE request (request.object reads the old object)
+            if engine is not None and (event.operation != "DELETE" or deleting or any(synchronize(r) for r in rules.values())):
+                # a deleted trigger is evaluated as the DELETE request (request.object reads the old object): a rule
+                # answers only when the old object matches it, which is when Kyverno cleans up after it
                 response = self._evaluate(engine, policy, trigger, event.operation, event.info, event.gvk)
                 responses = {r.name: r for r in response.rules}
             for name, rule in rules.items():
                 result = responses.get(name)
-                if result is not None and result.status == ERROR:
+                if result is not None and result.status == ERROR and (event.operation != "DELETE" or name in deleting):
                     failures.append(TriggerFailure(policy.key, name, event.describe(), result.message))
+                    self._failure_event(policy, name, result.message, trigger)
                     continue
                 applies = result is not None and result.status == PASS
-                action = trigger_action(event.operation, applies, synchronize(rule), name in deleting)
+                if event.operation == "DELETE":
+                    matched_before = result is not None
+                elif event.operation == "UPDATE" and not applies and synchronize(rule) and event.old_resource and engine is not None:
+                    if old_responses is None:
+                        old_responses = self._old_responses(engine, policy, event)
+                    matched_before = no_longer_applies(result, old_responses.get(name))
+                else:
+                    matched_before = False
+                action = trigger_action(event.operation, applies, synchronize(rule) and matched_before, name in deleting)
                 try:
                     if action == APPLY and result is not None:
                         written = self.apply_downstream(policy, rule, result.generated_resources)
@@ -842,8 +939,10 @@ class GenerateController:
                         self.delete_downstream(policy, rule, trigger_uid=uid)
                 except KubeError as exc:
                     failures.append(TriggerFailure(policy.key, name, event.describe(), str(exc)))
+                    self._failure_event(policy, name, str(exc), trigger)
         if engine is not None and event.operation in ("UPDATE", "DELETE") and event.old_resource:
-            failures.extend(self._process_non_trigger(engine, policies, event))
+            if not own_request:  # Kyverno ignores its own background writes to downstream objects and sources
+                failures.extend(self._process_non_trigger(engine, policies, event))
         if event.cel:
             failures.extend(self._process_gpol_event(event, trigger, uid))
         failures.extend(self.mutate_existing.process(mutating, event.operation, trigger, event.old_resource, event.info, event.gvk))
@@ -913,7 +1012,8 @@ class GenerateController:
                 continue  # the source is also the rule's trigger: its trigger handling decided
             try:
                 if event.operation == "DELETE":
-                    self._delete_object(copy_)
+                    # Kyverno cleans up after the trigger: everything the policy produced for it of the rule's kinds
+                    self.delete_downstream(policy, rule, trigger_uid=origin.trigger_uid)
                 else:
                     self._regenerate_for(engine, policy, rule, origin)
             except KubeError as exc:
@@ -939,9 +1039,22 @@ class GenerateController:
         if trigger is None or (trigger.get("metadata") or {}).get("deletionTimestamp"):
             return  # the trigger is gone: its own DELETE cleans up
         response = self._evaluate(engine, policy.with_rules([rule]), trigger, "CREATE", RequestInfo(), None)
-        for result in response.rules:
-            if result.name == rule.name and result.status == PASS:
-                self.apply_downstream(policy, rule, result.generated_resources)
+        results = [result for result in response.rules if result.name == rule.name]
+        if not results:  # Kyverno's UpdateRequest fails: the policy no longer applies to the trigger
+            self._failure_event(policy, rule.name, POLICY_DOES_NOT_APPLY, trigger)
+        for result in results:
+            if result.status == PASS:
+                created: list[dict[str, Any]] = []
+                try:
+                    self.apply_downstream(policy, rule, result.generated_resources, created)
+                except KubeError as exc:
+                    self._failure_event(policy, rule.name, str(exc), trigger)
+                    raise
+                if self.events is not None:  # a re-created downstream object is reported as Kyverno does
+                    for spec in generate_events(policy, rule.name, created):
+                        self.events.submit_success(spec)
+            elif result.status == ERROR:
+                self._failure_event(policy, rule.name, result.message, trigger)
 
     def _delete_copies(self, policy: KyvernoPolicy, rule: Rule, source: dict[str, Any], *, every_target: bool) -> None:
         """The downstream objects a rule copied from a deleted source (all of a single-source clone rule; the
@@ -1025,23 +1138,29 @@ class GenerateController:
         gpols = self._generating()
         if not gpols:
             return []
-        evaluator = self._cel_evaluator() if event.operation != "DELETE" else None
+        deleting = event.operation == "DELETE"
+        evaluator = self._cel_evaluator() if not deleting or any(gpol_matches_delete(p) for p in gpols) else None
         failures: list[TriggerFailure] = []
         for policy in gpols:
             synchronized = evaluation_enabled(policy, "synchronize")
+            generate_on_delete = deleting and gpol_matches_delete(policy)
             result = None
-            if evaluator is not None:
+            if evaluator is not None and (not deleting or generate_on_delete):
                 try:
-                    result = self._evaluate_gpol(evaluator, policy, trigger, event.operation, event.old_resource, event.info)
+                    if generate_on_delete:  # the DELETE request itself: no object, the deleted one as oldObject
+                        result = self._evaluate_gpol(evaluator, policy, {}, "DELETE", event.old_resource or trigger, event.info)
+                    else:
+                        result = self._evaluate_gpol(evaluator, policy, trigger, event.operation, event.old_resource, event.info)
                 except Exception as exc:  # a compile error in one policy must not stop the others
                     failures.append(TriggerFailure(policy.key, policy.name, event.describe(), f"{type(exc).__name__}: {exc}"))
                     continue
             if result is not None and result.status == ERROR:
                 self._report_gpol(policy, trigger, result)
                 failures.append(TriggerFailure(policy.key, policy.name, event.describe(), result.message))
+                self._failure_event(policy, result.name, result.message, trigger)
                 continue
             applies = result is not None and result.status == PASS
-            action = trigger_action(event.operation, applies, synchronized)
+            action = trigger_action(event.operation, applies, synchronized, generate_on_delete)
             try:
                 if action == APPLY and result is not None:
                     written = self.apply_gpol_downstream(policy, trigger, result.generated_resources)
@@ -1054,6 +1173,7 @@ class GenerateController:
             except KubeError as exc:
                 if result is not None:  # Kyverno's generator writes during evaluation: a failed write is the rule's error
                     self._report_gpol(policy, trigger, dataclasses.replace(result, status=ERROR, message=f"failed to generate resources: {exc}", generated_resources=[]))
+                    self._failure_event(policy, result.name, f"failed to generate resources: {exc}", trigger)
                 failures.append(TriggerFailure(policy.key, policy.name, event.describe(), str(exc)))
         return failures
 
@@ -1072,9 +1192,11 @@ class GenerateController:
         return stored
 
     # -- downstream objects ----------------------------------------------------------------------------------------
-    def apply_downstream(self, policy: KyvernoPolicy, rule: Rule, generated: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    def apply_downstream(
+        self, policy: KyvernoPolicy, rule: Rule, generated: Iterable[dict[str, Any]], created: list[dict[str, Any]] | None = None
+    ) -> list[dict[str, Any]]:
         """Create missing downstream objects; rewrite drifted ones of synchronized rules. Returns the downstream
-        objects the rule now stands for (created, updated or already in step)."""
+        objects the rule now stands for (created, updated or already in step); ``created`` collects the new ones."""
         server_side = bool(policy.spec.get("useServerSideApply", False))
         handled: list[dict[str, Any]] = []
         for desired in generated:
@@ -1107,6 +1229,8 @@ class GenerateController:
                 try:
                     self.cluster.request("POST", collection_path(resource, namespace), desired)
                     self.stats.created += 1
+                    if created is not None:
+                        created.append(desired)
                     log.info("generated %s %s/%s (policy %s, rule %s)", resource.kind, namespace, name, policy.key, rule.name)
                     continue
                 except (AlreadyExists, Conflict):  # created meanwhile
@@ -1119,7 +1243,40 @@ class GenerateController:
             self.cluster.request("PUT", path, desired)
             self.stats.updated += 1
             log.info("synchronized %s %s/%s (policy %s, rule %s)", resource.kind, namespace, name, policy.key, rule.name)
+        for desired in handled:
+            self._tag_clone_source(rule, desired)
         return handled
+
+    def _tag_clone_source(self, rule: Rule, copy_: dict[str, Any]) -> None:
+        """Kyverno labels a clone source ``generate.kyverno.io/clone-source: ""`` when it copies it, which is how a
+        later change of the source is recognised.  The copy names its source by kind, namespace and uid; the name is
+        the rule's clone name or, for cloneList, the copy's own."""
+        labels = (copy_.get("metadata") or {}).get("labels") or {}
+        uid = str(labels.get(SOURCE_UID_LABEL) or "")
+        if not uid:
+            return
+        group, version = str(labels.get(SOURCE_GROUP_LABEL) or ""), str(labels.get(SOURCE_VERSION_LABEL) or "")
+        api_version, kind = (f"{group}/{version}" if group else version), str(labels.get(SOURCE_KIND_LABEL) or copy_.get("kind") or "")
+        namespace = str(labels.get(SOURCE_NAMESPACE_LABEL) or "")
+        names = [str((copy_.get("metadata") or {}).get("name") or "")]
+        generate = rule.generate or {}
+        for spec in [generate, *[g for g in generate.get("foreach") or [] if isinstance(g, dict)]]:
+            clone = spec.get("clone")
+            clone_name = str(clone.get("name") or "") if isinstance(clone, dict) else ""
+            if clone_name and "{{" not in clone_name:
+                names.insert(0, clone_name)
+        try:
+            source = next((c for c in (self.cluster.get_object(api_version or "v1", kind, namespace, n, cached=False) for n in names if n) if c and (c.get("metadata") or {}).get("uid") == uid), None)
+            if source is None:
+                source = next((c for c in self.cluster.list_objects(api_version or "v1", kind, namespace, cached=False) if (c.get("metadata") or {}).get("uid") == uid), None)
+            if source is None or CLONE_SOURCE_LABEL in ((source.get("metadata") or {}).get("labels") or {}):
+                return
+            source.setdefault("metadata", {}).setdefault("labels", {})[CLONE_SOURCE_LABEL] = ""
+            resource = self.cluster.resolve_kind(str(source.get("apiVersion") or ""), str(source.get("kind") or ""))
+            if resource is not None:
+                self.cluster.request("PUT", object_path(resource, namespace, str(source["metadata"].get("name") or "")), source)
+        except KubeError as exc:  # as in Kyverno, a source that cannot be labelled does not fail the generation
+            log.warning("labelling clone source %s %s/%s failed: %s", kind, namespace, uid, exc)
 
     def apply_gpol_downstream(self, policy: CelPolicy, trigger: dict[str, Any], generated: Iterable[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
         """Create (or, synchronized, bring back in step) what a GeneratingPolicy produced for one trigger; returns
@@ -1207,7 +1364,9 @@ class GenerateController:
         return deleted
 
     def find_downstream(self, policy_name: str, policy_namespace: str, rule: Rule, trigger_uid: str | None = None) -> list[dict[str, Any]]:
-        selector = label_selector(downstream_selector(policy_name, policy_namespace, rule.name, trigger_uid))
+        """A rule's downstream objects of the kinds it produces; for one trigger, Kyverno's per-trigger cleanup
+        selects by policy and trigger only (any rule of the policy that produced those kinds for that trigger)."""
+        selector = label_selector(downstream_selector(policy_name, policy_namespace, rule.name if trigger_uid is None else None, trigger_uid))
         found: list[dict[str, Any]] = []
         for api_version, kind in downstream_kinds(rule):
             try:
@@ -1296,6 +1455,10 @@ class GenerateController:
                         kinds = retargeted_kinds(old_rules[name], rule)
                         if kinds:
                             self._unlabel_downstream(policy, old_rules[name], kinds, keep=current_targets(rule))
+            previous_policy = previous.get(key, (None, {}))[0]
+            if previous_policy is None or previous_policy.raw.get("spec") != policy.raw.get("spec"):
+                # a new or changed policy brings the data of its synchronized rules to their downstream objects
+                self._sync_data_downstream(policy, list(rules.values()))
             wanted = [rule for name, rule in rules.items() if generate_existing(policy, rule) and (name not in old_rules or old_rules[name].raw != rule.raw)]
             if wanted:
                 self._apply_to_existing(policy, wanted, prune=False)
@@ -1333,12 +1496,46 @@ class GenerateController:
         if self._known_rules is None:
             self.reconcile_policies()
         for policy in self._policies():
-            rules = [rule for rule in generate_rules(policy).values() if synchronize(rule)]
-            if rules:
-                self._apply_to_existing(policy, rules, prune=True)
+            rules = list(generate_rules(policy).values())
+            self._sync_data_downstream(policy, rules)
+            # a catch-up for trigger events this process never saw; like Kyverno's periodic pass it never deletes
+            # downstream objects (a trigger that stopped matching keeps them)
+            caught_up = [rule for rule in rules if synchronize(rule) or generate_existing(policy, rule)]
+            if caught_up:
+                self._apply_to_existing(policy, caught_up, prune=False)
         for gpol in self._generating():
             if evaluation_enabled(gpol, "synchronize"):
                 self._apply_gpol_to_existing(gpol, prune=True)
+
+    def _sync_data_downstream(self, policy: KyvernoPolicy, rules: list[Rule]) -> None:
+        """Kyverno's policy-event pass over synchronized data rules: every trigger that has downstream objects of
+        such a rule (found by their labels) gets the rule applied again, so a changed ``data`` reaches them; a trigger
+        the rule no longer applies to keeps them and the policy gets a PolicyError Event."""
+        engine: Engine | None = None
+        for rule in rules:
+            kinds = data_kinds(rule)
+            if not synchronize(rule) or not kinds:
+                continue
+            selector = label_selector(downstream_selector(policy.name, policy.namespace, rule.name))
+            origins: dict[str, DownstreamOrigin] = {}
+            for api_version, kind in kinds:
+                try:
+                    found = self.cluster.list_objects(api_version, kind, "", label_selector=selector, cached=False)
+                except KubeError as exc:
+                    if exc.status != 404:
+                        log.warning("listing downstream of policy %s rule %s failed: %s", policy.key, rule.name, exc)
+                    continue
+                for obj in found:
+                    origin = downstream_origin(obj)
+                    if origin is not None and origin.trigger_uid:
+                        origins.setdefault(origin.trigger_uid, origin)
+            for origin in origins.values():
+                engine = engine or self._engine()
+                try:
+                    self._regenerate_for(engine, policy, rule, origin)
+                except KubeError as exc:
+                    self.stats.failures += 1
+                    log.warning("synchronizing policy %s rule %s for trigger %s failed: %s", policy.key, rule.name, origin.trigger_uid, exc)
 
     def _apply_gpol_to_existing(self, policy: CelPolicy, *, prune: bool, drop_stale: bool = False) -> None:
         """A GeneratingPolicy over every existing trigger (as CREATE requests, like Kyverno's background pass); with
@@ -1417,13 +1614,20 @@ class GenerateController:
                     if result.status == ERROR:
                         applied_uids.add(uid)
                         log.warning("policy %s rule %s on %s: %s", policy.key, rule.name, describe_object(trigger), result.message)
+                        self._failure_event(policy, rule.name, result.message, trigger)
                     elif result.status == PASS:
                         applied_uids.add(uid)
+                        created: list[dict[str, Any]] = []
                         try:
-                            self.apply_downstream(policy, rule, result.generated_resources)
+                            self.apply_downstream(policy, rule, result.generated_resources, created)
                         except KubeError as exc:
                             self.stats.failures += 1
                             log.warning("policy %s rule %s on %s: %s", policy.key, rule.name, describe_object(trigger), exc)
+                            self._failure_event(policy, rule.name, str(exc), trigger)
+                            continue
+                        if self.events is not None:  # Kyverno reports the objects a background pass created
+                            for spec in generate_events(policy, rule.name, created):
+                                self.events.submit_success(spec)
             if prune and complete:  # an incomplete listing must not look like vanished triggers
                 try:
                     self.delete_downstream(policy, rule, keep_uids=applied_uids)

@@ -450,10 +450,13 @@ def forced_ignore(document: Document) -> Document:
     spec = document.data.get("spec")
     if api_group(document.api_version) not in (KYVERNO_GROUP, CEL_POLICY_GROUP) or document.kind not in _FAILURE_POLICY_KINDS or not isinstance(spec, dict):
         return document
-    forced_spec = {**spec, "failurePolicy": "Ignore"}
     configuration = spec.get("webhookConfiguration")
     if isinstance(configuration, dict) and "failurePolicy" in configuration:
-        forced_spec["webhookConfiguration"] = {**configuration, "failurePolicy": "Ignore"}
+        # the policy states its failure policy where Kyverno wants it: forced there only, since the deprecated
+        # spec.failurePolicy beside it would make the policy invalid (and never Ready)
+        forced_spec = {**spec, "webhookConfiguration": {**configuration, "failurePolicy": "Ignore"}}
+    else:
+        forced_spec = {**spec, "failurePolicy": "Ignore"}
     return dataclasses.replace(document, data={**document.data, "spec": forced_spec})  # keeps a source's subclass
 
 

@@ -100,3 +100,29 @@ def test_the_source_documents_are_not_changed_and_an_unchanged_policy_is_not_cop
     assert all(isinstance(d, ClusterDocument) and d.version == "v1" for d in first.documents)  # status write-back needs them
     second = policies.load()
     assert all(a is b for a, b in zip(first.documents, second.documents))
+
+
+def test_a_policy_stating_webhook_configuration_failure_policy_stays_valid_and_ready(tmp_path: Path) -> None:
+    """Kyverno's current form (webhookConfiguration.failurePolicy): forcing Ignore must not add the deprecated
+    spec.failurePolicy beside it, which the policy checks refuse (the policy would never become Ready)."""
+    (tmp_path / "p.yaml").write_text(
+        """
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: add-labels}
+spec:
+  webhookConfiguration: {failurePolicy: Fail}
+  rules:
+  - name: add-labels
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    mutate:
+      patchStrategicMerge: {metadata: {labels: {foo: bar}}}
+"""
+    )
+    snapshot = PolicyStore([str(tmp_path)], force_failure_policy_ignore=True).load()
+    assert snapshot.errors == {}
+    [document] = [d for d in snapshot.documents if d.kind == "ClusterPolicy"]
+    assert document.data["spec"]["webhookConfiguration"]["failurePolicy"] == "Ignore"
+    assert "failurePolicy" not in document.data["spec"]
+    assert [p.name for p in snapshot.evaluator.policies_for(FAILURE_POLICY_IGNORE)] == ["add-labels"]
+    assert snapshot.evaluator.policies_for(FAILURE_POLICY_FAIL) == []
