@@ -16,8 +16,8 @@ FROM python:3.11-slim
 LABEL org.opencontainers.image.title="stockade" \
       org.opencontainers.image.description="Kyverno-compatible policy engine and admission webhook"
 COPY --from=build /opt/stockade /opt/stockade
-# git: `stockade images controller` commits ImageUpdateAutomation changes with the git CLI
-RUN apt-get update && apt-get install -y --no-install-recommends git ca-certificates openssh-client \
+# git: `stockade images controller` commits ImageUpdateAutomation changes with the git CLI (ssh for ssh://, gpg signs commits)
+RUN apt-get update && apt-get install -y --no-install-recommends git ca-certificates openssh-client gnupg \
  && rm -rf /var/lib/apt/lists/*
 ENV PATH=/opt/stockade/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \

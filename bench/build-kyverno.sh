@@ -5,7 +5,8 @@
 # replace directives, which rule out `go install`), built, and the binaries are cached under .cache/bin with a
 # stamp (version + Go version); a rebuild happens only when either changes.
 #
-# Usage: bench/build-kyverno.sh
+# Usage: bench/build-kyverno.sh [TARGET...]   targets: kyverno kubectl-kyverno (default), background-controller,
+#        reports-controller (the peers of bench/bench_cluster_scale.py)
 # Env:   KYVERNO_VERSION (default v1.19.1)
 #        STOCKADE_KYVERNO_PREBUILT=DIR  reuse kyverno/kubectl-kyverno binaries already built from that version in DIR
 #        STOCKADE_BUILD_PARALLELISM (default 2) limits concurrent compile jobs.
@@ -24,7 +25,7 @@ if ! command -v go >/dev/null 2>&1; then
 fi
 
 stamp="kyverno-$version-$(go env GOVERSION)"
-targets=(kyverno kubectl-kyverno)
+if [ "$#" -gt 0 ]; then targets=("$@"); else targets=(kyverno kubectl-kyverno); fi
 up_to_date=1
 for target in "${targets[@]}"; do
   if [ ! -x "$bin_dir/$target" ] || [ "$(cat "$bin_dir/$target.stamp" 2>/dev/null)" != "$stamp" ]; then
@@ -32,7 +33,7 @@ for target in "${targets[@]}"; do
   fi
 done
 if [ "$up_to_date" = 1 ]; then
-  echo "build-kyverno: kyverno and kubectl-kyverno $version are up to date ($bin_dir)"
+  echo "build-kyverno: ${targets[*]} $version up to date ($bin_dir)"
   exit 0
 fi
 
@@ -63,8 +64,13 @@ fi
 
 cd "$src_dir"
 ldflags="-s -w -X github.com/kyverno/kyverno/pkg/version.BuildVersion=$version"
-declare -A packages=([kyverno]=./cmd/kyverno [kubectl-kyverno]=./cmd/cli/kubectl-kyverno)
+declare -A packages=([kyverno]=./cmd/kyverno [kubectl-kyverno]=./cmd/cli/kubectl-kyverno
+  [background-controller]=./cmd/background-controller [reports-controller]=./cmd/reports-controller)
 for target in "${targets[@]}"; do
+  if [ -z "${packages[$target]:-}" ]; then
+    echo "build-kyverno: unknown target $target (one of: ${!packages[*]})" >&2
+    exit 2
+  fi
   out="$bin_dir/$target"
   echo "build-kyverno: building $target $version (this takes a while on 2 cores)"
   start=$(date +%s)

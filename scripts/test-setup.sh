@@ -18,6 +18,10 @@ command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
 command -v mmdebstrap >/dev/null 2>&1 || need+=(mmdebstrap)
 command -v umoci >/dev/null 2>&1 || need+=(umoci)
 command -v skopeo >/dev/null 2>&1 || need+=(skopeo)
+# the Flux git transports are tested against a real sshd, and commit signing with real gpg
+[ -x /usr/sbin/sshd ] || need+=(openssh-server)
+command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
+command -v gpg >/dev/null 2>&1 || need+=(gnupg)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"

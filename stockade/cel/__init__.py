@@ -16,6 +16,7 @@ from stockade.cel.environment import (
 )
 from stockade.cel.errors import CelCompileError, CelCostLimitError, CelError, CelEvalError
 from stockade.cel.libs.authz import request_resource_check
+from stockade.cel.values import to_json
 from stockade.cel.providers import (
     AuthorizerProvider,
     GeneratorProvider,
@@ -43,4 +44,5 @@ __all__ = [
     "ImageDataProvider",
     "ResourceProvider",
     "request_resource_check",
+    "to_json",
 ]

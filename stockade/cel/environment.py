@@ -14,6 +14,7 @@ import time
 from typing import Any, Callable, Iterable, Mapping
 
 from cel_expr_python import cel
+from google.protobuf import wrappers_pb2
 from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_optional, ext_strings
 
 from stockade.cel.errors import CelCompileError, CelCostLimitError, CelError, CelEvalError
@@ -21,6 +22,7 @@ from stockade.cel.functions import ANY_KINDS, Library
 from stockade.cel.libs import IMAGE_VERIFY_LIBRARY, LIBRARY_BUILDERS, OPTIONAL_LIBRARY_BUILDERS, authorizer_check_impl
 from stockade.cel.providers import PROVIDER_KEYS, provider_implementations, provider_library
 from stockade.cel.rewrite import rewrite_null_safety, rewrite_struct_literals
+from stockade.cel.values import PLAIN_SCALARS, to_backend
 
 # cel-cpp itself aborts an evaluation after 10,000 comprehension iterations (reported as a cost-limit error).
 # Kubernetes' PerCallLimit (1,000,000 cost units) is documented as roughly 0.1 s of CPU.  cel-cpp cannot be
@@ -49,11 +51,15 @@ _SCALAR_TYPES: dict[str, Any] = {
     "bytes": cel.Type.BYTES,
     "null": cel.Type.NULL,
     "dyn": cel.Type.DYN,
+    "opaque": cel.Type.DYN,  # see stockade.cel.functions
     "timestamp": cel.Type.TIMESTAMP,
     "duration": cel.Type.DURATION,
     "list": cel.Type.List(cel.Type.DYN),
     "map": cel.Type.Map(cel.Type.DYN, cel.Type.DYN),
 }
+
+# Results the backend converts without help (no duration/timestamp can hide inside them).
+_SCALAR_RESULTS = frozenset({"string", "int", "uint", "double", "bool", "bytes", "null"})
 
 _POSITION_RE = re.compile(r"<input>:(\d+):(\d+):\s*(.*)")
 
@@ -74,6 +80,19 @@ def _expand_any(params: tuple[str, ...]) -> list[tuple[str, ...]]:
     return expanded
 
 
+def _returning_backend_values(impl: Callable[..., Any] | None) -> Callable[..., Any] | None:
+    """Wrap a library implementation whose result may hold durations/timestamps (see :func:`to_backend`)."""
+    if impl is None:
+        return None
+    function = impl
+
+    def wrapped(*args: Any) -> Any:
+        result = function(*args)
+        return result if isinstance(result, PLAIN_SCALARS) else to_backend(result)
+
+    return wrapped
+
+
 def _to_extension(library: Library) -> Any:
     declarations = []
     for function in library.functions:
@@ -87,7 +106,7 @@ def _to_extension(library: Library) -> Any:
                         _cel_type(overload.result),
                         [_cel_type(param) for param in params],
                         is_member=overload.member,
-                        impl=overload.impl,
+                        impl=overload.impl if overload.result in _SCALAR_RESULTS else _returning_backend_values(overload.impl),
                     )
                 )
         declarations.append(cel.FunctionDecl(function.name, overloads))
@@ -194,46 +213,70 @@ class CelActivation:
         ]
         authorizer = self.providers.get("authorizer")
         if authorizer is not None:
-            map_type = _cel_type("map")
             functions.append(
-                cel.Function("check", [map_type, cel.Type.STRING], True, authorizer_check_impl(authorizer), map_type)
+                cel.Function(
+                    "check", [_cel_type("map"), cel.Type.STRING], True, authorizer_check_impl(authorizer), _cel_type("opaque")
+                )
             )
         try:
             self._native = _ACTIVATION_ENV.Activation(self.values, functions)
-        except Exception as error:  # noqa: BLE001 - backend raises bare RuntimeError/TypeError
-            raise CelEvalError(f"cannot convert activation values to CEL: {error}") from error
+        except Exception:  # noqa: BLE001 - backend raises bare RuntimeError/TypeError
+            # Values holding durations/timestamps (rare: they come from CEL results) need converting first; doing
+            # it only on refusal keeps the common activation free of a walk over the whole object.
+            try:
+                self._native = _ACTIVATION_ENV.Activation(to_backend(self.values), functions)
+            except Exception as error:  # noqa: BLE001 - backend raises bare RuntimeError/TypeError
+                raise CelEvalError(f"cannot convert activation values to CEL: {error}") from error
 
 
-def _to_python(value: Any, expression: str) -> Any:
-    """Convert a backend value to plain Python without touching optionals (the backend crashes on those)."""
+def _to_python(value: Any, expression: str, reusable: bool = False) -> Any:
+    """Convert a backend value to plain Python without touching optionals (the backend crashes on those).
+
+    ``reusable``: the value goes back into an activation later (a policy variable), so it keeps its CEL type where
+    plain Python would lose it: uint as ``google.protobuf.UInt64Value``, durations and timestamps as their
+    well-known protobuf types.  A type value has no such form and is refused.
+    """
     try:
         type_name = value.type().name()
     except TypeError:
         raise CelEvalError("result is an optional value; use .orValue() or .value()", expression) from None
     if type_name.startswith("MAP"):
-        return {key: _to_python(item, expression) for key, item in value.value().items()}
+        return {key: _to_python(item, expression, reusable) for key, item in value.value().items()}
     if type_name.startswith("LIST"):
-        return [_to_python(item, expression) for item in value.value()]
+        return [_to_python(item, expression, reusable) for item in value.value()]
     if type_name == "ERROR":
         raise _runtime_error(str(value.value()), expression)
     plain = value.value()
     if isinstance(plain, bytearray):
         return bytes(plain)
+    if reusable:
+        if type_name == "UINT":
+            return wrappers_pb2.UInt64Value(value=plain)
+        if isinstance(plain, cel.Type):
+            raise CelEvalError("a type value cannot be kept for later expressions", expression)
+        return to_backend(plain)
     return plain
 
 
 class CelProgram:
     """A compiled expression; immutable and safe to share between threads."""
 
-    __slots__ = ("expression", "_program", "_time_limit")
+    __slots__ = ("expression", "_program", "_time_limit", "optional", "type_valued")
 
-    def __init__(self, expression: str, program: Any, time_limit: float | None) -> None:
+    def __init__(self, expression: str, program: Any, time_limit: float | None, optional: bool = False) -> None:
         self.expression = expression
         self._program = program
         self._time_limit = time_limit
+        # The expression's static type is an optional (the result then crosses as its value or None) or a type
+        # value: neither can go back into an activation, so a caller reusing the result (a variable) must reuse
+        # the expression instead.
+        self.optional = optional
+        self.type_valued = program.return_type().name().startswith("TYPE")
 
-    def evaluate(self, activation: CelActivation) -> Any:
-        """Evaluate against ``activation`` and return plain Python; raise :class:`CelEvalError` on failure."""
+    def evaluate(self, activation: CelActivation, *, reusable: bool = False) -> Any:
+        """Evaluate against ``activation`` and return plain Python; raise :class:`CelEvalError` on failure.
+
+        ``reusable``: the result will be put back into an activation (see :func:`_to_python`)."""
         started = time.perf_counter()
         try:
             result = self._program.eval(activation._native)
@@ -248,7 +291,7 @@ class CelProgram:
             raise CelCostLimitError(COST_LIMIT_MESSAGE, self.expression)
         if kind == cel.Type.BOOL or kind == cel.Type.STRING or kind == cel.Type.INT or kind == cel.Type.DOUBLE:
             return result.value()
-        return _to_python(result, self.expression)
+        return _to_python(result, self.expression, reusable)
 
     def __repr__(self) -> str:
         return f"CelProgram({self.expression!r})"
@@ -287,12 +330,13 @@ class CelEnvironment:
         try:
             program = self._env.compile(source)
             return_type = program.return_type().name()
-            if return_type.startswith("optional_type") and self._optional_wrapping:
+            optional = return_type.startswith("optional_type") and self._optional_wrapping
+            if optional:
                 # A top-level optional cannot cross into Python; like a JSON null, absence becomes None.
                 program = self._env.compile(f"({source}).orValue(dyn(null))")
         except Exception as error:  # noqa: BLE001 - backend raises bare RuntimeError
             raise _compile_error(expression, source, str(error)) from error
-        compiled = CelProgram(expression, program, self._time_limit)
+        compiled = CelProgram(expression, program, self._time_limit, optional)
         if len(self._cache) < 10_000:
             self._cache[expression] = compiled
         return compiled

@@ -2,7 +2,10 @@
 
 Libraries describe their overloads with plain type names so that a second backend (e.g. pure-Python ``celpy``)
 could register the same implementations.  Type names: ``string int uint double bool bytes null list map dyn
-timestamp duration`` and ``any``.  ``any`` stands for "every concrete kind"; backends that cannot guard against
+timestamp duration``, ``opaque`` and ``any``.  ``opaque`` is the result of a function giving a value of an opaque CEL
+type (Quantity, IP, URL, Semver, ...), which this package carries as a tagged map (see ``TYPE_KEY``); cel-go's checker
+treats opaque types as nullable (``quantity(q) == null`` compiles), which a map type is not, so backends declare it
+as ``dyn``.  ``any`` stands for "every concrete kind"; backends that cannot guard against
 optional values reaching Python (cel-expr-python crashes on that) expand it into one overload per kind instead of
 declaring ``dyn``.
 """

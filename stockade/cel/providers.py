@@ -13,6 +13,7 @@ import re
 from typing import Any, Callable, Mapping, Protocol, runtime_checkable
 
 from stockade.cel.functions import ANY_KINDS, Library, tagged, untag
+from stockade.cel.values import to_json
 
 
 @runtime_checkable
@@ -103,10 +104,10 @@ def _register(key: str, names: tuple[str, ...], params: tuple[str, ...], result:
 
 
 def _plain(value: Any) -> Any:
-    """Deep-copy bytearrays coming from the backend into bytes; everything else passes through."""
-    if isinstance(value, bytearray):
+    """A request body as JSON: bytes stay bytes (sent as they are), CEL durations/timestamps become their strings."""
+    if isinstance(value, bytes | bytearray):
         return bytes(value)
-    return value
+    return to_json(value)
 
 
 _S = "string"
@@ -147,7 +148,7 @@ def _gvr(value: Any) -> tuple[str, str]:
     return (f"{gvr['group']}/{gvr['version']}" if gvr["group"] else gvr["version"]), gvr["resource"]
 
 
-_register("resource", ("resource.ToGVR", "resource.toGVR"), (_S, _S), "map", _to_gvr)
+_register("resource", ("resource.ToGVR", "resource.toGVR"), (_S, _S), "opaque", _to_gvr)
 _register("resource", ("resource.Get", "resource.get"), ("map", _S, _S), "map",
           lambda p: lambda gvr, ns, n: p.get(*_gvr(gvr), ns, n))
 _register("resource", ("resource.Get", "resource.get"), ("map", _S), "map",
@@ -196,7 +197,7 @@ def _client_provider(provider: HttpProvider, client: Any) -> HttpProvider:
     return provider
 
 
-_register("http", ("http.Client", "http.client"), (_S,), "map", lambda p: _http_client)
+_register("http", ("http.Client", "http.client"), (_S,), "opaque", lambda p: _http_client)
 _register("http", ("Get", "get"), ("map", _S), "dyn", lambda p: lambda c, url: _client_provider(p, c).get(url, {}), member=True)
 _register("http", ("Get", "get"), ("map", _S, "map"), "dyn",
           lambda p: lambda c, url, h: _client_provider(p, c).get(url, dict(h)), member=True)
@@ -215,7 +216,7 @@ def _apply(provider: GeneratorProvider) -> Callable[..., Any]:
     def apply(namespace: str, resources: list[Any]) -> bool:
         if not all(isinstance(item, dict) for item in resources):
             raise ValueError("failed to generate resources: every resource must be a map")
-        provider.apply(namespace, resources)
+        provider.apply(namespace, to_json(resources))
         return True
 
     return apply

@@ -119,12 +119,17 @@ def rewrite_struct_literals(expression: str) -> str:
 # preceding ``?.`` yields the list itself.  cel-cpp fails both with "no matching overloads".  The rewrite wraps such
 # sites so they evaluate the receiver once (``cel.bind``) and branch on null / on the receiver's type:
 #
-#   R.?f          ->  cel.bind(__stk_opt_N, R, __stk_opt_N == null ? optional.none() : __stk_opt_N.?f)
-#   R[?k]         ->  the same with [?k]
-#   O.?f (O optional) ->  cel.bind(__stk_opt_N, O, !__stk_opt_N.hasValue() || __stk_opt_N.value() == null
-#                           ? optional.none() : __stk_opt_N.value().?f)
-#   R.orValue(d)  ->  cel.bind(__stk_val_N, R, type(__stk_val_N) == optional_type ? __stk_val_N.orValue(d)
+#   R.?f              ->  optional.ofNonZeroValue(R).?f
+#   R[?k]             ->  optional.ofNonZeroValue(R)[?k]
+#   O.?f (O optional) ->  optional.ofNonZeroValue(O.orValue(dyn(null))).?f
+#   R.orValue(d)      ->  cel.bind(__stk_val_N, R, type(__stk_val_N) == optional_type ? __stk_val_N.orValue(d)
 #                           : dyn(__stk_val_N))       (only when R is not syntactically optional)
+#
+# ``optional.ofNonZeroValue`` makes null (and an empty map or list, where a selection finds nothing either) absent,
+# evaluates the receiver once, and needs neither a comparison with null (which the checker refuses for a receiver of
+# map type, ``resource.get(...)``) nor ``cel.bind``: cel-cpp initialises a bind lazily in a slot that a sibling
+# comprehension stopped early (``exists``) may leave holding its iteration value, so a bind evaluated again inside an
+# enclosing ``all``/``map`` could read that stale value.
 
 _OPTIONAL_FUNCTIONS = frozenset({"of", "none", "ofNonZeroValue", "or", "optMap", "optFlatMap"})
 _LITERAL_KEYWORDS = frozenset({"true", "false", "null"})
@@ -233,6 +238,18 @@ def _is_optional_receiver(sig: list[Token], start: int, last: int) -> bool:
     return optional
 
 
+def _is_null_guard(sig: list[Token], start: int, last: int) -> bool:
+    """Whether ``sig[start..last]`` is exactly ``optional.ofNonZeroValue(...)``: a receiver already made null-safe."""
+    return (
+        start + 3 <= last
+        and sig[start].text == "optional"
+        and sig[start + 1].text == "."
+        and sig[start + 2].text == "ofNonZeroValue"
+        and sig[start + 3].text == "("
+        and _matching_close(sig, start + 3) == last
+    )
+
+
 def _find_site(sig: list[Token]) -> tuple[str, int, int, int] | None:
     """The first site to rewrite: (kind, receiver start, receiver end, site end), kinds "select"/"index"/"orValue"."""
     for index, token in enumerate(sig):
@@ -253,6 +270,8 @@ def _find_site(sig: list[Token]) -> tuple[str, int, int, int] | None:
         if sig[start].text.startswith(_PREFIX):
             continue  # the inside of a site already rewritten
         if kind == "orValue" and _is_optional_receiver(sig, start, index - 1):
+            continue
+        if kind != "orValue" and _is_null_guard(sig, start, index - 1):
             continue
         return kind, start, index - 1, site_end
     return None
@@ -283,13 +302,10 @@ def rewrite_null_safety(expression: str) -> str:
         if kind == "orValue":
             name = f"{_PREFIX}val_{counter}"
             wrapped = f"cel.bind({name}, {receiver}, type({name}) == optional_type ? {name}{access} : dyn({name}))"
+        elif _is_optional_receiver(sig, start, receiver_end):
+            wrapped = f"optional.ofNonZeroValue({receiver}.orValue(dyn(null))){access}"
         else:
-            name = f"{_PREFIX}opt_{counter}"
-            if _is_optional_receiver(sig, start, receiver_end):
-                wrapped = (f"cel.bind({name}, {receiver}, !{name}.hasValue() || {name}.value() == null "
-                           f"? optional.none() : {name}.value(){access})")
-            else:
-                wrapped = f"cel.bind({name}, {receiver}, {name} == null ? optional.none() : {name}{access})"
+            wrapped = f"optional.ofNonZeroValue({receiver}){access}"
         counter += 1
         text = before + wrapped + after
     return text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from stockade.cel import to_json
 from stockade.engine.mutate import (
     KUBERNETES_OPTIONS,
     PatchError,
@@ -54,6 +55,7 @@ def apply_configuration(resource: dict[str, Any], configuration: Any) -> dict[st
         return resource
     if not isinstance(configuration, dict):
         raise ValueError(f"apply configuration must be an object, got {type(configuration).__name__}")
+    configuration = to_json(configuration)
     merged: dict[str, Any] = _merge(resource, configuration, schema_from_meta(resource))
     return merged
 
@@ -64,6 +66,7 @@ def apply_json_patch(resource: dict[str, Any], operations: Any) -> dict[str, Any
         return resource
     if not isinstance(operations, list):
         raise ValueError(f"JSON patch expression must return a list, got {type(operations).__name__}")
+    operations = to_json(operations)
     cleaned = []
     for operation in operations:
         if not isinstance(operation, dict):

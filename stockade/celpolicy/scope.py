@@ -6,6 +6,7 @@ import re
 from typing import Any, Mapping
 
 from stockade.cel import CelActivation, CelCostLimitError, CelError, CelEvalError
+from stockade.cel.rewrite import tokenize
 from stockade.celpolicy.compiler import PolicyCompiler
 from stockade.errors import StockadeError
 
@@ -22,6 +23,47 @@ def _referenced_variables(expression: str) -> tuple[str, ...]:
         if len(_REFERENCED_VARIABLES) < 50_000:
             _REFERENCED_VARIABLES[expression] = names
     return names
+
+
+_INLINE_PREFIX = "__stk_var_"
+
+
+def _inline_references(expression: str, inline: Mapping[str, str], depth: int = 0) -> str:
+    """``expression`` with each ``variables.NAME`` of an inlined variable replaced by that variable's expression,
+    bound once with ``cel.bind`` (its own inlined references resolved first)."""
+    tokens = tokenize(expression)
+    significant = [index for index, token in enumerate(tokens) if token.kind not in ("space", "comment")]
+    replace: dict[int, tuple[int, str]] = {}
+    used: list[str] = []
+    for position, index in enumerate(significant[:-2]):
+        token = tokens[index]
+        if token.kind != "ident" or token.text != "variables":
+            continue
+        if position > 0 and tokens[significant[position - 1]].text == ".":
+            continue
+        dot, selected = tokens[significant[position + 1]], tokens[significant[position + 2]]
+        if dot.text == "." and selected.kind == "ident" and selected.text in inline:
+            replace[index] = (significant[position + 2], _INLINE_PREFIX + selected.text)
+            if selected.text not in used:
+                used.append(selected.text)
+    if not used:
+        return expression
+    if depth > len(inline):
+        raise CelEvalError("variables refer to each other in a cycle", expression)
+    parts: list[str] = []
+    index = 0
+    while index < len(tokens):
+        if index in replace:
+            last, text = replace[index]
+            parts.append(text)
+            index = last + 1
+            continue
+        parts.append(tokens[index].text)
+        index += 1
+    body = "".join(parts)
+    for name in reversed(used):
+        body = f"cel.bind({_INLINE_PREFIX}{name}, ({_inline_references(inline[name], inline, depth + 1)}), {body})"
+    return body
 
 
 class ConditionError(StockadeError):
@@ -42,6 +84,9 @@ class Scope:
         self.providers = dict(providers)
         self.values.setdefault("variables", {})
         self.variable_errors: dict[str, CelError] = {}
+        # Variables whose value cannot go back into an activation (an optional, a type): later expressions get the
+        # variable's expression in place of ``variables.NAME``, which evaluates to the same value.
+        self.inline_variables: dict[str, str] = {}
         self._activation: CelActivation | None = None
         # The activation is current except, possibly, for ``variables``: binding variables one by one would
         # otherwise rebuild (and re-convert the whole object) before every variable that ignores the others.
@@ -61,9 +106,15 @@ class Scope:
             self._variables_stale = False
         return self._activation
 
-    def evaluate(self, field_path: str, expression: str) -> Any:
-        """Compile (cached per policy) and evaluate; a reference to a failed variable reports that failure."""
+    def evaluate(self, field_path: str, expression: str, *, reusable: bool = False) -> Any:
+        """Compile (cached per policy) and evaluate; a reference to a failed variable reports that failure.
+
+        ``reusable``: the result becomes a variable (see :meth:`stockade.cel.CelProgram.evaluate`)."""
         program = self.compiler.compile(self.policy_key, field_path, expression)
+        if self.inline_variables and any(name in self.inline_variables for name in _referenced_variables(expression)):
+            program = self.compiler.compile(
+                self.policy_key, field_path, _inline_references(expression, self.inline_variables)
+            )
         failed_references: list[str] = []
         if self.variable_errors:
             failed_references = [name for name in _referenced_variables(expression) if name in self.variable_errors]
@@ -71,7 +122,7 @@ class Scope:
             self._activation = None
             self._variables_stale = False
         try:
-            return program.evaluate(self.activation)
+            return program.evaluate(self.activation, reusable=reusable)
         except CelEvalError as error:
             # Failed variables are left out of ``variables``: like Kubernetes' lazy variables, a failure only
             # matters when the evaluation actually reaches it (``cond ? variables.a : variables.b``).
@@ -90,8 +141,14 @@ class Scope:
         for index, variable in enumerate(variables or []):
             name = str(variable.get("name", ""))
             expression = str(variable.get("expression", ""))
+            field_path = f"{field_prefix}[{index}].expression"
             try:
-                value = self.evaluate(f"{field_prefix}[{index}].expression", expression)
+                program = self.compiler.compile(self.policy_key, field_path, expression)
+                if program.optional or program.type_valued:
+                    self.evaluate(field_path, expression)  # a failure is the variable's, as for any other
+                    self.inline_variables[name] = expression
+                    continue
+                value = self.evaluate(field_path, expression, reusable=True)
             except CelError as error:  # incl. compile errors: surfaced by the expressions that use the variable
                 self.variable_errors[name] = error
                 continue

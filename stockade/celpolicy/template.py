@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from stockade import yamlsafe
+from stockade.cel import to_json
 from stockade.celpolicy.scope import Scope
 
 _PLACEHOLDER = re.compile(r"\(\((.+?)\)\)", re.DOTALL)
@@ -22,10 +23,10 @@ def _render(node: Any, scope: Scope, field_path: str) -> Any:
     if isinstance(node, str) and "((" in node:
         whole = _PLACEHOLDER.fullmatch(node.strip())
         if whole:
-            return scope.evaluate(field_path, whole.group(1).strip())
+            return to_json(scope.evaluate(field_path, whole.group(1).strip()))
 
         def text(match: re.Match[str]) -> str:
-            value = scope.evaluate(field_path, match.group(1).strip())
+            value = to_json(scope.evaluate(field_path, match.group(1).strip()))
             return value if isinstance(value, str) else json.dumps(value)
 
         return _PLACEHOLDER.sub(text, node)

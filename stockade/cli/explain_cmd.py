@@ -213,13 +213,15 @@ def explain(
         raise ExplainInputError("nothing to explain: give --resource, or --old and/or --new")
     operation = (operation or ("UPDATE" if new_object and old_object else "DELETE" if old_object else "CREATE")).upper()
     documents = load_documents(policies)  # a policy file that cannot be read fails here with its name
-    if not policies_pass_check(documents, strict):
+    # judged as the webhook would serve them, and reported here once: the store below does not check again
+    if not policies_pass_check(documents, strict, admission=True):
         raise ExplainInputError("the policy check refused the policies (see above)")
     store = PolicyStore(
         sources=[_LoadedPolicies(documents)],
         image_verifier=image_verifier,
         verification_cache=VerificationCache() if image_verifier is not None else None,
         log_rejections=False,
+        prechecked=True,
     )
     snapshot = store.load()
     if snapshot.errors:

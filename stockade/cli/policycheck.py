@@ -21,6 +21,7 @@ def report_findings(report: CheckReport, strict: bool, stream: TextIO | None = N
     return not errors
 
 
-def policies_pass_check(documents: Sequence[Document], strict: bool, stream: TextIO | None = None) -> bool:
-    """Check the policy documents among ``documents`` and report; False when any is refused."""
-    return report_findings(check_documents(documents), strict, stream)
+def policies_pass_check(documents: Sequence[Document], strict: bool, stream: TextIO | None = None, admission: bool = False) -> bool:
+    """Check the policy documents among ``documents`` and report; False when any is refused (``admission``: as for
+    policies about to serve admission reviews, see ``check_policy``)."""
+    return report_findings(check_documents(documents, admission), strict, stream)

@@ -19,13 +19,14 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from stockade.controllers.clusterdata import ApiError, ClusterData, object_path
+from stockade.controllers.clusterdata import ClusterData, object_path
 from stockade.controllers.webhookconfig import ApiResource
 from stockade.engine.match import parse_kind_selector
 from stockade.engine.wildcard import match as wildcard_match
 from stockade.engine.wildcard import contains_wildcard
 from stockade.policy.model import kyverno_reference_api_version
 from stockade.errors import StockadeError
+from stockade.kube.errors import KubeError, NotFound, retry_on_conflict
 
 log = logging.getLogger("stockade.admissionpolicygen")
 
@@ -426,13 +427,13 @@ class AdmissionPolicyGenerator:
             try:
                 for obj in self._desired(policy, documents, served):
                     wanted[(obj["apiVersion"], obj["kind"], obj["metadata"]["name"])] = obj
-            except (ApiError, NotTranslatable) as exc:
+            except (KubeError, NotTranslatable) as exc:
                 log.warning("generating admission policies for %s failed: %s", _name(policy), exc)
                 self._status(policy, False, str(exc))
         for obj in wanted.values():
             try:
                 self._upsert(obj)
-            except ApiError as exc:
+            except KubeError as exc:
                 log.warning("writing %s %s failed: %s", obj["kind"], obj["metadata"]["name"], exc)
         self._prune(wanted, served)
 
@@ -443,7 +444,7 @@ class AdmissionPolicyGenerator:
             for resource in self.cluster.api_resources():
                 if resource.group == GROUP and "/" not in resource.resource:
                     out.setdefault(resource.kind, []).append(resource.version)
-        except ApiError as exc:
+        except KubeError as exc:
             log.warning("discovery failed: %s", exc)
         return out
 
@@ -505,10 +506,8 @@ class AdmissionPolicyGenerator:
         try:
             found = self.cluster.get(path, cached=False)
             return found if isinstance(found, dict) else None
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
 
     def _prune(self, wanted: dict[tuple[str, str, str], dict[str, Any]], served: dict[str, list[str]]) -> None:
         """Delete generated objects whose policy is gone or no longer qualifies."""
@@ -518,7 +517,7 @@ class AdmissionPolicyGenerator:
                 resource = _admission_resource(kind, version)
                 try:
                     existing = self.cluster.list_resource(resource, "", label_selector=selector, cached=False)
-                except ApiError as exc:
+                except KubeError as exc:
                     log.warning("listing %s failed: %s", kind, exc)
                     continue
                 for obj in existing:
@@ -530,9 +529,10 @@ class AdmissionPolicyGenerator:
                     try:
                         self.cluster.request("DELETE", object_path(resource, "", name))
                         log.info("deleted generated %s %s", kind, name)
-                    except ApiError as exc:
-                        if exc.status != 404:
-                            log.warning("deleting %s %s failed: %s", kind, name, exc)
+                    except NotFound:
+                        pass
+                    except KubeError as exc:
+                        log.warning("deleting %s %s failed: %s", kind, name, exc)
 
     def _status(self, policy: dict[str, Any], generated: bool, message: str) -> None:
         """Kyverno's status fields: ClusterPolicy ``status.validatingadmissionpolicy``, CEL policies ``status.generated``."""
@@ -548,14 +548,14 @@ class AdmissionPolicyGenerator:
                 self.cluster.request("PATCH", path, {"status": status}, content_type="application/merge-patch+json")
             else:
                 self._cel_status(path, generated, message)
-        except ApiError as exc:
+        except KubeError as exc:
             log.warning("writing status of %s %s failed: %s", kind, _name(policy), exc)
 
     def _cel_status(self, path: str, generated: bool, message: str) -> None:
         """``status.generated`` and ``conditionStatus.message`` written over the current status (a conflict reads it
         again).  A status that has no conditions yet gets an empty list: readers of ``conditionStatus.conditions``
         (Kyverno's e2e steps take its length) must never find a conditionStatus without them."""
-        for attempt in range(STATUS_ATTEMPTS):
+        def write() -> None:
             current = self.cluster.request("GET", path)
             if not isinstance(current, dict):
                 return
@@ -566,12 +566,9 @@ class AdmissionPolicyGenerator:
             condition_status["message"] = message
             status["conditionStatus"] = condition_status
             status["generated"] = generated
-            try:
-                self.cluster.request("PUT", path, {**current, "status": status})
-                return
-            except ApiError as exc:
-                if exc.status != 409 or attempt + 1 == STATUS_ATTEMPTS:
-                    raise
+            self.cluster.request("PUT", path, {**current, "status": status})
+
+        retry_on_conflict(write, attempts=STATUS_ATTEMPTS)
 
     def _event(self, obj: dict[str, Any]) -> None:
         if self.events is None:

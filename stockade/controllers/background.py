@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stockade.controllers.clusterdata import ApiError, ClusterData, describe_object
+from stockade.controllers.clusterdata import ClusterData, describe_object
 from stockade.controllers.downstreamwatch import DownstreamWatcher
 from stockade.controllers.reports import PROCESS_BACKGROUND, report_policy_name
 import stockade.celpolicy  # noqa: F401  (registers the engine's validate.cel handler)
@@ -34,6 +34,7 @@ from stockade.engine.match import ResourceKind
 from stockade.engine.response import FAIL, PASS, STATUSES, EngineResponse, RuleResponse, report_result
 from stockade.policy.model import KyvernoPolicy, Rule
 from stockade.webhook.admission import VALIDATING_POLICY_KINDS
+from stockade.kube.errors import KubeError
 
 log = logging.getLogger("stockade.background")
 
@@ -50,6 +51,59 @@ _USER_MATCH_FIELDS = ("roles", "clusterRoles", "subjects")
 MAX_PENDING_CHANGES = 5000  # changed resources waiting for their own scan; beyond this the periodic scan covers them
 CHANGE_SETTLE_SECONDS = 2.0
 POLICY_SETTLE_SECONDS = 1.0
+
+
+PolicyIdentity = tuple[str, str, str]  # (kind, namespace, name)
+# kinds whose change rescans only the resources of that policy; a change of any other document (exceptions,
+# admission policy bindings, global context) can affect every result, so it rescans everything
+_TARGETED_KINDS = frozenset({"ClusterPolicy", "Policy", *VALIDATING_POLICY_KINDS, "MutatingPolicy", "NamespacedMutatingPolicy"})
+
+
+def policy_identity(policy: Any) -> PolicyIdentity:
+    return (str(getattr(policy, "kind", "") or ""), str(getattr(policy, "namespace", "") or ""), str(getattr(policy, "name", "") or ""))
+
+
+def _document_identity(data: dict[str, Any]) -> PolicyIdentity:
+    """As ``policy_identity`` names the loaded policy: a Policy without a namespace is in "default", cluster-wide
+    kinds have none."""
+    kind = str(data.get("kind") or "")
+    raw_metadata = data.get("metadata")
+    metadata: dict[str, Any] = raw_metadata if isinstance(raw_metadata, dict) else {}
+    namespace = str(metadata.get("namespace") or "")
+    if kind == "Policy":
+        namespace = namespace or "default"
+    elif not kind.startswith("Namespaced"):
+        namespace = ""
+    return kind, namespace, str(metadata.get("name") or "")
+
+
+def document_fingerprints(snapshot: Any) -> dict[PolicyIdentity, bytes]:
+    """Each targeted policy document's content key, and the other documents' keys under one entry (all keys there
+    when the snapshot does not pair keys with documents: then any change rescans everything)."""
+    documents = list(getattr(snapshot, "documents", ()) or ())
+    keys = list(getattr(snapshot, "document_keys", ()) or ())
+    if len(documents) != len(keys):
+        return {("", "", ""): b"\0".join(keys)}
+    fingerprints: dict[PolicyIdentity, bytes] = {}
+    others: list[bytes] = []
+    for document, key in zip(documents, keys):
+        data = getattr(document, "data", None)
+        if isinstance(data, dict) and data.get("kind") in _TARGETED_KINDS:
+            fingerprints[_document_identity(data)] = key
+        else:
+            others.append(key)
+    fingerprints[("", "", "")] = b"\0".join(sorted(others))
+    return fingerprints
+
+
+def changed_policies(before: dict[PolicyIdentity, bytes] | None, after: dict[PolicyIdentity, bytes] | None) -> set[PolicyIdentity] | None:
+    """The policies added, changed or removed between two snapshots; None when everything must be rescanned (a
+    change beyond the targeted policies, or fingerprints unknown)."""
+    if before is None or after is None:
+        return None
+    if before.get(("", "", "")) != after.get(("", "", "")):
+        return None
+    return {identity for identity in set(before) | set(after) if before.get(identity) != after.get(identity)}
 
 
 def background_blocker(policy: KyvernoPolicy) -> str:
@@ -258,10 +312,15 @@ class BackgroundScanner:
         self._wake = threading.Event()
         self._scan_lock = threading.Lock()
         self._changes_thread: threading.Thread | None = None
-        # a policy or exception change asks for a full scan soon, as Kyverno's background controller rescans
-        # existing resources when policies or exceptions change (not only on its periodic schedule)
+        # a policy or exception change asks for a scan soon, as Kyverno's reports controller rescans existing
+        # resources when policies or exceptions change (not only on its periodic schedule).  Like Kyverno, which
+        # re-evaluates a resource only for policies whose hash changed, a change of some policies rescans with those
+        # policies alone (the other results stay); any other change (exceptions, bindings) rescans everything.
         self._policies_changed = threading.Event()
-        self._seen_documents: tuple[bytes, ...] | None = None
+        self._fingerprints: dict[PolicyIdentity, bytes] | None = None
+        self._seen_snapshot = False
+        self._pending_policies: set[PolicyIdentity] = set()
+        self._pending_full = False
         # watches of the kinds background-only policies match (no webhook reports their changes); started by a scan
         self._watcher: DownstreamWatcher | None = None
 
@@ -270,19 +329,37 @@ class BackgroundScanner:
         """Scan shortly after start, then every ``interval`` seconds (0 disables)."""
         if self.interval <= 0 or self._thread is not None:
             return
+        snapshot = getattr(self.store, "snapshot", None)
+        if snapshot is not None and not self._seen_snapshot:  # loaded before we listen: the first scan covers it
+            self._seen_snapshot, self._fingerprints = True, document_fingerprints(snapshot)
         self._thread = threading.Thread(target=self._run, name="background-scan", daemon=True)
         self._thread.start()
         self._changes_thread = threading.Thread(target=self._run_changes, name="background-scan-changes", daemon=True)
         self._changes_thread.start()
 
     def on_snapshot(self, snapshot: Any) -> None:
-        """Store listener: a snapshot whose policy documents differ from the last one seen schedules a full scan."""
-        keys = tuple(getattr(snapshot, "document_keys", ()) or ())
-        if keys != self._seen_documents:
-            first = self._seen_documents is None
-            self._seen_documents = keys
-            if not first:  # the scan shortly after start covers the policies loaded at start
-                self._policies_changed.set()
+        """Store listener: schedules a scan of the policies that changed since the last snapshot seen (of all of
+        them for other changes).  The first snapshot is covered by the scan shortly after start."""
+        fingerprints = document_fingerprints(snapshot)
+        with self._changed_lock:
+            before, first = self._fingerprints, not self._seen_snapshot
+            self._seen_snapshot, self._fingerprints = True, fingerprints
+            if first:
+                return
+            changed = changed_policies(before, fingerprints)
+            if changed is None:
+                self._pending_full = True
+            elif changed:
+                self._pending_policies |= changed
+            else:
+                return
+        self._policies_changed.set()
+
+    def _take_pending(self) -> tuple[bool, set[PolicyIdentity]]:
+        with self._changed_lock:
+            full, policies = self._pending_full, self._pending_policies
+            self._pending_full, self._pending_policies = False, set()
+        return full, policies
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
@@ -341,6 +418,7 @@ class BackgroundScanner:
 
     def _run(self) -> None:
         delay = 5.0  # let policies load and the lease settle
+        periodic = True  # the first pass and each one after ``interval`` scan everything
         while True:
             if self._policies_changed.wait(delay):
                 self._policies_changed.clear()
@@ -348,14 +426,19 @@ class BackgroundScanner:
                 if self._stop.wait(POLICY_SETTLE_SECONDS):
                     return
                 self._policies_changed.clear()
+                periodic = False
             if self._stop.is_set():
                 return
-            delay = self.interval
+            full, changed = self._take_pending()
             try:
                 if self.is_leader():
-                    self.scan_once()
+                    if periodic or full:
+                        self.scan_once()
+                    elif changed:
+                        self.scan_policies(changed)
             except Exception:  # a failed scan must not end the schedule
                 log.exception("background scan failed")
+            delay, periodic = self.interval, True
 
     # -- scanning --------------------------------------------------------------------------------------------------
     def scan_resources(self, references: list[tuple[str, str, str, str]]) -> ScanSummary:
@@ -377,7 +460,7 @@ class BackgroundScanner:
             for api_version, kind, namespace, name in references:
                 try:
                     obj = self.cluster.get_object(api_version, kind, namespace, name, cached=False)
-                except ApiError as exc:
+                except KubeError as exc:
                     summary.errors.append(f"reading {kind} {namespace}/{name}: {exc}")
                     continue
                 if obj is None:
@@ -425,7 +508,13 @@ class BackgroundScanner:
         with self._scan_lock:
             return self._scan_all()
 
-    def _scan_all(self) -> ScanSummary:
+    def scan_policies(self, policies: set[PolicyIdentity]) -> ScanSummary:
+        """Rescan with these policies alone (added or changed ones are evaluated on what they match; results of
+        removed ones are dropped from every report); other policies' results are kept as they are."""
+        with self._scan_lock:
+            return self._scan_all(only=policies)
+
+    def _scan_all(self, only: set[PolicyIdentity] | None = None) -> ScanSummary:
         summary = ScanSummary(started=time.time())
         began = time.monotonic()
         snapshot = self.store.snapshot
@@ -434,6 +523,10 @@ class BackgroundScanner:
             return self._finish(summary, began)
         self.cluster.invalidate()
         policies, cel_policies, cel_evaluator, live, scanned = self._eligible(snapshot, summary)
+        if only is not None:
+            policies = [p for p in policies if policy_identity(p) in only]
+            cel_policies = [p for p in cel_policies if policy_identity(p) in only]
+            scanned = frozenset(report_policy_name(p) for p in policies + cel_policies)
         summary.policies = len(policies) + len(cel_policies)
 
         targets = self._targets(policies, cel_policies, summary)
@@ -444,7 +537,8 @@ class BackgroundScanner:
                 summary.resources += 1
                 responses = self._evaluate(engine, obj, kyverno_policies, cel_for_kind, cel_evaluator, summary)
                 self._publish(obj, responses, summary, scanned, live)
-        if self.reports is not None and hasattr(self.reports, "prune"):
+        removed = only is not None and any(identity not in {policy_identity(p) for p in snapshot.policies} | {policy_identity(p) for p in getattr(snapshot, "cel_policies", []) or []} for identity in only)
+        if self.reports is not None and hasattr(self.reports, "prune") and (only is None or removed):
             if hasattr(self.reports, "flush"):
                 self.reports.flush()
             try:
@@ -494,7 +588,7 @@ class BackgroundScanner:
                     try:
                         for resource in self.cluster.resources_for_selector(selector):
                             add(resource, policy.namespace, policy, False)
-                    except ApiError as exc:
+                    except KubeError as exc:
                         summary.errors.append(f"discovery for {selector}: {exc}")
         for policy in cel_policies:
             for group, version, plural, _operations in cel_resource_rules(policy):
@@ -513,7 +607,7 @@ class BackgroundScanner:
             for namespace in listing_namespaces:
                 try:
                     objects.extend(self.cluster.list_resource(resource, namespace, cached=False))
-                except ApiError as exc:
+                except KubeError as exc:
                     summary.errors.append(f"listing {resource.resource}: {exc}")
             targets.append((objects, kyverno_policies, cel_for_kind))
         self.watch_unadmitted(list(unadmitted))

@@ -29,10 +29,11 @@ from typing import Any
 
 from stockade.celpolicy.model import CelPolicy
 from stockade.celpolicy.request import AdmissionInput
-from stockade.controllers.clusterdata import ApiError, ClusterCelResources, ClusterData, api_version_of, object_path
+from stockade.controllers.clusterdata import ClusterCelResources, ClusterData, api_version_of, object_path
 from stockade.engine.match import selector_matches
 from stockade.engine.response import ERROR, PASS
 from stockade.errors import StockadeError
+from stockade.kube.errors import KubeError, NotFound, retry_on_conflict
 
 log = logging.getLogger("stockade.celmutate")
 
@@ -175,7 +176,7 @@ class CelMutateExisting:
         if namespace and subject.get("kind") != "Namespace":
             try:
                 namespace_object = self.cluster.get_object("v1", "Namespace", "", namespace, cached=False)
-            except ApiError as exc:
+            except KubeError as exc:
                 log.warning("could not read namespace %s: %s", namespace, exc)
         return AdmissionInput(object=obj, old_object=old, operation=operation, user_info=dict(user_info), namespace_object=namespace_object)
 
@@ -233,7 +234,7 @@ class CelMutateExisting:
             stored = self.cluster.get_object(
                 str(subject.get("apiVersion") or ""), str(subject.get("kind") or ""), str(metadata.get("namespace") or ""), str(metadata.get("name") or ""), cached=False
             )
-        except ApiError as exc:
+        except KubeError as exc:
             raise TriggerNotStored(f"reading {_describe(subject)}: {exc}") from None
         if stored is None:
             raise TriggerNotStored(f"{_describe(subject)} is not stored yet")
@@ -286,47 +287,55 @@ class CelMutateExisting:
         return list(found.values())
 
     def _mutate(self, evaluator: Any, policy: CelPolicy, target: dict[str, Any], trigger: AdmissionInput) -> list[str]:
-        """Evaluate the policy on one target and write the result back when it changes something."""
-        for attempt in range(CONFLICT_ATTEMPTS):
-            response = evaluator.mutate_target(policy, target, trigger, None, prematched=True)
+        """Evaluate the policy on one target and write the result back when it changes something; a write that
+        lost a resourceVersion race is evaluated again on the object read afresh (``retry_on_conflict``)."""
+        state: dict[str, Any] = {"target": target, "stale": False}
+
+        def attempt() -> list[str]:
+            current: dict[str, Any] = state["target"]
+            if state["stale"]:
+                self.stats.conflicts += 1
+                resource = self.cluster.resolve_kind(str(current.get("apiVersion") or ""), str(current.get("kind") or ""))
+                metadata = current.get("metadata") or {}
+                fresh = None if resource is None else self.cluster.get_object(
+                    api_version_of(resource), resource.kind, str(metadata.get("namespace") or ""), str(metadata.get("name") or ""), cached=False
+                )
+                if resource is None or fresh is None:
+                    return []
+                fresh.setdefault("apiVersion", api_version_of(resource))
+                fresh.setdefault("kind", resource.kind)
+                current = state["target"] = fresh
+            response = evaluator.mutate_target(policy, current, trigger, None, prematched=True)
             rule = response.rules[0] if response is not None and response.rules else None
             if rule is None or rule.status not in (PASS, ERROR):
                 return []
             if rule.status == ERROR:
                 self.stats.failures += 1
-                log.warning("mutate existing %s on %s: %s", policy.key, _describe(target), rule.message)
+                log.warning("mutate existing %s on %s: %s", policy.key, _describe(current), rule.message)
                 return []  # Kyverno writes nothing for a failed evaluation
             patched = rule.patched_target
-            if patched is None or _same(patched, target):
+            if patched is None or _same(patched, current):
                 self.stats.unchanged += 1
                 return []
-            resource = self.cluster.resolve_kind(str(target.get("apiVersion") or ""), str(target.get("kind") or ""))
+            resource = self.cluster.resolve_kind(str(current.get("apiVersion") or ""), str(current.get("kind") or ""))
             if resource is None:
-                return [f"{policy.key}: kind {target.get('apiVersion')}/{target.get('kind')} is not served"]
-            metadata = target.get("metadata") or {}
-            path = object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+                return [f"{policy.key}: kind {current.get('apiVersion')}/{current.get('kind')} is not served"]
+            metadata = current.get("metadata") or {}
             body = copy.deepcopy(patched)
             body.setdefault("metadata", {})["resourceVersion"] = metadata.get("resourceVersion")
-            try:
-                self.cluster.request("PUT", path, body)
-            except ApiError as exc:
-                if exc.status == 404:
-                    return []  # deleted since it was listed
-                if exc.status == 409 and attempt + 1 < CONFLICT_ATTEMPTS:
-                    self.stats.conflicts += 1
-                    fresh = self.cluster.get_object(api_version_of(resource), resource.kind, str(metadata.get("namespace") or ""), str(metadata.get("name") or ""), cached=False)
-                    if fresh is None:
-                        return []
-                    fresh.setdefault("apiVersion", api_version_of(resource))
-                    fresh.setdefault("kind", resource.kind)
-                    target = fresh
-                    continue
-                self.stats.failures += 1
-                return [f"{policy.key}: updating {_describe(target)} failed: {exc}"]
+            state["stale"] = True  # if the write below conflicts
+            self.cluster.request("PUT", object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or "")), body)
             self.stats.mutated += 1
-            log.info("mutated %s (policy %s)", _describe(target), policy.key)
+            log.info("mutated %s (policy %s)", _describe(current), policy.key)
             return []
-        return []
+
+        try:
+            return retry_on_conflict(attempt, attempts=CONFLICT_ATTEMPTS)
+        except NotFound:
+            return []  # deleted since it was listed
+        except KubeError as exc:
+            self.stats.failures += 1
+            return [f"{policy.key}: updating {_describe(state['target'])} failed: {exc}"]
 
 
 def _same(patched: dict[str, Any], target: dict[str, Any]) -> bool:

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.controllers.clusterdata import (
-    ApiError,
     ClusterCelHttp,
     ClusterCelResources,
     ClusterData,
@@ -35,6 +34,7 @@ from stockade.controllers.periodic import LeaderPeriodicWorker
 from stockade.controllers.schedule import ScheduleError, parse_schedule
 from stockade.controllers.webhookconfig import ApiResource
 from stockade.policy.model import ObjectView
+from stockade.kube.errors import Forbidden, KubeError, MethodNotAllowed, NotFound, Unauthorized
 
 log = logging.getLogger("stockade.cleanup")
 
@@ -196,7 +196,7 @@ class ScheduledDeletionController(LeaderPeriodicWorker):
         self.stats.runs += 1
         try:
             candidates = self._cleanup_candidates(policy) if policy.is_cleanup else self._deleting_candidates(policy)
-        except ApiError as exc:
+        except KubeError as exc:
             log.warning("%s: %s", policy.key, exc)
             return 0
         deleted = 0
@@ -207,11 +207,9 @@ class ScheduledDeletionController(LeaderPeriodicWorker):
     def _list(self, resource: ApiResource, namespace: str, policy: ScheduledPolicy) -> list[dict[str, Any]]:
         try:
             return self.acting.list_resource(resource, namespace, cached=False)
-        except ApiError as exc:
-            if exc.status in (401, 403, 404, 405):  # access restrictions: skip the kind, as Kyverno does
-                log.info("%s: skipping %s: %s", policy.key, resource.resource, exc)
-                return []
-            raise
+        except (Unauthorized, Forbidden, NotFound, MethodNotAllowed) as exc:  # access restrictions: skip the kind, as Kyverno does
+            log.info("%s: skipping %s: %s", policy.key, resource.resource, exc)
+            return []
 
     def _namespace_object(self, namespace: str, cache: dict[str, dict[str, Any] | None]) -> dict[str, Any] | None:
         if not namespace:
@@ -307,9 +305,9 @@ class ScheduledDeletionController(LeaderPeriodicWorker):
         what = f"{obj.get('kind')}/{metadata.get('namespace') or ''}/{metadata.get('name')}"
         try:
             self.acting.request("DELETE", object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or "")), query=query)
-        except ApiError as exc:
-            if exc.status == 404:
-                return 0
+        except NotFound:
+            return 0
+        except KubeError as exc:
             self.stats.failures += 1
             verb = "clean up" if policy.is_cleanup else "delete"
             self._event(policy, obj, REASON_ERROR, f"failed to {verb} the target resource {what}: {exc}", "Warning", ACTION_NONE)
@@ -360,7 +358,7 @@ class ScheduledDeletionController(LeaderPeriodicWorker):
         body = {"status": {"lastExecutionTime": format_timestamp(moment)}}
         try:
             self.cluster.request("PATCH", path, body, content_type="application/merge-patch+json")
-        except ApiError as exc:
+        except KubeError as exc:
             log.warning("%s: writing status.lastExecutionTime failed: %s", policy.key, exc)
 
 

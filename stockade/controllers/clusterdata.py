@@ -23,7 +23,7 @@ from typing import Any
 from stockade.celpolicy.providers import ProviderError
 from stockade.controllers.webhookconfig import ApiResource
 from stockade.engine.contextloader import ContextLoadError, ContextProviders
-from stockade.errors import StockadeError
+from stockade.kube.errors import Forbidden, KubeError, NotFound, Unauthorized, Unreachable, as_kube_error, from_response
 
 log = logging.getLogger("stockade.clusterdata")
 
@@ -33,14 +33,9 @@ DISCOVERY_MISS_RETRY_SECONDS = 15.0
 SERVICE_CALL_TIMEOUT_SECONDS = 10.0
 
 
-class ApiError(StockadeError):
-    """A non-2xx answer from the API server; ``status`` 0 means the server could not be reached."""
-
-    def __init__(self, method: str, path: str, status: int, message: str) -> None:
-        super().__init__(f"{method} {path}: HTTP {status}: {message}")
-        self.status = status
-        self.method = method
-        self.path = path
+# The former name of the API failure raised here; every failure is a `stockade.kube.errors.KubeError` subclass
+# (NotFound, Conflict, Forbidden, ...), mapped once in ``ClusterData.request``.
+ApiError = KubeError
 
 
 def split_api_version(api_version: str) -> tuple[str, str]:
@@ -84,7 +79,7 @@ SUBJECT_ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/subjectaccessreviews"
 
 def subject_access_review(request: Callable[..., Any], user: str, resource_attributes: dict[str, str]) -> tuple[bool, str]:
     """Ask the API server whether ``user`` may do what ``resource_attributes`` say: (allowed, reason).  ``request`` is
-    ``ClusterData.request``-like; its ApiError propagates."""
+    ``ClusterData.request``-like; its KubeError propagates."""
     review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": {"user": user, "resourceAttributes": resource_attributes}}
     answer = request("POST", SUBJECT_ACCESS_REVIEWS, review)
     status = ((answer if isinstance(answer, dict) else {}).get("status")) or {}
@@ -129,9 +124,8 @@ class ClusterData:
         query: dict[str, str] | None = None,
         content_type: str = "application/json",
     ) -> Any:
-        """One REST call; returns the decoded JSON body, raises ApiError for non-2xx answers."""
-        from kubernetes.client.exceptions import ApiException
-
+        """One REST call; returns the decoded JSON body, raises the `KubeError` subclass of a non-2xx answer
+        (`Unreachable` when there was no answer)."""
         headers = {"Accept": "application/json"}
         if self.impersonate:
             headers["Impersonate-User"] = self.impersonate
@@ -142,14 +136,12 @@ class ClusterData:
         )
         try:
             response = self.api_client.call_api(method_, url, header_params=headers, body=serialized, _request_timeout=self.request_timeout)
-        except ApiException as exc:
-            raise ApiError(method, path, int(exc.status or 0), _status_message(exc.body) or str(exc.reason or "")) from None
-        except Exception as exc:  # connection refused, TLS, timeouts
-            raise ApiError(method, path, 0, str(exc)) from None
+        except Exception as exc:  # ApiException, connection refused, TLS, timeouts
+            raise (as_kube_error(exc, method=method, path=path) or Unreachable(str(exc), method=method, path=path)) from None
         raw = response.read() if hasattr(response, "read") else response.data
         status = int(getattr(response, "status", 200) or 200)
         if not 200 <= status < 300:
-            raise ApiError(method, path, status, _status_message(raw) or str(getattr(response, "reason", "") or ""))
+            raise from_response(status, raw, getattr(response, "headers", None), reason=str(getattr(response, "reason", "") or ""), method=method, path=path)
         if not raw:
             return {}
         try:
@@ -193,7 +185,7 @@ class ClusterData:
                 self._discovered_at = now
             except Exception as exc:
                 if self._resources is None:
-                    raise ApiError("GET", "/apis", 0, f"discovery failed: {exc}") from None
+                    raise Unreachable(f"discovery failed: {exc}", method="GET", path="/apis") from None
                 log.warning("discovery refresh failed, keeping the previous list: %s", exc)
         return list(self._resources or [])
 
@@ -244,7 +236,7 @@ class ClusterData:
             return {}
         try:
             found = self.get_object("v1", "Namespace", "", namespace)
-        except ApiError as exc:
+        except KubeError as exc:
             log.warning("could not read namespace %s: %s", namespace, exc)
             found = None
         labels = ((found or {}).get("metadata") or {}).get("labels") or {}
@@ -263,7 +255,7 @@ class ClusterData:
         """Objects of a kind (in one namespace, or everywhere), each carrying its apiVersion and kind."""
         resource = self.resolve_kind(api_version, kind)
         if resource is None:
-            raise ApiError("GET", f"{api_version}/{kind}", 404, f"the server does not serve kind {kind!r} ({api_version or 'any version'})")
+            raise NotFound(f"the server does not serve kind {kind!r} ({api_version or 'any version'})", method="GET", path=f"{api_version}/{kind}")
         return self.list_resource(resource, namespace, label_selector=label_selector, cached=cached)
 
     def list_resource(self, resource: ApiResource, namespace: str = "", *, label_selector: str = "", cached: bool = True) -> list[dict[str, Any]]:
@@ -276,13 +268,11 @@ class ClusterData:
     def get_object(self, api_version: str, kind: str, namespace: str, name: str, *, cached: bool = True) -> dict[str, Any] | None:
         resource = self.resolve_kind(api_version, kind)
         if resource is None:
-            raise ApiError("GET", f"{api_version}/{kind}", 404, f"the server does not serve kind {kind!r} ({api_version or 'any version'})")
+            raise NotFound(f"the server does not serve kind {kind!r} ({api_version or 'any version'})", method="GET", path=f"{api_version}/{kind}")
         try:
             obj = self.get(object_path(resource, namespace, name), cached=cached)
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise
+        except NotFound:
+            return None
         return obj if isinstance(obj, dict) else None
 
     # -- engine interfaces -----------------------------------------------------------------------------------------
@@ -293,16 +283,14 @@ class ClusterData:
                 found = self.get_object(api_version, kind, namespace, name)
                 return [found] if found is not None else []
             return self.list_objects(api_version, kind, namespace)
-        except ApiError as exc:
-            if exc.status == 404:
-                return []
-            raise
+        except NotFound:
+            return []
 
     def configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
         """``configMap`` context entries: the ConfigMap as an object (its ``data`` is what policies read)."""
         try:
             return self.get_object("v1", "ConfigMap", namespace, name)
-        except ApiError as exc:
+        except KubeError as exc:
             raise ContextLoadError(f"failed to read ConfigMap {namespace}/{name}: {exc}") from None
 
     def api_call(self, call: dict[str, Any], _ctx: Any = None) -> Any:
@@ -323,9 +311,9 @@ class ClusterData:
                 return self.get(path, query=query, cached=False)
             if method == "POST":
                 return self.request("POST", path, _call_body(call), query=query)
-        except ApiError as exc:
+        except KubeError as exc:
             # Kyverno names an RBAC refusal (401/403) "permission denied" so it shows in the admission answer
-            denied = "permission denied: " if exc.status in (401, 403) else ""
+            denied = "permission denied: " if isinstance(exc, (Unauthorized, Forbidden)) else ""
             raise ContextLoadError(f"failed to {method} resource with raw url: {url_path}: {denied}{exc}") from None
         raise ContextLoadError(f"apiCall method {method} is not supported (GET or POST)")
 
@@ -379,14 +367,14 @@ class ClusterData:
         """The Namespace a validate.cel rule sees as ``namespaceObject`` (Kyverno reads it from the cluster)."""
         try:
             return self.get_object("v1", "Namespace", "", name)
-        except ApiError as exc:
+        except KubeError as exc:
             raise ContextLoadError(f"failed to read Namespace {name}: {exc}") from None
 
     def kind_namespaced(self, api_version: str, kind: str) -> bool | None:
         """Whether discovery serves a kind namespaced (a CRD's scope included); None for unknown kinds."""
         try:
             resource = self.resolve_kind(api_version, kind)
-        except ApiError as exc:
+        except KubeError as exc:
             log.warning("could not resolve the scope of %s %s: %s", api_version, kind, exc)
             return None
         return None if resource is None else resource.namespaced
@@ -404,7 +392,7 @@ class ClusterData:
         review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
         try:
             answer = self.request("POST", SUBJECT_ACCESS_REVIEWS, review)
-        except ApiError as exc:
+        except KubeError as exc:
             raise ContextLoadError(f"authorization check failed: {exc}") from None
         status = answer.get("status") or {} if isinstance(answer, dict) else {}
         reason = str(status.get("reason") or "")
@@ -430,16 +418,6 @@ def _call_body(call: dict[str, Any]) -> dict[str, Any]:
         if isinstance(item, dict) and "key" in item:
             body[str(item["key"])] = item.get("value")
     return body
-
-
-def _status_message(body: Any) -> str:
-    if not body:
-        return ""
-    try:
-        data = json.loads(body)
-    except (TypeError, ValueError):
-        return str(body)[:200]
-    return str(data.get("message") or "") if isinstance(data, dict) else ""
 
 
 def resources_for_rules(served: list[ApiResource], rules: list[dict[str, Any]]) -> list[ApiResource]:
@@ -480,7 +458,7 @@ class ClusterCelResources:
         served = self._resource(api_version, resource)
         try:
             found = self.cluster.get(object_path(served, namespace or "", name), cached=False)
-        except ApiError as exc:
+        except KubeError as exc:
             raise ProviderError(f'{resource} "{name}": {exc}') from None
         if not isinstance(found, dict):
             raise ProviderError(f'{resource} "{name}": unexpected answer')
@@ -493,7 +471,7 @@ class ClusterCelResources:
         selector = ",".join(f"{k}={v}" for k, v in sorted((label_selector or {}).items()))
         try:
             items = self.cluster.list_resource(served, namespace or "", label_selector=selector, cached=False)
-        except ApiError as exc:
+        except KubeError as exc:
             raise ProviderError(f"listing {resource}: {exc}") from None
         return {"apiVersion": api_version, "kind": served.kind + "List", "metadata": {}, "items": items}
 
@@ -511,7 +489,7 @@ class ClusterCelResources:
         served = self._resource(api_version, resource)
         try:
             return self.cluster.request("POST", collection_path(served, namespace or ""), payload)
-        except ApiError as exc:
+        except KubeError as exc:
             raise ProviderError(f"creating {resource}: {exc}") from None
 
 
@@ -595,9 +573,9 @@ class ClusterGlobalContext:
                 continue
             try:
                 found = self.cluster.get(object_path(resource, "", name), cached=False)
-            except ApiError as exc:
-                if exc.status == 404:
-                    break
+            except NotFound:
+                break
+            except KubeError as exc:
                 raise ProviderError(f"global context entry {name!r}: {exc}") from None
             if isinstance(found, dict):
                 return found
@@ -621,7 +599,7 @@ class ClusterGlobalContext:
                 raise ProviderError(f"global context entry {name!r}: the server does not serve {target.get('resource')}")
             try:
                 data = self.reader.list_resource(resource, str(target.get("namespace") or ""), cached=False)
-            except ApiError as exc:
+            except KubeError as exc:
                 raise ProviderError(f"global context entry {name!r}: {exc}") from None
         else:
             raise ProviderError(f"global context entry {name!r} has neither apiCall nor kubernetesResource")

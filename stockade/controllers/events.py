@@ -32,6 +32,7 @@ from typing import Any
 
 from stockade.engine.kyvernoconfig import KyvernoConfig
 from stockade.engine.response import ERROR, FAIL, PASS, SKIP, EngineResponse
+from stockade.kube.errors import NotFound, translated
 from stockade.policy.model import kyverno_reference_api_version
 from stockade.webhook.admission import (
     AdmissionDecision,
@@ -523,13 +524,13 @@ class EventRecorder:
             count = previous.count + pending.count
             body = {"count": count, "lastTimestamp": _timestamp(pending.last_seen)}
             try:
-                self.core.patch_namespaced_event(previous.name, spec.namespace, body, _content_type="application/merge-patch+json")
+                with translated(method="PATCH", path=f"events/{spec.namespace}/{previous.name}"):
+                    self.core.patch_namespaced_event(previous.name, spec.namespace, body, _content_type="application/merge-patch+json")
                 self._written[spec.key] = _Written(previous.name, count, previous.first_timestamp, self.clock())
                 self.updated += 1
                 return
-            except Exception as exc:
-                if getattr(exc, "status", None) != 404:  # gone (expired): write a fresh one below
-                    raise
+            except NotFound:  # gone (expired): write a fresh one below
+                pass
         self._create(pending)
 
     def _create(self, pending: _Pending) -> None:

@@ -1,10 +1,15 @@
 """ImageUpdateAutomation (image.toolkit.fluxcd.io/v1beta2) in the cluster: commit policy updates to git.
 
-Each due automation resolves its GitRepository (source.toolkit.fluxcd.io/v1: url, ref.branch, secretRef with
-username/password or bearerToken), selects the ImagePolicies in its namespace by `spec.policySelector`,
+Each automation resolves its GitRepository (source.toolkit.fluxcd.io/v1: url, ref.branch, secretRef with
+username/password or bearerToken, `ca.crt`, or for ssh:// URLs `identity`/`known_hosts`/`password`;
+proxySecretRef), its commit signing key (spec.git.commit.signingKey, a Secret of its own namespace), selects the ImagePolicies in its namespace by `spec.policySelector`,
 rewrites their `$imagepolicy` markers under `spec.update.path` and pushes (reflector/automation.py). Status
 follows Flux: lastAutomationRunTime, lastPushCommit, lastPushTime, observedPolicies, observedSourceRevision,
 observedGeneration, lastHandledReconcileAt and a Ready condition with Flux's reasons.
+
+In the cluster it is reconciled by key from watches (`reconcile_key`, see flux_runtime.py): its own spec or
+reconcile request, its GitRepository's spec, and the latestRef of ImagePolicies in its namespace; then again
+after `spec.interval`. It carries Flux's finalizer while it exists.
 """
 
 from __future__ import annotations
@@ -20,14 +25,24 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from stockade.controllers.events import ACTION_NONE, SOURCE_IMAGE_AUTOMATION, EventRecorder, EventSpec, object_reference
-from stockade.controllers.flux_image import ClusterObjects
-from stockade.controllers.periodic import LeaderPeriodicWorker
+from stockade.controllers.flux_image import ClusterObjects, finalize
+from stockade.images.auth import CredentialError
 from stockade.reflector import models
-from stockade.reflector.automation import CheckoutError, GitAccess, GitError, run_automation
+from stockade.reflector.automation import (
+    DEFAULT_MAX_CLONE_BYTES,
+    CheckoutError,
+    GitAccess,
+    GitCredentialError,
+    GitError,
+    SigningKey,
+    SigningKeyError,
+    SshIdentity,
+    run_automation,
+)
 from stockade.reflector.gotemplate import TemplateError
 from stockade.reflector.markers import MarkerError
 from stockade.reflector.models import ImageRef, ObjectKey, SpecError, duration_seconds, format_time, object_key
-from stockade.reflector.repository import RECONCILE_REQUEST_ANNOTATION
+from stockade.reflector.repository import RECONCILE_REQUEST_ANNOTATION, proxy_url_from_secret, secret_bytes
 
 log = logging.getLogger("stockade.controllers.flux_automation")
 
@@ -73,38 +88,52 @@ def _matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> b
 
 
 def _secret_text(secret: Mapping[str, Any], key: str) -> str:
-    raw = (secret.get("data") or {}).get(key)
-    if raw is None:
-        return str((secret.get("stringData") or {}).get(key) or "")
     try:
-        return base64.b64decode(str(raw), validate=True).decode()
-    except (binascii.Error, ValueError):
-        raise AutomationSpecError(f"secret key {key!r} is not valid base64") from None
+        raw = secret_bytes(secret, key)
+    except CredentialError as exc:
+        raise AutomationSpecError(str(exc)) from None
+    return raw.decode("utf-8", "replace") if raw is not None else ""
 
 
-class ImageUpdateAutomationController(LeaderPeriodicWorker):
-    """One pass: run every ImageUpdateAutomation whose interval elapsed (or whose spec or request changed)."""
-
-    thread_name = "flux-image-automation"
+class ImageUpdateAutomationController:
+    """Runs ImageUpdateAutomations by key (from watches) or in one pass over those whose interval elapsed (or whose
+    spec or request changed)."""
 
     def __init__(
         self,
         objects: ClusterObjects,
         *,
-        is_leader: Callable[[], bool] = lambda: True,
-        resync: float = 5.0,
         recorder: EventRecorder | None = None,
         clock: Callable[[], datetime.datetime] = lambda: datetime.datetime.now(datetime.timezone.utc),
         monotonic: Callable[[], float] = time.monotonic,
         before_push: Callable[[int], None] | None = None,
+        retry_seconds: float = 30.0,
+        max_clone_bytes: int = DEFAULT_MAX_CLONE_BYTES,
     ) -> None:
-        super().__init__(is_leader, resync)
         self.objects = objects
+        self.retry_seconds = retry_seconds  # after a transient failure (spec.interval when shorter)
+        self.max_clone_bytes = max_clone_bytes
         self.recorder = recorder
         self.clock = clock
         self.monotonic = monotonic
         self.before_push = before_push  # tests: make a concurrent commit land between commit and push
         self._due: dict[ObjectKey, tuple[object, object, float]] = {}
+
+    def reconcile_key(self, key: ObjectKey) -> float | None:
+        """Reconcile one automation as it is now; the seconds until it should run again (None: only on events)."""
+        automation = self.objects.get(AUTOMATIONS, key, version=AUTOMATION_VERSION)
+        if automation is None:
+            self._due.pop(key, None)
+            return None
+        if finalize(self.objects, AUTOMATIONS, automation, version=AUTOMATION_VERSION):
+            return None
+        if (automation.get("spec") or {}).get("suspend"):
+            return None
+        self.reconcile(automation)
+        due = self._due.get(key)
+        if due is None or due[2] == float("inf"):
+            return None
+        return max(0.0, due[2] - self.monotonic())
 
     def run_once(self) -> int:
         done = 0
@@ -151,11 +180,11 @@ class ImageUpdateAutomationController(LeaderPeriodicWorker):
             checkout_branch = str(checkout_ref.get("branch") or checkout_branch)
             push_branch = str(push.get("branch") or checkout_branch)
             policies = self._policies(key.namespace, spec.get("policySelector"))
-        except AutomationSpecError as exc:
+        except (AutomationSpecError, SpecError) as exc:
             return self._finish(before, obj, now, stalled=(REASON_INVALID_SOURCE, str(exc)), retry=None)
-        except _NotFound as exc:
+        except (_NotFound, CredentialError) as exc:
             return self._finish(before, obj, now, failed=(REASON_SOURCE_MANAGER_FAILED, f"failed configuring source manager: {exc}"),
-                                retry=min(interval, 30.0))
+                                retry=min(interval, self.retry_seconds))
 
         def resolve(namespace: str, name: str) -> dict[str, object] | None:
             ref = policies.get(ObjectKey(namespace, name))
@@ -167,6 +196,8 @@ class ImageUpdateAutomationController(LeaderPeriodicWorker):
                 checkout_branch=checkout_branch,
                 push_branch=push_branch,
                 push_refspec=str(push.get("refspec") or ""),
+                push_options={str(k): str(v) for k, v in (push.get("options") or {}).items()},
+                signing_key=self._signing_key(key.namespace, commit_spec),
                 update_path=str((spec.get("update") or {}).get("path") or "."),
                 resolve=resolve,
                 author_name=str(author.get("name") or ""),
@@ -179,12 +210,15 @@ class ImageUpdateAutomationController(LeaderPeriodicWorker):
             )
         except MarkerError as exc:
             return self._finish(before, obj, now, failed=(REASON_UPDATE_FAILED, f"failed to apply policies: {exc}"), retry=retry)
-        except CheckoutError as exc:
+        except GitCredentialError as exc:
+            return self._finish(before, obj, now, failed=(REASON_SOURCE_MANAGER_FAILED, f"failed configuring source manager: {exc}"),
+                                retry=min(interval, self.retry_seconds))
+        except CheckoutError as exc:  # RepositoryTooLargeError included: nothing was checked out
             return self._finish(before, obj, now, failed=(REASON_GIT_OPERATION_FAILED, f"failed to checkout source: {exc}"),
-                                retry=min(interval, 30.0))
-        except (GitError, TemplateError) as exc:
+                                retry=min(interval, self.retry_seconds))
+        except (GitError, TemplateError) as exc:  # SigningKeyError included
             return self._finish(before, obj, now, failed=(REASON_GIT_OPERATION_FAILED, f"failed to update source: {exc}"),
-                                retry=min(interval, 30.0))
+                                retry=min(interval, self.retry_seconds))
         status["observedSourceRevision"] = outcome.source_revision
         status["observedPolicies"] = {
             policy_key.name: ref.to_dict() for policy_key, ref in sorted(policies.items(), key=lambda item: item[0].name)
@@ -215,14 +249,56 @@ class ImageUpdateAutomationController(LeaderPeriodicWorker):
         if not url:
             raise AutomationSpecError(f"GitRepository '{namespace}/{name}' has no spec.url")
         branch = str((source_spec.get("ref") or {}).get("branch") or "master")
-        username = password = token = ""
+        timeout = duration_seconds(source_spec.get("timeout"), "GitRepository spec.timeout") or 60.0
+        secret: Mapping[str, Any] = {}
         secret_ref = source_spec.get("secretRef")
         if secret_ref:
-            secret = self.objects.secret(namespace, str(secret_ref.get("name") or ""))
-            if secret is None:
+            found = self.objects.secret(namespace, str(secret_ref.get("name") or ""))
+            if found is None:
                 raise _NotFound(f"secret '{namespace}/{secret_ref.get('name')}' of GitRepository '{namespace}/{name}' not found")
-            username, password, token = (_secret_text(secret, k) for k in ("username", "password", "bearerToken"))
-        return GitAccess(url, username, password, token), branch
+            secret = found
+        ssh: SshIdentity | None = None
+        if url.startswith("ssh://"):
+            # Flux's SSH auth options: both keys are required, the known hosts are the only ones trusted
+            identity, known_hosts = secret_bytes(secret, "identity"), secret_bytes(secret, "known_hosts")
+            if identity is None:
+                raise _NotFound("invalid 'ssh' auth option: 'identity' is required")
+            if known_hosts is None:
+                raise _NotFound("invalid 'ssh' auth option: 'known_hosts' is required")
+            ssh = SshIdentity(identity, known_hosts, secret_bytes(secret, "password"))
+        proxy_url = ""
+        proxy_ref = source_spec.get("proxySecretRef")
+        if proxy_ref and not url.startswith("ssh://"):
+            proxy_name = str(proxy_ref.get("name") or "")
+            proxy_secret = self.objects.secret(namespace, proxy_name)
+            if proxy_secret is None:
+                raise _NotFound(f"proxy secret '{namespace}/{proxy_name}' not found")
+            try:
+                proxy_url = proxy_url_from_secret(proxy_secret, f"{namespace}/{proxy_name}", schemes=("http", "https"))
+            except CredentialError as exc:
+                raise _NotFound(str(exc)) from None
+        access = GitAccess(
+            url, username=_secret_text(secret, "username"), password=_secret_text(secret, "password"),
+            bearer_token=_secret_text(secret, "bearerToken"), timeout=timeout,
+            ssh=ssh, ca_pem=secret_bytes(secret, "ca.crt"), proxy_url=proxy_url, max_bytes=self.max_clone_bytes)
+        return access, branch
+
+    def _signing_key(self, namespace: str, commit_spec: Mapping[str, Any]) -> SigningKey | None:
+        """spec.git.commit.signingKey: an OpenPGP key from a Secret in the automation's namespace, as Flux."""
+        signing = commit_spec.get("signingKey")
+        if not signing:
+            return None
+        kind = str(signing.get("type") or "gpg")
+        if kind != "gpg":
+            raise SigningKeyError(f"signing key type {kind!r} is not supported, only 'gpg'")
+        name = str((signing.get("secretRef") or {}).get("name") or "")
+        secret = self.objects.secret(namespace, name)
+        if secret is None:
+            raise SigningKeyError(f"could not find signing key secret '{name}'")
+        armored = secret_bytes(secret, "git.asc")
+        if armored is None:
+            raise SigningKeyError(f"signing key secret '{name}' does not contain a 'git.asc' key")
+        return SigningKey(armored, secret_bytes(secret, "passphrase"), name)
 
     def _policies(self, namespace: str, selector: Mapping[str, Any] | None) -> dict[ObjectKey, ImageRef]:
         """Ready ImagePolicies of the automation's namespace that match the selector, with their latestRef."""

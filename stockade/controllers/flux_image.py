@@ -5,9 +5,11 @@ code `stockade images reconcile` runs on files; this module only feeds them clus
 back through the status subresource, records their Events and honours suspend, generation changes and
 `reconcile.fluxcd.io/requestedAt`.
 
-Objects are found by listing on a short resync period rather than by watches: a scan is due on its interval
-anyway, so a resync of a few seconds only delays a spec change by that much, and a missed watch event can
-never leave an object unreconciled. Only the leader (controllers/leader.py) reconciles.
+In the cluster (`flux_runtime.FluxImageRuntime`) objects come from informers (list, then watch) and each one is
+reconciled by key when an event concerns it, then again after the delay its reconcile asked for (the scan
+`interval`): `reconcile_repository_key` / `reconcile_policy_key`. As Flux, the objects carry the finalizer
+`finalizers.fluxcd.io`, added on the first reconcile and removed when the object is being deleted (with the
+repository's tags). `run_once` reconciles what is due in one pass over a listing (tests, one-shot use).
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ from __future__ import annotations
 import json
 import logging
 import time
+
+from stockade.errors import StockadeError
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from stockade.controllers.events import ACTION_NONE, SOURCE_IMAGE_REFLECTOR, EventRecorder, EventSpec, object_reference
-from stockade.controllers.periodic import LeaderPeriodicWorker
 from stockade.reflector import models
 from stockade.reflector.imagepolicy import ImagePolicyReconciler
 from stockade.reflector.models import ObjectKey, ReconcileResult, object_key
@@ -36,6 +39,11 @@ POLICIES = "imagepolicies"
 EVENT_SOURCE = SOURCE_IMAGE_REFLECTOR
 DEFAULT_RESYNC_SECONDS = 5.0
 REQUEST_TIMEOUT_SECONDS = 30.0
+FINALIZER = "finalizers.fluxcd.io"  # Flux's finalizer on its image and automation objects
+
+
+class FinalizerConflict(StockadeError, RuntimeError):
+    """The object changed between our read and the finalizer patch; the key is retried with the new version."""
 
 
 class ClusterObjects:
@@ -77,6 +85,44 @@ class ClusterObjects:
             group, version, key.namespace, plural, key.name, {"status": obj.get("status") or {}},
             _request_timeout=REQUEST_TIMEOUT_SECONDS,
         )
+
+    def set_finalizer(self, plural: str, obj: Mapping[str, Any], present: bool, version: str = VERSION, group: str = GROUP) -> None:
+        """Add or remove Flux's finalizer with a JSON patch guarded by the object's resourceVersion, so other
+        finalizers are never lost; a conflict raises FinalizerConflict (the watch brings the new version)."""
+        from stockade.kube.errors import Conflict, Invalid, NotFound, from_response, translated
+
+        metadata = obj.get("metadata") or {}
+        finalizers = list(metadata.get("finalizers") or [])
+        guard = {"op": "test", "path": "/metadata/resourceVersion", "value": metadata.get("resourceVersion")}
+        change: dict[str, Any]
+        if present:
+            if FINALIZER in finalizers:
+                return
+            change = ({"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER} if finalizers
+                      else {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]})
+        else:
+            if FINALIZER not in finalizers:
+                return
+            change = {"op": "remove", "path": f"/metadata/finalizers/{finalizers.index(FINALIZER)}"}
+        key = object_key(obj)
+        path = f"/apis/{group}/{version}/namespaces/{key.namespace}/{plural}/{key.name}"
+        api = self.custom.api_client
+        method, url, headers, body, _ = api.param_serialize(
+            "PATCH", path, header_params={"Content-Type": "application/json-patch+json", "Accept": "application/json"},
+            body=[guard, change], auth_settings=["BearerToken"])
+        try:
+            with translated(method="PATCH", path=path):
+                response = api.call_api(method, url, header_params=headers, body=body, _request_timeout=REQUEST_TIMEOUT_SECONDS)
+                raw = getattr(response, "response", response)
+                status = int(getattr(raw, "status", 200) or 200)
+                data = raw.data
+                if not 200 <= status < 300:
+                    raise from_response(status, data, getattr(raw, "headers", None), method="PATCH", path=path)
+        except NotFound:
+            if present:
+                raise
+        except (Conflict, Invalid) as exc:  # the JSON patch test failed: another version is on its way
+            raise FinalizerConflict(f"{plural} {key}: changed meanwhile ({exc})") from None
 
     def secret(self, namespace: str, name: str) -> dict[str, Any] | None:
         from kubernetes.client.exceptions import ApiException
@@ -127,24 +173,32 @@ def _requested_at(obj: Mapping[str, Any]) -> object:
     return ((obj.get("metadata") or {}).get("annotations") or {}).get(RECONCILE_REQUEST_ANNOTATION)
 
 
-class ImageReflectorController(LeaderPeriodicWorker):
-    """One pass: reconcile every ImageRepository that is due, then every ImagePolicy that is due or whose
-    repository's tags changed. Status is written only when it changed."""
+def being_deleted(obj: Mapping[str, Any]) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
 
-    thread_name = "flux-image-reflector"
+
+def finalize(objects: ClusterObjects, plural: str, obj: Mapping[str, Any], version: str = VERSION, group: str = GROUP) -> bool:
+    """Flux's finalizer handling before a reconcile: an object being deleted loses our finalizer (True: nothing
+    more to do); any other object gets it if it lacks it."""
+    deleting = being_deleted(obj)
+    objects.set_finalizer(plural, obj, not deleting, version=version, group=group)
+    return deleting
+
+
+class ImageReflectorController:
+    """Reconciles ImageRepositories and ImagePolicies by key (from watches) or in one pass (`run_once`): every
+    ImageRepository that is due, then every ImagePolicy that is due or whose repository's tags changed. Status
+    is written only when it changed."""
 
     def __init__(
         self,
         objects: ClusterObjects,
         store: TagStore,
         *,
-        is_leader: Callable[[], bool] = lambda: True,
-        resync: float = DEFAULT_RESYNC_SECONDS,
         recorder: EventRecorder | None = None,
         client_factory: ClientFactory = default_client_factory,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        super().__init__(is_leader, resync)
         self.objects = objects
         self.store = store
         self.recorder = recorder
@@ -155,7 +209,7 @@ class ImageReflectorController(LeaderPeriodicWorker):
         self._known_repositories: dict[ObjectKey, dict[str, Any]] = {}
         self.policies = ImagePolicyReconciler(
             store,
-            self._known_repositories.get,
+            self._repository,
             secrets=objects.secret,
             service_accounts=objects.service_account,
             client_factory=client_factory,
@@ -163,6 +217,41 @@ class ImageReflectorController(LeaderPeriodicWorker):
         )
         self._schedules: dict[tuple[str, ObjectKey], _Schedule] = {}
 
+    def _repository(self, key: ObjectKey) -> dict[str, Any] | None:
+        known = self._known_repositories.get(key)
+        return known if known is not None else self.objects.get(REPOSITORIES, key)
+
+    # -- by key, from watches ---------------------------------------------------------------------------------------
+    def reconcile_repository_key(self, key: ObjectKey) -> float | None:
+        """Reconcile one ImageRepository as it is now; the seconds until it should be looked at again."""
+        repository = self.objects.get(REPOSITORIES, key)
+        if repository is None:
+            self._schedules.pop((REPOSITORIES, key), None)
+            return None
+        if finalize(self.objects, REPOSITORIES, repository):
+            self.store.delete_tags(key)  # Flux drops the repository's tags with the object
+            return None
+        if (repository.get("spec") or {}).get("suspend"):
+            return None
+        result = self.repositories.reconcile(repository)
+        self._finish(REPOSITORIES, repository, result, None)
+        return result.requeue_after
+
+    def reconcile_policy_key(self, key: ObjectKey) -> float | None:
+        """Reconcile one ImagePolicy against its repository's current tags."""
+        policy = self.objects.get(POLICIES, key)
+        if policy is None:
+            self._schedules.pop((POLICIES, key), None)
+            return None
+        if finalize(self.objects, POLICIES, policy):
+            return None
+        if (policy.get("spec") or {}).get("suspend"):
+            return None
+        result = self.policies.reconcile(policy)
+        self._finish(POLICIES, policy, result, self._repository_revision(policy))
+        return result.requeue_after
+
+    # -- one pass ---------------------------------------------------------------------------------------------------
     def run_once(self) -> int:
         """Returns how many objects were reconciled (for tests and logs)."""
         done = 0
@@ -193,7 +282,7 @@ class ImageReflectorController(LeaderPeriodicWorker):
     def _repository_revision(self, policy: Mapping[str, Any]) -> object:
         ref = (policy.get("spec") or {}).get("imageRepositoryRef") or {}
         key = ObjectKey(str(ref.get("namespace") or object_key(policy).namespace), str(ref.get("name") or ""))
-        repository = self._known_repositories.get(key)
+        repository = self._repository(key)
         if repository is None:
             return None
         status = repository.get("status") or {}

@@ -79,7 +79,6 @@ from typing import Any
 from stockade.celpolicy.model import CelPolicy
 from stockade.controllers.celmutate import CelMutateExisting, CelMutateTrigger, TriggerNotStored, mutating_policies
 from stockade.controllers.clusterdata import (
-    ApiError,
     ClusterCelHttp,
     ClusterCelResources,
     ClusterData,
@@ -100,6 +99,7 @@ from stockade.engine.match import RequestInfo, ResourceKind, selector_matches
 from stockade.engine.response import ERROR, PASS, EngineResponse
 from stockade.policy.model import KyvernoPolicy, Rule
 from stockade.errors import StockadeError
+from stockade.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
 
 log = logging.getLogger("stockade.generate")
 
@@ -672,7 +672,7 @@ class GenerateController:
         resource = getattr(review, "resource", None) or {}
         try:
             parent = self.cluster.resolve_resource(str(resource.get("group") or ""), str(resource.get("version") or ""), str(resource.get("resource") or ""))
-        except ApiError as exc:
+        except KubeError as exc:
             log.warning("could not resolve %s: %s", resource, exc)
             return None
         if parent is None:
@@ -776,7 +776,7 @@ class GenerateController:
     def _process(self, event: TriggerEvent | WatchedChange, attempt: int) -> None:
         try:
             failures = self.process_watched_change(event) if isinstance(event, WatchedChange) else self.process_event(event)
-        except ApiError as exc:
+        except KubeError as exc:
             failures = [TriggerFailure("*", "*", event.describe(), str(exc))]
         except TriggerPending as exc:
             self._schedule_retry(event, attempt, str(exc), pending=True)
@@ -820,7 +820,7 @@ class GenerateController:
         if namespace and subject.get("kind") != "Namespace":
             try:
                 namespace_object = self.cluster.get_object("v1", "Namespace", "", namespace, cached=False)
-            except ApiError as exc:
+            except KubeError as exc:
                 log.warning("could not read namespace %s: %s", namespace, exc)
         user = {"username": info.username, "uid": info.uid, "groups": list(info.groups), "extra": dict(info.extra)}
         request = AdmissionInput(object=trigger or None, old_object=old or None, operation=operation, user_info=user, namespace_object=namespace_object)
@@ -935,7 +935,7 @@ class GenerateController:
                                 self.events.submit_success(spec)
                     elif action == DELETE and uid:
                         self.delete_downstream(policy, rule, trigger_uid=uid)
-                except ApiError as exc:
+                except KubeError as exc:
                     failures.append(TriggerFailure(policy.key, name, event.describe(), str(exc)))
                     self._failure_event(policy, name, str(exc), trigger)
         if engine is not None and event.operation in ("UPDATE", "DELETE") and event.old_resource:
@@ -960,7 +960,7 @@ class GenerateController:
             if policy is not None and rule is not None and synchronize(rule) and not self._matches(engine, policy, rule, old, event):
                 try:
                     self._regenerate_for(engine, policy, rule, origin)
-                except ApiError as exc:
+                except KubeError as exc:
                     failures.append(TriggerFailure(policy.key, rule.name, event.describe(), str(exc)))
             return failures
         # copies found by their source labels, and the rules whose clone coordinates name this object: both are
@@ -976,7 +976,7 @@ class GenerateController:
                         self._delete_copies(policy, rule, old, every_target=how == "clone")
                     else:
                         self._apply_to_existing(policy, [rule], prune=False)
-                except ApiError as exc:
+                except KubeError as exc:
                     failures.append(TriggerFailure(policy.key, rule.name, event.describe(), str(exc)))
         return failures
 
@@ -994,9 +994,10 @@ class GenerateController:
             copies = self.cluster.list_objects(
                 str(source.get("apiVersion") or ""), str(source.get("kind") or ""), "", label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY_VALUE},{SOURCE_UID_LABEL}={uid}", cached=False
             )
-        except ApiError as exc:
-            if exc.status != 404:
-                failures.append(TriggerFailure("*", "*", event.describe(), str(exc)))
+        except NotFound:
+            return handled
+        except KubeError as exc:
+            failures.append(TriggerFailure("*", "*", event.describe(), str(exc)))
             return handled
         for copy_ in copies:
             origin = downstream_origin(copy_)
@@ -1013,7 +1014,7 @@ class GenerateController:
                     self.delete_downstream(policy, rule, trigger_uid=origin.trigger_uid)
                 else:
                     self._regenerate_for(engine, policy, rule, origin)
-            except ApiError as exc:
+            except KubeError as exc:
                 failures.append(TriggerFailure(policy.key, rule.name, event.describe(), str(exc)))
         return handled
 
@@ -1030,10 +1031,8 @@ class GenerateController:
             return
         try:
             candidates = self.cluster.list_objects(origin.trigger_api_version, origin.trigger_kind, origin.trigger_namespace, cached=False)
-        except ApiError as exc:
-            if exc.status == 404:
-                return
-            raise
+        except NotFound:
+            return
         trigger = next((c for c in candidates if (c.get("metadata") or {}).get("uid") == origin.trigger_uid), None)
         if trigger is None or (trigger.get("metadata") or {}).get("deletionTimestamp"):
             return  # the trigger is gone: its own DELETE cleans up
@@ -1046,7 +1045,7 @@ class GenerateController:
                 created: list[dict[str, Any]] = []
                 try:
                     self.apply_downstream(policy, rule, result.generated_resources, created)
-                except ApiError as exc:
+                except KubeError as exc:
                     self._failure_event(policy, rule.name, str(exc), trigger)
                     raise
                 if self.events is not None:  # a re-created downstream object is reported as Kyverno does
@@ -1085,7 +1084,7 @@ class GenerateController:
             return []
         try:
             copies = self.cluster.list_objects(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""), "", label_selector=f"{SOURCE_UID_LABEL}={uid}", cached=False)
-        except ApiError as exc:
+        except KubeError as exc:
             return [TriggerFailure("*", "*", change.describe(), str(exc))]
         failures: list[TriggerFailure] = []
         for copy_ in copies:
@@ -1096,7 +1095,7 @@ class GenerateController:
             if change.event_type == "DELETED":
                 try:
                     self._delete_object(copy_)
-                except ApiError as exc:
+                except KubeError as exc:
                     failures.append(TriggerFailure(policy.key, policy.name, change.describe(), str(exc)))
             else:
                 failures.extend(self._regenerate_gpol(policy, copy_labels, change))
@@ -1109,9 +1108,9 @@ class GenerateController:
             return []
         try:
             trigger = self.cluster.get_object(f"{group}/{version}" if group else version, kind, namespace, name, cached=False)
-        except ApiError as exc:
-            if exc.status == 404:
-                return []
+        except NotFound:
+            return []
+        except KubeError as exc:
             return [TriggerFailure(policy.key, policy.name, change.describe(), str(exc))]
         metadata = (trigger or {}).get("metadata") or {}
         if trigger is None or metadata.get("uid") != labels.get(TRIGGER_UID_LABEL) or metadata.get("deletionTimestamp"):
@@ -1124,7 +1123,7 @@ class GenerateController:
             return []
         try:
             self.apply_gpol_downstream(policy, trigger, result.generated_resources)
-        except ApiError as exc:
+        except KubeError as exc:
             return [TriggerFailure(policy.key, policy.name, change.describe(), str(exc))]
         return []
 
@@ -1169,7 +1168,7 @@ class GenerateController:
                     self.delete_gpol_downstream(policy, trigger_uid=uid)
                 if result is not None:
                     self._report_gpol(policy, trigger, result)
-            except ApiError as exc:
+            except KubeError as exc:
                 if result is not None:  # Kyverno's generator writes during evaluation: a failed write is the rule's error
                     self._report_gpol(policy, trigger, dataclasses.replace(result, status=ERROR, message=f"failed to generate resources: {exc}", generated_resources=[]))
                     self._failure_event(policy, result.name, f"failed to generate resources: {exc}", trigger)
@@ -1202,7 +1201,7 @@ class GenerateController:
             desired = copy.deepcopy(desired)
             resource = self.cluster.resolve_kind(str(desired.get("apiVersion") or ""), str(desired.get("kind") or ""))
             if resource is None:
-                raise ApiError("GET", str(desired.get("kind")), 404, f"kind {desired.get('apiVersion')}/{desired.get('kind')} is not served")
+                raise NotFound(f"kind {desired.get('apiVersion')}/{desired.get('kind')} is not served", method="GET", path=str(desired.get("kind")))
             metadata = desired.setdefault("metadata", {})
             metadata["labels"] = kyverno_labels_only_if_untyped(metadata.get("labels"))
             desired["apiVersion"] = api_version_of(resource)
@@ -1232,9 +1231,7 @@ class GenerateController:
                         created.append(desired)
                     log.info("generated %s %s/%s (policy %s, rule %s)", resource.kind, namespace, name, policy.key, rule.name)
                     continue
-                except ApiError as exc:
-                    if exc.status != 409:
-                        raise
+                except (AlreadyExists, Conflict):  # created meanwhile
                     current = self.cluster.get_object(desired["apiVersion"], str(desired.get("kind")), namespace, name, cached=False)
                     if current is None:
                         raise
@@ -1276,7 +1273,7 @@ class GenerateController:
             resource = self.cluster.resolve_kind(str(source.get("apiVersion") or ""), str(source.get("kind") or ""))
             if resource is not None:
                 self.cluster.request("PUT", object_path(resource, namespace, str(source["metadata"].get("name") or "")), source)
-        except ApiError as exc:  # as in Kyverno, a source that cannot be labelled does not fail the generation
+        except KubeError as exc:  # as in Kyverno, a source that cannot be labelled does not fail the generation
             log.warning("labelling clone source %s %s/%s failed: %s", kind, namespace, uid, exc)
 
     def apply_gpol_downstream(self, policy: CelPolicy, trigger: dict[str, Any], generated: Iterable[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
@@ -1297,7 +1294,7 @@ class GenerateController:
             metadata["labels"] = labels
             resource = self.cluster.resolve_kind(str(desired.get("apiVersion") or ""), str(desired.get("kind") or ""))
             if resource is None:
-                raise ApiError("GET", str(desired.get("kind")), 404, f"kind {desired.get('apiVersion')}/{desired.get('kind')} is not served")
+                raise NotFound(f"kind {desired.get('apiVersion')}/{desired.get('kind')} is not served", method="GET", path=str(desired.get("kind")))
             desired["apiVersion"] = api_version_of(resource)
             if resource.namespaced:
                 metadata["namespace"] = metadata.get("namespace") or "default"
@@ -1326,9 +1323,7 @@ class GenerateController:
                 self.stats.created += 1
                 log.info("generated %s %s/%s (%s)", resource.kind, namespace, name, what)
                 return
-            except ApiError as exc:
-                if exc.status != 409:
-                    raise
+            except (AlreadyExists, Conflict):  # created meanwhile
                 current = self.cluster.get_object(desired["apiVersion"], str(desired.get("kind")), namespace, name, cached=False)
                 if current is None:
                     raise
@@ -1345,9 +1340,8 @@ class GenerateController:
         for api_version, kind in sorted(self._gpol_kinds.get(policy.key, set())):
             try:
                 found.extend(self.cluster.list_objects(api_version, kind, "", label_selector=selector, cached=False))
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
+            except NotFound:
+                pass
         return found
 
     def delete_gpol_downstream(
@@ -1375,9 +1369,8 @@ class GenerateController:
         for api_version, kind in downstream_kinds(rule):
             try:
                 found.extend(self.cluster.list_objects(api_version, kind, "", label_selector=selector, cached=False))
-            except ApiError as exc:
-                if exc.status != 404:
-                    raise
+            except NotFound:
+                pass
         return found
 
     def delete_downstream(self, policy: KyvernoPolicy, rule: Rule, *, trigger_uid: str | None = None, keep_uids: set[str] | None = None) -> int:
@@ -1400,9 +1393,10 @@ class GenerateController:
         for api_version, kind in kinds:
             try:
                 found = self.cluster.list_objects(api_version, kind, "", label_selector=selector, cached=False)
-            except ApiError as exc:
-                if exc.status != 404:
-                    log.warning("listing old downstream of %s rule %s failed: %s", policy.key, rule.name, exc)
+            except NotFound:
+                continue
+            except KubeError as exc:
+                log.warning("listing old downstream of %s rule %s failed: %s", policy.key, rule.name, exc)
                 continue
             for obj in found:
                 if keep and (str(obj.get("kind") or ""), str((obj.get("metadata") or {}).get("name") or "")) in keep:
@@ -1417,7 +1411,7 @@ class GenerateController:
                 metadata = obj["metadata"]
                 try:
                     self.cluster.request("PUT", object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or "")), obj)
-                except ApiError as exc:
+                except KubeError as exc:
                     log.warning("unlabelling %s failed: %s", describe_object(obj), exc)
 
     def _delete_object(self, obj: dict[str, Any]) -> int:
@@ -1427,10 +1421,8 @@ class GenerateController:
             return 0
         try:
             self.cluster.request("DELETE", object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or "")))
-        except ApiError as exc:
-            if exc.status == 404:
-                return 0
-            raise
+        except NotFound:
+            return 0
         self.stats.deleted += 1
         return 1
 
@@ -1451,7 +1443,7 @@ class GenerateController:
                     continue  # a clone rule removed from a policy that stays leaves its copies in place, as in Kyverno
                 try:
                     self.delete_downstream(old_policy, rule)
-                except ApiError as exc:
+                except KubeError as exc:
                     log.warning("cleaning up downstream of removed rule %s/%s failed: %s", key, name, exc)
         for key, (policy, rules) in current.items():
             old_rules = previous.get(key, (None, {}))[1]
@@ -1475,7 +1467,7 @@ class GenerateController:
         self.cel_mutate.reconcile()
         try:
             self.admission_policies.reconcile(snapshot)
-        except ApiError as exc:
+        except KubeError as exc:
             log.warning("generating admission policies failed: %s", exc)
 
     def _reconcile_gpols(self) -> None:
@@ -1485,7 +1477,7 @@ class GenerateController:
                 continue
             try:
                 self.delete_gpol_downstream(old)
-            except ApiError as exc:
+            except KubeError as exc:
                 log.warning("cleaning up downstream of removed %s failed: %s", key, exc)
         for key, policy in current.items():
             known = self._known_gpols.get(key)
@@ -1527,9 +1519,10 @@ class GenerateController:
             for api_version, kind in kinds:
                 try:
                     found = self.cluster.list_objects(api_version, kind, "", label_selector=selector, cached=False)
-                except ApiError as exc:
-                    if exc.status != 404:
-                        log.warning("listing downstream of policy %s rule %s failed: %s", policy.key, rule.name, exc)
+                except NotFound:
+                    continue
+                except KubeError as exc:
+                    log.warning("listing downstream of policy %s rule %s failed: %s", policy.key, rule.name, exc)
                     continue
                 for obj in found:
                     origin = downstream_origin(obj)
@@ -1539,7 +1532,7 @@ class GenerateController:
                 engine = engine or self._engine()
                 try:
                     self._regenerate_for(engine, policy, rule, origin)
-                except ApiError as exc:
+                except KubeError as exc:
                     self.stats.failures += 1
                     log.warning("synchronizing policy %s rule %s for trigger %s failed: %s", policy.key, rule.name, origin.trigger_uid, exc)
 
@@ -1570,7 +1563,7 @@ class GenerateController:
             elif result.status == PASS:
                 try:
                     produced |= self.apply_gpol_downstream(policy, trigger, result.generated_resources)
-                except ApiError as exc:
+                except KubeError as exc:
                     unsure = True
                     self.stats.failures += 1
                     log.warning("%s on %s: %s", policy.key, describe_object(trigger), exc)
@@ -1579,7 +1572,7 @@ class GenerateController:
                 self.delete_gpol_downstream(policy, keep_uids=applied_uids)
                 if drop_stale and not unsure:
                     self.delete_gpol_downstream(policy, keep=produced)
-            except ApiError as exc:
+            except KubeError as exc:
                 log.warning("pruning downstream of %s failed: %s", policy.key, exc)
 
     def _list_gpol_triggers(self, policy: CelPolicy) -> tuple[list[dict[str, Any]], bool]:
@@ -1588,13 +1581,13 @@ class GenerateController:
         triggers: list[dict[str, Any]] = []
         try:
             served = self.cluster.api_resources()
-        except ApiError as exc:
+        except KubeError as exc:
             log.warning("discovery for %s failed: %s", policy.key, exc)
             return [], False
         for resource in resources_for_rules(served, (policy.spec.get("matchConstraints") or {}).get("resourceRules") or []):
             try:
                 triggers.extend(self.cluster.list_resource(resource, policy.namespace if policy.is_namespaced else "", cached=False))
-            except ApiError as exc:
+            except KubeError as exc:
                 complete = False
                 log.warning("listing %s for %s failed: %s", resource.kind, policy.key, exc)
         return triggers, complete
@@ -1626,7 +1619,7 @@ class GenerateController:
                         created: list[dict[str, Any]] = []
                         try:
                             self.apply_downstream(policy, rule, result.generated_resources, created)
-                        except ApiError as exc:
+                        except KubeError as exc:
                             self.stats.failures += 1
                             log.warning("policy %s rule %s on %s: %s", policy.key, rule.name, describe_object(trigger), exc)
                             self._failure_event(policy, rule.name, str(exc), trigger)
@@ -1637,7 +1630,7 @@ class GenerateController:
             if prune and complete:  # an incomplete listing must not look like vanished triggers
                 try:
                     self.delete_downstream(policy, rule, keep_uids=applied_uids)
-                except ApiError as exc:
+                except KubeError as exc:
                     log.warning("pruning downstream of policy %s rule %s failed: %s", policy.key, rule.name, exc)
 
     def _list_triggers(self, policy: KyvernoPolicy, rule: Rule) -> tuple[list[dict[str, Any]], bool]:
@@ -1651,7 +1644,7 @@ class GenerateController:
         for selector in rule_kinds(rule):
             try:
                 resources = self.cluster.resources_for_selector(selector)
-            except ApiError as exc:
+            except KubeError as exc:
                 log.warning("discovery for %s failed: %s", selector, exc)
                 complete = False
                 continue
@@ -1661,7 +1654,7 @@ class GenerateController:
                 seen.add((resource.group, resource.kind))
                 try:
                     triggers.extend(self.cluster.list_resource(resource, policy.namespace, cached=False))
-                except ApiError as exc:
+                except KubeError as exc:
                     complete = False
                     log.warning("listing %s for policy %s failed: %s", resource.kind, policy.key, exc)
         return triggers, complete

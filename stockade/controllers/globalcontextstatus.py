@@ -16,10 +16,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from stockade.controllers.clusterdata import ApiError, ClusterData, object_path
+from stockade.controllers.clusterdata import ClusterData, object_path
 from stockade.controllers.periodic import LeaderPeriodicWorker
 from stockade.engine.contextloader import ContextLoadError
 from stockade.units.duration import DurationError, parse_duration
+from stockade.kube.errors import KubeError, NotFound
 
 log = logging.getLogger("stockade.globalcontext")
 
@@ -92,7 +93,7 @@ class GlobalContextStatusController(LeaderPeriodicWorker):
             return []
         try:
             entries = self.cluster.list_resource(resource, "", cached=False)
-        except ApiError as exc:
+        except KubeError as exc:
             log.warning("listing GlobalContextEntries failed: %s", exc)
             return []
         seen: set[str] = set()
@@ -118,9 +119,10 @@ class GlobalContextStatusController(LeaderPeriodicWorker):
             path = object_path(resource, "", str(metadata.get("name") or "")) + "/status"
             try:
                 self.cluster.request("PATCH", path, {"status": status}, content_type="application/merge-patch+json")
-            except ApiError as exc:
-                if exc.status != 404:
-                    log.warning("status of GlobalContextEntry %s not written: %s", metadata.get("name"), exc)
+            except NotFound:
+                continue
+            except KubeError as exc:
+                log.warning("status of GlobalContextEntry %s not written: %s", metadata.get("name"), exc)
                 continue
             loaded.append(str(metadata.get("name") or ""))
         for uid in [u for u in self._loaded if u not in seen]:

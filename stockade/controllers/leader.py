@@ -38,6 +38,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from stockade.controllers.kubetyped import request_body
+from stockade.kube.errors import AlreadyExists, Conflict, Invalid, NotFound, translated
 
 log = logging.getLogger("stockade.controllers.leader")
 
@@ -114,38 +115,37 @@ class _LeaseApi:
         return data if isinstance(data, dict) else {}
 
     def get(self, name: str) -> dict[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            return self._json(self.api.read_namespaced_lease(name, self.namespace, _preload_content=False, _request_timeout=self.timeout))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+            with translated(method="GET", path=f"leases/{self.namespace}/{name}"):
+                return self._json(self.api.read_namespaced_lease(name, self.namespace, _preload_content=False, _request_timeout=self.timeout))
+        except NotFound:
+            return None
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
-        return self._json(self.api.create_namespaced_lease(self.namespace, request_body(body), _preload_content=False, _request_timeout=self.timeout))
+        with translated(method="POST", path=f"leases/{self.namespace}"):
+            return self._json(self.api.create_namespaced_lease(self.namespace, request_body(body), _preload_content=False, _request_timeout=self.timeout))
 
     def replace(self, body: dict[str, Any]) -> dict[str, Any]:
         name = body["metadata"]["name"]
-        return self._json(self.api.replace_namespaced_lease(name, self.namespace, request_body(body), _preload_content=False, _request_timeout=self.timeout))
+        with translated(method="PUT", path=f"leases/{self.namespace}/{name}"):
+            return self._json(self.api.replace_namespaced_lease(name, self.namespace, request_body(body), _preload_content=False, _request_timeout=self.timeout))
 
     def delete(self, name: str) -> None:
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            self.api.delete_namespaced_lease(name, self.namespace, _request_timeout=self.timeout)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+            with translated(method="DELETE", path=f"leases/{self.namespace}/{name}"):
+                self.api.delete_namespaced_lease(name, self.namespace, _request_timeout=self.timeout)
+        except NotFound:
+            pass
 
     def list(self, label_selector: str) -> list[dict[str, Any]]:
-        response = self.api.list_namespaced_lease(self.namespace, label_selector=label_selector, _preload_content=False, _request_timeout=self.timeout)
+        with translated(method="GET", path=f"leases/{self.namespace}"):
+            response = self.api.list_namespaced_lease(self.namespace, label_selector=label_selector, _preload_content=False, _request_timeout=self.timeout)
         return list(self._json(response).get("items") or [])
 
 
 def _is_conflict(exc: Exception) -> bool:
-    return getattr(exc, "status", None) in (409, 422)
+    """Another replica wrote the Lease first (create of an existing one, or a stale resourceVersion)."""
+    return isinstance(exc, (Conflict, AlreadyExists, Invalid))
 
 
 class LeaderElector:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stockade.controllers.webhookconfig import STOCKADE_NAMING, WebhookNaming
+from stockade.kube.errors import Forbidden, NotFound, translated
 
 log = logging.getLogger("stockade.controllers.manager")
 
@@ -162,17 +163,16 @@ class ClusterServices:
         """Leases live in our namespace: without it membership cannot work, and a stopping replica could not tell
         whether it is the last one."""
         from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
 
         try:
-            client.CoreV1Api(self.api_client).read_namespace(self.options.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                raise RuntimeError(
-                    f"namespace {self.options.namespace} does not exist: create it (the chart does) or pass --no-leader-election"
-                ) from None
-            if exc.status != 403:  # may not read namespaces: the Lease writes will tell
-                raise
+            with translated(method="GET", path=f"namespaces/{self.options.namespace}"):
+                client.CoreV1Api(self.api_client).read_namespace(self.options.namespace)
+        except NotFound:
+            raise RuntimeError(
+                f"namespace {self.options.namespace} does not exist: create it (the chart does) or pass --no-leader-election"
+            ) from None
+        except Forbidden:  # may not read namespaces: the Lease writes will tell
+            pass
 
     def start(self) -> None:
         """Without leader election, registration happens here and a failure raises (serve then exits)."""

@@ -22,13 +22,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stockade.controllers.clusterdata import ApiError, ClusterData, describe_object, object_identity, object_path
+from stockade.controllers.clusterdata import ClusterData, describe_object, object_identity, object_path
 from stockade.controllers.reports import resource_reference, submit_rule_result
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.response import ERROR, FAIL, PASS, EngineResponse, RuleResponse
 from stockade.policy.model import RULE_TYPE_MUTATION, KyvernoPolicy, Rule
 from stockade.errors import StockadeError
+from stockade.kube.errors import Conflict, KubeError, retry_on_conflict
 
 log = logging.getLogger("stockade.mutateexisting")
 
@@ -37,7 +38,7 @@ REASON_APPLIED = "PolicyApplied"
 REASON_ERROR = "PolicyError"
 ACTION_MUTATED = "Resource Mutated"
 ACTION_NONE = "None"
-CONFLICT_ATTEMPTS = 4  # evaluations per target before a conflict goes to the shared retry queue
+CONFLICT_ATTEMPTS = 4  # evaluations per target before a conflict goes to the shared retry queue (retry_on_conflict)
 
 
 class TriggerFailure(StockadeError):
@@ -113,28 +114,45 @@ class MutateExisting:
         info: RequestInfo,
         gvk: ResourceKind | None,
     ) -> list[TriggerFailure]:
-        """Evaluate and write; a target whose write conflicts is recomputed from its fresh state."""
+        """Evaluate and write; the targets whose writes conflicted are recomputed from their fresh state and written
+        again (``retry_on_conflict``), the others are not written twice."""
         failures: list[TriggerFailure] = []
-        pending: set[tuple[str, str, str, str]] | None = None  # None: every target; else only those that conflicted
-        for attempt in range(CONFLICT_ATTEMPTS):
+        # the targets whose last write conflicted: identity -> (rule, target, the Conflict); None before the first try
+        conflicted: dict[tuple[str, str, str, str], tuple[str, dict[str, Any], Conflict]] | None = None
+
+        def attempt() -> None:
+            nonlocal conflicted
+            pending = None if conflicted is None else set(conflicted)
+            if pending:
+                self.stats.conflicts += len(pending)
             try:
                 response = self.evaluate(policy, rules, operation, trigger, old, info, gvk)
             except Exception as exc:  # one broken policy must not stop the others
                 failures.append(TriggerFailure(policy.key, "*", describe_object(trigger), f"{type(exc).__name__}: {exc}"))
-                return failures
-            conflicted: set[tuple[str, str, str, str]] = set()
+                conflicted = {}
+                return
+            conflicted = {}
             for result in response.rules:
                 target = result.patched_target
                 if pending is not None and (target is None or object_identity(target) not in pending):
                     continue
-                failure = self._write(policy, result, trigger, last_attempt=attempt + 1 == CONFLICT_ATTEMPTS)
-                if failure is _CONFLICT:
-                    conflicted.add(object_identity(target or {}))
-                elif failure is not None:
+                try:
+                    failure = self._write(policy, result, trigger)
+                except Conflict as exc:
+                    conflicted[object_identity(target or {})] = (result.name, target or {}, exc)
+                    continue
+                if failure is not None:
                     failures.append(failure)
-            if not conflicted:
-                return failures
-            pending = conflicted
+            if conflicted:
+                raise next(iter(conflicted.values()))[2]
+
+        try:
+            retry_on_conflict(attempt, attempts=CONFLICT_ATTEMPTS)
+        except Conflict:
+            for rule_name, target, exc in (conflicted or {}).values():
+                self.stats.failures += 1
+                self._event(policy, rule_name, target, str(exc))
+                failures.append(TriggerFailure(policy.key, rule_name, describe_object(target), str(exc)))
         return failures
 
     def evaluate(
@@ -150,7 +168,8 @@ class MutateExisting:
             pctx.json_context.add_variable("request.object", trigger)
         return engine.mutate(pctx, include_existing=True)
 
-    def _write(self, policy: KyvernoPolicy, result: RuleResponse, trigger: dict[str, Any], *, last_attempt: bool) -> Any:
+    def _write(self, policy: KyvernoPolicy, result: RuleResponse, trigger: dict[str, Any]) -> TriggerFailure | None:
+        """Write one rule's patched target; its `Conflict` propagates (the caller recomputes the target)."""
         if result.status in (ERROR, FAIL):
             message = f"failed to mutate existing resource, rule {result.name}, response {result.status}: {result.message}"
             self.stats.failures += 1
@@ -173,10 +192,9 @@ class MutateExisting:
             path += "/" + result.target_subresource  # e.g. a Node/status target: written through its status
         try:
             self.cluster.request("PUT", path, target)
-        except ApiError as exc:
-            if exc.status == 409 and not last_attempt:
-                self.stats.conflicts += 1
-                return _CONFLICT
+        except Conflict:
+            raise
+        except KubeError as exc:
             self.stats.failures += 1
             self._event(policy, result.name, target, str(exc))
             return TriggerFailure(policy.key, result.name, describe_object(target), str(exc))
@@ -251,7 +269,7 @@ class MutateExisting:
         for selector in rule_kinds(rule):
             try:
                 resources = self.cluster.resources_for_selector(selector)
-            except ApiError as exc:
+            except KubeError as exc:
                 log.warning("discovery for %s failed: %s", selector, exc)
                 continue
             for resource in resources:
@@ -260,7 +278,7 @@ class MutateExisting:
                 seen.add((resource.group, resource.kind))
                 try:
                     triggers = self.cluster.list_resource(resource, policy.namespace, cached=False)
-                except ApiError as exc:
+                except KubeError as exc:
                     log.warning("listing %s for policy %s failed: %s", resource.kind, policy.key, exc)
                     continue
                 for trigger in triggers:
@@ -268,10 +286,3 @@ class MutateExisting:
                         failed += 1
                         log.warning("mutate existing on policy update: %s", failure)
         return failed
-
-
-class _Conflict:
-    """Marker: the write lost a race and the target is recomputed."""
-
-
-_CONFLICT = _Conflict()

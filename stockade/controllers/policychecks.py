@@ -18,11 +18,12 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from stockade.controllers.clusterdata import ApiError, ClusterData, subject_access_review
+from stockade.controllers.clusterdata import ClusterData, subject_access_review
 from stockade.controllers.webhookconfig import ApiResource
 from stockade.engine.match import parse_kind_selector
 from stockade.engine.wildcard import match as wildcard_match
 from stockade.lint import generate as generate_checks
+from stockade.kube.errors import KubeError
 
 log = logging.getLogger("stockade.policychecks")
 
@@ -171,7 +172,7 @@ class ClusterPolicyChecks:
         try:
             resources = self.cluster.api_resources(refresh=refresh)
             subresources = self.cluster.api_subresources()
-        except ApiError as exc:
+        except KubeError as exc:
             log.warning("discovery failed, kinds not checked: %s", exc)
             return []
         if not resources:
@@ -227,7 +228,7 @@ class ClusterPolicyChecks:
         try:
             self.cluster.api_resources(refresh=True)
             return True
-        except ApiError as exc:
+        except KubeError as exc:
             log.warning("discovery refresh failed: %s", exc)
             return False
 

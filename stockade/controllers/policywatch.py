@@ -1,16 +1,18 @@
 """Policies from the cluster: list + watch of Kyverno's policy CRDs, and the status each policy gets back.
 
-`ClusterPolicySource` is a `PolicySource` for `stockade.webhook.policystore.PolicyStore`: one daemon thread per
-kind lists the objects, then watches from the list's resourceVersion (re-listing after 410 Gone or any error, with
-backoff).  Every change that matters bumps a counter, which is the source's fingerprint, and tells the store's
+`ClusterPolicySource` is a `PolicySource` for `stockade.webhook.policystore.PolicyStore`, built on the controller
+runtime (`stockade.kube`): a discovery controller keyed by kind finds the version each kind is served under and runs
+one `Informer` per served kind (list, then watch from the list's resourceVersion; a 410 Gone lists again and delivers
+the difference; other failures back off).  Every change that matters bumps a counter, which is the source's fingerprint, and tells the store's
 subscribed callback (``subscribe``), which rebuilds the snapshot at once on its rebuild thread (the store's periodic
 `reload_if_changed()` remains a safety net).  Changes to `status` alone (our own write-back, or Kyverno's) do not bump
 it: otherwise every status write would trigger a reload, which would write status again.  What remains between a
 change and its enforcement is the API server's watch delivery (usually milliseconds) plus one rebuild.
 
-Kinds whose CRD is not installed are skipped with one log line and looked for again every `rediscover_interval`.
+Kinds whose CRD is not installed are skipped with one log line and looked for again every `rediscover_interval`;
+an informer told NotFound (CRD deleted) sends its kind back to discovery, which drops the kind's policies.
 
-`publish_status` (a store listener) writes each policy's status through the status subresource, only when it
+`publish_status` (a store listener) queues the snapshot for a one-key status controller, which writes each policy's status through the status subresource, only when it
 differs from what the object already carries: ClusterPolicy/Policy get `status.conditions[type=Ready]`,
 `status.rulecount` and `status.autogen.rules` as Kyverno writes them; the policies.kyverno.io kinds get
 `status.conditionStatus` as Kyverno's policy status controller writes it (`WebhookConfigured` and
@@ -31,7 +33,10 @@ from collections.abc import Callable
 from typing import Any
 
 from stockade.celpolicy.autogen import autogen_configs
-from stockade.controllers.kubetyped import WatchStream, watch_objects
+from stockade.kube.controller import Controller, FunctionReconciler, Result
+from stockade.kube.errors import Backoff, KubeError, NotFound, translated
+from stockade.kube.informer import Informer, ListWatch, RawListWatch
+from stockade.kube.workqueue import DefaultRateLimiter, ItemExponentialBackoff, WorkQueue
 from stockade.policy.loader import Document
 from stockade.webhook.policystore import PolicyIdentity, PolicySnapshot, describe_identity, policy_identity
 
@@ -41,6 +46,7 @@ STATUS_KYVERNO = "kyverno"  # status.conditions / rulecount / autogen (kyverno.i
 STATUS_CEL = "conditionStatus"  # status.conditionStatus (policies.kyverno.io policy kinds)
 READY = "Ready"
 MAX_MESSAGE = 32768  # metav1.Condition.message limit
+STATUS_KEY = "snapshot"  # the status writer's one work-queue key: the latest installed snapshot
 
 
 @dataclass(frozen=True)
@@ -138,6 +144,7 @@ class ClusterPolicySource:
         reporting_permissions: Callable[[dict[str, Any]], list[str]] | None = None,
     ) -> None:
         self.kinds = tuple(kinds)
+        self._by_label = {watched.label: watched for watched in self.kinds}
         # policy document -> the reports controller's missing permissions (serve --reports-service-account)
         self.reporting_permissions = reporting_permissions
         # every installed kind keeps one watch connection open: a client of our own, with a pool that fits them
@@ -154,37 +161,50 @@ class ClusterPolicySource:
         self._synced_event = threading.Event()
         self._missing: set[WatchedKind] = set()
         self._stopping = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._watches: dict[WatchedKind, WatchStream] = {}
+        self._informers: dict[WatchedKind, tuple[str, Informer]] = {}
         self._pending_snapshot: PolicySnapshot | None = None
-        self._status_wakeup = threading.Event()
         self.status_writes = 0
         self._subscribers: list[Callable[[], None]] = []
         # the document handed out for each cached object, reused while the object stays the same (no deep copy and
         # no content hashing of unchanged policies on every rebuild)
         self._handed_out: dict[tuple[WatchedKind, str, str], tuple[dict[str, Any], ClusterDocument]] = {}
+        # which version of each kind is served, found again after rediscover_interval while it is missing and when
+        # its informer is told NotFound (CRD deleted, version dropped); failures back off per kind
+        self.discovery = Controller(
+            "policy-kinds",
+            FunctionReconciler(self.reconcile_kind),
+            workers=2,
+            needs_leadership=False,
+            queue_factory=lambda: WorkQueue[str](DefaultRateLimiter(ItemExponentialBackoff(base=1.0, cap=max_backoff)), name="policy-kinds"),
+        )
+        # the status of each snapshot's policies (one key: the latest snapshot); failed writes come back later
+        self.status_writer = Controller(
+            "policy-status",
+            FunctionReconciler(self.reconcile_status),
+            workers=1,
+            needs_leadership=False,
+            queue_factory=lambda: WorkQueue[str](
+                DefaultRateLimiter(ItemExponentialBackoff(base=1.0, cap=max(status_retry_interval, 1.0))), name="policy-status"
+            ),
+        )
 
     # -- lifecycle ----------------------------------------------------------------------------------------------------
     def start(self) -> None:
         for watched in self.kinds:
-            thread = threading.Thread(target=self._run_kind, args=(watched,), name=f"policywatch-{watched.plural}", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+            self.discovery.enqueue(watched.label)
+        self.discovery.start()
         if self.write_status:
-            thread = threading.Thread(target=self._run_status_writer, name="policywatch-status", daemon=True)
-            thread.start()
-            self._threads.append(thread)
+            self.status_writer.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stopping.set()
-        self._status_wakeup.set()
+        self.discovery.stop(timeout=timeout)
+        self.status_writer.stop(timeout=timeout)
         with self._lock:
-            watches = list(self._watches.values())
-        for active in watches:
-            active.stop()
-        for thread in self._threads:
-            thread.join(timeout=timeout / max(len(self._threads), 1))
-        if self.api_client is not None and not any(thread.is_alive() for thread in self._threads):
+            informers = [informer for _, informer in self._informers.values()]
+            self._informers.clear()
+        stopped = all([informer.stop(timeout / max(len(informers), 1)) for informer in informers])
+        if self.api_client is not None and stopped:
             self.api_client.close()
 
     def wait_synced(self, timeout: float | None = None) -> bool:
@@ -290,7 +310,7 @@ class ClusterPolicySource:
             if len(self._synced) == len(self.kinds):
                 self._synced_event.set()
 
-    # -- watch loop -----------------------------------------------------------------------------------------------------
+    # -- discovery and informers -------------------------------------------------------------------------------------------
     def _custom_objects(self) -> Any:
         from kubernetes import client
 
@@ -298,49 +318,88 @@ class ClusterPolicySource:
 
     def served_version(self, watched: WatchedKind) -> str | None:
         """The most preferred version under which the API server serves this kind, None when no CRD provides it."""
-        from kubernetes.client.exceptions import ApiException
-
         api = self._custom_objects()
         for version in watched.versions:
             try:
-                listing = api.get_api_resources(watched.group, version)
-            except ApiException as exc:
-                if exc.status == 404:
-                    continue
-                raise
+                with translated(method="GET", path=f"/apis/{watched.group}/{version}"):
+                    listing = api.get_api_resources(watched.group, version)
+            except NotFound:
+                continue
             if any(resource.name == watched.plural for resource in listing.resources or []):
                 return version
         return None
 
-    def _run_kind(self, watched: WatchedKind) -> None:
-        from kubernetes.client.exceptions import ApiException
+    def list_watch(self, watched: WatchedKind, version: str) -> ListWatch:
+        """How one kind is listed and watched (every namespace)."""
+        return RawListWatch.for_resource(self.api_client, f"{watched.group}/{version}", watched.plural)
 
-        backoff = 1.0
-        while not self._stopping.is_set():
-            try:
-                version = self.served_version(watched)
-                if version is None:
-                    self._kind_missing(watched)
-                    self._stopping.wait(self.rediscover_interval)
-                    continue
-                self._kind_found(watched, version)
-                resource_version = self._list(watched, version)
-                self._mark_synced(watched)
-                backoff = 1.0
-                self._watch(watched, version, resource_version)
-            except ApiException as exc:
-                if exc.status == 410:
-                    log.debug("%s: watch expired (410 Gone), listing again", watched.label)
-                    continue
-                log.warning("%s: list/watch failed (HTTP %s: %s), retrying in %.0fs", watched.label, exc.status, exc.reason, backoff)
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, self.max_backoff)
-            except Exception as exc:
-                if self._stopping.is_set():
-                    return
-                log.warning("%s: list/watch failed (%s), retrying in %.0fs", watched.label, exc, backoff)
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, self.max_backoff)
+    def informer(self, watched: WatchedKind) -> Informer | None:
+        with self._lock:
+            entry = self._informers.get(watched)
+        return entry[1] if entry is not None else None
+
+    def reconcile_kind(self, label: str) -> Result | None:
+        """Bring one kind's informer in line with discovery: none while no CRD serves the kind (its policies leave
+        the cache; looked for again after ``rediscover_interval``), one on the most preferred served version."""
+        watched = self._by_label.get(label)
+        if watched is None or self._stopping.is_set():
+            return None
+        version = self.served_version(watched)
+        with self._lock:
+            current = self._informers.get(watched)
+            replaced = current if current is not None and current[0] != version else None
+            if replaced is not None:
+                del self._informers[watched]
+        if replaced is not None:
+            replaced[1].stop()
+        if version is None:
+            self._kind_missing(watched)
+            return Result(requeue_after=self.rediscover_interval)
+        if current is not None and replaced is None:
+            return None  # already watched under this version: the informer relists and backs off by itself
+        self._kind_found(watched, version)
+        informer = self._new_informer(watched, version)
+        with self._lock:
+            if self._stopping.is_set():
+                return None
+            self._informers[watched] = (version, informer)
+        informer.start()
+        return None
+
+    def _new_informer(self, watched: WatchedKind, version: str) -> Informer:
+        informer: Informer
+
+        def on_synced() -> None:
+            # a complete listing (the first, or after 410 Gone): the cache holds exactly what was listed
+            if self.replace_kind(watched, version, informer.store.list()):
+                log.info("%s: %d listed", watched.label, len(informer.store))
+            self._mark_synced(watched)
+
+        def on_event(event_type: str, obj: dict[str, Any]) -> None:
+            if not informer.has_synced():
+                return  # the first listing arrives whole through on_synced
+            if self.apply_event(watched, version, event_type, obj):
+                metadata = obj.get("metadata") or {}
+                log.info("%s %s/%s %s", watched.label, metadata.get("namespace") or "-", metadata.get("name"), event_type.lower())
+
+        def on_error(exc: Exception) -> None:
+            if isinstance(exc, NotFound):
+                self.discovery.enqueue(watched.label)  # the CRD or this version went away: discover again
+
+        informer = Informer(
+            self.list_watch(watched, version),
+            name=f"policywatch-{watched.plural}.{watched.group}",
+            watch_timeout=self.watch_timeout,
+            backoff=Backoff(initial=1.0, factor=2.0, cap=self.max_backoff, jitter=0.1),
+            on_error=on_error,
+            on_synced=on_synced,
+        )
+        informer.add_handlers(
+            on_add=lambda obj: on_event("ADDED", obj),
+            on_update=lambda _old, new: on_event("MODIFIED", new),
+            on_delete=lambda obj: on_event("DELETED", obj),
+        )
+        return informer
 
     def _kind_missing(self, watched: WatchedKind) -> None:
         with self._lock:
@@ -358,70 +417,27 @@ class ClusterPolicySource:
         if was_missing:
             log.info("%s is now served (%s): watching it", watched.label, version)
 
-    def _list(self, watched: WatchedKind, version: str) -> str:
-        listing = self._custom_objects().list_cluster_custom_object(watched.group, version, watched.plural, _request_timeout=60)
-        items = [item for item in listing.get("items") or [] if isinstance(item, dict)]
-        if self.replace_kind(watched, version, items):
-            log.info("%s: %d listed", watched.label, len(items))
-        return str((listing.get("metadata") or {}).get("resourceVersion") or "")
-
-    def _watch(self, watched: WatchedKind, version: str, resource_version: str) -> None:
-        """Watch until stopped; each server-side timeout resumes from the last seen resourceVersion; 410 raises."""
-
-        def on_event(event_type: str, obj: dict[str, Any]) -> None:
-            if self.apply_event(watched, version, event_type, obj):
-                log.info("%s %s/%s %s", watched.label, obj.get("metadata", {}).get("namespace") or "-", obj.get("metadata", {}).get("name"), event_type.lower())
-
-        def on_stream(stream: WatchStream | None) -> None:
-            with self._lock:
-                if stream is None:
-                    self._watches.pop(watched, None)
-                else:
-                    self._watches[watched] = stream
-
-        watch_objects(
-            self._custom_objects().list_cluster_custom_object,
-            watched.group,
-            version,
-            watched.plural,
-            resource_version=resource_version,
-            timeout_seconds=self.watch_timeout,
-            stopping=self._stopping,
-            on_event=on_event,
-            on_stream=on_stream,
-        )
-
     # -- status write-back ------------------------------------------------------------------------------------------------
     def publish_status(self, snapshot: PolicySnapshot) -> None:
-        """Store listener: hand the snapshot to the status writer thread (no network calls on the caller's thread)."""
+        """Store listener: hand the snapshot to the status writer (no network calls on the caller's thread)."""
         if not self.write_status:
             return
         with self._lock:
             self._pending_snapshot = snapshot
-        self._status_wakeup.set()
+        self.status_writer.enqueue(STATUS_KEY)
 
-    def _run_status_writer(self) -> None:
-        retry: float | None = None
-        while not self._stopping.is_set():
-            self._status_wakeup.wait(retry)
-            self._status_wakeup.clear()
-            if self._stopping.is_set():
-                return
-            with self._lock:
-                snapshot = self._pending_snapshot
-            if snapshot is None:
-                continue
-            try:
-                failures = self.write_statuses(snapshot)
-            except Exception:
-                log.exception("writing policy status failed")
-                failures = 1
-            retry = self.status_retry_interval if failures else None
+    def reconcile_status(self, key: str) -> Result | None:
+        """Write the statuses of the latest snapshot; failed writes are tried again after ``status_retry_interval``."""
+        with self._lock:
+            snapshot = self._pending_snapshot
+        if key != STATUS_KEY or snapshot is None:
+            return None
+        if self.write_statuses(snapshot):
+            return Result(requeue_after=self.status_retry_interval)
+        return None
 
     def write_statuses(self, snapshot: PolicySnapshot) -> int:
         """Write every changed status for the cluster documents of ``snapshot``; returns the number of failed writes."""
-        from kubernetes.client.exceptions import ApiException
-
         failures = 0
         for document in snapshot.documents:
             if not isinstance(document, ClusterDocument) or document.watched is None or not document.watched.status:
@@ -442,12 +458,13 @@ class ClusterPolicySource:
             if patch is None:
                 continue
             try:
-                updated = self._patch_status(watched, version, key[1], key[2], patch)
-            except ApiException as exc:
-                if exc.status == 404:
-                    continue
+                with translated(method="PATCH", path=f"{watched.label} {key[1]}/{key[2]}/status"):
+                    updated = self._patch_status(watched, version, key[1], key[2], patch)
+            except NotFound:
+                continue
+            except KubeError as exc:
                 failures += 1
-                log.warning("status of %s not written: HTTP %s %s", describe_identity(identity), exc.status, exc.reason)
+                log.warning("status of %s not written: %s", describe_identity(identity), exc)
                 continue
             self.status_writes += 1
             if isinstance(updated, dict):

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from stockade.controllers.webhookconfig import STOCKADE_NAMING, ApiResource, Resolver, WebhookNaming
+from stockade.kube.errors import NotFound, as_kube_error, translated
 
 log = logging.getLogger("stockade.controllers")
 
@@ -124,14 +125,11 @@ class WebhookRegistrar:
 
     @staticmethod
     def _upsert(body: dict[str, Any], read: Any, create: Any, replace: Any, delete: Any, *, keep_empty: bool = False) -> None:
-        from kubernetes.client.exceptions import ApiException
-
         name = body["metadata"]["name"]
         try:
-            existing = read(name)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+            with translated(method="GET", path=name):
+                existing = read(name)
+        except NotFound:
             existing = None
         if not body["webhooks"] and not keep_empty:
             if existing is not None:
@@ -146,8 +144,6 @@ class WebhookRegistrar:
 
     def remove_all(self) -> int:
         """Delete every configuration carrying our label; returns how many were removed."""
-        from kubernetes.client.exceptions import ApiException
-
         selector = self.naming.selector
         removed = 0
         for listing, delete in (
@@ -159,11 +155,11 @@ class WebhookRegistrar:
                 if not name:
                     continue
                 try:
-                    delete(name)
+                    with translated(method="DELETE", path=name):
+                        delete(name)
                     removed += 1
-                except ApiException as exc:
-                    if exc.status != 404:
-                        raise
+                except NotFound:
+                    pass
         return removed
 
 
@@ -194,8 +190,7 @@ class NamespaceLabelCache:
             metadata = self.core.read_namespace(namespace, _request_timeout=2).metadata
             labels = dict((metadata.labels if metadata is not None else None) or {})
         except Exception as exc:  # unknown namespace or API hiccup: evaluate with the name label only
-            status = getattr(exc, "status", None)
-            if status == 404:  # e.g. a namespaced object created with its namespace: routine, not an error
+            if isinstance(as_kube_error(exc), NotFound):  # e.g. a namespaced object created with its namespace: routine, not an error
                 log.debug("namespace %s not found; matching with its name label only", namespace)
             else:
                 log.warning("could not read namespace %s: %s", namespace, _short_reason(exc))
@@ -206,10 +201,10 @@ class NamespaceLabelCache:
 
 
 def _short_reason(exc: BaseException) -> str:
-    """One line for a failed API call: the client's ApiException text carries every response header and the body."""
-    status, reason = getattr(exc, "status", None), getattr(exc, "reason", None)
-    if status is not None:
-        return f"HTTP {status} {reason or ''}".rstrip()
+    """One line for a failed API call: the client's exception text carries every response header and the body."""
+    error = as_kube_error(exc)
+    if error is not None:
+        return f"{type(error).__name__}: {error.message.splitlines()[0] if error.message else ''}".rstrip(": ")
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 

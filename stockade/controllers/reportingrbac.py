@@ -15,7 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from stockade.controllers.clusterdata import ApiError, subject_access_review
+from stockade.controllers.clusterdata import subject_access_review
+from stockade.kube.errors import KubeError
 
 log = logging.getLogger("stockade.reportingrbac")
 
@@ -78,7 +79,7 @@ class ReportingPermissions:
         attributes = {"group": group, "version": version, "resource": resource, "verb": verb}
         try:
             allowed, reason = subject_access_review(self.request, self.user, attributes)
-        except ApiError as exc:
+        except KubeError as exc:
             log.warning("SubjectAccessReview for %s %s/%s/%s failed: %s", verb, group, version, resource, exc)
             return None
         with self._lock:

@@ -21,6 +21,7 @@ from typing import Any
 
 from stockade.engine.response import STATUSES, EngineResponse, RuleResponse, report_result
 from stockade.policy.model import RULE_TYPE_GENERATION, KyvernoPolicy
+from stockade.kube.errors import AlreadyExists, Conflict, NotFound, translated
 
 log = logging.getLogger("stockade.reports")
 
@@ -280,8 +281,6 @@ class ReportWriter:
         log.warning("PolicyReport CRD (%s/%s) is not installed; reports are off for %ds", GROUP, VERSION, CRD_RETRY_SECONDS)
 
     def _upsert(self, update: ReportUpdate | dict[str, Any]) -> None:
-        from kubernetes.client.exceptions import ApiException
-
         if isinstance(update, dict):
             update = ReportUpdate(update)
         report = update.report
@@ -290,27 +289,26 @@ class ReportWriter:
         plural = "policyreports" if namespace else "clusterpolicyreports"
         if report["results"]:
             try:
-                if namespace:
-                    self.api.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, report)
-                else:
-                    self.api.create_cluster_custom_object(GROUP, VERSION, plural, report)
+                with translated(method="POST", path=f"{plural}/{name}"):
+                    if namespace:
+                        self.api.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, report)
+                    else:
+                        self.api.create_cluster_custom_object(GROUP, VERSION, plural, report)
                 self.written += 1
                 return
-            except ApiException as exc:
-                if exc.status == 404:
-                    self._crd_missing()
-                    return
-                if exc.status != 409:
-                    raise
+            except NotFound:
+                self._crd_missing()
+                return
+            except (AlreadyExists, Conflict):
+                pass  # merged into the existing report below
         try:
-            if namespace:
-                current = self.api.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
-            else:
-                current = self.api.get_cluster_custom_object(GROUP, VERSION, plural, name)
-        except ApiException as exc:
-            if exc.status == 404:
-                return  # nothing to clear (or the CRD is missing)
-            raise
+            with translated(method="GET", path=f"{plural}/{name}"):
+                if namespace:
+                    current = self.api.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+                else:
+                    current = self.api.get_cluster_custom_object(GROUP, VERSION, plural, name)
+        except NotFound:
+            return  # nothing to clear (or the CRD is missing)
         if not isinstance(current, dict):
             return
         merge_into(report, current, replace=update.replace, live=update.live)
@@ -319,39 +317,35 @@ class ReportWriter:
             return
         if _without_timestamps(report["results"]) == _without_timestamps(current.get("results") or []):
             return  # the same verdicts: rewriting only the times would bump the report's generation for nothing
-        if namespace:
-            self.api.replace_namespaced_custom_object(GROUP, VERSION, namespace, plural, name, report)
-        else:
-            self.api.replace_cluster_custom_object(GROUP, VERSION, plural, name, report)
+        with translated(method="PUT", path=f"{plural}/{name}"):
+            if namespace:
+                self.api.replace_namespaced_custom_object(GROUP, VERSION, namespace, plural, name, report)
+            else:
+                self.api.replace_cluster_custom_object(GROUP, VERSION, plural, name, report)
         self.written += 1
 
     def _delete(self, namespace: str | None, plural: str, name: str) -> None:
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            if namespace:
-                self.api.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
-            else:
-                self.api.delete_cluster_custom_object(GROUP, VERSION, plural, name)
+            with translated(method="DELETE", path=f"{plural}/{name}"):
+                if namespace:
+                    self.api.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+                else:
+                    self.api.delete_cluster_custom_object(GROUP, VERSION, plural, name)
             self.deleted += 1
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        except NotFound:
+            pass
 
     def prune(self, live_policies: set[str] | frozenset[str]) -> int:
         """Drop results of policies that no longer exist from every report we manage (synchronously); reports left
         empty are deleted.  Returns how many reports changed."""
-        from kubernetes.client.exceptions import ApiException
-
         selector = OWNED_SELECTOR
         changed = 0
         for plural in ("policyreports", "clusterpolicyreports"):
             try:
-                listing = self.api.list_cluster_custom_object(GROUP, VERSION, plural, label_selector=selector)  # every namespace
-            except ApiException as exc:
-                if exc.status == 404:
-                    continue
-                raise
+                with translated(method="GET", path=plural):
+                    listing = self.api.list_cluster_custom_object(GROUP, VERSION, plural, label_selector=selector)  # every namespace
+            except NotFound:
+                continue
             for current in (listing.get("items") if isinstance(listing, dict) else None) or []:
                 results = current.get("results") or []
                 kept = stale_results_removed(results, live_policies)
@@ -360,19 +354,19 @@ class ReportWriter:
                 metadata = current.get("metadata") or {}
                 namespace = metadata.get("namespace")
                 try:
-                    if not kept:
-                        self._delete(namespace, plural, metadata["name"])
-                    else:
-                        current["results"] = kept
-                        current["summary"] = summarise(kept)
-                        if namespace:
-                            self.api.replace_namespaced_custom_object(GROUP, VERSION, namespace, plural, metadata["name"], current)
+                    with translated(method="PUT", path=f"{plural}/{metadata['name']}"):
+                        if not kept:
+                            self._delete(namespace, plural, metadata["name"])
                         else:
-                            self.api.replace_cluster_custom_object(GROUP, VERSION, plural, metadata["name"], current)
+                            current["results"] = kept
+                            current["summary"] = summarise(kept)
+                            if namespace:
+                                self.api.replace_namespaced_custom_object(GROUP, VERSION, namespace, plural, metadata["name"], current)
+                            else:
+                                self.api.replace_cluster_custom_object(GROUP, VERSION, plural, metadata["name"], current)
                     changed += 1
-                except ApiException as exc:
-                    if exc.status not in (404, 409):  # gone or changed meanwhile: the next scan prunes again
-                        raise
+                except (NotFound, Conflict):  # gone or changed meanwhile: the next scan prunes again
+                    pass
         return changed
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from stockade.controllers.kubetyped import request_body
+from stockade.kube.errors import AlreadyExists, Conflict, NotFound, translated
 from stockade.controllers.webhookconfig import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from stockade.webhook.certs import KeyPair, StoreConflict
 
@@ -34,15 +35,12 @@ class SecretStore:
         return Path(f"secret {self.namespace}/{self.name}", key)
 
     def load(self) -> dict[str, bytes]:
-        from kubernetes.client.exceptions import ApiException
-
         try:
-            secret = self.core.read_namespaced_secret(self.name, self.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                self._resource_version = None
-                return {}
-            raise
+            with translated(method="GET", path=f"secrets/{self.namespace}/{self.name}"):
+                secret = self.core.read_namespaced_secret(self.name, self.namespace)
+        except NotFound:
+            self._resource_version = None
+            return {}
         metadata = secret.metadata
         self._resource_version = metadata.resource_version if metadata is not None else None
         self._labels = dict((metadata.labels if metadata is not None else None) or {})
@@ -51,8 +49,6 @@ class SecretStore:
         return {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
 
     def save(self, items: dict[str, bytes]) -> None:
-        from kubernetes.client.exceptions import ApiException
-
         metadata: dict[str, Any] = {
             "name": self.name,
             "namespace": self.namespace,
@@ -68,17 +64,19 @@ class SecretStore:
             "data": {key: base64.b64encode(value).decode() for key, value in items.items()},
         }
         try:
-            if self._resource_version is None:
-                created = self.core.create_namespaced_secret(self.namespace, request_body(body))
-                self._resource_version = created.metadata.resource_version if created.metadata is not None else None
-            else:
-                metadata["resourceVersion"] = self._resource_version
-                replaced = self.core.replace_namespaced_secret(self.name, self.namespace, request_body(body))
-                self._resource_version = replaced.metadata.resource_version if replaced.metadata is not None else None
-        except ApiException as exc:
-            if exc.status == 409:
-                raise StoreConflict(f"secret {self.namespace}/{self.name} changed concurrently") from exc
-            raise
+            with translated(method="PUT", path=f"secrets/{self.namespace}/{self.name}"):
+                self._write(metadata, body)
+        except (Conflict, AlreadyExists) as exc:
+            raise StoreConflict(f"secret {self.namespace}/{self.name} changed concurrently") from exc
+
+    def _write(self, metadata: dict[str, Any], body: dict[str, Any]) -> None:
+        if self._resource_version is None:
+            created = self.core.create_namespaced_secret(self.namespace, request_body(body))
+            self._resource_version = created.metadata.resource_version if created.metadata is not None else None
+        else:
+            metadata["resourceVersion"] = self._resource_version
+            replaced = self.core.replace_namespaced_secret(self.name, self.namespace, request_body(body))
+            self._resource_version = replaced.metadata.resource_version if replaced.metadata is not None else None
 
 
 def kyverno_tls_secret_names(namespace: str, service: str) -> tuple[str, str]:
@@ -104,8 +102,6 @@ class KyvernoTlsSecrets:
         self._upsert(pair_name, serving)
 
     def _upsert(self, name: str, pair: KeyPair) -> None:
-        from kubernetes.client.exceptions import ApiException
-
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Secret",
@@ -114,8 +110,7 @@ class KyvernoTlsSecrets:
             "data": {"tls.crt": base64.b64encode(pair.cert_pem).decode(), "tls.key": base64.b64encode(pair.key_pem).decode()},
         }
         try:
-            self.core.create_namespaced_secret(self.namespace, request_body(body))
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
+            with translated(method="POST", path=f"secrets/{self.namespace}/{name}"):
+                self.core.create_namespaced_secret(self.namespace, request_body(body))
+        except AlreadyExists:
             self.core.replace_namespaced_secret(name, self.namespace, request_body(body))

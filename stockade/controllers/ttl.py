@@ -16,7 +16,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from stockade.controllers.clusterdata import ApiError, ClusterData, object_path
+from stockade.controllers.clusterdata import ClusterData, object_path
 from stockade.controllers.periodic import LeaderPeriodicWorker
 from stockade.controllers.webhookconfig import ApiResource
 from stockade.errors import StockadeError
@@ -40,6 +40,7 @@ _WORD_UNITS = (
     (("d", "day"), 86400.0),
     (("w", "wk", "week"), 604800.0),
 )
+from stockade.kube.errors import Forbidden, KubeError, MethodNotAllowed, NotFound
 
 
 class TtlError(StockadeError, ValueError):
@@ -130,7 +131,7 @@ def deletable_resources(cluster: ClusterData) -> list[ApiResource]:
             continue
         try:
             add(str(group.get("name") or ""), preferred.rpartition("/")[2], cluster.request("GET", f"/apis/{preferred}"))
-        except ApiError as exc:
+        except KubeError as exc:
             log.warning("discovery of %s failed: %s", preferred, exc)
     return found
 
@@ -168,9 +169,10 @@ class TtlController(LeaderPeriodicWorker):
         for resource in self.resources():
             try:
                 objects = self.cluster.list_resource(resource, "", label_selector=TTL_LABEL, cached=False)
-            except ApiError as exc:
-                if exc.status not in (403, 404, 405):
-                    log.warning("listing %s with %s failed: %s", resource.resource, TTL_LABEL, exc)
+            except (Forbidden, NotFound, MethodNotAllowed):
+                continue
+            except KubeError as exc:
+                log.warning("listing %s with %s failed: %s", resource.resource, TTL_LABEL, exc)
                 continue
             for obj in objects:
                 deleted += self._expire(resource, obj, now)
@@ -198,9 +200,10 @@ class TtlController(LeaderPeriodicWorker):
                 "DELETE", object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or "")),
                 query={"propagationPolicy": policy} if policy else None,
             )
-        except ApiError as exc:
-            if exc.status != 404:
-                log.warning("deleting expired %s failed: %s", where, exc)
+        except NotFound:
+            return 0
+        except KubeError as exc:
+            log.warning("deleting expired %s failed: %s", where, exc)
             return 0
         log.info("deleted %s: %s=%s expired", where, TTL_LABEL, value)
         return 1

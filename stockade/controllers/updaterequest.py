@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from stockade.controllers.clusterdata import ApiError, ClusterData
+from stockade.controllers.clusterdata import ClusterData
+from stockade.kube.errors import Conflict, KubeError, NotFound
 from stockade.engine.match import RequestInfo, ResourceKind, match_reasons, rejected_by_kind
 from stockade.policy.model import KyvernoPolicy, Rule
 
@@ -391,9 +392,9 @@ class UpdateRequestWriter:
             try:
                 self.cluster.request("POST", collection_path(self.namespace), body)
                 self.written += 1
-            except ApiError as exc:
+            except KubeError as exc:
                 self.failed += 1
-                if exc.status == 404:
+                if isinstance(exc, NotFound):
                     self._unserved_until = time.monotonic() + UNSERVED_PAUSE_SECONDS
                 log.warning("could not record an UpdateRequest for policy %s (%s); doing the work in memory", (body.get("spec") or {}).get("policy"), exc)
                 return False
@@ -500,7 +501,7 @@ class UpdateRequestController:
                 try:
                     self.relist()
                     leading, next_relist = True, now + self.relist_seconds
-                except ApiError as exc:
+                except KubeError as exc:
                     log.warning("listing UpdateRequests failed: %s", exc)
                     self._stop.wait(1.0)
                     continue
@@ -534,11 +535,9 @@ class UpdateRequestController:
         path = f"{collection_path(self.namespace)}/{name}"
         try:
             request = self.cluster.request("GET", path)
-        except ApiError as exc:
-            if exc.status == 404:
-                self._forget(name)
-                return None
-            raise
+        except NotFound:
+            self._forget(name)
+            return None
         state = state_of(request)
         if state == COMPLETED:
             self._delete(path, name)
@@ -550,12 +549,10 @@ class UpdateRequestController:
         result = outcome(failures, retry_count(request), max_retries=self.max_retries, backoff=self.backoff, max_backoff=self.max_backoff, permanent=permanent)
         try:
             self.cluster.request("PUT", f"{path}/status", with_status(request, result))
-        except ApiError as exc:
-            if exc.status == 404:
-                self._forget(name)
-                return result
-            if exc.status != 409:
-                raise
+        except NotFound:
+            self._forget(name)
+            return result
+        except Conflict:
             self.enqueue(name, time.monotonic())  # changed meanwhile: read it again
             return result
         if result.delete:
@@ -573,9 +570,8 @@ class UpdateRequestController:
     def _delete(self, path: str, name: str) -> None:
         try:
             self.cluster.request("DELETE", path)
-        except ApiError as exc:
-            if exc.status != 404:
-                raise
+        except NotFound:
+            pass
         self._forget(name)
 
     def _replay(self, request: dict[str, Any]) -> tuple[list[str], bool]:
@@ -604,7 +600,7 @@ class UpdateRequestController:
             failures = self.generator.process_event(scope)
         except TriggerPending as exc:
             return [str(exc)], False
-        except ApiError as exc:
+        except KubeError as exc:
             return [str(exc)], False
         return [str(failure) for failure in failures], False
 

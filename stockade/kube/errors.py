@@ -1,7 +1,7 @@
 """The one place where an API server's failure becomes a Python type.
 
 Callers catch ``NotFound``, ``Conflict``, ``Gone`` ... and never look at HTTP status codes.  The official client's
-``ApiException``, stockade's own raw-REST ``ApiError`` (anything a ``StockadeError`` with an integer ``status``),
+``ApiException``, a raw non-2xx answer (``stockade.controllers.clusterdata`` and the informers' raw REST calls),
 a watch stream's ``ERROR`` event (a ``Status`` object) and transport failures are all turned into a `KubeError`
 subclass here: ``from_api_exception`` for exceptions, ``from_status`` for ``Status`` bodies, ``from_response`` for
 a raw non-2xx answer, and the ``translated()`` context manager to wrap a block of client calls.
@@ -247,10 +247,6 @@ def as_kube_error(exc: BaseException, *, method: str = "", path: str = "") -> Ku
         if status == 0:  # the client reports TLS and request-building failures as status 0
             return Unreachable(reason or str(exc), status=0, method=method, path=path)
         return from_response(status, getattr(exc, "body", None), getattr(exc, "headers", None), reason=reason, method=method, path=path)
-    carried = getattr(exc, "status", None)
-    if isinstance(exc, StockadeError) and isinstance(carried, int) and not isinstance(carried, bool):
-        # clusterdata.ApiError: the message already names the method and path
-        return error_class(carried)(str(exc), status=carried)
     if _is_transport_error(exc):
         return Unreachable(f"{type(exc).__name__}: {exc}", status=0, method=method, path=path)
     return None

@@ -419,9 +419,11 @@ class Informer:
         watch_timeout: int = 300,
         backoff: Backoff = WATCH_BACKOFF,
         on_error: Callable[[Exception], None] | None = None,
+        on_synced: Callable[[], None] | None = None,
     ) -> None:
         self.list_watch = list_watch
         self.on_error = on_error  # told of every failed list or watch (not of Gone), before the backoff pause
+        self.on_synced = on_synced  # told after every complete listing was delivered (the first one and relists)
         self.name = name
         self.resync_period = resync_period
         self.watch_timeout = watch_timeout
@@ -536,7 +538,9 @@ class Informer:
             self.apply_listing(items)
             self.resource_version = resource_version
             self.relists += 1
-        self._synced.set()
+            self._synced.set()
+            if self.on_synced is not None:
+                self._call(self.on_synced)
 
     def apply_listing(self, items: Iterable[Obj]) -> None:
         """Replace the store's content with ``items``: adds, updates (changed ``resourceVersion``) and deletes."""

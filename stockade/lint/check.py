@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from stockade.lint.policies import is_policy_document, validate_policy_document
+from stockade.lint.policies import ValidationResult, is_policy_document, validate_policy_document
 from stockade.policy.loader import Document
 from stockade.policy.schema.validate import UnknownKind, check_document, prune_unknown, resolve_kind
 
@@ -144,6 +144,33 @@ def schema_findings(document: dict[str, Any], source: str = "", index: int = 0) 
     ]
 
 
+@dataclass(frozen=True)
+class Assessment:
+    """Both steps' raw results for one document: the schema findings, and Kyverno's validation of the document as
+    it will be stored (None when the schema refused it or it is no policy).  ``check_policy`` turns it into
+    findings; the policy webhook answers from it in Kyverno's words."""
+
+    schema: list[Finding]
+    validation: ValidationResult | None
+
+    @property
+    def schema_errors(self) -> list[Finding]:
+        return [f for f in self.schema if f.severity is Severity.ERROR]
+
+    @property
+    def unknown_fields(self) -> list[Finding]:
+        return [f for f in self.schema if f.severity is not Severity.ERROR]
+
+
+def assess_policy(document: dict[str, Any], source: str = "", index: int = 0, old: dict[str, Any] | None = None) -> Assessment:
+    """Run the check on one document.  Raises only where Kyverno's validation itself fails (a checker bug)."""
+    findings = schema_findings(document, source, index)
+    if any(f.severity is Severity.ERROR for f in findings) or not is_policy_document(document):
+        # the admission checks assume the schema's shapes; a document that breaks them is already refused
+        return Assessment(findings, None)
+    return Assessment(findings, validate_policy_document(prune_unknown(document), prune_unknown(old) if old else None))
+
+
 def check_policy(
     document: dict[str, Any], source: str = "", index: int = 0, old: dict[str, Any] | None = None, admission: bool = False
 ) -> list[Finding]:
@@ -153,16 +180,15 @@ def check_policy(
     kind, name = _identity(document)
     if kind in CLI_FILE_KINDS:
         return []
-    findings = schema_findings(document, source, index)
-    if any(f.severity is Severity.ERROR for f in findings) or not is_policy_document(document):
-        # the admission checks assume the schema's shapes; a document that breaks them is already refused
-        return findings
     try:
-        stored = prune_unknown(document)
-        result = validate_policy_document(stored, prune_unknown(old) if old else None)
+        assessment = assess_policy(document, source, index, old)
     except Exception as error:  # a checker bug must surface as a finding, never as a traceback
         message = f"the policy could not be checked: {type(error).__name__}: {error}"
-        return [*findings, Finding(Severity.ERROR, Code.INVALID_POLICY, message, "", source, index, kind, name)]
+        return [*schema_findings(document, source, index), Finding(Severity.ERROR, Code.INVALID_POLICY, message, "", source, index, kind, name)]
+    findings = list(assessment.schema)
+    result = assessment.validation
+    if result is None:
+        return findings
     for lint_problem in result.errors:
         if lint_problem.safety:
             severity = Severity.ERROR if admission else Severity.WARNING
@@ -174,12 +200,13 @@ def check_policy(
     return findings
 
 
-def check_documents(documents: Iterable[Document]) -> CheckReport:
-    """Check every policy document among ``documents`` (other documents are not counted)."""
+def check_documents(documents: Iterable[Document], admission: bool = False) -> CheckReport:
+    """Check every policy document among ``documents`` (other documents are not counted); ``admission`` as in
+    ``check_policy``."""
     report = CheckReport()
     for document in documents:
         if not is_checked_kind(document.data):
             continue
         report.checked += 1
-        report.findings.extend(check_policy(document.data, document.source, document.index))
+        report.findings.extend(check_policy(document.data, document.source, document.index, admission=admission))
     return report

@@ -158,7 +158,7 @@ def _interval_and_timeout(spec: Mapping[str, Any]) -> tuple[float | None, float]
     return interval, max(1.0, timeout)
 
 
-def _secret_bytes(secret: Mapping[str, Any], key: str) -> bytes | None:
+def secret_bytes(secret: Mapping[str, Any], key: str) -> bytes | None:
     data = (secret.get("data") or {}).get(key)
     if data is not None:
         try:
@@ -210,8 +210,8 @@ def registry_access(
     cert_ref = spec.get("certSecretRef")
     if cert_ref:
         cert_secret = secret_named(str((cert_ref or {}).get("name") or ""), "certSecretRef")
-        ca_pem = _secret_bytes(cert_secret, "ca.crt")
-        if _secret_bytes(cert_secret, "tls.crt") is not None:
+        ca_pem = secret_bytes(cert_secret, "ca.crt")
+        if secret_bytes(cert_secret, "tls.crt") is not None:
             raise CredentialError("certSecretRef: client certificates (tls.crt/tls.key) are not supported, only ca.crt")
     proxy_url: str | None = None
     proxy_ref = spec.get("proxySecretRef")
@@ -224,10 +224,11 @@ def registry_access(
     return RegistryAccess(reference, credentials, bool(spec.get("insecure")), timeout, ca_file, ca_pem, proxy_url)
 
 
-def proxy_url_from_secret(secret: Mapping[str, Any], name: str) -> str:
+def proxy_url_from_secret(secret: Mapping[str, Any], name: str, schemes: tuple[str, ...] = ("http",)) -> str:
     """The proxy URL of a Flux proxy Secret: `address` (required) with optional `username`/`password` folded
-    into it as user info, as Flux does. Messages name the secret and never echo the credentials."""
-    address_bytes = _secret_bytes(secret, "address")
+    into it as user info, as Flux does. Messages name the secret and never echo the credentials. ``schemes``:
+    the proxy schemes the caller's client can speak (git's curl also speaks https:// to its proxy)."""
+    address_bytes = secret_bytes(secret, "address")
     if address_bytes is None:
         raise CredentialError(f"secret '{name}': key 'address' not found")
     address = address_bytes.decode("utf-8", "replace").strip()
@@ -240,11 +241,12 @@ def proxy_url_from_secret(secret: Mapping[str, Any], name: str) -> str:
         raise CredentialError(f"secret '{name}': failed to parse proxy address") from None
     if not parsed.scheme or not parsed.hostname:
         raise CredentialError(f"secret '{name}': failed to parse proxy address")
-    if parsed.scheme != "http":
+    if parsed.scheme not in schemes:
         # Flux also dials https:// proxies; the registry client speaks plain HTTP to its proxy only.
-        raise CredentialError(f"secret '{name}': proxy scheme {parsed.scheme!r} is not supported, only http://")
-    username = _secret_bytes(secret, "username")
-    password = _secret_bytes(secret, "password")
+        allowed = ", ".join(f"{scheme}://" for scheme in schemes)
+        raise CredentialError(f"secret '{name}': proxy scheme {parsed.scheme!r} is not supported, only {allowed}")
+    username = secret_bytes(secret, "username")
+    password = secret_bytes(secret, "password")
     userinfo = ""
     if username is not None:
         userinfo = quote(username.decode("utf-8", "replace"), safe="")
@@ -252,7 +254,8 @@ def proxy_url_from_secret(secret: Mapping[str, Any], name: str) -> str:
             userinfo += ":" + quote(password.decode("utf-8", "replace"), safe="")
         userinfo += "@"
     host = f"[{parsed.hostname}]" if ":" in parsed.hostname else parsed.hostname
-    return f"http://{userinfo}{host}:{port or 80}"
+    default_port = 443 if parsed.scheme == "https" else 80
+    return f"{parsed.scheme}://{userinfo}{host}:{port or default_port}"
 
 
 class InvalidExclusionError(StockadeError, ValueError):

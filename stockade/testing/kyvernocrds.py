@@ -85,6 +85,25 @@ def _short(value: Any) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
+# Where Stockade's schema departs from Kyverno's CRD on purpose: (kind, difference) -> why.  The comparison
+# reports these like any other difference; the tests expect exactly this set, so a new one needs a reason here.
+DELIBERATE_DIFFERENCES: dict[tuple[str, str], str] = {
+    (
+        "UpdateRequest",
+        "v2: spec.properties.deleteDownstream.default: not upstream (ours: false)",
+    ): "deprecated and unused; Kyverno's CRD refuses a request that omits it, ours fills in false",
+    (
+        "UpdateRequest",
+        "v2: spec.properties.ruleContext.items.properties.deleteDownstream.default: not upstream (ours: false)",
+    ): "a rule context that omits it is read as false (as Kyverno's Go types read it) instead of being refused",
+}
+
+
+def deliberate_differences(kind: str) -> list[str]:
+    """The documented departures of one kind, in the form ``schema_differences`` reports them."""
+    return sorted(difference for owner, difference in DELIBERATE_DIFFERENCES if owner == kind)
+
+
 def schema_differences(kind: Any, upstream: dict[str, Any]) -> list[str]:
     """How Stockade's ``KindSchema`` differs from Kyverno's CRD: identity, served versions, and each served
     version's ``spec`` schema and top-level ``required`` (status is left open on purpose)."""

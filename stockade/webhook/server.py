@@ -262,25 +262,23 @@ def policy_validation_decision(review: AdmissionRequest) -> AdmissionDecision:
     The schema comes first: invalid values are refused in kubectl's words, unknown fields become admission warnings
     (kubectl prints them; the API server prunes them when its CRD has the full schema).  Kyverno's checks then see
     the policy as it will be stored."""
-    from stockade.lint.check import Severity, schema_findings
-    from stockade.lint.policies import validate_policy_document
-    from stockade.policy.schema.validate import prune_unknown
+    from stockade.lint.check import assess_policy
 
     if review.operation not in ("CREATE", "UPDATE") or not review.object:
         return AdmissionDecision(True)
     try:
-        findings = schema_findings(review.object)
-        refused = [f for f in findings if f.severity is Severity.ERROR]
-        unknown = [f.message for f in findings if f.severity is not Severity.ERROR]
-        if refused:
-            kind = review.object.get("kind", "")
-            name = (review.object.get("metadata") or {}).get("name", "")
-            return AdmissionDecision(False, f'{kind} "{name}" is invalid: ' + "; ".join(f.message for f in refused), warnings=unknown)
-        old = review.old_object if review.operation == "UPDATE" else None
-        result = validate_policy_document(prune_unknown(review.object), prune_unknown(old) if old else None)
+        assessment = assess_policy(review.object, old=review.old_object if review.operation == "UPDATE" else None)
     except Exception as exc:  # a checker bug must not block policy management
         log.exception("policy validation failed for %s", review.uid)
         return AdmissionDecision(True, warnings=[f"stockade: policy validation failed: {exc}"])
+    unknown = [f.message for f in assessment.unknown_fields]
+    if refused := assessment.schema_errors:
+        kind = review.object.get("kind", "")
+        name = (review.object.get("metadata") or {}).get("name", "")
+        return AdmissionDecision(False, f'{kind} "{name}" is invalid: ' + "; ".join(f.message for f in refused), warnings=unknown)
+    result = assessment.validation
+    if result is None:
+        return AdmissionDecision(True, warnings=unknown)
     if not result.ok:
         return AdmissionDecision(False, result.message(), warnings=[*unknown, *result.warnings])
     return AdmissionDecision(True, warnings=[*unknown, *result.warnings])

@@ -73,18 +73,18 @@ def _decision(value: Any) -> Mapping[str, Any]:
 
 def build_authz() -> Library:
     library = Library("k8s.authz")
-    library.add("authorizer.group", ("string",), "map", lambda group: _group(None, group))
-    library.add("authorizer.path", ("string",), "map", lambda path: _path(None, path))
-    library.add("authorizer.serviceAccount", ("string", "string"), "map",
+    library.add("authorizer.group", ("string",), "opaque", lambda group: _group(None, group))
+    library.add("authorizer.path", ("string",), "opaque", lambda path: _path(None, path))
+    library.add("authorizer.serviceAccount", ("string", "string"), "opaque",
                 lambda ns, name: tagged(AUTHORIZER_TYPE, {"user": f"system:serviceaccount:{ns}:{name}"}))
-    library.add("group", ("map", "string"), "map", _group, member=True)
-    library.add("path", ("map", "string"), "map", _path, member=True)
-    library.add("resource", ("map", "string"), "map", _resource, member=True)
+    library.add("group", ("map", "string"), "opaque", _group, member=True)
+    library.add("path", ("map", "string"), "opaque", _path, member=True)
+    library.add("resource", ("map", "string"), "opaque", _resource, member=True)
     for field in ("subresource", "namespace", "name", "fieldSelector", "labelSelector"):
-        library.add(field, ("map", "string"), "map",
+        library.add(field, ("map", "string"), "opaque",
                     lambda check, value, field=field: _with(check, RESOURCE_CHECK_TYPE, **{field: value}),
                     member=True)
-    library.add("check", ("map", "string"), "map", None, member=True, overload_id="k8s.authz:check")
+    library.add("check", ("map", "string"), "opaque", None, member=True, overload_id="k8s.authz:check")
     library.add("allowed", ("map",), "bool", lambda d: _decision(d)["decision"] == "allow", member=True)
     library.add("reason", ("map",), "string", lambda d: _decision(d)["reason"], member=True)
     library.add("errored", ("map",), "bool", lambda d: bool(_decision(d)["error"]), member=True)

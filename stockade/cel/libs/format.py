@@ -177,9 +177,9 @@ def _value(optional: Any) -> Any:
 def build_format() -> Library:
     library = Library("k8s.format")
     for name in FORMATS:
-        library.add(f"format.{name}", (), "map", lambda name=name: tagged(FORMAT_TYPE, name))
-    library.add("format.named", ("string",), "map", _named)
-    library.add("validate", ("map", "string"), "map", _validate, member=True)
+        library.add(f"format.{name}", (), "opaque", lambda name=name: tagged(FORMAT_TYPE, name))
+    library.add("format.named", ("string",), "opaque", _named)
+    library.add("validate", ("map", "string"), "opaque", _validate, member=True)
     library.add("hasValue", ("map",), "bool", _has_value, member=True)
     library.add("value", ("map",), "dyn", _value, member=True)
     return library

@@ -103,8 +103,8 @@ def _reference(value: Any) -> ImageReference:
 
 def build_image() -> Library:
     library = Library("kyverno.image")
-    library.add("image", ("string",), "map", _image)
-    library.add("parseImageReference", ("string",), "map", _image)
+    library.add("image", ("string",), "opaque", _image)
+    library.add("parseImageReference", ("string",), "opaque", _image)
     library.add("isImage", ("string",), "bool", _is_image)
     library.add("containsDigest", ("map",), "bool", lambda v: bool(_reference(v).digest), member=True)
     library.add("registry", ("map",), "string", lambda v: _reference(v).registry, member=True)

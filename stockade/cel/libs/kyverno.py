@@ -192,7 +192,7 @@ def build_kyverno() -> Library:
         library.add(name, ("string", "string"), "bool", _via_jmespath(name, 2))
     library.add("jmespath", ("string", "any"), "dyn", _jmespath)
     for name in ("parseServiceAccount", "user.parseServiceAccount"):
-        library.add(name, ("string",), "map", _parse_service_account)
+        library.add(name, ("string",), "opaque", _parse_service_account)
     for name in ("listObjToMap", "transform.listObjToMap"):
         library.add(name, ("list", "list", "string", "string"), "map", _list_obj_to_map)
     for name in ("random", "random.random"):

@@ -3,6 +3,7 @@ does not ship (``slice``, ``flatten``, ``distinct``, ``sort``, ``reverse``, ``li
 
 from __future__ import annotations
 
+import datetime
 from typing import Any
 
 from stockade.cel.functions import Library
@@ -17,9 +18,9 @@ def _is_sorted(items: list[Any]) -> bool:
 def _sum(items: list[Any]) -> Any:
     kind = comparable_key(items)
     if kind == "duration":
-        raise ValueError("sum() over durations is not supported by stockade's CEL backend")
+        return sum(items, datetime.timedelta(0))
     if kind not in ("number", "none"):
-        raise ValueError("no such overload: sum() needs a list of numbers")
+        raise ValueError("no such overload: sum() needs a list of numbers or durations")
     if any(isinstance(item, float) for item in items):
         return float(sum(items))
     return check_int(sum(items))
@@ -28,11 +29,7 @@ def _sum(items: list[Any]) -> Any:
 def _extreme(name: str, items: list[Any], pick: Any) -> Any:
     if not items:
         raise ValueError(f"{name} called on empty list")
-    kind = comparable_key(items)
-    if kind in ("timestamp", "duration"):
-        # cel-expr-python cannot hand a timestamp/duration back from a dyn-typed Python function.
-        raise ValueError(f"{name}() over {kind}s is not supported by stockade's CEL backend; compare with a "
-                         f"comprehension instead, e.g. list.exists(x, list.all(y, x <= y))")
+    comparable_key(items)
     return pick(items)
 
 

@@ -228,7 +228,7 @@ def _family(value: dict[str, Any]) -> int:
 
 def build_urls() -> Library:
     library = Library("k8s.urls")
-    library.add("url", ("string",), "map", _url)
+    library.add("url", ("string",), "opaque", _url)
     library.add("isURL", ("string",), "bool", _is_url)
     library.add("getScheme", ("map",), "string", lambda url: _url_part(url)["scheme"], member=True)
     library.add("getHost", ("map",), "string", lambda url: _url_part(url)["host"], member=True)
@@ -241,7 +241,7 @@ def build_urls() -> Library:
 
 def build_ip() -> Library:
     library = Library("k8s.ip")
-    library.add("ip", ("string",), "map", _ip)
+    library.add("ip", ("string",), "opaque", _ip)
     library.add("isIP", ("string",), "bool", _is_ip)
     library.add("ip.isCanonical", ("string",), "bool", _is_canonical)
     library.add("family", ("map",), "int", _family, member=True)
@@ -257,13 +257,13 @@ def build_ip() -> Library:
 
 def build_cidr() -> Library:
     library = Library("k8s.cidr")
-    library.add("cidr", ("string",), "map", _cidr)
+    library.add("cidr", ("string",), "opaque", _cidr)
     library.add("isCIDR", ("string",), "bool", _is_cidr)
     library.add("containsIP", ("map", "string"), "bool", _contains_ip, member=True)
     library.add("containsIP", ("map", "map"), "bool", _contains_ip, member=True)
     library.add("containsCIDR", ("map", "string"), "bool", _contains_cidr, member=True)
     library.add("containsCIDR", ("map", "map"), "bool", _contains_cidr, member=True)
-    library.add("ip", ("map",), "map", _cidr_ip, member=True)
-    library.add("masked", ("map",), "map", _masked, member=True)
+    library.add("ip", ("map",), "opaque", _cidr_ip, member=True)
+    library.add("masked", ("map",), "opaque", _masked, member=True)
     library.add("prefixLength", ("map",), "int", lambda cidr: _network(cidr).prefixlen, member=True)
     return library

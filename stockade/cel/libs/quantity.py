@@ -68,7 +68,7 @@ def is_cel_quantity(value: Any) -> bool:
 
 def build_quantity() -> Library:
     library = Library("k8s.quantity")
-    library.add("quantity", ("string",), "map", _quantity)
+    library.add("quantity", ("string",), "opaque", _quantity)
     library.add("isQuantity", ("string",), "bool", _is_quantity)
     library.add("sign", ("map",), "int", lambda q: (_value(q) > 0) - (_value(q) < 0), member=True)
     # Kubernetes declares sign as a global overload although its docs show the member form; accept both.
@@ -76,8 +76,8 @@ def build_quantity() -> Library:
     library.add("isInteger", ("map",), "bool", _is_integer, member=True)
     library.add("asInteger", ("map",), "int", _as_integer, member=True)
     library.add("asApproximateFloat", ("map",), "double", lambda q: float(_value(q)), member=True)
-    library.add("add", ("map", "map"), "map", lambda q, other: _wrap(_value(q) + _operand(other)), member=True)
-    library.add("add", ("map", "int"), "map", lambda q, other: _wrap(_value(q) + _operand(other)), member=True)
-    library.add("sub", ("map", "map"), "map", lambda q, other: _wrap(_value(q) - _operand(other)), member=True)
-    library.add("sub", ("map", "int"), "map", lambda q, other: _wrap(_value(q) - _operand(other)), member=True)
+    library.add("add", ("map", "map"), "opaque", lambda q, other: _wrap(_value(q) + _operand(other)), member=True)
+    library.add("add", ("map", "int"), "opaque", lambda q, other: _wrap(_value(q) + _operand(other)), member=True)
+    library.add("sub", ("map", "map"), "opaque", lambda q, other: _wrap(_value(q) - _operand(other)), member=True)
+    library.add("sub", ("map", "int"), "opaque", lambda q, other: _wrap(_value(q) - _operand(other)), member=True)
     return library

@@ -64,8 +64,8 @@ def compare_semver(left: Any, right: Any) -> int:
 
 def build_semver() -> Library:
     library = Library("k8s.semver")
-    library.add("semver", ("string",), "map", _semver)
-    library.add("semver", ("string", "bool"), "map", _semver)
+    library.add("semver", ("string",), "opaque", _semver)
+    library.add("semver", ("string", "bool"), "opaque", _semver)
     library.add("isSemver", ("string",), "bool", _is_semver)
     library.add("isSemver", ("string", "bool"), "bool", _is_semver)
     library.add("major", ("map",), "int", lambda v: _version(v).major, member=True)

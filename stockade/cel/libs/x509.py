@@ -101,5 +101,5 @@ def _decode(pem: str) -> dict[str, Any]:
 
 def build_x509() -> Library:
     library = Library("kyverno.x509")
-    library.add("x509.decode", ("string",), "map", _decode)
+    library.add("x509.decode", ("string",), "dyn", _decode)
     return library

@@ -20,6 +20,7 @@ from stockade.policy.schema.types import (
     array,
     atomic,
     boolean,
+    defaulted,
     extend,
     free_object,
     integer,
@@ -539,7 +540,9 @@ UPDATE_REQUEST_SPEC = obj(
                 ),
             }
         ),
-        "deleteDownstream": boolean(),
+        # Deprecated, and a hand-written or older request may omit it: defaulting it to false keeps the field
+        # required (as in Kyverno's CRD) without refusing such a request (Kyverno's CRD refuses it).
+        "deleteDownstream": defaulted(boolean(), False),
         "policy": string(),
         "requestType": string(enum=["mutate", "generate", "cel-generate", "cel-mutate"]),
         "resource": RESOURCE_SPEC,
@@ -548,7 +551,7 @@ UPDATE_REQUEST_SPEC = obj(
             obj(
                 {
                     "cacheRestore": boolean(),
-                    "deleteDownstream": boolean(),
+                    "deleteDownstream": defaulted(boolean(), False),
                     "rule": string(),
                     "synchronize": boolean(),
                     "trigger": RESOURCE_SPEC,

@@ -6,7 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from stockade.controllers.background import BackgroundScanner
-from stockade.controllers.clusterdata import ApiError, ClusterData
+from stockade.controllers.clusterdata import ClusterData
+from stockade.kube.errors import KubeError
 from stockade.controllers.reports import ReportWriter
 
 
@@ -110,5 +111,5 @@ def test_background_scan_reports_existing_pods_and_prunes_removed_policies(
         for name in ("good", "bad"):
             try:
                 cluster.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}")
-            except ApiError:
+            except KubeError:
                 pass

@@ -19,7 +19,8 @@ from typing import Any, TypeVar
 import pytest
 import yaml
 
-from stockade.controllers.clusterdata import ApiError, ClusterData
+from stockade.controllers.clusterdata import ClusterData
+from stockade.kube.errors import AlreadyExists, KubeError
 from stockade.testing.apiserver import REPO_ROOT, ControlPlane, free_port
 
 T = TypeVar("T")
@@ -104,14 +105,14 @@ def update_request_crd(cluster: ClusterData) -> None:
     crd = next(d for d in yaml.safe_load_all(CRDS.read_text()) if d and d["metadata"]["name"] == "updaterequests.kyverno.io")
     try:
         cluster.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
-    except ApiError as exc:
-        assert exc.status == 409, exc
+    except AlreadyExists:
+        pass
 
     def served() -> bool:
         try:
             cluster.request("GET", "/apis/kyverno.io/v2/updaterequests")
             return True
-        except ApiError:
+        except KubeError:
             return False
 
     eventually(served, "UpdateRequest CRD served", timeout=60)
@@ -124,7 +125,7 @@ def batch_namespaces(cluster: ClusterData) -> Iterator[list[str]]:
     for name in created:
         try:
             cluster.request("DELETE", f"/api/v1/namespaces/{name}")
-        except ApiError:
+        except KubeError:
             pass
 
 
@@ -163,9 +164,8 @@ def test_killed_server_completes_admitted_generate_work_after_restart(
         def create_warm() -> bool:
             try:
                 cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": warm, "labels": labels}})
-            except ApiError as exc:
-                if exc.status != 409:
-                    raise
+            except AlreadyExists:
+                pass
             return True
 
         create_warm()

@@ -51,13 +51,18 @@ def test_controller_command_leads_writes_status_and_events_and_stops_on_sigterm(
 
         def ready_event() -> Any:
             events = plane.request("GET", f"/api/v1/namespaces/{ns}/events")[1]["items"]
-            return [e for e in events if e["involvedObject"].get("kind") == "ImagePolicy" and e["involvedObject"]["name"] == "app"]
+            # the policy may be reconciled before its repository's first scan (a DependencyNotReady Warning, as in
+            # Flux); the repository's scan then brings it back through the watch and it resolves
+            return [e for e in events if e["involvedObject"].get("kind") == "ImagePolicy" and e["involvedObject"]["name"] == "app"
+                    and e["type"] == "Normal"]
 
-        event = wait_for("an Event about the policy", ready_event)[0]
+        event = wait_for("a Normal Event about the policy", ready_event)[0]
         assert event["type"] == "Normal" and event["reason"] == "Succeeded"
         assert event["message"] == f"Latest image tag for {pusher.image} resolved to 1.0.0"
         # a suspended policy is left alone
         assert "latestRef" not in (get(plane, "imagepolicies", ns, "paused").get("status") or {})
+        # Flux's finalizer on the objects it reconciles
+        assert "finalizers.fluxcd.io" in get(plane, "imagerepositories", ns, "app")["metadata"]["finalizers"]
     finally:
         process.send_signal(signal.SIGTERM)
         try:

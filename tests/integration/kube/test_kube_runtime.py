@@ -174,13 +174,15 @@ def test_a_controller_reconciles_what_its_informer_reports(api_client: Any, name
             return None
         ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
 
-        def write() -> None:
+        def write() -> str:
             current = api.read_namespaced_config_map(name, ns)
-            current.metadata.annotations = {**(current.metadata.annotations or {}), "seen": (current.data or {}).get("want", "")}
+            seen = (current.data or {}).get("want", "")
+            current.metadata.annotations = {**(current.metadata.annotations or {}), "seen": seen}
             api.replace_namespaced_config_map(name, ns, current)
+            return str(seen)
 
-        retry_on_conflict(write)
-        if want == "3":
+        # the write copies what the server holds, which may already be newer than the store's copy
+        if retry_on_conflict(write) == "3":
             done.set()
         return None
 

@@ -18,6 +18,7 @@ POLICY_RESOURCES = (
     "clusterpolicies.kyverno.io",
     "policies.kyverno.io",
     "validatingpolicies.policies.kyverno.io",
+    "updaterequests.kyverno.io",
 )
 
 

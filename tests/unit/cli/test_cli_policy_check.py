@@ -187,3 +187,21 @@ def test_an_expensive_cel_expression_warns_offline_but_is_refused_for_admission(
 
     findings = check_policy(yaml.safe_load(hostile), admission=True)
     assert [(f.severity, f.code) for f in findings] == [(Severity.ERROR, Code.ADMISSION_SAFETY)]
+
+
+def test_explain_refuses_an_expensive_cel_expression_once_as_the_webhook_would(files: Path) -> None:
+    """explain answers as the webhook would serve the policy: the admission-safety finding is an error, reported
+    once, and nothing is evaluated."""
+    expression = "object.metadata.name"
+    for _ in range(12):
+        expression = f"cel.bind(s, {expression}, s + s)"
+    (files / "policy.yaml").write_text(
+        "apiVersion: policies.kyverno.io/v1\nkind: ValidatingPolicy\nmetadata: {name: costly}\nspec:\n"
+        "  matchConstraints:\n    resourceRules:\n    - {apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [pods]}\n"
+        f"  validations:\n  - expression: '({expression}).size() > 0'\n"
+    )
+    (files / "pod.yaml").write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default}\nspec: {containers: [{name: c, image: nginx}]}\n")
+    status, out, err = run("explain", str(files / "policy.yaml"), "-r", str(files / "pod.yaml"))
+    assert status == 2, (out, err)
+    assert err.count("spec.validations[0].expression") == 1, err
+    assert "ALLOWED" not in out and "DENIED" not in out

@@ -8,7 +8,8 @@ import itertools
 import uuid
 from typing import Any
 
-from stockade.controllers.clusterdata import ApiError, api_version_of, collection_path, object_path
+from stockade.controllers.clusterdata import api_version_of, collection_path, object_path
+from stockade.kube.errors import AlreadyExists, from_response
 from stockade.controllers.webhookconfig import ApiResource
 
 RESOURCES = (
@@ -74,7 +75,7 @@ class FakeCluster:
     def get_object(self, api_version: str, kind: str, namespace: str, name: str, *, cached: bool = True) -> dict[str, Any] | None:
         resource = self.resolve_kind(api_version, kind)
         if resource is None:
-            raise ApiError("GET", kind, 404, "not served")
+            raise from_response(404, "not served", method="GET", path=kind)
         found = self.objects.get((api_version_of(resource), resource.kind, namespace if resource.namespaced else "", name))
         return copy.deepcopy(found) if found is not None else None
 
@@ -89,7 +90,7 @@ class FakeCluster:
     def list_objects(self, api_version: str, kind: str, namespace: str = "", *, label_selector: str = "", cached: bool = True) -> list[dict[str, Any]]:
         resource = self.resolve_kind(api_version, kind)
         if resource is None:
-            raise ApiError("GET", kind, 404, "not served")
+            raise from_response(404, "not served", method="GET", path=kind)
         return self.list_resource(resource, namespace, label_selector=label_selector)
 
     def _locate(self, path: str) -> tuple[ApiResource, str, str]:
@@ -100,13 +101,13 @@ class FakeCluster:
                     return resource, namespace, ""
                 if path.startswith(base + "/") and "/" not in path[len(base) + 1:]:
                     return resource, namespace, path[len(base) + 1:]
-        raise ApiError("GET", path, 404, "no such path")
+        raise from_response(404, "no such path", method="GET", path=path)
 
     def get(self, path: str, *, query: dict[str, str] | None = None, cached: bool = True) -> Any:
         resource, namespace, name = self._locate(path)
         found = self.get_object(api_version_of(resource), resource.kind, namespace, name)
         if found is None:
-            raise ApiError("GET", path, 404, "not found")
+            raise from_response(404, "not found", method="GET", path=path)
         return found
 
     def request(self, method: str, path: str, body: Any = None, *, query: dict[str, str] | None = None, content_type: str = "application/json") -> Any:
@@ -114,22 +115,22 @@ class FakeCluster:
         if method == "POST":
             metadata = body.get("metadata") or {}
             if self.get_object(api_version_of(resource), resource.kind, str(metadata.get("namespace") or namespace), str(metadata.get("name"))):
-                raise ApiError(method, path, 409, "exists")
+                raise AlreadyExists("exists", method=method, path=path)
             return self.add(body)
         if method == "PUT":
             current = self.get_object(api_version_of(resource), resource.kind, namespace, name)
             sent = str((body.get("metadata") or {}).get("resourceVersion") or "")
             if current is not None and sent and sent != current["metadata"]["resourceVersion"]:
-                raise ApiError(method, path, 409, "the object has been modified")
+                raise from_response(409, "the object has been modified", method=method, path=path)
             return self.add(body)
         if method == "DELETE":
             key = (api_version_of(resource), resource.kind, namespace if resource.namespaced else "", name)
             if key not in self.objects:
-                raise ApiError(method, path, 404, "not found")
+                raise from_response(404, "not found", method=method, path=path)
             del self.objects[key]
             self.deletes.append((path, dict(query or {})))
             return {}
-        raise ApiError(method, path, 405, "unsupported in the fake")
+        raise from_response(405, "unsupported in the fake", method=method, path=path)
 
     # engine-facing helpers the cleanup controller uses
     def lookup(self, api_version: str, kind: str, namespace: str, name: str | None) -> list[dict[str, Any]]:

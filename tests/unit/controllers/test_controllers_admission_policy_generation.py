@@ -209,7 +209,7 @@ class StatusCluster:
         self.puts: list[dict[str, Any]] = []
 
     def request(self, method: str, path: str, body: Any = None, **_: Any) -> Any:
-        from stockade.controllers.clusterdata import ApiError
+        from stockade.kube.errors import from_response
 
         assert path.endswith("/mutatingpolicies/m/status")
         if method == "GET":
@@ -219,7 +219,7 @@ class StatusCluster:
         if self.conflicts:
             self.conflicts -= 1
             self.stored["status"] = {"conditionStatus": {"conditions": [{"type": "WebhookConfigured", "status": "True"}], "ready": True}}
-            raise ApiError(method, path, 409, "the object has been modified")
+            raise from_response(409, "the object has been modified", method=method, path=path)
         self.stored = body
         return body
 

@@ -184,3 +184,107 @@ def test_an_unstarted_scanner_watches_nothing() -> None:
     scanner = BackgroundScanner(None, Store(BACKGROUND_ONLY), Reports(), cluster_data=FakeCluster())  # type: ignore[arg-type]
     scanner.scan_once()
     assert scanner._watcher is None
+
+
+def _document(data: dict[str, Any]) -> Any:
+    from stockade.policy.loader import Document
+
+    return Document(data, "cluster", 0)
+
+
+def _with_message(policy: dict[str, Any], message: str) -> dict[str, Any]:
+    import copy
+
+    changed = copy.deepcopy(policy)
+    changed["spec"]["rules"][0]["validate"]["message"] = message
+    return changed
+
+
+OTHER = {**BACKGROUND_ONLY, "metadata": {"name": "other"}}
+EXCEPTION = {"apiVersion": "kyverno.io/v2", "kind": "PolicyException", "metadata": {"name": "e", "namespace": "ns1"}, "spec": {}}
+
+
+def _snapshot(*documents: dict[str, Any]) -> Snapshot:
+    import json
+
+    snapshot = Snapshot([KyvernoPolicy(d) for d in documents if d["kind"] == "ClusterPolicy"], document_keys=tuple(json.dumps(d, sort_keys=True).encode() for d in documents))
+    snapshot.documents = [_document(d) for d in documents]  # type: ignore[attr-defined]
+    return snapshot
+
+
+def test_which_policies_a_snapshot_change_concerns() -> None:
+    from stockade.controllers.background import changed_policies, document_fingerprints
+
+    before = document_fingerprints(_snapshot(BACKGROUND_ONLY, OTHER, EXCEPTION))
+    changed = document_fingerprints(_snapshot(_with_message(BACKGROUND_ONLY, "new"), OTHER, EXCEPTION))
+    assert changed_policies(before, changed) == {("ClusterPolicy", "", "validate")}
+    removed = document_fingerprints(_snapshot(BACKGROUND_ONLY, EXCEPTION))
+    assert changed_policies(before, removed) == {("ClusterPolicy", "", "other")}
+    assert changed_policies(before, document_fingerprints(_snapshot(BACKGROUND_ONLY, OTHER, EXCEPTION))) == set()
+    # an exception (or any document beyond the scanned policy kinds) can change every result: everything
+    assert changed_policies(before, document_fingerprints(_snapshot(BACKGROUND_ONLY, OTHER))) is None
+    assert changed_policies(None, before) is None
+    policy = {**BACKGROUND_ONLY, "kind": "Policy", "metadata": {"name": "p"}}
+    assert set(document_fingerprints(_snapshot(policy)) or {}) == {("Policy", "default", "p"), ("", "", "")}  # as KyvernoPolicy names it
+
+
+def test_a_policy_change_rescans_with_that_policy_alone_even_when_the_store_loaded_before_the_scanner_listened() -> None:
+    """Kyverno's reports controller re-evaluates resources only for policies whose hash changed.  The store's first
+    snapshot is loaded before serve registers the listener: the first change seen must still count."""
+    import time
+
+    from stockade.controllers import background
+
+    store = Store()
+    store.snapshot = _snapshot(BACKGROUND_ONLY, OTHER, EXCEPTION)
+    scanner = BackgroundScanner(None, store, Reports(), interval=3600.0, cluster_data=FakeCluster())  # type: ignore[arg-type]
+    full: list[float] = []
+    targeted: list[set[Any]] = []
+    scanner.scan_once = lambda: full.append(time.monotonic())  # type: ignore[method-assign, assignment, return-value]
+    scanner.scan_policies = lambda policies: targeted.append(set(policies))  # type: ignore[method-assign, assignment, return-value]
+    settle, background.POLICY_SETTLE_SECONDS = background.POLICY_SETTLE_SECONDS, 0.05
+    try:
+        scanner.start()
+        scanner.on_snapshot(_snapshot(_with_message(BACKGROUND_ONLY, "new"), OTHER, EXCEPTION))
+        deadline = time.monotonic() + 3
+        while not targeted and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert targeted == [{("ClusterPolicy", "", "validate")}] and full == []
+        scanner.on_snapshot(_snapshot(_with_message(BACKGROUND_ONLY, "new"), OTHER))  # the exception went
+        deadline = time.monotonic() + 3
+        while not full and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert len(full) == 1 and len(targeted) == 1
+    finally:
+        scanner.stop()
+
+
+def test_a_targeted_scan_evaluates_and_replaces_only_the_changed_policy() -> None:
+    class Writer:
+        def __init__(self) -> None:
+            self.writes: list[tuple[str, list[str], frozenset[str]]] = []
+            self.pruned = 0
+
+        def submit(self, obj: dict[str, Any], responses: list[Any], **options: Any) -> None:
+            self.writes.append((obj["metadata"]["name"], sorted(r.policy_name for r in responses), options["replace_policies"]))
+
+        def flush(self) -> None:
+            pass
+
+        def prune(self, live: set[str]) -> int:
+            self.pruned += 1
+            return 0
+
+    cluster = FakeCluster()
+    cluster.add({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "pod", "namespace": "ns1", "uid": "u1"}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}})
+    store, writer = Store(), Writer()
+    store.snapshot = _snapshot(BACKGROUND_ONLY, OTHER)
+    scanner = BackgroundScanner(None, store, writer, cluster_data=cluster)  # type: ignore[arg-type]
+    summary = scanner.scan_policies({("ClusterPolicy", "", "other")})
+    assert summary.policies == 1 and summary.errors == []
+    assert writer.writes == [("pod", ["other"], frozenset({"other"}))]
+    assert writer.pruned == 0  # nothing was removed: no report is read back
+    scanner.scan_policies({("ClusterPolicy", "", "removed")})
+    assert writer.pruned == 1  # a removed policy's results are dropped from every report
+    scanner.scan_once()
+    assert writer.writes[-1] == ("pod", ["other", "validate"], frozenset({"other", "validate"}))

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from stockade.controllers.clusterdata import ApiError, ClusterData
+from stockade.controllers.clusterdata import ClusterData
+from stockade.kube.errors import NotFound
 from stockade.controllers.webhookconfig import ApiResource
 from stockade.engine.contextloader import ContextLoadError
 
@@ -64,13 +65,13 @@ def test_api_call_url_path_with_query_and_errors() -> None:
     # Kyverno's apiCall reads the API server on every evaluation: a list cached for a moment would miss an object
     # created just before (mutate/e2e/jmespath-logic reads a ConfigMap its namespace got a second earlier)
     assert len(client.calls) == 2
-    with pytest.raises(ContextLoadError, match="404"):
+    with pytest.raises(ContextLoadError, match="/api/v1/nothing not found"):
         data.api_call({"urlPath": "/api/v1/nothing"})
     with pytest.raises(ContextLoadError, match="not supported"):
         data.api_call({"urlPath": "/api/v1/x", "method": "DELETE"})
-    with pytest.raises(ApiError) as info:
+    with pytest.raises(NotFound) as info:
         data.request("GET", "/api/v1/nothing")
-    assert info.value.status == 404
+    assert info.value.status == 404 and info.value.method == "GET" and info.value.path == "/api/v1/nothing"
 
 
 def test_resources_for_selector_and_namespace_labels() -> None:

@@ -16,7 +16,6 @@ from stockade.controllers.generate import (
     gpol_selector,
     owned_by,
 )
-from stockade.controllers.downstreamwatch import parse_watch_lines
 from stockade.policy.loader import Document
 from tests.unit.controllers.fakecluster import FakeCluster, selector_matches
 
@@ -215,11 +214,6 @@ def test_a_watched_clone_source_change_reaches_its_copies_and_its_deletion_remov
     cluster.request("DELETE", "/api/v1/namespaces/default/secrets/src")
     assert ctl.process_watched_change(WatchedChange("DELETED", changed)) == []
     assert cluster.find("Secret", "ns1", "src") is None
-
-
-def test_watch_lines_are_split_at_newlines() -> None:
-    events, rest = parse_watch_lines(b'{"type": "MODIFIED", "object": {}}\n\n{"type": "DEL')
-    assert events == [{"type": "MODIFIED", "object": {}}] and rest == b'{"type": "DEL'
 
 
 def test_a_changed_synchronized_policy_regenerates_and_drops_what_it_no_longer_produces() -> None:

@@ -144,9 +144,9 @@ def test_unwritable_target_is_a_failure_and_an_error_event() -> None:
 
     def forbidden(method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
         if method == "PUT":
-            from stockade.controllers.clusterdata import ApiError
+            from stockade.kube.errors import from_response
 
-            raise ApiError(method, path, 403, "forbidden")
+            raise from_response(403, "forbidden", method=method, path=path)
         return original_request(method, path, body, **kwargs)
 
     cluster.request = forbidden  # type: ignore[method-assign]

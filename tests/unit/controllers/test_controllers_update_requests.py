@@ -224,9 +224,9 @@ class UrCluster(FakeCluster):
 
     @staticmethod
     def _missing(path: str) -> Exception:
-        from stockade.controllers.clusterdata import ApiError
+        from stockade.kube.errors import from_response
 
-        return ApiError("PUT", path, 404, "not found")
+        return from_response(404, "not found", method="PUT", path=path)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The error boundary: client exceptions, our raw-REST ApiError, Status bodies and transport failures become typed
+"""The error boundary: client exceptions, Status bodies and transport failures become typed
 KubeErrors; retry_on_conflict retries only Conflict."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import pytest
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from stockade.controllers.clusterdata import ApiError
 from stockade.kube import errors
 from stockade.kube.errors import (
     AlreadyExists,
@@ -98,9 +97,6 @@ def test_invalid_keeps_the_causes() -> None:
 
 
 def test_our_raw_rest_api_error_and_transport_failures_map_too() -> None:
-    assert isinstance(from_api_exception(ApiError("GET", "/x", 404, "gone")), NotFound)
-    assert isinstance(from_api_exception(ApiError("PUT", "/x", 409, "stale")), Conflict)
-    assert isinstance(from_api_exception(ApiError("GET", "/x", 0, "refused")), Unreachable)
     assert isinstance(from_api_exception(urllib3.exceptions.MaxRetryError(None, "/x")), Unreachable)  # type: ignore[arg-type]
     assert isinstance(from_api_exception(ConnectionRefusedError()), Unreachable)
     error = NotFound("x")

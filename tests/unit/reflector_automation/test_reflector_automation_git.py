@@ -94,5 +94,5 @@ def test_update_path_outside_the_repository_is_refused(remote: str) -> None:
 
 
 def test_unreachable_remote_is_a_git_error(tmp_path: Path) -> None:
-    with pytest.raises(GitError, match="git clone failed"):
+    with pytest.raises(GitError, match="git fetch failed"):
         automate(f"file://{tmp_path}/missing.git")

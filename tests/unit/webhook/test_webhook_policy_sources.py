@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import os
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 from kubernetes.client.exceptions import ApiException
 
+from stockade.kube.errors import Gone, NotFound
 from stockade.controllers.policywatch import WATCHED_KINDS, ClusterDocument, ClusterPolicySource, WatchedKind, rule_count, status_patch
 from stockade.policy.loader import Document
 from stockade.webhook.admission import parse_review
@@ -427,38 +431,110 @@ class FakeResources:
 class FakeCustomObjects:
     """Serves ClusterPolicy under v1 only; every other kind is missing."""
 
-    def __init__(self) -> None:
-        self.lists = 0
-
     def get_api_resources(self, group: str, version: str) -> FakeResources:
         if (group, version) == ("kyverno.io", "v1"):
             return FakeResources(["clusterpolicies"])
         raise ApiException(status=404, reason="Not Found")
 
-    def list_cluster_custom_object(self, group: str, version: str, plural: str, **_: Any) -> dict[str, Any]:
+
+class BlockingWatch:
+    """A healthy watch: no events until it is closed."""
+
+    def __init__(self) -> None:
+        self.closed = threading.Event()
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        self.closed.wait()
+        return iter(())
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+class ScriptedListWatch:
+    """Lists one ClusterPolicy (a new resourceVersion each time); the first watch answers 410 Gone."""
+
+    def __init__(self, items: list[dict[str, Any]]) -> None:
+        self.items = items
+        self.lists = 0
+        self.watched_from: list[str] = []
+
+    def list(self) -> tuple[list[dict[str, Any]], str]:
         self.lists += 1
-        return {"metadata": {"resourceVersion": str(self.lists)}, "items": [CLUSTER_POLICY]}
+        return [copy.deepcopy(item) for item in self.items], str(self.lists)
+
+    def watch(self, resource_version: str, timeout_seconds: int) -> BlockingWatch:
+        self.watched_from.append(resource_version)
+        if len(self.watched_from) == 1:
+            raise Gone("too old resource version", method="WATCH")
+        return BlockingWatch()
 
 
 def test_missing_kinds_are_skipped_and_gone_watches_relist(monkeypatch: pytest.MonkeyPatch) -> None:
     api = FakeCustomObjects()
     source = ClusterPolicySource(api_client=None, kinds=(CLUSTER_POLICY_KIND, VALIDATING_KIND), write_status=False, rediscover_interval=3600)
     monkeypatch.setattr(source, "_custom_objects", lambda: api)
-    watched_from: list[str] = []
+    scripted = ScriptedListWatch([CLUSTER_POLICY])
+    asked: list[tuple[str, str]] = []
 
-    def fake_watch(watched: WatchedKind, version: str, resource_version: str) -> None:
-        watched_from.append(resource_version)
-        if len(watched_from) == 1:
-            raise ApiException(status=410, reason="Gone")
-        source._stopping.wait()  # a healthy watch runs until stop()
+    def list_watch(watched: WatchedKind, version: str) -> ScriptedListWatch:
+        asked.append((watched.label, version))
+        return scripted
 
-    monkeypatch.setattr(source, "_watch", fake_watch)
+    monkeypatch.setattr(source, "list_watch", list_watch)
     source.start()
-    assert source.wait_synced(timeout=10)
-    source.stop()
+    try:
+        assert source.wait_synced(timeout=10)
+        deadline = time.monotonic() + 10
+        while len(scripted.watched_from) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        source.stop()
+    assert asked == [("ClusterPolicy.kyverno.io", "v1")], "only the served kind is watched, under its served version"
     assert source.missing_kinds == ["ValidatingPolicy.policies.kyverno.io"]
-    assert watched_from == ["1", "2"], "after 410 Gone the kind is listed again and watched from the new list"
+    assert scripted.watched_from == ["1", "2"], "after 410 Gone the kind is listed again and watched from the new list"
     assert [d.data["metadata"]["name"] for d in source.documents()] == ["require-team"]
+
+
+def test_a_kind_whose_crd_goes_away_loses_its_policies(monkeypatch: pytest.MonkeyPatch) -> None:
+    served = {"clusterpolicies"}
+
+    class Discovery:
+        def get_api_resources(self, group: str, version: str) -> FakeResources:
+            if (group, version) == ("kyverno.io", "v1"):
+                return FakeResources(sorted(served))
+            raise ApiException(status=404, reason="Not Found")
+
+    class VanishingListWatch(ScriptedListWatch):
+        def watch(self, resource_version: str, timeout_seconds: int) -> BlockingWatch:
+            self.watched_from.append(resource_version)
+            if served:
+                return BlockingWatch()
+            raise NotFound("the server could not find the requested resource", method="WATCH")
+
+    source = ClusterPolicySource(api_client=None, kinds=(CLUSTER_POLICY_KIND,), write_status=False, rediscover_interval=3600)
+    monkeypatch.setattr(source, "_custom_objects", lambda: Discovery())
+    scripted = VanishingListWatch([CLUSTER_POLICY])
+    monkeypatch.setattr(source, "list_watch", lambda watched, version: scripted)
+    source.start()
+    try:
+        assert source.wait_synced(timeout=10)
+        assert [d.data["metadata"]["name"] for d in source.documents()] == ["require-team"]
+        before = source.fingerprint()
+        served.clear()  # the CRD is deleted: the open watch ends and the next one is answered 404
+        informer = source.informer(CLUSTER_POLICY_KIND)
+        assert informer is not None
+        watch = informer._watch
+        assert isinstance(watch, BlockingWatch)
+        watch.close()
+        deadline = time.monotonic() + 10
+        while source.missing_kinds == [] and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        source.stop()
+    assert source.missing_kinds == ["ClusterPolicy.kyverno.io"]
+    assert source.documents() == [] and source.fingerprint() > before
+    assert source.informer(CLUSTER_POLICY_KIND) is None
 
 
 def test_serve_needs_policies_or_from_cluster() -> None:
