@@ -126,6 +126,7 @@ FIELD_MANAGER = "stockade-generate"
 SELF_SUBJECT_REVIEWS = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 PENDING_BACKOFF_SECONDS = 0.02  # first re-check of a trigger whose admission is still being persisted
 PENDING_ATTEMPTS = 12
+UPDATE_SETTLE_SECONDS = 1.0  # longest wait for an admitted UPDATE of a trigger to be stored
 
 APPLY = "apply"
 POLICY_DOES_NOT_APPLY = "policy does not apply to resource"  # Kyverno's error when a regenerated trigger no longer matches
@@ -252,6 +253,25 @@ def no_longer_applies(new_result: Any, old_result: Any) -> bool:
     if new_result is None:
         return old_result is not None
     return new_result.status != PASS and new_result.status != ERROR and old_result is not None and old_result.status == PASS
+
+
+_UNSTORED_METADATA = ("resourceVersion", "managedFields", "generation")
+
+
+def update_not_persisted(old: dict[str, Any], new: dict[str, Any], stored: dict[str, Any]) -> bool:
+    """Whether the stored object is still the one an admitted UPDATE replaces: same resourceVersion as the old
+    object although the update changes something (a no-op update keeps the resourceVersion, and status is not
+    written through the main resource)."""
+    old_version = str((old.get("metadata") or {}).get("resourceVersion") or "")
+    if not old_version or str((stored.get("metadata") or {}).get("resourceVersion") or "") != old_version:
+        return False
+
+    def content(obj: dict[str, Any]) -> dict[str, Any]:
+        body = {k: v for k, v in obj.items() if k != "status"}
+        body["metadata"] = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in _UNSTORED_METADATA}
+        return body
+
+    return content(old) != content(new)
 
 
 def should_update(desired: dict[str, Any], current: dict[str, Any], synchronized: bool) -> bool:
@@ -891,6 +911,8 @@ class GenerateController:
                 if event.operation == "CREATE":
                     raise TriggerPending(f"trigger {event.describe()} is not stored yet")
                 return []  # deleted since; its DELETE event cleans up
+            if event.operation == "UPDATE":
+                self._await_persisted_update(event, stored)
             trigger = event.resource
         engine = self._engine() if policies else None
         failures: list[TriggerFailure] = []
@@ -1176,6 +1198,16 @@ class GenerateController:
                     self._failure_event(policy, result.name, f"failed to generate resources: {exc}", trigger)
                 failures.append(TriggerFailure(policy.key, policy.name, event.describe(), str(exc)))
         return failures
+
+    def _await_persisted_update(self, event: TriggerEvent, stored: dict[str, Any]) -> None:
+        """An UPDATE is judged after it is stored, as Kyverno reads the live trigger: clone sources (the trigger
+        itself, often) and lookups must see the new state.  Admission runs before persistence, so wait a moment
+        (bounded: a request a later webhook refused is never stored) while the stored object is still the old one."""
+        deadline = time.monotonic() + UPDATE_SETTLE_SECONDS
+        current: dict[str, Any] | None = stored
+        while current is not None and update_not_persisted(event.old_resource, event.resource, current) and time.monotonic() < deadline:
+            time.sleep(PENDING_BACKOFF_SECONDS)
+            current = self._stored_trigger(event)
 
     def _stored_trigger(self, event: TriggerEvent) -> dict[str, Any] | None:
         """The trigger as stored, or None while/after it is not (a CREATE is validated before it is persisted)."""
@@ -1521,9 +1553,10 @@ class GenerateController:
             for api_version, kind in kinds:
                 try:
                     found = self.cluster.list_objects(api_version, kind, "", label_selector=selector, cached=False)
+                except NotFound:
+                    continue
                 except KubeError as exc:
-                    if exc.status != 404:
-                        log.warning("listing downstream of policy %s rule %s failed: %s", policy.key, rule.name, exc)
+                    log.warning("listing downstream of policy %s rule %s failed: %s", policy.key, rule.name, exc)
                     continue
                 for obj in found:
                     origin = downstream_origin(obj)

@@ -3,6 +3,7 @@ against a real kube-apiserver: policy changes, triggers that stop matching, DELE
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -511,5 +512,59 @@ spec:
         assert get(cluster, "v1", "ConfigMap", target, "derived") is not None
         controller.resync()  # the periodic pass never deletes either
         assert get(cluster, "v1", "ConfigMap", target, "derived") is not None
+    finally:
+        controller.stop()
+
+
+def test_an_update_is_judged_once_stored_so_a_trigger_that_is_its_own_clone_source_is_copied_as_updated(
+    api_client: Any, cluster: ClusterData, namespaces: Callable[..., dict[str, Any]], policy_store: Any, suffix: str
+) -> None:
+    source_ns, first, second = f"life-k-{suffix}", f"life-k1-{suffix}", f"life-k2-{suffix}"
+    for name in (source_ns, first, second):
+        namespaces(name)
+    text = f"""
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: life-self-{suffix}
+spec:
+  rules:
+  - name: spread
+    match:
+      any:
+      - resources:
+          kinds: [ConfigMap]
+          namespaces: [{source_ns}]
+          annotations:
+            target: "?*"
+    generate:
+      namespace: "{{{{request.object.metadata.annotations.target}}}}"
+      synchronize: true
+      cloneList:
+        namespace: {source_ns}
+        kinds: [v1/ConfigMap]
+        selector:
+          matchLabels:
+            spread: "yes"
+"""
+    controller = GenerateController(api_client, policy_store(text), resync_interval=0)
+    controller.start()
+    try:
+        body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "self", "labels": {"spread": "yes"}, "annotations": {"target": first}}, "data": {"k": "v"}}
+        created = {**cluster.request("POST", f"/api/v1/namespaces/{source_ns}/configmaps", body), "apiVersion": "v1", "kind": "ConfigMap"}
+        controller.submit(review("CREATE", created))
+        assert controller.wait_idle()
+        assert get(cluster, "v1", "ConfigMap", first, "self") is not None
+
+        # the UPDATE is admitted (queued) before the API server stores it, as a webhook sees it
+        current = get(cluster, "v1", "ConfigMap", source_ns, "self")
+        assert current is not None
+        updated = {**current, "metadata": {**current["metadata"], "annotations": {"target": second}}}
+        controller.submit(review("UPDATE", updated, current))
+        time.sleep(0.2)
+        cluster.request("PUT", f"/api/v1/namespaces/{source_ns}/configmaps/self", updated)
+        assert controller.wait_idle()
+        copy_ = get(cluster, "v1", "ConfigMap", second, "self")
+        assert copy_ is not None and copy_["metadata"]["annotations"] == {"target": second}
     finally:
         controller.stop()

@@ -166,3 +166,14 @@ def test_a_trigger_whose_stored_object_has_another_uid_generates_nothing() -> No
     assert controller._stored_trigger(TriggerEvent("CREATE", rejected)) is None
     controller = GenerateController(None, Store(), cluster_data=Cluster({**live, "metadata": {**live["metadata"], "uid": "phantom"}}))  # type: ignore[arg-type]
     assert controller._stored_trigger(TriggerEvent("CREATE", rejected)) is not None
+
+
+def test_update_not_persisted_compares_the_stored_version_and_ignores_no_op_updates() -> None:
+    from stockade.controllers.generate import update_not_persisted
+
+    old = {"kind": "ConfigMap", "metadata": {"name": "a", "resourceVersion": "5", "labels": {"x": "1"}}, "data": {"k": "v"}}
+    changed = {**old, "metadata": {**old["metadata"], "labels": {"x": "2"}}}
+    assert update_not_persisted(old, changed, old)  # still the old object: wait
+    assert not update_not_persisted(old, changed, {**changed, "metadata": {**changed["metadata"], "resourceVersion": "6"}})
+    assert not update_not_persisted(old, {**old, "status": {"phase": "x"}}, old)  # nothing the main resource stores changed
+    assert not update_not_persisted({**old, "metadata": {"name": "a"}}, changed, old)  # no version to compare
