@@ -67,16 +67,15 @@ class ClusterObjects:
         return [item for item in self._json(response).get("items") or [] if isinstance(item, dict)]
 
     def get(self, plural: str, key: ObjectKey, version: str = VERSION, group: str = GROUP) -> dict[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
+        from stockade.kube.errors import NotFound, translated
 
         try:
-            return self._json(self.custom.get_namespaced_custom_object(
-                group, version, key.namespace, plural, key.name,
-                _preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+            with translated(method="GET", path=f"{plural}/{key.namespace}/{key.name}"):
+                return self._json(self.custom.get_namespaced_custom_object(
+                    group, version, key.namespace, plural, key.name,
+                    _preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS))
+        except NotFound:
+            return None
 
     def write_status(self, plural: str, obj: Mapping[str, Any], version: str = VERSION, group: str = GROUP) -> None:
         """Merge-patch `status` (the status subresource ignores everything else)."""
@@ -125,34 +124,33 @@ class ClusterObjects:
             raise FinalizerConflict(f"{plural} {key}: changed meanwhile ({exc})") from None
 
     def secret(self, namespace: str, name: str) -> dict[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
+        from stockade.kube.errors import NotFound, translated
 
         try:
-            return self._json(self.core.read_namespaced_secret(
-                name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+            with translated(method="GET", path=f"secrets/{namespace}/{name}"):
+                return self._json(self.core.read_namespaced_secret(
+                    name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS))
+        except NotFound:
+            return None
 
     def service_account(self, namespace: str, name: str) -> dict[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
+        from stockade.kube.errors import NotFound, translated
 
         try:
-            return self._json(self.core.read_namespaced_service_account(
-                name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS))
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+            with translated(method="GET", path=f"serviceaccounts/{namespace}/{name}"):
+                return self._json(self.core.read_namespaced_service_account(
+                    name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS))
+        except NotFound:
+            return None
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str]:
-        from kubernetes.client.exceptions import ApiException
+        from stockade.kube.errors import KubeError, translated
 
         try:
-            found = self._json(self.core.read_namespace(
-                namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS))
-        except ApiException:
+            with translated(method="GET", path=f"namespaces/{namespace}"):
+                found = self._json(self.core.read_namespace(
+                    namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS))
+        except KubeError:
             return {"kubernetes.io/metadata.name": namespace}
         labels = dict((found.get("metadata") or {}).get("labels") or {})
         labels.setdefault("kubernetes.io/metadata.name", namespace)
