@@ -72,7 +72,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -1407,6 +1407,20 @@ class GenerateController:
                 pass
         return found
 
+    def _listed_downstream(self, policy: KyvernoPolicy, rule: Rule, kinds: list[tuple[str, str]]) -> Iterator[dict[str, Any]]:
+        """A rule's downstream objects of ``kinds``; a kind that cannot be listed is logged and skipped (the other
+        kinds are still handled)."""
+        selector = label_selector(downstream_selector(policy.name, policy.namespace, rule.name))
+        for api_version, kind in kinds:
+            try:
+                found = self.cluster.list_objects(api_version, kind, "", label_selector=selector, cached=False)
+            except NotFound:
+                continue
+            except KubeError as exc:
+                log.warning("listing %s downstream of policy %s rule %s failed: %s", kind, policy.key, rule.name, exc)
+                continue
+            yield from found
+
     def delete_downstream(self, policy: KyvernoPolicy, rule: Rule, *, trigger_uid: str | None = None, keep_uids: set[str] | None = None) -> int:
         """Delete a rule's downstream objects (of one trigger, or all but those of ``keep_uids`` triggers)."""
         deleted = 0
@@ -1423,30 +1437,21 @@ class GenerateController:
         """Strip the policy and rule labels from a rule's downstream objects of ``kinds``: they are left as they
         are and no longer synchronized or cleaned up with the rule.  Objects the updated rule itself names
         (``keep``: (kind, name)) stay its own, also when a trigger produced them before this update was seen."""
-        selector = label_selector(downstream_selector(policy.name, policy.namespace, rule.name))
-        for api_version, kind in kinds:
+        for obj in self._listed_downstream(policy, rule, kinds):
+            if keep and (str(obj.get("kind") or ""), str((obj.get("metadata") or {}).get("name") or "")) in keep:
+                continue
+            labels = dict((obj.get("metadata") or {}).get("labels") or {})
+            for label in (POLICY_NAME_LABEL, POLICY_NAMESPACE_LABEL, RULE_NAME_LABEL):
+                labels.pop(label, None)
+            obj["metadata"]["labels"] = labels
+            resource = self.cluster.resolve_kind(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
+            if resource is None:
+                continue
+            metadata = obj["metadata"]
             try:
-                found = self.cluster.list_objects(api_version, kind, "", label_selector=selector, cached=False)
-            except NotFound:
-                continue
+                self.cluster.request("PUT", object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or "")), obj)
             except KubeError as exc:
-                log.warning("listing old downstream of %s rule %s failed: %s", policy.key, rule.name, exc)
-                continue
-            for obj in found:
-                if keep and (str(obj.get("kind") or ""), str((obj.get("metadata") or {}).get("name") or "")) in keep:
-                    continue
-                labels = dict((obj.get("metadata") or {}).get("labels") or {})
-                for label in (POLICY_NAME_LABEL, POLICY_NAMESPACE_LABEL, RULE_NAME_LABEL):
-                    labels.pop(label, None)
-                obj["metadata"]["labels"] = labels
-                resource = self.cluster.resolve_kind(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
-                if resource is None:
-                    continue
-                metadata = obj["metadata"]
-                try:
-                    self.cluster.request("PUT", object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or "")), obj)
-                except KubeError as exc:
-                    log.warning("unlabelling %s failed: %s", describe_object(obj), exc)
+                log.warning("unlabelling %s failed: %s", describe_object(obj), exc)
 
     def _delete_object(self, obj: dict[str, Any]) -> int:
         metadata = obj.get("metadata") or {}
@@ -1548,20 +1553,11 @@ class GenerateController:
             kinds = data_kinds(rule)
             if not synchronize(rule) or not kinds:
                 continue
-            selector = label_selector(downstream_selector(policy.name, policy.namespace, rule.name))
             origins: dict[str, DownstreamOrigin] = {}
-            for api_version, kind in kinds:
-                try:
-                    found = self.cluster.list_objects(api_version, kind, "", label_selector=selector, cached=False)
-                except NotFound:
-                    continue
-                except KubeError as exc:
-                    log.warning("listing downstream of policy %s rule %s failed: %s", policy.key, rule.name, exc)
-                    continue
-                for obj in found:
-                    origin = downstream_origin(obj)
-                    if origin is not None and origin.trigger_uid:
-                        origins.setdefault(origin.trigger_uid, origin)
+            for obj in self._listed_downstream(policy, rule, kinds):
+                origin = downstream_origin(obj)
+                if origin is not None and origin.trigger_uid:
+                    origins.setdefault(origin.trigger_uid, origin)
             for origin in origins.values():
                 engine = engine or self._engine()
                 try:
