@@ -4,12 +4,12 @@ takes over leadership and completes every downstream object from the UpdateReque
 
 from __future__ import annotations
 
-import concurrent.futures
 from pathlib import Path
 
 from stockade.controllers.clusterdata import ClusterData
 from stockade.testing.apiserver import ControlPlane, free_port
 from tests.integration.background.test_update_request_recovery import (
+    admit_batch,
     Server,
     batch_namespaces,
     configmap,
@@ -67,11 +67,7 @@ def test_the_standby_replica_completes_what_the_killed_leader_admitted(
         names = [f"ur2-{suffix}-{index:02d}" for index in range(BATCH)]
         batch_namespaces.extend(names)
 
-        def create(name: str) -> None:
-            cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
-
-        with concurrent.futures.ThreadPoolExecutor(max_workers=10) as pool:
-            list(pool.map(create, names))
+        admit_batch(cluster, names, labels)
         leader.kill()
         missing_at_kill = [name for name in names if configmap(cluster, name) is None]
         print(f"at SIGKILL of the leader: {len(missing_at_kill)} of {BATCH} Namespaces without their ConfigMap, "

@@ -129,6 +129,16 @@ def batch_namespaces(cluster: ClusterData) -> Iterator[list[str]]:
             pass
 
 
+def admit_batch(cluster: ClusterData, names: list[str], labels: dict[str, str]) -> None:
+    """Create the trigger Namespaces ten at a time, as parallel `kubectl create`s would."""
+
+    def create(name: str) -> None:
+        cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=10) as pool:
+        list(pool.map(create, names))
+
+
 def configmap(cluster: ClusterData, namespace: str) -> dict[str, Any] | None:
     return cluster.get_object("v1", "ConfigMap", namespace, "defaults", cached=False)
 
@@ -174,11 +184,7 @@ def test_killed_server_completes_admitted_generate_work_after_restart(
         names = [f"ur-{suffix}-{index:02d}" for index in range(BATCH)]
         batch_namespaces.extend(names)
 
-        def create(name: str) -> None:
-            cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
-
-        with concurrent.futures.ThreadPoolExecutor(max_workers=10) as pool:
-            list(pool.map(create, names))
+        admit_batch(cluster, names, labels)
         first.kill()
         missing_at_kill = [name for name in names if configmap(cluster, name) is None]
         recorded_at_kill = len(update_requests(cluster, system))
