@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import copy
 import itertools
+import threading
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from stockade.controllers.clusterdata import api_version_of, collection_path, object_path
@@ -155,3 +157,17 @@ class FakeCluster:
     def namespace_labels(self, namespace: str) -> dict[str, str]:
         found = self.get_object("v1", "Namespace", "", namespace)
         return dict(((found or {}).get("metadata") or {}).get("labels") or {}) or {"kubernetes.io/metadata.name": namespace}
+
+
+class IdleWatch:
+    """A watch stream that yields nothing until closed (at most 30 s): an informer's watch with no changes."""
+
+    def __init__(self, closed: threading.Event) -> None:
+        self.closed = closed
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        self.closed.wait(30)
+        return iter(())
+
+    def close(self) -> None:
+        self.closed.set()

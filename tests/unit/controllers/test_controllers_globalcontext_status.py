@@ -7,7 +7,6 @@ import datetime as dt
 import json
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from stockade.controllers.clusterdata import ClusterData
@@ -16,6 +15,7 @@ from stockade.controllers.webhookconfig import ApiResource
 from stockade.kube.controller import Result
 from stockade.kube.informer import Informer
 from tests.unit.controllers.test_controllers_clusterdata import FakeApiClient, _Response
+from tests.unit.controllers.fakecluster import IdleWatch
 
 GCE = "/apis/kyverno.io/v2beta1/globalcontextentries"
 RESOURCES = [ApiResource("kyverno.io", "v2beta1", "globalcontextentries", "GlobalContextEntry", namespaced=False)]
@@ -50,17 +50,7 @@ class ListedOnce:
         return [dict(item, apiVersion="kyverno.io/v2beta1", kind="GlobalContextEntry") for item in self.items], "1"
 
     def watch(self, resource_version: str, timeout_seconds: int) -> Any:
-        closed = self.closed
-
-        class Open:
-            def __iter__(self) -> Iterator[dict[str, Any]]:
-                closed.wait(30)
-                return iter(())
-
-            def close(self) -> None:
-                closed.set()
-
-        return Open()
+        return IdleWatch(self.closed)
 
 
 def test_api_call_entries_get_a_ready_condition_and_resource_entries_none() -> None:

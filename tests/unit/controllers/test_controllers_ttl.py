@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,7 +14,7 @@ from stockade.controllers.ttl import TtlController, TtlError, deletion_time, par
 from stockade.controllers.webhookconfig import ApiResource
 from stockade.kube.controller import Result
 from stockade.kube.errors import Forbidden
-from tests.unit.controllers.fakecluster import RESOURCES, FakeCluster
+from tests.unit.controllers.fakecluster import RESOURCES, FakeCluster, IdleWatch
 
 UTC = dt.timezone.utc
 CREATED = dt.datetime(2024, 1, 1, tzinfo=UTC)
@@ -53,17 +52,7 @@ class FakeListWatch:
         return self.cluster.list_resource(self.resource, "", label_selector=self.selector), "1"
 
     def watch(self, resource_version: str, timeout_seconds: int) -> Any:
-        closed = self.closed
-
-        class Open:
-            def __iter__(self) -> Iterator[dict[str, Any]]:
-                closed.wait(30)
-                return iter(())
-
-            def close(self) -> None:
-                closed.set()
-
-        return Open()
+        return IdleWatch(self.closed)
 
 
 def wait_until(condition: Any, timeout: float = 30.0) -> bool:
