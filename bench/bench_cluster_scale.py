@@ -384,9 +384,9 @@ def start_kyverno(plane: ControlPlane, scratch: Path) -> Engine:
 # --- the audit log ----------------------------------------------------------------------------------------------------
 
 
-def engine_requests(audit_log: Path, since: float, until: float) -> collections.Counter[str]:
-    """The engine's requests between two wall-clock times, counted by verb and resource."""
-    counts: collections.Counter[str] = collections.Counter()
+def engine_requests(audit_log: Path) -> list[tuple[float, str]]:
+    """The engine's requests from the audit log: (wall-clock time, "verb resource"), read once per run."""
+    requests: list[tuple[float, str]] = []
     with audit_log.open() as lines:
         for line in lines:
             try:
@@ -401,10 +401,14 @@ def engine_requests(audit_log: Path, since: float, until: float) -> collections.
                 when = calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) + float("0" + stamp[19:].rstrip("Z"))
             except ValueError:
                 continue
-            if since <= when < until:
-                ref = event.get("objectRef") or {}
-                counts[f"{event.get('verb')} {ref.get('resource', '')}"] += 1
-    return counts
+            ref = event.get("objectRef") or {}
+            requests.append((when, f"{event.get('verb')} {ref.get('resource', '')}"))
+    return requests
+
+
+def in_window(requests: list[tuple[float, str]], since: float, until: float) -> collections.Counter[str]:
+    """The requests between two wall-clock times, counted by verb and resource."""
+    return collections.Counter(key for when, key in requests if since <= when < until)
 
 
 # --- one engine's run ---------------------------------------------------------------------------------------------------
@@ -489,11 +493,12 @@ def run_engine(name: str, args: argparse.Namespace, scratch: Path) -> Result:
         result.peak_rss_mib = sampler.peak / 2**20
 
         time.sleep(2)  # the audit log is written asynchronously
-        result.requests_to_reports = sum(engine_requests(plane.audit_log, wall_start, wall_done).values())
-        idle = engine_requests(plane.audit_log, idle_from, idle_until)
+        requests = engine_requests(plane.audit_log)
+        result.requests_to_reports = sum(in_window(requests, wall_start, wall_done).values())
+        idle = in_window(requests, idle_from, idle_until)
         result.idle_requests = dict(idle.most_common())
         result.idle_requests_per_minute = sum(idle.values()) * 60.0 / max(idle_until - idle_from, 1e-9)
-        result.change_requests = sum(engine_requests(plane.audit_log, wall_change, wall_changed).values())
+        result.change_requests = sum(in_window(requests, wall_change, wall_changed).values())
         return result
     finally:
         if sampler is not None:

@@ -537,7 +537,7 @@ class BackgroundScanner:
                 summary.resources += 1
                 responses = self._evaluate(engine, obj, kyverno_policies, cel_for_kind, cel_evaluator, summary)
                 self._publish(obj, responses, summary, scanned, live)
-        removed = only is not None and any(identity not in {policy_identity(p) for p in snapshot.policies} | {policy_identity(p) for p in getattr(snapshot, "cel_policies", []) or []} for identity in only)
+        removed = only is not None and not only <= {policy_identity(p) for p in [*snapshot.policies, *(getattr(snapshot, "cel_policies", []) or [])]}
         if self.reports is not None and hasattr(self.reports, "prune") and (only is None or removed):
             if hasattr(self.reports, "flush"):
                 self.reports.flush()
