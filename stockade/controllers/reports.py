@@ -97,11 +97,12 @@ def resource_reference(obj: dict[str, Any]) -> str:
 
 def submit_rule_result(reports: Any, policy: Any, trigger: dict[str, Any], rule: RuleResponse, process: str = PROCESS_ADMISSION) -> None:
     """Put one rule's result into the trigger's report, as the generate and mutate-existing controllers do after
-    acting; a failure is logged, never raised (reporting must not stop their work)."""
+    acting; a failure is logged, never raised (reporting must not stop their work).  These controllers run in the
+    background, so like scans they wait for room in the queue rather than drop the result."""
     response = EngineResponse(policy, trigger, trigger)
     response.rules.append(rule)
     try:
-        reports.submit(trigger, [response], process=process)
+        reports.submit(trigger, [response], process=process, wait=True)
     except Exception as exc:
         log.warning("reporting %s on %s/%s failed: %s", getattr(policy, "key", ""), trigger.get("kind", ""), (trigger.get("metadata") or {}).get("name", ""), exc)
 

@@ -191,3 +191,20 @@ def test_background_reports_wait_for_the_writer_and_admission_reports_never_do()
     finally:
         api.gate.set()
         writer.close()
+
+
+def test_generate_and_mutate_existing_results_wait_for_the_writer_like_scans() -> None:
+    from typing import Any
+
+    from stockade.controllers.reports import submit_rule_result
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.options: list[dict[str, Any]] = []
+
+        def submit(self, resource: dict[str, Any], responses: list[Any], **options: Any) -> None:
+            self.options.append(options)
+
+    recorder = Recorder()
+    submit_rule_result(recorder, _policy("gen"), POD, RuleResponse("r", "Generation", "pass"), process=PROCESS_BACKGROUND)
+    assert recorder.options == [{"process": PROCESS_BACKGROUND, "wait": True}]
