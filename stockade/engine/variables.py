@@ -14,6 +14,7 @@ from stockade.engine.context import ContextError, EngineContext
 from stockade.engine.jsonutil import go_string
 from stockade.identitymemo import IdentityMemo
 from stockade.jmespath import JMESPathError
+from stockade.jmespath.pointer import pointer_expression
 from stockade.errors import StockadeError
 
 VARIABLE_RE = re.compile(r"(^|[^\\])(\{\{(?:\{[^{}]*\}|[^{}])*\}\})")
@@ -69,16 +70,6 @@ def _scan_for_variables(value: Any) -> bool:
 def _variable_name(token: str) -> str:
     inner = token[2:-2]
     return inner.strip()
-
-
-def _pointer_to_jmespath(path: Sequence[str | int], prefix: str) -> str:
-    parts = [prefix]
-    for element in path:
-        if isinstance(element, int):
-            parts[-1] += f"[{element}]"
-        else:
-            parts.append(element)
-    return ".".join(parts)
 
 
 def substitute_string(
@@ -155,7 +146,7 @@ def _resolve(token: str, ctx: EngineContext, path: Sequence[str | int], is_delet
         # Only a bare {{@}} names the value at the current path; an "@" inside a longer expression is JMESPath's
         # current node (e.g. ``x | to_string(@)``) and is left to the expression, as Kyverno does.
         prefix = "target" if ctx.has("target") else "request.object"
-        variable = _pointer_to_jmespath(path, prefix)
+        variable = pointer_expression((*prefix.split("."), *path))
     if is_delete:
         variable = variable.replace("request.object", "request.oldObject")
     try:

@@ -50,9 +50,14 @@ def _apply_patches(resource: dict[str, Any], strategic: Any, json6902: Any) -> _
 
 
 def _mutate_once(pctx: PolicyContext, mutate: dict[str, Any], resource: dict[str, Any]) -> _Outcome:
-    patches = {key: mutate[key] for key in ("patchStrategicMerge", "patchesJson6902") if mutate.get(key) is not None}
+    # each patch is substituted from its own root: ``{{@}}`` names the value at the same path in the resource, as
+    # Kyverno's path for it skips "mutate" and the patch's own key
     try:
-        patches = substitute_all(patches, pctx.json_context, is_delete=pctx.is_delete)
+        patches = {
+            key: substitute_all(mutate[key], pctx.json_context, is_delete=pctx.is_delete)
+            for key in ("patchStrategicMerge", "patchesJson6902")
+            if mutate.get(key) is not None
+        }
     except SubstitutionError as exc:
         return _error("variable substitution failed", exc)
     return _apply_patches(resource, patches.get("patchStrategicMerge"), patches.get("patchesJson6902"))

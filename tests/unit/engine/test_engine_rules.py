@@ -169,6 +169,20 @@ def test_mutation_feeds_later_rules_and_validation() -> None:
     assert statuses == [("add", "pass"), ("copy", "pass"), ("check", "pass")]
 
 
+def test_at_sign_in_a_patch_reads_the_value_at_the_same_path_of_the_resource() -> None:
+    """Kyverno's path for ``{{@}}`` skips ``mutate`` and the patch's own key: ``metadata.labels."deploy-zone"``."""
+    rule = {
+        "name": "upper",
+        "match": MATCH_POD,
+        "mutate": {"patchStrategicMerge": {"metadata": {"labels": {"deploy-zone": "{{ to_upper('{{@}}') }}", "corp.com/retention": "{{ regex_replace_all('([0-9])([0-9])', '{{ @ }}', '${1}0') }}"}}}},
+    }
+    engine = Engine()
+    resource = pod(labels={"deploy-zone": "frankfurt", "corp.com/retention": "days_37"})
+    response = engine.mutate(engine.policy_context(cpol(rule), Request(resource=resource)))
+    assert [r.status for r in response.rules] == ["pass"]
+    assert response.patched_resource["metadata"]["labels"] == {"deploy-zone": "FRANKFURT", "corp.com/retention": "days_30"}
+
+
 def test_mutate_without_change_is_skip() -> None:
     rule = {"name": "noop", "match": MATCH_POD, "mutate": {"patchStrategicMerge": {"metadata": {"name": "web"}}}}
     engine = Engine()

@@ -50,6 +50,21 @@ def test_at_sign_refers_to_the_current_path(ctx: EngineContext) -> None:
     assert substitute_all({"metadata": {"name": "{{@}}"}}, ctx) == {"metadata": {"name": "web"}}
 
 
+def test_at_sign_under_keys_that_are_not_identifiers() -> None:
+    """Label keys with dashes, dots and slashes are quoted in the path ``{{@}}`` reads, as Kyverno quotes them."""
+    ctx = EngineContext({"request": {"object": {"metadata": {"labels": {"deploy-zone": "frankfurt", "corp.com/retention": "days_37"}}}}})
+    labels = {"deploy-zone": "{{@}}", "corp.com/retention": "{{@}}"}
+    assert substitute_all({"metadata": {"labels": labels}}, ctx) == {"metadata": {"labels": {"deploy-zone": "frankfurt", "corp.com/retention": "days_37"}}}
+
+
+def test_innermost_variable_is_substituted_first() -> None:
+    """``{{ to_upper('{{@}}') }}``: the inner ``{{@}}`` is the only token the variable pattern matches at first; its
+    value is spliced in and the outer expression is evaluated on the next round."""
+    ctx = EngineContext({"request": {"object": {"metadata": {"labels": {"deploy-zone": "frankfurt"}}}}})
+    patch = {"metadata": {"labels": {"deploy-zone": "{{ to_upper('{{@}}') }}"}}}
+    assert substitute_all(patch, ctx) == {"metadata": {"labels": {"deploy-zone": "FRANKFURT"}}}
+
+
 def test_at_sign_inside_an_expression_is_the_jmespath_current_node(ctx: EngineContext) -> None:
     """Kyverno rewrites only a bare ``{{@}}`` to the current path; in ``x | to_string(@)`` (Kyverno's e2e csr
     mutate rule) the ``@`` is JMESPath's current node, so a label missing at the patch path does not turn it null."""
