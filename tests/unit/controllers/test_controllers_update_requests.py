@@ -446,7 +446,7 @@ def test_started_controller_recovers_what_its_first_listing_finds() -> None:
     """The informer's initial listing is the recovery pass: requests stored before the start are completed."""
     cluster, _, controller = setup(generate_policy())
     list_watch = UrListWatch(cluster)
-    controller = UpdateRequestController(controller.generator, NAMESPACE, cluster=cluster, list_watch=list_watch)
+    controller = UpdateRequestController(controller.generator, NAMESPACE, cluster=cluster, list_watch=list_watch)  # type: ignore[arg-type]
     assert controller.needs_leadership
     for index, name in enumerate(("ns1", "ns2")):
         trigger = cluster.add(namespace(name, {"team": "a"}, uid=f"uid-{index}"))
