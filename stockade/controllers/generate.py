@@ -19,7 +19,10 @@ Kyverno's background controller does:
 ``orphanDownstreamOnPolicyDelete`` and ``generateExisting``.  An existing object that is not already this policy's
 downstream of this trigger is left alone, never adopted.
 
-Work never crashes the thread: failures are logged with policy, rule and resource and retried with backoff.
+Work runs as keys on the controller runtime's keyed queue (``stockade.kube``, one worker): each admitted event, each
+watched object, a policy change and the periodic resync.  Failures are logged with policy, rule and resource and
+retried after the key's backoff; nothing is dropped for a full queue.  Admitted ClusterPolicy/Policy work that must
+survive a crash is recorded as UpdateRequests instead (``updaterequest``).
 
 The lifecycle, event by event (Kyverno 1.19's policy controller, webhook generation handler and background generate
 controller; "sync" = ``synchronize: true``, "orphan" = ``orphanDownstreamOnPolicyDelete``; every downstream object
