@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from typing import Any
 
 from stockade.controllers.clusterdata import ClusterData
 from stockade.controllers.downstreamwatch import WATCH_BACKOFF, WATCH_TIMEOUT_SECONDS, KindListWatch
-from stockade.kube.controller import Controller, Result
+from stockade.kube.controller import InformerController, Result
 from stockade.kube.errors import Conflict, KubeError, NotFound
 from stockade.kube.informer import Informer, ListWatch
 from stockade.kube.workqueue import ItemExponentialBackoff
@@ -416,7 +415,7 @@ def worth_a_look(old: dict[str, Any], new: dict[str, Any]) -> bool:
     return state_of(old) != state_of(new) and state_of(new) in (PENDING, COMPLETED)
 
 
-class UpdateRequestController:
+class UpdateRequestController(InformerController):
     """Replays the UpdateRequests stored in our namespace through the generate controller: a
     `stockade.kube.controller.Runnable` that runs only on the leader.
 
@@ -437,6 +436,7 @@ class UpdateRequestController:
         backoff_seconds: float = 0.1,
         max_backoff_seconds: float = 30.0,
     ) -> None:
+        super().__init__("update-requests", self, self._informer, needs_leadership=True, update_filter=worth_a_look)
         self.generator = generator
         self.cluster = cluster or generator.cluster
         self.namespace = namespace
@@ -447,38 +447,10 @@ class UpdateRequestController:
         self.completed = 0
         self.failed = 0
         self.retried = 0
-        self.informer: Informer | None = None
-        self.controller: Controller | None = None
-        self._lock = threading.Lock()
 
-    @property
-    def name(self) -> str:
-        return "update-requests"
-
-    @property
-    def needs_leadership(self) -> bool:
-        return True
-
-    def start(self) -> None:
-        """Starts threads only (the manager calls this from the leader elector's callback)."""
-        with self._lock:
-            if self.controller is not None:
-                return
-            list_watch = self._list_watch or KindListWatch(self.cluster, API_VERSION, KIND, self.namespace)
-            self.informer = Informer(list_watch, name="updaterequests", watch_timeout=WATCH_TIMEOUT_SECONDS, backoff=WATCH_BACKOFF)
-            self.controller = Controller(self.name, self)
-            self.controller.watch(self.informer, update_filter=worth_a_look)
-            self.informer.start()
-            self.controller.start()
-
-    def stop(self) -> None:
-        with self._lock:
-            if self.controller is not None:
-                self.controller.stop()
-                self.controller = None
-            if self.informer is not None:
-                self.informer.stop()
-                self.informer = None
+    def _informer(self) -> Informer:
+        list_watch = self._list_watch or KindListWatch(self.cluster, API_VERSION, KIND, self.namespace)
+        return Informer(list_watch, name="updaterequests", watch_timeout=WATCH_TIMEOUT_SECONDS, backoff=WATCH_BACKOFF)
 
     def reconcile(self, key: str) -> Result | None:
         """One look at the request ``key`` (``namespace/name``) as the informer has it: Pending is replayed,
