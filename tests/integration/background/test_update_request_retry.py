@@ -3,29 +3,16 @@ request's status, and completes once the cause goes away: no periodic listing is
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from stockade.controllers.clusterdata import ClusterData
 from stockade.controllers.generate import GenerateController
 from stockade.controllers.updaterequest import PENDING, UpdateRequestController, collection_path, plan_update_requests
 from tests.integration.background.test_background_generate import review
-from tests.integration.background.test_update_request_recovery import update_request_crd
+from tests.integration.background.test_update_request_recovery import eventually, update_request_crd
 
-T = TypeVar("T")
 __all__ = ["update_request_crd"]  # the CRD fixture shared with the recovery tests
-
-
-def eventually(probe: Callable[[], T | None], what: str, timeout: float = 60.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} did not happen within {timeout:.0f}s")
-        time.sleep(0.1)
 
 
 def policy(suffix: str, target: str) -> str:
