@@ -452,7 +452,7 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
             # admitted generate/mutate-existing work survives crashes: UpdateRequests in our namespace, replayed
             # by the leader (Kyverno's kyverno.io/v2 UpdateRequests)
             generator.update_requests = UpdateRequestWriter(api_client, options["namespace"])
-            services.background.append(UpdateRequestController(generator, options["namespace"], is_leader=services.is_leader))
+            services.background.append(UpdateRequestController(generator, options["namespace"]))
     from stockade.controllers.cleanup import ScheduledDeletionController
 
     # DeletingPolicy / CleanupPolicy schedules (runs only while leading)

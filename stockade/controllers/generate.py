@@ -19,7 +19,10 @@ Kyverno's background controller does:
 ``orphanDownstreamOnPolicyDelete`` and ``generateExisting``.  An existing object that is not already this policy's
 downstream of this trigger is left alone, never adopted.
 
-Work never crashes the thread: failures are logged with policy, rule and resource and retried with backoff.
+Work runs as keys on the controller runtime's keyed queue (``stockade.kube``, one worker): each admitted event, each
+watched object, a policy change and the periodic resync.  Failures are logged with policy, rule and resource and
+retried after the key's backoff; nothing is dropped for a full queue.  Admitted ClusterPolicy/Policy work that must
+survive a crash is recorded as UpdateRequests instead (``updaterequest``).
 
 The lifecycle, event by event (Kyverno 1.19's policy controller, webhook generation handler and background generate
 controller; "sync" = ``synchronize: true``, "orphan" = ``orphanDownstreamOnPolicyDelete``; every downstream object
@@ -66,10 +69,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import heapq
 import itertools
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -100,7 +101,9 @@ from stockade.engine.match import RequestInfo, ResourceKind, selector_matches
 from stockade.engine.response import ERROR, PASS, EngineResponse
 from stockade.policy.model import KyvernoPolicy, Rule
 from stockade.errors import StockadeError
+from stockade.kube.controller import Controller, FunctionReconciler, Result
 from stockade.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
+from stockade.kube.workqueue import ItemExponentialBackoff, WorkQueue
 
 log = logging.getLogger("stockade.generate")
 
@@ -512,12 +515,15 @@ class WatchedChange:
         return f"watched {self.event_type.lower()} {describe_object(self.obj)}"
 
 
-@dataclass(order=True)
-class _Retry:
-    due: float
-    seq: int
-    event: TriggerEvent | WatchedChange = field(compare=False)
-    attempt: int = field(compare=False, default=0)
+# keys of the work queue that are not events: a policy change to react to, and the periodic resync
+POLICIES_KEY = "policies"
+RESYNC_KEY = "resync"
+
+
+def watched_key(obj: dict[str, Any]) -> str:
+    """A watched object's changes share one key: the newest change stands for those not yet processed."""
+    metadata = obj.get("metadata") or {}
+    return f"watched/{obj.get('apiVersion')}/{obj.get('kind')}/{metadata.get('namespace') or ''}/{metadata.get('name') or ''}"
 
 
 @dataclass
@@ -529,7 +535,6 @@ class GenerateStats:
     deleted: int = 0
     failures: int = 0
     retries: int = 0
-    dropped: int = 0
     processed: int = 0
     resyncs: int = 0
 
@@ -545,7 +550,6 @@ class GenerateController:
         cluster_data: ClusterData | None = None,
         resync_interval: float = 300.0,
         is_leader: Callable[[], bool] = lambda: True,
-        capacity: int = 2000,
         max_attempts: int = 6,
         backoff_seconds: float = 0.5,
         max_backoff_seconds: float = 60.0,
@@ -562,11 +566,13 @@ class GenerateController:
         self.resync_interval = resync_interval
         self.is_leader = is_leader
         self.max_attempts = max_attempts
-        self.backoff_seconds = backoff_seconds
-        self.max_backoff_seconds = max_backoff_seconds
         self.stats = GenerateStats()
-        self._queue: queue.Queue[TriggerEvent | WatchedChange | None] = queue.Queue(maxsize=capacity)
-        self._retries: list[_Retry] = []
+        # the work: keys on a keyed queue (one worker), the events they stand for here; a failed key comes back
+        # after its backoff, a trigger not stored yet after a much shorter one
+        self.backoff = ItemExponentialBackoff[str](base=backoff_seconds, cap=max_backoff_seconds)
+        self.pending_backoff = ItemExponentialBackoff[str](base=PENDING_BACKOFF_SECONDS, cap=max_backoff_seconds)
+        self.controller = Controller("generate", FunctionReconciler(self.reconcile), needs_leadership=False, queue_factory=lambda: WorkQueue[str](self.backoff, name="generate"))
+        self._items: dict[str, TriggerEvent | WatchedChange] = {}
         self._seq = itertools.count()
         self._lock = threading.Lock()
         self._known_rules: dict[str, tuple[KyvernoPolicy, dict[str, Rule]]] | None = None
@@ -577,9 +583,7 @@ class GenerateController:
         self._policies_changed = threading.Event()
         # watches of the kinds synchronized GeneratingPolicies produce (started with the controller in a cluster)
         self.downstream_watch: DownstreamWatcher | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._busy = threading.Lock()
+        self._started = False
         # mutate.targets share this queue, retries and leader-only policy reconciliation
         self.mutate_existing = MutateExisting(self.cluster, self._engine, events=events, reports=reports)
         # MutatingPolicy mutateExisting: admission triggers arrive through submit_mutating, policy events here too
@@ -593,26 +597,22 @@ class GenerateController:
 
     # -- lifecycle -------------------------------------------------------------------------------------------------
     def start(self) -> None:
-        if self._thread is not None:
+        if self._started:
             return
+        self._started = True
         self.store.listeners.append(self._on_snapshot)
         if self.api_client is not None and self.downstream_watch is None:
             self.downstream_watch = DownstreamWatcher(self.cluster, self._on_watched_change)
-        self._policies_changed.set()  # first pass: generateExisting for the policies loaded at start
-        self._thread = threading.Thread(target=self._run, name="generate", daemon=True)
-        self._thread.start()
+        self.controller.start()
+        self._on_snapshot(None)  # first pass: generateExisting for the policies loaded at start
+        if self.resync_interval > 0:
+            self.controller.queue.add_after(RESYNC_KEY, self.resync_interval)
 
     def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
         if self.downstream_watch is not None:
             self.downstream_watch.stop()
-        try:
-            self._queue.put_nowait(None)
-        except queue.Full:
-            pass
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
+        self.controller.stop(timeout=timeout)
+        self._started = False
         try:
             self.store.listeners.remove(self._on_snapshot)
         except ValueError:
@@ -620,13 +620,7 @@ class GenerateController:
 
     def _on_snapshot(self, _snapshot: Any) -> None:
         self._policies_changed.set()
-        self._wake()
-
-    def _wake(self) -> None:
-        try:
-            self._queue.put_nowait(None) if not self._stop.is_set() else None
-        except queue.Full:
-            pass
+        self.controller.enqueue(POLICIES_KEY)
 
     # -- input -----------------------------------------------------------------------------------------------------
     def submit(self, review: Any) -> Callable[[], None] | None:
@@ -715,54 +709,50 @@ class GenerateController:
     def _on_watched_change(self, event_type: str, obj: dict[str, Any]) -> None:
         self.submit_event(WatchedChange(event_type, obj))
 
-    def submit_event(self, event: TriggerEvent | WatchedChange) -> None:
-        try:
-            self._queue.put_nowait(event)
-        except queue.Full:
-            self.stats.dropped += 1
-            log.warning("generate queue full, dropping %s %s (the next resync catches up on synchronized rules)", event.operation, event.describe())
+    def submit_event(self, event: TriggerEvent | WatchedChange) -> str:
+        """Queue one piece of work; never blocks, never drops.  Each admitted event is its own key; a watched
+        object's changes share one (the newest replaces one still waiting).  Returns the key."""
+        key = watched_key(event.obj) if isinstance(event, WatchedChange) else f"event/{next(self._seq)}"
+        with self._lock:
+            self._items[key] = event
+        self.controller.enqueue(key)
+        return key
+
+    def queued_event(self, key: str) -> TriggerEvent | WatchedChange | None:
+        """The event a queued key stands for (None once it is done or given up)."""
+        with self._lock:
+            return self._items.get(key)
 
     def wait_idle(self, timeout: float = 30.0) -> bool:
-        """For tests and shutdown: True once the queue and pending retries are drained."""
+        """For tests and shutdown: True once every queued event (its retries included) and policy change is done."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self._lock:
-                pending = bool(self._retries)
-            if self._queue.unfinished_tasks == 0 and not pending and not self._busy.locked() and not self._policies_changed.is_set():
+                pending = bool(self._items)
+            if not pending and not self._policies_changed.is_set() and self.controller.queue.processing() == 0:
                 return True
             time.sleep(0.05)
         return False
 
     # -- worker ----------------------------------------------------------------------------------------------------
-    def _run(self) -> None:
-        next_resync = time.monotonic() + self.resync_interval
-        while not self._stop.is_set():
-            timeout = max(0.0, min(next_resync, self._next_retry_due()) - time.monotonic())
-            got = True
-            try:
-                event = self._queue.get(timeout=min(timeout, 1.0))
-            except queue.Empty:
-                event, got = None, False
-            with self._busy:
-                try:
-                    if self._policies_changed.is_set() and self._leader():
-                        self._policies_changed.clear()
-                        self.reconcile_policies()
-                    elif self._policies_changed.is_set() and not self._leader():
-                        self._policies_changed.clear()  # the leader reacts; we re-check when we lead
-                    if event is not None:
-                        self._process(event, 0)
-                    for retry in self._due_retries():
-                        self._process(retry.event, retry.attempt)
-                    if self.resync_interval > 0 and time.monotonic() >= next_resync:
-                        next_resync = time.monotonic() + self.resync_interval
-                        if self._leader():
-                            self.resync()
-                except Exception:  # never let the thread die
-                    log.exception("generate worker iteration failed")
-                finally:
-                    if got:
-                        self._queue.task_done()
+    def reconcile(self, key: str) -> Result | None:
+        """One key of the work queue: a policy change (leader only), the periodic resync (leader only; it comes
+        back after ``resync_interval``) or an event.  A failed event comes back after its key's backoff
+        (``max_attempts`` attempts in all); a trigger not stored yet comes back within milliseconds."""
+        if key == POLICIES_KEY:
+            self._policies_changed.clear()
+            if self._leader():
+                self.reconcile_policies()
+            return None  # not leading: the leader reacts; we re-check when policies change again
+        if key == RESYNC_KEY:
+            if self._leader():
+                self.resync()
+            return Result(requeue_after=self.resync_interval) if self.resync_interval > 0 else None
+        with self._lock:
+            event = self._items.get(key)
+        if event is None:
+            return None
+        return self._process(key, event)
 
     def _leader(self) -> bool:
         try:
@@ -770,44 +760,44 @@ class GenerateController:
         except Exception:
             return False
 
-    def _next_retry_due(self) -> float:
+    def _finish(self, key: str, event: TriggerEvent | WatchedChange) -> None:
+        """The event is done (or given up): forget it and its backoff, unless a newer one took its key meanwhile."""
         with self._lock:
-            return self._retries[0].due if self._retries else float("inf")
+            if self._items.get(key) is event:
+                del self._items[key]
+        self.backoff.forget(key)
+        self.pending_backoff.forget(key)
 
-    def _due_retries(self) -> list[_Retry]:
-        now = time.monotonic()
-        due: list[_Retry] = []
-        with self._lock:
-            while self._retries and self._retries[0].due <= now:
-                due.append(heapq.heappop(self._retries))
-        return due
-
-    def _schedule_retry(self, event: TriggerEvent | WatchedChange, attempt: int, reason: str, *, pending: bool = False) -> None:
-        """Back off and try again; a trigger that is not stored yet (its admission is still under way) is looked for
-        again within milliseconds, so its downstream appears about as soon as Kyverno's would."""
-        attempts, base = (PENDING_ATTEMPTS, PENDING_BACKOFF_SECONDS) if pending else (self.max_attempts, self.backoff_seconds)
-        if attempt + 1 >= attempts:
-            log.error("giving up on %s %s after %d attempts: %s", event.operation, event.describe(), attempt + 1, reason)
-            return
-        delay = min(base * (2**attempt), self.max_backoff_seconds)
-        self.stats.retries += 1
-        with self._lock:
-            heapq.heappush(self._retries, _Retry(time.monotonic() + delay, next(self._seq), event, attempt + 1))
-
-    def _process(self, event: TriggerEvent | WatchedChange, attempt: int) -> None:
+    def _process(self, key: str, event: TriggerEvent | WatchedChange) -> Result | None:
         try:
             failures = self.process_watched_change(event) if isinstance(event, WatchedChange) else self.process_event(event)
         except KubeError as exc:
             failures = [TriggerFailure("*", "*", event.describe(), str(exc))]
         except TriggerPending as exc:
-            self._schedule_retry(event, attempt, str(exc), pending=True)
-            return
+            # the admission that reported the trigger is still being stored: look again within milliseconds
+            if self.pending_backoff.failures(key) + 1 >= PENDING_ATTEMPTS:
+                log.error("giving up on %s %s after %d attempts: %s", event.operation, event.describe(), PENDING_ATTEMPTS, exc)
+                self._finish(key, event)
+                return None
+            self.stats.retries += 1
+            return Result(requeue_after=self.pending_backoff.when(key))
+        except Exception as exc:  # a defect: logged in full, then treated like any failure (retried, then given up)
+            log.exception("generate worker failed on %s", event.describe())
+            failures = [TriggerFailure("*", "*", event.describe(), f"{type(exc).__name__}: {exc}")]
         self.stats.processed += 1
-        if failures:
-            self.stats.failures += len(failures)
-            for failure in failures:
-                log.warning("generate failed (attempt %d): %s", attempt + 1, failure)
-            self._schedule_retry(event, attempt, "; ".join(str(f) for f in failures))
+        if not failures:
+            self._finish(key, event)
+            return None
+        self.stats.failures += len(failures)
+        attempt = self.backoff.failures(key) + 1
+        for failure in failures:
+            log.warning("generate failed (attempt %d): %s", attempt, failure)
+        if attempt >= self.max_attempts:
+            log.error("giving up on %s %s after %d attempts", event.operation, event.describe(), attempt)
+            self._finish(key, event)
+            return None
+        self.stats.retries += 1
+        return Result(requeue=True)
 
     # -- engine ----------------------------------------------------------------------------------------------------
     def _engine(self) -> Engine:

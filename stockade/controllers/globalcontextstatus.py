@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -25,7 +24,7 @@ from stockade.controllers.downstreamwatch import WATCH_BACKOFF, WATCH_TIMEOUT_SE
 from stockade.controllers.webhookconfig import ApiResource
 from stockade.engine.contextloader import ContextLoadError
 from stockade.units.duration import DurationError, parse_duration
-from stockade.kube.controller import Controller, FunctionReconciler, Result
+from stockade.kube.controller import FunctionReconciler, InformerController, Result
 from stockade.kube.errors import NotFound
 from stockade.kube.informer import Informer, ListWatch
 
@@ -65,7 +64,7 @@ def ready_status(previous: Any, ready: bool, message: str, now: dt.datetime) -> 
     return status
 
 
-class GlobalContextStatusController:
+class GlobalContextStatusController(InformerController):
     """Loads each apiCall GlobalContextEntry when it is new or changed and every refreshInterval, writing its status
     (a `stockade.kube.controller.Runnable` that needs leadership)."""
 
@@ -79,6 +78,7 @@ class GlobalContextStatusController:
         monotonic: Callable[[], float] = time.monotonic,
         list_watch: ListWatch | None = None,
     ) -> None:
+        super().__init__("globalcontext-status", FunctionReconciler(self.reconcile), self._informer, needs_leadership=True)
         self.cluster = cluster_data or ClusterData(api_client, ttl_seconds=0.0)
         self.reader = reader or self.cluster
         self.clock = clock
@@ -86,39 +86,11 @@ class GlobalContextStatusController:
         self._list_watch = list_watch
         self._loaded: dict[str, tuple[str, Any, float]] = {}  # name -> (uid, generation, when)
         self.loads: list[str] = []  # names of the entries loaded, in order (for logs and tests)
-        self.informer: Informer | None = None
-        self.controller: Controller | None = None
-        self._lock = threading.Lock()
 
-    @property
-    def name(self) -> str:
-        return "globalcontext-status"
-
-    @property
-    def needs_leadership(self) -> bool:
-        return True
-
-    def start(self) -> None:
-        """Starts threads only (the manager calls this from the leader elector's callback)."""
-        with self._lock:
-            if self.controller is not None:
-                return
-            # the served version is found through discovery when the informer lists (and lists again)
-            list_watch = self._list_watch or KindListWatch(self.cluster, "", "GlobalContextEntry")
-            self.informer = Informer(list_watch, name="globalcontextentries", watch_timeout=WATCH_TIMEOUT_SECONDS, backoff=WATCH_BACKOFF)
-            self.controller = Controller(self.name, FunctionReconciler(self.reconcile))
-            self.controller.watch(self.informer)
-            self.informer.start()
-            self.controller.start()
-
-    def stop(self) -> None:
-        with self._lock:
-            if self.controller is not None:
-                self.controller.stop()
-                self.controller = None
-            if self.informer is not None:
-                self.informer.stop()
-                self.informer = None
+    def _informer(self) -> Informer:
+        # the served version is found through discovery when the informer lists (and lists again)
+        list_watch = self._list_watch or KindListWatch(self.cluster, "", "GlobalContextEntry")
+        return Informer(list_watch, name="globalcontextentries", watch_timeout=WATCH_TIMEOUT_SECONDS, backoff=WATCH_BACKOFF)
 
     def reconcile(self, key: str) -> Result | None:
         """Load the entry named ``key`` if it is due; come back when its refreshInterval has passed."""

@@ -10,10 +10,10 @@ UpdateRequests in our namespace before the admission review is answered, the way
 * ``context.userInfo`` (requester and roles) and ``context.admissionRequestInfo`` (the admission request itself)
   let any replica replay the request later.
 
-The leader lists them when it starts leading (recovery after a crash, restart or leader change), follows a watch,
-and replays each one through the generate controller's own code.  A success is marked ``Completed`` and deleted
-(Kyverno's clean-up); a failure is retried with exponential backoff, its ``retryCount`` and reason written to the
-status, and after the last attempt the request is left ``Failed`` for an operator to read.  A request whose
+The leader lists them when it starts leading (recovery after a crash, restart or leader change), follows a watch
+(an informer; no periodic listing), and replays each one through the generate controller's own code.  A success
+is marked ``Completed`` and deleted (Kyverno's clean-up); a failure is retried with exponential backoff, its
+``retryCount`` and reason written to the status, and after the last attempt the request is left ``Failed`` for an operator to read.  A request whose
 trigger was replaced by another object of the same name (the admission was refused after all) fails at once.
 
 Selecting the rules at admission is deliberately generous (match blocks only, no preconditions, no context): the
@@ -24,14 +24,17 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from stockade.controllers.clusterdata import ClusterData
+from stockade.controllers.downstreamwatch import WATCH_BACKOFF, WATCH_TIMEOUT_SECONDS, KindListWatch
+from stockade.kube.controller import InformerController, Result
 from stockade.kube.errors import Conflict, KubeError, NotFound
+from stockade.kube.informer import Informer, ListWatch
+from stockade.kube.workqueue import ItemExponentialBackoff
 from stockade.engine.match import RequestInfo, ResourceKind, match_reasons, rejected_by_kind
 from stockade.policy.model import KyvernoPolicy, Rule
 
@@ -55,6 +58,7 @@ MUTATE_TRIGGER_API_VERSION_LABEL = "mutate.updaterequest.kyverno.io/trigger-apiv
 WRITE_TIMEOUT_SECONDS = 2.0  # one UpdateRequest create; admission falls back to in-memory work beyond it
 WRITE_BUDGET_SECONDS = 4.0  # all the creates of one admission request
 UNSERVED_PAUSE_SECONDS = 60.0  # the CRD is missing: admission stops trying for this long
+MAX_RETRIES = 10  # Kyverno's background controller gives a request this many retries
 _LOOKUP_KEYS = ("namespaceSelector", "roles", "clusterRoles")
 
 
@@ -306,25 +310,25 @@ def retry_count(request: dict[str, Any]) -> int:
 
 @dataclass(frozen=True)
 class Outcome:
-    """What to do after one attempt: the status to write, whether to delete, and when to try again."""
+    """What one attempt leaves behind: the status to write and whether to delete the request.  A Pending outcome
+    (a failure with retries left) means: try again after a backoff."""
 
     state: str
     message: str = ""
     retry_count: int = 0
     delete: bool = False
-    retry_after: float | None = None
 
 
-def outcome(failures: list[str], attempts_before: int, *, max_retries: int, backoff: float, max_backoff: float, permanent: bool = False) -> Outcome:
-    """Success is Completed and deleted; a failure is retried (still Pending, ``retryCount`` counting the failed
-    attempts) after ``backoff * 2**n`` seconds, until ``max_retries`` retries were spent: then Failed."""
+def outcome(failures: list[str], attempts_before: int, *, max_retries: int, permanent: bool = False) -> Outcome:
+    """Success is Completed and deleted; a failure leaves the request Pending, ``retryCount`` counting the failed
+    attempts, until ``max_retries`` retries were spent (or the failure is final): then Failed."""
     if not failures:
         return Outcome(COMPLETED, "", attempts_before, delete=True)
     message = "; ".join(failures)
     count = attempts_before + 1
     if permanent or count > max_retries:
         return Outcome(FAILED, message, count)
-    return Outcome(PENDING, message, count, retry_after=min(backoff * (2 ** (count - 1)), max_backoff))
+    return Outcome(PENDING, message, count)
 
 
 def with_status(request: dict[str, Any], result: Outcome, generated: list[dict[str, str]] | None = None) -> dict[str, Any]:
@@ -402,8 +406,24 @@ class UpdateRequestWriter:
 
 
 # -- leader side -------------------------------------------------------------------------------------------------------
-class UpdateRequestController:
-    """Replays stored UpdateRequests through the generate controller (leader only); ``start()`` then ``stop()``."""
+def worth_a_look(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """Which changes of a stored request bring it back to the queue: a new spec, or a state someone else moved to
+    Pending (a Failed request reset for another try) or Completed.  Our own status writes (a Pending request whose
+    ``retryCount`` grew) and resyncs do not: they would cut the request's backoff short."""
+    if (old.get("metadata") or {}).get("generation") != (new.get("metadata") or {}).get("generation"):
+        return True
+    return state_of(old) != state_of(new) and state_of(new) in (PENDING, COMPLETED)
+
+
+class UpdateRequestController(InformerController):
+    """Replays the UpdateRequests stored in our namespace through the generate controller: a
+    `stockade.kube.controller.Runnable` that runs only on the leader.
+
+    Each start (leadership gained) builds an informer on ``kyverno.io/v2`` UpdateRequests in ``namespace`` and a
+    `stockade.kube.controller.Controller` around `reconcile`; the informer's first listing is the recovery pass
+    after a crash, restart or leader change, and its watch brings every new request.  A request that failed is
+    retried after its key's growing backoff; the number of failed attempts lives in its status (``retryCount``), so
+    a new leader goes on counting where the old one stopped."""
 
     def __init__(
         self,
@@ -411,168 +431,74 @@ class UpdateRequestController:
         namespace: str,
         *,
         cluster: ClusterData | None = None,
-        is_leader: Callable[[], bool] = lambda: True,
-        max_retries: int = 10,
+        list_watch: ListWatch | None = None,
+        max_retries: int = MAX_RETRIES,
         backoff_seconds: float = 0.1,
         max_backoff_seconds: float = 30.0,
-        relist_seconds: float = 60.0,
     ) -> None:
+        super().__init__("update-requests", self, self._informer, needs_leadership=True, update_filter=worth_a_look)
         self.generator = generator
         self.cluster = cluster or generator.cluster
         self.namespace = namespace
-        self.is_leader = is_leader
         self.max_retries = max_retries
-        self.backoff = backoff_seconds
-        self.max_backoff = max_backoff_seconds
-        self.relist_seconds = relist_seconds
+        self._list_watch = list_watch
+        # the delay before a failed request's next attempt (per key, reset when it completes or leaves the queue)
+        self.backoff = ItemExponentialBackoff[str](base=backoff_seconds, cap=max_backoff_seconds)
         self.completed = 0
         self.failed = 0
-        self._due: dict[str, float] = {}  # request name -> when to (re)process it
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._watch: Any = None
+        self.retried = 0
 
-    def start(self) -> None:
-        if self._thread is not None:
-            return
-        if self.cluster.api_client is not None:
-            from stockade.controllers.downstreamwatch import DownstreamWatcher
+    def _informer(self) -> Informer:
+        list_watch = self._list_watch or KindListWatch(self.cluster, API_VERSION, KIND, self.namespace)
+        return Informer(list_watch, name="updaterequests", watch_timeout=WATCH_TIMEOUT_SECONDS, backoff=WATCH_BACKOFF)
 
-            self._watch = DownstreamWatcher(self.cluster, self._on_event, event_types=("ADDED", "MODIFIED"), namespace=self.namespace)
-            self._watch.ensure(API_VERSION, KIND)
-        self._thread = threading.Thread(target=self._run, name="updaterequests", daemon=True)
-        self._thread.start()
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._watch is not None:
-            self._watch.stop()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            self._thread = None
-
-    def pending(self) -> int:
-        with self._lock:
-            return len(self._due)
-
-    def _on_event(self, _event_type: str, obj: dict[str, Any]) -> None:
-        metadata = obj.get("metadata") or {}
-        if metadata.get("namespace") == self.namespace and state_of(obj) in (PENDING, COMPLETED):
-            self.enqueue(str(metadata.get("name") or ""))
-
-    def enqueue(self, name: str, due: float | None = None) -> None:
-        """Known names keep their schedule: our own status writes come back as events and must not cut a backoff."""
-        if not name:
-            return
-        with self._lock:
-            if due is None:
-                self._due.setdefault(name, time.monotonic())
-            else:
-                self._due[name] = due
-        self._wake.set()
-
-    def relist(self) -> None:
-        """Every Pending request in our namespace (the recovery pass), and Completed ones a predecessor did not get
-        to delete."""
-        listing = self.cluster.request("GET", collection_path(self.namespace))
-        for item in (listing or {}).get("items") or []:
-            if isinstance(item, dict) and state_of(item) in (PENDING, COMPLETED):
-                self.enqueue(str((item.get("metadata") or {}).get("name") or ""))
-
-    def _leader(self) -> bool:
-        try:
-            return bool(self.is_leader())
-        except Exception:
-            return False
-
-    def _run(self) -> None:
-        leading = False
-        next_relist = 0.0
-        while not self._stop.is_set():
-            if not self._leader():
-                leading = False
-                self._stop.wait(0.5)
-                continue
-            now = time.monotonic()
-            if not leading or now >= next_relist:
-                try:
-                    self.relist()
-                    leading, next_relist = True, now + self.relist_seconds
-                except KubeError as exc:
-                    log.warning("listing UpdateRequests failed: %s", exc)
-                    self._stop.wait(1.0)
-                    continue
-            name, wait = self._next()
-            if name is None:
-                self._wake.clear()
-                self._wake.wait(min(wait, 1.0))
-                continue
-            try:
-                self.process(name)
-            except Exception:  # never let the thread die
-                log.exception("processing UpdateRequest %s failed", name)
-                self.enqueue(name, time.monotonic() + self.max_backoff)
-
-    def _next(self) -> tuple[str | None, float]:
-        now = time.monotonic()
-        with self._lock:
-            if not self._due:
-                return None, 1.0
-            name = min(self._due, key=lambda key: self._due[key])
-            if self._due[name] > now:
-                return None, self._due[name] - now
-            return name, 0.0
-
-    def _forget(self, name: str) -> None:
-        with self._lock:
-            self._due.pop(name, None)
-
-    def process(self, name: str) -> Outcome | None:
-        """One attempt at one request, read fresh (another replica may have finished it)."""
-        path = f"{collection_path(self.namespace)}/{name}"
-        try:
-            request = self.cluster.request("GET", path)
-        except NotFound:
-            self._forget(name)
+    def reconcile(self, key: str) -> Result | None:
+        """One look at the request ``key`` (``namespace/name``) as the informer has it: Pending is replayed,
+        Completed deleted, Failed (and anything else) left for an operator to read."""
+        request = self.informer.store.get(key) if self.informer is not None else None
+        if request is None:
+            self.backoff.forget(key)
             return None
+        name = str((request.get("metadata") or {}).get("name") or "")
+        path = f"{collection_path(self.namespace)}/{name}"
         state = state_of(request)
         if state == COMPLETED:
-            self._delete(path, name)
+            self._delete(path)
+            self.backoff.forget(key)
             return None
         if state != PENDING:
-            self._forget(name)
+            self.backoff.forget(key)
             return None
         failures, permanent = self._replay(request)
-        result = outcome(failures, retry_count(request), max_retries=self.max_retries, backoff=self.backoff, max_backoff=self.max_backoff, permanent=permanent)
+        result = outcome(failures, retry_count(request), max_retries=self.max_retries, permanent=permanent)
         try:
+            # the stored resourceVersion rides along: a request changed since the informer saw it is a Conflict
             self.cluster.request("PUT", f"{path}/status", with_status(request, result))
         except NotFound:
-            self._forget(name)
-            return result
+            self.backoff.forget(key)
+            return None
         except Conflict:
-            self.enqueue(name, time.monotonic())  # changed meanwhile: read it again
-            return result
+            return Result(requeue=True)  # changed meanwhile: look again once the informer has the new version
+        policy = (request.get("spec") or {}).get("policy")
         if result.delete:
             self.completed += 1
-            self._delete(path, name)
-        elif result.retry_after is not None:
-            log.info("UpdateRequest %s (policy %s) will be retried: %s", name, (request.get("spec") or {}).get("policy"), result.message)
-            self.enqueue(name, time.monotonic() + result.retry_after)
+            self._delete(path)
+        elif result.state == PENDING:
+            self.retried += 1
+            delay = self.backoff.when(key)
+            log.info("UpdateRequest %s (policy %s) will be retried in %.1fs: %s", name, policy, delay, result.message)
+            return Result(requeue_after=delay)
         else:
             self.failed += 1
-            log.error("UpdateRequest %s (policy %s) failed: %s", name, (request.get("spec") or {}).get("policy"), result.message)
-            self._forget(name)
-        return result
+            log.error("UpdateRequest %s (policy %s) failed: %s", name, policy, result.message)
+        self.backoff.forget(key)
+        return None
 
-    def _delete(self, path: str, name: str) -> None:
+    def _delete(self, path: str) -> None:
         try:
             self.cluster.request("DELETE", path)
         except NotFound:
             pass
-        self._forget(name)
 
     def _replay(self, request: dict[str, Any]) -> tuple[list[str], bool]:
         """Run the recorded work; (failure messages, whether they are final)."""

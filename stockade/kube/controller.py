@@ -251,6 +251,59 @@ class InformerRunnable:
             log.warning("%s: informer did not stop in time", self.informer.name)
 
 
+class InformerController:
+    """A `Controller` fed by one informer, both built afresh on each ``start()`` (an informer does not restart), as a
+    `Runnable`: a leader-only one lists anew each time leadership is gained, so that listing is its recovery pass.
+    ``informer`` and ``controller`` are None while stopped."""
+
+    def __init__(
+        self,
+        name: str,
+        reconciler: Reconciler,
+        make_informer: Callable[[], Informer],
+        *,
+        needs_leadership: bool = True,
+        update_filter: Callable[[Obj, Obj], bool] | None = None,
+    ) -> None:
+        self._name = name
+        self._reconciler = reconciler
+        self._make_informer = make_informer
+        self._needs_leadership = needs_leadership
+        self._update_filter = update_filter
+        self.informer: Informer | None = None
+        self.controller: Controller | None = None
+        self._runnable_lock = threading.Lock()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def needs_leadership(self) -> bool:
+        return self._needs_leadership
+
+    def start(self) -> None:
+        """Starts threads only (the manager calls this from the leader elector's callback)."""
+        with self._runnable_lock:
+            if self.controller is not None:
+                return
+            self.informer = self._make_informer()
+            self.controller = Controller(self._name, self._reconciler, needs_leadership=self._needs_leadership)
+            self.controller.watch(self.informer, update_filter=self._update_filter)
+            self.informer.start()
+            self.controller.start()
+
+    def stop(self) -> None:
+        with self._runnable_lock:
+            if self.controller is not None:
+                self.controller.stop()
+                self.controller = None
+            if self.informer is not None:
+                if not self.informer.stop():
+                    log.warning("%s: informer did not stop in time", self.informer.name)
+                self.informer = None
+
+
 class Elector(Protocol):
     """What the manager needs of a leader elector: it calls back when leadership is gained or lost."""
 

@@ -11,6 +11,7 @@ from stockade.controllers.celmutate import CelMutateExisting, CelMutateTrigger, 
 from stockade.controllers.generate import GenerateController, TriggerEvent
 from stockade.controllers.webhookconfig import ApiResource
 from stockade.engine.match import RequestInfo
+from stockade.kube.controller import Outcome
 from tests.unit.controllers.fakecluster import FakeCluster
 
 BACKGROUND_USER = "system:serviceaccount:kyverno:kyverno-background-controller"
@@ -218,10 +219,16 @@ def test_the_generate_worker_queues_mutating_webhook_reviews_and_retries_unstore
         sub_resource: str = ""
 
     generator.submit_mutating(Review(), ("m",), False)
-    event = generator._queue.get_nowait()
+    queue = generator.controller.queue
+    key = queue.get(timeout=0)
+    assert key is not None
+    event = generator.queued_event(key)
     assert isinstance(event, TriggerEvent) and event.cel_mutate is not None
-    generator._process(event, 0)
-    assert labels(cluster, "ns1") == {} and len(generator._retries) == 1  # the secret is not stored yet
+    assert generator.controller.process(key, queue) == Outcome.REQUEUED_AFTER  # the secret is not stored yet
+    queue.done(key)
+    assert labels(cluster, "ns1") == {} and queue.waiting() == 1 and generator.queued_event(key) is event
     cluster.add(secret)
-    generator._process(generator._retries[0].event, 1)
-    assert labels(cluster, "ns1") == {"foo": "bar"}
+    assert queue.get(timeout=5) == key  # looked for again within milliseconds
+    assert generator.controller.process(key, queue) == Outcome.DONE
+    queue.done(key)
+    assert labels(cluster, "ns1") == {"foo": "bar"} and generator.queued_event(key) is None

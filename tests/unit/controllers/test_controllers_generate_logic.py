@@ -128,19 +128,48 @@ def test_untyped_rule_labels_leave_only_kyvernos_own() -> None:
     assert kyverno_labels_only_if_untyped(untyped) == {"app.kubernetes.io/managed-by": "kyverno", "generate.kyverno.io/rule-name": "r"}
 
 
-def test_a_trigger_not_stored_yet_is_looked_for_again_within_milliseconds() -> None:
-    from stockade.controllers.generate import PENDING_BACKOFF_SECONDS, GenerateController, TriggerEvent
+def test_a_trigger_not_stored_yet_is_looked_for_again_within_milliseconds_and_failures_back_off() -> None:
+    from stockade.controllers.generate import PENDING_BACKOFF_SECONDS, GenerateController, TriggerEvent, TriggerPending
+    from stockade.controllers.mutateexisting import TriggerFailure
+    from stockade.kube.controller import Outcome, Result
 
     class Store:
-        listeners: list = []
+        listeners: list[Any] = []
+        snapshot = None
+
+    controller = GenerateController(None, Store(), cluster_data=object(), max_attempts=3, backoff_seconds=0.5)  # type: ignore[arg-type]
+    pending = controller.submit_event(TriggerEvent("CREATE", {"kind": "ConfigMap", "metadata": {"name": "pending"}}))
+    failing = controller.submit_event(TriggerEvent("CREATE", {"kind": "ConfigMap", "metadata": {"name": "failing"}}))
+
+    def process_event(event: TriggerEvent) -> list[TriggerFailure]:
+        if event.resource["metadata"]["name"] == "pending":
+            raise TriggerPending("not stored yet")
+        return [TriggerFailure("p", "r", event.describe(), "server error")]
+
+    controller.process_event = process_event  # type: ignore[method-assign]
+    assert controller.reconcile(pending) == Result(requeue_after=PENDING_BACKOFF_SECONDS) and PENDING_BACKOFF_SECONDS < 0.1
+    assert controller.reconcile(failing) == Result(requeue=True)  # after the key's backoff, from 0.5 s
+    queue = controller.controller.queue
+    assert [controller.controller.process(failing, queue) for _ in range(3)] == [Outcome.RATE_LIMITED, Outcome.RATE_LIMITED, Outcome.DONE]
+    assert controller.queued_event(failing) is None  # given up after max_attempts
+    assert controller.queued_event(pending) is not None and controller.stats.retries == 4
+
+
+def test_nothing_is_dropped_and_a_watched_objects_changes_share_one_key() -> None:
+    from stockade.controllers.generate import GenerateController, TriggerEvent, WatchedChange
+
+    class Store:
+        listeners: list[Any] = []
         snapshot = None
 
     controller = GenerateController(None, Store(), cluster_data=object())  # type: ignore[arg-type]
-    event = TriggerEvent("CREATE", {"kind": "ConfigMap", "metadata": {"name": "c"}})
-    controller._schedule_retry(event, 0, "not stored yet", pending=True)
-    controller._schedule_retry(event, 0, "server error")
-    pending, failed = sorted(controller._retries)
-    assert pending.due < failed.due and PENDING_BACKOFF_SECONDS < 0.1
+    keys = {controller.submit_event(TriggerEvent("CREATE", {"kind": "ConfigMap", "metadata": {"name": f"c{i}"}})) for i in range(3000)}
+    assert len(keys) == 3000 and len(controller.controller.queue) == 3000
+    obj = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "ns1"}}
+    first = controller.submit_event(WatchedChange("MODIFIED", obj))
+    newest = WatchedChange("DELETED", obj)
+    assert controller.submit_event(newest) == first and controller.queued_event(first) is newest
+    assert len(controller.controller.queue) == 3001
 
 
 def test_a_trigger_whose_stored_object_has_another_uid_generates_nothing() -> None:

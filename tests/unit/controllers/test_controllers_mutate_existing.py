@@ -248,7 +248,10 @@ def test_a_subresource_request_triggers_mutate_existing_rules_by_its_parent_kind
         dry_run: bool = False
 
     controller.submit(Review())
-    event = controller._queue.get_nowait()
+    key = controller.controller.queue.get(timeout=0)
+    assert key is not None
+    event = controller.queued_event(key)
+    assert isinstance(event, TriggerEvent)
     assert event is not None and event.subresource and event.gvk is not None and (event.gvk.kind, event.gvk.subresource) == ("Pod", "binding")
     assert controller.process_event(event) == []
     assert ((cluster.find("Pod", "ns1", "web") or {}).get("metadata") or {}).get("labels") == {"node": "node-1"}

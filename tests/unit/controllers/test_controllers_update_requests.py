@@ -5,6 +5,8 @@ replaced by another object fails at once) against an in-memory cluster."""
 from __future__ import annotations
 
 import copy
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,16 +16,19 @@ from stockade.controllers.updaterequest import (
     FAILED,
     PENDING,
     UpdateRequestController,
-    collection_path,
     outcome,
     plan_update_requests,
     replayed_request,
+    worth_a_look,
 )
 from stockade.controllers.webhookconfig import ApiResource
 from stockade.engine.match import RequestInfo, ResourceKind
+from stockade.kube.controller import Result
+from stockade.kube.errors import from_response
+from stockade.kube.informer import Informer
 from stockade.policy.model import KyvernoPolicy
 from stockade.webhook.admission import AdmissionRequest
-from tests.unit.controllers.fakecluster import FakeCluster
+from tests.unit.controllers.fakecluster import FakeCluster, IdleWatch
 
 NAMESPACE = "kyverno"
 
@@ -186,21 +191,32 @@ def test_replay_reads_back_what_admission_recorded() -> None:
 
 
 # -- the processing state machine -------------------------------------------------------------------------------------
-def test_outcome_retries_with_exponential_backoff_then_fails() -> None:
-    assert outcome([], 3, max_retries=2, backoff=0.5, max_backoff=10) .delete
-    first = outcome(["boom"], 0, max_retries=2, backoff=0.5, max_backoff=10)
-    assert (first.state, first.retry_count, first.retry_after, first.message) == (PENDING, 1, 0.5, "boom")
-    second = outcome(["boom"], 1, max_retries=2, backoff=0.5, max_backoff=10)
-    assert (second.state, second.retry_count, second.retry_after) == (PENDING, 2, 1.0)
-    last = outcome(["boom"], 2, max_retries=2, backoff=0.5, max_backoff=10)
-    assert (last.state, last.retry_count, last.retry_after, last.delete) == (FAILED, 3, None, False)
-    assert outcome(["boom"], 0, max_retries=5, backoff=0.5, max_backoff=0.7).retry_after == 0.5
-    assert outcome(["boom"], 3, max_retries=5, backoff=0.5, max_backoff=0.7).retry_after == 0.7
-    assert outcome(["gone"], 0, max_retries=5, backoff=0.5, max_backoff=1, permanent=True).state == FAILED
+def test_outcome_counts_failed_attempts_then_fails() -> None:
+    assert outcome([], 3, max_retries=2).delete
+    first = outcome(["boom"], 0, max_retries=2)
+    assert (first.state, first.retry_count, first.message, first.delete) == (PENDING, 1, "boom", False)
+    second = outcome(["boom"], 1, max_retries=2)
+    assert (second.state, second.retry_count) == (PENDING, 2)
+    last = outcome(["boom"], 2, max_retries=2)
+    assert (last.state, last.retry_count, last.delete) == (FAILED, 3, False)
+    assert outcome(["gone"], 0, max_retries=5, permanent=True).state == FAILED
+
+
+def test_only_changes_made_by_others_bring_a_request_back() -> None:
+    pending = {"metadata": {"name": "ur-1", "generation": 1}, "status": {"state": PENDING, "retryCount": 1}}
+    retried = {"metadata": {"name": "ur-1", "generation": 1}, "status": {"state": PENDING, "retryCount": 2}}
+    failed = {"metadata": {"name": "ur-1", "generation": 1}, "status": {"state": FAILED, "retryCount": 3}}
+    completed = {"metadata": {"name": "ur-1", "generation": 1}, "status": {"state": COMPLETED}}
+    assert not worth_a_look(pending, retried)  # our own retry write: the backoff stands
+    assert not worth_a_look(pending, pending)  # a resync
+    assert not worth_a_look(pending, failed)  # our own final write
+    assert worth_a_look(failed, retried)  # an operator reset a Failed request for another try
+    assert worth_a_look(pending, completed)
+    assert worth_a_look(pending, {**pending, "metadata": {"name": "ur-1", "generation": 2}})
 
 
 class UrCluster(FakeCluster):
-    """The fake cluster serving UpdateRequests, with their status subresource."""
+    """The fake cluster serving UpdateRequests, with their status subresource (optimistic concurrency included)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -208,25 +224,36 @@ class UrCluster(FakeCluster):
         self.status_writes: list[dict[str, Any]] = []
 
     def request(self, method: str, path: str, body: Any = None, *, query: dict[str, str] | None = None, content_type: str = "application/json") -> Any:
-        if method == "GET" and path == collection_path(NAMESPACE):
-            return {"items": [copy.deepcopy(o) for (a, k, ns, _), o in sorted(self.objects.items()) if k == "UpdateRequest" and ns == NAMESPACE]}
-        if method == "GET":
-            return self.get(path)
         if method == "PUT" and path.endswith("/status"):
             name = path.rsplit("/", 2)[1]
             current = self.get_object("kyverno.io/v2", "UpdateRequest", NAMESPACE, name)
             if current is None:
-                raise self._missing(path)
+                raise from_response(404, "not found", method="PUT", path=path)
+            if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                raise from_response(409, "the object has been modified", method="PUT", path=path)
             current["status"] = copy.deepcopy(body["status"])
             self.status_writes.append(copy.deepcopy(body["status"]))
             return self.add(current)
         return super().request(method, path, body, query=query, content_type=content_type)
 
-    @staticmethod
-    def _missing(path: str) -> Exception:
-        from stockade.kube.errors import from_response
+    def update_requests(self) -> list[dict[str, Any]]:
+        return [copy.deepcopy(o) for (a, k, ns, _), o in sorted(self.objects.items()) if k == "UpdateRequest" and ns == NAMESPACE]
 
-        return from_response(404, "not found", method="PUT", path=path)
+
+class UrListWatch:
+    """Lists the fake cluster's UpdateRequests; its watch stays open (no events) until closed."""
+
+    def __init__(self, cluster: UrCluster) -> None:
+        self.cluster = cluster
+        self.lists = 0
+        self.closed = threading.Event()
+
+    def list(self) -> tuple[list[dict[str, Any]], str]:
+        self.lists += 1
+        return self.cluster.update_requests(), "1"
+
+    def watch(self, resource_version: str, timeout_seconds: int) -> Any:
+        return IdleWatch(self.closed)
 
 
 @dataclass
@@ -243,11 +270,18 @@ class Store:
 
 
 def setup(*policies: KyvernoPolicy, max_retries: int = 3) -> tuple[UrCluster, GenerateController, UpdateRequestController]:
+    """A reconciler whose informer store is filled by `sync` (what the watch would deliver), not by a thread."""
     cluster = UrCluster()
     cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     generator = GenerateController(None, Store(*policies), cluster_data=cluster)  # type: ignore[arg-type]
-    controller = UpdateRequestController(generator, NAMESPACE, cluster=cluster, max_retries=max_retries)  # type: ignore[arg-type]
+    controller = UpdateRequestController(generator, NAMESPACE, cluster=cluster, max_retries=max_retries, backoff_seconds=0.5, max_backoff_seconds=1.5)  # type: ignore[arg-type]
+    controller.informer = Informer(UrListWatch(cluster))
     return cluster, generator, controller
+
+
+def sync(cluster: UrCluster, controller: UpdateRequestController) -> None:
+    assert controller.informer is not None
+    controller.informer.apply_listing(cluster.update_requests())
 
 
 def store_request(cluster: UrCluster, body: dict[str, Any], name: str) -> str:
@@ -255,52 +289,87 @@ def store_request(cluster: UrCluster, body: dict[str, Any], name: str) -> str:
     body["metadata"].pop("generateName", None)
     body["metadata"]["name"] = name
     cluster.add(body)
-    return name
+    return f"{NAMESPACE}/{name}"
 
 
-def test_completed_request_generates_and_is_deleted() -> None:
+def stored_status(cluster: UrCluster, name: str) -> dict[str, Any] | None:
+    found = cluster.find("UpdateRequest", NAMESPACE, name)
+    return None if found is None else dict(found.get("status") or {})
+
+
+def test_pending_request_that_succeeds_generates_and_is_deleted() -> None:
     cluster, _, controller = setup(generate_policy())
     trigger = cluster.add(namespace("ns2", {"team": "a"}))
     [body] = plan_update_requests(NAMESPACE, [generate_policy()], review("CREATE", trigger))
-    store_request(cluster, body, "ur-1")
-    controller.relist()
-    result = controller.process("ur-1")
-    assert result is not None and result.state == COMPLETED
+    key = store_request(cluster, body, "ur-1")
+    sync(cluster, controller)
+    assert controller.reconcile(key) is None
     assert cluster.find("ConfigMap", "ns2", "defaults") is not None
     assert cluster.find("UpdateRequest", NAMESPACE, "ur-1") is None  # Completed requests are cleaned up
     assert cluster.status_writes == [{"state": COMPLETED}]
-    assert controller.pending() == 0 and controller.completed == 1
+    assert (controller.completed, controller.failed, controller.retried) == (1, 0, 0)
 
 
-def test_trigger_not_stored_is_retried_then_failed_with_reason_and_count() -> None:
+def test_failure_is_retried_after_a_growing_delay_with_its_count_stored_then_failed() -> None:
     cluster, _, controller = setup(generate_policy(), max_retries=2)
     trigger = namespace("ns2", {"team": "a"})  # admitted, never stored
     [body] = plan_update_requests(NAMESPACE, [generate_policy()], review("CREATE", trigger))
-    store_request(cluster, body, "ur-1")
-    states = []
+    key = store_request(cluster, body, "ur-1")
+    results, statuses = [], []
     for _ in range(3):
-        result = controller.process("ur-1")
-        assert result is not None
-        states.append((result.state, result.retry_count))
-    assert states == [(PENDING, 1), (PENDING, 2), (FAILED, 3)]
-    stored = cluster.find("UpdateRequest", NAMESPACE, "ur-1")
-    assert stored is not None and stored["status"]["state"] == FAILED and stored["status"]["retryCount"] == 3
-    assert "not stored yet" in stored["status"]["message"]
-    assert controller.process("ur-1") is None  # a Failed request is left alone
+        sync(cluster, controller)
+        results.append(controller.reconcile(key))
+        statuses.append(stored_status(cluster, "ur-1") or {})
+    assert results == [Result(requeue_after=0.5), Result(requeue_after=1.0), None]
+    assert [(s["state"], s["retryCount"]) for s in statuses] == [(PENDING, 1), (PENDING, 2), (FAILED, 3)]
+    assert all("not stored yet" in s["message"] for s in statuses)
     assert cluster.find("ConfigMap", "ns2", "defaults") is None
+    assert (controller.completed, controller.failed, controller.retried) == (0, 1, 2)
+    # a Failed request is left for an operator to read
+    writes = len(cluster.status_writes)
+    sync(cluster, controller)
+    assert controller.reconcile(key) is None
+    assert len(cluster.status_writes) == writes and (stored_status(cluster, "ur-1") or {})["state"] == FAILED
+
+
+def test_a_new_leader_goes_on_counting_from_the_stored_retry_count() -> None:
+    cluster, _, controller = setup(generate_policy(), max_retries=2)
+    [body] = plan_update_requests(NAMESPACE, [generate_policy()], review("CREATE", namespace("ns2", {"team": "a"})))
+    body["status"] = {"state": PENDING, "retryCount": 2, "message": "trigger not stored yet"}
+    key = store_request(cluster, body, "ur-1")
+    sync(cluster, controller)
+    assert controller.reconcile(key) is None
+    assert (stored_status(cluster, "ur-1") or {})["state"] == FAILED and (stored_status(cluster, "ur-1") or {})["retryCount"] == 3
+
+
+def test_a_stale_read_is_not_written_over() -> None:
+    cluster, _, controller = setup(generate_policy())
+    trigger = namespace("ns2", {"team": "a"})
+    [body] = plan_update_requests(NAMESPACE, [generate_policy()], review("CREATE", trigger))
+    key = store_request(cluster, body, "ur-1")
+    sync(cluster, controller)
+    stored = cluster.find("UpdateRequest", NAMESPACE, "ur-1")
+    assert stored is not None
+    stored["status"] = {"state": PENDING, "retryCount": 1}
+    cluster.add(stored)  # another writer, not yet seen by the informer
+    assert controller.reconcile(key) == Result(requeue=True)
+    assert cluster.status_writes == [] and (stored_status(cluster, "ur-1") or {})["retryCount"] == 1
 
 
 def test_trigger_that_comes_into_being_during_retries_completes() -> None:
     cluster, _, controller = setup(generate_policy())
     trigger = namespace("ns2", {"team": "a"})
     [body] = plan_update_requests(NAMESPACE, [generate_policy()], review("CREATE", trigger))
-    store_request(cluster, body, "ur-1")
-    first = controller.process("ur-1")
-    assert first is not None and first.state == PENDING and first.retry_after is not None
+    key = store_request(cluster, body, "ur-1")
+    sync(cluster, controller)
+    assert controller.reconcile(key) == Result(requeue_after=0.5)
     cluster.add(trigger)
-    second = controller.process("ur-1")
-    assert second is not None and second.state == COMPLETED
+    sync(cluster, controller)
+    assert controller.reconcile(key) is None
     assert cluster.find("ConfigMap", "ns2", "defaults") is not None
+    assert cluster.find("UpdateRequest", NAMESPACE, "ur-1") is None
+    # the key's backoff starts again from the bottom
+    assert controller.backoff.failures(key) == 0
 
 
 def test_replaced_trigger_fails_at_once_without_downstream() -> None:
@@ -308,10 +377,11 @@ def test_replaced_trigger_fails_at_once_without_downstream() -> None:
     cluster, _, controller = setup(generate_policy())
     cluster.add(namespace("ns2", {"team": "other"}, uid="live-uid"))
     [body] = plan_update_requests(NAMESPACE, [generate_policy()], review("CREATE", namespace("ns2", {"team": "a"}, uid="phantom-uid")))
-    store_request(cluster, body, "ur-1")
-    result = controller.process("ur-1")
-    assert result is not None and (result.state, result.retry_count) == (FAILED, 1)
-    assert "phantom-uid" in result.message
+    key = store_request(cluster, body, "ur-1")
+    sync(cluster, controller)
+    assert controller.reconcile(key) is None
+    status = stored_status(cluster, "ur-1") or {}
+    assert (status["state"], status["retryCount"]) == (FAILED, 1) and "phantom-uid" in status["message"]
     assert cluster.find("ConfigMap", "ns2", "defaults") is None
 
 
@@ -321,9 +391,9 @@ def test_mutate_request_runs_only_its_rule() -> None:
     cluster.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "ns1"}})
     cm = cluster.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "trigger", "namespace": "ns1"}})
     [body] = plan_update_requests(NAMESPACE, [mutate_policy()], review("CREATE", cm, kind="ConfigMap"))
-    store_request(cluster, body, "ur-m")
-    result = controller.process("ur-m")
-    assert result is not None and result.state == COMPLETED
+    key = store_request(cluster, body, "ur-m")
+    sync(cluster, controller)
+    assert controller.reconcile(key) is None and cluster.status_writes == [{"state": COMPLETED}]
     assert ((cluster.find("Secret", "ns1", "s") or {}).get("metadata") or {}).get("labels") == {"from": "trigger"}
 
 
@@ -332,8 +402,9 @@ def test_generate_request_leaves_other_policies_alone() -> None:
     cluster.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "ns1"}})
     trigger = cluster.add(namespace("ns2", {"team": "a"}))
     [body] = plan_update_requests(NAMESPACE, [generate_policy(), mutate_policy()], review("CREATE", trigger))
-    store_request(cluster, body, "ur-1")
-    assert (controller.process("ur-1") or outcome(["x"], 0, max_retries=0, backoff=0, max_backoff=0)).state == COMPLETED
+    key = store_request(cluster, body, "ur-1")
+    sync(cluster, controller)
+    assert controller.reconcile(key) is None and cluster.status_writes == [{"state": COMPLETED}]
     assert not ((cluster.find("Secret", "ns1", "s") or {}).get("metadata") or {}).get("labels")
 
 
@@ -341,18 +412,54 @@ def test_hand_written_request_without_status_is_pending() -> None:
     cluster, _, controller = setup(generate_policy())
     trigger = cluster.add(namespace("ns2", {"team": "a"}))
     [body] = plan_update_requests(NAMESPACE, [generate_policy()], review("CREATE", trigger))
-    store_request(cluster, body, "ur-1")
-    controller.relist()
-    assert controller.pending() == 1
+    key = store_request(cluster, body, "ur-1")
+    sync(cluster, controller)
+    assert controller.reconcile(key) is None
+    assert cluster.status_writes == [{"state": COMPLETED}] and cluster.find("ConfigMap", "ns2", "defaults") is not None
 
 
-def test_completed_request_left_by_a_crashed_leader_is_deleted() -> None:
+def test_completed_request_left_by_a_crashed_leader_is_deleted_without_a_replay() -> None:
     cluster, _, controller = setup(generate_policy())
     trigger = cluster.add(namespace("ns2", {"team": "a"}))
     [body] = plan_update_requests(NAMESPACE, [generate_policy()], review("CREATE", trigger))
     body["status"] = {"state": COMPLETED}
-    store_request(cluster, body, "ur-done")
-    controller.relist()
-    assert controller.pending() == 1
-    assert controller.process("ur-done") is None
-    assert cluster.find("UpdateRequest", NAMESPACE, "ur-done") is None and controller.pending() == 0
+    key = store_request(cluster, body, "ur-done")
+    sync(cluster, controller)
+    assert controller.reconcile(key) is None
+    assert cluster.find("UpdateRequest", NAMESPACE, "ur-done") is None
+    assert cluster.status_writes == [] and cluster.find("ConfigMap", "ns2", "defaults") is None
+
+
+def test_failed_request_is_left_untouched() -> None:
+    cluster, _, controller = setup(generate_policy())
+    trigger = cluster.add(namespace("ns2", {"team": "a"}))
+    [body] = plan_update_requests(NAMESPACE, [generate_policy()], review("CREATE", trigger))
+    body["status"] = {"state": FAILED, "retryCount": 4, "message": "earlier trouble"}
+    key = store_request(cluster, body, "ur-failed")
+    sync(cluster, controller)
+    assert controller.reconcile(key) is None
+    assert stored_status(cluster, "ur-failed") == {"state": FAILED, "retryCount": 4, "message": "earlier trouble"}
+    assert cluster.status_writes == [] and cluster.find("ConfigMap", "ns2", "defaults") is None
+
+
+def test_started_controller_recovers_what_its_first_listing_finds() -> None:
+    """The informer's initial listing is the recovery pass: requests stored before the start are completed."""
+    cluster, _, controller = setup(generate_policy())
+    list_watch = UrListWatch(cluster)
+    controller = UpdateRequestController(controller.generator, NAMESPACE, cluster=cluster, list_watch=list_watch)  # type: ignore[arg-type]
+    assert controller.needs_leadership
+    for index, name in enumerate(("ns1", "ns2")):
+        trigger = cluster.add(namespace(name, {"team": "a"}, uid=f"uid-{index}"))
+        [body] = plan_update_requests(NAMESPACE, [generate_policy()], review("CREATE", trigger))
+        store_request(cluster, body, f"ur-{index}")
+    controller.start()
+    try:
+        deadline = time.monotonic() + 30
+        while cluster.update_requests() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert cluster.update_requests() == []
+        assert cluster.find("ConfigMap", "ns1", "defaults") is not None and cluster.find("ConfigMap", "ns2", "defaults") is not None
+        assert list_watch.lists == 1 and controller.completed == 2
+    finally:
+        controller.stop()
+    assert controller.controller is None and controller.informer is None
