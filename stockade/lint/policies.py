@@ -33,6 +33,7 @@ from stockade.engine.variables import VARIABLE_RE
 from stockade.jmespath import JMESPathError, compile_expression, function_names
 from stockade.lint import generate as generate_checks
 from stockade.lint import kyverno_rules
+from stockade.lint.allowed_variables import policy_variable_problems
 from stockade.policy.model import ADMISSION_GROUP, CEL_POLICY_GROUP, CEL_POLICY_KINDS, KYVERNO_GROUP, api_group
 
 
@@ -160,6 +161,9 @@ def validate_policy_document(document: dict[str, Any], old: dict[str, Any] | Non
     checker = _Checker(result)
     if group == KYVERNO_GROUP and kind in ("ClusterPolicy", "Policy"):
         checker.kyverno_policy(kind, metadata, spec)
+        if not checker.requester_variables_refused:  # Kyverno's ValidateVariables stops at the first of its two checks
+            for path, message in policy_variable_problems(spec):
+                checker.error(path, message)
         for path, message in generate_checks.static_problems(document):
             checker.error(path, message)
         findings, warnings = kyverno_rules.policy_problems(document)
@@ -325,6 +329,7 @@ class _Checker:
     def __init__(self, result: ValidationResult) -> None:
         self.result = result
         self.background = True  # Kyverno: spec.background defaults to true
+        self.requester_variables_refused = False
         # Worst-case result sizes of the policy's variables (``variables.name``), for the cost estimates.
         self.variable_sizes: dict[str, Form] = {}
 
@@ -482,6 +487,7 @@ class _Checker:
         if problem is not None:
             path, message = problem
             self.error(path, BACKGROUND_VARIABLES_PREFIX + message)
+            self.requester_variables_refused = True
 
     def rule(self, rule: dict[str, Any], path: str, name: str) -> None:
         present = [t for t in RULE_TYPES if rule.get(t)]
