@@ -240,16 +240,21 @@ def variables_in(text: str) -> list[str]:
 
 def jmespath_problem(expression: str) -> str:
     """Why a JMESPath expression (Kyverno dialect) cannot be used, or "" when it parses and its functions exist."""
+    reason = jmespath_error(expression)
+    return f"invalid JMESPath {expression!r}: {reason}" if reason else ""
 
+
+def jmespath_error(expression: str) -> str:
+    """The parser's reason alone (``jmespath_problem`` without the expression), or ""."""
     try:
         compile_expression(expression)
     except JMESPathError as error:
-        return f"invalid JMESPath {expression!r}: {error}"
+        return str(error)
     except Exception as error:  # the parser must never take admission down; report instead
-        return f"invalid JMESPath {expression!r}: {error}"
+        return str(error)
     unknown = sorted(set(_function_names(expression)) - set(function_names()))
     if unknown:
-        return f"invalid JMESPath {expression!r}: unknown function: {', '.join(unknown)}()"
+        return f"unknown function: {', '.join(unknown)}()"
     return ""
 
 
@@ -392,9 +397,14 @@ class _Checker:
     def jmespath_field(self, value: Any, path: str, rule: str, context: bool = False) -> None:
         """``context``: a context entry's jmesPath, which Kyverno refuses as "failed to parse JMESPath"."""
         if isinstance(value, str) and value and not variables_in(value):
+            if context:
+                reason = jmespath_error(value)
+                if reason:
+                    self.error(path, f"failed to parse JMESPath {value}: {reason}", rule)
+                return
             problem = jmespath_problem(value)
             if problem:
-                self.error(path, f"failed to parse JMESPath {value}: {problem}" if context else problem, rule)
+                self.error(path, problem, rule)
 
     def conditions(self, block: Any, path: str, rule: str, exact: bool = True) -> None:
         """``[{key, operator, value}]`` or ``{any: [...], all: [...]}``.  ``exact``: the operator is spelt as Kyverno

@@ -130,7 +130,7 @@ def test_context_entry_problems() -> None:
     errors = errors_of(policy)
     assert any("context[0].name: entry name request is invalid as it conflicts with a pre-defined variable request" in e for e in errors)
     assert any("context[1].configMap.namespace: a namespace is required" in e for e in errors)
-    assert any("context[2].variable.jmesPath: failed to parse JMESPath a.[: invalid JMESPath 'a.['" in e for e in errors)
+    assert any("context[2].variable.jmesPath: failed to parse JMESPath a.[: " in e for e in errors)
 
 
 def test_cel_rule_expression_must_compile() -> None:
