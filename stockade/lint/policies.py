@@ -1011,8 +1011,8 @@ def _user_variable_problem(metadata: dict[str, Any], spec: dict[str, Any]) -> tu
 def _only_metadata(rule: dict[str, Any]) -> bool:
     """Kyverno's test for a rule that may match every kind: its overlay, JSON patch paths, pattern and anyPattern
     touch nothing but metadata (a rule with none of them passes)."""
-    validate = rule.get("validate") if isinstance(rule.get("validate"), dict) else {}
-    mutate = rule.get("mutate") if isinstance(rule.get("mutate"), dict) else {}
+    validate: dict[str, Any] = rule["validate"] if isinstance(rule.get("validate"), dict) else {}
+    mutate: dict[str, Any] = rule["mutate"] if isinstance(rule.get("mutate"), dict) else {}
     patterns = [mutate.get("patchStrategicMerge"), validate.get("pattern")]
     any_pattern = validate.get("anyPattern")
     if any_pattern is not None and not isinstance(any_pattern, list):
