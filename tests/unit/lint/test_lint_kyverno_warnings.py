@@ -86,7 +86,7 @@ STATUS = "You are matching on status but not including the status subresource in
 
 
 def test_replicas_without_the_scale_subresource_warns() -> None:
-    rule = {"name": "r", "match": {"any": [{"resources": {"kinds": ["Deployment"]}}]}, "validate": {"message": "m", "pattern": {"spec": {"replicas": "<5"}}}}
+    rule: dict[str, Any] = {"name": "r", "match": {"any": [{"resources": {"kinds": ["Deployment"]}}]}, "validate": {"message": "m", "pattern": {"spec": {"replicas": "<5"}}}}
     assert warnings_of(policy(rule)) == [SCALE]
     rule["match"]["any"][0]["resources"]["kinds"] = ["Deployment", "Deployment/scale"]
     assert warnings_of(policy(rule, background=False)) == []
@@ -173,7 +173,7 @@ def test_request_operation_values_are_refused_in_kyvernos_words() -> None:
 
 
 def test_a_match_entry_without_kinds_is_refused_even_for_metadata_rules() -> None:
-    metadata_rule = {"name": "r", "match": {"any": [{"resources": {"namespaces": ["a"]}}]}, "validate": {"message": "m", "pattern": {"metadata": {"labels": {"a": "?*"}}}}}
+    metadata_rule: dict[str, Any] = {"name": "r", "match": {"any": [{"resources": {"namespaces": ["a"]}}]}, "validate": {"message": "m", "pattern": {"metadata": {"labels": {"a": "?*"}}}}}
     assert "at least one element must be specified in a kind block, the kind attribute is mandatory when working with the resources element" in refusal(policy(metadata_rule))
     spec_rule = copy.deepcopy(metadata_rule)
     spec_rule["validate"]["pattern"] = {"spec": {"hostNetwork": False}}
