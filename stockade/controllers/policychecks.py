@@ -2,9 +2,10 @@
 
 * Target scope of generate rules against discovery (``stockade.lint.generate.scope_problems``): when a check fails,
   discovery is refreshed once and the check repeated, so a CRD installed a moment ago is known.
-* Kinds in match/exclude against discovery (``kind_problems``): each must name a served resource or subresource, and
-  a validate rule of a policy with background processing on may not name a subresource (a scan lists objects, never
-  subresources); discovery is refreshed once before a kind is called unknown.
+* Kinds in match/exclude against discovery (``kind_problems``): a validate rule of a policy with background
+  processing on may not name a subresource (a scan lists objects, never subresources); a kind no served resource
+  answers to is only a warning, as in Kyverno, which then accepts the policy without its remaining checks.  Discovery
+  is refreshed once before a kind is called unknown.
 * Permissions: Kyverno's background controller writes downstream objects under its own service account, and Kyverno
   refuses a generate rule that account may not carry out (get/create, plus update/delete when synchronized).  With
   ``background_user`` set (``serve --background-service-account``) the same SubjectAccessReviews are made for that
@@ -75,11 +76,12 @@ def served_for_selector(selector: str, resources: list[ApiResource], subresource
     return [], subs
 
 
-def kind_problems(document: dict[str, Any], resources: list[ApiResource], subresources: list[ApiResource]) -> list[str]:
+def kind_problems(document: dict[str, Any], resources: list[ApiResource], subresources: list[ApiResource]) -> list[tuple[bool, str]]:
     """Kyverno's checks of the kinds a ClusterPolicy/Policy matches or excludes (its policy webhook, with API
-    discovery): a kind no served resource or subresource answers to is refused, and so is a subresource in a validate
-    rule of a policy with background processing on (``spec.background``, default true).  ``*`` alone is left to the
-    wildcard checks."""
+    discovery), the first finding as (refused, message): a subresource in a validate rule of a policy with background
+    processing on (``spec.background``, default true) is refused; a kind no served resource or subresource answers to
+    is a warning ("the kind defined in the all match resource is invalid"), after which Kyverno accepts the policy.
+    ``*`` alone is left to the wildcard checks."""
     spec = document.get("spec") if isinstance(document.get("spec"), dict) else {}
     assert isinstance(spec, dict)
     background = spec.get("background", True) is not False
@@ -95,11 +97,10 @@ def kind_problems(document: dict[str, Any], resources: list[ApiResource], subres
                 if not isinstance(kind, str) or not kind:
                     continue
                 top, subs = served_for_selector(kind, resources, subresources)
-                where = f"path: spec.rules[{index}].{path}: the kind defined in the all match resource is invalid"
                 if not top and not subs:
-                    return [f"{where}: unable to convert GVK to GVR for kinds {kind}, err: resource not found"]
+                    return [(False, f"the kind defined in the all match resource is invalid: unable to convert GVK to GVR for kinds {kind}, err: resource not found")]
                 if validates and background and subs:
-                    return [f"{where}: background scan enabled with subresource {kind}"]
+                    return [(True, f"path: spec.rules[{index}].{path}: background scan enabled with subresource {kind}")]
     return []
 
 
@@ -150,9 +151,9 @@ class ClusterPolicyChecks:
     def check(self, document: dict[str, Any], old: dict[str, Any] | None = None) -> tuple[list[str], list[str]]:
         if not _is_kyverno_policy(document):
             return [], []
-        problems_with_kinds = _confirmed(lambda refresh: self._kind_problems(document, refresh=refresh))
-        if problems_with_kinds:
-            return problems_with_kinds, []
+        kind_findings = _confirmed(lambda refresh: self._kind_problems(document, refresh=refresh))
+        for refused, message in kind_findings:
+            return ([message], []) if refused else ([], [message])
         if self.background_user:
             missing_for_targets = self._target_permission_problems(document)
             if missing_for_targets:
@@ -168,7 +169,7 @@ class ClusterPolicyChecks:
                 return [], []  # the static check reported it; Kyverno stops its checks here
         return self._permission_problems(document), []
 
-    def _kind_problems(self, document: dict[str, Any], *, refresh: bool) -> list[str]:
+    def _kind_problems(self, document: dict[str, Any], *, refresh: bool) -> list[tuple[bool, str]]:
         try:
             resources = self.cluster.api_resources(refresh=refresh)
             subresources = self.cluster.api_subresources()

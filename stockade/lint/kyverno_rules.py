@@ -32,6 +32,7 @@ SIGNATURE_ALGORITHMS = ("", "sha224", "sha256", "sha384", "sha512")
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 ATTESTOR_KINDS = ("keys", "certificates", "keyless", "attestor")
 MAX_MATCH_CONDITIONS = 64
+LABELS_NOT_STRINGS = 'labels and annotations supports only string values, "use double quotes around the non string values"'
 _QUALIFIED_NAME_PART = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
@@ -85,12 +86,12 @@ def user_info_problems(entry: dict[str, Any], path: str, rule: str = "") -> list
             continue
         where = f"{path}.subjects[{index}]"
         if not subject.get("name"):
-            problems.append(Finding(f"{where}.name", "a subject needs a name", rule))
+            problems.append(Finding(f"{where}.name", "Required value: a subject needs a name", rule))
         if subject.get("kind") == "ServiceAccount" and not subject.get("namespace"):
-            problems.append(Finding(f"{where}.namespace", "a ServiceAccount subject needs a namespace", rule))
+            problems.append(Finding(f"{where}.namespace", "namespace is required when Kind is ServiceAccount", rule))
     for index, role in enumerate(_list(entry.get("roles"))):
         if isinstance(role, str) and len(role.split(":")) != 2:
-            problems.append(Finding(f"{path}.roles[{index}]", f"role {role!r} must be written as namespace:name", rule))
+            problems.append(Finding(f"{path}.roles[{index}]", f"Role is expected to be in namespace:name format, got {role!r}", rule))
     return problems
 
 
@@ -116,21 +117,21 @@ def selector_problem(selector: Any) -> str:
         if operator in ("Exists", "DoesNotExist") and values:
             return f"values must be empty for operator {operator}"
     if not labels and not expressions:
-        return "the selector has no requirements (matchLabels or matchExpressions)"
+        return "The requirements are not specified in selector"
     return ""
 
 
 def resource_description_problems(resources: dict[str, Any], path: str, namespaced: bool, rule: str = "") -> list[Finding]:
     problems: list[Finding] = []
     if resources.get("name") and _list(resources.get("names")):
-        problems.append(Finding(path, "name and names cannot be used together", rule))
+        problems.append(Finding(path, "Both name and names can not be specified together", rule))
     for key in ("selector",):
         if resources.get(key) is not None:
             problem = selector_problem(resources[key])
             if problem:
                 problems.append(Finding(f"{path}.{key}", problem, rule))
     if namespaced and _list(resources.get("namespaces")):
-        problems.append(Finding(f"{path}.namespaces", "a namespaced policy cannot filter by namespaces", rule))
+        problems.append(Finding(f"{path}.namespaces", "Filtering namespaces not allowed in namespaced policies", rule))
     return problems
 
 
@@ -230,16 +231,38 @@ def condition_value_problems(block: Any, path: str, rule: str = "") -> list[Find
             continue
         if isinstance(value, str):
             if not (len(value) >= 4 and value.startswith("{{") and value.endswith("}}")) and value not in REQUEST_OPERATIONS:
-                problems.append(Finding(f"{where}.value", f"unknown value {value!r}: request.operation is one of {', '.join(REQUEST_OPERATIONS)}", rule))
+                problems.append(Finding(f"{where}.value", _unknown_operation(value), rule))
         elif isinstance(value, list):
             for index, item in enumerate(value):
                 if not isinstance(item, str):
-                    problems.append(Finding(f"{where}.value[{index}]", "request.operation values must be strings", rule))
+                    problems.append(Finding(f"{where}.value[{index}]", f"'value[{index}]' found to be of the type {_go_type(item)}. The provided values are expected to be strings", rule))
                 elif item not in REQUEST_OPERATIONS:
-                    problems.append(Finding(f"{where}.value[{index}]", f"unknown value {item!r}: request.operation is one of {', '.join(REQUEST_OPERATIONS)}", rule))
+                    problems.append(Finding(f"{where}.value[{index}]", _unknown_operation(item), rule))
         else:
-            problems.append(Finding(f"{where}.value", "request.operation is compared with a string or a list of strings", rule))
+            problems.append(Finding(f"{where}.value", f"'value' field found to be of the type {_go_kind(value)}. The provided value/values are expected to be either in the form of a string or list", rule))
     return problems
+
+
+def _unknown_operation(value: str) -> str:
+    return f"unknown value '{value}' found under the 'value' field. Only the following values are allowed: [{', '.join(REQUEST_OPERATIONS)}]"
+
+
+def _go_kind(value: Any) -> str:
+    """The Go reflect kind a decoded JSON value has (what Kyverno names in its messages)."""
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, (int, float)):
+        return "float64" if isinstance(value, float) else "int64"
+    return "map" if isinstance(value, dict) else "slice" if isinstance(value, list) else "string"
+
+
+def _go_type(value: Any) -> str:
+    """Go's ``%T`` of a decoded JSON value."""
+    if isinstance(value, dict):
+        return "map[string]interface {}"
+    if isinstance(value, list):
+        return "[]interface {}"
+    return _go_kind(value)
 
 
 def schedule_problem(schedule: Any, extended: bool = False) -> str:
@@ -368,9 +391,9 @@ def _validate_foreach_problems(entries: Any, path: str, rule: str) -> list[Findi
         if _list(each.get("foreach")):
             present.append("foreach")
         if not present:
-            problems.append(Finding(where, "a foreach entry needs one of pattern, anyPattern, deny or a nested foreach", rule))
+            problems.append(Finding(where, "one of pattern, anyPattern, deny, or a nested foreach must be specified", rule))
         elif len(present) > 1:
-            problems.append(Finding(where, f"a foreach entry may have only one of pattern, anyPattern, deny or a nested foreach, found {', '.join(present)}", rule))
+            problems.append(Finding(where, f"only one of pattern, anyPattern, deny, or a nested foreach can be specified; found {', '.join(present)}", rule))
         problems += _validate_foreach_problems(each.get("foreach"), f"{where}.foreach", rule)
     return problems
 
@@ -384,12 +407,12 @@ def _mutate_foreach_problems(entries: Any, path: str, rule: str) -> list[Finding
         if nested:
             others = [k for k in ("context", "preconditions", "patchesJson6902", "patchStrategicMerge") if each.get(k)]
             if others:
-                return [Finding(where, f"a foreach entry with a nested foreach cannot also declare {', '.join(others)}", rule)]
+                return [Finding(where, f"a nested foreach cannot contain other declarations; found {', '.join(others)}", rule)]
             return _mutate_foreach_problems(nested, f"{where}.foreach", rule)
         has_json = bool(each.get("patchesJson6902"))
         has_merge = each.get("patchStrategicMerge") is not None
         if has_json == has_merge:
-            return [Finding(where, "a foreach entry needs exactly one of patchStrategicMerge or patchesJson6902", rule)]
+            return [Finding(where, "only one of `patchStrategicMerge` or `patchesJson6902` is allowed", rule)]
     return []
 
 
@@ -398,7 +421,7 @@ def json_patch_value_problems(operations: Any, path: str, rule: str) -> list[Fin
     problems: list[Finding] = []
     for index, operation in enumerate(_list(operations)):
         if isinstance(operation, dict) and operation.get("op") in ("add", "replace", "test") and "value" not in operation:
-            problems.append(Finding(f"{path}[{index}].value", f"a JSON patch {operation['op']} operation needs a value", rule))
+            problems.append(Finding(f"{path}[{index}].value", f"invalid value: a JSON patch {operation['op']} operation needs a value", rule))
     return problems
 
 
@@ -406,27 +429,27 @@ def _cel_rule_problems(cel: dict[str, Any], path: str, rule: str) -> list[Findin
     problems: list[Finding] = []
     for index, expression in enumerate(_list(cel.get("expressions"))):
         if isinstance(expression, dict) and not expression.get("expression"):
-            problems.append(Finding(f"{path}.expressions[{index}].expression", "an expression is required", rule))
+            problems.append(Finding(f"{path}.expressions[{index}].expression", "cel.expressions.expression is required", rule))
     kind, ref = cel.get("paramKind"), cel.get("paramRef")
     if isinstance(kind, dict):
         for key in ("apiVersion", "kind"):
             if not kind.get(key):
-                problems.append(Finding(f"{path}.paramKind.{key}", f"paramKind needs {key}", rule))
+                problems.append(Finding(f"{path}.paramKind.{key}", f"cel.paramKind.{key} is required", rule))
         if ref is None:
-            problems.append(Finding(f"{path}.paramRef", "paramRef is required with paramKind", rule))
+            problems.append(Finding(f"{path}.paramRef", "cel.paramRef is required", rule))
     if isinstance(ref, dict):
         if bool(ref.get("name")) == (ref.get("selector") is not None):
-            problems.append(Finding(f"{path}.paramRef", "exactly one of name or selector must be set", rule))
+            problems.append(Finding(f"{path}.paramRef", "one of cel.paramRef.name or cel.paramRef.selector must be set", rule))
         if not ref.get("parameterNotFoundAction"):
-            problems.append(Finding(f"{path}.paramRef.parameterNotFoundAction", "parameterNotFoundAction is required", rule))
+            problems.append(Finding(f"{path}.paramRef.parameterNotFoundAction", "cel.paramRef.parameterNotFoundAction is required", rule))
         if kind is None:
-            problems.append(Finding(f"{path}.paramKind", "paramKind is required with paramRef", rule))
+            problems.append(Finding(f"{path}.paramKind", "cel.paramKind is required", rule))
     for index, annotation in enumerate(_list(cel.get("auditAnnotations"))):
         if not isinstance(annotation, dict):
             continue
         for key in ("key", "valueExpression"):
             if not annotation.get(key):
-                problems.append(Finding(f"{path}.auditAnnotations[{index}].{key}", f"{key} is required", rule))
+                problems.append(Finding(f"{path}.auditAnnotations[{index}].{key}", f"cel.auditAnnotation.{key} is required", rule))
     return problems
 
 
@@ -453,11 +476,11 @@ def _generate_problems(generate: dict[str, Any], path: str, rule: str) -> tuple[
     warnings: list[str] = []
     selector = _dict(generate.get("cloneList")).get("selector")
     if selector is not None and contains_wildcard(str(selector)):
-        problems.append(Finding(f"{path}.cloneList.selector", "wildcard characters `*` and `?` are not supported", rule))
+        problems.append(Finding(f"{path}.cloneList.selector", "wildcard characters `*/?` not supported", rule))
     if generate.get("data") is not None:
         anchored = _anchors_in(generate["data"], f"{path}.data")
         if anchored:
-            problems.append(Finding(anchored, "anchors are not supported in generated resources", rule))
+            problems.append(Finding(anchored, "anchors not supported on generate resources", rule))
     foreach = generate.get("foreach")
     patterns = [(p, f"{path}.foreach[{i}]") for i, p in enumerate(_list(foreach)) if isinstance(p, dict)] if foreach is not None else [(generate, path)]
     for pattern, where in patterns:
@@ -558,7 +581,7 @@ def _context_problems(entries: Any, path: str, rule: str, namespaced: bool) -> l
             try:
                 parse_reference(reference)
             except InvalidReferenceError as error:
-                problems.append(Finding(f"{where}.imageRegistry.reference", f"bad image reference {reference!r}: {error}", rule))
+                problems.append(Finding(f"{where}.imageRegistry.reference", f"bad image: {reference}: {error}", rule))
     return problems
 
 
@@ -577,9 +600,9 @@ def rule_problems(rule: dict[str, Any], path: str, spec: dict[str, Any], namespa
             if entry and not _pruned(_dict(entry.get("resources"))) and any(entry.get(k) for k in ("subjects", "roles", "clusterRoles")):
                 problems.append(Finding(f"{where}.resources", "match resources not specified: a filter needs resources besides user info", name))
     if exclude is not None and matches_empty_set(match, exclude):
-        problems.append(Finding(path, "the rule matches an empty set: its exclude block removes everything its match block selects", name))
+        problems.append(Finding(path, "Rule is matching an empty set: its exclude block removes everything its match block selects", name))
     for where, variable in _element_variables({k: v for k, v in rule.items() if k not in ("match", "exclude")}, path, False):
-        problems.append(Finding(where, f"variable {variable!r} is used outside of a foreach", name))
+        problems.append(Finding(where, f"variable '{variable}' present outside of foreach at path {where}", name))
     problems += condition_value_problems(rule.get("preconditions"), f"{path}.preconditions", name)
     problems += _context_problems(rule.get("context"), f"{path}.context", name, namespaced)
 
@@ -595,19 +618,19 @@ def rule_problems(rule: dict[str, Any], path: str, spec: dict[str, Any], namespa
         patterns = [validate.get("pattern"), *_list(validate.get("anyPattern"))]
         patterns += [_dict(each).get("pattern") for each in _list(validate.get("foreach"))]
         if any(_pattern_labels_problem(p) for p in patterns):
-            problems.append(Finding(f"{path}.validate", "labels and annotations take only string values: quote non-string values", name))
+            problems.append(Finding(f"{path}.validate", LABELS_NOT_STRINGS, name))
 
     mutate = rule.get("mutate")
     if isinstance(mutate, dict):
         problems += _mutate_foreach_problems(mutate.get("foreach"), f"{path}.mutate.foreach", name)
         patches = [mutate.get("patchStrategicMerge")] + [_dict(each).get("patchStrategicMerge") for each in _list(mutate.get("foreach"))]
         if any(_pattern_labels_problem(p) for p in patches):
-            problems.append(Finding(f"{path}.mutate", "labels and annotations take only string values: quote non-string values", name))
+            problems.append(Finding(f"{path}.mutate", LABELS_NOT_STRINGS, name))
         if namespaced and mutate.get("targets") is not None:
             for index, target in enumerate(_list(mutate.get("targets"))):
                 target_namespace = _dict(target).get("namespace")
                 if target_namespace and target_namespace != policy_namespace:
-                    problems.append(Finding(f"{path}.mutate.targets[{index}].namespace", "a namespaced policy may only target its own namespace (leave it empty or use the policy's namespace)", name))
+                    problems.append(Finding(f"{path}.mutate.targets[{index}].namespace", "This field can be ignored or should have value of the namespace where the policy is being created", name))
         patch = mutate.get("patchesJson6902")
         if isinstance(patch, str) and patch:
             try:
@@ -615,9 +638,6 @@ def rule_problems(rule: dict[str, Any], path: str, spec: dict[str, Any], namespa
             except yaml.YAMLError:
                 operations = None  # reported by the caller
             problems += json_patch_value_problems(operations, f"{path}.mutate.patchesJson6902", name)
-        kinds = _list(_dict(_dict(match).get("resources")).get("kinds"))
-        if patch and "Pod" in kinds:
-            warnings.append("Pods managed by workload controllers should not be mutated directly: use autogen or match the controllers")
 
     generate = rule.get("generate")
     if isinstance(generate, dict):
@@ -631,12 +651,10 @@ def rule_problems(rule: dict[str, Any], path: str, spec: dict[str, Any], namespa
         if any(isinstance(e, dict) and e.get("mutateDigest") is True for e in _list(verify_images)):
             extractors = _dict(rule.get("imageExtractors"))
             if any(isinstance(x, dict) and x.get("jmesPath") for group in extractors.values() for x in _list(group)):
-                problems.append(Finding(f"{path}.imageExtractors", "jmesPath may not be used in an image extractor when verifyImages mutates digests", name))
+                problems.append(Finding(f"{path}.imageExtractors", "jmespath may not be used in an image extractor when mutating digests with verify images", name))
         for index, entry in enumerate(_list(verify_images)):
-            for attestation in _list(_dict(entry).get("attestations")):
-                predicate = _dict(attestation).get("predicateType")
-                if predicate:
-                    warnings.append(f"{path}.verifyImages[{index}]: predicateType is deprecated, use 'type: {predicate}' instead")
+            deny = _dict(_dict(_dict(entry).get("validate")).get("deny"))
+            problems += condition_value_problems(deny.get("conditions"), f"{path}.verifyImages[{index}].validate.deny.conditions", name)
             for att_index, attestation in enumerate(_list(_dict(entry).get("attestations"))):
                 for cond_index, condition in enumerate(_list(_dict(attestation).get("conditions"))):
                     problems += condition_value_problems(condition, f"{path}.verifyImages[{index}].attestations[{att_index}].conditions[{cond_index}]", name)
@@ -682,7 +700,7 @@ def cleanup_problems(document: dict[str, Any]) -> list[Finding]:
             # with user info the caller's refusal stands alone, as in Kyverno
             problems += match_block_problems(spec.get(block), f"spec.{block}", namespaced)
     if spec.get("exclude") is not None and matches_empty_set(spec.get("match"), spec.get("exclude")):
-        problems.append(Finding("spec", "the policy matches an empty set: its exclude block removes everything its match block selects"))
+        problems.append(Finding("spec", "CleanupPolicy is matching an empty set: its exclude block removes everything its match block selects"))
     problems += condition_value_problems(spec.get("conditions"), "spec.conditions")
     return problems
 

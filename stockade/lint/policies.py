@@ -32,7 +32,7 @@ from stockade.engine.podsecurity import validate_excludes
 from stockade.engine.variables import VARIABLE_RE
 from stockade.jmespath import JMESPathError, compile_expression, function_names
 from stockade.lint import generate as generate_checks
-from stockade.lint import kyverno_rules
+from stockade.lint import kyverno_rules, kyverno_warnings
 from stockade.lint.allowed_variables import policy_variable_problems
 from stockade.policy.model import ADMISSION_GROUP, CEL_POLICY_GROUP, CEL_POLICY_KINDS, KYVERNO_GROUP, api_group
 
@@ -53,6 +53,8 @@ CONTEXT_SOURCES = ("configMap", "apiCall", "imageRegistry", "variable", "globalR
 RESERVED_CONTEXT_NAMES = ("images", "request", "serviceAccountName", "serviceAccountNamespace", "element", "elementIndex")
 CEL_EXPRESSION_KEYS = ("expression", "messageExpression", "valueExpression")
 VALIDATION_ACTIONS = ("Deny", "Warn", "Audit")
+# Kyverno's refusal of an operator it does not list (its list printed the Go way, sorted here for a stable text)
+INVALID_OPERATOR = f"entered value of `operator` is invalid. valid values: {kyverno_warnings.go_quoted(sorted(CONDITION_OPERATORS))}; found"
 ANCHOR_PREFIXES = ("(", "X(", "+(", "<(", "=(", "^(")
 IMAGE_POLICY_VARIABLES = ("images", "attestors", "attestations")
 # Variables a background scan cannot fill (no requester): Kyverno rejects them in background policies.  The
@@ -69,6 +71,7 @@ BACKGROUND_VARIABLES_PREFIX = (
 )
 USER_FILTER_FIELDS = ("roles", "clusterRoles", "subjects")
 SUBJECT_KINDS = ("User", "Group", "ServiceAccount")  # rbac/v1 Subject kinds, the only ones a request can carry
+KIND_REQUIRED = "at least one element must be specified in a kind block, the kind attribute is mandatory when working with the resources element"
 WILDCARD_METADATA_ONLY = "policy can only deal with the metadata field of the resource if the rule does not match any kind"
 # deny keys a `*` rule may use besides request.object.metadata.*: request data other than the object's spec
 WILDCARD_ALLOWED_VARIABLES = re.compile(r"\{\{\s*(request\.|serviceAccountName|serviceAccountNamespace)[^{}]*\}\}")
@@ -168,6 +171,7 @@ def validate_policy_document(document: dict[str, Any], old: dict[str, Any] | Non
             checker.error(path, message)
         findings, warnings = kyverno_rules.policy_problems(document)
         checker.findings(findings)
+        result.warnings.extend(kyverno_warnings.policy_warnings(document))
         result.warnings.extend(warnings)
         if old and result.ok:
             warning, error = generate_checks.update_problem(document, old)
@@ -240,16 +244,21 @@ def variables_in(text: str) -> list[str]:
 
 def jmespath_problem(expression: str) -> str:
     """Why a JMESPath expression (Kyverno dialect) cannot be used, or "" when it parses and its functions exist."""
+    reason = jmespath_error(expression)
+    return f"invalid JMESPath {expression!r}: {reason}" if reason else ""
 
+
+def jmespath_error(expression: str) -> str:
+    """The parser's reason alone (``jmespath_problem`` without the expression), or ""."""
     try:
         compile_expression(expression)
     except JMESPathError as error:
-        return f"invalid JMESPath {expression!r}: {error}"
+        return str(error)
     except Exception as error:  # the parser must never take admission down; report instead
-        return f"invalid JMESPath {expression!r}: {error}"
+        return str(error)
     unknown = sorted(set(_function_names(expression)) - set(function_names()))
     if unknown:
-        return f"invalid JMESPath {expression!r}: unknown function: {', '.join(unknown)}()"
+        return f"unknown function: {', '.join(unknown)}()"
     return ""
 
 
@@ -390,14 +399,22 @@ class _Checker:
                 if problem:
                     self.error(where, problem, rule)
 
-    def jmespath_field(self, value: Any, path: str, rule: str) -> None:
+    def jmespath_field(self, value: Any, path: str, rule: str, context: bool = False) -> None:
+        """``context``: a context entry's jmesPath, which Kyverno refuses as "failed to parse JMESPath"."""
         if isinstance(value, str) and value and not variables_in(value):
+            if context:
+                reason = jmespath_error(value)
+                if reason:
+                    self.error(path, f"failed to parse JMESPath {value}: {reason}", rule)
+                return
             problem = jmespath_problem(value)
             if problem:
                 self.error(path, problem, rule)
 
-    def conditions(self, block: Any, path: str, rule: str) -> None:
-        """``[{key, operator, value}]`` or ``{any: [...], all: [...]}``."""
+    def conditions(self, block: Any, path: str, rule: str, exact: bool = True) -> None:
+        """``[{key, operator, value}]`` or ``{any: [...], all: [...]}``.  ``exact``: the operator is spelt as Kyverno
+        lists it (its policy check compares case-sensitively where it checks operators at all); elsewhere only an
+        operator the engine cannot evaluate in any spelling is refused."""
         if block is None:
             return
         if isinstance(block, list):
@@ -417,7 +434,7 @@ class _Checker:
             self.error(path, "must be a list of conditions or have 'any'/'all' lists", rule)
             return
 
-        known = {op.lower() for op in CONDITION_OPERATORS}
+        known = set(CONDITION_OPERATORS) if exact else {op.lower() for op in CONDITION_OPERATORS}
         for where, condition in entries:
             if not isinstance(condition, dict):
                 self.error(where, "a condition must be a mapping with key, operator and value", rule)
@@ -426,18 +443,18 @@ class _Checker:
                 self.error(where, "entered value of `key`, `value` or `operator` is missing or misspelled", rule)
                 continue
             operator = condition.get("operator")
-            if not isinstance(operator, str) or operator.lower() not in known:
-                self.error(f"{where}.operator", f"unknown operator {operator!r}; valid operators: {', '.join(CONDITION_OPERATORS)}", rule)
+            if not isinstance(operator, str) or (operator if exact else operator.lower()) not in known:
+                self.error(f"{where}.operator", f"{INVALID_OPERATOR} {operator!r}", rule)
 
     # ---- kyverno.io ClusterPolicy / Policy ------------------------------------------------------------------------
     def kyverno_policy(self, kind: str, metadata: dict[str, Any], spec: dict[str, Any]) -> None:
         if kind == "ClusterPolicy" and metadata.get("namespace"):
-            self.error("metadata.namespace", "a ClusterPolicy should not have the namespace defined")
+            self.error("metadata.namespace", kyverno_warnings.CLUSTER_POLICY_NAMESPACE)
         action = spec.get("validationFailureAction")
         if action is not None and action not in FAILURE_ACTIONS:
             self.error("spec.validationFailureAction", f"unsupported value {action!r}: must be Enforce or Audit")
         if kind == "Policy" and spec.get("validationFailureActionOverrides"):
-            self.error("spec.validationFailureActionOverrides", "use of validationFailureActionOverrides is supported only with ClusterPolicy")
+            self.error("spec.validationFailureActionOverrides", "Use of validationFailureActionOverrides is supported only with ClusterPolicy")
         self.webhook_settings(spec, legacy=True)
         if spec.get("admission") is False and spec.get("background") is False:
             self.error("spec", "disabling both admission and background processing is not allowed")
@@ -466,7 +483,7 @@ class _Checker:
             elif len(name) > MAX_RULE_NAME_LENGTH:
                 self.error(f"{path}.name", f"rule name must be at most {MAX_RULE_NAME_LENGTH} characters", name)
             elif name in seen:
-                self.error(f"{path}.name", f"duplicate rule name: '{name}'", name)
+                self.error(f"{path}.name", f"Duplicate rule name: '{name}'", name)
             seen.add(name)
             self.rule(rule, path, name)
             mutate = rule.get("mutate")
@@ -492,20 +509,23 @@ class _Checker:
     def rule(self, rule: dict[str, Any], path: str, name: str) -> None:
         present = [t for t in RULE_TYPES if rule.get(t)]
         if not present:
-            self.error(path, f"no operation defined in the rule '{name}' (supported operations: mutate, validate, generate, verifyImages)", name)
+            self.error(path, f"No operation defined in the rule '{name}'.(supported operations: mutate,validate,generate,verifyImages)", name)
         elif len(present) > 1:
-            self.error(path, f"multiple operations defined in the rule '{name}' ({', '.join(present)}); only one of mutate, validate, generate, verifyImages is allowed per rule", name)
+            self.error(path, f"Multiple operations defined in the rule '{name}', only one operation (mutate,validate,generate,verifyImages) is allowed per rule; found {', '.join(present)}", name)
         if rule.get("celPreconditions") is not None and not (isinstance(rule.get("validate"), dict) and rule["validate"].get("cel")):
             self.error(f"{path}.celPreconditions", "celPrecondition can only be used with validate.cel", name)
         if rule.get("imageExtractors") and not rule.get("verifyImages"):
-            self.error(f"{path}.imageExtractors", "imageExtractors can only be defined for verifyImages rules", name)
+            self.error(f"{path}.imageExtractors", f"Invalid rule spec for rule '{name}', imageExtractors can only be defined for verifyImages rule", name)
         self.match_block(rule.get("match"), f"{path}.match", name, required=True, rule=rule)
+        kindless = kindless_match_problem(rule)
+        if kindless:
+            self.error(f"{path}.match", kindless, name)
         if rule.get("exclude") is not None:
             self.match_block(rule.get("exclude"), f"{path}.exclude", name, required=False, rule=rule)
         for section in ("match", "exclude"):
             for where, text in _walk_strings(rule.get(section), f"{path}.{section}"):
                 if variables_in(text):
-                    self.error(where, f"variables are not allowed in the {section} section", name)
+                    self.error(where, f"rule \"{name}\" should not have variables in {section} section", name)
         self.context(rule.get("context"), f"{path}.context", name, uses_cel=bool((rule.get("validate") or {}).get("cel")))
         self.conditions(rule.get("preconditions"), f"{path}.preconditions", name)
         if isinstance(rule.get("validate"), dict):
@@ -528,11 +548,11 @@ class _Checker:
             self.error(path, "must be a mapping", name)
             return
         has_any, has_all = bool(block.get("any")), bool(block.get("all"))
-        direct = {k: v for k, v in block.items() if k not in ("any", "all") and v}
         if has_any and has_all:
-            self.error(path, "can't specify any and all together", name)
-        if (has_any or has_all) and direct:
-            self.error(path, "can't specify any/all together with resources or user fields", name)
+            self.error(path, "Can't specify any and all together", name)
+        if (has_any or has_all) and block.get("resources"):
+            section = "exclude" if path.endswith("exclude") else "match"
+            self.error(path, f"can't specify any/all together with {section} resources", name)
         if has_any or has_all:
             for key in ("any", "all"):
                 entries = block.get(key) or []
@@ -560,12 +580,10 @@ class _Checker:
         for index, subject in enumerate(subjects if isinstance(subjects, list) else []):
             kind = subject.get("kind") if isinstance(subject, dict) else None
             if kind not in SUBJECT_KINDS:
-                self.error(f"{path}.subjects[{index}].kind", f"unsupported subject kind {kind!r}: must be one of {', '.join(SUBJECT_KINDS)}", name)
+                self.error(f"{path}.subjects[{index}].kind", f"kind must be 'User', 'Group', or 'ServiceAccount', got {kind!r}", name)
         kinds = resources.get("kinds")
         if kinds is not None and not isinstance(kinds, list):
             self.error(f"{path}.resources.kinds", "must be a list of kinds", name)
-        elif is_match and resources and not kinds and not _only_metadata(rule):
-            self.error(f"{path}.resources.kinds", "at least one kind is required unless the rule deals only with metadata", name)
         if isinstance(kinds, list) and "*" in kinds:
             problem = self.wildcard_problem(kinds, rule)
             if problem:
@@ -623,7 +641,7 @@ class _Checker:
                     self.error(f"{where}.name", f"entry name {entry_name} is invalid as it conflicts with a pre-defined variable {reserved}", name)
             sources = [s for s in CONTEXT_SOURCES if entry.get(s) is not None]
             if len(sources) != 1:
-                self.error(where, f"exactly one of {', '.join(CONTEXT_SOURCES)} is required for context entries", name)
+                self.error(where, "exactly one of configMap or apiCall or imageRegistry or variable is required for context entries", name)
                 continue
             source = sources[0]
             body = entry[source] if isinstance(entry[source], dict) else {}
@@ -631,21 +649,21 @@ class _Checker:
                 if "value" not in body and not body.get("jmesPath"):
                     self.error(f"{where}.variable", "a variable must define a value or a jmesPath expression", name)
                 if "default" in body and not body.get("jmesPath"):
-                    self.error(f"{where}.variable.default", "a variable may define a default value only together with a jmesPath expression", name)
+                    self.error(f"{where}.variable.default", "a variable must define a default value only when a jmesPath expression is defined", name)
             elif source == "configMap":
                 for required in ("name", "namespace"):
                     if not body.get(required):
-                        self.error(f"{where}.configMap.{required}", f"a {required} is required for configMap context entries", name)
+                        self.error(f"{where}.configMap.{required}", f"a {required} is required for configMap context entry", name)
             elif source == "imageRegistry":
                 if not body.get("reference"):
-                    self.error(f"{where}.imageRegistry.reference", "a reference is required for imageRegistry context entries", name)
+                    self.error(f"{where}.imageRegistry.reference", "a ref is required for imageRegistry context entry", name)
             elif source == "globalReference":
                 if not body.get("name"):
-                    self.error(f"{where}.globalReference.name", "a name is required for globalReference context entries", name)
+                    self.error(f"{where}.globalReference.name", "a name is required for globalReference context entry", name)
             elif source == "apiCall":
                 if body.get("service") and body.get("urlPath"):
-                    self.error(f"{where}.apiCall", "a urlPath cannot be used for service API calls", name)
-            self.jmespath_field(body.get("jmesPath"), f"{where}.{source}.jmesPath", name)
+                    self.error(f"{where}.apiCall", "a URLPath cannot be used for service API calls", name)
+            self.jmespath_field(body.get("jmesPath"), f"{where}.{source}.jmesPath", name, context=True)
 
     def validate(self, validate: dict[str, Any], path: str, name: str) -> None:
         action = validate.get("failureAction")
@@ -653,9 +671,9 @@ class _Checker:
             self.error(f"{path}.failureAction", f"unsupported value {action!r}: must be Enforce or Audit", name)
         present = [t for t in VALIDATE_TYPES if validate.get(t) is not None]
         if not present:
-            self.error(path, f"a validate rule needs one of {', '.join(VALIDATE_TYPES)}", name)
+            self.error(path, "one of pattern, anyPattern, deny, foreach, cel must be specified", name)
         elif len(present) > 1:
-            self.error(path, f"only one type of validation is allowed per rule, found {', '.join(present)}", name)
+            self.error(path, f"only one of pattern, anyPattern, deny, foreach, cel can be specified; found {', '.join(present)}", name)
         if validate.get("pattern") is not None:
             self.pattern(validate["pattern"], f"{path}.pattern", name, "validate")
         if validate.get("anyPattern") is not None:
@@ -692,7 +710,7 @@ class _Checker:
             self.error(path, "a foreach entry must be a mapping", name)
             return
         if not each.get("list"):
-            self.error(f"{path}.list", "a foreach entry needs a list expression", name)
+            self.error(f"{path}.list", "foreach.list is required", name)
         else:
             self.jmespath_field(each.get("list"), f"{path}.list", name)
         self.context(each.get("context"), f"{path}.context", name, uses_cel=False)
@@ -753,19 +771,20 @@ class _Checker:
                 self.error(where, "a JSON patch operation must be a mapping", name)
                 continue
             if operation.get("op") not in JSON_PATCH_OPERATIONS:
-                self.error(f"{where}.op", f"unsupported operation {operation.get('op')!r}: must be one of {', '.join(JSON_PATCH_OPERATIONS)}", name)
+                self.error(f"{where}.op", f"unexpected kind: {operation.get('op')} (supported operations: {', '.join(JSON_PATCH_OPERATIONS)})", name)
             target = operation.get("path")
             if not isinstance(target, str) or not target.startswith("/"):
                 self.error(f"{where}.path", f"path must begin with a forward slash, got {target!r}", name)
             elif variables_in(target) and not allow_path_variables:
-                self.error(f"{where}.path", "variables are forbidden in the path of a JSON patch", name)
+                self.error(f"{where}.path", f"rule \"{name}\" should not have variables in patchesJSON6902 path section", name)
 
     def mutate(self, mutate: dict[str, Any], path: str, name: str) -> None:
         present = [t for t in MUTATE_TYPES if mutate.get(t) is not None]
         if not present and not mutate.get("targets"):
             self.error(path, f"a mutate rule needs one of {', '.join(MUTATE_TYPES)}", name)
         elif len(present) > 1:
-            self.error(path, f"only one type of mutation is allowed per rule, found {', '.join(present)}", name)
+            allowed = "`foreach`, `patchStrategicMerge`, or `patchesJson6902`" if "foreach" in present else "`patchStrategicMerge` or `patchesJson6902`"
+            self.error(path, f"only one of {allowed} is allowed; found {', '.join(present)}", name)
         if mutate.get("patchStrategicMerge") is not None:
             self.pattern(mutate["patchStrategicMerge"], f"{path}.patchStrategicMerge", name, "mutate")
         if mutate.get("patchesJson6902") is not None:
@@ -777,7 +796,7 @@ class _Checker:
             targets = None
         for index, target in enumerate(targets or []):
             if isinstance(target, dict):
-                self.conditions(target.get("preconditions"), f"{path}.targets[{index}].preconditions", name)
+                self.conditions(target.get("preconditions"), f"{path}.targets[{index}].preconditions", name, exact=False)
                 self.context(target.get("context"), f"{path}.targets[{index}].context", name, uses_cel=False)
 
     def generate(self, generate: dict[str, Any], path: str, name: str) -> None:
@@ -801,10 +820,13 @@ class _Checker:
                 self.error(f"{where}.imageReferences", "at least one image reference is required", name)
             for ref_index, reference in enumerate(references if isinstance(references, list) else [references]):
                 if isinstance(reference, str) and variables_in(reference):
-                    self.error(f"{where}.imageReferences[{ref_index}]", "variables are not allowed in image references", name)
+                    self.error(f"{where}.imageReferences[{ref_index}]", f"rule \"{name}\" should not have variables in image reference section", name)
             action = entry.get("failureAction")
             if action is not None and action not in FAILURE_ACTIONS:
                 self.error(f"{where}.failureAction", f"unsupported value {action!r}: must be Enforce or Audit", name)
+            deny = (entry.get("validate") or {}).get("deny") if isinstance(entry.get("validate"), dict) else None
+            if isinstance(deny, dict):
+                self.conditions(deny.get("conditions"), f"{where}.validate.deny.conditions", name)
             for att_index, attestation in enumerate(entry.get("attestations") or []):
                 for cond_index, condition in enumerate((attestation or {}).get("conditions") or []):
                     self.conditions(condition, f"{where}.attestations[{att_index}].conditions[{cond_index}]", name)
@@ -828,7 +850,7 @@ class _Checker:
             self.error("spec.match", "match resources not specified")
         else:
             self.match_block(match, "spec.match", "", required=True, rule={"validate": {"pattern": {"metadata": {}}}})
-        self.conditions(spec.get("conditions"), "spec.conditions", "")
+        self.conditions(spec.get("conditions"), "spec.conditions", "", exact=False)
         pod_security = spec.get("podSecurity")
         if pod_security is not None:
             if not isinstance(pod_security, list):
@@ -871,7 +893,7 @@ class _Checker:
             for where, entry in filters:
                 for field_name in _USER_INFO_FIELDS:
                     if entry.get(field_name):
-                        self.error(f"spec.{block_name}{where}.{field_name}", "user info is not allowed in CleanUp Policy match/exclude")
+                        self.error(f"spec.{block_name}{where}.{field_name}", "Usage of user info is forbidden")
         if not spec.get("match"):
             self.error("spec.match", "match resources not specified")
 
@@ -993,9 +1015,41 @@ def _user_variable_problem(metadata: dict[str, Any], spec: dict[str, Any]) -> tu
 
 
 def _only_metadata(rule: dict[str, Any]) -> bool:
-    """A rule whose pattern or overlay touches nothing but metadata may match every kind."""
-    validate = rule.get("validate") or {}
-    mutate = rule.get("mutate") or {}
-    patterns = [validate.get("pattern"), mutate.get("patchStrategicMerge"), *(validate.get("anyPattern") or [])]
-    patterns = [p for p in patterns if p is not None]
-    return bool(patterns) and all(isinstance(p, dict) and set(p) <= {"metadata"} for p in patterns)
+    """Kyverno's test for a rule that may match every kind: its overlay, JSON patch paths, pattern and anyPattern
+    touch nothing but metadata (a rule with none of them passes)."""
+    validate: dict[str, Any] = rule["validate"] if isinstance(rule.get("validate"), dict) else {}
+    mutate: dict[str, Any] = rule["mutate"] if isinstance(rule.get("mutate"), dict) else {}
+    patterns = [mutate.get("patchStrategicMerge"), validate.get("pattern")]
+    any_pattern = validate.get("anyPattern")
+    if any_pattern is not None and not isinstance(any_pattern, list):
+        return False  # Kyverno cannot read it as a list of patterns
+    patterns += any_pattern or []
+    if any(isinstance(p, dict) and not set(p) <= {"metadata"} for p in patterns):
+        return False
+    patch = mutate.get("patchesJson6902")
+    if isinstance(patch, str) and patch:
+        try:
+            operations = yamlsafe.load(patch, yaml.SafeLoader)
+        except yaml.YAMLError:
+            operations = None
+        for operation in operations if isinstance(operations, list) else []:
+            if isinstance(operation, dict) and not str(operation.get("path") or "").startswith("/metadata"):
+                return False
+    return True
+
+
+def kindless_match_problem(rule: dict[str, Any]) -> str:
+    """Kyverno refuses a rule whose match (its any entries, else its all entries, else itself) has an entry without
+    kinds; the reason depends on whether the rule only deals with metadata."""
+    match = rule.get("match") if isinstance(rule.get("match"), dict) else {}
+    assert isinstance(match, dict)
+    entries = match.get("any") or match.get("all")
+    filters = [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else [match]
+    for entry in filters:
+        resources = entry.get("resources") if isinstance(entry.get("resources"), dict) else {}
+        if not resources or resources.get("kinds"):
+            continue  # an entry without resources is refused as "match resources not specified"
+        if not _only_metadata(rule):
+            return WILDCARD_METADATA_ONLY
+        return KIND_REQUIRED
+    return ""

@@ -15,7 +15,7 @@ import json
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +44,8 @@ from stockade.webhook.configfilter import configuration_skip_reason, needs_io
 from stockade.webhook.isolation import failure_decision, read_review_body
 from stockade.webhook.httplimits import BodyRefused, ConnectionGuard, GuardedSite, HttpLimits, read_body
 from stockade.webhook.metrics import WebhookMetrics
+from stockade.lint.kyverno_warnings import kind_deprecation
+from stockade.policy.model import KYVERNO_GROUP
 from stockade.webhook.policystore import PolicyStore
 
 try:
@@ -247,7 +249,7 @@ def make_policy_validation_handler(state: ServerState, path: str = POLICY_VALIDA
         if isinstance(read, web.Response):
             return read
         review = read[0]
-        decision = policy_validation_decision(review)
+        decision = policy_validation_decision(review, state.store.exception_namespaces)
         if decision.allowed and state.policy_checker is not None and review.operation in ("CREATE", "UPDATE") and review.object:
             decision = await asyncio.to_thread(cluster_policy_decision, state.policy_checker, review, decision)
         state.metrics.observe_request(path, review.kind.kind, review.namespace, review.operation, decision.allowed, time.perf_counter() - started)
@@ -256,12 +258,26 @@ def make_policy_validation_handler(state: ServerState, path: str = POLICY_VALIDA
     return handle
 
 
-def policy_validation_decision(review: AdmissionRequest) -> AdmissionDecision:
+def policy_validation_decision(review: AdmissionRequest, exception_namespaces: Collection[str] | None = None) -> AdmissionDecision:
     """Deny CREATE/UPDATE of an invalid policy; anything else (DELETE, unknown kinds) is allowed.
 
     The schema comes first: invalid values are refused in kubectl's words, unknown fields become admission warnings
     (kubectl prints them; the API server prunes them when its CRD has the full schema).  Kyverno's checks then see
-    the policy as it will be stored."""
+    the policy as it will be stored.  Kyverno's webhook adds its warnings for the legacy kinds themselves and, for a
+    kyverno.io PolicyException, where exceptions are honoured (``exception_namespaces``: None for everywhere, empty
+    when exceptions are off)."""
+    decision = _policy_validation_decision(review)
+    warnings = list(decision.warnings)
+    if review.kind.kind == "PolicyException" and review.operation in ("CREATE", "UPDATE"):
+        warnings += exception_namespace_warnings(review.kind.group, review.namespace, exception_namespaces)
+    legacy = kind_deprecation(review.kind.group, review.kind.version, review.kind.kind)
+    # Kyverno's cleanup webhook names the deprecation only on policies it accepts
+    if legacy and review.operation in ("CREATE", "UPDATE") and (decision.allowed or not review.kind.kind.endswith("CleanupPolicy")):
+        warnings.append(legacy)
+    return AdmissionDecision(decision.allowed, decision.message, warnings=list(dict.fromkeys(warnings)))
+
+
+def _policy_validation_decision(review: AdmissionRequest) -> AdmissionDecision:
     from stockade.lint.check import assess_policy
 
     if review.operation not in ("CREATE", "UPDATE") or not review.object:
@@ -282,6 +298,17 @@ def policy_validation_decision(review: AdmissionRequest) -> AdmissionDecision:
     if not result.ok:
         return AdmissionDecision(False, result.message(), warnings=[*unknown, *result.warnings])
     return AdmissionDecision(True, warnings=[*unknown, *result.warnings])
+
+
+def exception_namespace_warnings(group: str, namespace: str, exception_namespaces: Collection[str] | None) -> list[str]:
+    """Kyverno's warnings for a PolicyException it will not honour: exceptions are off (both groups), or a
+    kyverno.io exception lies outside the namespaces exceptions are honoured in (None: every namespace, which is
+    Kyverno's ``--exceptionNamespace=*``)."""
+    if exception_namespaces is not None and not exception_namespaces:
+        return ["PolicyException resources would not be processed until it is enabled."]
+    if group != KYVERNO_GROUP or exception_namespaces is None or "*" in exception_namespaces:
+        return []
+    return [] if namespace in exception_namespaces else ["PolicyException resource namespace must match the defined namespace."]
 
 
 def cluster_policy_decision(checker: Any, review: AdmissionRequest, static: AdmissionDecision) -> AdmissionDecision:

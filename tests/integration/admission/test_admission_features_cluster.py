@@ -53,6 +53,46 @@ def test_kubectl_apply_of_an_invalid_policy_is_rejected_with_our_message(cluster
         api.request("DELETE", "/apis/kyverno.io/v1/clusterpolicies/stockade-admission-invalid")
 
 
+DEPRECATED_OPERATOR_POLICY = """
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: stockade-admission-operator
+spec:
+  rules:
+  - name: names
+    match:
+      any:
+      - resources:
+          kinds: [ConfigMap]
+    validate:
+      message: "reserved name"
+      deny:
+        conditions:
+          any:
+          - key: "{{ request.object.metadata.name }}"
+            operator: OPERATOR
+            value: [reserved]
+"""
+
+
+def test_kubectl_prints_kyvernos_warnings_and_refusals_for_condition_operators(
+    cluster_policy_crd: None, webhook: InProcessWebhook, control_plane: ControlPlane, api: Api
+) -> None:
+    """Through the real API server: the webhook's warnings reach kubectl as ``Warning:`` lines (Kyverno's
+    deprecated-operator warning), and an operator Kyverno does not list is refused in Kyverno's words."""
+    try:
+        accepted = kubectl(control_plane, "apply", "-f", "-", stdin=DEPRECATED_OPERATOR_POLICY.replace("OPERATOR", "NotIn"))
+        assert accepted.returncode == 0, accepted.stderr
+        assert "Warning: Operator NotIn has been deprecated and will be removed soon." in accepted.stderr
+        refused = kubectl(control_plane, "apply", "-f", "-", stdin=DEPRECATED_OPERATOR_POLICY.replace("OPERATOR", "Invalid"))
+        assert refused.returncode != 0, refused.stdout
+        assert 'admission webhook "validate-policy.stockade.svc" denied the request' in refused.stderr
+        assert "entered value of `operator` is invalid" in refused.stderr
+    finally:
+        api.request("DELETE", "/apis/kyverno.io/v1/clusterpolicies/stockade-admission-operator")
+
+
 def _events_about(api: Api, namespace: str, name: str) -> list[dict[str, Any]]:
     status, body = api.request("GET", f"/api/v1/namespaces/{namespace}/events?fieldSelector=involvedObject.name%3D{name}")
     assert status == 200, body

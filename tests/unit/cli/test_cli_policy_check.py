@@ -44,7 +44,7 @@ INVALID_VALUES = [
         "operator",
         VALID.replace("    validate:", "    preconditions:\n      all:\n      - {key: a, operator: Equalz, value: a}\n    validate:"),
         # the CRD leaves the operator open (any string); Kyverno's validation refuses it
-        "spec.rules[0].preconditions.all[0].operator: unknown operator 'Equalz'",
+        "spec.rules[0].preconditions.all[0].operator: entered value of `operator` is invalid",
     ),
     ("rules-mapping", policy("    name: check-team\n    validate: {message: m, deny: {}}\n"), "spec.rules: Invalid value: must be a list, found mapping"),
     ("boolean", VALID.replace("  validationFailureAction: Enforce\n", "  background: yes please\n"), "spec.background: Invalid value: must be a boolean"),

@@ -99,16 +99,19 @@ def deny_policy(kinds: list[str], background: bool | None = None, kind: str = "C
 
 def test_kyverno_refuses_background_validate_rules_that_match_subresources() -> None:
     """Kyverno's policy webhook resolves every match/exclude kind through discovery: a background validate rule may
-    not name a subresource (``Pod/*``, ``*/*``, ``*/status``), and a kind nothing serves (``Scale`` is only a
-    subresource's kind, pods have no ``scale``) is refused outright."""
+    not name a subresource (``Pod/*``, ``*/*``, ``*/status``); a kind nothing serves (``Scale`` is only a
+    subresource's kind, pods have no ``scale``) only earns a warning (validKinds returns it as a warning and Validate
+    accepts the policy)."""
     checks = ClusterPolicyChecks(SarCluster(set()))  # type: ignore[arg-type]
     for kinds in (["Pod/*"], ["*/*"], ["*/status"]):
         for kind in ("ClusterPolicy", "Policy"):
             (error,) = checks.check(deny_policy(kinds, kind=kind))[0]
             assert f"background scan enabled with subresource {kinds[0]}" in error and "spec.rules[0].match.any[0].kinds" in error
     for kinds in (["Scale"], ["Pod/scale"], ["Unknown"]):
-        (error,) = checks.check(deny_policy(kinds))[0]
-        assert f"unable to convert GVK to GVR for kinds {kinds[0]}" in error
+        errors, (warning,) = checks.check(deny_policy(kinds))
+        assert errors == []
+        assert warning.startswith("the kind defined in the all match resource is invalid: ")
+        assert f"unable to convert GVK to GVR for kinds {kinds[0]}" in warning
     # without background processing a subresource is fine; served kinds and the lone wildcard pass
     assert checks.check(deny_policy(["Pod/status", "Deployment/scale"], background=False)) == ([], [])
     assert checks.check(deny_policy(["Pod", "apps/v1/Deployment"])) == ([], [])

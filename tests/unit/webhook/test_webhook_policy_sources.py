@@ -150,7 +150,7 @@ def test_an_invalid_policy_is_skipped_and_the_others_keep_working() -> None:
     assert [p.name for p in snapshot.cel_policies] == ["no-forbidden"]
     errors = {identity[3]: message for identity, message in snapshot.errors.items()}
     assert set(errors) == {"duplicate-rules", "bad-cel"}
-    assert "spec.rules[1].name: duplicate rule name: 'check-team'" in errors["duplicate-rules"]
+    assert "spec.rules[1].name: Duplicate rule name: 'check-team'" in errors["duplicate-rules"]
     assert errors["bad-cel"].startswith("spec.validations[0].expression:") and "does not compile" in errors["bad-cel"]
     decision = snapshot.evaluator.validate(pod_review(), None)
     assert decision.allowed is False and "label team is required" in decision.message
@@ -159,11 +159,11 @@ def test_an_invalid_policy_is_skipped_and_the_others_keep_working() -> None:
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}, "mutate": {"patchStrategicMerge": {}}}]}, "spec.rules[0]: multiple operations defined in the rule 'r' (validate, mutate)"),
+        ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}, "mutate": {"patchStrategicMerge": {}}}]}, "spec.rules[0]: Multiple operations defined in the rule 'r', only one operation (mutate,validate,generate,verifyImages) is allowed per rule"),
         ({"spec__rules": [{"name": "r", "validate": {"deny": {}}}]}, "spec.rules[0].match: Required value"),  # the CRD schema speaks first, as the API server does
         ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}], "all": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}}]}, "spec.rules[0].match: Invalid value: any and all may not be set together"),
-        ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {"conditions": {"any": [{"key": "a", "operator": "Bigger", "value": "b"}]}}}}]}, "spec.rules[0].validate.deny.conditions.any[0].operator: unknown operator 'Bigger'"),
-        ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "context": [{"name": "x", "variable": {"jmesPath": "a.["}}], "validate": {"deny": {}}}]}, "spec.rules[0].context[0].variable.jmesPath: invalid JMESPath"),
+        ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {"conditions": {"any": [{"key": "a", "operator": "Bigger", "value": "b"}]}}}}]}, "spec.rules[0].validate.deny.conditions.any[0].operator: entered value of `operator` is invalid"),
+        ({"spec__rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "context": [{"name": "x", "variable": {"jmesPath": "a.["}}], "validate": {"deny": {}}}]}, "spec.rules[0].context[0].variable.jmesPath: failed to parse JMESPath a.["),
         ({"spec__rules": [{"match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}}]}, "spec.rules[0].name: Required value"),
     ],
 )
