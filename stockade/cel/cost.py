@@ -157,6 +157,32 @@ def _string_length(text: str) -> int:
     return max(0, len(body) - 2 * quote)
 
 
+def _literal_body(node: Node) -> str | None:
+    """The characters between the quotes of a string literal node (escapes left as written), or None."""
+    if node[0] != "literal" or len(node) < 4:
+        return None
+    text = str(node[3])
+    body = text.lstrip("rRbB")
+    quote = 3 if body[:3] in ('"""', "'''") else 1
+    return body[quote:-quote] if len(body) >= 2 * quote else None
+
+
+def _anchored_pattern(node: Node) -> bool:
+    """A literal regular expression that can only match at the start of the subject: it begins with ``^`` and has
+    no alternation or flag group (``(?m)`` would let ``^`` match after every newline)."""
+    body = _literal_body(node)
+    return body is not None and body.startswith("^") and "|" not in body and "(?" not in body
+
+
+def _group_references(node: Node) -> int | None:
+    """How many capture-group references a literal replacement holds (``\\1``, ``$1``, ``${name}``), or None when
+    the replacement is not a literal."""
+    body = _literal_body(node)
+    if body is None:
+        return None
+    return body.count("$") + sum(1 for index, char in enumerate(body[:-1]) if char == "\\" and body[index + 1] not in "\\'\"")
+
+
 class _Parser:
     """A recursive-descent parser for the CEL grammar, producing small tuples; spacing is not checked."""
 
@@ -249,7 +275,7 @@ class _Parser:
     def primary(self) -> Node:
         kind, text = self.take()
         if kind == "string":
-            return ("literal", _string_length(text), None)
+            return ("literal", _string_length(text), None, text)
         if kind == "number":
             digits = text.rstrip("uU")
             try:
@@ -406,7 +432,21 @@ class _Estimator:
         if receiver is None and name == "has":
             return _Estimate.scalar(Form.of(SELECT_AND_IDENT_COST))
         values = ([self.estimate(receiver)] if receiver is not None else []) + [self.estimate(a) for a in arguments]
+        if receiver is None and name == "regex.replace" and len(arguments) == 3 and _anchored_pattern(arguments[1]):
+            return self.anchored_replace(values, arguments[2])
         return self.function(name, values)
+
+    def anchored_replace(self, values: list[_Estimate], replacement: Node) -> _Estimate:
+        """``regex.replace(s, "^...", r)``: a pattern anchored at the start matches at most once, so the result is
+        the subject plus one replacement, whose group references each expand to at most the subject."""
+        subject, pattern, with_text = values
+        references = _group_references(replacement)
+        added = with_text.size + subject.size.scale(references) if references is not None else with_text.size + subject.size.times(with_text.size)
+        size = subject.size + added
+        regex_cost = pattern.size.scale(REGEX_STRING_LENGTH_COST_FACTOR).plus(1)
+        cost = Form.of(COMMON_CALL_COST) + subject.cost + pattern.cost + with_text.cost
+        cost = cost + subject.size.scale(STRING_TRAVERSAL_COST_FACTOR).plus(1).times(regex_cost).as_read()
+        return _Estimate(cost + size.scale(STRING_TRAVERSAL_COST_FACTOR), size, size)
 
     def comprehension(self, macro: str, source: _Estimate, names: list[str], bodies: list[Node]) -> _Estimate:
         """``source.macro(names..., bodies...)``: the bodies run once per element of ``source``."""

@@ -140,3 +140,18 @@ def test_nested_maps_are_bounded_by_the_runtime_iteration_budget_not_the_static_
     assert cost < STATIC_ESTIMATED_COST_LIMIT
     with pytest.raises(CelCostLimitError, match="iteration budget"):
         CelEnvironment(["object"]).evaluate(expression, {"object": {}})
+
+
+REWRITE_IMAGES = """Object{spec: Object.spec{containers: object.spec.containers.map(c, Object.spec.containers{
+  name: c.name, image: regex.replace(c.image, %s, %s)})}}"""
+
+
+def test_a_pattern_anchored_at_the_start_replaces_at_most_once() -> None:
+    """Kyverno's e2e mpol-cel-regex-replace: rewriting every image's registry is an ordinary policy.  An anchored
+    pattern matches once, so the result grows by one replacement (its group reference at most the subject); an
+    unanchored one may match at every position and stays over the limit."""
+    anchored = REWRITE_IMAGES % ('"^docker\\\\.io/(.*)"', "r'myregistry.io/\\1'")
+    assert estimate_cost(anchored, INPUTS)[0] < STATIC_ESTIMATED_COST_LIMIT
+    for pattern in ('"docker"', '"^a|b"', '"(?m)^x"'):
+        unanchored = REWRITE_IMAGES % (pattern, "r'myregistry.io/\\1'")
+        assert estimate_cost(unanchored, INPUTS)[0] > estimate_cost(anchored, INPUTS)[0]
