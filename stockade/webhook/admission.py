@@ -24,7 +24,7 @@ from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.mutate import KUBERNETES_OPTIONS, apply_json6902, diff_json_patch
 from stockade.engine.response import ERROR, FAIL, PASS, SKIP, EngineResponse, RuleResponse
 from stockade.identitymemo import IdentityMemo
-from stockade.policy.model import KyvernoPolicy
+from stockade.policy.model import RULE_TYPE_MUTATION, KyvernoPolicy
 from stockade.errors import StockadeError
 
 _YamlDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: ~10x faster on denial-heavy traffic
@@ -276,6 +276,19 @@ def block_message(resource: str, blocked: dict[str, dict[str, str]]) -> str:
     """Kyverno's denial text: a header line, then the policy → rule → message map as YAML."""
     body = yaml.dump(blocked, Dumper=_YamlDumper, default_flow_style=False, sort_keys=True, width=80, allow_unicode=True)
     return f"\n\nresource {resource} was blocked due to the following policies \n\n{body}"
+
+
+def mutation_report_responses(responses: Iterable[EngineResponse]) -> list[EngineResponse]:
+    """What Kyverno's mutating webhook reports: every result of the ClusterPolicy/Policy mutate rules that ran on
+    the request (pass, skip, fail, error).  Image verification and CEL MutatingPolicies report elsewhere."""
+    reported: list[EngineResponse] = []
+    for response in responses:
+        if not isinstance(response.policy, KyvernoPolicy):
+            continue
+        rules = [rule for rule in response.rules if rule.rule_type == RULE_TYPE_MUTATION]
+        if rules:
+            reported.append(dataclasses.replace(response, rules=rules))
+    return reported
 
 
 def warning_messages(responses: Iterable[EngineResponse], emit_warnings: bool = False) -> list[str]:

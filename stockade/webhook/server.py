@@ -22,6 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from stockade.webhook.admission import (
+    mutation_report_responses,
     CEL_ROUTES,
     IMAGE_ROUTES,
     FAILURE_POLICY_FAIL,
@@ -208,8 +209,10 @@ def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> C
                 log_denial(review, decision)
             log_unmatched(review, decision)
         engine_seconds = time.perf_counter() - engine_started
-        if state.reports is not None and phase == "validate" and decision.allowed and decision.responses and not review.dry_run and review.operation in ("CREATE", "UPDATE"):
-            state.reports.submit(review.object, decision.responses)
+        if state.reports is not None and decision.allowed and decision.responses and not review.dry_run and review.operation in ("CREATE", "UPDATE"):
+            reported = decision.responses if phase == "validate" else mutation_report_responses(decision.responses) if phase == "mutate" else []
+            if reported:
+                state.reports.submit(review.object, reported)
         if state.events is not None and not review.dry_run:  # sideEffects: NoneOnDryRun
             (state.events.record_denial if not decision.allowed else state.events.record_success)(review, decision)
         if state.generator is not None and phase == "validate" and decision.allowed and not review.dry_run:

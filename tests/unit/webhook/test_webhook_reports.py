@@ -157,3 +157,23 @@ def test_failed_pod_security_results_carry_kyvernos_control_properties() -> None
         "controlsJSON": '[{"ID":"capabilities_restricted","Name":"Capabilities","Images":["docker.io/dummyimagename:latest"]}]',
         "process": "background scan",
     }
+
+
+def test_the_mutating_phase_reports_every_result_of_kyverno_mutate_rules() -> None:
+    """Kyverno's mutation webhook writes an admission report of its mutate rules (pass, skip, fail and error alike);
+    verifyImages results in the same phase and CEL MutatingPolicies are reported by their own paths."""
+    from stockade.webhook.admission import mutation_report_responses
+
+    patched = {**POD, "metadata": {**POD["metadata"], "labels": {"foo": "bar"}}}
+    responses = [
+        EngineResponse(policy("add-labels"), POD, patched, [RuleResponse("add", "Mutation", "pass", "mutated Pod/web in namespace default"), RuleResponse("same", "Mutation", "skip", "no patches applied")]),
+        EngineResponse(policy("images"), POD, POD, [RuleResponse("verify", "ImageVerify", "pass", "verified")]),
+        EngineResponse(object(), POD, POD, [RuleResponse("cel", "Mutation", "pass", "")]),
+    ]
+    reported = mutation_report_responses(responses)
+    assert [(r.policy_name, [rule.name for rule in r.rules]) for r in reported] == [("add-labels", ["add", "same"])]
+    report = build_report(POD, reported, NOW)
+    assert report is not None
+    assert [(r["rule"], r["result"], r["message"]) for r in report["results"]] == [
+        ("add", "pass", "mutated Pod/web in namespace default"), ("same", "skip", "no patches applied")
+    ]
