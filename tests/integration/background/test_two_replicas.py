@@ -18,6 +18,7 @@ from tests.integration.background.test_update_request_recovery import (
     policy,
     update_request_crd,
     update_requests,
+    warm_up,
 )
 
 __all__ = ["batch_namespaces", "update_request_crd"]  # fixtures shared with the single-replica recovery test
@@ -59,10 +60,7 @@ def test_the_standby_replica_completes_what_the_killed_leader_admitted(
         assert not own_webhooks(cluster, standby.port)
 
         labels = {"stockade-ur/batch": suffix}
-        warm = f"ur2-warm-{suffix}"
-        batch_namespaces.append(warm)
-        cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": warm, "labels": labels}})
-        eventually(lambda: configmap(cluster, warm), "warm-up ConfigMap", details=leader.log)
+        warm_up(cluster, f"ur2-warm-{suffix}", labels, batch_namespaces, details=leader.log)
 
         names = [f"ur2-{suffix}-{index:02d}" for index in range(BATCH)]
         batch_namespaces.extend(names)

@@ -152,6 +152,29 @@ def own_webhooks(cluster: ClusterData, port: int) -> bool:
     return any(f"127.0.0.1:{port}" in str((hook.get("clientConfig") or {}).get("url") or "") for item in items for hook in item.get("webhooks") or [])
 
 
+def warm_up(cluster: ClusterData, base: str, labels: dict[str, str], created: list[str], timeout: float = 120.0, details: Callable[[], str] = lambda: "") -> None:
+    """Admit warm-up Namespaces until one gets its generated ConfigMap.  The API server starts calling a newly
+    registered webhook only once its own watch of webhook configurations has seen it, so a Namespace created right
+    after registration may be admitted without us; a later one is not."""
+    deadline = time.monotonic() + timeout
+    attempt = 0
+    while True:
+        name = f"{base}-{attempt}"
+        created.append(name)
+        try:
+            cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}})
+        except AlreadyExists:
+            pass
+        until = min(deadline, time.monotonic() + 10.0)
+        while time.monotonic() < until:
+            if configmap(cluster, name) is not None:
+                return
+            time.sleep(0.3)
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"no warm-up Namespace got its ConfigMap within {timeout:.0f}s\n{details()}")
+        attempt += 1
+
+
 def test_killed_server_completes_admitted_generate_work_after_restart(
     control_plane: ControlPlane, cluster: ClusterData, update_request_crd: None, suffix: str, tmp_path: Path, batch_namespaces: list[str]
 ) -> None:
@@ -168,18 +191,7 @@ def test_killed_server_completes_admitted_generate_work_after_restart(
     try:
         eventually(lambda: own_webhooks(cluster, port), "webhook registration", details=first.log)
         # the generate path works before the crash: a warm-up Namespace gets its ConfigMap
-        warm = f"ur-warm-{suffix}"
-        batch_namespaces.append(warm)
-
-        def create_warm() -> bool:
-            try:
-                cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": warm, "labels": labels}})
-            except AlreadyExists:
-                pass
-            return True
-
-        create_warm()
-        eventually(lambda: configmap(cluster, warm), "warm-up ConfigMap", details=first.log)
+        warm_up(cluster, f"ur-warm-{suffix}", labels, batch_namespaces, details=first.log)
 
         names = [f"ur-{suffix}-{index:02d}" for index in range(BATCH)]
         batch_namespaces.extend(names)
