@@ -117,6 +117,22 @@ _ENV_CACHE: dict[tuple[frozenset[str], tuple[str, ...]], Any] = {}
 _ENV_LOCK = threading.Lock()
 
 
+def _extensions(libraries: tuple[str, ...]) -> list[Any]:
+    extensions = []
+    for name in libraries:
+        if name in _EXTENSIONS:
+            extensions.append(_EXTENSIONS[name]())
+        elif name in LIBRARY_BUILDERS:
+            extensions.append(_to_extension(LIBRARY_BUILDERS[name]()))
+        elif name in OPTIONAL_LIBRARY_BUILDERS:
+            extensions.append(_to_extension(OPTIONAL_LIBRARY_BUILDERS[name]()))
+        elif name == "providers":
+            extensions.append(_to_extension(provider_library()))
+        else:
+            raise ValueError(f"unknown CEL library {name!r}; known: {sorted(DEFAULT_LIBRARIES)}")
+    return extensions
+
+
 def _native_env(variables: frozenset[str], libraries: tuple[str, ...]) -> Any:
     """Build (or reuse) the cel-expr-python environment; building one costs milliseconds, so share them."""
     key = (variables, libraries)
@@ -124,21 +140,24 @@ def _native_env(variables: frozenset[str], libraries: tuple[str, ...]) -> Any:
         cached = _ENV_CACHE.get(key)
         if cached is not None:
             return cached
-        extensions = []
-        for name in libraries:
-            if name in _EXTENSIONS:
-                extensions.append(_EXTENSIONS[name]())
-            elif name in LIBRARY_BUILDERS:
-                extensions.append(_to_extension(LIBRARY_BUILDERS[name]()))
-            elif name in OPTIONAL_LIBRARY_BUILDERS:
-                extensions.append(_to_extension(OPTIONAL_LIBRARY_BUILDERS[name]()))
-            elif name == "providers":
-                extensions.append(_to_extension(provider_library()))
-            else:
-                raise ValueError(f"unknown CEL library {name!r}; known: {sorted(DEFAULT_LIBRARIES)}")
-        env = cel.NewEnv(variables={name: cel.Type.DYN for name in variables}, extensions=extensions)
+        env = cel.NewEnv(variables={name: cel.Type.DYN for name in variables}, extensions=_extensions(libraries))
         _ENV_CACHE[key] = env
         return env
+
+
+def native_env_with_types(pool: Any, variables: Mapping[str, Any], libraries: tuple[str, ...]) -> Any:
+    """A checking environment whose variables have declared types (messages of ``pool``); not cached: schema
+    checks run when a policy is stored, not per request."""
+    return cel.NewEnv(pool, variables=dict(variables), extensions=_extensions(libraries))
+
+
+def prepare_source(expression: str, libraries: tuple[str, ...]) -> str:
+    """The source cel-cpp compiles for ``expression``: struct literals, cel-go's null safety (with optionals and the
+    compat library) and bindings rewritten (see stockade.cel.rewrite)."""
+    source = rewrite_struct_literals(expression)
+    if {"ext.optional", "compat"} <= set(libraries):
+        source = rewrite_null_safety(source)
+    return rewrite_bindings(source, bindings="ext.bindings" in libraries, optionals="ext.optional" in libraries)
 
 
 # Activations are portable across cel-expr-python environments (variables are looked up by name), so a single
@@ -313,10 +332,6 @@ class CelEnvironment:
         self._env = _native_env(self.variables, self.libraries)
         self._cache: dict[str, CelProgram] = {}
         self._optional_wrapping = "ext.optional" in self.libraries
-        # cel-go semantics for ``?.`` on null and ``orValue`` on plain values need optionals and the compat orValue
-        # declaration.
-        self._null_safety = {"ext.optional", "compat"} <= set(self.libraries)
-        self._bindings = "ext.bindings" in self.libraries
 
     def compile(self, expression: str) -> CelProgram:
         """Parse and type-check ``expression``; raise :class:`CelCompileError` naming the position on failure."""
@@ -325,11 +340,8 @@ class CelEnvironment:
             return cached
         if not isinstance(expression, str) or not expression.strip():
             raise CelCompileError("compilation failed: empty expression", str(expression))
-        source = rewrite_struct_literals(expression)
-        if self._null_safety:
-            source = rewrite_null_safety(source)
         # cel.bind / optMap / optFlatMap without cel-cpp's stale bind slot (see stockade.cel.rewrite)
-        source = rewrite_bindings(source, bindings=self._bindings, optionals=self._optional_wrapping)
+        source = prepare_source(expression, self.libraries)
         try:
             program = self._env.compile(source)
             return_type = program.return_type().name()

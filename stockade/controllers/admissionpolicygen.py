@@ -105,8 +105,10 @@ def _check_overrides(overrides: Any) -> str:
     return ""
 
 
-def vap_blocker(spec: dict[str, Any], exceptions: Iterable[dict[str, Any]] = ()) -> str:
-    """Why a ClusterPolicy cannot become a ValidatingAdmissionPolicy ('' when it can)."""
+def vap_blocker(spec: dict[str, Any], exceptions: Iterable[dict[str, Any]] = (), *, for_validation: bool = False) -> str:
+    """Why a ClusterPolicy cannot become a ValidatingAdmissionPolicy ('' when it can).  ``for_validation``: the
+    question is asked by policy validation (Kyverno's CanGenerateVAP with validate=true), which type-checks any policy
+    that could become one, whether or not ``validate.cel.generate`` asks for it."""
     rules = spec.get("rules") or []
     if not rules:
         return "skip generating ValidatingAdmissionPolicy: no rules found."
@@ -117,7 +119,7 @@ def vap_blocker(spec: dict[str, Any], exceptions: Iterable[dict[str, Any]] = ())
     cel = validate.get("cel")
     if not isinstance(cel, dict):
         return "skip generating ValidatingAdmissionPolicy for non CEL rules."
-    if not cel.get("generate"):
+    if not cel.get("generate") and not for_validation:
         return "skip generating ValidatingAdmissionPolicy: validate.cel.generate is not set to true."
     message = _check_overrides(spec.get("validationFailureActionOverrides")) or _check_overrides(validate.get("failureActionOverrides"))
     message = message or _check_block(rule.get("match") or {}, True)

@@ -140,6 +140,21 @@ def _confirmed(find: Callable[[bool], list[Problem]]) -> list[Problem]:
     return find(True) if found else found
 
 
+def _matched_gvks(vap: dict[str, Any], resources: list[ApiResource]) -> list[Any]:
+    """The kinds a ValidatingAdmissionPolicy's resourceRules name (Kubernetes' typesToCheck): wildcards name none."""
+    from stockade.lint.celtypes import Gvk
+
+    found: list[Gvk] = []
+    for rule in ((vap.get("spec") or {}).get("matchConstraints") or {}).get("resourceRules") or []:
+        for group in rule.get("apiGroups") or []:
+            for version in rule.get("apiVersions") or []:
+                for plural in rule.get("resources") or []:
+                    if "*" in (group, version, plural) or "/" in plural:
+                        continue
+                    found += [Gvk(r.group, r.version, r.kind) for r in resources if (r.group, r.version, r.resource) == (group, version, plural)]
+    return found
+
+
 class ClusterPolicyChecks:
     """``check(policy, old_policy) -> (errors, warnings)`` for the policy validation webhook."""
 
@@ -147,6 +162,7 @@ class ClusterPolicyChecks:
         self.cluster = cluster
         self.background_user = background_user
         self.admission_user = admission_user
+        self._schemas: dict[tuple[str, str], tuple[Any, str] | None] = {}  # (OpenAPI v3 URL with hash, kind) -> type
 
     def check(self, document: dict[str, Any], old: dict[str, Any] | None = None) -> tuple[list[str], list[str]]:
         if not _is_kyverno_policy(document):
@@ -159,7 +175,7 @@ class ClusterPolicyChecks:
             if missing_for_targets:
                 return missing_for_targets, []
         if not _has_generate(document):
-            return [], []
+            return [], self._cel_type_warnings(document)
         problems = _confirmed(lambda refresh: self._scope_problems(document, refresh=refresh))
         if problems:
             return [f"{path}: {message}" for path, message in problems], []
@@ -168,6 +184,55 @@ class ClusterPolicyChecks:
             if warning or error:
                 return [], []  # the static check reported it; Kyverno stops its checks here
         return self._permission_problems(document), []
+
+    def _cel_type_warnings(self, document: dict[str, Any]) -> list[str]:
+        """Kyverno's type check of ``validate.cel`` against the OpenAPI schemas of the kinds the policy's generated
+        ValidatingAdmissionPolicy would match (only for policies that can be one).  Never refuses; a cluster that
+        serves no schema gets no warnings."""
+        from stockade.controllers.admissionpolicygen import build_cpol_vap, discovery_from, vap_blocker
+        from stockade.lint.celtypes import Gvk, cel_type_warnings
+
+        spec = document.get("spec") or {}
+        if vap_blocker(spec, for_validation=True):
+            return []
+        try:
+            resources = self.cluster.api_resources()
+            vap = build_cpol_vap(document, (), discovery_from(resources))
+            gvks = _matched_gvks(vap, resources)
+            return cel_type_warnings((spec.get("rules") or [{}])[0], gvks, lambda gvk: self._schema_type(Gvk(gvk.group, gvk.version, gvk.kind)))
+        except KubeError as exc:
+            log.warning("OpenAPI schemas unavailable, CEL expressions not type-checked: %s", exc)
+            return []
+
+    def _schema_type(self, gvk: Any) -> tuple[Any, str] | None:
+        """The checking type of a kind's schema, from the OpenAPI v3 document of its group/version (fetched again
+        only when the API server's hash for it changes)."""
+        from stockade.cel.schematypes import SchemaTypes
+
+        path = f"apis/{gvk.group}/{gvk.version}" if gvk.group else f"api/{gvk.version}"
+        index = self.cluster.get("/openapi/v3") or {}
+        url = str(((index.get("paths") or {}).get(path) or {}).get("serverRelativeURL") or "")
+        if not url:
+            return None
+        key = (url, gvk.kind)
+        if key not in self._schemas:
+            base, _, query = url.partition("?")
+            document = self.cluster.get(base, query=dict(part.split("=", 1) for part in query.split("&") if "=" in part))
+            components = ((document or {}).get("components") or {}).get("schemas") or {}
+            name = next(
+                (
+                    name
+                    for name, schema in components.items()
+                    if isinstance(schema, dict)
+                    for g in schema.get("x-kubernetes-group-version-kind") or []
+                    if isinstance(g, dict) and (g.get("group") or "", g.get("version"), g.get("kind")) == (gvk.group, gvk.version, gvk.kind)
+                ),
+                None,
+            )
+            if len(self._schemas) > 256:
+                self._schemas.clear()
+            self._schemas[key] = SchemaTypes.checking_type(components, name) if name else None
+        return self._schemas[key]
 
     def _kind_problems(self, document: dict[str, Any], *, refresh: bool) -> list[tuple[bool, str]]:
         try:
