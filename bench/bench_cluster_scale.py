@@ -314,26 +314,32 @@ class Engine:
                 process.wait(timeout=10)
 
 
-def rss_bytes(pids: list[int]) -> int:
-    total = 0
+def memory_bytes(pids: list[int]) -> tuple[int, int]:
+    """(RSS, PSS) summed over the engine's processes.  RSS counts a page once per process that maps it, so forked
+    workers sharing their parent's pages are counted several times; PSS divides each shared page among its users
+    (the memory the processes cost together).  For one Go process the two are about equal."""
+    rss = pss = 0
     for pid in pids:
         try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) * 1024
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Rss:"):
+                    rss += int(line.split()[1]) * 1024
+                elif line.startswith("Pss:"):
+                    pss += int(line.split()[1]) * 1024
         except (OSError, ValueError):
             pass
-    return total
+    return rss, pss
 
 
 class PeakRss(threading.Thread):
     def __init__(self, engine: Engine) -> None:
         super().__init__(daemon=True)
-        self.engine, self.peak, self.stopped = engine, 0, threading.Event()
+        self.engine, self.peak, self.peak_pss, self.stopped = engine, 0, 0, threading.Event()
 
     def run(self) -> None:
         while not self.stopped.wait(0.5):
-            self.peak = max(self.peak, rss_bytes(self.engine.pids()))
+            rss, pss = memory_bytes(self.engine.pids())
+            self.peak, self.peak_pss = max(self.peak, rss), max(self.peak_pss, pss)
 
 
 def start_stockade(plane: ControlPlane, scratch: Path) -> Engine:
@@ -420,6 +426,7 @@ class Result:
     reports_seconds: float = 0.0
     cpu_seconds_to_reports: float = 0.0
     peak_rss_mib: float = 0.0
+    peak_pss_mib: float = 0.0
     requests_to_reports: int = 0
     idle_requests_per_minute: float = 0.0
     idle_requests: dict[str, int] = field(default_factory=dict)
@@ -491,6 +498,7 @@ def run_engine(name: str, args: argparse.Namespace, scratch: Path) -> Result:
         wall_changed = time.time()
         sampler.stopped.set()
         result.peak_rss_mib = sampler.peak / 2**20
+        result.peak_pss_mib = sampler.peak_pss / 2**20
 
         time.sleep(2)  # the audit log is written asynchronously
         requests = engine_requests(plane.audit_log)
@@ -514,6 +522,7 @@ def table(results: list[Result]) -> str:
         ("CPU seconds until complete", "cpu_seconds_to_reports", "{:.1f}"),
         ("API requests until complete", "requests_to_reports", "{:d}"),
         ("peak RSS (MiB)", "peak_rss_mib", "{:.0f}"),
+        ("peak PSS (MiB)", "peak_pss_mib", "{:.0f}"),
         ("API requests/min at idle", "idle_requests_per_minute", "{:.1f}"),
         ("one policy change: seconds", "change_seconds", "{:.1f}"),
         ("one policy change: CPU seconds", "change_cpu_seconds", "{:.1f}"),
