@@ -16,6 +16,8 @@ import hashlib
 import json
 import os
 import re
+import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -111,6 +113,54 @@ def discover_units(suite: Path) -> list[Unit]:
         if owners:
             max(owners, key=lambda u: len(u.path)).tests.append(test)
     return [u for u in units if u.tests]
+
+
+def _script_contents(node: Any) -> list[str]:
+    """Every ``script.content`` of a chainsaw document (try/catch/finally/cleanup operations, at any depth)."""
+    found: list[str] = []
+    if isinstance(node, dict):
+        script = node.get("script")
+        if isinstance(script, dict) and isinstance(script.get("content"), str):
+            found.append(script["content"])
+        for value in node.values():
+            found.extend(_script_contents(value))
+    elif isinstance(node, list):
+        for item in node:
+            found.extend(_script_contents(item))
+    return found
+
+
+def unexecutable_scripts(suite: Path) -> list[str]:
+    """Files (relative to the suite root) that a test's script step runs as a program (``content: ./name.sh``, the
+    path being the first word of the script) but that carry no executable bit.  In Kyverno's git checkout these
+    files are mode 100755; a copy made without file modes (a tarball or module zip) loses that, and the step then
+    fails with ``Permission denied`` before any of its commands run."""
+    missing: set[str] = set()
+    for test_file in suite.rglob("chainsaw-test.yaml"):
+        try:
+            documents = list(yaml.safe_load_all(test_file.read_text()))
+        except (OSError, yaml.YAMLError):
+            continue  # chainsaw reports a broken test itself
+        for content in _script_contents(documents):
+            words = content.split()
+            if not words or not words[0].startswith("./"):
+                continue
+            program = (test_file.parent / words[0]).resolve()
+            if program.is_file() and program.is_relative_to(suite) and not os.access(program, os.X_OK):
+                missing.add(str(program.relative_to(suite)))
+    return sorted(missing)
+
+
+def stage_suite(suite: Path, scripts: list[str], staged: Path) -> Path:
+    """A copy of ``suite`` at ``staged`` (replacing an earlier one) in which ``scripts`` are executable, as in the
+    suite's git checkout; the original is left untouched."""
+    if staged.exists():
+        shutil.rmtree(staged)
+    shutil.copytree(suite, staged, symlinks=True)
+    for script in scripts:
+        target = staged / script
+        target.chmod(target.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return staged
 
 
 def is_excluded(test: str, exclusions: dict[str, str]) -> str | None:
@@ -311,6 +361,12 @@ def main(argv: list[str] | None = None) -> int:
     except ExclusionError as exc:
         print(f"e2e-run: {exc}", file=sys.stderr)
         return 2
+    source = suite
+    scripts = unexecutable_scripts(suite)
+    if scripts:
+        staged = stage_suite(suite, scripts, args.results.resolve() / "staged-suite")
+        print(f"e2e-run: {len(scripts)} script(s) the tests run as programs lack the executable bit Kyverno's git checkout gives them ({', '.join(scripts[:3])}{', ...' if len(scripts) > 3 else ''}); running a copy with it set: {staged}", flush=True)
+        suite = staged
     units = discover_units(suite)
     wanted = [f.strip("/") for f in args.folders]
 
@@ -383,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
             cluster.down()
     timings["suite_s"] = time.monotonic() - started
     totals = {key: sum(getattr(r, key) for r in outcome) for key in ("passed", "failed", "skipped", "excluded", "not_run")}
-    summary = {"suite": str(suite), "totals": totals, "timings": timings, "causes": failure_causes(outcome), "units": [r.__dict__ for r in outcome]}
+    summary = {"suite": str(source), "totals": totals, "timings": timings, "causes": failure_causes(outcome), "units": [r.__dict__ for r in outcome]}
     (results / "summary.json").write_text(json.dumps(summary, indent=2))
     decided = totals["passed"] + totals["failed"]
     rate = totals["passed"] / decided if decided else 0.0

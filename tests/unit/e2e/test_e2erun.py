@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -235,3 +236,34 @@ def test_kwok_pod_stages_are_required_beside_the_binary(tmp_path: Path) -> None:
         kwok_pod_stages(str(kwok))
     (tmp_path / "kwok-pod-stages.yaml").write_text("kind: Stage\n")
     assert kwok_pod_stages(str(kwok)) == tmp_path / "kwok-pod-stages.yaml"
+
+
+def test_scripts_run_as_programs_without_the_executable_bit_are_staged_executable(tmp_path: Path) -> None:
+    """A suite copied without file modes (Kyverno's git has its step scripts at 100755) makes chainsaw's
+    ``sh -c ./script.sh`` fail with 126 before the script runs; the runner finds exactly the scripts a step runs as a
+    program and runs a copy of the suite in which they are executable, leaving the original as it was."""
+    suite = tmp_path / "suite"
+    test = suite / "validate" / "t1"
+    test.mkdir(parents=True)
+    steps = [
+        {"name": "s1", "try": [{"script": {"content": "./check.sh", "timeout": "30s"}}]},
+        {"name": "s2", "try": [{"script": {"content": "./ready.sh\n"}}], "cleanup": [{"script": {"content": "./undo.sh arg"}}]},
+        {"name": "s3", "try": [{"script": {"content": "kubectl get pods\n./not-first.sh"}}, {"script": {"content": "./absent.sh"}}]},
+    ]
+    (test / "chainsaw-test.yaml").write_text(yaml.safe_dump({"kind": "Test", "spec": {"steps": steps}}))
+    for name, mode in {"check.sh": 0o644, "ready.sh": 0o755, "undo.sh": 0o644, "not-first.sh": 0o644, "other.sh": 0o644}.items():
+        (test / name).write_text("echo ran\n")
+        (test / name).chmod(mode)
+    assert e2erun.unexecutable_scripts(suite) == ["validate/t1/check.sh", "validate/t1/undo.sh"]
+
+    def run_step(root: Path) -> int:
+        return subprocess.run(["/bin/sh", "-c", "./check.sh"], cwd=root / "validate" / "t1", capture_output=True).returncode
+
+    assert run_step(suite) == 126
+    staged = e2erun.stage_suite(suite, e2erun.unexecutable_scripts(suite), tmp_path / "results" / "staged-suite")
+    assert run_step(staged) == 0
+    assert e2erun.unexecutable_scripts(staged) == []
+    assert (staged / "validate/t1/other.sh").stat().st_mode & 0o111 == 0
+    assert e2erun.unexecutable_scripts(suite) == ["validate/t1/check.sh", "validate/t1/undo.sh"]
+    (suite / "validate/t1/new.yaml").write_text("kind: Pod\n")  # a later staging starts from the suite again
+    assert (e2erun.stage_suite(suite, [], staged) / "validate/t1/new.yaml").is_file()
