@@ -618,6 +618,11 @@ class GenerateController:
         except ValueError:
             pass
 
+    def leadership_gained(self) -> None:
+        """Policy reactions are leader-only and a key handled before leadership is dropped: look again now."""
+        if self._started:
+            self.controller.enqueue(POLICIES_KEY)
+
     def _on_snapshot(self, _snapshot: Any) -> None:
         self._policies_changed.set()
         self.controller.enqueue(POLICIES_KEY)

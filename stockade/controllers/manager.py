@@ -154,6 +154,24 @@ class BackgroundComponent:
         self.component.stop()
 
 
+class LeadershipHook:
+    """Tells a component that runs on every replica when this replica starts leading: its leader-only part (the
+    generate controller's reaction to the loaded policies, generateExisting above all) may have been skipped while
+    the replica was not leading yet, including in the moment between start and the first leadership."""
+
+    needs_leadership = True
+
+    def __init__(self, component: Any) -> None:
+        self.component = component
+        self.name = f"{BackgroundComponent(component).name}-leadership"
+
+    def start(self) -> None:
+        self.component.leadership_gained()
+
+    def stop(self) -> None:
+        pass
+
+
 class LeaderDuties:
     """What a replica does on becoming the leader: register the webhooks and write policy status (from a thread of
     its own, so the elector keeps renewing)."""
@@ -232,6 +250,8 @@ class ClusterServices:
         """Without leader election, registration happens here and a failure raises (serve then exits)."""
         for component in self.background:
             self.manager.add(BackgroundComponent(component))
+            if callable(getattr(component, "leadership_gained", None)):
+                self.manager.add(LeadershipHook(component))
         if self.options.leader_election:
             from stockade.controllers.leader import ReplicaMembership, make_identity
 
