@@ -113,10 +113,13 @@ def fake_api(tmp_path: Path) -> Iterator[tuple[FakeApiServer, Any]]:
         f"apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'http://127.0.0.1:{port}'}}\n"
         "users:\n- name: u\n  user: {token: secret-token}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n"
     )
-    yield fake, load_api_client(str(kubeconfig))
+    client = load_api_client(str(kubeconfig))
+    yield fake, client
+    client.close()  # its connection pool's sockets
     asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
+    loop.close()
 
 
 POLICY = KyvernoPolicy(yaml.safe_load("""
