@@ -12,7 +12,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from stockade.controllers.registration import WebhookRegistrar, discover_resources, load_api_client
+from stockade.controllers.registration import WebhookRegistrar, discover_resources, discovery_resolver, load_api_client
 from stockade.controllers.webhookconfig import WebhookTarget, build_configurations, static_resolver
 from stockade.policy.model import KyvernoPolicy
 
@@ -139,6 +139,15 @@ def test_discovery_lists_resources_without_subresources(fake_api: tuple[FakeApiS
     found = {(r.group, r.version, r.resource, r.kind, r.namespaced) for r in discover_resources(client)}
     assert found == {("", "v1", "pods", "Pod", True), ("", "v1", "namespaces", "Namespace", False), ("apps", "v1", "deployments", "Deployment", True)}
     assert fake.tokens == {"Bearer secret-token"}
+
+
+def test_discovery_resolver_resolves_subresources_the_cluster_serves(fake_api: tuple[FakeApiServer, Any]) -> None:
+    """``Pod/*`` names what discovery lists under pods/ (here only pods/exec), with the parent's group/version."""
+    _, client = fake_api
+    resolve = discovery_resolver(client)
+    assert [(r.group, r.version, r.resource, r.namespaced) for r in resolve("*", "*", "Pod", "*")] == [("", "v1", "pods/exec", True)]
+    assert resolve("*", "*", "Pod", "log") == []  # not served by this cluster
+    assert [r.resource for r in resolve("*", "*", "Pod", "")] == ["pods"]
 
 
 def test_apply_creates_then_replaces_and_remove_all_deletes(fake_api: tuple[FakeApiServer, Any]) -> None:
