@@ -268,7 +268,7 @@ def _rule_in_phase(rule: Rule, phase: str) -> bool:
     if phase == "mutate":
         return (rule.has_mutate() and not rule.has_mutate_existing()) or rule.has_verify_images()
     # generate and mutate-existing rules run after admission, but only a registered webhook tells us about their triggers
-    return rule.has_validate() or rule.has_verify_images() or rule.has_generate() or rule.has_mutate_existing()
+    return rule.has_validate() or rule.has_verify_image_checks() or rule.has_generate() or rule.has_mutate_existing()
 
 
 def cel_resource_rules(policy: Any) -> list[tuple[str, str, str, set[str]]]:
@@ -413,7 +413,7 @@ def _kinds_for(rule: Rule, validating: bool) -> dict[str, set[str]]:
                 matched.setdefault(kind, set()).update(CREATE_UPDATE_DELETE)
         return matched
     if validating:
-        wanted = rule.has_validate() or rule.has_verify_images() or rule.has_mutate_existing()
+        wanted = rule.has_validate() or rule.has_verify_image_checks() or rule.has_mutate_existing()
     else:
         wanted = (rule.has_mutate() and not rule.has_mutate_existing()) or rule.has_verify_images()
     if wanted:
@@ -888,7 +888,7 @@ def kyverno_policy_webhooks(policies: list[KyvernoPolicy], phase: str, resolver:
             continue
         rules = policy.rules
         if validating:
-            relevant = any(r.has_validate() or r.has_generate() or r.has_mutate_existing() or r.has_verify_images() for r in rules)
+            relevant = any(r.has_validate() or r.has_generate() or r.has_mutate_existing() or r.has_verify_image_checks() for r in rules)
         else:
             relevant = any((r.has_mutate() and not r.has_mutate_existing()) or r.has_verify_images() for r in rules)
         if not relevant:
