@@ -21,6 +21,7 @@ metadata:
   name: pod-subresources
   annotations: {pod-policies.kyverno.io/autogen-controllers: none}
 spec:
+  background: false  # Kyverno refuses background scans of subresources
   rules:
   - name: team
     match: {any: [{resources: {kinds: ["Pod/*"]}}]}
