@@ -64,7 +64,12 @@ class WebhookRegistration:
             log.exception("updating webhook configurations failed")
 
     def apply(self) -> None:
-        from stockade.controllers.webhookconfig import build_configurations, build_policy_validation_configuration
+        from stockade.controllers.webhookconfig import (
+            build_configurations,
+            build_policy_mutation_configuration,
+            build_policy_validation_configuration,
+            build_verify_mutation_configuration,
+        )
         from stockade.controllers.generate import generating_policies
 
         snapshot = self.store.snapshot
@@ -86,7 +91,11 @@ class WebhookRegistration:
             policy_validation = build_policy_validation_configuration(
                 self.target, self.certs.ca_bundle, timeout_seconds=self.timeout, kyverno_config=kyverno_config, naming=self.naming
             )
-            self.registrar.apply(mutating, validating, policy_validation)
+            fixed = (
+                build(self.target, self.certs.ca_bundle, timeout_seconds=self.timeout, kyverno_config=kyverno_config, naming=self.naming)
+                for build in (build_policy_mutation_configuration, build_verify_mutation_configuration)
+            )
+            self.registrar.apply(mutating, validating, policy_validation, [body for body in fixed if body is not None])
 
     def remove(self) -> int:
         with self._lock:

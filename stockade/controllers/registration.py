@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from stockade.controllers.webhookconfig import STOCKADE_NAMING, ApiResource, Resolver, WebhookNaming
@@ -75,9 +75,13 @@ def discover_resources(api_client: Any, subresources: list[ApiResource] | None =
 
 
 def discovery_resolver(api_client: Any) -> Resolver:
+    """Kind selectors resolved against what the cluster serves now, subresources included (``Pod/*`` names
+    pods/status, pods/exec, pods/eviction...)."""
     from stockade.controllers.webhookconfig import static_resolver
 
-    return static_resolver(discover_resources(api_client))
+    subresources: list[ApiResource] = []
+    resources = discover_resources(api_client, subresources)
+    return static_resolver([*resources, *subresources])
 
 
 class WebhookRegistrar:
@@ -89,12 +93,27 @@ class WebhookRegistrar:
         self.api = client.AdmissionregistrationV1Api(api_client)
         self.naming = naming
 
-    def apply(self, mutating: dict[str, Any], validating: dict[str, Any], policy_validation: dict[str, Any] | None = None) -> None:
+    def apply(
+        self,
+        mutating: dict[str, Any],
+        validating: dict[str, Any],
+        policy_validation: dict[str, Any] | None = None,
+        extra_mutating: Sequence[dict[str, Any]] = (),
+    ) -> None:
         """Upsert both resource webhook configurations (an empty one is deleted unless the naming keeps empty ones,
         as Kyverno does), plus the policy-validation one when given
-        (``webhookconfig.build_policy_validation_configuration``)."""
+        (``webhookconfig.build_policy_validation_configuration``) and the fixed mutating ones Kyverno's naming adds
+        (``build_policy_mutation_configuration``, ``build_verify_mutation_configuration``)."""
         if policy_validation is not None:
             self.apply_validating(policy_validation)
+        for body in extra_mutating:
+            self._upsert(
+                body,
+                self.api.read_mutating_webhook_configuration,
+                self.api.create_mutating_webhook_configuration,
+                self.api.replace_mutating_webhook_configuration,
+                self.api.delete_mutating_webhook_configuration,
+            )
         for body, read, create, replace, delete in (
             (
                 mutating,

@@ -22,7 +22,15 @@ from stockade.engine.kyvernoconfig import KyvernoConfig
 from stockade.engine.wildcard import match as wildcard_match
 from stockade.engine.match import parse_kind_selector
 from stockade.policy.model import KyvernoPolicy, Rule
-from stockade.webhook.admission import FAILURE_POLICY_FAIL, FAILURE_POLICY_IGNORE, failure_policy, has_own_webhook, policy_timeout
+from stockade.webhook.admission import (
+    FAILURE_POLICY_FAIL,
+    FAILURE_POLICY_IGNORE,
+    POLICY_MUTATION_PATH,
+    VERIFY_MUTATION_PATH,
+    failure_policy,
+    has_own_webhook,
+    policy_timeout,
+)
 
 MANAGED_BY_LABEL = "webhook.stockade.io/managed-by"
 MANAGED_BY_VALUE = "stockade"
@@ -46,6 +54,13 @@ class WebhookNaming:
     policy_validating: str
     service_host: str  # the middle of webhook names: ``validate.<host>-fail``
     keep_empty: bool
+    # Kyverno also registers a policy mutating configuration (a no-op default webhook for policy CREATE/UPDATE) and
+    # a verify one (lease UPDATEs of its own Deployment); empty names: not registered
+    policy_mutating: str = ""
+    verify_mutating: str = ""
+    # what the policy validating webhook does when the server cannot answer: Stockade never blocks policy management,
+    # Kyverno's configuration refuses policies while it is down
+    policy_failure_policy: str = FAILURE_POLICY_IGNORE
 
     @property
     def selector(self) -> str:
@@ -64,6 +79,9 @@ KYVERNO_NAMING = WebhookNaming(
     "kyverno-policy-validating-webhook-cfg",
     "kyverno.svc",
     keep_empty=True,
+    policy_mutating="kyverno-policy-mutating-webhook-cfg",
+    verify_mutating="kyverno-verify-mutating-webhook-cfg",
+    policy_failure_policy=FAILURE_POLICY_FAIL,
 )
 WEBHOOK_NAMINGS = {"stockade": STOCKADE_NAMING, "kyverno": KYVERNO_NAMING}
 POLICY_VALIDATION_PATH = "/policyvalidate"
@@ -93,7 +111,8 @@ MUTATE_DEFAULT_OPERATIONS = ("CREATE", "UPDATE")
 
 @dataclass(frozen=True)
 class ApiResource:
-    """One served resource: what a webhook rule names (group, version, plural[/subresource])."""
+    """One served resource as discovery lists it: what a webhook rule names (group, version, plural, or
+    ``plural/subresource`` for a subresource, whose kind is its own, ``Eviction`` for ``pods/eviction``)."""
 
     group: str
     version: str
@@ -101,28 +120,64 @@ class ApiResource:
     kind: str
     namespaced: bool = True
 
+    @property
+    def is_subresource(self) -> bool:
+        return "/" in self.resource
 
-Resolver = Callable[[str, str, str], list[ApiResource]]
-"""(group selector, version selector, kind) → matching served resources; selectors may be ``*``."""
 
-# Fallback when no discovery is available: the built-in kinds policies name most often.
+Resolver = Callable[[str, str, str, str], list[ApiResource]]
+"""(group, version, kind, subresource selector) → the served resources a kind selector names, as Kyverno's
+discovery resolves them (``find_resources``); selectors may hold wildcards."""
+
+_POD_SUBRESOURCES: tuple[tuple[str, str], ...] = (
+    ("attach", "PodAttachOptions"),
+    ("binding", "Binding"),
+    ("ephemeralcontainers", "Pod"),
+    ("eviction", "Eviction"),
+    ("exec", "PodExecOptions"),
+    ("log", "Pod"),
+    ("portforward", "PodPortForwardOptions"),
+    ("proxy", "PodProxyOptions"),
+    ("resize", "Pod"),
+    ("status", "Pod"),
+)
+_SCALED: tuple[tuple[str, str, str], ...] = (
+    ("", "replicationcontrollers", "ReplicationController"),
+    ("apps", "deployments", "Deployment"),
+    ("apps", "statefulsets", "StatefulSet"),
+    ("apps", "replicasets", "ReplicaSet"),
+)
+
+# Fallback when no discovery is available: the built-in kinds policies name most often, with the subresources
+# kube-apiserver serves for them.
 BUILTIN_RESOURCES: tuple[ApiResource, ...] = (
     ApiResource("", "v1", "pods", "Pod"),
+    *(ApiResource("", "v1", f"pods/{sub}", kind) for sub, kind in _POD_SUBRESOURCES),
     ApiResource("", "v1", "services", "Service"),
+    ApiResource("", "v1", "services/status", "Service"),
     ApiResource("", "v1", "configmaps", "ConfigMap"),
     ApiResource("", "v1", "secrets", "Secret"),
     ApiResource("", "v1", "serviceaccounts", "ServiceAccount"),
+    ApiResource("", "v1", "serviceaccounts/token", "TokenRequest"),
     ApiResource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim"),
     ApiResource("", "v1", "namespaces", "Namespace", namespaced=False),
+    ApiResource("", "v1", "namespaces/finalize", "Namespace", namespaced=False),
+    ApiResource("", "v1", "namespaces/status", "Namespace", namespaced=False),
     ApiResource("", "v1", "nodes", "Node", namespaced=False),
+    ApiResource("", "v1", "nodes/status", "Node", namespaced=False),
     ApiResource("", "v1", "replicationcontrollers", "ReplicationController"),
     ApiResource("apps", "v1", "deployments", "Deployment"),
     ApiResource("apps", "v1", "statefulsets", "StatefulSet"),
     ApiResource("apps", "v1", "daemonsets", "DaemonSet"),
     ApiResource("apps", "v1", "replicasets", "ReplicaSet"),
+    *(ApiResource(group, "v1", f"{plural}/{sub}", kind if sub == "status" else "Scale") for group, plural, kind in _SCALED for sub in ("scale", "status")),
+    ApiResource("apps", "v1", "daemonsets/status", "DaemonSet"),
     ApiResource("batch", "v1", "jobs", "Job"),
+    ApiResource("batch", "v1", "jobs/status", "Job"),
     ApiResource("batch", "v1", "cronjobs", "CronJob"),
+    ApiResource("batch", "v1", "cronjobs/status", "CronJob"),
     ApiResource("networking.k8s.io", "v1", "ingresses", "Ingress"),
+    ApiResource("networking.k8s.io", "v1", "ingresses/status", "Ingress"),
     ApiResource("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy"),
     ApiResource("rbac.authorization.k8s.io", "v1", "roles", "Role"),
     ApiResource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
@@ -131,11 +186,33 @@ BUILTIN_RESOURCES: tuple[ApiResource, ...] = (
 )
 
 
+def find_resources(served: Iterable[ApiResource], group: str, version: str, kind: str, subresource: str) -> list[ApiResource]:
+    """The served resources a kind selector names, as Kyverno's FindResources resolves them: top-level resources
+    whose group, version and kind match; with a subresource selector, the matching subresources of those (under
+    the parent's group and version, with their own scope) instead; ``*/*`` both."""
+    table = tuple(served)
+    parents = [
+        r for r in table if not r.is_subresource and wildcard_match(group, r.group) and wildcard_match(version, r.version) and wildcard_match(kind, r.kind)
+    ]
+    if not subresource:
+        return parents
+    subresources: list[ApiResource] = []
+    for parent in parents:
+        pattern = f"{parent.resource}/{subresource}"
+        subresources += [
+            r for r in table if r.is_subresource and r.group == parent.group and r.version == parent.version and wildcard_match(pattern, r.resource)
+        ]
+    if kind == "*" and subresource == "*":
+        return parents + subresources
+    return subresources
+
+
 def static_resolver(resources: Iterable[ApiResource] = BUILTIN_RESOURCES) -> Resolver:
+    """A resolver over a fixed table of served resources and subresources (discovery's, or the built-in one)."""
     table = tuple(resources)
 
-    def resolve(group: str, version: str, kind: str) -> list[ApiResource]:
-        return [r for r in table if wildcard_match(group, r.group) and wildcard_match(version, r.version) and wildcard_match(kind, r.kind)]
+    def resolve(group: str, version: str, kind: str, subresource: str) -> list[ApiResource]:
+        return find_resources(table, group, version, kind, subresource)
 
     return resolve
 
@@ -191,7 +268,7 @@ def _rule_in_phase(rule: Rule, phase: str) -> bool:
     if phase == "mutate":
         return (rule.has_mutate() and not rule.has_mutate_existing()) or rule.has_verify_images()
     # generate and mutate-existing rules run after admission, but only a registered webhook tells us about their triggers
-    return rule.has_validate() or rule.has_verify_images() or rule.has_generate() or rule.has_mutate_existing()
+    return rule.has_validate() or rule.has_verify_image_checks() or rule.has_generate() or rule.has_mutate_existing()
 
 
 def cel_resource_rules(policy: Any) -> list[tuple[str, str, str, set[str]]]:
@@ -336,7 +413,7 @@ def _kinds_for(rule: Rule, validating: bool) -> dict[str, set[str]]:
                 matched.setdefault(kind, set()).update(CREATE_UPDATE_DELETE)
         return matched
     if validating:
-        wanted = rule.has_validate() or rule.has_verify_images() or rule.has_mutate_existing()
+        wanted = rule.has_validate() or rule.has_verify_image_checks() or rule.has_mutate_existing()
     else:
         wanted = (rule.has_mutate() and not rule.has_mutate_existing()) or rule.has_verify_images()
     if wanted:
@@ -355,14 +432,20 @@ def _merge_policy(aggregate: RuleAggregate, policy: KyvernoPolicy, validating: b
         if kind == "*":
             targets = [(group, version, "*", subresource, policy_scope)]
         else:
+            # an unknown kind or subresource registers nothing (Kyverno logs "resource not found" and goes on)
             targets = [
-                (resource.group, resource.version, resource.resource, subresource, SCOPE_NAMESPACED if resource.namespaced else SCOPE_ALL)
-                for resource in resolver(group or "*", version or "*", kind)
+                (resource.group, resource.version, *_split_resource(resource.resource), SCOPE_NAMESPACED if resource.namespaced else SCOPE_ALL)
+                for resource in resolver(group or "*", version or "*", kind, subresource)
             ]
         for group_, version_, resource_, subresource_, scope in targets:
             for operation in operations:
                 aggregate.entries.add((group_, version_, resource_, subresource_, scope, operation))
     aggregate.timeout = max(aggregate.timeout, _declared_timeout(policy))
+
+
+def _split_resource(name: str) -> tuple[str, str]:
+    resource, _, subresource = name.partition("/")
+    return resource, subresource
 
 
 def _declared_timeout(policy: Any) -> int:
@@ -402,8 +485,9 @@ def build_policy_validation_configuration(
 ) -> dict[str, Any]:
     """The ValidatingWebhookConfiguration that sends policy CREATE/UPDATE to ``/policyvalidate``.
 
-    failurePolicy Ignore: a stopped server must never block policy management (including removing a bad policy);
-    no namespaceSelector: Policies live in any namespace, ours and kube-system included."""
+    failurePolicy Ignore: a stopped server must never block policy management (removing a bad policy is a DELETE and
+    never reviewed); under Kyverno's naming Fail, as Kyverno registers it.  No namespaceSelector: Policies live in
+    any namespace, ours and kube-system included."""
     rules = [
         {"apiGroups": [group], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"], "resources": list(resources), "scope": "*"}
         for group, resources in POLICY_RESOURCES.items()
@@ -412,7 +496,7 @@ def build_policy_validation_configuration(
         "name": f"validate-policy.{naming.service_host}",
         "clientConfig": target.client_config(POLICY_VALIDATION_PATH, ca_bundle),
         "rules": rules,
-        "failurePolicy": FAILURE_POLICY_IGNORE,
+        "failurePolicy": naming.policy_failure_policy,
         "matchPolicy": "Equivalent",
         "sideEffects": "None",
         "admissionReviewVersions": ["v1"],
@@ -422,6 +506,73 @@ def build_policy_validation_configuration(
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": configuration_metadata(naming.policy_validating, kyverno_config, naming),
+        "webhooks": [webhook],
+    }
+
+
+def build_policy_mutation_configuration(
+    target: WebhookTarget,
+    ca_bundle: bytes,
+    *,
+    timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
+    kyverno_config: KyvernoConfig | None = None,
+    naming: WebhookNaming = STOCKADE_NAMING,
+) -> dict[str, Any] | None:
+    """Kyverno's policy MutatingWebhookConfiguration (``mutate-policy.<host>`` on ClusterPolicy/Policy CREATE and
+    UPDATE, path ``/policymutate``, failurePolicy Fail), registered only by a naming that names it; the server
+    admits those requests unchanged."""
+    if not naming.policy_mutating:
+        return None
+    webhook = {
+        "name": f"mutate-policy.{naming.service_host}",
+        "clientConfig": target.client_config(POLICY_MUTATION_PATH, ca_bundle),
+        "rules": [
+            {"apiGroups": ["kyverno.io"], "apiVersions": ["v1", "v2beta1"], "operations": ["CREATE", "UPDATE"], "resources": ["clusterpolicies", "policies"], "scope": "*"}
+        ],
+        "failurePolicy": FAILURE_POLICY_FAIL,
+        "matchPolicy": "Equivalent",
+        "sideEffects": "NoneOnDryRun",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": max(1, min(timeout_seconds, MAX_TIMEOUT_SECONDS)),
+        "reinvocationPolicy": "IfNeeded",
+    }
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": configuration_metadata(naming.policy_mutating, kyverno_config, naming),
+        "webhooks": [webhook],
+    }
+
+
+def build_verify_mutation_configuration(
+    target: WebhookTarget,
+    ca_bundle: bytes,
+    *,
+    timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
+    kyverno_config: KyvernoConfig | None = None,
+    naming: WebhookNaming = STOCKADE_NAMING,
+) -> dict[str, Any] | None:
+    """Kyverno's verify MutatingWebhookConfiguration (``monitor-webhooks.<host>`` on UPDATE of Leases labelled
+    ``app.kubernetes.io/name: kyverno``, path ``/verifymutate``, failurePolicy Ignore), registered only by a naming
+    that names it; the server admits those requests unchanged."""
+    if not naming.verify_mutating:
+        return None
+    webhook = {
+        "name": f"monitor-webhooks.{naming.service_host}",
+        "clientConfig": target.client_config(VERIFY_MUTATION_PATH, ca_bundle),
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["leases"], "scope": "*"}],
+        "failurePolicy": FAILURE_POLICY_IGNORE,
+        "matchPolicy": "Equivalent",
+        "sideEffects": "NoneOnDryRun",
+        "admissionReviewVersions": ["v1"],
+        "timeoutSeconds": max(1, min(timeout_seconds, MAX_TIMEOUT_SECONDS)),
+        "reinvocationPolicy": "IfNeeded",
+        "objectSelector": {"matchLabels": {"app.kubernetes.io/name": naming.managed_by_value}},
+    }
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": configuration_metadata(naming.verify_mutating, kyverno_config, naming),
         "webhooks": [webhook],
     }
 
@@ -737,7 +888,7 @@ def kyverno_policy_webhooks(policies: list[KyvernoPolicy], phase: str, resolver:
             continue
         rules = policy.rules
         if validating:
-            relevant = any(r.has_validate() or r.has_generate() or r.has_mutate_existing() or r.has_verify_images() for r in rules)
+            relevant = any(r.has_validate() or r.has_generate() or r.has_mutate_existing() or r.has_verify_image_checks() for r in rules)
         else:
             relevant = any((r.has_mutate() and not r.has_mutate_existing()) or r.has_verify_images() for r in rules)
         if not relevant:

@@ -175,6 +175,14 @@ class Rule:
     def has_verify_images(self) -> bool:
         return bool(self.raw.get("verifyImages"))
 
+    def has_verify_image_checks(self) -> bool:
+        """A verifyImages entry whose results are checked after mutation (``verifyDigest`` or ``required``, both on
+        unless set false): what Kyverno's validating webhook registers verifyImages rules for."""
+        return any(
+            isinstance(entry, dict) and (entry.get("verifyDigest", True) is not False or entry.get("required", True) is not False)
+            for entry in self.raw.get("verifyImages") or []
+        )
+
 
 @dataclass
 class KyvernoPolicy(ObjectView):

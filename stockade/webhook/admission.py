@@ -357,6 +357,10 @@ CEL_ROUTES: dict[str, tuple[str, str]] = {
 }
 # ImageValidatingPolicies have a webhook per phase: /<ivpol|nivpol>/<validate|mutate>/<name>...
 IMAGE_ROUTES: dict[str, str] = {"ivpol": "ImageValidatingPolicy", "nivpol": "NamespacedImageValidatingPolicy"}
+# Kyverno's two fixed mutating webhooks (registered under its naming only): policy CREATE/UPDATE, and UPDATEs of its
+# own health Lease.  Stockade admits both unchanged.
+POLICY_MUTATION_PATH = "/policymutate"
+VERIFY_MUTATION_PATH = "/verifymutate"
 MAX_SCOPED_VIEWS = 256
 # Policies whose time budget an evaluator remembers: it holds them anyway, so this only guards against surprises.
 _MAX_TIMEOUTS = 65_536

@@ -25,6 +25,8 @@ from stockade.webhook.admission import (
     mutation_report_responses,
     CEL_ROUTES,
     IMAGE_ROUTES,
+    POLICY_MUTATION_PATH,
+    VERIFY_MUTATION_PATH,
     FAILURE_POLICY_FAIL,
     FAILURE_POLICY_IGNORE,
     AdmissionDecision,
@@ -261,6 +263,22 @@ def make_policy_validation_handler(state: ServerState, path: str = POLICY_VALIDA
     return handle
 
 
+def make_admit_handler(state: ServerState, path: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """A webhook that admits every well-formed review unchanged: Kyverno's policy mutating (``/policymutate``) and
+    verify (``/verifymutate``) webhooks, which its naming registers."""
+
+    async def handle(http_request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        read = await _read_review(http_request, state, path)
+        if isinstance(read, web.Response):
+            return read
+        review = read[0]
+        state.metrics.observe_request(path, review.kind.kind, review.namespace, review.operation, True, time.perf_counter() - started)
+        return web.Response(body=_dumps(review_response(review, AdmissionDecision(True))), content_type="application/json")
+
+    return handle
+
+
 def policy_validation_decision(review: AdmissionRequest, exception_namespaces: Collection[str] | None = None) -> AdmissionDecision:
     """Deny CREATE/UPDATE of an invalid policy; anything else (DELETE, unknown kinds) is allowed.
 
@@ -340,6 +358,8 @@ def build_app(state: ServerState) -> web.Application:
         for phase in ("validate", "mutate"):
             app.router.add_post(f"/{prefix}/{phase}/{{policies:.+}}", make_handler(state, f"/{prefix}/{phase}"))
     app.router.add_post(POLICY_VALIDATION_PATH, make_policy_validation_handler(state))
+    for path in (POLICY_MUTATION_PATH, VERIFY_MUTATION_PATH):
+        app.router.add_post(path, make_admit_handler(state, path))
 
     async def liveness(_: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})

@@ -213,3 +213,20 @@ spec:
     assert webhook["name"] == "gpol.validate.kyverno.svc-ignore" and webhook["failurePolicy"] == "Ignore"
     assert webhook["clientConfig"]["service"]["path"] == "/gpol/zk"
     assert webhook["rules"][0]["operations"] == ["CONNECT", "CREATE", "DELETE", "UPDATE"]
+
+
+def test_verify_images_reaches_the_validating_webhook_only_with_checks_to_make() -> None:
+    """Kyverno registers a verifyImages rule in the validating webhook only when it has checks to make after mutation
+    (``verifyDigest`` or ``required``, both on by default); the mutating webhook always gets it."""
+
+    def verify(**entry: Any) -> KyvernoPolicy:
+        rule = {"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "verifyImages": [{"imageReferences": ["*"], **entry}]}
+        return cluster_policy([rule], name="verify")
+
+    def registered(policy: KyvernoPolicy) -> tuple[bool, bool]:
+        mutating, validating = configurations([policy])
+        return bool(mutating["webhooks"]), bool(validating["webhooks"])
+
+    assert registered(verify()) == (True, True)
+    assert registered(verify(verifyDigest=False)) == (True, True)
+    assert registered(verify(verifyDigest=False, required=False)) == (True, False)

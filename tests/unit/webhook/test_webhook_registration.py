@@ -12,7 +12,7 @@ import pytest
 import yaml
 from aiohttp import web
 
-from stockade.controllers.registration import WebhookRegistrar, discover_resources, load_api_client
+from stockade.controllers.registration import WebhookRegistrar, discover_resources, discovery_resolver, load_api_client
 from stockade.controllers.webhookconfig import WebhookTarget, build_configurations, static_resolver
 from stockade.policy.model import KyvernoPolicy
 
@@ -113,10 +113,13 @@ def fake_api(tmp_path: Path) -> Iterator[tuple[FakeApiServer, Any]]:
         f"apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'http://127.0.0.1:{port}'}}\n"
         "users:\n- name: u\n  user: {token: secret-token}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n"
     )
-    yield fake, load_api_client(str(kubeconfig))
+    client = load_api_client(str(kubeconfig))
+    yield fake, client
+    client.close()  # its connection pool's sockets
     asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
     loop.call_soon_threadsafe(loop.stop)
     thread.join(10)
+    loop.close()
 
 
 POLICY = KyvernoPolicy(yaml.safe_load("""
@@ -136,6 +139,15 @@ def test_discovery_lists_resources_without_subresources(fake_api: tuple[FakeApiS
     found = {(r.group, r.version, r.resource, r.kind, r.namespaced) for r in discover_resources(client)}
     assert found == {("", "v1", "pods", "Pod", True), ("", "v1", "namespaces", "Namespace", False), ("apps", "v1", "deployments", "Deployment", True)}
     assert fake.tokens == {"Bearer secret-token"}
+
+
+def test_discovery_resolver_resolves_subresources_the_cluster_serves(fake_api: tuple[FakeApiServer, Any]) -> None:
+    """``Pod/*`` names what discovery lists under pods/ (here only pods/exec), with the parent's group/version."""
+    _, client = fake_api
+    resolve = discovery_resolver(client)
+    assert [(r.group, r.version, r.resource, r.namespaced) for r in resolve("*", "*", "Pod", "*")] == [("", "v1", "pods/exec", True)]
+    assert resolve("*", "*", "Pod", "log") == []  # not served by this cluster
+    assert [r.resource for r in resolve("*", "*", "Pod", "")] == ["pods"]
 
 
 def test_apply_creates_then_replaces_and_remove_all_deletes(fake_api: tuple[FakeApiServer, Any]) -> None:
