@@ -167,6 +167,10 @@ class ClusterPolicyChecks:
     def check(self, document: dict[str, Any], old: dict[str, Any] | None = None) -> tuple[list[str], list[str]]:
         if not _is_kyverno_policy(document):
             return [], []
+        if document.get("kind") == "Policy":
+            scoped = _confirmed(lambda refresh: self._cluster_wide_kinds(document, refresh=refresh))
+            if scoped:
+                return scoped, []
         kind_findings = _confirmed(lambda refresh: self._kind_problems(document, refresh=refresh))
         for refused, message in kind_findings:
             return ([message], []) if refused else ([], [message])
@@ -233,6 +237,33 @@ class ClusterPolicyChecks:
                 self._schemas.clear()
             self._schemas[key] = SchemaTypes.checking_type(components, name) if name else None
         return self._schemas[key]
+
+    def _cluster_wide_kinds(self, document: dict[str, Any], *, refresh: bool) -> list[str]:
+        """Kyverno's ResourceDescription check for namespaced Policies: a cluster-scoped kind (by discovery, as
+        ``Kind`` or ``group/version/Kind``) in match or exclude is refused."""
+        try:
+            resources = self.cluster.api_resources(refresh=refresh)
+        except KubeError as exc:
+            log.warning("discovery failed, kinds not checked: %s", exc)
+            return []
+        cluster_wide = {r.kind for r in resources if not r.namespaced}
+        cluster_wide |= {f"{r.group}/{r.version}/{r.kind}" if r.group else f"{r.version}/{r.kind}" for r in resources if not r.namespaced}
+        problems: list[str] = []
+        for index, rule in enumerate((document.get("spec") or {}).get("rules") or []):
+            if not isinstance(rule, dict):
+                continue
+            for section in ("match", "exclude"):
+                block = rule.get(section) or {}
+                if not isinstance(block, dict):
+                    continue
+                descriptions = [(f"spec.rules[{index}].{section}.resources", block.get("resources"))]
+                for key in ("any", "all"):
+                    descriptions += [(f"spec.rules[{index}].{section}.{key}[{j}].resources", (entry or {}).get("resources")) for j, entry in enumerate(block.get(key) or []) if isinstance(entry, dict)]
+                for path, description in descriptions:
+                    for k, kind in enumerate((description or {}).get("kinds") or [] if isinstance(description, dict) else []):
+                        if str(kind) in cluster_wide:
+                            problems.append(f"{path}.kinds[{k}]: Forbidden: Cluster wide resource '{kind}' not allowed in namespaced policy")
+        return problems
 
     def _kind_problems(self, document: dict[str, Any], *, refresh: bool) -> list[tuple[bool, str]]:
         try:
