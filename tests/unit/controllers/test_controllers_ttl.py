@@ -82,6 +82,8 @@ def test_expired_objects_are_deleted_and_the_others_come_back_when_they_expire()
     try:
         # the expired one goes at once; a resource we may not list is left out, not retried
         assert wait_until(lambda: cluster.find("ConfigMap", "ns1", "past") is None)
+        # the forbidden resource is tried once (its informer starts beside the others, in no fixed order)
+        assert wait_until(lambda: "secrets" in watches and watches["secrets"].lists == 1)
         assert controller.watched() == ["/v1/configmaps"] and watches["secrets"].lists == 1
         assert wait_until(lambda: controller.invalid == {"ConfigMap ns1/bad"})
         # the others come back when they expire: 30 s from now for "short"
