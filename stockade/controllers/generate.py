@@ -41,7 +41,9 @@ policy spec changed            a removed rule, sync and not orphan: its downstre
                                place, no longer managed); then every sync *data* rule is re-applied to each trigger named by
                                its downstream labels (changed data, removed list elements reach them; a trigger it no longer
                                applies to keeps them and yields a PolicyError Event); then generateExisting for changed rules
-policy deleted                 sync and not orphan: all downstream of the rule deleted; orphan or nosync: left in place
+policy deleted                 sync and not orphan: all downstream of the rule deleted, except the copies of a single
+                               ``clone`` (kept, as Kyverno's suite expects; cloneList copies are deleted); orphan or
+                               nosync: left in place
 trigger CREATE/UPDATE, passes  the rule applies: missing targets created (sync or not); sync: drifted targets rewritten
 trigger UPDATE, fails          (``no_longer_applies``: new object does not match but the old did, or new fails preconditions
                                the old passed) sync: the trigger's downstream of the rule's kinds deleted; nosync: nothing
@@ -226,6 +228,13 @@ def clones(rule: Rule) -> bool:
     generate = rule.generate or {}
     specs = [generate, *[g for g in generate.get("foreach") or [] if isinstance(g, dict)]]
     return any(spec.get("clone") or spec.get("cloneList") for spec in specs)
+
+
+def clones_single(rule: Rule) -> bool:
+    """Whether a generate rule copies one named object (``clone``, also inside foreach), not a ``cloneList``."""
+    generate = rule.generate or {}
+    specs = [generate, *[g for g in generate.get("foreach") or [] if isinstance(g, dict)]]
+    return any(spec.get("clone") for spec in specs) and not any(spec.get("cloneList") for spec in specs)
 
 
 def skips_background_requests(rule: Rule) -> bool:
@@ -1475,6 +1484,8 @@ class GenerateController:
                     continue
                 if policy_kept and clones(rule):
                     continue  # a clone rule removed from a policy that stays leaves its copies in place, as in Kyverno
+                if not policy_kept and clones_single(rule):
+                    continue  # a deleted policy's single-object copies stay (Kyverno's cpol/pol-clone-sync-delete-policy); cloneList copies go
                 try:
                     self.delete_downstream(old_policy, rule)
                 except KubeError as exc:

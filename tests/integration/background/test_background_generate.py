@@ -203,7 +203,12 @@ def test_generate_data_clone_resync_and_trigger_deletion(
 def test_policy_removal_deletes_synchronized_downstream_and_generate_existing(
     api_client: Any, cluster: ClusterData, namespaces: Callable[..., dict[str, Any]], policy_store: Any, suffix: str, tmp_path: Any
 ) -> None:
+    """Deleting the policy deletes its synchronized data downstream; the copy of a single ``clone`` stays (Kyverno's
+    cpol-clone-sync-delete-policy), while cloneList copies would go."""
     target = f"bg-existing-{suffix}"
+    source = f"bg-exist-src-{suffix}"
+    namespaces(source)
+    cluster.request("POST", f"/api/v1/namespaces/{source}/secrets", {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "regcred"}, "data": {"foo": "YmFy"}})
     namespaces(target, {"bg-exist": suffix})
     text = f"""
 apiVersion: kyverno.io/v1
@@ -230,6 +235,23 @@ spec:
       data:
         data:
           seen: "yes"
+  - name: copy
+    match:
+      any:
+      - resources:
+          kinds: [Namespace]
+          selector:
+            matchLabels:
+              bg-exist: "{suffix}"
+    generate:
+      apiVersion: v1
+      kind: Secret
+      name: regcred
+      namespace: "{{{{request.object.metadata.name}}}}"
+      synchronize: true
+      clone:
+        namespace: {source}
+        name: regcred
 """
     store = policy_store(text)
     controller = GenerateController(api_client, store, resync_interval=0)
@@ -237,6 +259,7 @@ spec:
     try:
         assert controller.wait_idle()
         assert get(cluster, "v1", "ConfigMap", target, "existing") is not None  # generateExisting on policy load
+        assert get(cluster, "v1", "Secret", target, "regcred") is not None
 
         for path in store.paths:
             for file in __import__("pathlib").Path(path).glob("*.yaml"):
@@ -244,5 +267,6 @@ spec:
         store.load()
         assert controller.wait_idle()
         assert get(cluster, "v1", "ConfigMap", target, "existing") is None  # synchronize, not orphaned
+        assert get(cluster, "v1", "Secret", target, "regcred") is not None  # a single clone's copy stays
     finally:
         controller.stop()
