@@ -391,17 +391,26 @@ def build_mpol_binding(policy: dict[str, Any], version: str) -> dict[str, Any]:
 
 
 # -- the controller --------------------------------------------------------------------------------------------------
-def discovery_from(resources: Iterable[ApiResource]) -> Discovery:
-    """Kyverno's FindResources over served top-level resources: one entry per group/version holding the kind,
-    the preferred (first listed) version when the selector leaves it open."""
+def discovery_from(resources: Iterable[ApiResource], subresources: Iterable[ApiResource] = ()) -> Discovery:
+    """Kyverno's FindResources over served resources: one entry per group/version holding the kind, the preferred
+    (first listed) version when the selector leaves it open; with a subresource (``Pod/exec``) the parent's
+    subresource instead (``pods/exec``, no ephemeralcontainers companion)."""
     served = [r for r in resources if "/" not in r.resource]
+    children = [r for r in subresources if "/" in r.resource]
 
-    def discover(group: str, version: str, kind: str, _subresource: str) -> list[ApiResource]:
+    def discover(group: str, version: str, kind: str, subresource: str) -> list[ApiResource]:
         found: dict[str, ApiResource] = {}
         for resource in served:
             if wildcard_match(group or "*", resource.group) and wildcard_match(version or "*", resource.version) and resource.kind == kind:
                 found.setdefault(resource.group, resource)
-        return list(found.values())
+        if not subresource:
+            return list(found.values())
+        return [
+            child
+            for parent in found.values()
+            for child in children
+            if (child.group, child.version) == (parent.group, parent.version) and wildcard_match(f"{parent.resource}/{subresource}", child.resource)
+        ]
 
     return discover
 
@@ -463,7 +472,7 @@ class AdmissionPolicyGenerator:
             if reason:
                 self._status(policy, False, reason)
                 return []
-            discover = discovery_from(self.cluster.api_resources())
+            discover = discovery_from(self.cluster.api_resources(), self.cluster.api_subresources())
             objects = [build_cpol_vap(policy, exceptions, discover), build_cpol_binding(policy)]
         elif kind == "ValidatingPolicy" and group == "policies.kyverno.io":
             reason = vpol_blocker(spec, _pod_controller_autogen(policy))

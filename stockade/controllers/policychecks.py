@@ -201,7 +201,7 @@ class ClusterPolicyChecks:
             return []
         try:
             resources = self.cluster.api_resources()
-            vap = build_cpol_vap(document, (), discovery_from(resources))
+            vap = build_cpol_vap(document, (), discovery_from(resources, self.cluster.api_subresources()))
             gvks = _matched_gvks(vap, resources)
             return cel_type_warnings((spec.get("rules") or [{}])[0], gvks, lambda gvk: self._schema_type(Gvk(gvk.group, gvk.version, gvk.kind)))
         except KubeError as exc:

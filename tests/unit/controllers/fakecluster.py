@@ -49,7 +49,11 @@ class FakeCluster:
 
     # discovery
     def api_resources(self, refresh: bool = False) -> list[ApiResource]:
-        return list(self.resources)
+        return [r for r in self.resources if "/" not in r.resource]
+
+    def api_subresources(self, refresh: bool = False) -> list[ApiResource]:
+        """Served subresources (``pods/exec``); tests add them to ``resources``."""
+        return [r for r in self.resources if "/" in r.resource]
 
     def resolve_kind(self, api_version: str, kind: str) -> ApiResource | None:
         return next((r for r in self.resources if r.kind == kind and (not api_version or api_version_of(r) == api_version)), None)

@@ -6,7 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 from stockade.controllers.admissionpolicygen import (
+    NotTranslatable,
     AdmissionPolicyGenerator,
     build_cpol_binding,
     build_cpol_vap,
@@ -74,6 +77,18 @@ def test_pods_include_ephemeral_containers_and_enforce_denies() -> None:
         {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods", "pods/ephemeralcontainers"]}
     ]
     assert build_cpol_binding(policy)["spec"]["validationActions"] == ["Deny"]
+
+
+def test_a_subresource_kind_names_that_subresource_only() -> None:
+    """Kyverno's e2e block-exec-in-pods: ``Pod/exec`` becomes ``pods/exec`` (FindResources returns the subresource,
+    so no pods/ephemeralcontainers companion); an unknown subresource cannot be translated."""
+    subresources = [ApiResource("", "v1", "pods/exec", "PodExecOptions"), ApiResource("", "v1", "pods/ephemeralcontainers", "Pod")]
+    policy = cpol("exec", {"any": [{"resources": {"kinds": ["Pod/exec"], "operations": ["CONNECT"]}}]}, action="Enforce")
+    vap = build_cpol_vap(policy, [], discovery_from(SERVED, subresources))
+    assert vap["spec"]["matchConstraints"]["resourceRules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CONNECT"], "resources": ["pods/exec"]}]
+    unknown = cpol("nothing", {"any": [{"resources": {"kinds": ["Pod/nothing"]}}]})
+    with pytest.raises(NotTranslatable):
+        build_cpol_vap(unknown, [], discovery_from(SERVED, subresources))
 
 
 def test_namespaces_become_selectors_and_excluded_namespaces_rules() -> None:
