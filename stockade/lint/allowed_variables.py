@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from stockade.engine.variables import VARIABLE_RE
+from stockade.errors import StockadeError
 from stockade.wildcard import match as wildcard_match
 
 # Kyverno's names that always exist, by mode: (background, in a rule with mutate targets) -> pattern (searched, not
@@ -33,7 +34,7 @@ _VARIABLE_SOURCES = ("apiCall", "globalReference", "imageRegistry", "variable")
 _MAX_ROUNDS = 32  # nested variables resolve innermost first; a string cannot nest deeper than its length allows
 
 
-class InvalidVariable(Exception):
+class InvalidVariable(StockadeError):
     """A variable the rule cannot resolve (internal to this module; callers get messages)."""
 
     def __init__(self, variable: str, allowed: re.Pattern[str], declared: list[str]) -> None:
