@@ -217,15 +217,23 @@ def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> C
                 state.reports.submit(review.object, reported)
         if state.events is not None and not review.dry_run:  # sideEffects: NoneOnDryRun
             (state.events.record_denial if not decision.allowed else state.events.record_success)(review, decision)
+        background_review = review
+        if state.generator is not None and decision.allowed and not review.dry_run and evaluator.needs_roles and evaluator.role_resolver is not None:
+            # background work is matched like the admission was: exclude/match by the requester's (Cluster)Roles needs
+            # them recorded (a trigger DELETE by a cluster-admin the rule excludes must not clean up)
+            try:
+                background_review = await asyncio.to_thread(evaluator.with_roles, review)
+            except Exception:
+                log.exception("looking up the roles of %s failed", review.user_info.username)
         if state.generator is not None and phase == "validate" and decision.allowed and not review.dry_run:
-            record = state.generator.submit(review)
+            record = state.generator.submit(background_review)
             if callable(record):  # generate/mutate-existing work is stored (UpdateRequests) before we answer
                 try:
                     await asyncio.to_thread(record)
                 except Exception:
                     log.exception("recording background work for %s failed", review.uid)
         if state.generator is not None and phase == "mutate" and decision.allowed and not review.dry_run:
-            _submit_mutating(state.generator, route, review)
+            _submit_mutating(state.generator, route, background_review)
         if state.scanner is not None and decision.allowed and not review.dry_run and (phase == "validate" or route.scope.family in ("mpol", "nmpol")):
             _notify_scanner(state.scanner, review)  # MutatingPolicies report through scans of what they admitted
         kind = review.kind.kind
