@@ -21,7 +21,7 @@ from typing import Any
 
 from stockade.engine.response import STATUSES, EngineResponse, RuleResponse, report_result
 from stockade.policy.model import RULE_TYPE_GENERATION, KyvernoPolicy
-from stockade.kube.errors import AlreadyExists, Conflict, NotFound, translated
+from stockade.kube.errors import AlreadyExists, Conflict, KubeError, NotFound, translated
 
 log = logging.getLogger("stockade.reports")
 
@@ -205,6 +205,20 @@ class ReportUpdate:
     live: frozenset[str] | None = None
 
 
+@dataclass
+class PendingReport:
+    """Results for an object that has no uid yet: a CREATE seen by a mutating webhook, which runs before the API
+    server stores the object and assigns its uid.  The writer reads the stored object's uid, then writes."""
+
+    resource: dict[str, Any]
+    responses: list[EngineResponse]
+    process: str
+
+
+STORED_LOOKUP_ATTEMPTS = 15  # the object is stored moments after the admission answer
+STORED_LOOKUP_PAUSE_SECONDS = 0.2
+
+
 class ReportWriter:
     """Background upserts of reports through the kubernetes client."""
 
@@ -212,7 +226,8 @@ class ReportWriter:
         from kubernetes import client
 
         self.api = client.CustomObjectsApi(api_client)
-        self.queue: queue.Queue[ReportUpdate | None] = queue.Queue(maxsize=capacity)
+        self.api_client = api_client
+        self.queue: queue.Queue[ReportUpdate | PendingReport | None] = queue.Queue(maxsize=capacity)
         self.dropped = 0
         self.written = 0
         self.deleted = 0
@@ -242,14 +257,18 @@ class ReportWriter:
         admission never does, so a slow API server cannot delay an answer."""
         if self.crd_missing:
             return
-        report = build_report(resource, responses, process=process, allow_empty=replace_policies is not None)
-        if report is None:
-            return
-        update = ReportUpdate(
-            report,
-            frozenset(replace_policies) if replace_policies is not None else None,
-            frozenset(live_policies) if live_policies is not None else None,
-        )
+        update: ReportUpdate | PendingReport
+        if not str((resource.get("metadata") or {}).get("uid") or "") and (resource.get("metadata") or {}).get("name") and responses:
+            update = PendingReport(resource, list(responses), process)
+        else:
+            report = build_report(resource, responses, process=process, allow_empty=replace_policies is not None)
+            if report is None:
+                return
+            update = ReportUpdate(
+                report,
+                frozenset(replace_policies) if replace_policies is not None else None,
+                frozenset(live_policies) if live_policies is not None else None,
+            )
         try:
             if wait:
                 self.queue.put(update, timeout=WAIT_SECONDS)
@@ -281,12 +300,41 @@ class ReportWriter:
             try:
                 if update is None:
                     return
+                if isinstance(update, PendingReport):
+                    resolved = self._with_stored_uid(update)
+                    if resolved is not None:
+                        self._upsert(resolved)
+                    continue
                 self._upsert(update)
             except Exception as exc:  # keep draining; one bad write must not stop reporting
                 assert update is not None
-                log.warning("writing %s %s failed: %s", update.report["kind"], update.report["metadata"]["name"], exc)
+                what = update.resource if isinstance(update, PendingReport) else update.report
+                log.warning("writing the report of %s %s failed: %s", what.get("kind"), (what.get("metadata") or {}).get("name"), exc)
             finally:
                 self.queue.task_done()
+
+    def _with_stored_uid(self, pending: PendingReport) -> ReportUpdate | None:
+        """The report of a pending object once the API server has stored it (None when it never is: the request
+        was refused after the mutating webhook, or the object is gone again)."""
+        from stockade.controllers.clusterdata import ClusterData
+
+        metadata = pending.resource.get("metadata") or {}
+        cluster = ClusterData(self.api_client, ttl_seconds=0.0)
+        for _ in range(STORED_LOOKUP_ATTEMPTS):
+            try:
+                stored = cluster.get_object(
+                    str(pending.resource.get("apiVersion") or ""), str(pending.resource.get("kind") or ""),
+                    str(metadata.get("namespace") or ""), str(metadata.get("name") or ""), cached=False,
+                )
+            except KubeError:
+                stored = None
+            uid = str(((stored or {}).get("metadata") or {}).get("uid") or "")
+            if uid:
+                resource = {**pending.resource, "metadata": {**metadata, "uid": uid}}
+                report = build_report(resource, pending.responses, process=pending.process)
+                return ReportUpdate(report) if report is not None else None
+            time.sleep(STORED_LOOKUP_PAUSE_SECONDS)
+        return None
 
     def _crd_missing(self) -> None:
         self._crd_missing_until = time.monotonic() + CRD_RETRY_SECONDS
