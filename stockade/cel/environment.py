@@ -20,7 +20,7 @@ from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_option
 from stockade.cel.errors import CelCompileError, CelCostLimitError, CelError, CelEvalError
 from stockade.cel.functions import ANY_KINDS, Library
 from stockade.cel.libs import IMAGE_VERIFY_LIBRARY, LIBRARY_BUILDERS, OPTIONAL_LIBRARY_BUILDERS, authorizer_check_impl
-from stockade.cel.providers import PROVIDER_KEYS, provider_implementations, provider_library
+from stockade.cel.providers import PROVIDER_KEYS, PROVIDER_LIBRARY_VARIANTS, provider_implementations, provider_library
 from stockade.cel.rewrite import rewrite_bindings, rewrite_null_safety, rewrite_struct_literals
 from stockade.cel.values import PLAIN_SCALARS, to_backend
 
@@ -126,8 +126,8 @@ def _extensions(libraries: tuple[str, ...]) -> list[Any]:
             extensions.append(_to_extension(LIBRARY_BUILDERS[name]()))
         elif name in OPTIONAL_LIBRARY_BUILDERS:
             extensions.append(_to_extension(OPTIONAL_LIBRARY_BUILDERS[name]()))
-        elif name == "providers":
-            extensions.append(_to_extension(provider_library()))
+        elif name in PROVIDER_LIBRARY_VARIANTS:
+            extensions.append(_to_extension(provider_library(name)))
         else:
             raise ValueError(f"unknown CEL library {name!r}; known: {sorted(DEFAULT_LIBRARIES)}")
     return extensions

@@ -251,13 +251,24 @@ _register("imageVerify", ("getImageData",), (_S,), "dyn", lambda p: lambda image
 _SELF_DECLARED: frozenset[str] = frozenset({"imageVerify"})
 
 
-def provider_library() -> Library:
-    """Declarations (without implementations) of every provider-answered function."""
-    library = Library("providers")
+# Kyverno declares generator.Apply per policy scope: a GeneratingPolicy names the target namespace
+# (``apply(namespace, resources)``), a NamespacedGeneratingPolicy generates into its own (``apply(resources)``); the
+# other overload does not exist there, so calling it does not compile.  "providers" declares both (evaluation serves
+# every kind from one environment); the policy check compiles each kind against its own.
+PROVIDER_LIBRARY_VARIANTS = {"providers": None, "providers-cluster": 2, "providers-namespaced": 1}
+
+
+def provider_library(variant: str = "providers") -> Library:
+    """Declarations (without implementations) of every provider-answered function (``variant``: see
+    PROVIDER_LIBRARY_VARIANTS)."""
+    apply_arity = PROVIDER_LIBRARY_VARIANTS[variant]
+    library = Library(variant)
     for key, entries in _PROVIDER_FUNCTIONS.items():
         if key in _SELF_DECLARED:
             continue
         for name, params, result, member, _ in entries:
+            if key == "generator" and apply_arity is not None and len(params) != apply_arity:
+                continue
             library.add(name, params, result, None, member=member, overload_id=f"provider:{key}:{name}:{'member' if member else 'global'}:{'_'.join(params)}")
     return library
 

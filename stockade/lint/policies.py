@@ -945,7 +945,12 @@ class _Checker:
         image_policy = "ImageValidatingPolicy" in kind
         extra = IMAGE_POLICY_VARIABLES if image_policy else ()
         self.policy_variable_sizes(spec.get("variables"), extra)
-        self.cel_expressions(spec, "spec", extra_variables=extra, libraries=IMAGE_VALIDATING_LIBRARIES if image_policy else ())
+        libraries: tuple[str, ...] = IMAGE_VALIDATING_LIBRARIES if image_policy else ()
+        if kind in ("GeneratingPolicy", "NamespacedGeneratingPolicy"):
+            # generator.apply as Kyverno declares it for the policy's scope
+            variant = "providers-namespaced" if kind.startswith("Namespaced") else "providers-cluster"
+            libraries = tuple(variant if name == "providers" else name for name in DEFAULT_LIBRARIES)
+        self.cel_expressions(spec, "spec", extra_variables=extra, libraries=libraries)
 
     def mutating_evaluation_modes(self, spec: dict[str, Any]) -> None:
         """A MutatingPolicy must run somewhere: admission (on unless disabled) or mutateExisting (off unless
