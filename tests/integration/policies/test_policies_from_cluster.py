@@ -110,14 +110,14 @@ def test_invalid_policy_is_not_ready_and_does_not_stop_the_others(api: Api, serv
 
     condition = eventually(not_ready, "Ready=False on the invalid policy", details=serve.log)
     assert condition["reason"] == "Failed"
-    assert "multiple operations defined in the rule 'check-owner'" in condition["message"]
+    assert "Multiple operations defined in the rule 'check-owner'" in condition["message"]  # Kyverno's phrase
     message = eventually(lambda: denied(api, ns), "the valid policy enforced", details=serve.log)
     assert "the good policy still works" in message
     assert denied(api, ns, {"team": "a"}) is None
 
     printed = api.kubectl("get", "cpol", invalid_policy, "-o", "wide")
     assert printed.returncode == 0, printed.stderr
-    assert "False" in printed.stdout and "multiple operations" in printed.stdout, printed.stdout
+    assert "False" in printed.stdout and "Multiple operations" in printed.stdout, printed.stdout
 
 
 def test_namespaced_policy_applies_only_in_its_namespace(api: Api, serve: Serve, cleanup: list[tuple[str, ...]]) -> None:
