@@ -332,6 +332,15 @@ def _int_in_range(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and MIN_TIMEOUT_SECONDS <= value <= MAX_TIMEOUT_SECONDS
 
 
+# The CEL kinds whose Kyverno validation requires spec.matchConstraints with resource rules (pkg/cel/policies/*/validate.go)
+_MATCH_CONSTRAINTS_REQUIRED = frozenset(
+    {
+        "ValidatingPolicy", "NamespacedValidatingPolicy", "GeneratingPolicy", "NamespacedGeneratingPolicy",
+        "MutatingPolicy", "NamespacedMutatingPolicy", "DeletingPolicy", "NamespacedDeletingPolicy",
+    }
+)
+
+
 class _Checker:
     """Collects problems into one ValidationResult; one method per document area."""
 
@@ -906,8 +915,9 @@ class _Checker:
             return
         evaluation = spec.get("evaluation")
         kubernetes_mode = not isinstance(evaluation, dict) or str(evaluation.get("mode") or "Kubernetes") == "Kubernetes"
-        if kind in ("ValidatingPolicy", "NamespacedValidatingPolicy") and kubernetes_mode and not _has_resource_rules(spec.get("matchConstraints")):
-            # Kyverno's ValidatingPolicy check: the field error alone, as denial message and warning
+        if kind in _MATCH_CONSTRAINTS_REQUIRED and kubernetes_mode and not _has_resource_rules(spec.get("matchConstraints")):
+            # Kyverno's Validating/Generating/Mutating/DeletingPolicy check: the field error alone, as denial message
+            # and warning
             problem = "Required value: a matchConstraints with at least one resource rule is required"
             self.error("spec.matchConstraints", problem)
             self.result.warnings.append(f"spec.matchConstraints: {problem}")

@@ -461,3 +461,23 @@ def test_validating_policy_without_resource_rules_is_refused_with_kyvernos_bare_
     assert result.message() == expected and result.warnings == [expected]
     json_mode = {**policy, "spec": {**policy["spec"], "evaluation": {"mode": "JSON"}}}
     assert validate_policy_document(json_mode).ok
+
+
+@pytest.mark.parametrize(
+    ("kind", "spec"),
+    [
+        ("GeneratingPolicy", {"generate": [{"expression": "true"}]}),
+        ("NamespacedGeneratingPolicy", {"generate": [{"expression": "true"}]}),
+        ("MutatingPolicy", {"mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": "Object{}"}}]}),
+        ("DeletingPolicy", {"conditions": [{"name": "c", "expression": "true"}], "schedule": "*/5 * * * *"}),
+    ],
+)
+def test_other_cel_kinds_without_resource_rules_are_refused_like_validating_policies(kind: str, spec: dict[str, Any]) -> None:
+    """Kyverno's gpol/mpol/dpol validation adds the same Required field error (generating-policies/validate/
+    missing-match-constraints expects kubectl's Warning line and the bare denial)."""
+    from stockade.lint.policies import validate_policy_document
+
+    metadata = {"name": "p", **({"namespace": "team"} if kind.startswith("Namespaced") else {})}
+    result = validate_policy_document({"apiVersion": "policies.kyverno.io/v1beta1", "kind": kind, "metadata": metadata, "spec": spec})
+    expected = "spec.matchConstraints: Required value: a matchConstraints with at least one resource rule is required"
+    assert result.message() == expected and result.warnings == [expected]
