@@ -12,6 +12,7 @@ evaluated and keeps the others, and a background write also drops results of pol
 from __future__ import annotations
 
 import datetime as dt
+import heapq
 import logging
 import queue
 import threading
@@ -213,6 +214,7 @@ class PendingReport:
     resource: dict[str, Any]
     responses: list[EngineResponse]
     process: str
+    attempts: int = 0
 
 
 STORED_LOOKUP_ATTEMPTS = 15  # the object is stored moments after the admission answer
@@ -228,6 +230,9 @@ class ReportWriter:
         self.api = client.CustomObjectsApi(api_client)
         self.api_client = api_client
         self.queue: queue.Queue[ReportUpdate | PendingReport | None] = queue.Queue(maxsize=capacity)
+        # pending objects waiting for their uid: (when to look again, tie-break, item); only the writer thread uses it
+        self._waiting: list[tuple[float, int, PendingReport]] = []
+        self._waiting_count = 0  # read by flush() from other threads
         self.dropped = 0
         self.written = 0
         self.deleted = 0
@@ -280,11 +285,11 @@ class ReportWriter:
                 log.warning("report queue full: %d reports dropped so far (the next scan writes them)", self.dropped)
 
     def flush(self, timeout: float = 30.0) -> bool:
-        """Wait until everything queued so far is written; False when ``timeout`` ran out first."""
+        """Wait until everything queued so far is written (or given up); False when ``timeout`` ran out first."""
         deadline = time.monotonic() + timeout
-        while self.queue.unfinished_tasks and time.monotonic() < deadline:
+        while (self.queue.unfinished_tasks or self._waiting_count) and time.monotonic() < deadline:
             time.sleep(0.05)
-        return not self.queue.unfinished_tasks
+        return not (self.queue.unfinished_tasks or self._waiting_count)
 
     def close(self, timeout: float = 5.0) -> None:
         """Write what is queued (bounded by ``timeout``), then stop the thread."""
@@ -295,15 +300,23 @@ class ReportWriter:
         self._thread.join(timeout)
 
     def _run(self) -> None:
+        sequence = 0
         while True:
-            update = self.queue.get()
+            wait = max(0.0, self._waiting[0][0] - time.monotonic()) if self._waiting else None
+            try:
+                update = self.queue.get(timeout=wait) if wait is not None else self.queue.get()
+            except queue.Empty:
+                _, _, pending = heapq.heappop(self._waiting)
+                self._waiting_count = len(self._waiting)
+                self._try_pending(pending, sequence)
+                sequence += 1
+                continue
             try:
                 if update is None:
                     return
                 if isinstance(update, PendingReport):
-                    resolved = self._with_stored_uid(update)
-                    if resolved is not None:
-                        self._upsert(resolved)
+                    self._try_pending(update, sequence)
+                    sequence += 1
                     continue
                 self._upsert(update)
             except Exception as exc:  # keep draining; one bad write must not stop reporting
@@ -313,28 +326,40 @@ class ReportWriter:
             finally:
                 self.queue.task_done()
 
+    def _try_pending(self, pending: PendingReport, sequence: int) -> None:
+        """One look for the stored object; not there yet: look again a little later, without holding up the other
+        writes (a request refused after the mutating webhook never stores its object)."""
+        try:
+            resolved = self._with_stored_uid(pending)
+            if resolved is not None:
+                self._upsert(resolved)
+        except Exception as exc:  # the writer thread must keep running
+            log.warning("writing the report of %s failed: %s", (pending.resource.get("metadata") or {}).get("name"), exc)
+            resolved = None
+            pending.attempts = STORED_LOOKUP_ATTEMPTS
+        if resolved is None and pending.attempts + 1 < STORED_LOOKUP_ATTEMPTS:
+            pending.attempts += 1
+            heapq.heappush(self._waiting, (time.monotonic() + STORED_LOOKUP_PAUSE_SECONDS, sequence, pending))
+        self._waiting_count = len(self._waiting)
+
     def _with_stored_uid(self, pending: PendingReport) -> ReportUpdate | None:
-        """The report of a pending object once the API server has stored it (None when it never is: the request
-        was refused after the mutating webhook, or the object is gone again)."""
+        """The report of a pending object if the API server has stored it by now, else None."""
         from stockade.controllers.clusterdata import ClusterData
 
         metadata = pending.resource.get("metadata") or {}
-        cluster = ClusterData(self.api_client, ttl_seconds=0.0)
-        for _ in range(STORED_LOOKUP_ATTEMPTS):
-            try:
-                stored = cluster.get_object(
-                    str(pending.resource.get("apiVersion") or ""), str(pending.resource.get("kind") or ""),
-                    str(metadata.get("namespace") or ""), str(metadata.get("name") or ""), cached=False,
-                )
-            except KubeError:
-                stored = None
-            uid = str(((stored or {}).get("metadata") or {}).get("uid") or "")
-            if uid:
-                resource = {**pending.resource, "metadata": {**metadata, "uid": uid}}
-                report = build_report(resource, pending.responses, process=pending.process)
-                return ReportUpdate(report) if report is not None else None
-            time.sleep(STORED_LOOKUP_PAUSE_SECONDS)
-        return None
+        try:
+            stored = ClusterData(self.api_client, ttl_seconds=0.0).get_object(
+                str(pending.resource.get("apiVersion") or ""), str(pending.resource.get("kind") or ""),
+                str(metadata.get("namespace") or ""), str(metadata.get("name") or ""), cached=False,
+            )
+        except KubeError:
+            stored = None
+        uid = str(((stored or {}).get("metadata") or {}).get("uid") or "")
+        if not uid:
+            return None
+        resource = {**pending.resource, "metadata": {**metadata, "uid": uid}}
+        report = build_report(resource, pending.responses, process=pending.process)
+        return ReportUpdate(report) if report is not None else None
 
     def _crd_missing(self) -> None:
         self._crd_missing_until = time.monotonic() + CRD_RETRY_SECONDS
