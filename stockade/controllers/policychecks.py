@@ -140,6 +140,13 @@ def _confirmed(find: Callable[[bool], list[Problem]]) -> list[Problem]:
     return find(True) if found else found
 
 
+def _cluster_scoped_keys(resources: list[ApiResource]) -> frozenset[str]:
+    """Kyverno's keys (``Kind`` and ``group/version/Kind``) of the served cluster-scoped kinds."""
+    return generate_checks.cluster_scoped_keys(
+        (f"{r.group}/{r.version}" if r.group else r.version, r.kind) for r in resources if not r.namespaced
+    )
+
+
 def _matched_gvks(vap: dict[str, Any], resources: list[ApiResource]) -> list[Any]:
     """The kinds a ValidatingAdmissionPolicy's resourceRules name (Kubernetes' typesToCheck): wildcards name none."""
     from stockade.lint.celtypes import Gvk
@@ -246,8 +253,7 @@ class ClusterPolicyChecks:
         except KubeError as exc:
             log.warning("discovery failed, kinds not checked: %s", exc)
             return []
-        cluster_wide = {r.kind for r in resources if not r.namespaced}
-        cluster_wide |= {f"{r.group}/{r.version}/{r.kind}" if r.group else f"{r.version}/{r.kind}" for r in resources if not r.namespaced}
+        cluster_wide = _cluster_scoped_keys(resources)
         problems: list[str] = []
         for index, rule in enumerate((document.get("spec") or {}).get("rules") or []):
             if not isinstance(rule, dict):
@@ -277,10 +283,7 @@ class ClusterPolicyChecks:
         return kind_problems(document, resources, subresources)
 
     def _scope_problems(self, document: dict[str, Any], *, refresh: bool) -> list[tuple[str, str]]:
-        resources = self.cluster.api_resources(refresh=refresh)
-        scoped = generate_checks.cluster_scoped_keys(
-            (f"{r.group}/{r.version}" if r.group else r.version, r.kind) for r in resources if not r.namespaced
-        )
+        scoped = _cluster_scoped_keys(self.cluster.api_resources(refresh=refresh))
         return generate_checks.scope_problems(document, scoped)
 
     def _permission_problems(self, document: dict[str, Any]) -> list[str]:
