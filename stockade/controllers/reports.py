@@ -229,6 +229,7 @@ class ReportWriter:
 
         self.api = client.CustomObjectsApi(api_client)
         self.api_client = api_client
+        self._lookup: Any = None  # a ClusterData for reading stored objects, made on first use (writer thread only)
         self.queue: queue.Queue[ReportUpdate | PendingReport | None] = queue.Queue(maxsize=capacity)
         # pending objects waiting for their uid: (when to look again, tie-break, item); only the writer thread uses it
         self._waiting: list[tuple[float, int, PendingReport]] = []
@@ -346,9 +347,11 @@ class ReportWriter:
         """The report of a pending object if the API server has stored it by now, else None."""
         from stockade.controllers.clusterdata import ClusterData
 
+        if self._lookup is None:
+            self._lookup = ClusterData(self.api_client, ttl_seconds=0.0)
         metadata = pending.resource.get("metadata") or {}
         try:
-            stored = ClusterData(self.api_client, ttl_seconds=0.0).get_object(
+            stored = self._lookup.get_object(
                 str(pending.resource.get("apiVersion") or ""), str(pending.resource.get("kind") or ""),
                 str(metadata.get("namespace") or ""), str(metadata.get("name") or ""), cached=False,
             )
