@@ -151,20 +151,22 @@ def _lex(expression: str) -> list[tuple[str, str]]:
     return merged
 
 
-def _string_length(text: str) -> int:
-    body = text.lstrip("rRbB")
-    quote = 3 if body[:3] in ('"""', "'''") else 1
-    return max(0, len(body) - 2 * quote)
-
-
-def _literal_body(node: Node) -> str | None:
-    """The characters between the quotes of a string literal node (escapes left as written), or None."""
-    if node[0] != "literal" or len(node) < 4:
-        return None
-    text = str(node[3])
+def _quoted_body(text: str) -> str | None:
+    """The characters between the quotes of a string literal token (escapes left as written)."""
     body = text.lstrip("rRbB")
     quote = 3 if body[:3] in ('"""', "'''") else 1
     return body[quote:-quote] if len(body) >= 2 * quote else None
+
+
+def _string_length(text: str) -> int:
+    return len(_quoted_body(text) or "")
+
+
+def _literal_body(node: Node) -> str | None:
+    """The body of a string literal node, or None for other nodes."""
+    if node[0] != "literal" or len(node) < 4:
+        return None
+    return _quoted_body(str(node[3]))
 
 
 def _anchored_pattern(node: Node) -> bool:
