@@ -134,6 +134,11 @@ class SchemaTypes:
             return _FIELD.TYPE_BOOL, ""
         return _FIELD.TYPE_MESSAGE, _VALUE
 
+    def _set_scalar(self, field: Any, schema: Mapping[str, Any]) -> None:
+        field.type, type_name = self._scalar(schema)
+        if type_name:
+            field.type_name = type_name
+
     def _type_field(self, field: Any, parent: Any, schema: Mapping[str, Any], nested_name: str, name: str) -> None:
         ref, resolved = self._resolve(schema)
         if self._count >= MAX_MESSAGES:
@@ -173,9 +178,7 @@ class SchemaTypes:
                 return
             field.type, field.type_name = _FIELD.TYPE_MESSAGE, _STRUCT
             return
-        field.type, type_name = self._scalar(resolved)
-        if type_name:
-            field.type_name = type_name
+        self._set_scalar(field, resolved)
 
     def _element(self, field: Any, parent: Any, schema: Mapping[str, Any], nested_name: str) -> None:
         """The type of a list element or map value (never itself repeated)."""
@@ -189,9 +192,7 @@ class SchemaTypes:
         elif resolved.get("type") == "object":
             field.type, field.type_name = _FIELD.TYPE_MESSAGE, _STRUCT
         else:
-            field.type, type_name = self._scalar(resolved)
-            if type_name:
-                field.type_name = type_name
+            self._set_scalar(field, resolved)
 
     def pool(self) -> Any:
         """The descriptor pool of every message built so far; build no more types after asking for it."""
