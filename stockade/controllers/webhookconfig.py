@@ -464,6 +464,16 @@ def excluded_namespaces_selector(namespaces: Iterable[str]) -> dict[str, Any]:
     return {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": values}]}
 
 
+def webhook_configuration(kind: str, name: str, webhooks: list[dict[str, Any]], kyverno_config: KyvernoConfig | None, naming: WebhookNaming) -> dict[str, Any]:
+    """A Validating/MutatingWebhookConfiguration document with our metadata."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": kind,
+        "metadata": configuration_metadata(name, kyverno_config, naming),
+        "webhooks": webhooks,
+    }
+
+
 def configuration_metadata(name: str, kyverno_config: KyvernoConfig | None, naming: WebhookNaming = STOCKADE_NAMING) -> dict[str, Any]:
     """Name, the ConfigMap's ``webhookLabels`` (our managed-by label always wins) and ``webhookAnnotations``."""
     labels = dict((kyverno_config.webhook_labels if kyverno_config else None) or {})
@@ -502,12 +512,7 @@ def build_policy_validation_configuration(
         "admissionReviewVersions": ["v1"],
         "timeoutSeconds": max(1, min(timeout_seconds, MAX_TIMEOUT_SECONDS)),
     }
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": configuration_metadata(naming.policy_validating, kyverno_config, naming),
-        "webhooks": [webhook],
-    }
+    return webhook_configuration("ValidatingWebhookConfiguration", naming.policy_validating, [webhook], kyverno_config, naming)
 
 
 def build_policy_mutation_configuration(
@@ -536,12 +541,7 @@ def build_policy_mutation_configuration(
         "timeoutSeconds": max(1, min(timeout_seconds, MAX_TIMEOUT_SECONDS)),
         "reinvocationPolicy": "IfNeeded",
     }
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": configuration_metadata(naming.policy_mutating, kyverno_config, naming),
-        "webhooks": [webhook],
-    }
+    return webhook_configuration("MutatingWebhookConfiguration", naming.policy_mutating, [webhook], kyverno_config, naming)
 
 
 def build_verify_mutation_configuration(
@@ -569,12 +569,7 @@ def build_verify_mutation_configuration(
         "reinvocationPolicy": "IfNeeded",
         "objectSelector": {"matchLabels": {"app.kubernetes.io/name": naming.managed_by_value}},
     }
-    return {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": configuration_metadata(naming.verify_mutating, kyverno_config, naming),
-        "webhooks": [webhook],
-    }
+    return webhook_configuration("MutatingWebhookConfiguration", naming.verify_mutating, [webhook], kyverno_config, naming)
 
 
 def _cel_failure_policy(policy: Any) -> str:
@@ -976,12 +971,5 @@ def build_configurations(
                 chosen = [p for p in chosen if (p.spec.get("validationConfigurations") or {}).get("mutateDigest", True) is not False]
             webhooks += cel_webhooks(chosen, f"{prefix}.{naming.service_host}", path, settings)
         webhooks.sort(key=lambda w: str(w["name"]))
-        configurations.append(
-            {
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": kind,
-                "metadata": configuration_metadata(name, kyverno_config, naming),
-                "webhooks": webhooks,
-            }
-        )
+        configurations.append(webhook_configuration(kind, name, webhooks, kyverno_config, naming))
     return configurations[0], configurations[1]
