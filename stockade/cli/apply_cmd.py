@@ -294,7 +294,7 @@ def run_apply(
     try:
         policy_documents = load_documents(list(policies))
         exception_documents = load_documents(list(exceptions)) if exceptions else []
-        if not policies_pass_check(policy_documents + exception_documents, strict):
+        if not policies_pass_check(policy_documents + exception_documents, strict, offline=True):
             return USAGE_EXIT
         policy_set = split_policies(policy_documents)
         exception_set = split_policies(exception_documents) if exceptions else None

@@ -21,7 +21,9 @@ def report_findings(report: CheckReport, strict: bool, stream: TextIO | None = N
     return not errors
 
 
-def policies_pass_check(documents: Sequence[Document], strict: bool, stream: TextIO | None = None, admission: bool = False) -> bool:
-    """Check the policy documents among ``documents`` and report; False when any is refused (``admission``: as for
-    policies about to serve admission reviews, see ``check_policy``)."""
-    return report_findings(check_documents(documents, admission), strict, stream)
+def policies_pass_check(
+    documents: Sequence[Document], strict: bool, stream: TextIO | None = None, admission: bool = False, offline: bool = False
+) -> bool:
+    """Check the policy documents among ``documents`` and report; False when any is refused (``admission`` and
+    ``offline`` as in ``check_policy``)."""
+    return report_findings(check_documents(documents, admission, offline), strict, stream)

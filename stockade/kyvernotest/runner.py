@@ -168,7 +168,7 @@ class TestRunner:
     def _checked(self, documents: list[Document]) -> list[Document]:
         """``documents`` once the policy check accepts them; unknown fields refuse a test's policy, as Kyverno's
         schema-validating loader does, so a typo can never make a test pass by checking less."""
-        report = check_documents(documents)
+        report = check_documents(documents, offline=True)
         self.run.warnings.extend(str(finding) for finding in report.warnings(strict=self.strict))
         errors = report.errors(strict=self.strict)
         if errors:

@@ -42,6 +42,9 @@ class Code(str, Enum):
     # beyond Kyverno: a CEL expression whose estimated cost is over the static limit.  Refused where the policy
     # would serve admission (the webhook, serve); a warning offline, where the runtime cost limit bounds it anyway
     ADMISSION_SAFETY = "admission-safety"
+    # a check Kyverno makes only in its policy webhook (not in its CLI, which loads and compiles the policy and
+    # evaluates it): an error where the policy is admitted (lint, serve), a warning for `test` and `apply`
+    WEBHOOK_ONLY = "webhook-only"
 
 
 @dataclass(frozen=True)
@@ -172,11 +175,18 @@ def assess_policy(document: dict[str, Any], source: str = "", index: int = 0, ol
 
 
 def check_policy(
-    document: dict[str, Any], source: str = "", index: int = 0, old: dict[str, Any] | None = None, admission: bool = False
+    document: dict[str, Any],
+    source: str = "",
+    index: int = 0,
+    old: dict[str, Any] | None = None,
+    admission: bool = False,
+    offline: bool = False,
 ) -> list[Finding]:
     """Every finding for one document; [] for documents of no policy group.  Never raises.
 
-    ``admission``: the policy is about to serve admission reviews, so admission-safety problems are errors."""
+    ``admission``: the policy is about to serve admission reviews, so admission-safety problems are errors.
+    ``offline``: the check Kyverno's CLI makes (`test`, `apply`): problems its policy webhook alone refuses are
+    warnings."""
     kind, name = _identity(document)
     if kind in CLI_FILE_KINDS:
         return []
@@ -190,7 +200,11 @@ def check_policy(
     if result is None:
         return findings
     for lint_problem in result.errors:
-        if lint_problem.safety:
+        if lint_problem.webhook_only and offline:
+            if str(lint_problem) in result.warnings:  # Kyverno's webhook sends it as a warning too: say it once
+                continue
+            findings.append(Finding(Severity.WARNING, Code.WEBHOOK_ONLY, str(lint_problem), lint_problem.path, source, index, kind, name))
+        elif lint_problem.safety:
             severity = Severity.ERROR if admission else Severity.WARNING
             findings.append(Finding(severity, Code.ADMISSION_SAFETY, str(lint_problem), lint_problem.path, source, index, kind, name))
         else:
@@ -200,13 +214,13 @@ def check_policy(
     return findings
 
 
-def check_documents(documents: Iterable[Document], admission: bool = False) -> CheckReport:
-    """Check every policy document among ``documents`` (other documents are not counted); ``admission`` as in
-    ``check_policy``."""
+def check_documents(documents: Iterable[Document], admission: bool = False, offline: bool = False) -> CheckReport:
+    """Check every policy document among ``documents`` (other documents are not counted); ``admission`` and
+    ``offline`` as in ``check_policy``."""
     report = CheckReport()
     for document in documents:
         if not is_checked_kind(document.data):
             continue
         report.checked += 1
-        report.findings.extend(check_policy(document.data, document.source, document.index, admission=admission))
+        report.findings.extend(check_policy(document.data, document.source, document.index, admission=admission, offline=offline))
     return report

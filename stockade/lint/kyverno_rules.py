@@ -43,6 +43,8 @@ class Finding(NamedTuple):
     path: str
     message: str
     rule: str = ""
+    # Kyverno makes this check in its policy webhook only; its CLI loads, compiles and evaluates the policy
+    webhook_only: bool = False
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -803,15 +805,15 @@ def cel_policy_problems(kind: str, document: dict[str, Any]) -> list[Finding]:
     base = kind.removeprefix("Namespaced")
     problems: list[Finding] = []
     if base in ("MutatingPolicy", "GeneratingPolicy", "DeletingPolicy") and not _has_resource_rules(spec.get("matchConstraints")):
-        problems.append(Finding("spec.matchConstraints", "a matchConstraints with at least one resource rule is required"))
+        problems.append(Finding("spec.matchConstraints", "a matchConstraints with at least one resource rule is required", webhook_only=True))
     if base == "DeletingPolicy":
         schedule = spec.get("schedule")
         if not schedule:
-            problems.append(Finding("spec.schedule", "a schedule is required"))
+            problems.append(Finding("spec.schedule", "a schedule is required", webhook_only=True))
         else:
             problem = schedule_problem(schedule, extended=True)
             if problem:
-                problems.append(Finding("spec.schedule", f"not a valid cron schedule: {problem}"))
+                problems.append(Finding("spec.schedule", f"not a valid cron schedule: {problem}", webhook_only=True))
     if base == "GeneratingPolicy":
         for index, generation in enumerate(_list(spec.get("generate"))):
             if not isinstance(generation, dict):

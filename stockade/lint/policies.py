@@ -88,6 +88,8 @@ class PolicyProblem:
     rule: str = ""
     # set for problems that guard the admission path rather than mirror Kyverno (see ADMISSION_SAFETY)
     safety: bool = False
+    # set for checks Kyverno makes only in its policy webhook, not in its CLI (see WEBHOOK_ONLY)
+    webhook_only: bool = False
 
     def __str__(self) -> str:
         where = f'rule "{self.rule}": ' if self.rule else ""
@@ -351,12 +353,12 @@ class _Checker:
         # Worst-case result sizes of the policy's variables (``variables.name``), for the cost estimates.
         self.variable_sizes: dict[str, Form] = {}
 
-    def error(self, path: str, message: str, rule: str = "", safety: bool = False) -> None:
-        self.result.errors.append(PolicyProblem(path, message, rule, safety))
+    def error(self, path: str, message: str, rule: str = "", safety: bool = False, webhook_only: bool = False) -> None:
+        self.result.errors.append(PolicyProblem(path, message, rule, safety, webhook_only))
 
     def findings(self, findings: list[kyverno_rules.Finding]) -> None:
         for finding in findings:
-            self.error(finding.path, finding.message, finding.rule)
+            self.error(finding.path, finding.message, finding.rule, webhook_only=finding.webhook_only)
 
     # ---- shared ------------------------------------------------------------------------------------------------
     def webhook_settings(self, spec: dict[str, Any], legacy: bool) -> None:
@@ -875,7 +877,7 @@ class _Checker:
         for library in _NAMESPACE_RESTRICTED_LIBRARIES:
             for where, text in _walk_expressions(spec, "spec"):
                 if uses_identifier(text, library):
-                    self.error(where, f"{library}.* is not allowed in namespaced policies")
+                    self.error(where, f"{library}.* is not allowed in namespaced policies", webhook_only=True)
                     break
 
     def cleanup_policy(self, spec: dict[str, Any]) -> None:
@@ -919,7 +921,7 @@ class _Checker:
             # Kyverno's Validating/Generating/Mutating/DeletingPolicy check: the field error alone, as denial message
             # and warning
             problem = "Required value: a matchConstraints with at least one resource rule is required"
-            self.error("spec.matchConstraints", problem)
+            self.error("spec.matchConstraints", problem, webhook_only=True)
             self.result.warnings.append(f"spec.matchConstraints: {problem}")
             self.result.bare = True
             return

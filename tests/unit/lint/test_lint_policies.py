@@ -481,3 +481,56 @@ def test_other_cel_kinds_without_resource_rules_are_refused_like_validating_poli
     result = validate_policy_document({"apiVersion": "policies.kyverno.io/v1beta1", "kind": kind, "metadata": metadata, "spec": spec})
     expected = "spec.matchConstraints: Required value: a matchConstraints with at least one resource rule is required"
     assert result.message() == expected and result.warnings == [expected]
+
+
+@pytest.mark.parametrize(
+    ("kind", "metadata", "spec", "path"),
+    [
+        ("DeletingPolicy", {"name": "p"}, {"conditions": [{"name": "c", "expression": "true"}], "schedule": "*/5 * * * *"}, "spec.matchConstraints"),
+        ("ValidatingPolicy", {"name": "p"}, {"validations": [{"expression": "true"}]}, "spec.matchConstraints"),
+        (
+            "DeletingPolicy",
+            {"name": "p"},
+            {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+             "conditions": [{"name": "c", "expression": "true"}], "schedule": "every day"},
+            "spec.schedule",
+        ),
+        (
+            "NamespacedValidatingPolicy",
+            {"name": "p", "namespace": "team"},
+            {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+             "validations": [{"expression": "globalContext.Get('x', '') == ''"}]},
+            "spec.validations[0].expression",
+        ),
+    ],
+)
+def test_checks_only_kyvernos_policy_webhook_makes_are_warnings_offline(kind: str, metadata: dict[str, Any], spec: dict[str, Any], path: str) -> None:
+    """Kyverno's CLI (`test`, `apply`) loads and compiles the CEL policy kinds but never runs their webhook validation
+    (pkg/cel/policies/*/validate.go is called from pkg/webhooks/policy only): the missing matchConstraints, the cron
+    schedule and the namespaced-library rule refuse a policy at admission and in lint, and are warnings offline."""
+    from stockade.lint.check import Code, Severity, check_policy
+
+    document = {"apiVersion": "policies.kyverno.io/v1beta1", "kind": kind, "metadata": metadata, "spec": spec}
+    refused = [f for f in check_policy(document, admission=True) if f.severity is Severity.ERROR]
+    assert [f.path for f in refused] == [path]
+    offline = check_policy(document, offline=True)
+    assert not [f for f in offline if f.severity is Severity.ERROR]
+    warned = [f for f in offline if f.code is Code.WEBHOOK_ONLY]
+    kyverno_warning = [f for f in offline if f.code is Code.POLICY_WARNING]
+    assert len(warned) + len(kyverno_warning) >= 1 and all(f.path == path for f in warned)
+
+
+def test_compile_errors_of_cel_policies_still_refuse_offline() -> None:
+    """What Kyverno's CLI does check for the CEL kinds is the compile: an undeclared reference refuses the policy."""
+    from stockade.lint.check import Severity, check_policy
+
+    document = {
+        "apiVersion": "policies.kyverno.io/v1beta1",
+        "kind": "ValidatingPolicy",
+        "metadata": {"name": "p"},
+        "spec": {
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+            "validations": [{"expression": "objekt.metadata.name == 'x'"}],
+        },
+    }
+    assert [f.path for f in check_policy(document, offline=True) if f.severity is Severity.ERROR] == ["spec.validations[0].expression"]
