@@ -44,6 +44,7 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--insecure-registry", "insecure_registries", multiple=True, help="Registry (host[:port]) reached without TLS verification for verifyImages (repeatable).")
 @click.option("--registry-ca-file", type=click.Path(exists=True, dir_okay=False), default=None, help="Extra CA bundle for registries (verifyImages).")
 @click.option("--policy-reports/--no-policy-reports", default=True, show_default=True, help="With --register-webhooks: write a PolicyReport per admitted resource (needs the wgpolicyk8s.io CRDs).")
+@click.option("--openreports", is_flag=True, default=False, help="Write reports as openreports.io/v1alpha1 Reports and ClusterReports instead of wgpolicyk8s.io PolicyReports (Kyverno's openreportsEnabled; needs the openreports.io CRDs).")
 @click.option("--leader-election/--no-leader-election", default=True, show_default=True, help="With --register-webhooks: replicas elect a leader (a Lease in --namespace) for registration, policy status, background scans and generate resync; webhooks are removed only by the last replica to stop.")
 @click.option("--lease-name", default="stockade-leader", show_default=True, help="Name of the leader election Lease.")
 @click.option("--background-scan-interval", default=3600.0, show_default=True, type=click.FloatRange(min=0), help="With --register-webhooks: seconds between background scans of existing resources into PolicyReports (0 disables).")
@@ -422,9 +423,9 @@ def _cluster_services(api_client: Any, certs: Any, store: Any, cluster_source: A
 def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: Any, options: dict[str, Any]) -> None:
     """Reports, events and (on the primary) generate and background scans."""
     if options["policy_reports"]:
-        from stockade.controllers.reports import ReportWriter
+        from stockade.controllers.reports import OPEN_REPORTS, POLICY_REPORTS, ReportWriter
 
-        state.reports = ReportWriter(api_client)
+        state.reports = ReportWriter(api_client, report_api=OPEN_REPORTS if options.get("openreports") else POLICY_REPORTS)
     if options["events"]:
         from stockade.controllers.events import EventRecorder
 

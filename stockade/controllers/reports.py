@@ -1,4 +1,5 @@
-"""PolicyReports (wgpolicyk8s.io/v1alpha2) for admitted and background-scanned resources, written in the background.
+"""PolicyReports (wgpolicyk8s.io/v1alpha2, or openreports.io/v1alpha1 Reports) for admitted and background-scanned
+resources, written in the background.
 
 One report per resource, named after its UID and owned by it (so garbage collection removes it with the resource),
 as Kyverno's reports controller ends up doing.  Writing never delays an admission answer: results go into a
@@ -26,8 +27,31 @@ from stockade.kube.errors import AlreadyExists, Conflict, KubeError, NotFound, t
 
 log = logging.getLogger("stockade.reports")
 
-GROUP = "wgpolicyk8s.io"
-VERSION = "v1alpha2"
+
+
+@dataclass(frozen=True)
+class ReportApi:
+    """Where reports are written: the API group/version and the namespaced and cluster-scoped kinds.  Kyverno writes
+    wgpolicyk8s.io PolicyReports, or with ``openreportsEnabled`` the openreports.io Reports that succeed them (the
+    same document shape under new names)."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    cluster_kind: str
+    cluster_plural: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    def plural_for(self, namespace: str | None) -> str:
+        return self.plural if namespace else self.cluster_plural
+
+
+POLICY_REPORTS = ReportApi("wgpolicyk8s.io", "v1alpha2", "PolicyReport", "policyreports", "ClusterPolicyReport", "clusterpolicyreports")
+OPEN_REPORTS = ReportApi("openreports.io", "v1alpha1", "Report", "reports", "ClusterReport", "clusterreports")
 # Kyverno's reports carry managed-by=kyverno and the tools that read them (policy-reporter, Kyverno's own e2e
 # suite) select on it, so Stockade's reports do too; reports written by earlier Stockade versions said "stockade"
 # and are still ours to prune.
@@ -136,9 +160,10 @@ def build_report(
     *,
     process: str = PROCESS_ADMISSION,
     allow_empty: bool = False,
+    api: ReportApi = POLICY_REPORTS,
 ) -> dict[str, Any] | None:
-    """The PolicyReport (or ClusterPolicyReport for cluster-scoped resources); None when nothing was evaluated
-    (unless ``allow_empty``, which a background scan uses to clear results that no longer apply)."""
+    """The PolicyReport (or ClusterPolicyReport for cluster-scoped resources; the kinds of ``api``); None when nothing
+    was evaluated (unless ``allow_empty``, which a background scan uses to clear results that no longer apply)."""
     metadata = resource.get("metadata") or {}
     uid = str(metadata.get("uid") or "")
     if not uid:
@@ -185,8 +210,8 @@ def build_report(
     if namespace:
         report_metadata["namespace"] = namespace
     return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "PolicyReport" if namespace else "ClusterPolicyReport",
+        "apiVersion": api.api_version,
+        "kind": api.kind if namespace else api.cluster_kind,
         "metadata": report_metadata,
         "scope": scope,
         "results": results,
@@ -224,10 +249,11 @@ STORED_LOOKUP_PAUSE_SECONDS = 0.2
 class ReportWriter:
     """Background upserts of reports through the kubernetes client."""
 
-    def __init__(self, api_client: Any, capacity: int = 1000) -> None:
+    def __init__(self, api_client: Any, capacity: int = 1000, report_api: ReportApi = POLICY_REPORTS) -> None:
         from kubernetes import client
 
         self.api = client.CustomObjectsApi(api_client)
+        self.report_api = report_api
         self.api_client = api_client
         self._lookup: Any = None  # a ClusterData for reading stored objects, made on first use (writer thread only)
         self.queue: queue.Queue[ReportUpdate | PendingReport | None] = queue.Queue(maxsize=capacity)
@@ -267,7 +293,7 @@ class ReportWriter:
         if not str((resource.get("metadata") or {}).get("uid") or "") and (resource.get("metadata") or {}).get("name") and responses:
             update = PendingReport(resource, list(responses), process)
         else:
-            report = build_report(resource, responses, process=process, allow_empty=replace_policies is not None)
+            report = build_report(resource, responses, process=process, allow_empty=replace_policies is not None, api=self.report_api)
             if report is None:
                 return
             update = ReportUpdate(
@@ -361,12 +387,12 @@ class ReportWriter:
         if not uid:
             return None
         resource = {**pending.resource, "metadata": {**metadata, "uid": uid}}
-        report = build_report(resource, pending.responses, process=pending.process)
+        report = build_report(resource, pending.responses, process=pending.process, api=self.report_api)
         return ReportUpdate(report) if report is not None else None
 
     def _crd_missing(self) -> None:
         self._crd_missing_until = time.monotonic() + CRD_RETRY_SECONDS
-        log.warning("PolicyReport CRD (%s/%s) is not installed; reports are off for %ds", GROUP, VERSION, CRD_RETRY_SECONDS)
+        log.warning("the %s CRD (%s) is not installed; reports are off for %ds", self.report_api.kind, self.report_api.api_version, CRD_RETRY_SECONDS)
 
     def _upsert(self, update: ReportUpdate | dict[str, Any]) -> None:
         if isinstance(update, dict):
@@ -374,14 +400,15 @@ class ReportWriter:
         report = update.report
         name = report["metadata"]["name"]
         namespace = report["metadata"].get("namespace")
-        plural = "policyreports" if namespace else "clusterpolicyreports"
+        plural = self.report_api.plural_for(namespace)
+        group, version = self.report_api.group, self.report_api.version
         if report["results"]:
             try:
                 with translated(method="POST", path=f"{plural}/{name}"):
                     if namespace:
-                        self.api.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, report)
+                        self.api.create_namespaced_custom_object(group, version, namespace, plural, report)
                     else:
-                        self.api.create_cluster_custom_object(GROUP, VERSION, plural, report)
+                        self.api.create_cluster_custom_object(group, version, plural, report)
                 self.written += 1
                 return
             except NotFound:
@@ -392,9 +419,9 @@ class ReportWriter:
         try:
             with translated(method="GET", path=f"{plural}/{name}"):
                 if namespace:
-                    current = self.api.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+                    current = self.api.get_namespaced_custom_object(group, version, namespace, plural, name)
                 else:
-                    current = self.api.get_cluster_custom_object(GROUP, VERSION, plural, name)
+                    current = self.api.get_cluster_custom_object(group, version, plural, name)
         except NotFound:
             return  # nothing to clear (or the CRD is missing)
         if not isinstance(current, dict):
@@ -407,18 +434,19 @@ class ReportWriter:
             return  # the same verdicts: rewriting only the times would bump the report's generation for nothing
         with translated(method="PUT", path=f"{plural}/{name}"):
             if namespace:
-                self.api.replace_namespaced_custom_object(GROUP, VERSION, namespace, plural, name, report)
+                self.api.replace_namespaced_custom_object(group, version, namespace, plural, name, report)
             else:
-                self.api.replace_cluster_custom_object(GROUP, VERSION, plural, name, report)
+                self.api.replace_cluster_custom_object(group, version, plural, name, report)
         self.written += 1
 
     def _delete(self, namespace: str | None, plural: str, name: str) -> None:
+        group, version = self.report_api.group, self.report_api.version
         try:
             with translated(method="DELETE", path=f"{plural}/{name}"):
                 if namespace:
-                    self.api.delete_namespaced_custom_object(GROUP, VERSION, namespace, plural, name)
+                    self.api.delete_namespaced_custom_object(group, version, namespace, plural, name)
                 else:
-                    self.api.delete_cluster_custom_object(GROUP, VERSION, plural, name)
+                    self.api.delete_cluster_custom_object(group, version, plural, name)
             self.deleted += 1
         except NotFound:
             pass
@@ -428,10 +456,11 @@ class ReportWriter:
         empty are deleted.  Returns how many reports changed."""
         selector = OWNED_SELECTOR
         changed = 0
-        for plural in ("policyreports", "clusterpolicyreports"):
+        group, version = self.report_api.group, self.report_api.version
+        for plural in (self.report_api.plural, self.report_api.cluster_plural):
             try:
                 with translated(method="GET", path=plural):
-                    listing = self.api.list_cluster_custom_object(GROUP, VERSION, plural, label_selector=selector)  # every namespace
+                    listing = self.api.list_cluster_custom_object(group, version, plural, label_selector=selector)  # every namespace
             except NotFound:
                 continue
             for current in (listing.get("items") if isinstance(listing, dict) else None) or []:
@@ -449,9 +478,9 @@ class ReportWriter:
                             current["results"] = kept
                             current["summary"] = summarise(kept)
                             if namespace:
-                                self.api.replace_namespaced_custom_object(GROUP, VERSION, namespace, plural, metadata["name"], current)
+                                self.api.replace_namespaced_custom_object(group, version, namespace, plural, metadata["name"], current)
                             else:
-                                self.api.replace_cluster_custom_object(GROUP, VERSION, plural, metadata["name"], current)
+                                self.api.replace_cluster_custom_object(group, version, plural, metadata["name"], current)
                     changed += 1
                 except (NotFound, Conflict):  # gone or changed meanwhile: the next scan prunes again
                     pass

@@ -240,6 +240,7 @@ def _kyverno_admission_rbac() -> list[dict[str, Any]]:
         },
         {"apiGroups": ["reports.kyverno.io"], "resources": ["ephemeralreports", "clusterephemeralreports"], "verbs": _EVERYTHING},
         {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "policyreports/status", "clusterpolicyreports", "clusterpolicyreports/status"], "verbs": _EVERYTHING},
+        {"apiGroups": ["openreports.io"], "resources": ["reports", "reports/status", "clusterreports", "clusterreports/status"], "verbs": _EVERYTHING},
         {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "update", "patch"]},
         {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["configmaps", "namespaces"], "verbs": _READ},

@@ -48,6 +48,8 @@ INSTALL_PROFILES: dict[str, tuple[str, ...]] = {
     "mutating-admission-policy-reports-alpha": ("--mutating-admission-policy-reports",),
     "mutating-admission-policy-reports": ("--mutating-admission-policy-reports",),
     "mutating-admission-policy-reports-v1": ("--mutating-admission-policy-reports",),
+    # openreports.enabled: true, with the openreports.io CRDs installed (deploy/crds has them)
+    "openreports": ("--openreports",),
 }
 
 

@@ -98,3 +98,27 @@ def policy_report_crds(cluster: ClusterData) -> None:
         except KubeError:
             time.sleep(0.3)
     raise AssertionError("PolicyReport CRDs not served")
+
+
+@pytest.fixture(scope="session")
+def open_report_crds(cluster: ClusterData) -> None:
+    """The openreports.io Report/ClusterReport CRDs as shipped in deploy/crds, created once and left for other tests."""
+    import yaml
+
+    shipped = Path(__file__).resolve().parents[3] / "deploy" / "crds" / "openreports.yaml"
+    for body in yaml.safe_load_all(shipped.read_text()):
+        if not body:
+            continue
+        try:
+            cluster.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body)
+        except AlreadyExists:
+            pass
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            cluster.request("GET", "/apis/openreports.io/v1alpha1/clusterreports")
+            cluster.request("GET", "/apis/openreports.io/v1alpha1/reports")
+            return
+        except KubeError:
+            time.sleep(0.3)
+    raise AssertionError("openreports.io CRDs not served")
