@@ -28,6 +28,7 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--cert-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="Where the self-signed CA and serving pair are kept (default: a temp dir). Must be owned by us and not group/world-writable; created mode 0700 if missing.")
 @click.option("--tls-cert-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Serving certificate (PEM); reloaded when it changes.")
 @click.option("--tls-key-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Serving key (PEM).")
+@click.option("--tls-key-algorithm", type=click.Choice(["RSA", "ECDSA", "Ed25519"], case_sensitive=False), default="ECDSA", show_default=True, help="Key algorithm of the self-managed CA and serving certificate (Kyverno's tlsKeyAlgorithm); a stored pair of another algorithm is replaced.")
 @click.option("--tls-ca-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="CA bundle for caBundle when using --tls-cert-file.")
 @click.option("--tls-secret", default="", help="With --register-webhooks: share the self-signed CA and serving pair through this Secret in --namespace (needed for several replicas).")
 @click.option("--san", "sans", multiple=True, help="Extra DNS name or IP for the self-signed certificate (repeatable).")
@@ -134,7 +135,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
     import tempfile
 
     from stockade.policy.loader import LoadError
-    from stockade.webhook.certs import CertificateFileError, CertificateManager, ensure_private_directory
+    from stockade.webhook.certs import CertificateFileError, CertificateManager, KeyAlgorithm, ensure_private_directory
     from stockade.webhook.httplimits import HttpLimits
     from stockade.webhook.policystore import PolicyStore
     from stockade.webhook.isolation import SHUTDOWN_DRAIN_SECONDS, IsolatedEvaluations
@@ -157,6 +158,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
         cert_file=options["tls_cert_file"],
         key_file=options["tls_key_file"],
         ca_file=options["tls_ca_file"],
+        algorithm=KeyAlgorithm.parse(str(options.get("tls_key_algorithm") or "ECDSA")),
     )
 
     api_client = None

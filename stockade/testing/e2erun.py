@@ -50,13 +50,25 @@ INSTALL_PROFILES: dict[str, tuple[str, ...]] = {
     "mutating-admission-policy-reports-v1": ("--mutating-admission-policy-reports",),
     # openreports.enabled: true, with the openreports.io CRDs installed (deploy/crds has them)
     "openreports": ("--openreports",),
+    # explicit-install-settings: --set admissionController.tlsKeyAlgorithm=Ed25519
+    "tls-certificates/ed25519-self-signed": ("--tls-key-algorithm", "Ed25519"),
 }
 
 
+# Folders of Kyverno's whole suite that ../shared does not carry: their profiles serve runs with --suite pointing at
+# a full copy of Kyverno's test/conformance/chainsaw
+FOLDERS_BEYOND_SHARED = frozenset({"tls-certificates"})
+
+
 def install_profile(unit_path: str) -> tuple[str, ...]:
-    """The serve flags of the install profile covering ``unit_path`` (none for the standard install)."""
-    top = unit_path.split("/", 1)[0]
-    return INSTALL_PROFILES.get(top, ())
+    """The serve flags of the install profile covering ``unit_path`` (the longest profile path that is the unit or
+    one of its parent folders; none for the standard install)."""
+    parts = unit_path.strip("/").split("/")
+    for depth in range(len(parts), 0, -1):
+        flags = INSTALL_PROFILES.get("/".join(parts[:depth]))
+        if flags is not None:
+            return flags
+    return ()
 
 
 class ExclusionError(StockadeError, ValueError):

@@ -17,13 +17,14 @@ import tempfile
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, Union
 
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from stockade.errors import StockadeError
 
@@ -54,14 +55,56 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+SigningKey = Union[ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey, ed25519.Ed25519PrivateKey]
+
+
+class KeyAlgorithm(str, Enum):
+    """Key algorithm of self-managed certificates (Kyverno's ``tlsKeyAlgorithm``: RSA, ECDSA or Ed25519).  Stockade
+    defaults to ECDSA P-256: small keys and fast handshakes, which every API server accepts."""
+
+    RSA = "RSA"
+    ECDSA = "ECDSA"
+    ED25519 = "Ed25519"
+
+    @classmethod
+    def parse(cls, text: str) -> "KeyAlgorithm":
+        """Case-insensitive, as Kyverno's flag; a ValueError names the accepted values."""
+        for algorithm in cls:
+            if algorithm.value.upper() == text.strip().upper():
+                return algorithm
+        raise ValueError(f"unsupported key algorithm {text!r} (supported: RSA, ECDSA, Ed25519)")
+
+    def new_key(self) -> SigningKey:
+        if self is KeyAlgorithm.RSA:
+            return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        if self is KeyAlgorithm.ED25519:
+            return ed25519.Ed25519PrivateKey.generate()
+        return ec.generate_private_key(ec.SECP256R1())
+
+    def matches(self, certificate: x509.Certificate) -> bool:
+        """Whether ``certificate`` carries a key of this algorithm (a CA of another one is replaced)."""
+        kinds = {KeyAlgorithm.RSA: rsa.RSAPublicKey, KeyAlgorithm.ECDSA: ec.EllipticCurvePublicKey, KeyAlgorithm.ED25519: ed25519.Ed25519PublicKey}
+        return isinstance(certificate.public_key(), kinds[self])
+
+
+def _signature_hash(key: object) -> hashes.SHA256 | None:
+    """Ed25519 signs the message itself; RSA and ECDSA sign its SHA-256 digest."""
+    return None if isinstance(key, ed25519.Ed25519PrivateKey) else hashes.SHA256()
+
+
+def _key_pem(key: SigningKey) -> bytes:
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
 
 
-def generate_ca(common_name: str = "stockade-ca", validity: dt.timedelta = CA_VALIDITY, now: dt.datetime | None = None) -> KeyPair:
-    """A self-signed P-256 CA that may only sign leaf certificates."""
+def generate_ca(
+    common_name: str = "stockade-ca",
+    validity: dt.timedelta = CA_VALIDITY,
+    now: dt.datetime | None = None,
+    algorithm: KeyAlgorithm = KeyAlgorithm.ECDSA,
+) -> KeyPair:
+    """A self-signed CA (a key of ``algorithm``) that may only sign leaf certificates."""
     now = now or _now()
-    key = ec.generate_private_key(ec.SECP256R1())
+    key = algorithm.new_key()
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     cert = (
         x509.CertificateBuilder()
@@ -76,7 +119,7 @@ def generate_ca(common_name: str = "stockade-ca", validity: dt.timedelta = CA_VA
             x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
         )
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
+        .sign(key, _signature_hash(key))
     )
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
@@ -86,14 +129,16 @@ def issue_serving_cert(
     hosts: list[str],
     validity: dt.timedelta = SERVING_VALIDITY,
     now: dt.datetime | None = None,
+    algorithm: KeyAlgorithm = KeyAlgorithm.ECDSA,
 ) -> KeyPair:
-    """A server certificate for ``hosts`` (DNS names or IP addresses) signed by ``ca``; never outlives the CA."""
+    """A server certificate (a key of ``algorithm``) for ``hosts`` (DNS names or IP addresses) signed by ``ca``;
+    never outlives the CA."""
     if not hosts:
         raise ValueError("a serving certificate needs at least one host name or IP address")
     now = now or _now()
     ca_cert = ca.certificate
     ca_key = serialization.load_pem_private_key(ca.key_pem, password=None)
-    key = ec.generate_private_key(ec.SECP256R1())
+    key = algorithm.new_key()
     names: list[x509.GeneralName] = []
     for host in hosts:
         try:
@@ -112,7 +157,7 @@ def issue_serving_cert(
         .add_extension(x509.SubjectAlternativeName(names), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+        .sign(ca_key, _signature_hash(ca_key))  # type: ignore[arg-type]
     )
     return KeyPair(cert.public_bytes(serialization.Encoding.PEM), _key_pem(key))
 
@@ -298,6 +343,7 @@ class CertificateManager:
         ca_validity: dt.timedelta = CA_VALIDITY,
         clock: Callable[[], dt.datetime] = _now,
         store: CertStore | None = None,
+        algorithm: KeyAlgorithm = KeyAlgorithm.ECDSA,
     ) -> None:
         if (cert_file is None) != (key_file is None):
             raise ValueError("--tls-cert-file and --tls-key-file go together")
@@ -310,6 +356,7 @@ class CertificateManager:
         self.renew_before = renew_before
         self.serving_validity = serving_validity
         self.ca_validity = ca_validity
+        self.algorithm = algorithm
         self.clock = clock
         self.context = server_ssl_context()
         self.ca: KeyPair | None = None
@@ -450,14 +497,15 @@ class CertificateManager:
         self._adopt_stored()
         now = self.clock()
         renewed = False
-        if self.ca is None or needs_renewal(self.ca, self.renew_before, now):
+        # a stored CA or leaf of another key algorithm is replaced like an expiring one (the old CA stays trusted)
+        if self.ca is None or needs_renewal(self.ca, self.renew_before, now) or not self.algorithm.matches(self.ca.certificate):
             if self.ca is not None:
                 self.previous_ca_pem = self.ca.cert_pem
-            self.ca = generate_ca(validity=self.ca_validity, now=now)
+            self.ca = generate_ca(validity=self.ca_validity, now=now, algorithm=self.algorithm)
             self.serving = None
             renewed = True
-        if self.serving is None or needs_renewal(self.serving, self.renew_before, now):
-            self.serving = issue_serving_cert(self.ca, self.hosts, self.serving_validity, now)
+        if self.serving is None or needs_renewal(self.serving, self.renew_before, now) or not self.algorithm.matches(self.serving.certificate):
+            self.serving = issue_serving_cert(self.ca, self.hosts, self.serving_validity, now, self.algorithm)
             renewed = True
         if renewed or self._needs_mirror:
             self._persist()
