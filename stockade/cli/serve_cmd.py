@@ -45,6 +45,8 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--insecure-registry", "insecure_registries", multiple=True, help="Registry (host[:port]) reached without TLS verification for verifyImages (repeatable).")
 @click.option("--registry-ca-file", type=click.Path(exists=True, dir_okay=False), default=None, help="Extra CA bundle for registries (verifyImages).")
 @click.option("--policy-reports/--no-policy-reports", default=True, show_default=True, help="With --register-webhooks: write a PolicyReport per admitted resource (needs the wgpolicyk8s.io CRDs).")
+@click.option("--enable-reporting", default=",".join(("validate", "mutate", "mutateExisting", "imageVerify", "generate")), show_default=True, help="Comma-separated rule kinds whose results go into reports (Kyverno's --enableReporting).")
+@click.option("--allowed-results", default="pass,fail,warn,error,skip", show_default=True, help="Comma-separated rule results that go into reports (Kyverno's --allowedResults), e.g. fail to keep only violations.")
 @click.option("--openreports", is_flag=True, default=False, help="Write reports as openreports.io/v1alpha1 Reports and ClusterReports instead of wgpolicyk8s.io PolicyReports (Kyverno's openreportsEnabled; needs the openreports.io CRDs).")
 @click.option("--leader-election/--no-leader-election", default=True, show_default=True, help="With --register-webhooks: replicas elect a leader (a Lease in --namespace) for registration, policy status, background scans and generate resync; webhooks are removed only by the last replica to stop.")
 @click.option("--lease-name", default="stockade-leader", show_default=True, help="Name of the leader election Lease.")
@@ -93,6 +95,12 @@ def serve(policies: tuple[str, ...], **options: Any) -> None:
         raise click.BadParameter(f"expected NAMESPACE/NAME, got {options['config_map']!r}", param_hint="--config-map")
     if options["tls_secret"] and not options["register_webhooks"]:
         raise click.UsageError("--tls-secret needs --register-webhooks (it is stored in the cluster)")
+    from stockade.controllers.reports import ReportingConfig
+
+    try:
+        ReportingConfig.parse(options["enable_reporting"], options["allowed_results"])
+    except ValueError as exc:
+        raise click.UsageError(f"--enable-reporting/--allowed-results: {exc}") from None
     from stockade.webhook.isolation import LOG_FORMAT
     from stockade.webhook.logs import configure_logging
 
@@ -425,9 +433,13 @@ def _cluster_services(api_client: Any, certs: Any, store: Any, cluster_source: A
 def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: Any, options: dict[str, Any]) -> None:
     """Reports, events and (on the primary) generate and background scans."""
     if options["policy_reports"]:
-        from stockade.controllers.reports import OPEN_REPORTS, POLICY_REPORTS, ReportWriter
+        from stockade.controllers.reports import OPEN_REPORTS, POLICY_REPORTS, ReportingConfig, ReportWriter
 
-        state.reports = ReportWriter(api_client, report_api=OPEN_REPORTS if options.get("openreports") else POLICY_REPORTS)
+        state.reports = ReportWriter(
+            api_client,
+            report_api=OPEN_REPORTS if options.get("openreports") else POLICY_REPORTS,
+            reporting=ReportingConfig.parse(options.get("enable_reporting"), options.get("allowed_results")),
+        )
     if options["events"]:
         from stockade.controllers.events import EventRecorder
 

@@ -212,7 +212,7 @@ class MutateExisting:
         kind, name, namespace = str(target.get("kind") or ""), str(metadata.get("name") or ""), str(metadata.get("namespace") or "")
         message = f"mutated {kind}/{name}" + (f" in namespace {namespace}" if namespace else "")
         result = RuleResponse(rule, RULE_TYPE_MUTATION, PASS, message, properties={"patched-target": resource_reference(target)})
-        submit_rule_result(self.reports, policy, trigger, result)
+        submit_rule_result(self.reports, policy, trigger, result, existing=True)
 
     def _event(self, policy: KyvernoPolicy, rule: str, target: dict[str, Any] | None, error: str) -> None:
         if self.events is None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stockade.engine.response import STATUSES, EngineResponse, RuleResponse, report_result
-from stockade.policy.model import RULE_TYPE_GENERATION, KyvernoPolicy
+from stockade.policy.model import RULE_TYPE_GENERATION, RULE_TYPE_IMAGE_VERIFY, RULE_TYPE_MUTATION, RULE_TYPE_VALIDATION, KyvernoPolicy
 from stockade.kube.errors import AlreadyExists, Conflict, KubeError, NotFound, translated
 
 log = logging.getLogger("stockade.reports")
@@ -62,6 +62,48 @@ CRD_RETRY_SECONDS = 300.0
 WAIT_SECONDS = 120.0  # how long a background scan waits for room in the queue before a report is dropped
 PROCESS_ADMISSION = "admission review"
 PROCESS_BACKGROUND = "background scan"
+
+
+REPORT_KINDS = ("validate", "mutate", "mutateExisting", "imageVerify", "generate")
+_RULE_TYPE_REPORT_KINDS = {
+    RULE_TYPE_VALIDATION: "validate",
+    RULE_TYPE_MUTATION: "mutate",
+    RULE_TYPE_IMAGE_VERIFY: "imageVerify",
+    RULE_TYPE_GENERATION: "generate",
+}
+
+
+@dataclass(frozen=True)
+class ReportingConfig:
+    """Which results reach reports: Kyverno's ``--enableReporting`` (per rule kind; results of mutate-existing
+    rules count as ``mutateExisting``) and ``--allowedResults`` (per rule status, before an unscored failure
+    becomes a warning)."""
+
+    kinds: frozenset[str] = frozenset(REPORT_KINDS)
+    results: frozenset[str] = frozenset(STATUSES)
+
+    @classmethod
+    def parse(cls, kinds: str | None = None, results: str | None = None) -> "ReportingConfig":
+        """From the comma-separated flag values; a ValueError names an unknown entry and the accepted ones."""
+
+        def entries(text: str | None, accepted: tuple[str, ...], what: str) -> frozenset[str]:
+            if text is None:
+                return frozenset(accepted)
+            chosen = frozenset(item.strip() for item in text.split(",") if item.strip())
+            unknown = sorted(chosen - set(accepted))
+            if unknown:
+                raise ValueError(f"unknown {what} {', '.join(unknown)} (accepted: {','.join(accepted)})")
+            return chosen
+
+        return cls(entries(kinds, REPORT_KINDS, "report kind"), entries(results, tuple(STATUSES), "result"))
+
+    def admits(self, rule: RuleResponse, existing: bool = False) -> bool:
+        kind = "mutateExisting" if existing and rule.rule_type == RULE_TYPE_MUTATION else _RULE_TYPE_REPORT_KINDS.get(rule.rule_type, "validate")
+        if kind not in self.kinds:
+            return False
+        if kind == "generate" and not rule.generated_resources:
+            return True  # Kyverno filters generate results by status only when they produced resources
+        return rule.status in self.results
 
 
 def report_policy_name(policy: Any) -> str:
@@ -120,14 +162,16 @@ def resource_reference(obj: dict[str, Any]) -> str:
     return reference + (f" Namespace={metadata['namespace']}" if metadata.get("namespace") else "")
 
 
-def submit_rule_result(reports: Any, policy: Any, trigger: dict[str, Any], rule: RuleResponse, process: str = PROCESS_ADMISSION) -> None:
+def submit_rule_result(
+    reports: Any, policy: Any, trigger: dict[str, Any], rule: RuleResponse, process: str = PROCESS_ADMISSION, existing: bool = False
+) -> None:
     """Put one rule's result into the trigger's report, as the generate and mutate-existing controllers do after
     acting; a failure is logged, never raised (reporting must not stop their work).  These controllers run in the
     background, so like scans they wait for room in the queue rather than drop the result."""
     response = EngineResponse(policy, trigger, trigger)
     response.rules.append(rule)
     try:
-        reports.submit(trigger, [response], process=process, wait=True)
+        reports.submit(trigger, [response], process=process, wait=True, existing=existing)
     except Exception as exc:
         log.warning("reporting %s on %s/%s failed: %s", getattr(policy, "key", ""), trigger.get("kind", ""), (trigger.get("metadata") or {}).get("name", ""), exc)
 
@@ -161,6 +205,8 @@ def build_report(
     process: str = PROCESS_ADMISSION,
     allow_empty: bool = False,
     api: ReportApi = POLICY_REPORTS,
+    reporting: ReportingConfig = ReportingConfig(),
+    existing: bool = False,
 ) -> dict[str, Any] | None:
     """The PolicyReport (or ClusterPolicyReport for cluster-scoped resources; the kinds of ``api``); None when nothing
     was evaluated (unless ``allow_empty``, which a background scan uses to clear results that no longer apply)."""
@@ -177,6 +223,8 @@ def build_report(
             continue
         annotations = getattr(policy, "annotations", {}) or {}
         for rule in response.rules:
+            if not reporting.admits(rule, existing):
+                continue
             result = report_result(response, rule)
             summary[result] += 1
             entry: dict[str, Any] = {
@@ -240,6 +288,7 @@ class PendingReport:
     responses: list[EngineResponse]
     process: str
     attempts: int = 0
+    existing: bool = False
 
 
 STORED_LOOKUP_ATTEMPTS = 15  # the object is stored moments after the admission answer
@@ -249,11 +298,14 @@ STORED_LOOKUP_PAUSE_SECONDS = 0.2
 class ReportWriter:
     """Background upserts of reports through the kubernetes client."""
 
-    def __init__(self, api_client: Any, capacity: int = 1000, report_api: ReportApi = POLICY_REPORTS) -> None:
+    def __init__(
+        self, api_client: Any, capacity: int = 1000, report_api: ReportApi = POLICY_REPORTS, reporting: ReportingConfig = ReportingConfig()
+    ) -> None:
         from kubernetes import client
 
         self.api = client.CustomObjectsApi(api_client)
         self.report_api = report_api
+        self.reporting = reporting
         self.api_client = api_client
         self._lookup: Any = None  # a ClusterData for reading stored objects, made on first use (writer thread only)
         self.queue: queue.Queue[ReportUpdate | PendingReport | None] = queue.Queue(maxsize=capacity)
@@ -280,6 +332,7 @@ class ReportWriter:
         replace_policies: set[str] | frozenset[str] | None = None,
         live_policies: set[str] | frozenset[str] | None = None,
         wait: bool = False,
+        existing: bool = False,
     ) -> None:
         """Queue a report for ``resource``; with ``replace_policies`` an empty result list still clears those
         policies' old results (a background scan re-evaluated them and they no longer apply).
@@ -291,9 +344,11 @@ class ReportWriter:
             return
         update: ReportUpdate | PendingReport
         if not str((resource.get("metadata") or {}).get("uid") or "") and (resource.get("metadata") or {}).get("name") and responses:
-            update = PendingReport(resource, list(responses), process)
+            update = PendingReport(resource, list(responses), process, existing=existing)
         else:
-            report = build_report(resource, responses, process=process, allow_empty=replace_policies is not None, api=self.report_api)
+            report = build_report(
+                resource, responses, process=process, allow_empty=replace_policies is not None, api=self.report_api, reporting=self.reporting, existing=existing
+            )
             if report is None:
                 return
             update = ReportUpdate(
@@ -387,7 +442,7 @@ class ReportWriter:
         if not uid:
             return None
         resource = {**pending.resource, "metadata": {**metadata, "uid": uid}}
-        report = build_report(resource, pending.responses, process=pending.process, api=self.report_api)
+        report = build_report(resource, pending.responses, process=pending.process, api=self.report_api, reporting=self.reporting, existing=pending.existing)
         return ReportUpdate(report) if report is not None else None
 
     def _crd_missing(self) -> None:

@@ -53,6 +53,7 @@ SERVICE_NAME = "kyverno-svc"
 SERVICE_CLUSTER_IP = "10.96.0.100"
 FAKE_NODES = ("kind-control-plane", "kind-worker")
 EXTRA_CRDS = REPO_ROOT / "hack" / "e2e" / "extra-crds.yaml"
+KIND_DEFAULTS = REPO_ROOT / "hack" / "e2e" / "kind-defaults.yaml"  # what kind adds to the cluster Kyverno's CI uses
 BACKGROUND_RBAC = REPO_ROOT / "hack" / "e2e" / "background-controller-rbac.yaml"
 BACKGROUND_USER = "system:serviceaccount:kyverno:kyverno-background-controller"
 REPORTS_RBAC = REPO_ROOT / "hack" / "e2e" / "reports-controller-rbac.yaml"
@@ -412,6 +413,7 @@ class E2ECluster:
         self._kubectl(kubectl, "apply", "--server-side", "-f", "-", stdin=yaml.safe_dump_all(manifests))
         self._kubectl(kubectl, "apply", "--server-side", "-f", str(BACKGROUND_RBAC))
         self._kubectl(kubectl, "apply", "--server-side", "-f", str(REPORTS_RBAC))
+        self._kubectl(kubectl, "apply", "--server-side", "-f", str(KIND_DEFAULTS))
 
     def reset_between_folders(self) -> None:
         """Kyverno's CI gives every folder a fresh kind cluster; one control plane serves them all here, so what a

@@ -50,6 +50,8 @@ INSTALL_PROFILES: dict[str, tuple[str, ...]] = {
     "mutating-admission-policy-reports-v1": ("--mutating-admission-policy-reports",),
     # openreports.enabled: true, with the openreports.io CRDs installed (deploy/crds has them)
     "openreports": ("--openreports",),
+    # features.reporting.allowedResults: {fail: true} (Kyverno's scripts/config/exclude-result)
+    "reports-exclude-result": ("--allowed-results", "fail"),
     # explicit-install-settings: --set admissionController.tlsKeyAlgorithm=Ed25519
     "tls-certificates/ed25519-self-signed": ("--tls-key-algorithm", "Ed25519"),
 }
@@ -57,7 +59,7 @@ INSTALL_PROFILES: dict[str, tuple[str, ...]] = {
 
 # Folders of Kyverno's whole suite that ../shared does not carry: their profiles serve runs with --suite pointing at
 # a full copy of Kyverno's test/conformance/chainsaw
-FOLDERS_BEYOND_SHARED = frozenset({"tls-certificates"})
+FOLDERS_BEYOND_SHARED = frozenset({"tls-certificates", "reports-exclude-result"})
 
 
 def install_profile(unit_path: str) -> tuple[str, ...]:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
+
+import pytest
 
 from stockade.controllers.reports import PROCESS_BACKGROUND, build_report, merge_into, report_policy_name, stale_results_removed, summarise
 from stockade.engine.response import EngineResponse, RuleResponse
@@ -207,4 +210,40 @@ def test_generate_and_mutate_existing_results_wait_for_the_writer_like_scans() -
 
     recorder = Recorder()
     submit_rule_result(recorder, _policy("gen"), POD, RuleResponse("r", "Generation", "pass"), process=PROCESS_BACKGROUND)
-    assert recorder.options == [{"process": PROCESS_BACKGROUND, "wait": True}]
+    assert recorder.options == [{"process": PROCESS_BACKGROUND, "wait": True, "existing": False}]
+
+
+def _rule(rule_type: str, status: str, generated: list[dict[str, Any]] | None = None) -> RuleResponse:
+    rule = RuleResponse(f"{rule_type.lower()}-{status}", rule_type, status, "message")
+    rule.generated_resources = generated or []
+    return rule
+
+
+def test_reporting_config_follows_kyvernos_enable_reporting_and_allowed_results() -> None:
+    """--allowedResults keeps rule results by their status; --enableReporting by rule kind, with mutate-existing
+    results counted apart from admission mutations; generate results are filtered by status only when the rule
+    generated something (pkg/utils/report/results.go)."""
+    from stockade.controllers.reports import ReportingConfig
+
+    only_fail = ReportingConfig.parse(results="fail")
+    assert only_fail.admits(_rule("Validation", "fail")) and not only_fail.admits(_rule("Validation", "pass"))
+    assert not only_fail.admits(_rule("Generation", "pass", [{"kind": "ConfigMap"}]))
+    assert only_fail.admits(_rule("Generation", "pass"))
+    no_existing = ReportingConfig.parse(kinds="validate,mutate")
+    assert no_existing.admits(_rule("Mutation", "pass")) and not no_existing.admits(_rule("Mutation", "pass"), existing=True)
+    assert not no_existing.admits(_rule("ImageVerify", "pass"))
+    with pytest.raises(ValueError, match="unknown result passed"):
+        ReportingConfig.parse(results="fail,passed")
+
+
+def test_a_report_holds_only_admitted_results_and_its_summary_counts_them() -> None:
+    from stockade.controllers.reports import ReportingConfig, build_report
+
+    resource = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "myns", "uid": "u1"}}
+    policy = KyvernoPolicy({"apiVersion": "kyverno.io/v1", "kind": "Policy", "metadata": {"name": "p", "namespace": "myns"}, "spec": {"rules": []}})
+    good = EngineResponse(policy, resource, resource, [_rule("Validation", "pass")])
+    assert build_report(resource, [good], reporting=ReportingConfig.parse(results="fail")) is None
+    bad = EngineResponse(policy, resource, resource, [_rule("Validation", "fail"), _rule("Validation", "pass")])
+    report = build_report(resource, [bad], reporting=ReportingConfig.parse(results="fail"))
+    assert report is not None and [r["result"] for r in report["results"]] == ["fail"]
+    assert report["summary"]["pass"] == 0 and report["summary"]["fail"] == 1
