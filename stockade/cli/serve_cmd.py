@@ -427,6 +427,10 @@ def _cluster_services(api_client: Any, certs: Any, store: Any, cluster_source: A
     )
     if cluster_source is not None:
         store.listeners.append(services.publish_status_if_leader)
+    from stockade.controllers.crdwatch import CrdWatch
+
+    # a kind a policy names may be installed (or removed) later: rebuild the webhook rules when CRDs change
+    services.background.append(CrdWatch(api_client, [services.registration.apply_if_leader]))
     return services
 
 
