@@ -699,7 +699,9 @@ class _Checker:
         self.foreach_list(validate.get("foreach"), f"{path}.foreach", name, "validate")
         pod_security = validate.get("podSecurity")
         if isinstance(pod_security, dict) and isinstance(pod_security.get("exclude"), list):
-            for where, problem in validate_excludes(str(pod_security.get("level") or ""), pod_security["exclude"], f"{path}.podSecurity.exclude"):
+            # Kyverno names these fields from the rule, without `validate` (Rule.ValidatePSaControlNames)
+            rule_path = path.removesuffix(".validate")
+            for where, problem in validate_excludes(str(pod_security.get("level") or ""), pod_security["exclude"], f"{rule_path}.podSecurity.exclude"):
                 self.error(where, problem, name)
         if isinstance(validate.get("cel"), dict):
             self.variable_sizes = {}

@@ -534,3 +534,27 @@ def test_compile_errors_of_cel_policies_still_refuse_offline() -> None:
         },
     }
     assert [f.path for f in check_policy(document, offline=True) if f.severity is Severity.ERROR] == ["spec.validations[0].expression"]
+
+
+@pytest.mark.parametrize(
+    ("exclude", "path", "message"),
+    [
+        ({"controlName": "/proc Mount Type", "images": ["nginx"], "restrictedField": "spec.containers[*].securityContext.procMount"}, "values", "values is required"),
+        ({"controlName": "/proc Mount Type", "images": ["nginx"], "values": ["bar"]}, "restrictedField", "restrictedField is required"),
+    ],
+)
+def test_pod_security_exclusion_errors_are_named_from_the_rule_as_kyverno_does(exclude: dict[str, Any], path: str, message: str) -> None:
+    """Kyverno's Rule.ValidatePSaControlNames builds the path from the rule, without `validate`
+    (e2e policy-validation/cluster-policy/invalid-pod-security-rule greps `spec.rules[0].podSecurity.exclude[0].values`)."""
+    policy = {
+        "apiVersion": "kyverno.io/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": "psa"},
+        "spec": {"rules": [{
+            "name": "baseline",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "validate": {"podSecurity": {"level": "baseline", "version": "latest", "exclude": [exclude]}},
+        }]},
+    }
+    result = validate_policy_document(policy)
+    assert [(e.path, e.message) for e in result.errors] == [(f"spec.rules[0].podSecurity.exclude[0].{path}", message)]
