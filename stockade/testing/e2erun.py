@@ -410,7 +410,9 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         timings.update(cluster.timings)
         print(f"e2e-run: cluster up in {cluster.timings['total_s']:.1f}s", flush=True)
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PATH": f"{REPO_ROOT / '.cache' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
+    # .cache/bin: the peers; hack/e2e/bin: stand-ins for kubectl plugins Kyverno's CI installs (kubectl-evict)
+    tools = os.pathsep.join((str(REPO_ROOT / ".cache" / "bin"), str(REPO_ROOT / "hack" / "e2e" / "bin")))
+    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PATH": f"{tools}{os.pathsep}{os.environ.get('PATH', '')}"}
     outcome: list[UnitResult] = []
     isolated: tuple[ClusterCleaner, Baseline] | None = None  # taken before the first unit that runs
     started = time.monotonic()
