@@ -1342,7 +1342,9 @@ class GenerateController:
             if synchronized and self.downstream_watch is not None:
                 self.downstream_watch.ensure(desired["apiVersion"], resource.kind)
             written.add(object_identity(desired))
-            self._upsert(resource, desired, synchronized=synchronized, server_side=server_side, owner=lambda current: owned_by(current, policy, trigger_uid), what=f"policy {policy.key}")
+            # Kyverno's generator.apply brings an existing object this policy made for this trigger in step with the
+            # new rendering whatever `synchronize` says (synchronize adds watching the copies and the source)
+            self._upsert(resource, desired, synchronized=True, server_side=server_side, owner=lambda current: owned_by(current, policy, trigger_uid), what=f"policy {policy.key}")
         return written
 
     def _upsert(self, resource: Any, desired: dict[str, Any], *, synchronized: bool, server_side: bool, owner: Callable[[dict[str, Any]], bool], what: str) -> None:
@@ -1367,8 +1369,11 @@ class GenerateController:
                     raise
         if not owner(current) or not should_update(desired, current, synchronized):
             return
-        desired["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
-        self.cluster.request("PUT", path, desired)
+        if server_side:  # our fields are taken back; what other managers added (labels, annotations) stays
+            self.cluster.request("PATCH", path, desired, query={"fieldManager": FIELD_MANAGER, "force": "true"}, content_type="application/apply-patch+yaml")
+        else:
+            desired["metadata"]["resourceVersion"] = (current.get("metadata") or {}).get("resourceVersion")
+            self.cluster.request("PUT", path, desired)
         self.stats.updated += 1
         log.info("synchronized %s %s/%s (%s)", resource.kind, namespace, name, what)
 

@@ -568,3 +568,62 @@ spec:
         assert copy_ is not None and copy_["metadata"]["annotations"] == {"target": second}
     finally:
         controller.stop()
+
+
+def test_server_side_applied_generating_policy_renders_again_on_a_trigger_update_keeping_other_managers_fields(
+    api_client: Any, cluster: ClusterData, namespaces: Callable[..., dict[str, Any]], policy_store: Any, suffix: str
+) -> None:
+    """Kyverno's generator.apply re-applies (server-side, with useServerSideApply) an object this policy made for the
+    trigger on each evaluation, synchronize or not: a drifted value is restored by the trigger's next UPDATE, and an
+    annotation another manager added stays (e2e generating-policies/ssa/update)."""
+    text = f"""
+apiVersion: policies.kyverno.io/v1beta1
+kind: GeneratingPolicy
+metadata:
+  name: life-ssa-{suffix}
+spec:
+  useServerSideApply: true
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE", "UPDATE"]
+      resources: ["namespaces"]
+    objectSelector:
+      matchLabels:
+        life-ssa: "{suffix}"
+  generate:
+  - expression: |
+      generator.Apply(object.metadata.name, [
+        {{
+          "kind": dyn("ConfigMap"),
+          "apiVersion": dyn("v1"),
+          "metadata": dyn({{"name": "ssa-config"}}),
+          "data": dyn({{"key": "original"}})
+        }}
+      ])
+"""
+    controller = GenerateController(api_client, policy_store(text), resync_interval=0)
+    controller.start()
+    try:
+        name = f"life-ssa-{suffix}"
+        ns = namespaces(name, {"life-ssa": suffix})
+        controller.submit(review("CREATE", ns))
+        assert controller.wait_idle()
+        generated = get(cluster, "v1", "ConfigMap", name, "ssa-config")
+        assert generated is not None and generated["data"] == {"key": "original"}
+        cluster.request(
+            "PATCH", f"/api/v1/namespaces/{name}/configmaps/ssa-config",
+            {"metadata": {"annotations": {"other-controller-managed": "true"}}, "data": {"key": "drifted"}},
+            content_type="application/merge-patch+json",
+        )
+        assert controller.wait_idle() and get(cluster, "v1", "ConfigMap", name, "ssa-config")["data"] == {"key": "drifted"}
+        new, old = relabel(cluster, name, {"life-ssa": suffix, "trigger-update": "1"})
+        controller.submit(review("UPDATE", new, old))
+        assert controller.wait_idle()
+        restored = get(cluster, "v1", "ConfigMap", name, "ssa-config")
+        assert restored is not None and restored["data"] == {"key": "original"}
+        assert restored["metadata"]["annotations"]["other-controller-managed"] == "true"
+        assert controller.stats.failures == 0
+    finally:
+        controller.stop()
