@@ -34,6 +34,7 @@ from stockade.engine.match import selector_matches
 from stockade.engine.response import ERROR, PASS
 from stockade.errors import StockadeError
 from stockade.kube.errors import KubeError, NotFound, retry_on_conflict
+from stockade.wildcard import match as wildcard_match
 
 log = logging.getLogger("stockade.celmutate")
 
@@ -54,6 +55,27 @@ def target_constraints(policy: CelPolicy) -> dict[str, Any]:
         return constraints
     matched = policy.spec.get("matchConstraints")
     return matched if isinstance(matched, dict) else {}
+
+
+def target_subresource(policy: CelPolicy, resource: Any) -> str:
+    """The subresource a target is written through (Kyverno's resolveTargetRoute): the first target resource rule
+    naming the target's group, version and resource, when it names ``resource/subresource`` (``pods/resize`` changes
+    a Pod's resources in place, which a write of the Pod itself may not)."""
+    constraints = policy.spec.get("targetMatchConstraints")
+    if not (isinstance(constraints, dict) and constraints.get("resourceRules")):
+        constraints = {} if target_expression(policy) else target_constraints(policy)
+    for rule in constraints.get("resourceRules") or []:
+        if not isinstance(rule, dict):
+            continue
+        if not any(wildcard_match(str(group), resource.group) for group in rule.get("apiGroups") or []):
+            continue
+        if not any(wildcard_match(str(version), resource.version) for version in rule.get("apiVersions") or []):
+            continue
+        for name in rule.get("resources") or []:
+            base, _, subresource = str(name).partition("/")
+            if wildcard_match(base, resource.resource):
+                return subresource
+    return ""
 
 
 def policy_key(policy: CelPolicy) -> str:
@@ -324,7 +346,9 @@ class CelMutateExisting:
             body = copy.deepcopy(patched)
             body.setdefault("metadata", {})["resourceVersion"] = metadata.get("resourceVersion")
             state["stale"] = True  # if the write below conflicts
-            self.cluster.request("PUT", object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or "")), body)
+            path = object_path(resource, str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+            subresource = target_subresource(policy, resource)
+            self.cluster.request("PUT", f"{path}/{subresource}" if subresource else path, body)
             self.stats.mutated += 1
             log.info("mutated %s (policy %s)", _describe(current), policy.key)
             return []

@@ -232,3 +232,27 @@ def test_the_generate_worker_queues_mutating_webhook_reviews_and_retries_unstore
     assert generator.controller.process(key, queue) == Outcome.DONE
     queue.done(key)
     assert labels(cluster, "ns1") == {"foo": "bar"} and generator.queued_event(key) is None
+
+
+def test_targets_are_written_through_the_subresource_their_target_rule_names() -> None:
+    """Kyverno's resolveTargetRoute: the first target resource rule naming the target's group/version/resource gives
+    the subresource of the write (pods/resize changes requests in place); a plain rule, or none, writes the object."""
+    from stockade.celpolicy.model import CelPolicy
+    from stockade.controllers.celmutate import target_subresource
+    from stockade.controllers.webhookconfig import ApiResource
+
+    pods = ApiResource("", "v1", "pods", "Pod", True)
+    deployments = ApiResource("apps", "v1", "deployments", "Deployment", True)
+
+    def policy(target: dict[str, Any]) -> CelPolicy:
+        spec = {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods"]}]}, "targetMatchConstraints": target}
+        return CelPolicy({"apiVersion": "policies.kyverno.io/v1beta1", "kind": "MutatingPolicy", "metadata": {"name": "p"}, "spec": spec})
+
+    resize = {"expression": "resource.get('v1', 'pods', 'ns', 'p')", "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods/resize"]}]}
+    assert target_subresource(policy(resize), pods) == "resize"
+    assert target_subresource(policy(resize), deployments) == ""
+    wildcard = {"resourceRules": [{"apiGroups": ["*"], "apiVersions": ["*"], "operations": ["UPDATE"], "resources": ["*/scale"]}]}
+    assert target_subresource(policy(wildcard), deployments) == "scale"
+    plain = {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods"]}]}
+    assert target_subresource(policy(plain), pods) == ""
+    assert target_subresource(policy({"expression": "[]"}), pods) == ""
