@@ -88,7 +88,8 @@ POLICY_VALIDATION_PATH = "/policyvalidate"
 FINE_GRAINED_PATH = "/finegrained"
 # The policy kinds the /policyvalidate endpoint checks, as webhook rules name them (plural resources).
 POLICY_RESOURCES: dict[str, tuple[str, ...]] = {
-    "kyverno.io": ("clusterpolicies", "policies", "policyexceptions", "cleanuppolicies", "clustercleanuppolicies"),
+    # GlobalContextEntries are checked like policies (Kyverno has a webhook of their own for them)
+    "kyverno.io": ("clusterpolicies", "policies", "policyexceptions", "cleanuppolicies", "clustercleanuppolicies", "globalcontextentries"),
     "policies.kyverno.io": (
         "validatingpolicies",
         "namespacedvalidatingpolicies",

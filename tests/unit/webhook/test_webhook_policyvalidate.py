@@ -83,7 +83,7 @@ def test_configuration_is_ignore_without_namespace_selector() -> None:
     assert webhook["failurePolicy"] == "Ignore" and "namespaceSelector" not in webhook and webhook["timeoutSeconds"] == 7
     assert webhook["clientConfig"]["url"] == "https://127.0.0.1:9443/policyvalidate"
     by_group = {rule["apiGroups"][0]: rule for rule in webhook["rules"]}
-    assert set(by_group["kyverno.io"]["resources"]) == {"clusterpolicies", "policies", "policyexceptions", "cleanuppolicies", "clustercleanuppolicies"}
+    assert set(by_group["kyverno.io"]["resources"]) == {"clusterpolicies", "policies", "policyexceptions", "cleanuppolicies", "clustercleanuppolicies", "globalcontextentries"}
     assert {"validatingpolicies", "mutatingpolicies", "policyexceptions"} <= set(by_group["policies.kyverno.io"]["resources"])
     assert all(rule["operations"] == ["CREATE", "UPDATE"] for rule in webhook["rules"])
 
