@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds a local sigstore stack from the Go module proxy into <repo>/.cache/bin for the keyless integration tests
-# (tests/integration/cosign/test_keyless_cluster.py): real cosign signs keyless against it and `stockade serve` verifies.
+# (tests/integration/webhook/test_webhook_keyless_sigstore_cluster.py): real cosign signs keyless against it and `stockade serve` verifies.
 #   fulcio     github.com/sigstore/fulcio (the CA; our tests run it with --ca=ephemeralca and a local OIDC issuer)
 #   tesseract  github.com/transparency-dev/tesseract posix (a CT log on plain files, the one Fulcio's own compose uses)
 # Each binary is pinned below and rebuilt only when its pin or the Go version changes (stamp next to the binary).

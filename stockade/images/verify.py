@@ -184,7 +184,7 @@ class CosignVerifier:
         identity = self._identity(attestor, options)
         layers = self._layers(image, digest, SIGNATURE_SUFFIX, options)
         if not layers:
-            raise VerificationFailure(f"no signatures found for {image}")
+            raise VerificationFailure("no signatures found")  # cosign's ErrNoSignaturesFound text, which Kyverno passes on
         problems: list[str] = []
         for layer in layers:
             try:
@@ -339,10 +339,11 @@ class CosignVerifier:
         issuer, issuer_re = str(keyless.get("issuer") or ""), str(keyless.get("issuerRegExp") or "")
         subjects = certificate_subjects(leaf)
         if (subject or subject_re) and not any(_matches(subject, subject_re, s, "subjectRegExp") for s in subjects):
-            raise VerificationFailure(f"subject mismatch: expected {subject or subject_re!r}, got {subjects}")
+            # Kyverno's wording (cpol cosign matchCertificateData): the expected value, then the SANs joined by ", "
+            raise VerificationFailure(f"subject mismatch: expected {subject or subject_re}, received {', '.join(subjects)}")
         actual_issuer = certificate_issuer(leaf)
         if (issuer or issuer_re) and not _matches(issuer, issuer_re, actual_issuer, "issuerRegExp"):
-            raise VerificationFailure(f"issuer mismatch: expected {issuer or issuer_re!r}, got {actual_issuer!r}")
+            raise VerificationFailure(f"issuer mismatch: expected {issuer or issuer_re}, received {actual_issuer}")
         for name, expected in (keyless.get("additionalExtensions") or {}).items():
             oid = _ADDITIONAL_EXTENSIONS.get(str(name), str(name))
             try:
