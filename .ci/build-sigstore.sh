@@ -3,8 +3,10 @@
 # (tests/integration/webhook/test_webhook_keyless_sigstore_cluster.py): real cosign signs keyless against it and `stockade serve` verifies.
 #   fulcio     github.com/sigstore/fulcio (the CA; our tests run it with --ca=ephemeralca and a local OIDC issuer)
 #   tesseract  github.com/transparency-dev/tesseract posix (a CT log on plain files, the one Fulcio's own compose uses)
+#   rekor-server, trillian_log_server, trillian_log_signer
+#              Rekor v1 (v1.5.4: later releases need go1.27) on Trillian, whose storage is PostgreSQL here
 # Each binary is pinned below and rebuilt only when its pin or the Go version changes (stamp next to the binary).
-# Usage: .ci/build-sigstore.sh [fulcio] [tesseract]     (default: all)
+# Usage: .ci/build-sigstore.sh [fulcio] [tesseract] [rekor-server] [trillian_log_server] [trillian_log_signer]  (default: all)
 # Env:   STOCKADE_BUILD_PARALLELISM (default 2) limits concurrent compile jobs.
 set -euo pipefail
 
@@ -16,9 +18,12 @@ command -v go >/dev/null 2>&1 || { echo "build-sigstore: go is not installed" >&
 declare -A package=(
   [fulcio]="github.com/sigstore/fulcio@v1.8.8"
   [tesseract]="github.com/transparency-dev/tesseract/cmd/tesseract/posix@v0.1.1"
+  [rekor-server]="github.com/sigstore/rekor/cmd/rekor-server@v1.5.4"
+  [trillian_log_server]="github.com/google/trillian/cmd/trillian_log_server@v1.7.3"
+  [trillian_log_signer]="github.com/google/trillian/cmd/trillian_log_signer@v1.7.3"
 )
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(fulcio tesseract)
+[ ${#targets[@]} -gt 0 ] || targets=(fulcio tesseract rekor-server trillian_log_server trillian_log_signer)
 
 for target in "${targets[@]}"; do
   pkg="${package[$target]:-}"
@@ -40,3 +45,12 @@ for target in "${targets[@]}"; do
   echo "$stamp" > "$out.stamp"
   echo "build-sigstore: built $target in $(( $(date +%s) - start ))s"
 done
+
+# Trillian's PostgreSQL schema from the same pinned module, next to its binaries: the tests load it into a fresh
+# database (Debian's PostgreSQL binaries run it).
+if [[ " ${targets[*]} " == *" trillian_log_server "* ]]; then
+  trillian_module="github.com/google/trillian@${package[trillian_log_server]##*@}"
+  trillian_dir="$(go mod download -json "$trillian_module" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+  cp "$trillian_dir/storage/postgresql/schema/storage.sql" "$bin_dir/trillian-postgresql.sql.tmp"
+  mv "$bin_dir/trillian-postgresql.sql.tmp" "$bin_dir/trillian-postgresql.sql"
+fi

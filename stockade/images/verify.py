@@ -241,10 +241,16 @@ class CosignVerifier:
         rekor = entry.get("rekor") if isinstance(entry, Mapping) else None
         if isinstance(rekor, Mapping) and rekor.get("pubkey") and not rekor.get("ignoreTlog"):
             rekor_keys = {**(rekor_keys or {}), **rekor_keys_from_pem(str(rekor["pubkey"]), "rekor.pubkey")}
+        # A keyless entry's custom CT log key (Kyverno's ctlog.pubkey): its certificates' embedded SCTs must verify
+        # with it unless ctlog.ignoreSCT. Without a key the public log's would be used, which is not fetched offline.
+        ct_keys = options.ct_keys
+        ctlog = entry.get("ctlog") if isinstance(entry, Mapping) and identity.keyless is not None else None
+        if isinstance(ctlog, Mapping) and ctlog.get("pubkey") and not ctlog.get("ignoreSCT"):
+            ct_keys = {**(ct_keys or {}), **rekor_keys_from_pem(str(ctlog["pubkey"]), "ctlog.pubkey")}
         trust = options.trust_root if isinstance(options.trust_root, TrustRoot) else None
         return _Identity(
             identity.keys, identity.certificate, identity.chain, identity.keyless, identity.hash_name, identity.unchecked,
-            trust, rekor_keys, options.ct_keys,
+            trust, rekor_keys, ct_keys,
         )
 
     def _identity_material(self, attestor: Mapping[str, Any], options: SignatureOptions) -> _Identity:
