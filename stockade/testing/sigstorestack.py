@@ -73,9 +73,11 @@ class _Service:
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
-    def spawn(self, argv: list[str], *, user: str = "") -> None:
+    def spawn(self, argv: list[str], *, user: str = "", cwd: Path | None = None) -> None:
         with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=self.workdir, user=user or None)
+            self.process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd or self.workdir, user=user or None
+            )
 
     def wait_http(self, url: str) -> bytes:
         """The body of the first 200 answer from `url`; fails early when the process exits."""
@@ -234,7 +236,7 @@ class _Postgres(_Service):
         self._run([postgres, "--single", "-D", str(data), "postgres"], b"CREATE DATABASE trillian;\n")
         self._run([postgres, "--single", "-j", "-D", str(data), "trillian"], schema.read_bytes())
         self.port = free_port()
-        self.spawn([postgres, "-D", str(data), "-h", "127.0.0.1", "-p", str(self.port), "-k", str(self.data_root), "-F"], user=self.user)
+        self.spawn([postgres, "-D", str(data), "-h", "127.0.0.1", "-p", str(self.port), "-k", str(self.data_root), "-F"], user=self.user, cwd=self.data_root)
         deadline = time.monotonic() + _READY_TIMEOUT_SECONDS
         while not (data / "postmaster.pid").exists() or "ready to accept connections" not in self.log_path.read_text(errors="replace"):
             if self.process is not None and self.process.poll() is not None:
