@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian machine: the venv with test extras, Debian's
-# docker-registry (a real OCI registry) and etcd, and the Go-built peers (cosign, kube-apiserver, kubectl, helm) when their
+# docker-registry (a real OCI registry) and etcd, and the Go-built peers (cosign, kube-apiserver, kubectl, helm, the
+# sigstore services) when their
 # build scripts exist. Idempotent: re-running it only fills in what is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,8 @@ command -v skopeo >/dev/null 2>&1 || need+=(skopeo)
 [ -x /usr/sbin/sshd ] || need+=(openssh-server)
 command -v ssh >/dev/null 2>&1 || need+=(openssh-client)
 command -v gpg >/dev/null 2>&1 || need+=(gnupg)
+# Trillian (under the keyless tests' Rekor) keeps its log in a throw-away PostgreSQL cluster
+command -v initdb >/dev/null 2>&1 || compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
@@ -34,7 +37,7 @@ if command -v go >/dev/null 2>&1; then
   GOFLAGS=-mod=mod go mod download github.com/kyverno/kyverno@v1.19.1
 fi
 
-for builder in .ci/build-cosign.sh .ci/build-notation.sh .ci/build-apiserver.sh .ci/build-helm.sh; do
+for builder in .ci/build-cosign.sh .ci/build-notation.sh .ci/build-sigstore.sh .ci/build-apiserver.sh .ci/build-helm.sh; do
   if [ -x "$builder" ]; then
     "$builder"
   fi

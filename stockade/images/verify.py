@@ -184,7 +184,7 @@ class CosignVerifier:
         identity = self._identity(attestor, options)
         layers = self._layers(image, digest, SIGNATURE_SUFFIX, options)
         if not layers:
-            raise VerificationFailure(f"no signatures found for {image}")
+            raise VerificationFailure("no signatures found")  # cosign's ErrNoSignaturesFound text, which Kyverno passes on
         problems: list[str] = []
         for layer in layers:
             try:
@@ -241,10 +241,16 @@ class CosignVerifier:
         rekor = entry.get("rekor") if isinstance(entry, Mapping) else None
         if isinstance(rekor, Mapping) and rekor.get("pubkey") and not rekor.get("ignoreTlog"):
             rekor_keys = {**(rekor_keys or {}), **rekor_keys_from_pem(str(rekor["pubkey"]), "rekor.pubkey")}
+        # A keyless entry's custom CT log key (Kyverno's ctlog.pubkey): its certificates' embedded SCTs must verify
+        # with it unless ctlog.ignoreSCT. Without a key the public log's would be used, which is not fetched offline.
+        ct_keys = options.ct_keys
+        ctlog = entry.get("ctlog") if isinstance(entry, Mapping) and identity.keyless is not None else None
+        if isinstance(ctlog, Mapping) and ctlog.get("pubkey") and not ctlog.get("ignoreSCT"):
+            ct_keys = {**(ct_keys or {}), **rekor_keys_from_pem(str(ctlog["pubkey"]), "ctlog.pubkey")}
         trust = options.trust_root if isinstance(options.trust_root, TrustRoot) else None
         return _Identity(
             identity.keys, identity.certificate, identity.chain, identity.keyless, identity.hash_name, identity.unchecked,
-            trust, rekor_keys, options.ct_keys,
+            trust, rekor_keys, ct_keys,
         )
 
     def _identity_material(self, attestor: Mapping[str, Any], options: SignatureOptions) -> _Identity:
@@ -339,10 +345,11 @@ class CosignVerifier:
         issuer, issuer_re = str(keyless.get("issuer") or ""), str(keyless.get("issuerRegExp") or "")
         subjects = certificate_subjects(leaf)
         if (subject or subject_re) and not any(_matches(subject, subject_re, s, "subjectRegExp") for s in subjects):
-            raise VerificationFailure(f"subject mismatch: expected {subject or subject_re!r}, got {subjects}")
+            # Kyverno's wording (cpol cosign matchCertificateData): the expected value, then the SANs joined by ", "
+            raise VerificationFailure(f"subject mismatch: expected {subject or subject_re}, received {', '.join(subjects)}")
         actual_issuer = certificate_issuer(leaf)
         if (issuer or issuer_re) and not _matches(issuer, issuer_re, actual_issuer, "issuerRegExp"):
-            raise VerificationFailure(f"issuer mismatch: expected {issuer or issuer_re!r}, got {actual_issuer!r}")
+            raise VerificationFailure(f"issuer mismatch: expected {issuer or issuer_re}, received {actual_issuer}")
         for name, expected in (keyless.get("additionalExtensions") or {}).items():
             oid = _ADDITIONAL_EXTENSIONS.get(str(name), str(name))
             try:

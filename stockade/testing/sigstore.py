@@ -44,7 +44,9 @@ def _der_octets(raw: bytes) -> bytes:
     return b"\x04" + bytes([0x80 | len(length)]) + length + raw
 
 
-def _ca(subject: str, key: ec.EllipticCurvePrivateKey, issuer: tuple[x509.Name, ec.EllipticCurvePrivateKey] | None, now: datetime) -> x509.Certificate:
+def _ca(
+    subject: str, key: ec.EllipticCurvePrivateKey, issuer: tuple[x509.Name, ec.EllipticCurvePrivateKey] | None, now: datetime, *, code_signing: bool = False
+) -> x509.Certificate:
     name = x509.Name([x509.NameAttribute(NameOID.ORGANIZATION_NAME, "stockade-test"), x509.NameAttribute(NameOID.COMMON_NAME, subject)])
     issuer_name, signer = issuer if issuer else (name, key)
     builder = (
@@ -63,21 +65,27 @@ def _ca(subject: str, key: ec.EllipticCurvePrivateKey, issuer: tuple[x509.Name, 
     )
     if issuer is not None:
         builder = builder.add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False)
+    if code_signing:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False)
     return builder.sign(signer, hashes.SHA256())
 
 
 @dataclass
 class FakeFulcio:
-    """root → intermediate → leaf, like Fulcio's public chain."""
+    """root → intermediate → leaf, like Fulcio's public chain. `code_signing_intermediate` gives the intermediate the
+    codeSigning EKU, as Fulcio's production intermediate has and as a real Fulcio requires of the CA it signs with."""
 
     name: str = "fake-fulcio"
     now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    code_signing_intermediate: bool = False
 
     def __post_init__(self) -> None:
         self.root_key = ec.generate_private_key(ec.SECP384R1())
         self.root = _ca(f"{self.name} root", self.root_key, None, self.now)
         self.intermediate_key = ec.generate_private_key(ec.SECP384R1())
-        self.intermediate = _ca(f"{self.name} intermediate", self.intermediate_key, (self.root.subject, self.root_key), self.now)
+        self.intermediate = _ca(
+            f"{self.name} intermediate", self.intermediate_key, (self.root.subject, self.root_key), self.now, code_signing=self.code_signing_intermediate
+        )
 
     @property
     def root_pem(self) -> str:

@@ -162,7 +162,7 @@ def test_tag_repointed_after_verification(admission: Any, client: RegistryClient
     _cosign_sign(keys["trusted"], image, _push(client, image, b"reviewed content"))
     assert _admit(admission, image).allowed  # verified, and now in the cache
     _push(client, image, b"evil content")  # same tag, other content, never signed
-    _denied(_admit(admission, image), f"no signatures found for {image}")
+    _denied(_admit(admission, image), f"failed to verify image {image}: .attestors[0].entries[0].keys: no signatures found")
 
 
 def test_signature_for_another_digest(admission: Any, client: RegistryClient, registry: LocalRegistry, keys: dict[str, Path]) -> None:

@@ -29,6 +29,7 @@ from stockade.images.registry import RegistryClient
 from stockade.images.verifier_api import SignatureOptions, VerificationFailure, VerificationUnavailable
 from stockade.images.verify import CosignVerifier
 from stockade.testing.registry import LocalRegistry
+from stockade.testing.sigstore import FakeFulcio, FakeRekor
 
 OPTIONS = SignatureOptions()
 
@@ -202,9 +203,10 @@ def test_keyless_with_roots_subject_and_issuer(client: RegistryClient, registry:
     good = {"keyless": {"roots": _pem(root), "subject": "dev@example.com", "issuer": "https://issuer.example.com"}}
     verifier.verify_signature(image, digest, good, OPTIONS)
     verifier.verify_signature(image, digest, {"keyless": {"roots": _pem(root), "subjectRegExp": r".*@example\.com", "issuerRegExp": r"https://issuer\..*"}}, OPTIONS)
-    with pytest.raises(VerificationFailure, match="subject mismatch"):
+    # Kyverno's wording (cpol cosign matchCertificateData / matchExtensions)
+    with pytest.raises(VerificationFailure, match=r"^subject mismatch: expected eve@example\.com, received dev@example\.com$"):
         verifier.verify_signature(image, digest, {"keyless": {"roots": _pem(root), "subject": "eve@example.com"}}, OPTIONS)
-    with pytest.raises(VerificationFailure, match="issuer mismatch"):
+    with pytest.raises(VerificationFailure, match=r"^issuer mismatch: expected https://other, received https://issuer\.example\.com$"):
         verifier.verify_signature(image, digest, {"keyless": {"roots": _pem(root), "issuer": "https://other"}}, OPTIONS)
     other_root_key = ec.generate_private_key(ec.SECP384R1())
     other_root = _cert(other_root_key, other_root_key, None, ca=True, days=365)
@@ -248,3 +250,21 @@ def test_keyless_regexps_are_unanchored_like_cosign(pki) -> None:
         check(leaf, {"issuerRegExp": r"com/$"})
     with pytest.raises(VerificationFailure, match="invalid subjectRegExp: error parsing regexp: invalid or unsupported Perl syntax"):
         check(leaf, {"subjectRegExp": "(?=dev)"})
+
+
+def test_cluster_policy_keyless_ctlog_pubkey_checks_embedded_scts(client: RegistryClient, registry: LocalRegistry) -> None:
+    """A keyless entry's `ctlog.pubkey` (Kyverno's custom CT log key): the certificate's SCT must verify with it,
+    unless `ctlog.ignoreSCT`; without the field no SCT is required (the public log's key is not fetched offline)."""
+    fulcio, ct_log, other_log = FakeFulcio(), FakeRekor(), FakeRekor()
+    leaf_key, leaf = fulcio.issue("dev@example.com", "https://issuer.example.com", ct_log=ct_log)
+    image, digest = push(client, registry, "keyless/sct:v1", b"sct")
+    sign_image(client, parse_reference(image), leaf_key, certificate_pem=_pem(leaf), chain_pem=fulcio.chain_pem)
+    verifier = CosignVerifier(client)
+
+    def keyless(**ctlog: object) -> dict:
+        return {"keyless": {"roots": fulcio.root_pem, "subject": "dev@example.com", "ctlog": ctlog}}
+
+    verifier.verify_signature(image, digest, keyless(pubkey=ct_log.public_pem), OPTIONS)
+    with pytest.raises(VerificationFailure, match="no embedded SCT is from a trusted CT log"):
+        verifier.verify_signature(image, digest, keyless(pubkey=other_log.public_pem), OPTIONS)
+    verifier.verify_signature(image, digest, keyless(pubkey=other_log.public_pem, ignoreSCT=True), OPTIONS)
