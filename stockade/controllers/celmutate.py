@@ -30,6 +30,7 @@ from typing import Any
 from stockade.celpolicy.model import CelPolicy
 from stockade.celpolicy.request import AdmissionInput
 from stockade.controllers.clusterdata import ClusterCelResources, ClusterData, api_version_of, object_path
+from stockade.controllers.reports import PROCESS_BACKGROUND, submit_rule_result
 from stockade.engine.match import selector_matches
 from stockade.engine.response import ERROR, PASS
 from stockade.errors import StockadeError
@@ -126,12 +127,14 @@ class CelMutateExisting:
     """Resolves and writes the targets of mutateExisting MutatingPolicies (the generate worker queues the work)."""
 
     def __init__(
-        self, cluster: ClusterData, snapshot: Callable[[], Any], *, background_username: str = "", events: Any = None
+        self, cluster: ClusterData, snapshot: Callable[[], Any], *, background_username: str = "", events: Any = None, reports: Any = None
     ) -> None:
         self.cluster = cluster
         self.snapshot = snapshot
         self.background_username = background_username
         self.events = events
+        # a ReportWriter: each evaluated target's result goes into its own report (Kyverno's mutateExisting reports)
+        self.reports = reports
         self.stats = CelMutateStats()
         self._known: dict[str, Any] | None = None
 
@@ -248,6 +251,13 @@ class CelMutateExisting:
             failures.extend(self._mutate(evaluator, policy, target, trigger))
         return failures
 
+    def _report(self, policy: CelPolicy, target: dict[str, Any], rule: Any) -> None:
+        """The target's result in the target's report, whether it changed or already was as the policy wants it (as
+        Kyverno's processor audits every evaluated target)."""
+        if self.reports is None or not (target.get("metadata") or {}).get("uid"):
+            return
+        submit_rule_result(self.reports, policy, target, rule, process=PROCESS_BACKGROUND, existing=True)
+
     def _stored(self, trigger: AdmissionInput) -> AdmissionInput:
         """The trigger as stored now (Kyverno resolves target expressions against the stored trigger)."""
         subject = trigger.subject
@@ -338,6 +348,7 @@ class CelMutateExisting:
             patched = rule.patched_target
             if patched is None or _same(patched, current):
                 self.stats.unchanged += 1
+                self._report(policy, current, rule)
                 return []
             resource = self.cluster.resolve_kind(str(current.get("apiVersion") or ""), str(current.get("kind") or ""))
             if resource is None:
@@ -351,6 +362,7 @@ class CelMutateExisting:
             self.cluster.request("PUT", f"{path}/{subresource}" if subresource else path, body)
             self.stats.mutated += 1
             log.info("mutated %s (policy %s)", _describe(current), policy.key)
+            self._report(policy, current, rule)
             return []
 
         try:

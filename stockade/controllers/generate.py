@@ -596,7 +596,7 @@ class GenerateController:
         # mutate.targets share this queue, retries and leader-only policy reconciliation
         self.mutate_existing = MutateExisting(self.cluster, self._engine, events=events, reports=reports)
         # MutatingPolicy mutateExisting: admission triggers arrive through submit_mutating, policy events here too
-        self.cel_mutate = CelMutateExisting(self.cluster, lambda: self.store.snapshot, background_username=background_username, events=events)
+        self.cel_mutate = CelMutateExisting(self.cluster, lambda: self.store.snapshot, background_username=background_username, events=events, reports=reports)
         from stockade.controllers.admissionpolicygen import AdmissionPolicyGenerator
 
         # ValidatingAdmissionPolicy / MutatingAdmissionPolicy generation follows the same leader-only policy changes

@@ -256,3 +256,30 @@ def test_targets_are_written_through_the_subresource_their_target_rule_names() -
     plain = {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["pods"]}]}
     assert target_subresource(policy(plain), pods) == ""
     assert target_subresource(policy({"expression": "[]"}), pods) == ""
+
+
+def test_every_evaluated_target_gets_its_result_in_its_own_report() -> None:
+    """Kyverno's CELMutate processor audits each target it evaluated, mutated or already as wanted (e2e
+    mutating-policies/reporting/existing-admission-flow): the target's report holds the MutatingPolicy's pass, from a
+    background evaluation, filed as a mutate-existing result."""
+    from stockade.controllers.reports import PROCESS_BACKGROUND
+
+    class Reports:
+        def __init__(self) -> None:
+            self.submitted: list[tuple[str, str, list[str], dict[str, Any]]] = []
+
+        def submit(self, resource: dict[str, Any], responses: list[Any], **options: Any) -> None:
+            metadata = resource.get("metadata") or {}
+            statuses = [rule.status for response in responses for rule in response.rules]
+            self.submitted.append((str(metadata.get("namespace")), str(metadata.get("name")), statuses, options))
+
+    cluster = FakeCluster()
+    seed(cluster)
+    ctl = controller(cluster, DIFFERENT_TARGET)
+    reports = Reports()
+    ctl.reports = reports
+    assert ctl.process_trigger(namespace_update(cluster)) == []
+    assert [(ns, name, statuses) for ns, name, statuses, _ in reports.submitted] == [("ns1", "cm", ["pass"])]
+    assert reports.submitted[0][3] == {"process": PROCESS_BACKGROUND, "wait": True, "existing": True}
+    assert ctl.process_trigger(namespace_update(cluster)) == []  # already labelled: still reported
+    assert [(ns, name, statuses) for ns, name, statuses, _ in reports.submitted][1:] == [("ns1", "cm", ["pass"])]
