@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 
 from stockade.goregex import GoRegexError, GoRegexp, compile_go_regex, expand_template
-from stockade.reflector.semver import Constraint, SemverError, Version, parse_version
+from stockade.reflector.semver import Constraint, SemverError, select_highest
 from stockade.errors import StockadeError
 
 __all__ = [
@@ -170,18 +170,7 @@ def _semver_selector(spec: Mapping[str, object] | None) -> Callable[[list[str]],
     except SemverError as exc:
         raise InvalidPolicyError(f"invalid policy: {exc}") from None
 
-    def latest(tags: list[str]) -> str | None:
-        best: Version | None = None
-        for tag in tags:
-            try:
-                version = parse_version(tag)
-            except SemverError:
-                continue
-            if constraint.check(version) and (best is None or version > best):
-                best = version
-        return best.original if best is not None else None
-
-    return latest
+    return lambda tags: select_highest(tags, constraint)
 
 
 def _alphabetical_selector(spec: Mapping[str, object] | None) -> Callable[[list[str]], str | None]:
