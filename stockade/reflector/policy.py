@@ -14,7 +14,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 
-from stockade.goregex import GoRegexError, GoRegexp, compile_go_regex, expand_template
+from stockade.goregex import GoRegexError, GoRegexp, compile_go_regex, compile_template, expand_template
 from stockade.reflector.semver import Constraint, SemverError, select_highest
 from stockade.errors import StockadeError
 
@@ -54,12 +54,11 @@ def apply_tag_filter(tags: Iterable[str], pattern: str, extract: str = "") -> di
     """Map each extracted value to its original tag; a later tag wins a duplicate value."""
     regexp = compile_tag_filter(pattern)
     filtered: dict[str, str] = {}
-    for tag in tags:
-        match = regexp.search(tag)
-        if match is None:
-            continue
-        value = expand_template(extract, match) if extract else tag
-        filtered[value] = tag
+    if not extract:
+        return {tag: tag for tag, _ in regexp.search_each(tags)}
+    expand = compile_template(extract, regexp)
+    for tag, match in regexp.search_each(tags):
+        filtered[expand(match)] = tag
     return filtered
 
 
