@@ -11,7 +11,9 @@ U+FFFD in their place, as Go's JSON decoder would have read them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import bisect
+import itertools
+from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache
 from typing import Any, Protocol
 
@@ -135,14 +137,19 @@ _NO_SPAN = (-1, -1)
 
 
 class _SpanMatch:
-    """A match on ASCII text, where RE2's byte offsets are already character offsets (the ``GoMatch`` surface)."""
+    """A match on ASCII text, where RE2's byte offsets are character offsets (the ``GoMatch`` surface).
 
-    __slots__ = ("re", "_text", "_spans")
+    ``text`` may be a longer text holding the matched one at ``offset`` (see ``GoRegexp.search_each``): groups are
+    cut from it directly and spans are reported relative to the matched text.
+    """
 
-    def __init__(self, regexp: GoRegexp, text: str, spans: list[tuple[int, int]]) -> None:
+    __slots__ = ("re", "_text", "_spans", "_offset")
+
+    def __init__(self, regexp: GoRegexp, text: str, spans: list[tuple[int, int]], offset: int = 0) -> None:
         self.re = regexp
         self._text = text
         self._spans = spans
+        self._offset = offset
 
     def _index(self, group: int | str) -> int:
         index = self.re._groupindex[group] if isinstance(group, str) else group
@@ -155,7 +162,8 @@ class _SpanMatch:
         return None if start < 0 else self._text[start:end]
 
     def span(self, group: int = 0) -> tuple[int, int]:
-        return self._spans[self._index(group)]
+        start, end = self._spans[self._index(group)]
+        return _NO_SPAN if start < 0 else (start - self._offset, end - self._offset)
 
     def start(self, group: int = 0) -> int:
         return self.span(group)[0]
@@ -164,10 +172,24 @@ class _SpanMatch:
         return self.span(group)[1]
 
 
+# Only `^`/`$` change meaning under (?m); a pattern that names text anchors or sets the m flag itself keeps the
+# one-text-at-a-time search (a deliberately broad test on the pattern text: a false alarm only costs speed).
+_LINE_UNSAFE = re2.compile(r"\\[Az]|\(\?[imsU-]*m")
+
+
+def _lines_options() -> re2.Options:
+    options = _re2_options()
+    options.never_nl = True
+    return options
+
+
+_LINES_OPTIONS = _lines_options()
+
+
 class GoRegexp:
     """A compiled Go regexp.  Methods take Python ``str`` and report character offsets, like ``re``."""
 
-    __slots__ = ("_compiled", "_engine", "_groups", "_groupindex", "pattern")
+    __slots__ = ("_compiled", "_engine", "_groups", "_groupindex", "_lines", "pattern")
 
     def __init__(self, pattern: str) -> None:
         self.pattern = pattern
@@ -187,6 +209,7 @@ class GoRegexp:
         # which costs more than the match itself on short texts; for ASCII text the two agree, so `_run` calls RE2
         # directly there (the wrapper keeps handling everything else).
         self._engine: Any = self._compiled._regexp
+        self._lines: Any = None  # the line-by-line program for search_each, compiled on first use; False if unusable
 
     @property
     def groups(self) -> int:
@@ -200,18 +223,44 @@ class GoRegexp:
         spans = self._engine.Match(anchor, text.encode("ascii"), 0, len(text))
         return None if spans[0] == _NO_SPAN else _SpanMatch(self, text, spans)
 
-    def search_each(self, texts: Iterable[str]) -> Iterator[tuple[str, GoMatch]]:
-        """``(text, match)`` for each of ``texts`` that ``search`` matches, in order (one call for a whole list)."""
-        engine_match = self._engine.Match
-        for text in texts:
-            if text.isascii():
-                spans = engine_match(_UNANCHORED, text.encode("ascii"), 0, len(text))
-                if spans[0] != _NO_SPAN:
-                    yield text, _SpanMatch(self, text, spans)
-            else:
+    def _lines_engine(self) -> Any:
+        if self._lines is None:
+            self._lines = False
+            if _LINE_UNSAFE.search(self.pattern) is None:
+                try:
+                    self._lines = re2.compile("(?m)" + self.pattern, _LINES_OPTIONS)._regexp
+                except re2.error:
+                    pass
+        return self._lines
+
+    def search_each(self, texts: Sequence[str]) -> Iterator[tuple[str, GoMatch]]:
+        """``(text, match)`` for each of ``texts`` that ``search`` matches, in order, with the same matches.
+
+        ASCII lists without newlines are searched as one newline-joined text, by the pattern compiled with (?m)
+        (so `^`/`$` are each text's ends) and RE2's never_nl (so no match reaches across a newline into the next
+        text): a match found at or after the start of a text's line is that text's leftmost match, and the search
+        then resumes at the next text. RE2 is entered once per matching text instead of once per text.
+        """
+        joined = "\n".join(texts)
+        engine = self._lines_engine()
+        if engine is False or not joined.isascii() or joined.count("\n") != len(texts) - 1:
+            for text in texts:
                 found = self.search(text)
                 if found is not None:
                     yield text, found
+            return
+        data = joined.encode("ascii")
+        starts = [0, *itertools.accumulate(len(text) + 1 for text in texts)]
+        engine_match, last, position, end = engine.Match, len(texts) - 1, 0, len(data)
+        while True:
+            spans = engine_match(_UNANCHORED, data, position, end)
+            if spans[0] == _NO_SPAN:
+                return
+            index = bisect.bisect_right(starts, spans[0][0]) - 1
+            yield texts[index], _SpanMatch(self, joined, spans, starts[index])
+            if index == last:
+                return
+            position = starts[index + 1]
 
     def search(self, text: str) -> GoMatch | None:
         """Go's ``FindStringSubmatchIndex``/``MatchString``: the leftmost match anywhere in ``text``."""

@@ -53,6 +53,7 @@ def compile_tag_filter(pattern: str) -> GoRegexp:
 def apply_tag_filter(tags: Iterable[str], pattern: str, extract: str = "") -> dict[str, str]:
     """Map each extracted value to its original tag; a later tag wins a duplicate value."""
     regexp = compile_tag_filter(pattern)
+    tags = tags if isinstance(tags, list) else list(tags)
     filtered: dict[str, str] = {}
     if not extract:
         return {tag: tag for tag, _ in regexp.search_each(tags)}
