@@ -158,7 +158,7 @@ class _SpanMatch:
         return index
 
     def group(self, group: int | str = 0) -> str | None:
-        start, end = self._spans[self._index(group)]
+        start, end = self._spans[group if group.__class__ is int and 0 <= group <= self.re._groups else self._index(group)]
         return None if start < 0 else self._text[start:end]
 
     def span(self, group: int = 0) -> tuple[int, int]:
@@ -251,12 +251,13 @@ class GoRegexp:
             return
         data = joined.encode("ascii")
         starts = [0, *itertools.accumulate(len(text) + 1 for text in texts)]
-        engine_match, last, position, end = engine.Match, len(texts) - 1, 0, len(data)
+        engine_match, bisect_right, last, position, end = engine.Match, bisect.bisect_right, len(texts) - 1, 0, len(data)
         while True:
             spans = engine_match(_UNANCHORED, data, position, end)
-            if spans[0] == _NO_SPAN:
+            start = spans[0][0]
+            if start < 0:
                 return
-            index = bisect.bisect_right(starts, spans[0][0]) - 1
+            index = bisect_right(starts, start) - 1
             yield texts[index], _SpanMatch(self, joined, spans, starts[index])
             if index == last:
                 return
