@@ -19,15 +19,22 @@ from stockade.errors import StockadeError
 __all__ = ["SemverError", "Version", "parse_version", "Constraint", "select_highest"]
 
 _UINT64_MAX = 2**64 - 1
-_IDENT = r"[0-9A-Za-z\-]+"
+_IDENT = r"[0-9A-Za-z\-]++"
 # Masterminds' loose (coercing) grammar: `1`, `1.2`, `v1.2.3-pre+meta`, leading zeros allowed. The groups are
 # major, minor, patch, prerelease and metadata without their separators; the grammar is written once here and
-# anchored two ways below (one version, or every line of a newline-joined tag list).
-_LOOSE_BODY = rf"v?([0-9]+)(?:\.([0-9]+))?(?:\.([0-9]+))?(?:-({_IDENT}(?:\.{_IDENT})*))?(?:\+({_IDENT}(?:\.{_IDENT})*))?"
+# anchored two ways below (one version, or every line of a newline-joined tag list). Every quantifier is possessive
+# (never gives back what it took), which changes no match of the anchored grammar: what follows each part can never
+# begin with a character that part could have given back (digits end at `.`/`-`/`+`, identifiers at `.`/`+`), and an
+# optional part given back leaves its `.`/`-`/`+` for parts that cannot take it (a minor given back to the patch
+# part leaves fewer ways on, not more), so backtracking into a part could never succeed.
+_LOOSE_BODY = (
+    rf"v?+([0-9]++)(?:\.([0-9]++))?+(?:\.([0-9]++))?+"
+    rf"(?:-({_IDENT}(?:\.{_IDENT})*+))?+(?:\+({_IDENT}(?:\.{_IDENT})*+))?+"
+)
 _LOOSE = re.compile(_LOOSE_BODY)
 # fluxcd/pkg/version.ParseVersion: the tag must split into three parts on its first two dots (a lookahead for two
 # dots on the same line) before the loose grammar reads it.
-_STRICT_LINES = re.compile(rf"^(?=[^.\n]*\.[^.\n]*\.)({_LOOSE_BODY})$", re.MULTILINE)
+_STRICT_LINES = re.compile(rf"^(?=[^.\n]*+\.[^.\n]*+\.)({_LOOSE_BODY})$", re.MULTILINE)
 # Masterminds >= 3.5 refuses longer version strings and constraints, and more `||` groups.
 _MAX_VERSION_LENGTH = 256
 _MAX_CONSTRAINT_LENGTH = 512

@@ -305,3 +305,45 @@ def test_select_highest_edge_cases(constraint: str, tags: list[str], winner: str
 def test_select_highest_ignores_tags_holding_a_newline(tags: list[str]) -> None:
     """Go's `$` is the end of the text, so such a tag is never a version, even when one of its lines is."""
     assert select_highest(tags, Constraint("*")) == "1.0.0"
+
+
+def test_possessive_grammar_reads_exactly_what_masterminds_loose_regex_reads() -> None:
+    """The parser's grammar never backtracks; Masterminds' own (backtracking-style) regex must read the same parts."""
+    import random
+    import re
+
+    from stockade.reflector import semver
+
+    masterminds = re.compile(
+        r"v?([0-9]+)(\.[0-9]+)?(\.[0-9]+)?(-([0-9A-Za-z\-]+(\.[0-9A-Za-z\-]+)*))?(\+([0-9A-Za-z\-]+(\.[0-9A-Za-z\-]+)*))?"
+    )
+    rng = random.Random(27)
+    digits, idents, junk = ["0", "1", "01", "22", "007"], ["rc", "1", "01", "a-b", "Z-", "-", "0a"], [".", "-", "+", "x", "\n", " ", ""]
+
+    def candidate() -> str:
+        text = rng.choice(["", "v", "vv"]) + rng.choice(digits)
+        text += "".join("." + rng.choice(digits) for _ in range(rng.randrange(4)))
+        for mark in ("-", "+"):
+            if rng.random() < 0.5:
+                text += mark + ".".join(rng.choice(idents) for _ in range(rng.randrange(1, 4)))
+        if rng.random() < 0.3:  # damage it somewhere
+            cut = rng.randrange(len(text) + 1)
+            text = text[:cut] + rng.choice(junk) + text[cut:]
+        return text
+
+    corpus = {candidate() for _ in range(20000)}
+    corpus |= {"1.2.3", "v1.2.3-rc.1+b.2", "1-a.b.c", "1.2.3.4", "1.2-3.4", "1+2.3", "v.1.2"}
+    accepted = 0
+    for text in sorted(corpus):
+        expected = masterminds.fullmatch(text)
+        actual = semver._LOOSE.fullmatch(text)
+        assert (actual is None) == (expected is None), text
+        if expected is not None and actual is not None:
+            accepted += 1
+            minor, patch = expected.group(2), expected.group(3)
+            want = (expected.group(1), minor and minor[1:], patch and patch[1:], expected.group(5), expected.group(8))
+            assert actual.groups() == want, text
+    assert accepted > 5000
+    lines = [text for text in sorted(corpus) if "\n" not in text]
+    want_lines = [text for text in lines if masterminds.fullmatch(text) and len(text.split(".", 2)) == 3]
+    assert [found[0] for found in semver._STRICT_LINES.findall("\n".join(lines))] == want_lines
