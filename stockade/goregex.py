@@ -11,9 +11,11 @@ U+FFFD in their place, as Go's JSON decoder would have read them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import bisect
+import itertools
+from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache
-from typing import Protocol
+from typing import Any, Protocol
 
 import re2
 from stockade.errors import StockadeError
@@ -23,6 +25,7 @@ __all__ = [
     "GoMatch",
     "GoRegexp",
     "compile_go_regex",
+    "compile_template",
     "expand_template",
     "find_all",
     "replace_all",
@@ -122,6 +125,7 @@ def _re2_options() -> re2.Options:
 
 
 _OPTIONS = _re2_options()
+_UNANCHORED, _ANCHOR_START, _ANCHOR_BOTH = re2._Anchor.UNANCHORED, re2._Anchor.ANCHOR_START, re2._Anchor.ANCHOR_BOTH
 
 
 def _encodable(text: str) -> str:
@@ -129,10 +133,63 @@ def _encodable(text: str) -> str:
     return "".join("\ufffd" if "\ud800" <= character <= "\udfff" else character for character in text)
 
 
+_NO_SPAN = (-1, -1)
+
+
+class _SpanMatch:
+    """A match on ASCII text, where RE2's byte offsets are character offsets (the ``GoMatch`` surface).
+
+    ``text`` may be a longer text holding the matched one at ``offset`` (see ``GoRegexp.search_each``): groups are
+    cut from it directly and spans are reported relative to the matched text.
+    """
+
+    __slots__ = ("re", "_text", "_spans", "_offset")
+
+    def __init__(self, regexp: GoRegexp, text: str, spans: list[tuple[int, int]], offset: int = 0) -> None:
+        self.re = regexp
+        self._text = text
+        self._spans = spans
+        self._offset = offset
+
+    def _index(self, group: int | str) -> int:
+        index = self.re._groupindex[group] if isinstance(group, str) else group
+        if not 0 <= index <= self.re._groups:
+            raise IndexError("no such group")
+        return index
+
+    def group(self, group: int | str = 0) -> str | None:
+        start, end = self._spans[group if group.__class__ is int and 0 <= group <= self.re._groups else self._index(group)]
+        return None if start < 0 else self._text[start:end]
+
+    def span(self, group: int = 0) -> tuple[int, int]:
+        start, end = self._spans[self._index(group)]
+        return _NO_SPAN if start < 0 else (start - self._offset, end - self._offset)
+
+    def start(self, group: int = 0) -> int:
+        return self.span(group)[0]
+
+    def end(self, group: int = 0) -> int:
+        return self.span(group)[1]
+
+
+# Only `^`/`$` change meaning under (?m); a pattern that names text anchors or sets the m flag itself keeps the
+# one-text-at-a-time search (a deliberately broad test on the pattern text: a false alarm only costs speed).
+_LINE_UNSAFE = re2.compile(r"\\[Az]|\(\?[imsU-]*m")
+
+
+def _lines_options() -> re2.Options:
+    options = _re2_options()
+    options.never_nl = True
+    return options
+
+
+_LINES_OPTIONS = _lines_options()
+
+
 class GoRegexp:
     """A compiled Go regexp.  Methods take Python ``str`` and report character offsets, like ``re``."""
 
-    __slots__ = ("_compiled", "pattern")
+    __slots__ = ("_compiled", "_engine", "_groups", "_groupindex", "_lines", "pattern")
 
     def __init__(self, pattern: str) -> None:
         self.pattern = pattern
@@ -146,17 +203,70 @@ class GoRegexp:
         except UnicodeEncodeError:
             raise _go_error("invalid UTF-8", pattern) from None
         _check_group_names(self._compiled, pattern)
+        self._groups = int(self._compiled.groups)
+        self._groupindex: dict[str, int] = dict(self._compiled.groupindex)
+        # The binding's compiled RE2 object. Its Python wrapper converts every offset between bytes and characters,
+        # which costs more than the match itself on short texts; for ASCII text the two agree, so `_run` calls RE2
+        # directly there (the wrapper keeps handling everything else).
+        self._engine: Any = self._compiled._regexp
+        self._lines: Any = None  # the line-by-line program for search_each, compiled on first use; False if unusable
 
     @property
     def groups(self) -> int:
-        return int(self._compiled.groups)
+        return self._groups
 
     @property
     def groupindex(self) -> dict[str, int]:
-        return dict(self._compiled.groupindex)
+        return dict(self._groupindex)
+
+    def _run(self, anchor: Any, text: str) -> GoMatch | None:
+        spans = self._engine.Match(anchor, text.encode("ascii"), 0, len(text))
+        return None if spans[0] == _NO_SPAN else _SpanMatch(self, text, spans)
+
+    def _lines_engine(self) -> Any:
+        if self._lines is None:
+            self._lines = False
+            if _LINE_UNSAFE.search(self.pattern) is None:
+                try:
+                    self._lines = re2.compile("(?m)" + self.pattern, _LINES_OPTIONS)._regexp
+                except re2.error:
+                    pass
+        return self._lines
+
+    def search_each(self, texts: Sequence[str]) -> Iterator[tuple[str, GoMatch]]:
+        """``(text, match)`` for each of ``texts`` that ``search`` matches, in order, with the same matches.
+
+        ASCII lists without newlines are searched as one newline-joined text, by the pattern compiled with (?m)
+        (so `^`/`$` are each text's ends) and RE2's never_nl (so no match reaches across a newline into the next
+        text): a match found at or after the start of a text's line is that text's leftmost match, and the search
+        then resumes at the next text. RE2 is entered once per matching text instead of once per text.
+        """
+        joined = "\n".join(texts)
+        engine = self._lines_engine()
+        if engine is False or not joined.isascii() or joined.count("\n") != len(texts) - 1:
+            for text in texts:
+                found = self.search(text)
+                if found is not None:
+                    yield text, found
+            return
+        data = joined.encode("ascii")
+        starts = [0, *itertools.accumulate(len(text) + 1 for text in texts)]
+        engine_match, bisect_right, last, position, end = engine.Match, bisect.bisect_right, len(texts) - 1, 0, len(data)
+        while True:
+            spans = engine_match(_UNANCHORED, data, position, end)
+            start = spans[0][0]
+            if start < 0:
+                return
+            index = bisect_right(starts, start) - 1
+            yield texts[index], _SpanMatch(self, joined, spans, starts[index])
+            if index == last:
+                return
+            position = starts[index + 1]
 
     def search(self, text: str) -> GoMatch | None:
         """Go's ``FindStringSubmatchIndex``/``MatchString``: the leftmost match anywhere in ``text``."""
+        if text.isascii():
+            return self._run(_UNANCHORED, text)
         try:
             return self._compiled.search(text)  # type: ignore[no-any-return]
         except UnicodeEncodeError:
@@ -164,6 +274,8 @@ class GoRegexp:
 
     def match(self, text: str) -> GoMatch | None:
         """A match that starts at the beginning of ``text``."""
+        if text.isascii():
+            return self._run(_ANCHOR_START, text)
         try:
             return self._compiled.match(text)  # type: ignore[no-any-return]
         except UnicodeEncodeError:
@@ -171,6 +283,8 @@ class GoRegexp:
 
     def fullmatch(self, text: str) -> GoMatch | None:
         """A match covering all of ``text`` (what ``^(?:…)$`` would give in Go)."""
+        if text.isascii():
+            return self._run(_ANCHOR_BOTH, text)
         try:
             return self._compiled.fullmatch(text)  # type: ignore[no-any-return]
         except UnicodeEncodeError:
@@ -227,42 +341,63 @@ def _group_number(name: str) -> int:
     return int(name) if len(name) <= 8 else -1
 
 
-def expand_template(template: str, match: GoMatch) -> str:
-    """Expand `$1`, `$name`, `${name}` and `$$` exactly like Go's Regexp.ExpandString.
+TemplatePiece = str | int  # literal text, or the number of the group whose text goes there
 
-    Names are greedy (`$1x` refers to group `1x`), unknown or non-participating
-    groups expand to "", and a malformed `$` reference is kept literally.
+
+def _template_pieces(template: str, groups: int, groupindex: dict[str, int]) -> tuple[TemplatePiece, ...]:
+    """Read a Go ``Expand`` template once: `$1`, `$name`, `${name}` and `$$` against the regexp's groups.
+
+    Names are greedy (`$1x` refers to group `1x`), unknown groups expand to nothing, and a malformed `$`
+    reference is kept literally.
     """
-    out: list[str] = []
+    pieces: list[TemplatePiece] = []
+    literal: list[str] = []
     rest = template
-    groups = match.re.groups or 0
-    groupindex = match.re.groupindex
     while True:
         dollar = rest.find("$")
         if dollar < 0:
-            out.append(rest)
+            literal.append(rest)
             break
-        out.append(rest[:dollar])
+        literal.append(rest[:dollar])
         rest = rest[dollar + 1 :]
         if rest.startswith("$"):
-            out.append("$")
+            literal.append("$")
             rest = rest[1:]
             continue
         braced = rest.startswith("{")
         body = rest[1:] if braced else rest
         length = _name_length(body)
         if length == 0 or (braced and not body[length:].startswith("}")):
-            out.append("$")
+            literal.append("$")
             continue
         name = body[:length]
         rest = body[length + 1 :] if braced else body[length:]
         number = _group_number(name)
-        if number >= 0:
-            if number <= groups:
-                out.append(match.group(number) or "")
-        elif name in groupindex:
-            out.append(match.group(name) or "")
-    return "".join(out)
+        index = (number if number <= groups else -1) if number >= 0 else groupindex.get(name, -1)
+        if index >= 0:
+            pieces.append("".join(literal))
+            literal = []
+            pieces.append(index)
+    pieces.append("".join(literal))
+    return tuple(piece for piece in pieces if piece != "")
+
+
+def _expand(pieces: tuple[TemplatePiece, ...], match: GoMatch) -> str:
+    return "".join([piece if isinstance(piece, str) else (match.group(piece) or "") for piece in pieces])
+
+
+def expand_template(template: str, match: GoMatch) -> str:
+    """Expand `$1`, `$name`, `${name}` and `$$` exactly like Go's Regexp.ExpandString; unset groups give ""."""
+    return _expand(_template_pieces(template, match.re.groups or 0, match.re.groupindex), match)
+
+
+def compile_template(template: str, regexp: GoRegexp) -> Callable[[GoMatch], str]:
+    """``expand_template`` for many matches of one regexp: the template is read once."""
+    pieces = _template_pieces(template, regexp.groups, regexp.groupindex)
+    if len(pieces) == 1 and isinstance(pieces[0], int):  # the usual `$name`: no joining needed
+        group = pieces[0]
+        return lambda match: match.group(group) or ""
+    return lambda match: _expand(pieces, match)
 
 
 class OutputTooLargeError(GoRegexError):

@@ -14,8 +14,8 @@ import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 
-from stockade.goregex import GoRegexError, GoRegexp, compile_go_regex, expand_template
-from stockade.reflector.semver import Constraint, SemverError, Version, parse_version
+from stockade.goregex import GoRegexError, GoRegexp, compile_go_regex, compile_template, expand_template
+from stockade.reflector.semver import Constraint, SemverError, select_highest
 from stockade.errors import StockadeError
 
 __all__ = [
@@ -53,13 +53,13 @@ def compile_tag_filter(pattern: str) -> GoRegexp:
 def apply_tag_filter(tags: Iterable[str], pattern: str, extract: str = "") -> dict[str, str]:
     """Map each extracted value to its original tag; a later tag wins a duplicate value."""
     regexp = compile_tag_filter(pattern)
+    tags = tags if isinstance(tags, list) else list(tags)
     filtered: dict[str, str] = {}
-    for tag in tags:
-        match = regexp.search(tag)
-        if match is None:
-            continue
-        value = expand_template(extract, match) if extract else tag
-        filtered[value] = tag
+    if not extract:
+        return {tag: tag for tag, _ in regexp.search_each(tags)}
+    expand = compile_template(extract, regexp)
+    for tag, match in regexp.search_each(tags):
+        filtered[expand(match)] = tag
     return filtered
 
 
@@ -170,18 +170,7 @@ def _semver_selector(spec: Mapping[str, object] | None) -> Callable[[list[str]],
     except SemverError as exc:
         raise InvalidPolicyError(f"invalid policy: {exc}") from None
 
-    def latest(tags: list[str]) -> str | None:
-        best: Version | None = None
-        for tag in tags:
-            try:
-                version = parse_version(tag)
-            except SemverError:
-                continue
-            if constraint.check(version) and (best is None or version > best):
-                best = version
-        return best.original if best is not None else None
-
-    return latest
+    return lambda tags: select_highest(tags, constraint)
 
 
 def _alphabetical_selector(spec: Mapping[str, object] | None) -> Callable[[list[str]], str | None]:

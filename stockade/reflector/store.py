@@ -79,7 +79,7 @@ class TagStore:
         data = _read_json(self._tags_path(key))
         if not isinstance(data, dict) or not isinstance(data.get("tags"), list):
             return None
-        return [str(tag) for tag in data["tags"]]
+        return list(map(str, data["tags"]))
 
     def set_tags(self, key: ObjectKey, canonical_image: str, tags: list[str]) -> None:
         _write_json_atomically(self._tags_path(key), {"image": canonical_image, "tags": list(tags)})

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stockade.reflector.semver import Constraint, SemverError, Version, parse_version
+from stockade.reflector.semver import Constraint, SemverError, Version, parse_version, select_highest
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "go_oracle_vectors.json").read_text(encoding="utf-8"))
 
@@ -196,3 +196,154 @@ def test_differential_strict_parse_vectors() -> None:
 
     mismatches = [(text, expected) for text, expected in VECTORS["strict"] if accepted(text) != expected]
     assert not mismatches, mismatches[:5]
+
+
+# --- Masterminds 3.5 limits ----------------------------------------------------------
+
+
+def test_versions_longer_than_256_bytes_are_refused() -> None:
+    at_limit = "1.2.3-" + "a" * 250
+    assert len(at_limit) == 256 and parse_version(at_limit).prerelease == "a" * 250
+    with pytest.raises(SemverError, match="too long"):
+        parse_version(at_limit + "b")
+    with pytest.raises(SemverError, match="too long"):
+        Constraint(">=" + at_limit[:-2] + "-" + "b" * 2)  # 257-character version inside a short enough range
+
+
+def test_constraints_longer_than_512_bytes_or_with_more_than_32_groups_are_refused() -> None:
+    Constraint(" || ".join(["1.2.3"] * 32))
+    with pytest.raises(SemverError, match="too many constraint groups"):
+        Constraint(" || ".join(["1.2.3"] * 33))
+    padded = ">=1.0.0" + " " * (512 - len(">=1.0.0"))
+    Constraint(padded)
+    with pytest.raises(SemverError, match="too long"):
+        Constraint(padded + " ")
+
+
+# --- selecting the highest tag (the ImagePolicy fast path) ------------------------------
+
+
+def reference_highest(tags: list[str], constraint: Constraint) -> str | None:
+    """Flux's SemVer.Latest, one tag at a time: parse, check the range, keep the first strictly greater version."""
+    best: Version | None = None
+    for tag in tags:
+        try:
+            version = parse_version(tag)
+        except SemverError:
+            continue
+        if constraint.check(version) and (best is None or version > best):
+            best = version
+    return best.original if best is not None else None
+
+
+def test_select_highest_agrees_with_masterminds_on_every_vector() -> None:
+    """The winner must be the highest of exactly the tags Go's Check accepted (first one among equals)."""
+    compared = 0
+    for constraint_text, versions, expected in VECTORS["checks"]:
+        if expected == "error":
+            continue
+        constraint = Constraint(constraint_text)
+        accepted = [text for text, ok in zip(versions, expected) if ok]
+        want = None
+        for text in accepted:
+            if want is None or parse_version(text) > parse_version(want):
+                want = text
+        assert select_highest(versions, constraint) == want, (constraint_text, versions, expected)
+        assert select_highest(list(reversed(versions)), constraint) == reference_highest(list(reversed(versions)), constraint)
+        compared += 1
+    assert compared >= 500
+
+
+def test_major_ceiling_never_excludes_a_version_masterminds_accepts() -> None:
+    for constraint_text, versions, expected in VECTORS["checks"]:
+        if expected == "error":
+            continue
+        ceiling = Constraint(constraint_text).major_ceiling
+        for text, ok in zip(versions, expected):
+            if ok:
+                assert parse_version(text).major <= ceiling, (constraint_text, text)
+
+
+@pytest.mark.parametrize(
+    "constraint, tags, winner",
+    [
+        # the first of equal-precedence tags wins: `v` prefix and metadata do not count
+        ("*", ["v1.2.3", "1.2.3", "1.2.3+build.1"], "v1.2.3"),
+        ("*", ["1.2.3+build.1", "v1.2.3"], "1.2.3+build.1"),
+        # three parts on the first two dots, then the coercing grammar: `1-a.b.c` is 1.0.0-a.b.c, `1-a.b` and `1.0` are not versions
+        (">=0.0.0-0", ["1-a.b", "1-a.b.c", "1.0", "0.9.9"], "1-a.b.c"),
+        ("*", ["1.0", "2", "1.2.3.4", "0.0.1"], "0.0.1"),
+        # CalVer with leading zeros, prereleases only with a prerelease comparator, leading-zero identifiers refused
+        ("*", ["2025.07.03", "2025.7.2", "2025.06.30"], "2025.07.03"),
+        (">=1.0.0", ["1.5.0-rc.1", "1.4.0"], "1.4.0"),
+        (">=1.0.0-0", ["1.5.0-rc.1", "1.4.0", "1.5.0-rc.01"], "1.5.0-rc.1"),
+        (">=1.0.0-0", ["1.5.0-rc.9", "1.5.0-rc.10", "1.5.0-rc10"], "1.5.0-rc10"),
+        # segments are uint64: one past the maximum is not a version, the maximum is
+        ("*", ["18446744073709551616.0.0", "1.18446744073709551616.0", "1.0.18446744073709551616", "1.0.0"], "1.0.0"),
+        (">=1.0.0", ["18446744073709551615.0.0", "1.0.0"], "18446744073709551615.0.0"),
+        ("*", ["1." + "0" * 300 + "1.0", "0.5.0"], "0.5.0"),  # over 256 bytes, though its value is small
+        # a group without an upper bound lifts the major ceiling of the whole range
+        ("<2.0.0 || >=50.0.0", ["1.9.0", "49.0.0", "51.0.0"], "51.0.0"),
+        ("<2.0.0 || ~>40.1", ["1.9.0", "40.1.7", "40.2.0"], "40.1.7"),
+        ("~0.0.0", ["3.0.0", "0.0.1"], "3.0.0"),
+        ("^0.2", ["0.2.9", "0.3.0", "1.0.0"], "0.2.9"),
+        ("!=2.0.0", ["2.0.0", "1.0.0", "v2.0.0+meta"], "1.0.0"),
+        ("<=*", ["0.0.5", "0.1.0"], "0.0.5"),
+        # nothing in range, nothing at all
+        (">5", ["1.0.0", "latest"], None),
+        ("*", [], None),
+        ("*", [""], None),
+    ],
+)
+def test_select_highest_edge_cases(constraint: str, tags: list[str], winner: str | None) -> None:
+    parsed = Constraint(constraint)
+    assert select_highest(tags, parsed) == winner
+    assert reference_highest(tags, parsed) == winner
+
+
+@pytest.mark.parametrize("tags", [["1.2.3\n", "1.0.0"], ["9.9.9\n1.2.3", "1.0.0"], ["1.0.0", "\n9.9.9"], ["x\n", "1.0.0"]])
+def test_select_highest_ignores_tags_holding_a_newline(tags: list[str]) -> None:
+    """Go's `$` is the end of the text, so such a tag is never a version, even when one of its lines is."""
+    assert select_highest(tags, Constraint("*")) == "1.0.0"
+
+
+def test_possessive_grammar_reads_exactly_what_masterminds_loose_regex_reads() -> None:
+    """The parser's grammar never backtracks; Masterminds' own (backtracking-style) regex must read the same parts."""
+    import random
+    import re
+
+    from stockade.reflector import semver
+
+    masterminds = re.compile(
+        r"v?([0-9]+)(\.[0-9]+)?(\.[0-9]+)?(-([0-9A-Za-z\-]+(\.[0-9A-Za-z\-]+)*))?(\+([0-9A-Za-z\-]+(\.[0-9A-Za-z\-]+)*))?"
+    )
+    rng = random.Random(27)
+    digits, idents, junk = ["0", "1", "01", "22", "007"], ["rc", "1", "01", "a-b", "Z-", "-", "0a"], [".", "-", "+", "x", "\n", " ", ""]
+
+    def candidate() -> str:
+        text = rng.choice(["", "v", "vv"]) + rng.choice(digits)
+        text += "".join("." + rng.choice(digits) for _ in range(rng.randrange(4)))
+        for mark in ("-", "+"):
+            if rng.random() < 0.5:
+                text += mark + ".".join(rng.choice(idents) for _ in range(rng.randrange(1, 4)))
+        if rng.random() < 0.3:  # damage it somewhere
+            cut = rng.randrange(len(text) + 1)
+            text = text[:cut] + rng.choice(junk) + text[cut:]
+        return text
+
+    corpus = {candidate() for _ in range(20000)}
+    corpus |= {"1.2.3", "v1.2.3-rc.1+b.2", "1-a.b.c", "1.2.3.4", "1.2-3.4", "1+2.3", "v.1.2"}
+    accepted = 0
+    for text in sorted(corpus):
+        expected = masterminds.fullmatch(text)
+        actual = semver._LOOSE.fullmatch(text)
+        assert (actual is None) == (expected is None), text
+        if expected is not None and actual is not None:
+            accepted += 1
+            minor, patch = expected.group(2), expected.group(3)
+            want = (expected.group(1), minor and minor[1:], patch and patch[1:], expected.group(5), expected.group(8))
+            assert actual.groups() == want, text
+    assert accepted > 5000
+    lines = [text for text in sorted(corpus) if "\n" not in text]
+    want_lines = [text for text in lines if masterminds.fullmatch(text) and len(text.split(".", 2)) == 3]
+    assert [found[0] for found in semver._STRICT_LINES.findall("\n".join(lines))] == want_lines
