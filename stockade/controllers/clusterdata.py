@@ -31,6 +31,8 @@ DEFAULT_TTL_SECONDS = 2.0
 DISCOVERY_TTL_SECONDS = 300.0
 DISCOVERY_MISS_RETRY_SECONDS = 15.0
 SERVICE_CALL_TIMEOUT_SECONDS = 10.0
+# Kyverno's maxAPICallResponseLength default: a service answer is read up to this size, never further
+MAX_SERVICE_RESPONSE_BYTES = 2 * 1000 * 1000
 
 
 # The former name of the API failure raised here; every failure is a `stockade.kube.errors.KubeError` subclass
@@ -343,7 +345,10 @@ class ClusterData:
             raise ContextLoadError(f"apiCall method {method} is not supported (GET or POST)")
         context: ssl.SSLContext | None = None
         if url.startswith("https://"):
-            context = ssl.create_default_context(cadata=str(service["caBundle"])) if service.get("caBundle") else ssl.create_default_context()
+            try:
+                context = ssl.create_default_context(cadata=str(service["caBundle"])) if service.get("caBundle") else ssl.create_default_context()
+            except (ssl.SSLError, ValueError) as exc:
+                raise ContextLoadError(f"apiCall service {url}: invalid caBundle: {exc}") from None
         headers = {"Accept": "application/json"}
         for header in service.get("headers") or call.get("headers") or []:
             if isinstance(header, dict) and header.get("key"):
@@ -355,9 +360,11 @@ class ClusterData:
         request = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=SERVICE_CALL_TIMEOUT_SECONDS, context=context) as response:
-                raw = response.read()
+                raw = response.read(MAX_SERVICE_RESPONSE_BYTES + 1)
         except Exception as exc:
             raise ContextLoadError(f"failed to call service {url}: {exc}") from None
+        if len(raw) > MAX_SERVICE_RESPONSE_BYTES:
+            raise ContextLoadError(f"response length must be less than max allowed response length of {MAX_SERVICE_RESPONSE_BYTES}")
         try:
             return json.loads(raw) if raw else None
         except ValueError as exc:

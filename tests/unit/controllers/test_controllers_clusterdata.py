@@ -180,3 +180,45 @@ def test_authorizer_checks_are_subject_access_reviews() -> None:
     assert data.authorize({"username": "alice", "groups": ["devs"]}, {"path": "/healthz", "verb": "get"})[0] == "deny"
     assert bodies[1]["spec"] == {"user": "alice", "groups": ["devs"], "nonResourceAttributes": {"path": "/healthz", "verb": "get"}}
     assert data.authorize({"username": "bob"}, attributes)[0] == "noOpinion"
+
+
+def test_a_service_call_is_read_up_to_kyvernos_response_limit_and_a_bad_ca_bundle_is_a_load_error() -> None:
+    """Kyverno's maxAPICallResponseLength (2 MB by default) bounds what a service apiCall reads; an unusable caBundle
+    is the entry's load error, never an exception out of the caller (a GlobalContextEntry's status says why)."""
+    import http.server
+    import threading
+
+    from stockade.controllers.clusterdata import MAX_SERVICE_RESPONSE_BYTES
+    from stockade.engine.contextloader import ContextLoadError
+
+    sizes = {"/small": 1000, "/big": MAX_SERVICE_RESPONSE_BYTES + 10}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            size = sizes[self.path]
+            body = b'{"k": "' + b"x" * (size - 10) + b'"}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            try:
+                self.wfile.write(body)
+            except OSError:
+                pass
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    data, _client = make({})
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        assert len(data.api_call({"service": {"url": f"{base}/small"}})["k"]) == 990
+        with pytest.raises(ContextLoadError, match=f"max allowed response length of {MAX_SERVICE_RESPONSE_BYTES}"):
+            data.api_call({"service": {"url": f"{base}/big"}})
+        with pytest.raises(ContextLoadError, match="invalid caBundle"):
+            data.api_call({"service": {"url": "https://127.0.0.1:1/", "caBundle": "not a certificate"}})
+    finally:
+        server.shutdown()
+        server.server_close()
