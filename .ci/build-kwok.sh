@@ -23,7 +23,22 @@ cd "$module_dir"
 go mod download sigs.k8s.io/kwok
 stages="$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok)/kustomize/stage/pod/fast"
 [ -f "$stages/pod-ready.yaml" ] || { echo "build-kwok: KWOK's pod stages not found under $stages" >&2; exit 1; }
-{ cat "$stages/pod-ready.yaml"; echo "---"; cat "$stages/pod-delete.yaml"; } > "$bin_dir/kwok-pod-stages.yaml.tmp"
+# A running container's status also reports its resources, as a kubelet with in-place resize does (Kubernetes 1.33+):
+# the API server refuses pods/resize for a Pod whose running containers report none ("node without support for resize").
+{
+  awk '
+    /range \.spec\.containers/ { in_containers = 1 }
+    /range \.spec\.initContainers/ { in_containers = 0 }
+    { print }
+    in_containers && /restartCount: 0/ {
+      print "        resources: {{ if .resources }}{{ .resources | toJson }}{{ else }}{}{{ end }}"
+    }
+  ' "$stages/pod-ready.yaml"
+  echo "---"
+  cat "$stages/pod-delete.yaml"
+} > "$bin_dir/kwok-pod-stages.yaml.tmp"
+grep -q 'resources: {{ if .resources }}' "$bin_dir/kwok-pod-stages.yaml.tmp" \
+  || { echo "build-kwok: KWOK's pod-ready stage changed shape; container resources were not added" >&2; exit 1; }
 mv "$bin_dir/kwok-pod-stages.yaml.tmp" "$bin_dir/kwok-pod-stages.yaml"
 stamp="$(sha256sum go.mod | cut -c1-16)-$(go env GOVERSION)"
 if [ -x "$out" ] && [ "$(cat "$out.stamp" 2>/dev/null)" = "$stamp" ]; then
