@@ -589,6 +589,8 @@ class GenerateController:
         # (apiVersion, kind) each GeneratingPolicy has produced: its downstream kinds are only known from expressions
         self._gpol_kinds: dict[str, set[tuple[str, str]]] = {}
         self._own_username: str | None = None
+        # Kyverno's backgroundServiceAccountName: its requests are background requests too (skipBackgroundRequests)
+        self.background_username = background_username
         self._policies_changed = threading.Event()
         # watches of the kinds synchronized GeneratingPolicies produce (started with the controller in a cluster)
         self.downstream_watch: DownstreamWatcher | None = None
@@ -870,6 +872,13 @@ class GenerateController:
                 self._own_username = ""
         return self._own_username
 
+    def is_background_request(self, username: str) -> bool:
+        """Whether a request comes from the background controller: the configured background account (Kyverno's
+        ``backgroundServiceAccountName``) or the user this controller writes as."""
+        if not username:
+            return False
+        return username == self.background_username or username == self.own_username()
+
     def _evaluate(self, engine: Engine, policy: KyvernoPolicy, trigger: dict[str, Any], operation: str, info: RequestInfo, gvk: ResourceKind | None) -> EngineResponse:
         namespace = str((trigger.get("metadata") or {}).get("namespace") or "")
         labels = self.cluster.namespace_labels(namespace) if namespace else {}
@@ -921,7 +930,7 @@ class GenerateController:
         engine = self._engine() if policies else None
         failures: list[TriggerFailure] = []
         uid = str((trigger.get("metadata") or {}).get("uid") or "")
-        own_request = bool(event.info.username) and event.info.username == self.own_username()
+        own_request = self.is_background_request(event.info.username)
         for policy in policies:
             rules = generate_rules(policy)
             if own_request:
@@ -1167,7 +1176,10 @@ class GenerateController:
         deleting = event.operation == "DELETE"
         evaluator = self._cel_evaluator() if not deleting or any(gpol_matches_delete(p) for p in gpols) else None
         failures: list[TriggerFailure] = []
+        background = self.is_background_request(event.info.username)
         for policy in gpols:
+            if background and policy.skips_background_requests:
+                continue  # Kyverno's gpol webhook drops background requests unless the policy opts in
             synchronized = evaluation_enabled(policy, "synchronize")
             generate_on_delete = deleting and gpol_matches_delete(policy)
             result = None

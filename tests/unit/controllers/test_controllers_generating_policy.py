@@ -255,3 +255,23 @@ def test_generating_policies_read_global_context_entries_in_the_cluster() -> Non
     ctl = controller(cluster, Store(gpol(expression=expression)))
     assert ctl.process_event(TriggerEvent("CREATE", trigger(cluster))) == []
     assert (cluster.find("ConfigMap", "ns1", "from-gctx") or {}).get("data") == {"app": "blue"}
+
+
+def test_requests_of_the_background_account_skip_generating_policies_unless_they_opt_in() -> None:
+    """Kyverno's gpol webhook: a request by the configured background service account is a background request, and
+    a GeneratingPolicy skips it unless spec.evaluation.skipBackgroundRequests is false (e2e generating-policies/
+    webhook/skip-background-requests); other users' requests generate as usual."""
+    from stockade.engine.match import RequestInfo
+
+    background = "system:serviceaccount:kyverno:kyverno-background-controller"
+    default = gpol("default")
+    optin = gpol("optin", expression="generator.Apply(object.metadata.namespace, [{'kind': dyn('ConfigMap'), 'apiVersion': dyn('v1'), 'metadata': dyn({'name': 'optin'})}])")
+    optin["spec"]["evaluation"]["skipBackgroundRequests"] = False
+    cluster = FakeCluster()
+    ctl = GenerateController(None, Store(default, optin), cluster_data=cluster, background_username=background)  # type: ignore[arg-type]
+    cm = trigger(cluster)
+    assert ctl.process_event(TriggerEvent("UPDATE", cm, cm, info=RequestInfo(username=background))) == []
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny") is None  # the default policy skipped it
+    assert cluster.find("ConfigMap", "ns1", "optin") is not None  # the opted-in one did not
+    assert ctl.process_event(TriggerEvent("UPDATE", cm, cm, info=RequestInfo(username="alice"))) == []
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny") is not None
