@@ -78,6 +78,7 @@ class CelPolicyRun:
         providers["globalContext"] = StaticGlobalContext(list(global_context_entries or []))
         providers["image"] = StaticImageData(list(context_images or []))
         providers.update(live_providers or {})
+        self.live = live_providers is not None
         self.evaluator = CelPolicyEvaluator(providers=providers, exceptions=exceptions, params=params)
         self.authz_evaluator = AuthzEvaluator(providers)
         self.image_evaluator = ImageValidatingEvaluator(self.evaluator, image_verifier) if self.image_validating else None
@@ -160,7 +161,7 @@ class CelPolicyRun:
                         out.append(response)
         for policy in self.vaps:
             vap_request = AdmissionInput(object=current, user_info=_user_info(info), namespace_labels=dict(namespace_labels))
-            out.append(self.evaluator.validate_admission(policy, self._bindings(self.vap_bindings, policy), vap_request))
+            out.append(self.evaluator.validate_admission(policy, self._bindings(self.vap_bindings, policy), vap_request, live=self.live))
         for policy in self.validating:
             if (policy.spec.get("evaluation") or {}).get("mode") == "JSON":
                 out.append(self.evaluator.validate_json(policy, current))

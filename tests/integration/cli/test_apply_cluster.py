@@ -125,7 +125,7 @@ spec:
     result = apply(control_plane, tmp_path, policy, "-r", f"crb-{suffix}")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Applying 1 policy rule(s) to 1 resource(s)..." in result.stdout
-    assert f"policy no-forbidden-role -> resource /ClusterRoleBinding/crb-{suffix} failed:\n1 - no-forbidden-role binding to forbidden-role" in result.stdout
+    assert f"policy no-forbidden-role -> resource /ClusterRoleBinding/crb-{suffix} failed:\n1 - no-forbidden-role validation error: binding to forbidden-role. rule no-forbidden-role failed at path /roleRef/name/\n" in result.stdout
     # every binding of the cluster (the bootstrap ones included) is listed without -r, and passes
     listed = apply(control_plane, tmp_path, policy)
     assert listed.returncode == 1
