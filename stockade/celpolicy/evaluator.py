@@ -241,8 +241,12 @@ class CelPolicyEvaluator:
         return _Outcome("pass", "success")
 
     # -- ValidatingAdmissionPolicy ---------------------------------------------------------------------------------
-    def validate_admission(self, policy: CelPolicy, bindings: list[CelPolicy], request: AdmissionInput) -> EngineResponse:
-        """A Kubernetes ValidatingAdmissionPolicy with its bindings (none: the policy alone decides)."""
+    def validate_admission(self, policy: CelPolicy, bindings: list[CelPolicy], request: AdmissionInput, *, live: bool = False) -> EngineResponse:
+        """A Kubernetes ValidatingAdmissionPolicy with its bindings (none: the policy alone decides).  ``live``: Kyverno's
+        CLI with a cluster client matches the policy's own constraints before its bindings'; without one, only the
+        bindings' narrow the request."""
+        if live and bindings and not constraints_match(policy.spec.get("matchConstraints"), request):
+            return self._response(policy, request, VALIDATION, None)
         if not bindings:
             if not constraints_match(policy.spec.get("matchConstraints"), request):
                 return self._response(policy, request, VALIDATION, None)

@@ -44,9 +44,12 @@ class CelPolicyRun:
         image_verifier: Any = None,
         targets: list[dict[str, Any]] | None = None,
         generate_placement: GeneratedPlacement | None = None,
+        live_providers: dict[str, Any] | None = None,
     ) -> None:
         """``generate_placement``: what becomes of ``generator.Apply``'s objects; Kyverno's offline CLI by default
-        (the CLI with clusterResources stands for a cluster: see :class:`GeneratedPlacement`)."""
+        (the CLI with clusterResources stands for a cluster: see :class:`GeneratedPlacement`).  ``live_providers``
+        replaces the CEL libraries answered from the given data (``resource``, ``http``, ``globalContext``...) with
+        live ones, as ``apply --cluster`` has them."""
         self.targets = list(targets or [])
         self.generate_placement = generate_placement or GeneratedPlacement()
         self.subresources = list(subresources or [])
@@ -74,6 +77,8 @@ class CelPolicyRun:
         # missing from the context file is an error naming the image.
         providers["globalContext"] = StaticGlobalContext(list(global_context_entries or []))
         providers["image"] = StaticImageData(list(context_images or []))
+        providers.update(live_providers or {})
+        self.live = live_providers is not None
         self.evaluator = CelPolicyEvaluator(providers=providers, exceptions=exceptions, params=params)
         self.authz_evaluator = AuthzEvaluator(providers)
         self.image_evaluator = ImageValidatingEvaluator(self.evaluator, image_verifier) if self.image_validating else None
@@ -156,7 +161,7 @@ class CelPolicyRun:
                         out.append(response)
         for policy in self.vaps:
             vap_request = AdmissionInput(object=current, user_info=_user_info(info), namespace_labels=dict(namespace_labels))
-            out.append(self.evaluator.validate_admission(policy, self._bindings(self.vap_bindings, policy), vap_request))
+            out.append(self.evaluator.validate_admission(policy, self._bindings(self.vap_bindings, policy), vap_request, live=self.live))
         for policy in self.validating:
             if (policy.spec.get("evaluation") or {}).get("mode") == "JSON":
                 out.append(self.evaluator.validate_json(policy, current))

@@ -13,19 +13,18 @@ from typing import Any
 
 import yaml
 
-from stockade.cli.common import USAGE_EXIT, CliInputError, check_stdin_use, print_error
-from stockade.cli.output import colour_enabled, paint
+from stockade.cli.common import FAILURE_EXIT, USAGE_EXIT, CliInputError, check_stdin_use, print_error
 from stockade.cli.policycheck import policies_pass_check
 import stockade.celpolicy  # noqa: F401  (registers the engine's validate.cel handler)
 from stockade.celpolicy.request import kind_to_resource
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, parse_kind_selector
 from stockade.engine.processor import apply_policies
-from stockade.engine.response import EngineResponse, report_result
+from stockade.engine.response import ERROR, FAIL, PASS, SKIP, EngineResponse, report_result
 from stockade.kyvernotest.values import Values, load_user_info, load_values, parse_set_values
 from stockade.engine.wildcard import match as wildcard_match
 from stockade.policy.loader import STDIN_PATH, LoadError, expand_paths, load_documents, source_name
-from stockade.policy.model import KyvernoPolicy
+from stockade.policy.model import RULE_TYPE_GENERATION, RULE_TYPE_MUTATION, KyvernoPolicy
 from stockade.policy.resources import PolicySet, normalise_resource, split_policies
 from stockade.errors import StockadeError
 
@@ -263,6 +262,63 @@ def _named(paths: tuple[str, ...] | list[str]) -> str:
     return ", ".join(source_name(p) for p in paths)
 
 
+def _resource_path(resource: dict[str, Any]) -> str:
+    """``namespace/Kind/name`` as Kyverno's CLI names a resource in its messages (``/Kind/name`` when cluster-scoped)."""
+    metadata = resource.get("metadata") or {}
+    path = f"{metadata.get('namespace') or ''}/{resource.get('kind', '')}/{metadata.get('name', '')}"
+    return "JSON payload" if path == "//" else path
+
+
+def _applied_block(policy_name: str, resource_path: str, resource: dict[str, Any], section: str, done: str) -> str:
+    """What Kyverno's CLI prints for a mutated or generated resource when no ``-o`` is given."""
+    return f"\npolicy {policy_name} applied to {resource_path}:\n{yaml.safe_dump(resource, sort_keys=True)}\n---\n\n\n{section}:\n{done}"
+
+
+def _is_mutation(response: EngineResponse) -> bool:
+    return bool(response.rules) and response.rules[0].rule_type == RULE_TYPE_MUTATION
+
+
+def _print_outcome(response: EngineResponse, audit_warn: bool, detailed_results: bool, out: Any) -> None:
+    """Kyverno's per-response lines: skipped and failed mutations, failed generations, then the failed rules."""
+    where = _resource_path(response.resource)
+    for rule in response.rules:
+        if rule.rule_type == RULE_TYPE_MUTATION and rule.status == SKIP:
+            print(f"\nskipped mutate policy {response.policy_name} -> resource {where}", file=out)
+        elif rule.rule_type == RULE_TYPE_MUTATION and rule.status == ERROR:
+            print(f"\nerror while applying mutate policy {response.policy_name} -> resource {where} \nerror:  {rule.message}", file=out)
+        elif rule.rule_type == RULE_TYPE_GENERATION and rule.status == ERROR:
+            print(f"\nerror while applying generate policy {response.policy_name} -> resource {where} \nerror: {rule.message}", file=out)
+    # Kyverno lists the failed rules; an error of another rule type is listed too rather than only counted
+    listed = [
+        rule
+        for rule in response.rules
+        if rule.status == FAIL
+        or (rule.status == ERROR and rule.rule_type not in (RULE_TYPE_MUTATION, RULE_TYPE_GENERATION))
+        or (detailed_results and rule.status != PASS)
+    ]
+    if not listed:
+        return
+    failed = [rule for rule in listed if rule.status == FAIL]
+    as_warning = audit_warn and bool(failed) and all(report_result(response, rule, audit_warn) != FAIL for rule in failed)
+    print(f"policy {response.policy_name} -> resource {where} failed{' as audit warning' if as_warning else ''}:", file=out)
+    for index, rule in enumerate(listed, start=1):
+        print(f"{index} - {rule.name} {rule.message or 'validation failed'}", file=out)
+
+
+def _exit_code(counts: Counter[str], warn_exit_code: int, warn_no_pass: bool, out: Any) -> int:
+    """Kyverno's: 1 on a failure or an error; ``--warn-exit-code`` on a warning; with ``--warn-no-pass``, that code
+    (0 unless given) when nothing passed."""
+    if counts["fail"] or counts["error"]:
+        return 1
+    if counts["warn"] and warn_exit_code:
+        print(f"exit as warnExitCode is {warn_exit_code}", file=out)
+        return warn_exit_code
+    if warn_no_pass and not counts["pass"]:
+        print("exit as no objects satisfied policy", file=out)
+        return warn_exit_code
+    return 0
+
+
 def run_apply(
     policies: tuple[str, ...],
     resources: tuple[str, ...],
@@ -279,15 +335,28 @@ def run_apply(
     registry: bool = False,
     insecure_registries: tuple[str, ...] = (),
     strict: bool = False,
+    cluster: bool = False,
+    namespace: str | None = None,
+    kubeconfig: str | None = None,
+    context: str | None = None,
+    cluster_wide_resources: bool = False,
+    warn_exit_code: int = 0,
+    warn_no_pass: bool = False,
 ) -> int:
+    del remove_color  # Kyverno colours its table only; these lines never are
     to_stdout = output_dir == STDIN_PATH  # "-o -": the resources are the output
     # Machine-readable output on stdout is all that goes there: progress, failures and the summary go to stderr.
     out = sys.stderr if (policy_report or to_stdout) else sys.stdout
-    colour = colour_enabled(out, remove_color)
     try:
-        check_stdin_use({"POLICY": policies, "--resource": resources, "--values-file": [values_file], "--userinfo": [userinfo], "--exception": exceptions})
+        check_stdin_use({"POLICY": policies, "--resource": [] if cluster else resources, "--values-file": [values_file], "--userinfo": [userinfo], "--exception": exceptions})
         if policy_report and to_stdout:
             raise CliInputError("--policy-report and -o - both print on stdout: write the resources to a file or directory instead")
+        if (namespace or kubeconfig or context or cluster_wide_resources) and not cluster:
+            raise CliInputError("--namespace, --kubeconfig, --context and --cluster-wide-resources apply to --cluster only")
+        if not cluster:
+            for path in resources:
+                if path != STDIN_PATH and not os.path.exists(path):
+                    raise CliInputError(f"Invalid value for '--resource' / '-r': Path {path!r} does not exist.")
     except CliInputError as exc:
         print_error(exc.message)
         return USAGE_EXIT
@@ -299,61 +368,108 @@ def run_apply(
         policy_set = split_policies(policy_documents)
         exception_set = split_policies(exception_documents) if exceptions else None
         exception_list = policy_set.exceptions + (exception_set.exceptions if exception_set else [])
-        loaded = [normalise_resource(d.data) for d in load_documents(list(resources))] if resources else []
+        loaded = [normalise_resource(d.data) for d in load_documents(list(resources))] if resources and not cluster else []
         values = load_values(values_file) if values_file else Values()
         info = load_user_info(userinfo) if userinfo else RequestInfo()
         extra_values = parse_set_values(list(set_values))
     except (LoadError, ValueError) as exc:
         print_error(str(exc))
         return USAGE_EXIT
-    if not loaded:
-        print_error("no resources given (use --resource/-r)" if not resources else f"no resources found in {_named(resources)}")
-        return USAGE_EXIT
     # A CI job must not go green on zero checks: no policy, or no rule for any given kind, is an error.
     if not policy_set.count:
         print_error(f"no policy found in {_named(policies)} (nothing to evaluate)")
         return USAGE_EXIT
-    if not _anything_applies(policy_set, loaded, values.subresources):
-        kinds = ", ".join(sorted({str(r.get("kind", "")) for r in loaded}))
-        print_error(f"no rule of the policies in {_named(policies)} applies to the kinds of the resources in {_named(resources)} ({kinds}): nothing to evaluate")
-        return USAGE_EXIT
+    live = None
+    namespace_objects: dict[str, dict[str, Any]] = {}
+    if cluster:
+        from stockade.cli import apply_cluster
+
+        try:
+            live = apply_cluster.connect(kubeconfig, context)
+            kinds = apply_cluster.kinds_to_list(policy_set, live)
+            loaded = apply_cluster.list_resources(live, kinds, namespace=namespace or "", cluster_wide=cluster_wide_resources, names=resources)
+            namespace_objects = apply_cluster.namespaces(live)
+        except (apply_cluster.ClusterUnavailable, apply_cluster.ClusterResourceMissing) as exc:
+            print_error(str(exc))
+            return FAILURE_EXIT
+    else:
+        if not loaded:
+            print_error("no resources given (use --resource/-r)" if not resources else f"no resources found in {_named(resources)}")
+            return USAGE_EXIT
+        if not _anything_applies(policy_set, loaded, values.subresources):
+            kinds_named = ", ".join(sorted({str(r.get("kind", "")) for r in loaded}))
+            print_error(f"no rule of the policies in {_named(policies)} applies to the kinds of the resources in {_named(resources)} ({kinds_named}): nothing to evaluate")
+            return USAGE_EXIT
     rule_count = sum(len(p.rules) for p in policy_set.kyverno)
     cel_documents = [d.data for d in policy_set.cel + policy_set.admission]
-    cel_count = sum(1 for d in cel_documents if d.get("kind") != "PolicyException")
-    print(f"Applying {rule_count + cel_count} policy rule(s) to {len(loaded)} resource(s)...", file=out)
+    cel_count = sum(1 for d in cel_documents if d.get("kind") != "PolicyException" and not str(d.get("kind", "")).endswith("Binding"))
+    exception_count = len(exception_set.exceptions) + sum(1 for d in exception_set.cel if d.kind == "PolicyException") if exception_set else 0
+    with_exceptions = f" with {exception_count} exception(s)" if exception_count else ""
+    print(f"\nApplying {rule_count + cel_count} policy rule(s) to {len(loaded)} resource(s){with_exceptions}...", file=out)
     verifier = cache = None
-    if registry:
+    # against a cluster, images are verified in their registries as Kyverno's CLI and the webhook do; offline only
+    # with --registry
+    if registry or cluster:
         from stockade.cli.registry_access import make_image_verifier
 
         verifier, cache = make_image_verifier(insecure_registries)
     cel_run = None
     if cel_documents:
+        from stockade.celpolicy.evaluator import GeneratedPlacement
         from stockade.celpolicy.testing import CelPolicyRun
 
-        # the given resources double as the "cluster": VAP params and resource.* lookups find them there
-        cel_run = CelPolicyRun(
-            documents=cel_documents,
-            exception_documents=[d.data for d in exception_set.cel] if exception_set else [],
-            cluster_objects=loaded,
-            params=loaded,
-            namespaces=values.namespaces,
-            subresources=values.subresources,
-            image_verifier=verifier,
+        cel_exceptions = [d.data for d in exception_set.cel] if exception_set else []
+        if live is not None:
+            from stockade.cli import apply_cluster
+
+            # the cluster answers: resource.* lookups, paramRef objects, namespaceObject; generator.Apply places
+            # its objects as it would in that cluster
+            cel_run = CelPolicyRun(
+                documents=cel_documents,
+                exception_documents=cel_exceptions,
+                params=apply_cluster.admission_params(policy_set, live),
+                namespaces={**namespace_objects, **values.namespaces},
+                subresources=values.subresources,
+                image_verifier=verifier,
+                live_providers=apply_cluster.cel_providers(live),
+                generate_placement=GeneratedPlacement(cluster=True, kind_namespaced=live.kind_namespaced),
+            )
+        else:
+            # the given resources double as the "cluster": VAP params and resource.* lookups find them there
+            cel_run = CelPolicyRun(
+                documents=cel_documents,
+                exception_documents=cel_exceptions,
+                cluster_objects=loaded,
+                params=loaded,
+                namespaces=values.namespaces,
+                subresources=values.subresources,
+                image_verifier=verifier,
+            )
+    if live is not None:
+        engine = Engine(
+            providers=live.providers(), resource_lookup=live.lookup, exceptions=exception_list, image_verifier=verifier, verification_cache=cache
         )
-    engine = Engine(exceptions=exception_list, image_verifier=verifier, verification_cache=cache)
+    else:
+        engine = Engine(exceptions=exception_list, image_verifier=verifier, verification_cache=cache)
+    print_resources = output_dir is None  # Kyverno prints mutated and generated resources unless -o names a target
     counts: Counter[str] = Counter()
     report_rows: list[tuple[EngineResponse, Any, str]] = []
     outputs: list[dict[str, Any]] = []
+    all_responses: list[EngineResponse] = []
     for resource in loaded:
         name = str((resource.get("metadata") or {}).get("name", ""))
-        namespace = str((resource.get("metadata") or {}).get("namespace") or "")
+        resource_namespace = str((resource.get("metadata") or {}).get("namespace") or "")
 
         def values_for(policy: KyvernoPolicy, _name: str = name) -> dict[str, Any]:
             merged = values.for_resource(policy.name, _name)
             merged.update(extra_values)
             return merged
 
-        request = Request(resource=resource, info=info, namespace_labels=values.namespace_labels.get(namespace, {}))
+        labels = values.namespace_labels.get(resource_namespace, {})
+        if not labels and live is not None and resource_namespace and resource.get("kind") != "Namespace":
+            found = ((namespace_objects.get(resource_namespace) or {}).get("metadata") or {}).get("labels") or {}
+            labels = {str(k): str(v) for k, v in found.items()}
+        request = Request(resource=resource, info=info, namespace_labels=labels)
         result = apply_policies(engine, policy_set.kyverno, request, values_for=values_for)
         responses = list(result.responses)
         patched = result.patched_resource
@@ -361,29 +477,31 @@ def run_apply(
             operation = str({**values.global_values, **extra_values}.get("request.operation") or "CREATE")
             for response in cel_run.responses(patched or resource, operation, info, request.namespace_labels):
                 responses.append(response)
-                if getattr(response, "patched_resource", None) and response.rules and response.rules[0].rule_type == "Mutation":
+                if getattr(response, "patched_resource", None) and _is_mutation(response):
                     patched = response.patched_resource
         if patched and patched != resource:
             outputs.append(patched)
+        where = _resource_path(resource)
         for response in responses:
+            if print_resources and _is_mutation(response):
+                print(_applied_block(response.policy_name, where, response.patched_resource or resource, "Mutation", "Mutation has been applied successfully."), end="", file=out)
             for rule in response.rules:
                 outcome = report_result(response, rule, audit_warn)
                 counts[outcome] += 1
                 report_rows.append((response, rule, outcome))
                 for generated in rule.generated_resources:
                     outputs.append(generated)
-            failed = [(rule, report_result(response, rule, audit_warn)) for rule in response.rules]
-            failed = [(rule, outcome) for rule, outcome in failed if outcome in ("fail", "error") or (detailed_results and outcome != "pass")]
-            if failed:
-                metadata = response.resource.get("metadata") or {}
-                where = "/".join(p for p in (metadata.get("namespace") or "", response.resource.get("kind", ""), metadata.get("name", "")) if p)
-                print(f"\npolicy {response.policy_name} -> resource {where} failed:", file=out)
-                for index, (rule, outcome) in enumerate(failed, start=1):
-                    print(f"{index}. {rule.name}: {paint(outcome, 'red' if outcome in ('fail', 'error') else 'yellow', colour)} {rule.message}", file=out)
+                    if print_resources:
+                        print(_applied_block(response.policy_name, where, generated, "Generate", "Generation completed successfully."), end="", file=out)
+        all_responses.extend(responses)
+    if print_resources and any(_is_mutation(r) or any(rule.generated_resources for rule in r.rules) for r in all_responses):
+        print(file=out)
+    for response in all_responses:
+        _print_outcome(response, audit_warn, detailed_results, out)
     if to_stdout:
         sys.stdout.write(render_stream(outputs, output_format))
     elif output_dir and outputs:
-        inputs = [*policies, *resources, *exceptions, *(p for p in (values_file, userinfo) if p)]
+        inputs = [*policies, *([] if cluster else resources), *exceptions, *(p for p in (values_file, userinfo) if p)]
         try:
             write_outputs(output_dir, outputs, output_format, inputs)
         except OutputPathError as exc:
@@ -395,5 +513,5 @@ def run_apply(
     if policy_report:
         report = _policy_report(report_rows)
         print(json.dumps(report, indent=2) if output_format == "json" else yaml.safe_dump(report, sort_keys=False), file=sys.stdout)
-    print(f"\npass: {counts['pass']}, fail: {counts['fail']}, warn: {counts['warn']}, error: {counts['error']}, skip: {counts['skip']}", file=out)
-    return 1 if counts["fail"] or counts["error"] else 0
+    print(f"\npass: {counts['pass']}, fail: {counts['fail']}, warn: {counts['warn']}, error: {counts['error']}, skip: {counts['skip']} ", file=out)
+    return _exit_code(counts, warn_exit_code, warn_no_pass, out)

@@ -85,11 +85,11 @@ def test_command(paths: tuple[str, ...], file_name: str, fail_only: bool, detail
 
 @cli.command("apply")
 @click.argument("policies", nargs=-1, required=True, type=click.Path(exists=True, allow_dash=True))
-@click.option("--resource", "-r", "resources", multiple=True, type=click.Path(exists=True, allow_dash=True), help="Resource file or directory (repeatable; - reads standard input).")
+@click.option("--resource", "--resources", "-r", "resources", multiple=True, type=click.Path(allow_dash=True), help="Resource file or directory (repeatable; - reads standard input); with --cluster, the name of a resource in the cluster.")
 @click.option("--values-file", "-f", type=click.Path(exists=True, allow_dash=True), help="Values file (kind: Values).")
 @click.option("--set", "-s", "set_values", multiple=True, help="Variable values: key=value[,key=value].")
 @click.option("--userinfo", "-u", type=click.Path(exists=True, allow_dash=True), help="User info file (kind: UserInfo).")
-@click.option("--exception", "-e", "exceptions", multiple=True, type=click.Path(exists=True, allow_dash=True), help="PolicyException files.")
+@click.option("--exception", "--exceptions", "-e", "exceptions", multiple=True, type=click.Path(exists=True, allow_dash=True), help="PolicyException files.")
 @click.option("--policy-report", "-p", is_flag=True, help="Print a PolicyReport of the results (on stdout, alone: messages go to stderr).")
 @click.option("--output", "-o", "output_dir", type=click.Path(allow_dash=True), help="Write mutated/generated resources to this file or directory (all files or none); - prints them on stdout, alone.")
 @click.option("--output-format", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
@@ -99,6 +99,13 @@ def test_command(paths: tuple[str, ...], file_name: str, fail_only: bool, detail
 @click.option("--registry", is_flag=True, help="Allow registry access (verifyImages rules verify signatures).")
 @click.option("--insecure-registry", "insecure_registries", multiple=True, help="Registry host allowed over plain HTTP/untrusted TLS.")
 @click.option("--strict", is_flag=True, help="Refuse policies with unknown fields (exit 2) instead of warning.")
+@click.option("--cluster", "-c", is_flag=True, help="Evaluate the resources of the cluster the kubeconfig names: every kind the policies match; lookups go to that cluster.")
+@click.option("--namespace", "-n", help="With --cluster: only the resources of this namespace.")
+@click.option("--kubeconfig", type=click.Path(exists=True), help="With --cluster: the kubeconfig file (default $KUBECONFIG, ~/.kube/config).")
+@click.option("--context", help="With --cluster: the kubeconfig context to use.")
+@click.option("--cluster-wide-resources", is_flag=True, help="With --cluster: cluster-scoped resources only (and the --namespace's).")
+@click.option("--warn-exit-code", type=int, default=0, show_default=True, help="Exit status when there are warnings (and no failure or error).")
+@click.option("--warn-no-pass", is_flag=True, help="Exit with --warn-exit-code's status when no resource passed a policy.")
 def apply_command(**options: object) -> None:
     """Apply POLICIES to resources and report the results.
 

@@ -410,9 +410,15 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         timings.update(cluster.timings)
         print(f"e2e-run: cluster up in {cluster.timings['total_s']:.1f}s", flush=True)
-    # .cache/bin: the peers; hack/e2e/bin: stand-ins for kubectl plugins Kyverno's CI installs (kubectl-evict)
+    # .cache/bin: the peers; hack/e2e/bin: stand-ins for kubectl plugins Kyverno's CI installs (kubectl-evict) and for
+    # the `kyverno` CLI its cli tests run (Stockade's CLI, under this interpreter)
     tools = os.pathsep.join((str(REPO_ROOT / ".cache" / "bin"), str(REPO_ROOT / "hack" / "e2e" / "bin")))
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "PATH": f"{tools}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "PATH": f"{tools}{os.pathsep}{os.environ.get('PATH', '')}",
+        "STOCKADE_PYTHON": sys.executable,
+    }
     outcome: list[UnitResult] = []
     isolated: tuple[ClusterCleaner, Baseline] | None = None  # taken before the first unit that runs
     started = time.monotonic()

@@ -63,8 +63,8 @@ def test_apply_reports_cel_results_and_writes_mutations(tmp_path: Path) -> None:
         capture_output=True, text=True, env=env, timeout=60,
     )
     assert result.returncode == 1, result.stdout + result.stderr
-    assert "policy need-team -> resource default/Pod/bad failed:\n1. need-team: fail team label required" in result.stdout
-    assert "1. no-latest: fail no latest" in result.stdout
+    assert "policy need-team -> resource default/Pod/bad failed:\n1 - need-team team label required" in result.stdout
+    assert "policy no-latest -> resource default/Pod/bad failed:\n1 - no-latest no latest" in result.stdout
     assert "pass: 4, fail: 2, warn: 0, error: 0, skip: 0" in result.stdout
     good = yaml.safe_load((out / "Pod-default-good.yaml").read_text())
     assert good["metadata"]["labels"] == {"team": "a", "env": "prod"}

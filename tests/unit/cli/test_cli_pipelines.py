@@ -141,7 +141,7 @@ def test_apply_policy_report_yaml_parses_whole(files: dict[str, Path]) -> None:
 def test_default_output_stays_on_stdout(files: dict[str, Path]) -> None:
     result = invoke("apply", str(files["policy"]), "-r", str(files["cms"]))
     assert result.exit_code == 0 and result.stderr == ""
-    assert result.stdout.startswith("Applying 2 policy rule(s) to 2 resource(s)...") and "pass: 4" in result.stdout
+    assert result.stdout.startswith("\nApplying 2 policy rule(s) to 2 resource(s)...") and "pass: 4" in result.stdout
 
 
 def test_report_and_resources_cannot_share_stdout(files: dict[str, Path]) -> None:
