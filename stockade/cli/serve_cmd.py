@@ -444,6 +444,11 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
             report_api=OPEN_REPORTS if options.get("openreports") else POLICY_REPORTS,
             reporting=ReportingConfig.parse(options.get("enable_reporting"), options.get("allowed_results")),
         )
+        from stockade.controllers.crdwatch import CrdWatch
+
+        for watch in services.background:
+            if isinstance(watch, CrdWatch):  # the report CRDs may be installed after we started
+                watch.listeners.append(state.reports.crds_changed)
     if options["events"]:
         from stockade.controllers.events import EventRecorder
 

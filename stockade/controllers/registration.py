@@ -35,7 +35,7 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
         return client_from_kubeconfig(context=context)
 
 
-def _get_json(api_client: Any, path: str, timeout: float = 10) -> dict[str, Any]:
+def get_json(api_client: Any, path: str, timeout: float = 10) -> dict[str, Any]:
     """A raw GET through the client's auth and TLS settings (discovery documents have no generated model)."""
     import json
 
@@ -63,12 +63,12 @@ def discover_resources(api_client: Any, subresources: list[ApiResource] | None =
                 continue
             resources.append(ApiResource(group, version, name, str(entry.get("kind", "")), bool(entry.get("namespaced"))))
 
-    for version in _get_json(api_client, "/api").get("versions") or []:
-        add_list("", version, _get_json(api_client, f"/api/{version}"))
-    for group in _get_json(api_client, "/apis").get("groups") or []:
+    for version in get_json(api_client, "/api").get("versions") or []:
+        add_list("", version, get_json(api_client, f"/api/{version}"))
+    for group in get_json(api_client, "/apis").get("groups") or []:
         for version in group.get("versions") or []:
             try:
-                add_list(str(group["name"]), str(version["version"]), _get_json(api_client, f"/apis/{version['groupVersion']}"))
+                add_list(str(group["name"]), str(version["version"]), get_json(api_client, f"/apis/{version['groupVersion']}"))
             except Exception as exc:  # an unavailable aggregated API must not stop registration
                 log.warning("discovery of %s failed: %s", version.get("groupVersion"), exc)
     return resources
@@ -260,7 +260,7 @@ class ServedKinds:
     def _fetch(self, group: str, version: str) -> dict[str, str]:
         path = f"/apis/{group}/{version}" if group else f"/api/{version}"
         try:
-            listing = _get_json(self.api_client, path, timeout=self.timeout_seconds)
+            listing = get_json(self.api_client, path, timeout=self.timeout_seconds)
         except Exception as exc:  # unknown group/version or API hiccup: the review keeps its own kind
             log.debug("discovery of %s failed: %s", path, _short_reason(exc))
             return {}

@@ -315,13 +315,15 @@ class ReportWriter:
         self.dropped = 0
         self.written = 0
         self.deleted = 0
-        self._crd_missing_until = 0.0
+        # report plural -> until when it is known not to be served (its CRD missing): writes of it are dropped
+        self._missing_until: dict[str, float] = {}
         self._thread = threading.Thread(target=self._run, name="policy-reports", daemon=True)
         self._thread.start()
 
-    @property
-    def crd_missing(self) -> bool:
-        return time.monotonic() < self._crd_missing_until
+    def crd_missing(self, namespace: str | None = None) -> bool:
+        """Whether the report kind for an object of ``namespace`` ("" or None: cluster-scoped) is known not to be
+        served; each kind pauses on its own, so a cluster with only one of the two CRDs keeps the other's reports."""
+        return time.monotonic() < self._missing_until.get(self.report_api.plural_for(namespace), 0.0)
 
     def submit(
         self,
@@ -340,7 +342,7 @@ class ReportWriter:
         ``wait``: block while the queue is full instead of dropping the report.  Background scans wait (a scan
         outruns the writer, and a dropped result would stay missing until the next full scan, an hour later);
         admission never does, so a slow API server cannot delay an answer."""
-        if self.crd_missing:
+        if self.crd_missing(str((resource.get("metadata") or {}).get("namespace") or "")):
             return
         update: ReportUpdate | PendingReport
         if not str((resource.get("metadata") or {}).get("uid") or "") and (resource.get("metadata") or {}).get("name") and responses:
@@ -445,9 +447,28 @@ class ReportWriter:
         report = build_report(resource, pending.responses, process=pending.process, api=self.report_api, reporting=self.reporting, existing=pending.existing)
         return ReportUpdate(report) if report is not None else None
 
-    def _crd_missing(self) -> None:
-        self._crd_missing_until = time.monotonic() + CRD_RETRY_SECONDS
-        log.warning("the %s CRD (%s) is not installed; reports are off for %ds", self.report_api.kind, self.report_api.api_version, CRD_RETRY_SECONDS)
+    def crds_changed(self) -> None:
+        """A CustomResourceDefinition appeared, changed or went (the CRD watcher): if ours was missing, it may be
+        served now, so writing resumes at once instead of after the pause."""
+        self._missing_until.clear()
+
+    def _not_found(self, plural: str, namespace: str | None) -> None:
+        """A create answered 404: either the report CRD is not served (that kind pauses) or the namespace is gone
+        (only this report is dropped); discovery tells which."""
+        if self._served(plural):
+            log.debug("report for a resource in %s dropped: the namespace is gone", namespace)
+            return
+        self._missing_until[plural] = time.monotonic() + CRD_RETRY_SECONDS
+        log.warning("%s (%s) are not served (is their CRD installed?); they are off for %ds", plural, self.report_api.api_version, CRD_RETRY_SECONDS)
+
+    def _served(self, plural: str) -> bool:
+        from stockade.controllers.registration import get_json
+
+        try:
+            listing = get_json(self.api_client, f"/apis/{self.report_api.group}/{self.report_api.version}")
+        except Exception:  # the group itself is not served (404) or discovery failed: treat as missing
+            return False
+        return any(isinstance(r, dict) and r.get("name") == plural for r in listing.get("resources") or [])
 
     def _upsert(self, update: ReportUpdate | dict[str, Any]) -> None:
         if isinstance(update, dict):
@@ -467,7 +488,7 @@ class ReportWriter:
                 self.written += 1
                 return
             except NotFound:
-                self._crd_missing()
+                self._not_found(plural, namespace)
                 return
             except (AlreadyExists, Conflict):
                 pass  # merged into the existing report below

@@ -247,3 +247,21 @@ def test_a_report_holds_only_admitted_results_and_its_summary_counts_them() -> N
     report = build_report(resource, [bad], reporting=ReportingConfig.parse(results="fail"))
     assert report is not None and [r["result"] for r in report["results"]] == ["fail"]
     assert report["summary"]["pass"] == 0 and report["summary"]["fail"] == 1
+
+
+def test_a_missing_report_crd_pauses_only_its_kind_until_crds_change() -> None:
+    """Reports of a kind pause when its CRD is not served (each write would fail), the other kind goes on; a 404
+    because a namespace was deleted pauses nothing; the CRD watcher's news that CRDs changed resumes at once."""
+    from stockade.controllers.reports import ReportWriter
+
+    writer = ReportWriter(object())
+    writer._served = lambda plural: plural == "policyreports"  # type: ignore[method-assign]
+    try:
+        writer._not_found("clusterpolicyreports", None)  # no ClusterPolicyReport CRD
+        assert writer.crd_missing(None) and not writer.crd_missing("team")  # namespaced reports go on
+        writer._not_found("policyreports", "gone")  # served: the namespace was gone, nothing pauses
+        assert not writer.crd_missing("team")
+        writer.crds_changed()
+        assert not writer.crd_missing(None)
+    finally:
+        writer.close()

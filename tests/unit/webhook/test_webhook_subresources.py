@@ -163,7 +163,7 @@ def test_namespace_review_looks_up_no_namespace_labels() -> None:
 
 
 class FakeApiClient:
-    """The two calls ``_get_json`` makes, answering discovery of apps/v1 and counting GETs."""
+    """The two calls ``get_json`` makes, answering discovery of apps/v1 and counting GETs."""
 
     def __init__(self) -> None:
         self.paths: list[str] = []
