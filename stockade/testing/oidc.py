@@ -13,13 +13,14 @@ from __future__ import annotations
 import base64
 import json
 import secrets
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+from stockade.testing.localhttp import LocalHttpServer
 
 __all__ = ["OidcIssuer"]
 
@@ -35,21 +36,19 @@ def _b64url_uint(value: int) -> str:
     return _b64url(value.to_bytes((value.bit_length() + 7) // 8, "big"))
 
 
-class OidcIssuer:
+class OidcIssuer(LocalHttpServer):
     """Discovery + JWKS over plain HTTP on 127.0.0.1 and an RS256 signing key; `url` is the issuer (``iss``)."""
+
+    thread_name = "oidc-issuer"
 
     def __init__(self, audience: str = "sigstore") -> None:
         self.audience = audience
         self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         self.key_id = secrets.token_hex(8)
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def url(self) -> str:
-        if self._server is None:
-            raise RuntimeError("OIDC issuer not started")
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://127.0.0.1:{self.port}"
 
     def discovery(self) -> dict[str, Any]:
         return {
@@ -84,26 +83,6 @@ class OidcIssuer:
         signing_input = f"{_b64url(json.dumps(header).encode())}.{_b64url(json.dumps(claims).encode())}"
         signature = self._key.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
         return f"{signing_input}.{_b64url(signature)}"
-
-    def start(self) -> OidcIssuer:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        server.daemon_threads = True
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="oidc-issuer", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> OidcIssuer:
-        return self.start()
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop()
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         issuer = self

@@ -23,10 +23,9 @@ import socket
 import ssl
 import subprocess
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Literal, Mapping
 from urllib.parse import parse_qs, urlsplit
@@ -38,6 +37,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.x509.oid import NameOID
 
 from stockade.images.auth import CredentialStore
+from stockade.testing.localhttp import LocalHttpServer
 from stockade.errors import StockadeError
 
 __all__ = [
@@ -139,13 +139,14 @@ class TokenRequest:
 
 
 @dataclass
-class TokenServer:
+class TokenServer(LocalHttpServer):
     """A minimal Docker registry token server: ES256 JWTs with an `x5c` header the registry trusts.
 
     Authenticated users get every action they ask for; anonymous callers get `pull` only when `anonymous_pull`.
     `refresh_tokens` maps OAuth2 refresh tokens (docker `identitytoken`) to user names for the POST grant.
     """
 
+    thread_name = "token-server"
     users: Mapping[str, str]
     service: str = "stockade-test-registry"
     issuer: str = "stockade-test-issuer"
@@ -155,13 +156,10 @@ class TokenServer:
 
     def __post_init__(self) -> None:
         self._key, self._certificate = _self_signed("stockade test token signer")
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     @property
     def realm(self) -> str:
-        assert self._server is not None, "token server not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}/token"
+        return f"http://127.0.0.1:{self.port}/token"
 
     def write_root_bundle(self, path: Path) -> Path:
         path.write_bytes(self._certificate.public_bytes(serialization.Encoding.PEM))
@@ -198,22 +196,6 @@ class TokenServer:
             if allowed:
                 access.append({"type": resource_type, "name": name, "actions": allowed})
         return access
-
-    def start(self) -> TokenServer:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
-        server.daemon_threads = True
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="token-server", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
 
     def _handler_class(self) -> type[BaseHTTPRequestHandler]:
         token_server = self
