@@ -84,6 +84,12 @@ class Unit:
     path: str
     config: Path | None
     tests: list[str] = field(default_factory=list)  # test directories relative to the suite root
+    shard: tuple[int, int] | None = None  # (index, count) when the folder runs in shards, as in Kyverno's CI
+
+    @property
+    def label(self) -> str:
+        """How results and logs name the unit: its path, plus the shard when it is one."""
+        return self.path if self.shard is None else f"{self.path}#shard-{self.shard[0] + 1}-of-{self.shard[1]}"
 
 
 @dataclass
@@ -129,6 +135,45 @@ def discover_units(suite: Path) -> list[Unit]:
         if owners:
             max(owners, key=lambda u: len(u.path)).tests.append(test)
     return [u for u in units if u.tests]
+
+
+# Folders Kyverno's CI runs in shards, each shard on a fresh cluster (.github/workflows/tests-conformance.yaml of
+# v1.19.1, chainsaw --shard-index/--shard-count): tests of one shard never meet what another shard's tests leave
+KYVERNO_CI_SHARDS: dict[str, int] = {
+    "deleting-policies": 6,
+    "exceptions": 3,
+    "generate": 12,
+    "generating-policies": 6,
+    "image-validating-policies": 3,
+    "mutate": 3,
+    "mutating-policies": 3,
+    "namespaced-generating-policies": 3,
+    "namespaced-validating-policies": 3,
+    "reports": 3,
+    "validate": 8,
+    "validating-policies": 5,
+    "verify-images": 2,
+}
+
+
+def shard_units(units: list[Unit], shards: dict[str, int] = KYVERNO_CI_SHARDS) -> list[Unit]:
+    """Split the units Kyverno's CI shards as chainsaw does: contiguous slices of the tests in discovery order (a
+    walk sorted by name at each level), the last slice taking the remainder.  The runner isolates every unit, so
+    each shard starts on a clean cluster as in Kyverno's CI."""
+    out: list[Unit] = []
+    for unit in units:
+        count = shards.get(unit.path, 0)
+        if count <= 1 or len(unit.tests) < 2:
+            out.append(unit)
+            continue
+        ordered = sorted(unit.tests, key=lambda test: test.split("/"))
+        width = len(ordered) / count
+        for index in range(count):
+            end = len(ordered) if index == count - 1 else int(width * (index + 1))
+            chunk = ordered[int(width * index) : end]
+            if chunk:
+                out.append(Unit(unit.path, unit.config, chunk, (index, count)))
+    return out
 
 
 def _script_contents(node: Any) -> list[str]:
@@ -212,13 +257,13 @@ def run_unit(
 ) -> UnitResult:
     """Run the ``requested`` tests of ``unit`` minus the excluded ones; the rest of the unit is skipped by regex.
     At ``deadline`` (a time.monotonic() value) chainsaw is stopped: finished tests count, the others are not run."""
-    result = UnitResult(unit.path)
+    result = UnitResult(unit.label)
     excluded = [t for t in requested if is_excluded(t, exclusions)]
     result.excluded = len(excluded)
     skipped = excluded + [t for t in unit.tests if t not in requested]
     if len(skipped) == len(unit.tests):
         return result
-    report_name = unit.path.replace("/", "__")
+    report_name = unit.label.replace("/", "__")
     command = [
         chainsaw, "test", "--test-dir", ".", "--fail-fast=false", f"--parallel={parallel}", "--no-color",
         "--report-format=JSON", f"--report-path={results}", f"--report-name={report_name}", *extra,
@@ -383,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
         staged = stage_suite(suite, scripts, args.results.resolve() / "staged-suite")
         print(f"e2e-run: {len(scripts)} script(s) the tests run as programs lack the executable bit Kyverno's git checkout gives them ({', '.join(scripts[:3])}{', ...' if len(scripts) > 3 else ''}); running a copy with it set: {staged}", flush=True)
         suite = staged
-    units = discover_units(suite)
+    units = shard_units(discover_units(suite))
     wanted = [f.strip("/") for f in args.folders]
 
     def requested(test: str) -> bool:
@@ -427,13 +472,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for unit, tests in plan:
             if deadline is not None and time.monotonic() + estimated_seconds(len(tests), args.parallel) >= deadline:
-                result = UnitResult(unit.path, excluded=sum(1 for t in tests if is_excluded(t, exclusions)))
+                result = UnitResult(unit.label, excluded=sum(1 for t in tests if is_excluded(t, exclusions)))
                 result.not_run = len(tests) - result.excluded
             else:
                 try:
                     cluster.reset_between_folders()
                 except ClusterError as exc:
-                    print(f"e2e-run: resetting the cluster before {unit.path} failed: {exc}", file=sys.stderr)
+                    print(f"e2e-run: resetting the cluster before {unit.label} failed: {exc}", file=sys.stderr)
                     return 1
                 if install_profile(unit.path) != profile:
                     profile = install_profile(unit.path)
@@ -450,12 +495,12 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     cleanup = isolated[0].clean(isolated[1])
                 except CleanupError as exc:
-                    print(f"e2e-run: cleaning up after {unit.path} failed: {exc}", file=sys.stderr)
+                    print(f"e2e-run: cleaning up after {unit.label} failed: {exc}", file=sys.stderr)
                     return 1
                 result.left_behind = cleanup.removed
-                print(f"e2e-run: after {unit.path}: {cleanup.describe()} ({cleanup.seconds:.1f}s)", flush=True)
+                print(f"e2e-run: after {unit.label}: {cleanup.describe()} ({cleanup.seconds:.1f}s)", flush=True)
             outcome.append(result)
-            print(f"e2e-run: {unit.path}: {describe(result)}", flush=True)
+            print(f"e2e-run: {unit.label}: {describe(result)}", flush=True)
     finally:
         if args.no_cluster and profile:
             cluster.restart_stockade(())  # leave the caller's cluster with the standard install

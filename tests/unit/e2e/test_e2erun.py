@@ -272,3 +272,18 @@ def test_scripts_run_as_programs_without_the_executable_bit_are_staged_executabl
     assert e2erun.unexecutable_scripts(suite) == ["validate/t1/check.sh", "validate/t1/undo.sh"]
     (suite / "validate/t1/new.yaml").write_text("kind: Pod\n")  # a later staging starts from the suite again
     assert (e2erun.stage_suite(suite, [], staged) / "validate/t1/new.yaml").is_file()
+
+
+def test_folders_kyverno_ci_shards_run_as_shards_of_contiguous_slices_like_chainsaw() -> None:
+    """Kyverno's CI runs e.g. `generate` in 12 shards, each on a fresh cluster; chainsaw's --shard-index/--shard-count
+    take contiguous slices of the tests in walk order (sorted by name at each level), the last one the remainder.
+    The runner isolates each shard as a unit of its own, so what one shard's tests leave never meets another's."""
+    tests = ["f/a-b/t1", "f/a/t2", "f/a/t3", "f/b/t4", "f/c/t5"]  # walk order puts f/a before f/a-b
+    units = e2erun.shard_units([e2erun.Unit("f", None, list(tests)), e2erun.Unit("g", None, ["g/x"])], {"f": 2, "g": 3})
+    assert [(u.path, u.shard, u.tests) for u in units] == [
+        ("f", (0, 2), ["f/a/t2", "f/a/t3"]),
+        ("f", (1, 2), ["f/a-b/t1", "f/b/t4", "f/c/t5"]),
+        ("g", None, ["g/x"]),  # one test: nothing to shard
+    ]
+    assert units[1].label == "f#shard-2-of-2" and units[2].label == "g"
+    assert sorted(t for u in units for t in u.tests) == sorted([*tests, "g/x"])  # every test runs exactly once
