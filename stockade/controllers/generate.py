@@ -652,7 +652,7 @@ class GenerateController:
         if snapshot is None:
             return None
         if review.sub_resource:
-            if not _mutate_existing_policies(snapshot.policies):
+            if not (_mutate_existing_policies(snapshot.policies) or any(p.has_generate() for p in snapshot.policies)):
                 return None
             gvk = self._subresource_kind(review)
             if gvk is not None:
@@ -914,7 +914,8 @@ class GenerateController:
         policies = [p for p in self._policies() if event.generate_policies is None or p.key in event.generate_policies]
         mutating = _scoped_mutating(self.store.snapshot.policies if self.store.snapshot is not None else [], event.mutate_rules)
         if event.subresource:
-            return list(self.mutate_existing.process(mutating, event.operation, event.subject, event.old_resource, event.info, event.gvk))
+            generated = self._generate_for_subresource(policies, event) if policies else []
+            return generated + list(self.mutate_existing.process(mutating, event.operation, event.subject, event.old_resource, event.info, event.gvk))
         if not policies and not (event.cel and self._generating()) and not mutating:
             return []
         trigger = event.subject
@@ -981,6 +982,43 @@ class GenerateController:
         if event.cel:
             failures.extend(self._process_gpol_event(event, trigger, uid))
         failures.extend(self.mutate_existing.process(mutating, event.operation, trigger, event.old_resource, event.info, event.gvk))
+        return failures
+
+    def _generate_for_subresource(self, policies: list[KyvernoPolicy], event: TriggerEvent) -> list[TriggerFailure]:
+        """Generate rules matching a subresource kind (``Pod/eviction``, ``Pod/exec``): the trigger is the request's
+        own object (an Eviction, a PodExecOptions), which is never stored, so there is nothing to wait for, to keep in
+        step or to clean up after; matching rules create their downstream, as Kyverno's do."""
+        if event.operation != "CREATE":
+            return []
+        engine = self._engine()
+        failures: list[TriggerFailure] = []
+        own_request = self.is_background_request(event.info.username)
+        for policy in policies:
+            rules = generate_rules(policy)
+            if own_request:
+                rules = {name: rule for name, rule in rules.items() if not skips_background_requests(rule)}
+            if not rules:
+                continue
+            response = self._evaluate(engine, policy.with_rules(list(rules.values())), event.subject, event.operation, event.info, event.gvk)
+            for result in response.rules:
+                rule = rules.get(result.name)
+                if rule is None:
+                    continue
+                if result.status == ERROR:
+                    failures.append(TriggerFailure(policy.key, result.name, event.describe(), result.message))
+                    self._failure_event(policy, result.name, result.message, event.subject)
+                    continue
+                if result.status != PASS:
+                    continue
+                try:
+                    written = self.apply_downstream(policy, rule, result.generated_resources)
+                except KubeError as exc:
+                    failures.append(TriggerFailure(policy.key, result.name, event.describe(), str(exc)))
+                    self._failure_event(policy, result.name, str(exc), event.subject)
+                    continue
+                if self.events is not None:
+                    for spec in generate_events(policy, result.name, written):
+                        self.events.submit_success(spec)
         return failures
 
     # -- changes of downstream objects and clone sources (Kyverno's "non-trigger" admissions) -----------------------

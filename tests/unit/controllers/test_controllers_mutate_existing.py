@@ -279,3 +279,60 @@ def test_each_mutated_target_goes_into_the_triggers_report() -> None:
         ("trigger", "label-secrets", "pass", "mutated Secret/secret-a in namespace ns1", {"patched-target": "/v1, Kind=Secret Name=secret-a Namespace=ns1"}),
         ("trigger", "label-secrets", "pass", "mutated Secret/secret-b in namespace ns1", {"patched-target": "/v1, Kind=Secret Name=secret-b Namespace=ns1"}),
     ]
+
+
+def test_a_subresource_request_generates_from_its_own_object() -> None:
+    """Kyverno's generate rules on Pod/eviction (e2e generate-on-eviction-subresource-trigger): the Eviction the
+    request carries is the trigger, never stored, so the downstream is created at once with the trigger's labels
+    (kind Eviction, group policy); no wait for a stored trigger, nothing to keep in step."""
+    from stockade.engine.match import RequestInfo
+
+    policy = KyvernoPolicy(
+        {
+            "apiVersion": "kyverno.io/v1",
+            "kind": "ClusterPolicy",
+            "metadata": {"name": "on-eviction"},
+            "spec": {
+                "rules": [
+                    {
+                        "name": "note-eviction",
+                        "match": {"any": [{"resources": {"kinds": ["Pod/eviction"]}}]},
+                        "generate": {
+                            "synchronize": False,
+                            "apiVersion": "v1",
+                            "kind": "ConfigMap",
+                            "name": "evicted",
+                            "namespace": "{{request.namespace}}",
+                            "data": {"data": {"pod": "{{request.name}}"}},
+                        },
+                    }
+                ]
+            },
+        }
+    )
+    cluster = FakeCluster()
+    controller = GenerateController(None, Store(policy), cluster_data=cluster)  # type: ignore[arg-type]
+
+    @dataclass
+    class Review:
+        operation: str = "CREATE"
+        object: dict[str, Any] = field(default_factory=lambda: {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "web", "namespace": "ns1"}})
+        old_object: dict[str, Any] = field(default_factory=dict)
+        user_info: RequestInfo = field(default_factory=lambda: RequestInfo(username="alice"))
+        kind: Any = None
+        resource: dict[str, str] = field(default_factory=lambda: {"group": "", "version": "v1", "resource": "pods"})
+        sub_resource: str = "eviction"
+        dry_run: bool = False
+        namespace: str = "ns1"
+        name: str = "web"
+
+    controller.submit(Review())
+    key = controller.controller.queue.get(timeout=0)
+    assert key is not None
+    event = controller.queued_event(key)
+    assert isinstance(event, TriggerEvent) and event.subresource
+    assert controller.process_event(event) == []
+    generated = cluster.find("ConfigMap", "ns1", "evicted")
+    assert generated is not None and generated["data"] == {"pod": "web"}
+    labels = generated["metadata"]["labels"]
+    assert (labels["generate.kyverno.io/trigger-kind"], labels["generate.kyverno.io/trigger-group"]) == ("Eviction", "policy")
