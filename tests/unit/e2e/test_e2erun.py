@@ -286,4 +286,5 @@ def test_folders_kyverno_ci_shards_run_as_shards_of_contiguous_slices_like_chain
         ("g", None, ["g/x"]),  # one test: nothing to shard
     ]
     assert units[1].label == "f#shard-2-of-2" and units[2].label == "g"
+    assert units[0].elsewhere == ["f/a-b/t1", "f/b/t4", "f/c/t5"]  # chainsaw sees the whole folder: those are skipped
     assert sorted(t for u in units for t in u.tests) == sorted([*tests, "g/x"])  # every test runs exactly once
