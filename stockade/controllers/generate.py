@@ -242,6 +242,16 @@ def skips_background_requests(rule: Rule) -> bool:
     return rule.raw.get("skipBackgroundRequests", True) is not False
 
 
+def rules_for_request(policy: KyvernoPolicy, background_request: bool) -> tuple[KyvernoPolicy, dict[str, Rule]]:
+    """The generate rules a request may run: a background request skips the rules with skipBackgroundRequests (the
+    policy is narrowed to the others)."""
+    rules = generate_rules(policy)
+    if background_request:
+        rules = {name: rule for name, rule in rules.items() if not skips_background_requests(rule)}
+        policy = policy.with_rules(list(rules.values()))
+    return policy, rules
+
+
 def trigger_action(operation: str, rule_applies: bool, synchronized: bool, generate_on_delete: bool = False) -> str:
     """What a trigger event does to one rule's downstream objects.
 
@@ -933,12 +943,9 @@ class GenerateController:
         uid = str((trigger.get("metadata") or {}).get("uid") or "")
         own_request = self.is_background_request(event.info.username)
         for policy in policies:
-            rules = generate_rules(policy)
-            if own_request:
-                rules = {name: rule for name, rule in rules.items() if not skips_background_requests(rule)}
-                if not rules:
-                    continue
-                policy = policy.with_rules(list(rules.values()))
+            policy, rules = rules_for_request(policy, own_request)
+            if not rules:
+                continue
             responses: dict[str, Any] = {}
             old_responses: dict[str, Any] | None = None
             deleting = {name for name, rule in rules.items() if event.operation == "DELETE" and matches_delete_operation(rule)}
@@ -994,12 +1001,10 @@ class GenerateController:
         failures: list[TriggerFailure] = []
         own_request = self.is_background_request(event.info.username)
         for policy in policies:
-            rules = generate_rules(policy)
-            if own_request:
-                rules = {name: rule for name, rule in rules.items() if not skips_background_requests(rule)}
+            policy, rules = rules_for_request(policy, own_request)
             if not rules:
                 continue
-            response = self._evaluate(engine, policy.with_rules(list(rules.values())), event.subject, event.operation, event.info, event.gvk)
+            response = self._evaluate(engine, policy, event.subject, event.operation, event.info, event.gvk)
             for result in response.rules:
                 rule = rules.get(result.name)
                 if rule is None:

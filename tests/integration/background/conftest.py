@@ -68,11 +68,29 @@ def policy_store(tmp_path: Path) -> Callable[[str], PolicyStore]:
     return make
 
 
+def install_crds(cluster: ClusterData, bodies: list[dict[str, Any]], served: tuple[str, ...], what: str) -> None:
+    """Create CRDs (existing ones are fine, other tests share them) and wait until every path in ``served`` answers."""
+    for body in bodies:
+        try:
+            cluster.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body)
+        except AlreadyExists:
+            pass
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            for path in served:
+                cluster.request("GET", path)
+            return
+        except KubeError:
+            time.sleep(0.3)
+    raise AssertionError(f"{what} not served")
+
+
 @pytest.fixture(scope="session")
 def policy_report_crds(cluster: ClusterData) -> None:
     """Schema-less stand-ins for the wgpolicyk8s.io report CRDs, created once and left for other tests to share."""
-    for kind, plural, scope in (("PolicyReport", "policyreports", "Namespaced"), ("ClusterPolicyReport", "clusterpolicyreports", "Cluster")):
-        body = {
+    bodies = [
+        {
             "apiVersion": "apiextensions.k8s.io/v1",
             "kind": "CustomResourceDefinition",
             "metadata": {"name": f"{plural}.wgpolicyk8s.io"},
@@ -85,19 +103,9 @@ def policy_report_crds(cluster: ClusterData) -> None:
                 ],
             },
         }
-        try:
-            cluster.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body)
-        except AlreadyExists:
-            pass
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            cluster.request("GET", "/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports")
-            cluster.request("GET", "/apis/wgpolicyk8s.io/v1alpha2/policyreports")
-            return
-        except KubeError:
-            time.sleep(0.3)
-    raise AssertionError("PolicyReport CRDs not served")
+        for kind, plural, scope in (("PolicyReport", "policyreports", "Namespaced"), ("ClusterPolicyReport", "clusterpolicyreports", "Cluster"))
+    ]
+    install_crds(cluster, bodies, ("/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports", "/apis/wgpolicyk8s.io/v1alpha2/policyreports"), "PolicyReport CRDs")
 
 
 @pytest.fixture(scope="session")
@@ -106,19 +114,5 @@ def open_report_crds(cluster: ClusterData) -> None:
     import yaml
 
     shipped = Path(__file__).resolve().parents[3] / "deploy" / "crds" / "openreports.yaml"
-    for body in yaml.safe_load_all(shipped.read_text()):
-        if not body:
-            continue
-        try:
-            cluster.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body)
-        except AlreadyExists:
-            pass
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            cluster.request("GET", "/apis/openreports.io/v1alpha1/clusterreports")
-            cluster.request("GET", "/apis/openreports.io/v1alpha1/reports")
-            return
-        except KubeError:
-            time.sleep(0.3)
-    raise AssertionError("openreports.io CRDs not served")
+    bodies = [body for body in yaml.safe_load_all(shipped.read_text()) if body]
+    install_crds(cluster, bodies, ("/apis/openreports.io/v1alpha1/clusterreports", "/apis/openreports.io/v1alpha1/reports"), "openreports.io CRDs")
