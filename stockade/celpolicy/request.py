@@ -48,6 +48,9 @@ class AdmissionInput:
     dry_run: bool = False
     # (group, version, kind, resource) of the parent when the object is a subresource (values-file ``subresources``)
     parent: tuple[str, str, str, str] | None = None
+    # the request's own namespace and name, for an object that carries no metadata (a PodExecOptions of pods/exec)
+    request_namespace: str = ""
+    request_name: str = ""
 
     @property
     def subject(self) -> dict[str, Any]:
@@ -76,13 +79,13 @@ class AdmissionInput:
 
     @property
     def name(self) -> str:
-        return str((self.subject.get("metadata") or {}).get("name") or "")
+        return str((self.subject.get("metadata") or {}).get("name") or self.request_name)
 
     @property
     def namespace(self) -> str:
         if self.kind == "Namespace" and self.group_version == ("", "v1"):
             return ""
-        return str((self.subject.get("metadata") or {}).get("namespace") or "")
+        return str((self.subject.get("metadata") or {}).get("namespace") or self.request_namespace)
 
     def request_map(self) -> dict[str, Any]:
         group, version = self.group_version

@@ -383,6 +383,15 @@ def gpol_selector(policy: CelPolicy, trigger_uid: str | None = None) -> str:
     return label_selector(labels) + f",!{RULE_NAME_LABEL}"
 
 
+def subresource_request_fields(event: "TriggerEvent") -> dict[str, Any]:
+    """The request fields a subresource's object may not carry itself (PodExecOptions has no metadata): Kyverno's
+    ``request.namespace``/``request.name`` are the admission request's."""
+    fields: dict[str, Any] = {"namespace": event.request_namespace, "name": event.request_name}
+    if event.gvk is not None and event.gvk.subresource:
+        fields["subResource"] = event.gvk.subresource
+    return fields
+
+
 def gpol_labels(policy: CelPolicy, trigger: dict[str, Any], source_uid: str = "") -> dict[str, str]:
     """The labels Kyverno's CEL generator puts on a downstream object."""
     metadata = trigger.get("metadata") or {}
@@ -503,7 +512,10 @@ class TriggerEvent:
     info: RequestInfo = field(default_factory=RequestInfo)
     gvk: ResourceKind | None = None
     cel_mutate: CelMutateTrigger | None = None  # set: a MutatingPolicy webhook's request, for mutateExisting only
-    subresource: bool = False  # a subresource request (never stored itself): mutate-existing rules only
+    subresource: bool = False  # a subresource request (its object is never stored): generate from it, mutate-existing
+    # the request's namespace and name: a subresource's object (PodExecOptions) may carry no metadata of its own
+    request_namespace: str = ""
+    request_name: str = ""
     # what the event is about (None: everything): the keys of the policies whose generate rules run, the
     # (policy key, rule) pairs of mutate-existing rules, and whether GeneratingPolicies run; an UpdateRequest replays
     # one policy (or rule), the in-memory rest of a recorded request only the GeneratingPolicies
@@ -651,22 +663,27 @@ class GenerateController:
     # -- input -----------------------------------------------------------------------------------------------------
     def submit(self, review: Any) -> Callable[[], None] | None:
         """Take on an allowed, non-dryRun admission (a ``stockade.webhook.admission.AdmissionRequest``); never blocks.
-        A subresource request (a Pod/binding) only triggers mutate-existing rules, matched by the parent's kind.
+        A subresource request (Pod/eviction, Pod/exec, Pod/binding) triggers generate and mutate-existing rules matched by the
+        parent's kind and the subresource; its object (an Eviction, PodExecOptions) is the trigger.
 
         With ``update_requests`` set, generate and mutate-existing work of ClusterPolicies/Policies is recorded as
         UpdateRequests: the returned function writes them (blocking, bounded by short timeouts) and must have
         returned before the review is answered; None when nothing needs recording."""
-        if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE"):
+        if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE", "CONNECT"):
             return None
         snapshot = self.store.snapshot
         if snapshot is None:
             return None
         if review.sub_resource:
-            if not (_mutate_existing_policies(snapshot.policies) or any(p.has_generate() for p in snapshot.policies)):
+            # CONNECT (pods/exec, pods/attach ...) only ever reaches us as a subresource request
+            if not (_mutate_existing_policies(snapshot.policies) or any(p.has_generate() for p in snapshot.policies) or generating_policies(snapshot)):
                 return None
             gvk = self._subresource_kind(review)
             if gvk is not None:
-                self.submit_event(TriggerEvent(review.operation, review.object, review.old_object, review.user_info, gvk, subresource=True))
+                event = TriggerEvent(review.operation, review.object, review.old_object, review.user_info, gvk, subresource=True)
+                self.submit_event(dataclasses.replace(event, request_namespace=str(getattr(review, "namespace", "") or ""), request_name=str(getattr(review, "name", "") or "")))
+            return None
+        if review.operation == "CONNECT":
             return None
         if not (any(p.has_generate() for p in snapshot.policies) or generating_policies(snapshot) or _mutate_existing_policies(snapshot.policies)):
             return None
@@ -847,12 +864,24 @@ class GenerateController:
         providers = {"resource": ClusterCelResources(self.cluster), "http": ClusterCelHttp(), "globalContext": ClusterGlobalContext(self.cluster)}
         return CelPolicyEvaluator(providers=providers, exceptions=exceptions)
 
-    def _evaluate_gpol(self, evaluator: Any, policy: CelPolicy, trigger: dict[str, Any], operation: str, old: dict[str, Any], info: RequestInfo) -> Any:
-        """The policy's single rule response on this trigger, or None when it does not apply."""
+    def _evaluate_gpol(
+        self,
+        evaluator: Any,
+        policy: CelPolicy,
+        trigger: dict[str, Any],
+        operation: str,
+        old: dict[str, Any],
+        info: RequestInfo,
+        subresource: tuple[str, tuple[str, str, str, str]] | None = None,
+        request_at: tuple[str, str] = ("", ""),
+    ) -> Any:
+        """The policy's single rule response on this trigger, or None when it does not apply.  ``subresource``: the
+        request was for (subresource name, the parent's group/version/kind/resource) with ``trigger`` its object;
+        ``request_at``: the request's (namespace, name), for an object without metadata of its own."""
         from stockade.celpolicy.request import AdmissionInput
 
         subject = trigger or old
-        namespace = str((subject.get("metadata") or {}).get("namespace") or "")
+        namespace = str((subject.get("metadata") or {}).get("namespace") or request_at[0] or "")
         namespace_object = None
         if namespace and subject.get("kind") != "Namespace":
             try:
@@ -860,7 +889,17 @@ class GenerateController:
             except KubeError as exc:
                 log.warning("could not read namespace %s: %s", namespace, exc)
         user = {"username": info.username, "uid": info.uid, "groups": list(info.groups), "extra": dict(info.extra)}
-        request = AdmissionInput(object=trigger or None, old_object=old or None, operation=operation, user_info=user, namespace_object=namespace_object)
+        request = AdmissionInput(
+            object=trigger or None,
+            old_object=old or None,
+            operation=operation,
+            user_info=user,
+            namespace_object=namespace_object,
+            subresource=subresource[0] if subresource else "",
+            parent=subresource[1] if subresource else None,
+            request_namespace=request_at[0],
+            request_name=request_at[1],
+        )
         placement = GeneratedPlacement(cluster=True, report_only=False, kind_namespaced=self.cluster.kind_namespaced)
         response = evaluator.generate(policy, request, keep_source_uid=True, placement=placement)
         if response is None or not response.rules:
@@ -889,11 +928,21 @@ class GenerateController:
             return False
         return username == self.background_username or username == self.own_username()
 
-    def _evaluate(self, engine: Engine, policy: KyvernoPolicy, trigger: dict[str, Any], operation: str, info: RequestInfo, gvk: ResourceKind | None) -> EngineResponse:
-        namespace = str((trigger.get("metadata") or {}).get("namespace") or "")
+    def _evaluate(
+        self,
+        engine: Engine,
+        policy: KyvernoPolicy,
+        trigger: dict[str, Any],
+        operation: str,
+        info: RequestInfo,
+        gvk: ResourceKind | None,
+        admission: dict[str, Any] | None = None,
+    ) -> EngineResponse:
+        """``admission``: request fields policies read under ``request`` that the trigger itself may lack."""
+        namespace = str((trigger.get("metadata") or {}).get("namespace") or (admission or {}).get("namespace") or "")
         labels = self.cluster.namespace_labels(namespace) if namespace else {}
         # old_resource left empty: an UPDATE is judged on the new object alone, so "no longer matches" is visible
-        request = Request(resource=trigger, operation=operation, info=info, namespace_labels=labels, gvk=gvk)
+        request = Request(resource=trigger, operation=operation, info=info, namespace_labels=labels, gvk=gvk, admission=dict(admission or {}))
         pctx = engine.policy_context(policy, request)
         pctx.old_resource = {} if operation != "DELETE" else pctx.old_resource
         return engine.generate(pctx)
@@ -925,6 +974,8 @@ class GenerateController:
         mutating = _scoped_mutating(self.store.snapshot.policies if self.store.snapshot is not None else [], event.mutate_rules)
         if event.subresource:
             generated = self._generate_for_subresource(policies, event) if policies else []
+            if event.cel:
+                generated += self._generate_gpol_for_subresource(event)
             return generated + list(self.mutate_existing.process(mutating, event.operation, event.subject, event.old_resource, event.info, event.gvk))
         if not policies and not (event.cel and self._generating()) and not mutating:
             return []
@@ -994,8 +1045,9 @@ class GenerateController:
     def _generate_for_subresource(self, policies: list[KyvernoPolicy], event: TriggerEvent) -> list[TriggerFailure]:
         """Generate rules matching a subresource kind (``Pod/eviction``, ``Pod/exec``): the trigger is the request's
         own object (an Eviction, a PodExecOptions), which is never stored, so there is nothing to wait for, to keep in
-        step or to clean up after; matching rules create their downstream, as Kyverno's do."""
-        if event.operation != "CREATE":
+        step or to clean up after; matching rules create their downstream, as Kyverno's do.  Any operation but DELETE
+        (an eviction is a CREATE, an exec a CONNECT) takes the request's object as it came."""
+        if event.operation == "DELETE":
             return []
         engine = self._engine()
         failures: list[TriggerFailure] = []
@@ -1004,7 +1056,7 @@ class GenerateController:
             policy, rules = rules_for_request(policy, own_request)
             if not rules:
                 continue
-            response = self._evaluate(engine, policy, event.subject, event.operation, event.info, event.gvk)
+            response = self._evaluate(engine, policy, event.subject, event.operation, event.info, event.gvk, admission=subresource_request_fields(event))
             for result in response.rules:
                 rule = rules.get(result.name)
                 if rule is None:
@@ -1024,6 +1076,44 @@ class GenerateController:
                 if self.events is not None:
                     for spec in generate_events(policy, result.name, written):
                         self.events.submit_success(spec)
+        return failures
+
+    def _generate_gpol_for_subresource(self, event: TriggerEvent) -> list[TriggerFailure]:
+        """GeneratingPolicies whose matchConstraints name a subresource (``pods/eviction``, ``pods/exec``): evaluated
+        on the request's own object as a request of the parent's subresource, as Kyverno's background controller
+        does when it finds no stored trigger; the downstream is created once (no trigger to keep it in step with)."""
+        gpols = self._generating()
+        if not gpols or event.operation == "DELETE" or event.gvk is None:
+            return []
+        api_version = f"{event.gvk.group}/{event.gvk.version}" if event.gvk.group else event.gvk.version
+        parent = self.cluster.resolve_kind(api_version, event.gvk.kind)
+        if parent is None:
+            return []
+        request_of = (event.gvk.subresource, (parent.group, parent.version, parent.kind, parent.resource))
+        evaluator = self._cel_evaluator()
+        background = self.is_background_request(event.info.username)
+        failures: list[TriggerFailure] = []
+        for policy in gpols:
+            if background and policy.skips_background_requests:
+                continue
+            try:
+                result = self._evaluate_gpol(
+                    evaluator, policy, event.subject, event.operation, {}, event.info, subresource=request_of, request_at=(event.request_namespace, event.request_name)
+                )
+            except Exception as exc:  # a compile error in one policy must not stop the others
+                failures.append(TriggerFailure(policy.key, policy.name, event.describe(), f"{type(exc).__name__}: {exc}"))
+                continue
+            if result is None or result.status not in (PASS, ERROR):
+                continue
+            message = result.message
+            if result.status == PASS:
+                try:
+                    self.apply_gpol_downstream(policy, event.subject, result.generated_resources)
+                    continue
+                except KubeError as exc:
+                    message = f"failed to generate resources: {exc}"
+            failures.append(TriggerFailure(policy.key, policy.name, event.describe(), message))
+            self._failure_event(policy, result.name, message, event.subject)
         return failures
 
     # -- changes of downstream objects and clone sources (Kyverno's "non-trigger" admissions) -----------------------

@@ -68,8 +68,11 @@ def build_json_context(
     if old_resource:
         request["oldObject"] = old_resource
     resource = new_resource or old_resource or {}
-    request["namespace"] = str((resource.get("metadata") or {}).get("namespace") or "")
-    request["name"] = str((resource.get("metadata") or {}).get("name") or "")  # the admission request's name
+    # the admission request's namespace and name are the object's; an object without metadata (a subresource's
+    # PodExecOptions) leaves them to the request fields the caller gives
+    metadata = resource.get("metadata") or {}
+    request["namespace"] = str(metadata.get("namespace") or (admission or {}).get("namespace") or "")
+    request["name"] = str(metadata.get("name") or (admission or {}).get("name") or "")
     data: dict[str, Any] = {"request": request}
     if not info.is_empty():
         # Kyverno adds user details only when a request carries them; policies must not see an empty user.

@@ -1,0 +1,164 @@
+"""Generation from subresource requests (Kyverno e2e generate-on-subresource-trigger, generate-on-eviction-subresource-
+trigger), for ClusterPolicy generate rules and GeneratingPolicies alike.
+
+Kyverno's webhooks hand every admitted request of a matched subresource to the background controller, whatever the
+operation (an eviction is a CREATE, an exec a CONNECT); the background controller finds no stored trigger for it and
+takes the request's own object (Eviction, PodExecOptions) as the trigger (pkg/background/common GetTrigger).  A
+GeneratingPolicy matches the request as a request of the parent resource's subresource (``pods/eviction``), so a policy
+naming only ``pods`` is not triggered by it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from stockade.controllers.generate import GenerateController, TriggerEvent
+from stockade.engine.match import RequestInfo
+from stockade.policy.loader import Document
+from stockade.policy.model import KyvernoPolicy
+from tests.unit.controllers.fakecluster import FakeCluster
+
+CONFIGMAP = (
+    '[{"kind": dyn("ConfigMap"), "apiVersion": dyn("v1"), '
+    '"metadata": dyn({"name": "noted", "namespace": string(request.namespace)}), '
+    '"data": dyn({"kind": string(object.kind)})}]'
+)
+
+EVICTION = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "web", "namespace": "ns1"}}
+EXEC = {"apiVersion": "v1", "kind": "PodExecOptions", "command": ["ls"], "container": "web", "stdout": True}
+
+
+def gpol(resources: list[str], operations: list[str], *, skip_background: bool | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": operations, "resources": resources}]},
+        "generate": [{"expression": f"generator.Apply(request.namespace, {CONFIGMAP})"}],
+    }
+    if skip_background is not None:
+        spec["evaluation"] = {"skipBackgroundRequests": skip_background}
+    return {"apiVersion": "policies.kyverno.io/v1beta1", "kind": "GeneratingPolicy", "metadata": {"name": "on-subresource"}, "spec": spec}
+
+
+def cpol(kind: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kyverno.io/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": "on-subresource"},
+        "spec": {
+            "rules": [
+                {
+                    "name": "note",
+                    "match": {"any": [{"resources": {"kinds": [kind]}}]},
+                    "generate": {
+                        "synchronize": False,
+                        "apiVersion": "v1",
+                        "kind": "ConfigMap",
+                        "name": "noted",
+                        "namespace": "{{request.namespace}}",
+                        "data": {"data": {"kind": "{{request.object.kind}}"}},
+                    },
+                }
+            ]
+        },
+    }
+
+
+@dataclass
+class Snapshot:
+    documents: tuple[Document, ...]
+    policies: list[KyvernoPolicy] = field(default_factory=list)
+    errors: dict[Any, str] = field(default_factory=dict)
+
+
+class Store:
+    def __init__(self, *docs: dict[str, Any]) -> None:
+        self.listeners: list[Any] = []
+        policies = [KyvernoPolicy(d) for d in docs if d["kind"] == "ClusterPolicy"]
+        self.snapshot = Snapshot(tuple(Document(d, "test", i) for i, d in enumerate(docs)), policies)
+
+
+@dataclass
+class Review:
+    """The parts of an admission request the generate controller reads."""
+
+    operation: str
+    object: dict[str, Any]
+    sub_resource: str
+    user_info: RequestInfo = field(default_factory=lambda: RequestInfo(username="alice"))
+    old_object: dict[str, Any] = field(default_factory=dict)
+    kind: Any = None
+    resource: dict[str, str] = field(default_factory=lambda: {"group": "", "version": "v1", "resource": "pods"})
+    dry_run: bool = False
+    namespace: str = "ns1"
+    name: str = "web"
+
+
+def run(review: Review, *docs: dict[str, Any], background: str = "") -> tuple[FakeCluster, list[Any]]:
+    cluster = FakeCluster()
+    cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns1"}})
+    ctl = GenerateController(None, Store(*docs), cluster_data=cluster, background_username=background)  # type: ignore[arg-type]
+    ctl.submit(review)
+    key = ctl.controller.queue.get(timeout=0)
+    if key is None:
+        return cluster, []
+    event = ctl.queued_event(key)
+    assert isinstance(event, TriggerEvent) and event.subresource
+    return cluster, ctl.process_event(event)
+
+
+CASES = [
+    pytest.param(Review("CREATE", EVICTION, "eviction"), gpol(["pods/eviction"], ["*"]), "Eviction", id="gpol-eviction-create"),
+    pytest.param(Review("CONNECT", EXEC, "exec"), gpol(["pods/exec"], ["CONNECT"]), "PodExecOptions", id="gpol-exec-connect"),
+    pytest.param(Review("CREATE", EVICTION, "eviction"), cpol("Pod/eviction"), "Eviction", id="cpol-eviction-create"),
+    pytest.param(Review("CONNECT", EXEC, "exec"), cpol("Pod/exec"), "PodExecOptions", id="cpol-exec-connect"),
+]
+
+
+@pytest.mark.parametrize(("review", "policy", "kind"), CASES)
+def test_a_subresource_request_generates_from_the_object_it_carries(review: Review, policy: dict[str, Any], kind: str) -> None:
+    cluster, failures = run(review, policy)
+    assert failures == []
+    generated = cluster.find("ConfigMap", "ns1", "noted")
+    assert generated is not None and generated["data"] == {"kind": kind}
+    labels = generated["metadata"]["labels"]
+    assert (labels["generate.kyverno.io/trigger-kind"], labels["generate.kyverno.io/policy-name"]) == (kind, "on-subresource")
+
+
+@pytest.mark.parametrize(
+    ("review", "policy"),
+    [
+        pytest.param(Review("CREATE", EVICTION, "eviction"), gpol(["pods"], ["CREATE"]), id="gpol-names-the-parent-only"),
+        pytest.param(Review("CONNECT", EXEC, "exec"), gpol(["pods/eviction"], ["*"]), id="gpol-names-another-subresource"),
+        pytest.param(Review("CONNECT", EXEC, "exec"), gpol(["pods/exec"], ["CREATE"]), id="gpol-names-another-operation"),
+        pytest.param(Review("CONNECT", EXEC, "exec"), cpol("Pod/eviction"), id="cpol-names-another-subresource"),
+        pytest.param(Review("CREATE", EVICTION, "eviction"), cpol("Pod"), id="cpol-names-the-parent-only"),
+    ],
+)
+def test_a_policy_that_does_not_name_the_subresource_and_operation_generates_nothing(review: Review, policy: dict[str, Any]) -> None:
+    cluster, failures = run(review, policy)
+    assert failures == []
+    assert cluster.find("ConfigMap", "ns1", "noted") is None
+
+
+def test_a_connect_without_a_subresource_is_not_taken() -> None:
+    cluster = FakeCluster()
+    ctl = GenerateController(None, Store(gpol(["pods/exec"], ["CONNECT"])), cluster_data=cluster)  # type: ignore[arg-type]
+    assert ctl.submit(Review("CONNECT", EXEC, "")) is None
+    assert ctl.controller.queue.get(timeout=0) is None
+
+
+def test_a_dry_run_subresource_request_has_no_side_effects() -> None:
+    review = Review("CREATE", EVICTION, "eviction", dry_run=True)
+    cluster, failures = run(review, gpol(["pods/eviction"], ["*"]))
+    assert failures == [] and cluster.find("ConfigMap", "ns1", "noted") is None
+
+
+@pytest.mark.parametrize(("skip", "generated"), [(None, False), (True, False), (False, True)])
+def test_background_account_subresource_requests_follow_skip_background_requests(skip: bool | None, generated: bool) -> None:
+    """Kyverno's gpol webhook drops background-account requests unless the policy sets skipBackgroundRequests false."""
+    account = "system:serviceaccount:kyverno:kyverno-background-controller"
+    review = Review("CREATE", EVICTION, "eviction", user_info=RequestInfo(username=account))
+    cluster, failures = run(review, gpol(["pods/eviction"], ["*"], skip_background=skip), background=account)
+    assert failures == []
+    assert (cluster.find("ConfigMap", "ns1", "noted") is not None) is generated
