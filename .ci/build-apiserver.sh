@@ -10,13 +10,16 @@
 # Cold build of v1.36 on 2 cores shared with other work (load ~14): ~4 min module download + 19 min kube-apiserver
 # + 3 min kubectl + 11.5 min kube-controller-manager + 0.5 min kube-scheduler; warm (same
 # GOCACHE): seconds.  Also installs Debian's etcd-server when etcd is missing and we are root.
-# Env:   STOCKADE_BUILD_PARALLELISM (default 2) limits concurrent compile jobs.
+# Env:   STOCKADE_BUILD_PARALLELISM (default 2) limits concurrent compile jobs; STOCKADE_K8S_MODULE, STOCKADE_K8S_BIN_DIR below.
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-module_dir="$root/hack/apiserver"
-bin_dir="$root/.cache/bin"
+# STOCKADE_K8S_MODULE / STOCKADE_K8S_BIN_DIR build from another pinning module into another directory (the e2e
+# suite's kubectl v1.35: hack/kubectl-e2e into .cache/bin/e2e)
+module_dir="$(cd "${STOCKADE_K8S_MODULE:-$root/hack/apiserver}" && pwd)"
+bin_dir="${STOCKADE_K8S_BIN_DIR:-$root/.cache/bin}"
 mkdir -p "$bin_dir"
+bin_dir="$(cd "$bin_dir" && pwd)"
 
 if ! command -v go >/dev/null 2>&1; then
   echo "build-apiserver: go is not installed" >&2

@@ -12,6 +12,7 @@ cd "$(dirname "$0")/.."
 deadline="${1:?usage: .ci/e2e.sh DEADLINE_EPOCH_SECONDS}"
 
 .ci/build-apiserver.sh kube-apiserver kubectl kube-controller-manager kube-scheduler
+.ci/build-kubectl-e2e.sh
 .ci/build-kwok.sh
 .ci/build-chainsaw.sh
 

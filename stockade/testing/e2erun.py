@@ -446,6 +446,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"e2e-run: no chainsaw tests under {', '.join(args.folders)}", file=sys.stderr)
         return 2
     chainsaw = find_binary("chainsaw", "STOCKADE_CHAINSAW")
+    suite_kubectl = REPO_ROOT / ".cache" / "bin" / "e2e"  # the suite's kubectl (.ci/build-kubectl-e2e.sh)
+    if not (suite_kubectl / "kubectl").is_file():
+        print(f"e2e-run: {suite_kubectl}/kubectl is missing: run .ci/build-kubectl-e2e.sh", file=sys.stderr)
+        return 1
     results = args.results.resolve()
     results.mkdir(parents=True, exist_ok=True)
     cluster = E2ECluster(state_dir=args.state_dir.resolve())
@@ -458,9 +462,10 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         timings.update(cluster.timings)
         print(f"e2e-run: cluster up in {cluster.timings['total_s']:.1f}s", flush=True)
-    # .cache/bin: the peers; hack/e2e/bin: stand-ins for kubectl plugins Kyverno's CI installs (kubectl-evict) and for
-    # the `kyverno` CLI its cli tests run (Stockade's CLI, under this interpreter)
-    tools = os.pathsep.join((str(REPO_ROOT / ".cache" / "bin"), str(REPO_ROOT / "hack" / "e2e" / "bin")))
+    # .cache/bin/e2e: the kubectl of Kyverno CI's minor (.ci/build-kubectl-e2e.sh), ahead of the peers in .cache/bin;
+    # hack/e2e/bin: stand-ins for kubectl plugins Kyverno's CI installs (kubectl-evict) and for the `kyverno` CLI its cli
+    # tests run (Stockade's CLI, under this interpreter)
+    tools = os.pathsep.join((str(suite_kubectl), str(REPO_ROOT / ".cache" / "bin"), str(REPO_ROOT / "hack" / "e2e" / "bin")))
     env = {
         **os.environ,
         "KUBECONFIG": str(cluster.kubeconfig),
