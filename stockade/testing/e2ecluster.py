@@ -414,6 +414,18 @@ class E2ECluster:
         self._kubectl(kubectl, "apply", "--server-side", "-f", str(BACKGROUND_RBAC))
         self._kubectl(kubectl, "apply", "--server-side", "-f", str(REPORTS_RBAC))
         self._kubectl(kubectl, "apply", "--server-side", "-f", str(KIND_DEFAULTS))
+        self._kubectl(kubectl, "apply", "--server-side", "-f", "-", stdin=self._user_roles())
+
+    def _user_roles(self) -> str:
+        """The chart's ClusterRoles for policy users (aggregated into admin/view), under the names Kyverno's release
+        ``kyverno`` gives them, as a cluster moving from Kyverno keeps them (``rbac.userRoles.namePrefix``)."""
+        helm = find_binary("helm", "STOCKADE_HELM")
+        chart = REPO_ROOT / "deploy" / "helm" / "stockade"
+        command = [helm, "template", "kyverno", str(chart), "--set", "rbac.userRoles.namePrefix=kyverno", "--show-only", "templates/user-roles.yaml"]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise ClusterError(f"helm template of the user roles failed: {result.stderr.strip()}")
+        return result.stdout
 
     def reset_between_folders(self) -> None:
         """Kyverno's CI gives every folder a fresh kind cluster; one control plane serves them all here, so what a

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -195,3 +197,56 @@ def test_kyverno_tls_secrets_value_passes_the_flag_and_grants_only_those_secrets
     assert "--kyverno-tls-secrets" in find(enabled, "Deployment", "stockade")["spec"]["template"]["spec"]["containers"][0]["args"]
     granted = [name for doc in enabled if doc.get("kind") == "Role" for rule in doc.get("rules", []) for name in rule.get("resourceNames", [])]
     assert {"stockade-svc.stockade.svc.kyverno-tls-ca", "stockade-svc.stockade.svc.kyverno-tls-pair"} <= set(granted)
+
+
+def _user_roles(tools: Tools, *values: str) -> dict[str, dict[str, Any]]:
+    docs = documents(tools.helm("template", "stockade", str(CHART), "--show-only", "templates/user-roles.yaml", *values).stdout)
+    return {doc["metadata"]["name"]: doc for doc in docs}
+
+
+def test_user_roles_aggregate_into_admin_and_view_under_kyvernos_names(tools: Tools) -> None:
+    """Kyverno's chart gives policy users <release>:rbac:{admin,view}:{policies,policyreports,reports,updaterequests},
+    labelled for aggregation into the built-in admin and view roles; namePrefix keeps Kyverno's names."""
+    roles = _user_roles(tools)
+    sets = ("policies", "policyreports", "reports", "updaterequests")
+    assert set(roles) == {f"stockade:rbac:{role}:{name}" for role in ("admin", "view") for name in sets}
+    for name, doc in roles.items():
+        role = name.split(":")[2]
+        assert doc["metadata"]["labels"][f"rbac.authorization.k8s.io/aggregate-to-{role}"] == "true"
+        verbs = {verb for rule in doc["rules"] for verb in rule["verbs"]}
+        assert verbs == ({"create", "delete", "get", "list", "patch", "update", "watch"} if role == "admin" else {"get", "list", "watch"})
+    assert set(_user_roles(tools, "--set", "rbac.userRoles.namePrefix=kyverno")) == {n.replace("stockade:", "kyverno:", 1) for n in roles}
+    disabled = documents(tools.template("--set", "rbac.userRoles.enabled=false"))
+    assert not [doc for doc in disabled if ":rbac:" in doc["metadata"]["name"]]
+
+
+def test_user_roles_grant_what_they_say_on_the_apiserver(tools: Tools, namespace: str) -> None:
+    """Bound in a namespace, the view role reads Policies and reports but cannot write them; the admin role writes."""
+    rendered = tools.helm("template", "stockade", str(CHART), "--show-only", "templates/user-roles.yaml", "--set", f"rbac.userRoles.namePrefix={namespace}").stdout
+    tools.kubectl("apply", "--server-side", "-f", "-", stdin=rendered)
+    try:
+        for user, role in (("viewer", "view"), ("owner", "admin")):
+            for name in ("policies", "policyreports"):
+                tools.kubectl("create", "rolebinding", f"{user}-{name}", f"--clusterrole={namespace}:rbac:{role}:{name}", f"--user={user}", "-n", namespace)
+
+        def can(user: str, verb: str, resource: str) -> bool:
+            """The API server's own answer (a SubjectAccessReview; no CRD needs to be served for it)."""
+            plural, _, group = resource.partition(".")
+            review = {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SubjectAccessReview",
+                "spec": {"user": user, "resourceAttributes": {"namespace": namespace, "verb": verb, "group": group, "resource": plural}},
+            }
+            answer = tools.kubectl("create", "-f", "-", "-o", "jsonpath={.status.allowed}", stdin=yaml.safe_dump(review))
+            return answer.stdout.strip() == "true"
+
+        # the API server's RBAC authorizer sees new bindings through its informers, a moment later
+        deadline = time.monotonic() + 20
+        while not can("owner", "delete", "policyreports.wgpolicyk8s.io") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert can("viewer", "list", "policies.kyverno.io") and can("viewer", "get", "policyreports.wgpolicyk8s.io")
+        assert not can("viewer", "create", "policies.kyverno.io") and not can("viewer", "delete", "policyreports.wgpolicyk8s.io")
+        assert can("owner", "create", "policies.kyverno.io") and can("owner", "delete", "policyreports.wgpolicyk8s.io")
+        assert not can("owner", "create", "updaterequests.kyverno.io")  # not bound here
+    finally:
+        tools.kubectl("delete", "-f", "-", stdin=rendered, check=False)
