@@ -261,7 +261,11 @@ class PodRunner:
             "PYTHONUNBUFFERED": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1",
             **container_env(container),
         }
-        netns = NetworkNamespace()
+        try:
+            netns = NetworkNamespace()
+        except HostPodError as exc:
+            log.warning("pod %s: not run: %s", key, exc)
+            return
         try:
             with open(workdir / "container.log", "wb") as output:
                 process = netns.spawn(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
