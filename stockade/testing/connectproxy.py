@@ -39,7 +39,7 @@ class ConnectProxy:
         target = rest.partition(" ")[0]
         if method != "CONNECT" or ":" not in target:
             writer.write(b"HTTP/1.1 405 Method Not Allowed\r\nContent-Length: 0\r\n\r\n")
-            await _close(writer)
+            await close_stream(writer)
             return
         destination = self.mapping.get(target, target)
         host, _, port = destination.rpartition(":")
@@ -48,13 +48,14 @@ class ConnectProxy:
         except (OSError, ValueError, TimeoutError) as exc:
             log.warning("CONNECT %s -> %s failed: %s", target, destination, exc)
             writer.write(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
-            await _close(writer)
+            await close_stream(writer)
             return
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        await asyncio.gather(_pipe(reader, upstream_writer), _pipe(upstream_reader, writer))
+        await asyncio.gather(pipe_streams(reader, upstream_writer), pipe_streams(upstream_reader, writer))
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def pipe_streams(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy ``reader`` to ``writer`` until end of stream, then close ``writer``."""
     try:
         while data := await reader.read(65536):
             writer.write(data)
@@ -62,10 +63,11 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
     except (ConnectionError, asyncio.IncompleteReadError):
         pass
     finally:
-        await _close(writer)
+        await close_stream(writer)
 
 
-async def _close(writer: asyncio.StreamWriter) -> None:
+async def close_stream(writer: asyncio.StreamWriter) -> None:
+    """Close ``writer`` and wait for it, ignoring a connection that is already gone."""
     with contextlib.suppress(Exception):
         writer.close()
         await writer.wait_closed()

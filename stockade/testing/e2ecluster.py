@@ -5,8 +5,9 @@ admissionregistration APIs beside v1 for Validating/MutatingAdmissionPolicy), ku
 Deployments, Jobs, service-account tokens, signed with the apiserver's key), kube-scheduler, and KWOK with two fake
 nodes named like kind's (``kind-control-plane``, ``kind-worker``) so Pods are scheduled and reach Running without a
 kubelet.  Then it installs the CRDs, the ``kyverno`` namespace with a ``kyverno`` ConfigMap (Kyverno's dynamic
-configuration, which several tests patch), and starts ``stockade serve --from-cluster --register-webhooks`` on
-127.0.0.1, registered through URL webhooks.
+configuration, which several tests patch), starts the host pod runner (``hostpods.py``: Pods of python images run
+as host processes, their Services reachable through its forward proxy) and ``stockade serve --from-cluster
+--register-webhooks`` on 127.0.0.1, whose plain-HTTP calls go through that proxy.
 
 Processes outlive the command (``up`` returns once everything is ready); their pids and the kubeconfig live in the
 state directory, which ``down`` reads to stop exactly those processes.
@@ -23,6 +24,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -37,6 +39,7 @@ from typing import Any, ClassVar
 import yaml
 
 from stockade.testing.apiserver import REPO_ROOT, ControlPlane, ControlPlaneUnavailable, find_binary, free_port, program_name
+from stockade.testing.hostpods import HostPodError, ensure_pod_python
 from stockade.errors import StockadeError
 
 DEFAULT_STATE_DIR = REPO_ROOT / ".cache" / "e2e" / "cluster"
@@ -52,6 +55,8 @@ STOCKADE_NAMESPACE = "kyverno"
 SERVICE_NAME = "kyverno-svc"
 SERVICE_CLUSTER_IP = "10.96.0.100"
 FAKE_NODES = ("kind-control-plane", "kind-worker")
+# the venv Pods of python images run with (hostpods.py); made once, kept across clusters
+POD_PYTHON_DIR = REPO_ROOT / ".cache" / "e2e" / "pod-python"
 EXTRA_CRDS = REPO_ROOT / "hack" / "e2e" / "extra-crds.yaml"
 KIND_DEFAULTS = REPO_ROOT / "hack" / "e2e" / "kind-defaults.yaml"  # what kind adds to the cluster Kyverno's CI uses
 BACKGROUND_RBAC = REPO_ROOT / "hack" / "e2e" / "background-controller-rbac.yaml"
@@ -318,6 +323,8 @@ class E2ECluster:
             self._record(plane.processes)
             self._install(binaries["kubectl"])
             self.timings["cluster_ready_s"] = time.monotonic() - started
+            self._start_host_pods(plane)
+            self._record(plane.processes)
             self._start_stockade(plane)
             self._record(plane.processes)
             self._wait_nodes_ready(binaries["kubectl"])
@@ -339,6 +346,52 @@ class E2ECluster:
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=REPO_ROOT,
                 )
             )
+
+    def _start_host_pods(self, plane: E2EControlPlane) -> None:
+        """The host pod runner and its forward proxy (hostpods.py, serviceproxy.py): Pods of python images run on
+        this host, and ``stockade serve`` reaches their Services through the proxy (its HTTP_PROXY)."""
+        started = time.monotonic()
+        try:
+            ensure_pod_python(POD_PYTHON_DIR, self.python)
+        except HostPodError as exc:  # no package index: the cluster still serves every test that needs no such Pod
+            print(f"e2e-cluster: no host pod runner ({exc}); Pods of python images will not run", file=sys.stderr, flush=True)
+            return
+        self.timings["pod_python_s"] = time.monotonic() - started
+        port = free_port()
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        with open(self.state_dir / "host-pods.log", "wb") as log:  # the child keeps its own descriptor
+            process = subprocess.Popen(
+                [
+                    self.python, "-m", "stockade.testing.hostpods", f"--kubeconfig={plane.kubeconfig}",
+                    f"--state-dir={self.state_dir}", f"--proxy-port={port}", f"--pod-python={POD_PYTHON_DIR}",
+                ],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=REPO_ROOT,
+            )
+        plane.processes.append(process)
+        deadline = time.monotonic() + 60
+        while True:
+            if process.poll() is not None:
+                raise ClusterError(f"the host pod runner exited with {process.returncode}; see {self.state_dir / 'host-pods.log'}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise ClusterError(f"the host pod runner's proxy is not listening after 60s; see {self.state_dir / 'host-pods.log'}") from None
+                time.sleep(0.2)
+        (self.state_dir / "hostpods.port").write_text(str(port))
+
+    def _proxy_env(self) -> dict[str, str]:
+        """``stockade serve``'s HTTP proxy settings: http:// calls go through the host pod runner's forward proxy,
+        which routes cluster Service names; the API server and everything else on this host stay direct."""
+        try:
+            port = int((self.state_dir / "hostpods.port").read_text())
+        except (OSError, ValueError):
+            return {}
+        bypass = [entry for entry in os.environ.get("NO_PROXY", os.environ.get("no_proxy", "")).split(",") if entry.strip()]
+        no_proxy = ",".join(dict.fromkeys([*bypass, "127.0.0.1", "localhost", "::1"]))
+        proxy = f"http://127.0.0.1:{port}"
+        return {"HTTP_PROXY": proxy, "http_proxy": proxy, "NO_PROXY": no_proxy, "no_proxy": no_proxy}
 
     def _start_controllers(self, plane: E2EControlPlane, binaries: dict[str, str]) -> None:
         kubeconfig = str(plane.kubeconfig)
@@ -457,7 +510,7 @@ class E2ECluster:
         self.children.append(process)
 
     def _launch_stockade(self, port: int, extra_args: tuple[str, ...]) -> subprocess.Popen[bytes]:
-        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **self._proxy_env()}
         started = time.monotonic()
         with open(self.state_dir / "stockade.log", "ab") as log:  # the child keeps its own descriptor
             process = subprocess.Popen(

@@ -222,3 +222,79 @@ def test_a_service_call_is_read_up_to_kyvernos_response_limit_and_a_bad_ca_bundl
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _RecordingServer:
+    """An HTTP server on 127.0.0.1 that answers every request with the request target it received and the body:
+    as a forward proxy it sees absolute URLs (``http://host/path``), as the destination itself the path alone."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.seen: list[str] = []
+        seen = self.seen
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                seen.append(self.path)
+                payload = json.dumps({"target": self.path, "body": body.decode()}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = _answer  # noqa: N815 - http.server's naming
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def http_proxy_env(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A recording forward proxy set as HTTP_PROXY (127.0.0.1 bypassing it) for a process started now: urllib's
+    shared opener reads the proxy settings when it is built, so it is rebuilt before and after the test."""
+    import urllib.request
+
+    proxy = _RecordingServer()
+    for name in ("HTTP_PROXY", "http_proxy"):
+        monkeypatch.setenv(name, f"http://127.0.0.1:{proxy.port}")
+    for name in ("NO_PROXY", "no_proxy"):
+        monkeypatch.setenv(name, "127.0.0.1,localhost")
+    urllib.request.install_opener(None)  # type: ignore[arg-type]
+    yield proxy
+    proxy.close()
+    monkeypatch.undo()
+    urllib.request.install_opener(None)  # type: ignore[arg-type]
+
+
+def test_cel_http_and_api_call_services_honour_the_proxy_environment(http_proxy_env: Any) -> None:
+    """The CEL ``http`` library and apiCall ``service.url`` go through HTTP_PROXY like any HTTP client (how a
+    Kyverno installed behind a proxy reaches services), and NO_PROXY hosts are called directly."""
+    from stockade.controllers.clusterdata import ClusterCelHttp
+
+    proxy = http_proxy_env
+    service = "http://test-api-service.default.svc.cluster.local/items?x=1"
+    http = ClusterCelHttp(timeout_seconds=10)
+    assert http.get(service, {}) == {"target": service, "body": "", "statusCode": 200}
+    assert http.post(service, {"labels": "demo"}, {})["body"] == '{"labels": "demo"}'
+    data, _ = make({})
+    assert data.api_call({"service": {"url": "http://api.team.svc:8080/check"}}) == {"target": "http://api.team.svc:8080/check", "body": ""}
+    assert proxy.seen == [service, service, "http://api.team.svc:8080/check"]
+
+    direct = _RecordingServer()
+    try:
+        assert http.get(f"http://127.0.0.1:{direct.port}/here", {})["target"] == "/here"
+        assert direct.seen == ["/here"] and len(proxy.seen) == 3
+    finally:
+        direct.close()
