@@ -689,7 +689,11 @@ def _cel_status_patch(
     return None if unchanged else patch
 
 
-_AUTOGEN_STATUS_KINDS = frozenset({"ValidatingPolicy", "NamespacedValidatingPolicy"})
+# Kyverno's policy status controller writes status.autogen for these kinds (an empty ``autogen: {}`` when the policy
+# does not autogen)
+_AUTOGEN_STATUS_KINDS = frozenset(
+    {"ValidatingPolicy", "NamespacedValidatingPolicy", "ImageValidatingPolicy", "NamespacedImageValidatingPolicy", "MutatingPolicy", "NamespacedMutatingPolicy"}
+)
 
 
 def _cel_autogen_configs(data: dict[str, Any]) -> dict[str, Any]:

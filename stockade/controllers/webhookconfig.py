@@ -970,7 +970,13 @@ def build_configurations(
             chosen = [p for p in cel if p.base_kind == base_kind and bool(p.is_namespaced) == namespaced]
             if phase == "mutate" and base_kind == "ImageValidatingPolicy":
                 chosen = [p for p in chosen if (p.spec.get("validationConfigurations") or {}).get("mutateDigest", True) is not False]
-            webhooks += cel_webhooks(chosen, f"{prefix}.{naming.service_host}", path, settings)
+            built = cel_webhooks(chosen, f"{prefix}.{naming.service_host}", path, settings)
+            if phase == "mutate":
+                # Kyverno builds the CEL mutating webhooks as validating ones and copies them over field by field,
+                # without matchPolicy: the API server's default (Equivalent) stands even for matchPolicy Exact
+                for webhook in built:
+                    webhook.pop("matchPolicy", None)
+            webhooks += built
         webhooks.sort(key=lambda w: str(w["name"]))
         configurations.append(webhook_configuration(kind, name, webhooks, kyverno_config, naming))
     return configurations[0], configurations[1]

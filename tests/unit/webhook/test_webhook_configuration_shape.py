@@ -230,3 +230,31 @@ def test_verify_images_reaches_the_validating_webhook_only_with_checks_to_make()
     assert registered(verify()) == (True, True)
     assert registered(verify(verifyDigest=False)) == (True, True)
     assert registered(verify(verifyDigest=False, required=False)) == (True, False)
+
+
+MATCH_POLICY_EXACT = """
+apiVersion: policies.kyverno.io/v1beta1
+kind: {kind}
+metadata: {{name: exact}}
+spec:
+  matchConstraints:
+    matchPolicy: Exact
+    resourceRules: [{{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}}]
+{body}
+"""
+
+
+def test_cel_mutating_webhooks_leave_match_policy_to_the_api_server_default() -> None:
+    """Kyverno builds the CEL mutating webhooks (MutatingPolicy, ImageValidatingPolicy digest mutation) as validating
+    ones and copies them without matchPolicy, so ``matchPolicy: Exact`` reaches the validating webhook only (e2e
+    image-validating-policies/webhook-configuration/fine-grained/match-constraints)."""
+    ivpol = cel_policy(MATCH_POLICY_EXACT.format(kind="ImageValidatingPolicy", body="  matchImageReferences: [{glob: 'ghcr.io/*'}]\n  attestors: [{name: a, cosign: {key: {data: k}}}]\n  validations: [{expression: 'true'}]"))
+    mpol = cel_policy(
+        MATCH_POLICY_EXACT.format(kind="MutatingPolicy", body="  mutations: [{patchType: ApplyConfiguration, applyConfiguration: {expression: 'Object{}'}}]").replace("name: exact", "name: exact-m")
+    )
+    mutating, validating = configurations([], [ivpol, mpol])
+    by_name = {w["name"]: w for w in mutating["webhooks"]}
+    assert set(by_name) == {"ivpol.mutate.kyverno.svc-fail-finegrained-exact", "mpol.validate.kyverno.svc-fail-finegrained-exact-m"}  # Kyverno names it so
+    assert all("matchPolicy" not in webhook for webhook in by_name.values())
+    (fine,) = [w for w in validating["webhooks"] if w["name"] == "ivpol.validate.kyverno.svc-fail-finegrained-exact"]
+    assert fine["matchPolicy"] == "Exact"

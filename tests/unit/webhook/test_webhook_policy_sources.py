@@ -566,3 +566,49 @@ def test_validating_policy_status_lists_its_autogen_configs() -> None:
     written = copy.deepcopy(patch)
     written["autogen"] = {}  # what the merge patch leaves stored
     assert status_patch(VALIDATING_KIND, none, _snapshot_of(none), policy_identity(none), written) is None
+
+
+IMAGE_VALIDATING_POLICY = {
+    "apiVersion": "policies.kyverno.io/v1beta1",
+    "kind": "ImageValidatingPolicy",
+    "metadata": {"name": "signed", "generation": 1},
+    "spec": {
+        "validationActions": ["Deny"],
+        "webhookConfiguration": {"timeoutSeconds": 20},
+        "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+        "matchImageReferences": [{"glob": "ghcr.io/*"}],
+        "attestors": [{"name": "cosign", "cosign": {"key": {"data": "k"}}}],
+        "validations": [{"expression": "images.containers.all(i, verifyImageSignatures(i, [attestors.cosign]) > 0)", "message": "unsigned"}],
+    },
+}
+
+MUTATING_POLICY = {
+    "apiVersion": "policies.kyverno.io/v1beta1",
+    "kind": "MutatingPolicy",
+    "metadata": {"name": "add-label", "generation": 1},
+    "spec": {
+        "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+        "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": "Object{metadata: Object.metadata{labels: {'a': 'b'}}}"}}],
+    },
+}
+
+
+@pytest.mark.parametrize("kind", ["ImageValidatingPolicy", "NamespacedImageValidatingPolicy", "MutatingPolicy", "NamespacedMutatingPolicy"])
+def test_image_validating_and_mutating_policies_report_their_autogen_configs_too(kind: str) -> None:
+    """Kyverno's policy status controller writes status.autogen for (Namespaced)ImageValidating and Mutating policies
+    as for ValidatingPolicies (e2e image-validating-policies/autogen/none, namespaced .../should-autogen): the
+    variants per replacement set with the rewritten spec, and ``autogen: {}`` when no controller is asked for."""
+    watched = next(k for k in WATCHED_KINDS if k.kind == kind)
+    base = IMAGE_VALIDATING_POLICY if "Image" in kind else MUTATING_POLICY
+    policy = with_changes(base, kind=kind, **({"metadata__namespace": "team"} if kind.startswith("Namespaced") else {}))
+    patch = status_patch(watched, policy, _snapshot_of(policy), policy_identity(policy), {})
+    assert patch is not None
+    configs = patch["autogen"]["configs"]
+    assert sorted(configs) == ["cronjobs", "defaults"]
+    assert configs["cronjobs"]["targets"] == [{"group": "batch", "version": "v1", "resource": "cronjobs", "kind": "CronJob"}]
+    if "Image" in kind:
+        assert configs["defaults"]["spec"]["validationActions"] == ["Deny"]
+        assert configs["defaults"]["spec"]["webhookConfiguration"] == {"timeoutSeconds": 20}
+    none = with_changes(policy, spec__autogen={"podControllers": {"controllers": []}})
+    patch = status_patch(watched, none, _snapshot_of(none), policy_identity(none), {})
+    assert patch is not None and patch["autogen"] == {"configs": None}
