@@ -59,6 +59,8 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--reports-service-account", default="", help="With --register-webhooks: the reports controller's user (Kyverno's reports controller service account, e.g. system:serviceaccount:kyverno:kyverno-reports-controller): a CEL policy with background processing on is ready for reporting only when this account may get, list and watch what it matches (SubjectAccessReview), as Kyverno's RBACPermissionsGranted condition says (default: none, always granted).")
 @click.option("--events/--no-events", default=True, show_default=True, help="With --register-webhooks: record a Kubernetes Event for each denial.")
 @click.option("--force-failure-policy-ignore", is_flag=True, default=False, help="Treat every policy as failurePolicy Ignore (Kyverno's forceFailurePolicyIgnore install option): its webhooks are registered with Ignore and its evaluation errors admit.")
+@click.option("--allow-http-in-namespaced-policies", is_flag=True, default=False, help="Namespaced CEL policies (NamespacedValidatingPolicy and the other namespaced kinds, or a namespaced ValidatingPolicy...) may call http.Get/Post (Kyverno's --allowHTTPInNamespacedPolicies). Off by default: a namespace's policy author could otherwise make the server call any address it reaches (server-side request forgery); enable it only with a restrictive --http-blocklist or network policies.")
+@click.option("--http-blocklist", "http_blocklist", multiple=True, metavar="HOST_OR_CIDR", help="A host name or CIDR range that CEL http.Get/Post and apiCall service.url calls must not reach (Kyverno's --httpBlocklist; repeatable, or comma-separated). Host names match the URL's host; ranges match every address the host resolves to (through a proxy too: a destination that cannot be resolved then is refused); redirects are checked hop by hop. Given at all, it replaces the default list (Kyverno's: 169.254.169.254/32, 169.254.169.253/32, fd00:ec2::254/128, metadata.google.internal, 127.0.0.0/8, ::1/128); --http-blocklist '' blocks nothing.")
 @click.option("--event-components", type=click.Choice(["kyverno", "stockade"]), default="stockade", show_default=True, help="reportingComponent of Events: stockade = 'stockade' for all; kyverno = Kyverno's names (kyverno-admission, kyverno-generate, kyverno-mutate, kyverno-cleanup), a compatibility setting for tools and tests that select Kyverno's Events.")
 @click.option("--webhook-names", type=click.Choice(["stockade", "kyverno"]), default="stockade", show_default=True, help="Names and managed-by label of the webhook configurations: stockade = stockade-resource-*-webhook-cfg, label webhook.stockade.io/managed-by; kyverno = Kyverno's (kyverno-resource-*-webhook-cfg, webhook.kyverno.io/managed-by: kyverno, kept registered even when empty), a compatibility setting for tooling and tests written against Kyverno. Do not run it beside Kyverno itself.")
 @click.option("--config-map", "config_map", default="kyverno/kyverno", show_default=True, help="With --from-cluster: Kyverno's dynamic configuration ConfigMap (NAMESPACE/NAME), watched: resourceFilters, excluded users/groups/roles, defaultRegistry, webhooks selectors, matchConditions, webhook labels/annotations, generateSuccessEvents.")
@@ -95,8 +97,13 @@ def serve(policies: tuple[str, ...], **options: Any) -> None:
         raise click.BadParameter(f"expected NAMESPACE/NAME, got {options['config_map']!r}", param_hint="--config-map")
     if options["tls_secret"] and not options["register_webhooks"]:
         raise click.UsageError("--tls-secret needs --register-webhooks (it is stored in the cluster)")
+    from stockade.controllers.egress import BlocklistError, EgressPolicy
     from stockade.controllers.reports import ReportingConfig
 
+    try:
+        EgressPolicy.parse(http_blocklist(options))
+    except BlocklistError as exc:
+        raise click.BadParameter(str(exc), param_hint="--http-blocklist") from None
     try:
         ReportingConfig.parse(options["enable_reporting"], options["allowed_results"])
     except ValueError as exc:
@@ -111,6 +118,15 @@ def serve(policies: tuple[str, ...], **options: Any) -> None:
         trace_ids = current_trace_ids
     configure_logging(options["log_level"], options["log_format"] == "json", LOG_FORMAT, trace_ids)
     sys.exit(run_serve(list(policies), **options))
+
+
+def http_blocklist(options: dict[str, Any]) -> tuple[str, ...]:
+    """The blocklist entries in force: --http-blocklist's (repeated and/or comma-separated; an empty value clears
+    the list), Kyverno's default list when the option is not given."""
+    from stockade.controllers.egress import KYVERNO_DEFAULT_BLOCKLIST, split_entries
+
+    given = tuple(options.get("http_blocklist") or ())
+    return split_entries(given) if given else KYVERNO_DEFAULT_BLOCKLIST
 
 
 def run_serve(policies: list[str], **options: Any) -> int:
@@ -199,6 +215,8 @@ async def _serve(policies: list[str], **options: Any) -> int:
         policy_exceptions=bool(options.get("policy_exceptions", True)),
         background_user=str(options.get("background_service_account") or ""),
         admission_user=str(options.get("admission_service_account") or ""),
+        http_blocklist=http_blocklist(options),
+        allow_namespaced_http=bool(options.get("allow_http_in_namespaced_policies")),
     )
     cluster_source = _start_cluster_source(cluster_client, options) if options["from_cluster"] else None
     kyverno_config, config_watch = _start_config_watch(cluster_client, options) if options["from_cluster"] else (None, None)
@@ -347,6 +365,8 @@ class EvaluationSettings:
     background_user: str = ""
     policy_exceptions: bool = True  # False: no PolicyException counts (Kyverno's policyExceptions.enabled=false)
     admission_user: str = ""
+    http_blocklist: tuple[str, ...] = ()  # what policies' HTTP calls must not reach (see stockade.controllers.egress)
+    allow_namespaced_http: bool = False  # namespaced CEL policies may use http.* (--allow-http-in-namespaced-policies)
 
 
 def evaluation_store_options(settings: EvaluationSettings, api_client: Any = None) -> dict[str, Any]:
@@ -355,9 +375,13 @@ def evaluation_store_options(settings: EvaluationSettings, api_client: Any = Non
     from functools import partial
 
     from stockade.cli.registry_access import make_image_verifier
+    from stockade.controllers.egress import EgressPolicy, configure
 
+    # Kyverno's --httpBlocklist holds for every HTTP call of the process: this runs in the server and in each worker
+    configure(EgressPolicy.parse(settings.http_blocklist))
     verifier, verification_cache = make_image_verifier(settings.insecure_registries, settings.registry_ca_file)
     options: dict[str, Any] = {
+        "allow_namespaced_http": settings.allow_namespaced_http,
         "image_verifier": verifier,
         "verification_cache": verification_cache,
         "evaluator_options": {"default_timeout_seconds": settings.webhook_timeout, "background_username": settings.background_user},

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from stockade.celpolicy.providers import ProviderError
+from stockade.controllers.egress import EgressBlocked, EgressPolicy, open_url
 from stockade.controllers.webhookconfig import ApiResource
 from stockade.engine.contextloader import ContextLoadError, ContextProviders
 from stockade.kube.errors import Forbidden, KubeError, NotFound, Unauthorized, Unreachable, as_kube_error, from_response
@@ -358,8 +359,8 @@ class ClusterData:
             headers["Content-Type"] = "application/json"
             data = json.dumps(_call_body(call)).encode()
         request = urllib.request.Request(url, data=data, method=method, headers=headers)
-        try:
-            with urllib.request.urlopen(request, timeout=SERVICE_CALL_TIMEOUT_SECONDS, context=context) as response:
+        try:  # under the process's egress policy (Kyverno's --httpBlocklist), see stockade.controllers.egress
+            with open_url(request, SERVICE_CALL_TIMEOUT_SECONDS, context) as response:
                 raw = response.read(MAX_SERVICE_RESPONSE_BYTES + 1)
         except Exception as exc:
             raise ContextLoadError(f"failed to call service {url}: {exc}") from None
@@ -508,13 +509,20 @@ class ClusterCelHttp:
     ``statusCode`` added when it is an object, else ``{"body": ..., "statusCode": ...}`` (a body that is not JSON is
     null); a non-2xx status is an answer, not an error.  Each call is bounded by a timeout and a size limit."""
 
-    def __init__(self, timeout_seconds: float = SERVICE_CALL_TIMEOUT_SECONDS, max_bytes: int = CEL_HTTP_MAX_BYTES, ca_bundle: str = "") -> None:
+    def __init__(
+        self,
+        timeout_seconds: float = SERVICE_CALL_TIMEOUT_SECONDS,
+        max_bytes: int = CEL_HTTP_MAX_BYTES,
+        ca_bundle: str = "",
+        egress: EgressPolicy | None = None,
+    ) -> None:
         self.timeout_seconds = timeout_seconds
         self.max_bytes = max_bytes
         self.ca_bundle = ca_bundle  # PEM certificates to trust instead of the system's (``http.Client(caBundle)``)
+        self.egress = egress  # the destinations refused (Kyverno's --httpBlocklist); None: the process's policy
 
     def with_ca_bundle(self, ca_bundle: str) -> "ClusterCelHttp":
-        return ClusterCelHttp(self.timeout_seconds, self.max_bytes, ca_bundle)
+        return ClusterCelHttp(self.timeout_seconds, self.max_bytes, ca_bundle, self.egress)
 
     def get(self, url: str, headers: dict[str, str]) -> dict[str, Any]:
         return self._send("GET", url, None, headers)
@@ -532,10 +540,12 @@ class ClusterCelHttp:
         request = urllib.request.Request(url, data=data, method=method, headers={str(k): str(v) for k, v in headers.items()})
         try:
             tls = ssl.create_default_context(cadata=self.ca_bundle) if self.ca_bundle else None
-            with urllib.request.urlopen(request, timeout=self.timeout_seconds, context=tls) as response:
+            with open_url(request, self.timeout_seconds, tls, self.egress) as response:
                 status, raw = int(response.status), response.read(self.max_bytes + 1)
         except urllib.error.HTTPError as exc:
             status, raw = int(exc.code), exc.read(self.max_bytes + 1)
+        except EgressBlocked as exc:  # Kyverno's words: the URL, the host name or range that refused it
+            raise ProviderError(str(exc)) from None
         except Exception as exc:  # refused, DNS, TLS, timeout
             raise ProviderError(f"request failed: {exc}") from None
         if len(raw) > self.max_bytes:

@@ -165,13 +165,16 @@ class Assessment:
         return [f for f in self.schema if f.severity is not Severity.ERROR]
 
 
-def assess_policy(document: dict[str, Any], source: str = "", index: int = 0, old: dict[str, Any] | None = None) -> Assessment:
-    """Run the check on one document.  Raises only where Kyverno's validation itself fails (a checker bug)."""
+def assess_policy(
+    document: dict[str, Any], source: str = "", index: int = 0, old: dict[str, Any] | None = None, allow_namespaced_http: bool = False
+) -> Assessment:
+    """Run the check on one document.  Raises only where Kyverno's validation itself fails (a checker bug).
+    ``allow_namespaced_http``: the server's --allow-http-in-namespaced-policies."""
     findings = schema_findings(document, source, index)
     if any(f.severity is Severity.ERROR for f in findings) or not is_policy_document(document):
         # the admission checks assume the schema's shapes; a document that breaks them is already refused
         return Assessment(findings, None)
-    return Assessment(findings, validate_policy_document(prune_unknown(document), prune_unknown(old) if old else None))
+    return Assessment(findings, validate_policy_document(prune_unknown(document), prune_unknown(old) if old else None, allow_namespaced_http))
 
 
 def check_policy(
@@ -181,6 +184,7 @@ def check_policy(
     old: dict[str, Any] | None = None,
     admission: bool = False,
     offline: bool = False,
+    allow_namespaced_http: bool = False,
 ) -> list[Finding]:
     """Every finding for one document; [] for documents of no policy group.  Never raises.
 
@@ -191,7 +195,7 @@ def check_policy(
     if kind in CLI_FILE_KINDS:
         return []
     try:
-        assessment = assess_policy(document, source, index, old)
+        assessment = assess_policy(document, source, index, old, allow_namespaced_http)
     except Exception as error:  # a checker bug must surface as a finding, never as a traceback
         message = f"the policy could not be checked: {type(error).__name__}: {error}"
         return [*schema_findings(document, source, index), Finding(Severity.ERROR, Code.INVALID_POLICY, message, "", source, index, kind, name)]

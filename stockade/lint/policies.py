@@ -146,9 +146,10 @@ def is_policy_document(document: dict[str, Any]) -> bool:
     return group == CEL_POLICY_GROUP and (kind in CEL_POLICY_KINDS or kind == "PolicyException")
 
 
-def validate_policy_document(document: dict[str, Any], old: dict[str, Any] | None = None) -> ValidationResult:
+def validate_policy_document(document: dict[str, Any], old: dict[str, Any] | None = None, allow_namespaced_http: bool = False) -> ValidationResult:
     """Check one policy document; unknown kinds pass (the webhook is only registered for policy kinds).  ``old`` is
-    the version an update replaces: Kyverno refuses changes to the immutable parts of generate rules."""
+    the version an update replaces: Kyverno refuses changes to the immutable parts of generate rules.
+    ``allow_namespaced_http``: Kyverno's --allowHTTPInNamespacedPolicies, namespaced CEL policies may use ``http.*``."""
     metadata = document.get("metadata")
     if not isinstance(metadata, dict):
         metadata = {}
@@ -199,7 +200,7 @@ def validate_policy_document(document: dict[str, Any], old: dict[str, Any] | Non
         elif not result.bare:
             checker.findings(kyverno_rules.cel_policy_problems(kind, document))
         if kind in _NAMESPACE_RESTRICTED_KINDS and (kind.startswith("Namespaced") or metadata.get("namespace")):
-            checker.namespaced_cel_libraries(spec)
+            checker.namespaced_cel_libraries(spec, allow_http=allow_namespaced_http)
     return result
 
 
@@ -873,13 +874,17 @@ class _Checker:
                     self.error(where, problem)
         self.variables({k: v for k, v in spec.items() if k != "match"}, "spec")
 
-    def namespaced_cel_libraries(self, spec: dict[str, Any]) -> None:
-        """Kyverno's rule for namespaced CEL policies: no ``globalContext.*`` or ``http.*`` in any expression."""
+    def namespaced_cel_libraries(self, spec: dict[str, Any], allow_http: bool = False) -> None:
+        """Kyverno's rule for namespaced CEL policies: no ``globalContext.*`` in any expression, nor ``http.*`` unless
+        the server allows it (Kyverno's --allowHTTPInNamespacedPolicies, ``allow_http``)."""
 
         for library in _NAMESPACE_RESTRICTED_LIBRARIES:
+            if library == "http" and allow_http:
+                continue
+            hint = "; set --allow-http-in-namespaced-policies to enable" if library == "http" else ""
             for where, text in _walk_expressions(spec, "spec"):
                 if uses_identifier(text, library):
-                    self.error(where, f"{library}.* is not allowed in namespaced policies", webhook_only=True)
+                    self.error(where, f"{library}.* is not allowed in namespaced policies{hint}", webhook_only=True)
                     break
 
     def cleanup_policy(self, spec: dict[str, Any]) -> None:

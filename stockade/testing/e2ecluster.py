@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 import yaml
 
 from stockade.testing.apiserver import REPO_ROOT, ControlPlane, ControlPlaneUnavailable, find_binary, free_port, program_name
+from stockade.testing.controllerbridge import baseline_serve_args, controller_deployments
 from stockade.testing.hostpods import HostPodError, ensure_pod_python
 from stockade.errors import StockadeError
 
@@ -327,7 +328,10 @@ class E2ECluster:
             self._record(plane.processes)
             self._start_stockade(plane)
             self._record(plane.processes)
+            self._start_bridge(plane)
+            self._record(plane.processes)
             self._wait_nodes_ready(binaries["kubectl"])
+            self._wait_controllers_rolled_out(binaries["kubectl"])
         except BaseException:
             self.down()
             raise
@@ -380,6 +384,54 @@ class E2ECluster:
                     raise ClusterError(f"the host pod runner's proxy is not listening after 60s; see {self.state_dir / 'host-pods.log'}") from None
                 time.sleep(0.2)
         (self.state_dir / "hostpods.port").write_text(str(port))
+
+    def _start_bridge(self, plane: E2EControlPlane) -> None:
+        """The bridge from Kyverno's stand-in controller Deployments to ``stockade serve`` (controllerbridge.py)."""
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        with open(self.state_dir / "controller-bridge.log", "ab") as log:  # the child keeps its own descriptor
+            plane.processes.append(
+                subprocess.Popen(
+                    [self.python, "-m", "stockade.testing.controllerbridge", f"--state-dir={self.state_dir}"],
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=REPO_ROOT,
+                )
+            )
+
+    def _wait_controllers_rolled_out(self, kubectl: str) -> None:
+        for deployment in controller_deployments():
+            self._kubectl(kubectl, "rollout", "status", f"deployment/{deployment['metadata']['name']}", "-n", STOCKADE_NAMESPACE, "--timeout=180s")
+
+    def _restore_controllers(self, kubectl: str) -> None:
+        """Put Kyverno's stand-in Deployments back to the install's manifests when a test changed their Pod template
+        (args, ``rollout restart``) or deleted them, and wait for the rollout (the bridge restarts serve for it)."""
+        for deployment in controller_deployments():
+            name = deployment["metadata"]["name"]
+            try:
+                current = json.loads(self._kubectl(kubectl, "get", "deployment", name, "-n", STOCKADE_NAMESPACE, "-o", "json"))
+            except ClusterError:
+                self._kubectl(kubectl, "create", "-f", "-", stdin=yaml.safe_dump(deployment))
+                continue
+            template, wanted = current["spec"]["template"], deployment["spec"]["template"]
+            differs = (
+                (template["metadata"].get("annotations") or {}) != (wanted["metadata"].get("annotations") or {})
+                or [c.get("args") for c in template["spec"]["containers"]] != [c.get("args") for c in wanted["spec"]["containers"]]
+                or current["spec"].get("replicas") != deployment["spec"]["replicas"]
+            )
+            if differs:
+                self._kubectl(kubectl, "replace", "-f", "-", stdin=yaml.safe_dump(deployment))
+        self._wait_controllers_rolled_out(kubectl)
+
+    def bridged_args(self) -> tuple[str, ...]:
+        """The serve flags translated from Kyverno's admission controller Deployment that serve runs with now."""
+        try:
+            return tuple(json.loads((self.state_dir / "stockade.bridged.json").read_text()))
+        except (OSError, ValueError):
+            return baseline_serve_args()
+
+    def _profile_args(self) -> tuple[str, ...]:
+        try:
+            return tuple(json.loads((self.state_dir / "stockade.profile.json").read_text()))
+        except (OSError, ValueError):
+            return ()
 
     def _proxy_env(self) -> dict[str, str]:
         """``stockade serve``'s HTTP proxy settings: http:// calls go through the host pod runner's forward proxy,
@@ -459,6 +511,8 @@ class E2ECluster:
             *_kyverno_admission_rbac(),
             *_kyverno_cleanup_rbac(),
             *(_fake_node(name) for name in FAKE_NODES),
+            # Kyverno's controller Deployments, whose rollouts restart stockade serve (controllerbridge.py)
+            *controller_deployments(),
         ]
         self._kubectl(kubectl, "apply", "--server-side", "-f", str(REPO_ROOT / "deploy" / "crds"))
         self._kubectl(kubectl, "apply", "--server-side", "-f", str(EXTRA_CRDS))
@@ -483,8 +537,10 @@ class E2ECluster:
     def reset_between_folders(self) -> None:
         """Kyverno's CI gives every folder a fresh kind cluster; one control plane serves them all here, so what a
         folder leaves in the shared namespaces is cleared before the next: the Events in ``default`` and ``kyverno``
-        (several tests grep them) and the ``kyverno`` ConfigMap, which tests patch and do not always restore."""
+        (several tests grep them), the ``kyverno`` ConfigMap, which tests patch and do not always restore, and
+        Kyverno's controller Deployments, whose args tests patch (restored, serve restarted with the install's flags)."""
         kubectl = find_binary("kubectl", "STOCKADE_KUBECTL")
+        self._restore_controllers(kubectl)
         for namespace in ("default", STOCKADE_NAMESPACE):
             self._kubectl(kubectl, "delete", "events", "--all", "-n", namespace, "--wait=false")
         configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "kyverno", "namespace": STOCKADE_NAMESPACE}, "data": KYVERNO_CONFIG_DATA}
@@ -496,18 +552,29 @@ class E2ECluster:
     def _start_stockade(self, plane: E2EControlPlane) -> None:
         plane.processes.append(self._launch_stockade(self.stockade_port, ()))
 
-    def restart_stockade(self, extra_args: tuple[str, ...] = ()) -> None:
-        """Stop the running `stockade serve` and start it again on the same port with ``extra_args``: how a folder
-        that Kyverno's CI runs against a differently installed Kyverno (its own Helm values) gets its install."""
-        pids = self._recorded_pids()
-        if "stockade" not in pids:
-            raise ClusterError(f"no stockade serve recorded in {self.pid_file}; is the cluster up?")
-        port = int((self.state_dir / "stockade.port").read_text())
-        _stop_group(pids["stockade"], grace=20)
-        process = self._launch_stockade(port, extra_args)
-        pids["stockade"] = process.pid
-        self.pid_file.write_text(json.dumps(pids, indent=2))
-        self.children.append(process)
+    def restart_stockade(self, extra_args: tuple[str, ...] | None = None, bridged: tuple[str, ...] | None = None) -> None:
+        """Stop the running `stockade serve` and start it again on the same port with ``extra_args`` (kept until the
+        next call that gives them): how a folder that Kyverno's CI runs against a differently installed Kyverno (its
+        own Helm values) gets its install; ``bridged``: the flags translated from Kyverno's admission controller
+        Deployment (the controller bridge's restarts), likewise kept.  One restart at a time across processes."""
+        import fcntl
+
+        with open(self.state_dir / "stockade.restart.lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            pids = self._recorded_pids()
+            if "stockade" not in pids:
+                raise ClusterError(f"no stockade serve recorded in {self.pid_file}; is the cluster up?")
+            if extra_args is not None:
+                (self.state_dir / "stockade.profile.json").write_text(json.dumps(list(extra_args)))
+            if bridged is not None:
+                (self.state_dir / "stockade.bridged.json").write_text(json.dumps(list(bridged)))
+            port = int((self.state_dir / "stockade.port").read_text())
+            _stop_group(pids["stockade"], grace=20)
+            process = self._launch_stockade(port, self._profile_args())
+            pids = self._recorded_pids()  # as recorded now, the new server's pid in its place
+            pids["stockade"] = process.pid
+            self.pid_file.write_text(json.dumps(pids, indent=2))
+            self.children.append(process)
 
     def _launch_stockade(self, port: int, extra_args: tuple[str, ...]) -> subprocess.Popen[bytes]:
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), **self._proxy_env()}
@@ -544,6 +611,8 @@ class E2ECluster:
                     f"--reports-service-account={REPORTS_USER}",
                     f"--cert-dir={self.state_dir / 'stockade-certs'}",
                     *os.environ.get("STOCKADE_E2E_SERVE_ARGS", "").split(),
+                    # what Kyverno's admission controller Deployment's args ask for (controllerbridge.py)
+                    *self.bridged_args(),
                     *extra_args,
                 ],
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=REPO_ROOT,

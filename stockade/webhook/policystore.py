@@ -196,6 +196,7 @@ class PolicyStore:
         cel_providers: dict[str, Any] | None = None,
         cel_authorize: Callable[[dict[str, Any], dict[str, Any]], tuple[str, str]] | None = None,
         prechecked: bool = False,
+        allow_namespaced_http: bool = False,
     ) -> None:
         """``evaluator_options`` go to every AdmissionEvaluator built (role resolver, default timeout), so no snapshot
         is ever served without them; ``exception_namespaces`` limits which PolicyExceptions count (None: all);
@@ -205,8 +206,11 @@ class PolicyStore:
         ``force_failure_policy_ignore`` is Kyverno's forceFailurePolicyIgnore install option (see ``forced_ignore``);
         ``cel_providers`` (``resource``, ``http``, ``globalContext``) and ``cel_authorize`` answer the cluster-backed
         libraries of CEL policies; ``prechecked``: the caller already ran the policy check for admission
-        (``check_policy(admission=True)``) on every document and refused on its errors, so it is not run again."""
+        (``check_policy(admission=True)``) on every document and refused on its errors, so it is not run again;
+        ``allow_namespaced_http``: namespaced CEL policies may use ``http.*`` (Kyverno's
+        --allowHTTPInNamespacedPolicies)."""
         self.prechecked = prechecked
+        self.allow_namespaced_http = allow_namespaced_http
         self.log_rejections = log_rejections
         self.force_failure_policy_ignore = force_failure_policy_ignore
         self.cel_authorize = cel_authorize
@@ -291,7 +295,7 @@ class PolicyStore:
         for document, key in zip(documents, keys):
             entry = current.get(key) or previous.get(key)
             if entry is None:
-                entry = _Prepared(document_problem(document, self._compiler, prechecked=self.prechecked))
+                entry = _Prepared(document_problem(document, self._compiler, prechecked=self.prechecked, allow_namespaced_http=self.allow_namespaced_http))
                 self.prepared_documents += 1
             current[key] = entry
             prepared.append(entry)
@@ -501,7 +505,7 @@ def _cel_validating(
 # misbehaving) at request time.
 
 
-def document_problem(document: Document, compiler: Any = None, prechecked: bool = False) -> str | None:
+def document_problem(document: Document, compiler: Any = None, prechecked: bool = False, allow_namespaced_http: bool = False) -> str | None:
     """Why this policy document cannot be served, or None (also for documents that are not policies); never raises.
     ``prechecked``: the policy check already passed (see PolicyStore), only what serving needs beyond it is checked."""
     from stockade.lint.check import Severity, check_policy, is_checked_kind
@@ -514,7 +518,7 @@ def document_problem(document: Document, compiler: Any = None, prechecked: bool 
         metadata = data.get("metadata")
         if not isinstance(metadata, dict) or not metadata.get("name"):
             return "metadata.name: a name is required"
-        refused = [] if prechecked else [f.message for f in check_policy(data, document.source, document.index, admission=True) if f.severity is Severity.ERROR]
+        refused = [] if prechecked else [f.message for f in check_policy(data, document.source, document.index, admission=True, allow_namespaced_http=allow_namespaced_http) if f.severity is Severity.ERROR]
         if refused:
             return "; ".join(refused)
         if not is_policy_document(data):

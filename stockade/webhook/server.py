@@ -262,7 +262,7 @@ def make_policy_validation_handler(state: ServerState, path: str = POLICY_VALIDA
         if isinstance(read, web.Response):
             return read
         review = read[0]
-        decision = policy_validation_decision(review, state.store.exception_namespaces)
+        decision = policy_validation_decision(review, state.store.exception_namespaces, state.store.allow_namespaced_http)
         if decision.allowed and state.policy_checker is not None and review.operation in ("CREATE", "UPDATE") and review.object:
             decision = await asyncio.to_thread(cluster_policy_decision, state.policy_checker, review, decision)
         state.metrics.observe_request(path, review.kind.kind, review.namespace, review.operation, decision.allowed, time.perf_counter() - started)
@@ -287,15 +287,17 @@ def make_admit_handler(state: ServerState, path: str) -> Callable[[web.Request],
     return handle
 
 
-def policy_validation_decision(review: AdmissionRequest, exception_namespaces: Collection[str] | None = None) -> AdmissionDecision:
+def policy_validation_decision(
+    review: AdmissionRequest, exception_namespaces: Collection[str] | None = None, allow_namespaced_http: bool = False
+) -> AdmissionDecision:
     """Deny CREATE/UPDATE of an invalid policy; anything else (DELETE, unknown kinds) is allowed.
 
     The schema comes first: invalid values are refused in kubectl's words, unknown fields become admission warnings
     (kubectl prints them; the API server prunes them when its CRD has the full schema).  Kyverno's checks then see
     the policy as it will be stored.  Kyverno's webhook adds its warnings for the legacy kinds themselves and, for a
     kyverno.io PolicyException, where exceptions are honoured (``exception_namespaces``: None for everywhere, empty
-    when exceptions are off)."""
-    decision = _policy_validation_decision(review)
+    when exceptions are off).  ``allow_namespaced_http``: the server's --allow-http-in-namespaced-policies."""
+    decision = _policy_validation_decision(review, allow_namespaced_http)
     warnings = list(decision.warnings)
     if review.kind.kind == "PolicyException" and review.operation in ("CREATE", "UPDATE"):
         warnings += exception_namespace_warnings(review.kind.group, review.namespace, exception_namespaces)
@@ -306,13 +308,13 @@ def policy_validation_decision(review: AdmissionRequest, exception_namespaces: C
     return AdmissionDecision(decision.allowed, decision.message, warnings=list(dict.fromkeys(warnings)))
 
 
-def _policy_validation_decision(review: AdmissionRequest) -> AdmissionDecision:
+def _policy_validation_decision(review: AdmissionRequest, allow_namespaced_http: bool = False) -> AdmissionDecision:
     from stockade.lint.check import assess_policy
 
     if review.operation not in ("CREATE", "UPDATE") or not review.object:
         return AdmissionDecision(True)
     try:
-        assessment = assess_policy(review.object, old=review.old_object if review.operation == "UPDATE" else None)
+        assessment = assess_policy(review.object, old=review.old_object if review.operation == "UPDATE" else None, allow_namespaced_http=allow_namespaced_http)
     except Exception as exc:  # a checker bug must not block policy management
         log.exception("policy validation failed for %s", review.uid)
         return AdmissionDecision(True, warnings=[f"stockade: policy validation failed: {exc}"])

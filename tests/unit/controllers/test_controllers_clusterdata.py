@@ -298,3 +298,22 @@ def test_cel_http_and_api_call_services_honour_the_proxy_environment(http_proxy_
         assert direct.seen == ["/here"] and len(proxy.seen) == 3
     finally:
         direct.close()
+
+
+def test_through_a_proxy_a_destination_that_cannot_be_resolved_here_is_refused_when_ranges_are_blocked(http_proxy_env: Any) -> None:
+    """Kyverno's rule behind a proxy: the proxy resolves the destination, so with ranges on the blocklist the name
+    must resolve here to be checked; one that does not is refused before the proxy sees it.  A list of host names
+    alone needs no resolution."""
+    from stockade.celpolicy.providers import ProviderError
+    from stockade.controllers.clusterdata import ClusterCelHttp
+    from stockade.controllers.egress import EgressPolicy
+
+    proxy = http_proxy_env
+    service = "http://json-server.test-cel-http.svc.cluster.local:8080/"
+    with pytest.raises(ProviderError, match="cannot be resolved to verify it is not in a blocked range"):
+        ClusterCelHttp(timeout_seconds=10, egress=EgressPolicy.parse(["169.254.169.254/32"])).get(service, {})
+    with pytest.raises(ProviderError, match='hostname "json-server.test-cel-http.svc.cluster.local" is on the blocklist'):
+        ClusterCelHttp(timeout_seconds=10, egress=EgressPolicy.parse(["json-server.test-cel-http.svc.cluster.local"])).get(service, {})
+    assert proxy.seen == []
+    assert ClusterCelHttp(timeout_seconds=10, egress=EgressPolicy.parse(["metadata.google.internal"])).get(service, {})["target"] == service
+    assert proxy.seen == [service]

@@ -352,10 +352,25 @@ def test_namespaced_cel_policies_may_not_use_http_or_global_context(expression: 
     """Kyverno rejects http.* and globalContext.* in namespaced policies (e2e cel/http: 'not allowed in namespaced policies')."""
     (problem,) = validate_policy_document(_namespaced_validating_policy(expression)).errors
     assert problem.path == "spec.variables[0].expression"
-    assert problem.message == f"{library}.* is not allowed in namespaced policies"
+    hint = "; set --allow-http-in-namespaced-policies to enable" if library == "http" else ""
+    assert problem.message == f"{library}.* is not allowed in namespaced policies{hint}"
     # the cluster-wide kind may use them, and a field or string of that name is not the library
     assert validate_policy_document(_namespaced_validating_policy(expression, "ValidatingPolicy")).errors == []
     assert validate_policy_document(_namespaced_validating_policy(f'object.{library} == "{library}.Get"')).errors == []
+
+
+@pytest.mark.parametrize("kind", ["NamespacedValidatingPolicy", "NamespacedMutatingPolicy", "NamespacedGeneratingPolicy", "NamespacedDeletingPolicy"])
+def test_the_server_may_allow_http_in_namespaced_policies_but_never_global_context(kind: str) -> None:
+    """Kyverno's --allowHTTPInNamespacedPolicies lifts the http.* refusal for every namespaced kind; globalContext.*
+    stays refused (no flag lifts it)."""
+    policy = _namespaced_validating_policy('http.Get("http://svc.team-a/")', kind)
+    refused = [p.message for p in validate_policy_document(policy).errors if "http" in p.message]
+    assert refused == ["http.* is not allowed in namespaced policies; set --allow-http-in-namespaced-policies to enable"]
+    assert [p for p in validate_policy_document(policy, allow_namespaced_http=True).errors if "http" in p.message] == []
+    both = _namespaced_validating_policy('http.Get("http://svc.team-a/") == globalContext.Get("entry", "")', kind)
+    messages = [p.message for p in validate_policy_document(both, allow_namespaced_http=True).errors]
+    assert "globalContext.* is not allowed in namespaced policies" in messages
+    assert not any(m.startswith("http.*") for m in messages)
 
 
 def _mutating_policy(evaluation: dict[str, Any] | None) -> dict[str, Any]:
