@@ -454,7 +454,8 @@ def _cluster_services(api_client: Any, certs: Any, store: Any, cluster_source: A
     from stockade.controllers.crdwatch import CrdWatch
 
     # a kind a policy names may be installed (or removed) later: rebuild the webhook rules when CRDs change
-    services.background.append(CrdWatch(api_client, [services.registration.apply_if_leader]))
+    services.crd_watch = CrdWatch(api_client, [services.registration.apply_if_leader])
+    services.background.append(services.crd_watch)
     return services
 
 
@@ -468,11 +469,8 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
             report_api=OPEN_REPORTS if options.get("openreports") else POLICY_REPORTS,
             reporting=ReportingConfig.parse(options.get("enable_reporting"), options.get("allowed_results")),
         )
-        from stockade.controllers.crdwatch import CrdWatch
-
-        for watch in services.background:
-            if isinstance(watch, CrdWatch):  # the report CRDs may be installed after we started
-                watch.listeners.append(state.reports.crds_changed)
+        if services is not None and services.crd_watch is not None:  # the report CRDs may be installed after we started
+            services.crd_watch.listeners.append(state.reports.crds_changed)
     if options["events"]:
         from stockade.controllers.events import EventRecorder
 

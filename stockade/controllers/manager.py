@@ -224,6 +224,7 @@ class ClusterServices:
         self.status_publisher = status_publisher
         self.store = store
         self.background = list(background or [])
+        self.crd_watch: Any = None  # a CrdWatch among ``background``, for components that follow CRD changes
         self.membership: Any = None
         # not leading before start(): registering webhooks before the server listens would send the apiserver
         # to a closed port
