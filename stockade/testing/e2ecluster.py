@@ -4,9 +4,10 @@ Runs etcd, kube-apiserver (default admission plugins, Node+RBAC, privileged cont
 admissionregistration APIs beside v1 for Validating/MutatingAdmissionPolicy), kube-controller-manager (namespaces, GC,
 Deployments, Jobs, service-account tokens, signed with the apiserver's key), kube-scheduler, and KWOK with two fake
 nodes named like kind's (``kind-control-plane``, ``kind-worker``) so Pods are scheduled and reach Running without a
-kubelet.  Then it installs the CRDs, the ``kyverno`` namespace with a ``kyverno`` ConfigMap (Kyverno's dynamic
-configuration, which several tests patch), starts the host pod runner (``hostpods.py``: Pods of python images run
-as host processes, their Services reachable through its forward proxy) and ``stockade serve --from-cluster
+kubelet; KWOK also serves the nodes' kubelet API, so ``kubectl exec`` runs its command on this host (in the state
+directory's ``kwok-exec``).  Then it installs the CRDs, the ``kyverno`` namespace with a ``kyverno`` ConfigMap (Kyverno's
+dynamic configuration, which several tests patch), starts the host pod runner (``hostpods.py``: Pods of python images
+run as host processes, their Services reachable through its forward proxy) and ``stockade serve --from-cluster
 --register-webhooks`` on 127.0.0.1, whose plain-HTTP calls go through that proxy.
 
 Processes outlive the command (``up`` returns once everything is ready); their pids and the kubeconfig live in the
@@ -41,6 +42,7 @@ import yaml
 from stockade.testing.apiserver import REPO_ROOT, ControlPlane, ControlPlaneUnavailable, find_binary, free_port, program_name
 from stockade.testing.controllerbridge import baseline_serve_args, controller_deployments
 from stockade.testing.hostpods import HostPodError, ensure_pod_python
+from stockade.webhook.certs import KeyPair, issue_serving_cert, write_pair
 from stockade.errors import StockadeError
 
 DEFAULT_STATE_DIR = REPO_ROOT / ".cache" / "e2e" / "cluster"
@@ -158,6 +160,11 @@ class E2EControlPlane(ControlPlane):
             "--feature-gates=WatchList=false",
             # MutatingAdmissionPolicy is GA (v1) since 1.36; Kyverno's suite also has folders for v1beta1 and v1alpha1
             "--runtime-config=admissionregistration.k8s.io/v1alpha1=true,admissionregistration.k8s.io/v1beta1=true",
+            # exec/attach/logs/port-forward go to the node's kubelet API, which KWOK serves (see _start_controllers):
+            # its serving certificate is signed by the cluster CA, and a fake node's only routable address is its
+            # InternalIP (127.0.0.1; its Hostname address is the node name, which resolves nowhere)
+            f"--kubelet-certificate-authority={self.ca_file}",
+            "--kubelet-preferred-address-types=InternalIP",
             "--v=1",
         ]
 
@@ -468,6 +475,11 @@ class E2ECluster:
             "kube-scheduler",
             [binaries["kube-scheduler"], f"--kubeconfig={kubeconfig}", "--secure-port=0", "--leader-elect=false", "--v=1"],
         )
+        # KWOK serves the kubelet API of its fake nodes on one port, which its node stage publishes as every node's
+        # daemonEndpoints.kubeletEndpoint.Port (beside the InternalIP 127.0.0.1), the way kwokctl wires it
+        kubelet_port = free_port()
+        ca = KeyPair((self.state_dir / "ca.crt").read_bytes(), (self.state_dir / "ca.key").read_bytes())
+        write_pair(issue_serving_cert(ca, ["127.0.0.1", "localhost"]), self.state_dir / "kwok.crt", self.state_dir / "kwok.key")
         plane._spawn(
             "kwok",
             [
@@ -477,13 +489,35 @@ class E2ECluster:
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
                 "--cidr=10.244.0.0/16",
                 "--node-ip=127.0.0.1",
-                "--node-port=0",
-                f"--server-address=127.0.0.1:{free_port()}",
+                f"--node-port={kubelet_port}",
+                f"--server-address=127.0.0.1:{kubelet_port}",
+                f"--tls-cert-file={self.state_dir / 'kwok.crt'}",
+                f"--tls-private-key-file={self.state_dir / 'kwok.key'}",
                 "--node-lease-duration-seconds=40",
                 # Pods become Running and go away when deleted, and Jobs' Pods keep running (no pod-complete stage)
                 f"--config={kwok_pod_stages(binaries['kwok'])}",
+                f"--config={self._write_kwok_exec_config()}",
             ],
         )
+
+    def _write_kwok_exec_config(self) -> Path:
+        """A ClusterExec for every Pod and container: `kubectl exec` runs the command on this host, in a scratch
+        directory of the state directory (KWOK's ``local`` exec; the containers it simulates have no file system).
+        Test tooling only: whoever may exec into a Pod of this cluster runs commands as the harness's user."""
+        workdir = self.state_dir / "kwok-exec"
+        workdir.mkdir(exist_ok=True)
+        config = self.state_dir / "kwok-exec.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kwok.x-k8s.io/v1alpha1",
+                    "kind": "ClusterExec",
+                    "metadata": {"name": "host-scratch-dir"},
+                    "spec": {"execs": [{"local": {"workDir": str(workdir)}}]},
+                }
+            )
+        )
+        return config
 
     def _install(self, kubectl: str) -> None:
         """CRDs, fake nodes, the kyverno namespace, its ConfigMap and stockade's cluster-admin binding."""

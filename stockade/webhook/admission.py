@@ -121,6 +121,12 @@ def parse_review(body: Any) -> AdmissionRequest:
     if not isinstance(resource, dict):
         raise InvalidAdmissionReview("request.resource must be an object")
     sub_resource = str(request.get("subResource") or "")
+    namespace = str(request.get("namespace") or "")
+    if namespace and kind["kind"] != "Namespace":
+        # Kyverno reads the request's objects with the request's namespace (admissionutils.ConvertResource): the
+        # options object of a CONNECT (PodExecOptions, ...) carries no metadata, yet policies read
+        # object.metadata.namespace and generate labels downstream objects with the trigger's namespace
+        new_object, old_object = _in_namespace(new_object, namespace), _in_namespace(old_object, namespace)
     info = RequestInfo(
         username=str(user.get("username") or ""),
         uid=str(user.get("uid") or ""),
@@ -133,7 +139,7 @@ def parse_review(body: Any) -> AdmissionRequest:
         kind=ResourceKind(str(kind.get("group") or ""), str(kind.get("version") or ""), str(kind["kind"]), sub_resource),
         resource=dict(resource),
         sub_resource=sub_resource,
-        namespace=str(request.get("namespace") or ""),
+        namespace=namespace,
         name=str(request.get("name") or ""),
         object=new_object,
         old_object=old_object,
@@ -141,6 +147,15 @@ def parse_review(body: Any) -> AdmissionRequest:
         dry_run=bool(request.get("dryRun")),
         api_version=str(api_version),
     )
+
+
+def _in_namespace(obj: dict[str, Any], namespace: str) -> dict[str, Any]:
+    """``obj`` with ``metadata.namespace`` set to the request's when it has none (the API server has already made a
+    stored object's namespace agree with the request's); an absent object stays absent."""
+    metadata = obj.get("metadata") or {}
+    if not obj or metadata.get("namespace"):
+        return obj
+    return {**obj, "metadata": {**metadata, "namespace": namespace}}
 
 
 @dataclass

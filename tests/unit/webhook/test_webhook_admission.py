@@ -186,3 +186,23 @@ spec:
     evaluator = AdmissionEvaluator(Engine(), [only_test])
     assert evaluator.validate(parse_review(review(pod(name="test")))).allowed is False
     assert evaluator.validate(parse_review(review(pod(name="other")))).allowed is True
+
+
+def test_a_connect_requests_options_object_reads_as_in_the_requests_namespace() -> None:
+    # kube-apiserver sends a pods/exec CONNECT with a PodExecOptions that has no metadata; Kyverno reads it with the
+    # request's namespace (admissionutils.ConvertResource), which object.metadata.namespace and generate labels use
+    body = review({"apiVersion": "v1", "kind": "PodExecOptions", "command": ["ls"], "stdout": True}, operation="CONNECT")
+    body["request"].update(
+        namespace="team-a", name="web", subResource="exec",
+        kind={"group": "", "version": "v1", "kind": "PodExecOptions"},
+        resource={"group": "", "version": "v1", "resource": "pods"},
+    )
+    request = parse_review(body)
+    assert request.object == {"apiVersion": "v1", "kind": "PodExecOptions", "command": ["ls"], "stdout": True, "metadata": {"namespace": "team-a"}}
+    assert request.old_object == {}
+
+
+def test_a_namespace_object_keeps_no_namespace() -> None:
+    body = review({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+    body["request"].update(namespace="team-a", kind={"group": "", "version": "v1", "kind": "Namespace"})
+    assert parse_review(body).object == {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}
