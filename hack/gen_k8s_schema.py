@@ -18,7 +18,9 @@ from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = REPO_ROOT / "stockade" / "engine" / "mutate" / "_k8s_schema.py"
-KUBERNETES_MODULE = "v1.33"  # the Kubernetes minor the project builds against (kube-apiserver, client modules)
+# the Kubernetes spec the checked-in table comes from (scripts/test-setup.sh downloads that module; no build)
+KUBERNETES_MODULE = "v1.33"
+KUBERNETES_VERSION = "v1.33.13"
 
 Entry = tuple[Any, ...]
 
@@ -35,7 +37,7 @@ def default_spec() -> Path:
         key=lambda path: int(path.parts[-4].rsplit(".", 1)[1]),
     )
     if not candidates:
-        raise SpecNotFound(f"no k8s.io/kubernetes@{KUBERNETES_MODULE}.x swagger.json under {module_cache / 'k8s.io'}; run `go mod download k8s.io/kubernetes@{KUBERNETES_MODULE}.0` or pass the spec path")
+        raise SpecNotFound(f"no k8s.io/kubernetes@{KUBERNETES_MODULE}.x swagger.json under {module_cache / 'k8s.io'}; run `go mod download k8s.io/kubernetes@{KUBERNETES_VERSION}` (scripts/test-setup.sh does) or pass the spec path")
     return candidates[-1]
 
 

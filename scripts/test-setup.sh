@@ -33,8 +33,10 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 
 # Kyverno's module (its CRDs, a zip of a few MB, no build): the schema tests hold Stockade's schemas to them.
+# Kubernetes v1.33.13's module (no build): its OpenAPI spec is what stockade/engine/mutate/_k8s_schema.py was
+# generated from, and tests/unit/hack checks the table against it (hack/gen_k8s_schema.py).
 if command -v go >/dev/null 2>&1; then
-  GOFLAGS=-mod=mod go mod download github.com/kyverno/kyverno@v1.19.1
+  GOFLAGS=-mod=mod go mod download github.com/kyverno/kyverno@v1.19.1 k8s.io/kubernetes@v1.33.13
 fi
 
 for builder in .ci/build-cosign.sh .ci/build-notation.sh .ci/build-sigstore.sh .ci/build-apiserver.sh .ci/build-helm.sh; do
