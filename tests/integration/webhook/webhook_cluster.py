@@ -192,3 +192,28 @@ class Serve:
     def stop(self) -> None:
         if self.process.poll() is None:
             self.signal(signal.SIGTERM)
+
+
+def install_policy_report_crd(kube: "Kube") -> None:
+    """A schema-less stand-in for the wgpolicyk8s.io PolicyReport CRD (the tests check our writes, not its schema);
+    returns once it is served."""
+    body = {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "policyreports.wgpolicyk8s.io"},
+        "spec": {
+            "group": "wgpolicyk8s.io",
+            "scope": "Namespaced",
+            "names": {"plural": "policyreports", "singular": "policyreport", "kind": "PolicyReport", "listKind": "PolicyReportList"},
+            "versions": [{"name": "v1alpha2", "served": True, "storage": True, "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}],
+        },
+    }
+    status, created, _ = kube.request("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", body)
+    assert status in (201, 409), created
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status, _, _ = kube.request("GET", "/apis/wgpolicyk8s.io/v1alpha2/namespaces/default/policyreports")
+        if status == 200:
+            return
+        time.sleep(0.3)
+    raise AssertionError("PolicyReport CRD not served")
