@@ -48,8 +48,7 @@ class AdmissionInput:
     dry_run: bool = False
     # (group, version, kind, resource) of the parent when the object is a subresource (values-file ``subresources``)
     parent: tuple[str, str, str, str] | None = None
-    # the request's own namespace and name, for an object that carries no metadata (a PodExecOptions of pods/exec)
-    request_namespace: str = ""
+    # the request's own name, for an object that carries none (a PodExecOptions of pods/exec)
     request_name: str = ""
 
     @property
@@ -85,7 +84,7 @@ class AdmissionInput:
     def namespace(self) -> str:
         if self.kind == "Namespace" and self.group_version == ("", "v1"):
             return ""
-        return str((self.subject.get("metadata") or {}).get("namespace") or self.request_namespace)
+        return str((self.subject.get("metadata") or {}).get("namespace") or "")
 
     def request_map(self) -> dict[str, Any]:
         group, version = self.group_version

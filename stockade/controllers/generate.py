@@ -384,9 +384,9 @@ def gpol_selector(policy: CelPolicy, trigger_uid: str | None = None) -> str:
 
 
 def subresource_request_fields(event: "TriggerEvent") -> dict[str, Any]:
-    """The request fields a subresource's object may not carry itself (PodExecOptions has no metadata): Kyverno's
-    ``request.namespace``/``request.name`` are the admission request's."""
-    fields: dict[str, Any] = {"namespace": event.request_namespace, "name": event.request_name}
+    """The request fields a subresource's object does not carry itself (PodExecOptions has no name): Kyverno's
+    ``request.name`` is the admission request's."""
+    fields: dict[str, Any] = {"name": event.request_name}
     if event.gvk is not None and event.gvk.subresource:
         fields["subResource"] = event.gvk.subresource
     return fields
@@ -513,8 +513,8 @@ class TriggerEvent:
     gvk: ResourceKind | None = None
     cel_mutate: CelMutateTrigger | None = None  # set: a MutatingPolicy webhook's request, for mutateExisting only
     subresource: bool = False  # a subresource request (its object is never stored): generate from it, mutate-existing
-    # the request's namespace and name: a subresource's object (PodExecOptions) may carry no metadata of its own
-    request_namespace: str = ""
+    # the request's name: a subresource's object (PodExecOptions) carries none of its own (its namespace is set from
+    # the request when the review is parsed, as Kyverno's ConvertResource does)
     request_name: str = ""
     # what the event is about (None: everything): the keys of the policies whose generate rules run, the
     # (policy key, rule) pairs of mutate-existing rules, and whether GeneratingPolicies run; an UpdateRequest replays
@@ -681,7 +681,7 @@ class GenerateController:
             gvk = self._subresource_kind(review)
             if gvk is not None:
                 event = TriggerEvent(review.operation, review.object, review.old_object, review.user_info, gvk, subresource=True)
-                self.submit_event(dataclasses.replace(event, request_namespace=str(getattr(review, "namespace", "") or ""), request_name=str(getattr(review, "name", "") or "")))
+                self.submit_event(dataclasses.replace(event, request_name=str(getattr(review, "name", "") or "")))
             return None
         if review.operation == "CONNECT":
             return None
@@ -873,15 +873,15 @@ class GenerateController:
         old: dict[str, Any],
         info: RequestInfo,
         subresource: tuple[str, tuple[str, str, str, str]] | None = None,
-        request_at: tuple[str, str] = ("", ""),
+        request_name: str = "",
     ) -> Any:
         """The policy's single rule response on this trigger, or None when it does not apply.  ``subresource``: the
         request was for (subresource name, the parent's group/version/kind/resource) with ``trigger`` its object;
-        ``request_at``: the request's (namespace, name), for an object without metadata of its own."""
+        ``request_name``: the request's name, for an object without a name of its own."""
         from stockade.celpolicy.request import AdmissionInput
 
         subject = trigger or old
-        namespace = str((subject.get("metadata") or {}).get("namespace") or request_at[0] or "")
+        namespace = str((subject.get("metadata") or {}).get("namespace") or "")
         namespace_object = None
         if namespace and subject.get("kind") != "Namespace":
             try:
@@ -897,8 +897,7 @@ class GenerateController:
             namespace_object=namespace_object,
             subresource=subresource[0] if subresource else "",
             parent=subresource[1] if subresource else None,
-            request_namespace=request_at[0],
-            request_name=request_at[1],
+            request_name=request_name,
         )
         placement = GeneratedPlacement(cluster=True, report_only=False, kind_namespaced=self.cluster.kind_namespaced)
         response = evaluator.generate(policy, request, keep_source_uid=True, placement=placement)
@@ -939,7 +938,7 @@ class GenerateController:
         admission: dict[str, Any] | None = None,
     ) -> EngineResponse:
         """``admission``: request fields policies read under ``request`` that the trigger itself may lack."""
-        namespace = str((trigger.get("metadata") or {}).get("namespace") or (admission or {}).get("namespace") or "")
+        namespace = str((trigger.get("metadata") or {}).get("namespace") or "")
         labels = self.cluster.namespace_labels(namespace) if namespace else {}
         # old_resource left empty: an UPDATE is judged on the new object alone, so "no longer matches" is visible
         request = Request(resource=trigger, operation=operation, info=info, namespace_labels=labels, gvk=gvk, admission=dict(admission or {}))
@@ -1098,7 +1097,7 @@ class GenerateController:
                 continue
             try:
                 result = self._evaluate_gpol(
-                    evaluator, policy, event.subject, event.operation, {}, event.info, subresource=request_of, request_at=(event.request_namespace, event.request_name)
+                    evaluator, policy, event.subject, event.operation, {}, event.info, subresource=request_of, request_name=event.request_name
                 )
             except Exception as exc:  # a compile error in one policy must not stop the others
                 failures.append(TriggerFailure(policy.key, policy.name, event.describe(), f"{type(exc).__name__}: {exc}"))

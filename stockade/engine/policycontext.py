@@ -68,10 +68,10 @@ def build_json_context(
     if old_resource:
         request["oldObject"] = old_resource
     resource = new_resource or old_resource or {}
-    # the admission request's namespace and name are the object's; an object without metadata (a subresource's
-    # PodExecOptions) leaves them to the request fields the caller gives
+    # the admission request's namespace and name are the object's; an object without a name (a subresource's
+    # PodExecOptions) leaves it to the request fields the caller gives
     metadata = resource.get("metadata") or {}
-    request["namespace"] = str(metadata.get("namespace") or (admission or {}).get("namespace") or "")
+    request["namespace"] = str(metadata.get("namespace") or "")
     request["name"] = str(metadata.get("name") or (admission or {}).get("name") or "")
     data: dict[str, Any] = {"request": request}
     if not info.is_empty():

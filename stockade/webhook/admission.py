@@ -68,8 +68,6 @@ class AdmissionRequest:
         }
         if self.sub_resource:
             fields["subResource"] = self.sub_resource
-            # a subresource's object may carry no metadata (PodExecOptions): the request says where it is
-            fields["namespace"] = self.namespace
         return fields
 
     @property
@@ -585,7 +583,6 @@ class AdmissionEvaluator:
             user_info=request.user_info.user_info_dict(),
             namespace_labels=labels,
             dry_run=request.dry_run,
-            request_namespace=request.namespace,
             request_name=request.name,
         )
 

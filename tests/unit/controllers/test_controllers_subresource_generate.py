@@ -22,18 +22,33 @@ from tests.unit.controllers.fakecluster import FakeCluster
 
 CONFIGMAP = (
     '[{"kind": dyn("ConfigMap"), "apiVersion": dyn("v1"), '
-    '"metadata": dyn({"name": "noted", "namespace": string(request.namespace)}), '
+    '"metadata": dyn({"name": "noted", "namespace": string(object.metadata.namespace)}), '
     '"data": dyn({"kind": string(object.kind)})}]'
 )
 
 EVICTION = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "web", "namespace": "ns1"}}
-EXEC = {"apiVersion": "v1", "kind": "PodExecOptions", "command": ["ls"], "container": "web", "stdout": True}
+
+def _parsed_exec_object() -> dict[str, Any]:
+    """The PodExecOptions of a ``pods/exec`` CONNECT as the webhook parses it: the API server sends it without
+    metadata, and the review gets the request's namespace as Kyverno's ConvertResource gives it."""
+    from stockade.webhook.admission import parse_review
+
+    options = {"apiVersion": "v1", "kind": "PodExecOptions", "command": ["ls"], "container": "web", "stdout": True}
+    request = {
+        "uid": "u1", "operation": "CONNECT", "namespace": "ns1", "name": "web", "subResource": "exec",
+        "kind": {"group": "", "version": "v1", "kind": "PodExecOptions"}, "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "object": options, "userInfo": {"username": "alice"},
+    }
+    return parse_review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}).object
+
+
+EXEC = _parsed_exec_object()
 
 
 def gpol(resources: list[str], operations: list[str], *, skip_background: bool | None = None) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": operations, "resources": resources}]},
-        "generate": [{"expression": f"generator.Apply(request.namespace, {CONFIGMAP})"}],
+        "generate": [{"expression": f"generator.Apply(object.metadata.namespace, {CONFIGMAP})"}],
     }
     if skip_background is not None:
         spec["evaluation"] = {"skipBackgroundRequests": skip_background}
@@ -162,3 +177,13 @@ def test_background_account_subresource_requests_follow_skip_background_requests
     cluster, failures = run(review, gpol(["pods/eviction"], ["*"], skip_background=skip), background=account)
     assert failures == []
     assert (cluster.find("ConfigMap", "ns1", "noted") is not None) is generated
+
+
+def test_request_name_of_a_connect_is_the_pods_though_its_object_has_none() -> None:
+    """Kyverno's ``request.name`` is the admission request's (the Pod ``web``), not the PodExecOptions' (it has none)."""
+    policy = cpol("Pod/exec")
+    policy["spec"]["rules"][0]["generate"]["data"]["data"]["pod"] = "{{request.name}}"
+    cluster, failures = run(Review("CONNECT", EXEC, "exec"), policy)
+    assert failures == []
+    generated = cluster.find("ConfigMap", "ns1", "noted")
+    assert generated is not None and generated["data"] == {"kind": "PodExecOptions", "pod": "web"}
