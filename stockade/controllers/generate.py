@@ -81,7 +81,7 @@ from typing import Any
 
 from stockade.celpolicy.evaluator import GeneratedPlacement
 from stockade.celpolicy.model import CelPolicy
-from stockade.controllers.celmutate import CelMutateExisting, CelMutateTrigger, TriggerNotStored, mutating_policies
+from stockade.controllers.celmutate import CelMutateExisting, CelMutateTrigger, TriggerNotStored, mutating_policies, policy_key
 from stockade.controllers.clusterdata import (
     ClusterCelHttp,
     ClusterCelResources,
@@ -517,11 +517,11 @@ class TriggerEvent:
     # the request when the review is parsed, as Kyverno's ConvertResource does)
     request_name: str = ""
     # what the event is about (None: everything): the keys of the policies whose generate rules run, the
-    # (policy key, rule) pairs of mutate-existing rules, and whether GeneratingPolicies run; an UpdateRequest replays
-    # one policy (or rule), the in-memory rest of a recorded request only the GeneratingPolicies
+    # (policy key, rule) pairs of mutate-existing rules, and the GeneratingPolicies that run (Kyverno's names:
+    # ``name`` or ``namespace/name``); an UpdateRequest replays one policy (or rule)
     generate_policies: frozenset[str] | None = None
     mutate_rules: frozenset[tuple[str, str]] | None = None
-    cel: bool = True
+    generating_policies: frozenset[str] | None = None
 
     @property
     def subject(self) -> dict[str, Any]:
@@ -692,19 +692,23 @@ class GenerateController:
         if writer is None:
             self.submit_event(event)
             return None
-        requests = writer.plan(snapshot.policies, review)
-        # what UpdateRequests do not carry (GeneratingPolicies) stays in memory
-        rest = dataclasses.replace(event, generate_policies=frozenset(), mutate_rules=frozenset())
+        background = self.is_background_request(review.user_info.username)
+        gpols = [p for p in generating_policies(snapshot) if not (background and p.skips_background_requests)]
+        return self._recorded(writer, writer.plan(snapshot.policies, review, gpols), event)
+
+    def _recorded(self, writer: Any, requests: list[dict[str, Any]] | None, event: TriggerEvent) -> Callable[[], None] | None:
+        """The function that stores ``requests`` (the caller runs it before answering), falling back to doing the
+        whole event in memory when they cannot be stored; None when there is nothing to record (``requests`` None:
+        the writer is paused, so the event is queued in memory at once)."""
+        if requests is None:
+            self.submit_event(event)
+            return None
         if not requests:
-            if generating_policies(snapshot):
-                self.submit_event(rest)
             return None
 
         def record() -> None:
             if not writer.write(requests):
                 self.submit_event(event)  # fallback: all of it in memory (work done twice is found done)
-            elif generating_policies(snapshot):
-                self.submit_event(rest)
 
         return record
 
@@ -737,17 +741,23 @@ class GenerateController:
             return None
         return ResourceKind(parent.group, parent.version, parent.kind, review.sub_resource)
 
-    def submit_mutating(self, review: Any, policies: tuple[str, ...] | None, namespaced: bool | None) -> None:
-        """Queue a request a MutatingPolicy webhook admitted (``policies``: the names its path carries, None: any),
-        for the mutateExisting policies it triggers; dryRun requests and subresources have no side effects."""
+    def submit_mutating(self, review: Any, policies: tuple[str, ...] | None, namespaced: bool | None) -> Callable[[], None] | None:
+        """Take on a request a MutatingPolicy webhook admitted (``policies``: the names its path carries, None: any)
+        for the mutateExisting policies it triggers; dryRun requests and subresources have no side effects.  With
+        ``update_requests`` set the work is recorded as ``cel-mutate`` UpdateRequests, as ``submit`` does."""
         if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE") or review.sub_resource:
-            return
+            return None
         if not mutating_policies(self.store.snapshot):
-            return
+            return None
         info = review.user_info
         user = {"username": info.username, "uid": info.uid, "groups": list(info.groups), "extra": dict(info.extra)}
         trigger = CelMutateTrigger(review.operation, review.object, review.old_object, user, policies, namespaced)
-        self.submit_event(TriggerEvent(review.operation, review.object, review.old_object, info, review.kind, cel_mutate=trigger))
+        event = TriggerEvent(review.operation, review.object, review.old_object, info, review.kind, cel_mutate=trigger)
+        writer = self.update_requests
+        if writer is None:
+            self.submit_event(event)
+            return None
+        return self._recorded(writer, writer.plan_mutating(self.cel_mutate.wanted(trigger), review), event)
 
     def _on_watched_change(self, event_type: str, obj: dict[str, Any]) -> None:
         self.submit_event(WatchedChange(event_type, obj))
@@ -848,8 +858,10 @@ class GenerateController:
         exceptions = list(getattr(getattr(getattr(snapshot, "evaluator", None), "engine", None), "exceptions", []) or [])
         return Engine(providers=self.cluster.providers(), exceptions=exceptions, resource_lookup=self.cluster.lookup)
 
-    def _generating(self) -> list[CelPolicy]:
-        return generating_policies(self.store.snapshot)
+    def _generating(self, event: TriggerEvent | None = None) -> list[CelPolicy]:
+        """The loaded GeneratingPolicies, those ``event`` is about when given."""
+        chosen = None if event is None else event.generating_policies
+        return [p for p in generating_policies(self.store.snapshot) if chosen is None or policy_key(p) in chosen]
 
     def _cel_evaluator(self) -> Any:
         from stockade.celpolicy.evaluator import CelPolicyEvaluator
@@ -973,10 +985,9 @@ class GenerateController:
         mutating = _scoped_mutating(self.store.snapshot.policies if self.store.snapshot is not None else [], event.mutate_rules)
         if event.subresource:
             generated = self._generate_for_subresource(policies, event) if policies else []
-            if event.cel:
-                generated += self._generate_gpol_for_subresource(event)
+            generated += self._generate_gpol_for_subresource(event)
             return generated + list(self.mutate_existing.process(mutating, event.operation, event.subject, event.old_resource, event.info, event.gvk))
-        if not policies and not (event.cel and self._generating()) and not mutating:
+        if not policies and not self._generating(event) and not mutating:
             return []
         trigger = event.subject
         if event.operation in ("CREATE", "UPDATE"):
@@ -1036,8 +1047,7 @@ class GenerateController:
         if engine is not None and event.operation in ("UPDATE", "DELETE") and event.old_resource:
             if not own_request:  # Kyverno ignores its own background writes to downstream objects and sources
                 failures.extend(self._process_non_trigger(engine, policies, event))
-        if event.cel:
-            failures.extend(self._process_gpol_event(event, trigger, uid))
+        failures.extend(self._process_gpol_event(event, trigger, uid))
         failures.extend(self.mutate_existing.process(mutating, event.operation, trigger, event.old_resource, event.info, event.gvk))
         return failures
 
@@ -1081,7 +1091,7 @@ class GenerateController:
         """GeneratingPolicies whose matchConstraints name a subresource (``pods/eviction``, ``pods/exec``): evaluated
         on the request's own object as a request of the parent's subresource, as Kyverno's background controller
         does when it finds no stored trigger; the downstream is created once (no trigger to keep it in step with)."""
-        gpols = self._generating()
+        gpols = self._generating(event)
         if not gpols or event.operation == "DELETE" or event.gvk is None:
             return []
         api_version = f"{event.gvk.group}/{event.gvk.version}" if event.gvk.group else event.gvk.version
@@ -1302,7 +1312,7 @@ class GenerateController:
             submit_rule_result(self.reports, policy, trigger, result)
 
     def _process_gpol_event(self, event: TriggerEvent, trigger: dict[str, Any], uid: str) -> list[TriggerFailure]:
-        gpols = self._generating()
+        gpols = self._generating(event)
         if not gpols:
             return []
         deleting = event.operation == "DELETE"

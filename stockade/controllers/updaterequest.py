@@ -7,6 +7,10 @@ UpdateRequests in our namespace before the admission review is answered, the way
   request removes that rule's downstream (``deleteDownstream``: the trigger went away or stopped matching, or a
   clone source was deleted);
 * ``requestType: mutate``: one per policy and rule, ``resource`` naming the trigger;
+* ``requestType: cel-generate``: one per (Namespaced)GeneratingPolicy whose resource rules select the request, its one
+  ``ruleContext`` named after the policy (Kyverno's gpol webhook);
+* ``requestType: cel-mutate``: one per (Namespaced)MutatingPolicy with ``mutateExisting`` whose resource rules select
+  a request its webhook admitted (Kyverno's mpol webhook); no ``resource``, the admission request says it all;
 * ``context.userInfo`` (requester and roles) and ``context.admissionRequestInfo`` (the admission request itself)
   let any replica replay the request later.
 
@@ -16,8 +20,9 @@ is marked ``Completed`` and deleted (Kyverno's clean-up); a failure is retried w
 ``retryCount`` and reason written to the status, and after the last attempt the request is left ``Failed`` for an operator to read.  A request whose
 trigger was replaced by another object of the same name (the admission was refused after all) fails at once.
 
-Selecting the rules at admission is deliberately generous (match blocks only, no preconditions, no context): the
-replay evaluates the rules properly, so a request recorded once too often costs one write, never a wrong object.
+Selecting the rules at admission is deliberately generous (match blocks only, no preconditions, no context; for
+the CEL kinds resource rules only, no selectors or match conditions): the replay evaluates the rules properly, so a
+request recorded once too often costs one write, never a wrong object.
 """
 
 from __future__ import annotations
@@ -29,6 +34,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from stockade.celpolicy.matching import rule_matches
+from stockade.celpolicy.model import CelPolicy
+from stockade.celpolicy.request import AdmissionInput
+from stockade.controllers.celmutate import policy_key
 from stockade.controllers.clusterdata import ClusterData
 from stockade.controllers.downstreamwatch import WATCH_BACKOFF, WATCH_TIMEOUT_SECONDS, KindListWatch
 from stockade.kube.controller import InformerController, Result
@@ -44,6 +53,8 @@ API_VERSION = "kyverno.io/v2"
 KIND = "UpdateRequest"
 GENERATE = "generate"
 MUTATE = "mutate"
+CEL_GENERATE = "cel-generate"
+CEL_MUTATE = "cel-mutate"
 PENDING = "Pending"
 COMPLETED = "Completed"
 FAILED = "Failed"
@@ -278,8 +289,9 @@ def generate_contexts(policy: KyvernoPolicy, review: Any) -> list[RuleContext]:
     return list(contexts.values())
 
 
-def plan_update_requests(namespace: str, policies: Iterable[KyvernoPolicy], review: Any) -> list[dict[str, Any]]:
-    """The UpdateRequests an admitted (non-subresource) request needs; empty for the great majority of requests."""
+def plan_update_requests(namespace: str, policies: Iterable[KyvernoPolicy], review: Any, generating: Iterable[CelPolicy] = ()) -> list[dict[str, Any]]:
+    """The UpdateRequests an admitted (non-subresource) request needs; empty for the great majority of requests.
+    ``generating``: the (Namespaced)GeneratingPolicies that may run for it (background requests already left out)."""
     if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE") or review.sub_resource:
         return []
     requests: list[dict[str, Any]] = []
@@ -292,7 +304,73 @@ def plan_update_requests(namespace: str, policies: Iterable[KyvernoPolicy], revi
         for rule in policy.rules:
             if rule.has_mutate_existing() and may_match(policy, rule, trigger or {}, review.kind, review.user_info, review.operation):
                 requests.append(mutate_request(namespace, policy, rule, trigger or {}, review))
+    for gpol in generating:
+        context = gpol_context(gpol, review)
+        if context is not None:
+            requests.append(cel_request(namespace, CEL_GENERATE, gpol, review, [context]))
     return requests
+
+
+def _as_input(review: Any) -> AdmissionInput:
+    """The review as the CEL matcher reads it, with the request's own resource (exact plural, subresource)."""
+    resource = dict(getattr(review, "resource", None) or {})
+    parent = (str(resource.get("group") or ""), str(resource.get("version") or ""), review.kind.kind, str(resource.get("resource") or ""))
+    return AdmissionInput(
+        object=review.object or None, old_object=review.old_object or None, operation=str(review.operation), subresource=str(review.sub_resource or ""), parent=parent, request_name=str(review.name or "")
+    )
+
+
+def resource_rules_select(policy: CelPolicy, review: Any, *, any_operation: bool = False) -> bool:
+    """Whether the policy's ``matchConstraints`` resource rules (and its namespace, for a namespaced policy) may select
+    the review; ``any_operation``: whatever operations the rules list.  Selectors and match conditions are left to
+    the replay, which evaluates them against the cluster as it is then."""
+    if policy.is_namespaced and policy.namespace != str(review.namespace or ""):
+        return False
+    constraints = policy.spec.get("matchConstraints") if isinstance(policy.spec, dict) else None
+    if not isinstance(constraints, dict):
+        return False
+    request = _as_input(review)
+    rules = [rule for rule in constraints.get("resourceRules") or [] if isinstance(rule, dict)]
+    if not any(rule_matches(rule, request, ignore_operations=any_operation) for rule in rules):
+        return False
+    excluded = [rule for rule in constraints.get("excludeResourceRules") or [] if isinstance(rule, dict)]
+    return not any(rule_matches(rule, request) for rule in excluded)
+
+
+def gpol_context(policy: CelPolicy, review: Any) -> RuleContext | None:
+    """The one rule context of a GeneratingPolicy's request, as Kyverno's gpol webhook builds it: the trigger (the old
+    object of a DELETE); a DELETE the policy does not match itself removes the downstream when it synchronizes; an
+    UPDATE is synchronized when the policy is.  None when the policy has nothing to do with the request."""
+    from stockade.controllers.generate import evaluation_enabled, gpol_matches_delete
+
+    operation = str(review.operation)
+    synchronized = evaluation_enabled(policy, "synchronize")
+    # an UPDATE or DELETE reaches a synchronized policy's webhook whatever operations it lists (its downstream follows)
+    if not resource_rules_select(policy, review, any_operation=synchronized and operation in ("UPDATE", "DELETE")):
+        return None
+    trigger = review.object or review.old_object or {}
+    if operation == "DELETE":
+        if gpol_matches_delete(policy):
+            return RuleContext(policy_key(policy), resource_spec(trigger), False, False)
+        return RuleContext(policy_key(policy), resource_spec(trigger), True, False) if synchronized else None
+    return RuleContext(policy_key(policy), resource_spec(trigger), False, synchronized and operation == "UPDATE")
+
+
+def plan_mutating_requests(namespace: str, policies: Iterable[CelPolicy], review: Any) -> list[dict[str, Any]]:
+    """The ``cel-mutate`` UpdateRequests of a request a MutatingPolicy webhook admitted: ``policies`` are the
+    mutateExisting policies its path names (admission-enabled, background requests already left out)."""
+    if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE") or review.sub_resource:
+        return []
+    return [cel_request(namespace, CEL_MUTATE, policy, review) for policy in policies if resource_rules_select(policy, review)]
+
+
+def cel_request(namespace: str, request_type: str, policy: CelPolicy, review: Any, contexts: list[RuleContext] | None = None) -> dict[str, Any]:
+    """A ``cel-generate`` or ``cel-mutate`` UpdateRequest: Kyverno labels neither."""
+    spec: dict[str, Any] = {"requestType": request_type, "policy": policy_key(policy), "rule": "", "deleteDownstream": False, "resource": {}}
+    if contexts:
+        spec["ruleContext"] = [context.as_dict() for context in contexts]
+    spec["context"] = request_context(review)
+    return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"generateName": "ur-", "namespace": namespace}, "spec": spec}
 
 
 # -- processing decisions (pure, unit-tested) -----------------------------------------------------------------------
@@ -372,18 +450,32 @@ def replayed_request(request: dict[str, Any]) -> tuple[str, dict[str, Any], dict
 class UpdateRequestWriter:
     """Creates the UpdateRequests of an admitted request, each bounded by a short timeout."""
 
-    def __init__(self, api_client: Any, namespace: str, *, timeout: float = WRITE_TIMEOUT_SECONDS, budget: float = WRITE_BUDGET_SECONDS) -> None:
-        self.cluster = ClusterData(api_client, ttl_seconds=0.0, request_timeout=timeout)
+    def __init__(
+        self, api_client: Any, namespace: str, *, timeout: float = WRITE_TIMEOUT_SECONDS, budget: float = WRITE_BUDGET_SECONDS, cluster: ClusterData | None = None
+    ) -> None:
+        # writes only (nothing read through it): no cache to keep
+        self.cluster = cluster or ClusterData(api_client, ttl_seconds=0.0, request_timeout=timeout)
         self.namespace = namespace
         self.budget = budget
         self._unserved_until = 0.0
         self.written = 0
         self.failed = 0
 
-    def plan(self, policies: Iterable[KyvernoPolicy], review: Any) -> list[dict[str, Any]]:
-        if time.monotonic() < self._unserved_until:
-            return []
-        return plan_update_requests(self.namespace, policies, review)
+    @property
+    def paused(self) -> bool:
+        """The UpdateRequest CRD was missing a moment ago: admitted work is done in memory for a while."""
+        return time.monotonic() < self._unserved_until
+
+    def plan(self, policies: Iterable[KyvernoPolicy], review: Any, generating: Iterable[CelPolicy] = ()) -> list[dict[str, Any]] | None:
+        """The requests to record for an admitted request; None while paused (the caller does the work in memory)."""
+        if self.paused:
+            return None
+        return plan_update_requests(self.namespace, policies, review, generating)
+
+    def plan_mutating(self, policies: Iterable[CelPolicy], review: Any) -> list[dict[str, Any]] | None:
+        if self.paused:
+            return None
+        return plan_mutating_requests(self.namespace, policies, review)
 
     def write(self, requests: list[dict[str, Any]]) -> bool:
         """True once every request is stored; False (logged) when any could not be: the caller falls back."""
@@ -502,20 +594,31 @@ class UpdateRequestController(InformerController):
 
     def _replay(self, request: dict[str, Any]) -> tuple[list[str], bool]:
         """Run the recorded work; (failure messages, whether they are final)."""
+        from stockade.controllers.celmutate import CelMutateTrigger
         from stockade.controllers.generate import TriggerEvent, TriggerPending
 
         spec = request.get("spec") or {}
         kind, policy = str(spec.get("requestType") or GENERATE), str(spec.get("policy") or "")
         operation, new, old, info, gvk = replayed_request(request)
+        if kind == CEL_MUTATE and not new and not old:
+            # a policy's own request (Kyverno's policy controller writes these): the policy over what exists
+            return self._apply_mutating_policy(policy)
         if not new and not old:  # no admission request (a policy-update request): the trigger as it is now
             current = self._current(spec)
             if current is None:
                 return [f"trigger {spec.get('resource')} not found"], False
             new, operation = current, "CREATE"
+        event = TriggerEvent(operation, new, old, info, gvk)
+        nothing: frozenset[Any] = frozenset()
         if kind == MUTATE:
-            scope = dataclasses.replace(TriggerEvent(operation, new, old, info, gvk), generate_policies=frozenset(), mutate_rules=frozenset({(policy, str(spec.get("rule") or ""))}), cel=False)
+            scope = dataclasses.replace(event, generate_policies=nothing, mutate_rules=frozenset({(policy, str(spec.get("rule") or ""))}), generating_policies=nothing)
         elif kind == GENERATE:
-            scope = dataclasses.replace(TriggerEvent(operation, new, old, info, gvk), generate_policies=frozenset({policy}), mutate_rules=frozenset(), cel=False)
+            scope = dataclasses.replace(event, generate_policies=frozenset({policy}), mutate_rules=nothing, generating_policies=nothing)
+        elif kind == CEL_GENERATE:
+            scope = dataclasses.replace(event, generate_policies=nothing, mutate_rules=nothing, generating_policies=frozenset({policy}))
+        elif kind == CEL_MUTATE:
+            user = {"username": info.username, "uid": info.uid, "groups": list(info.groups), "extra": dict(info.extra)}
+            scope = dataclasses.replace(event, cel_mutate=CelMutateTrigger(operation, new, old, user, (policy,), None))
         else:
             return [f"requestType {kind} is not handled"], True
         if operation in ("CREATE", "UPDATE"):
@@ -529,6 +632,14 @@ class UpdateRequestController(InformerController):
         except KubeError as exc:
             return [str(exc)], False
         return [str(failure) for failure in failures], False
+
+    def _apply_mutating_policy(self, key: str) -> tuple[list[str], bool]:
+        """A ``cel-mutate`` request without an admission request names only its policy: apply it to what exists."""
+        mutating = self.generator.cel_mutate
+        found = [policy for policy in mutating.policies() if policy_key(policy) == key]
+        if not found:
+            return [f"MutatingPolicy {key} not found"], True
+        return mutating.apply_policy(found[0]), False
 
     def _current(self, spec: dict[str, Any]) -> dict[str, Any] | None:
         resource = spec.get("resource") or {}

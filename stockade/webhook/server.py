@@ -17,7 +17,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
@@ -106,17 +106,18 @@ def _notify_scanner(scanner: Any, review: AdmissionRequest) -> None:
     scanner.notify(f"{group}/{version}" if group else version, review.kind.kind, review.namespace if review.kind.kind != "Namespace" else "", name)
 
 
-def _submit_mutating(generator: Any, route: Route, review: AdmissionRequest) -> None:
+def _submit_mutating(generator: Any, route: Route, review: AdmissionRequest) -> Callable[[], None] | None:
     """A review a MutatingPolicy webhook admitted may trigger mutateExisting policies: the path names them (the
-    catch-all /mutate names none, so any may)."""
+    catch-all /mutate names none, so any may).  Returns what records the work before the answer, as ``submit``."""
     submit = getattr(generator, "submit_mutating", None)
     if submit is None:
-        return
+        return None
     family = route.scope.family
     if family in ("mpol", "nmpol"):
-        submit(review, route.scope.names, family == "nmpol")
-    elif family == SCOPE_ALL:
-        submit(review, None, None)
+        return cast("Callable[[], None] | None", submit(review, route.scope.names, family == "nmpol"))
+    if family == SCOPE_ALL:
+        return cast("Callable[[], None] | None", submit(review, None, None))
+    return None
 
 
 def _bad_request(reason: str) -> web.Response:
@@ -225,15 +226,13 @@ def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> C
                 background_review = await asyncio.to_thread(evaluator.with_roles, review)
             except Exception:
                 log.exception("looking up the roles of %s failed", review.user_info.username)
-        if state.generator is not None and phase == "validate" and decision.allowed and not review.dry_run:
-            record = state.generator.submit(background_review)
+        if state.generator is not None and phase in ("validate", "mutate") and decision.allowed and not review.dry_run:
+            record = state.generator.submit(background_review) if phase == "validate" else _submit_mutating(state.generator, route, background_review)
             if callable(record):  # generate/mutate-existing work is stored (UpdateRequests) before we answer
                 try:
                     await asyncio.to_thread(record)
                 except Exception:
                     log.exception("recording background work for %s failed", review.uid)
-        if state.generator is not None and phase == "mutate" and decision.allowed and not review.dry_run:
-            _submit_mutating(state.generator, route, background_review)
         if state.scanner is not None and decision.allowed and not review.dry_run and (phase == "validate" or route.scope.family in ("mpol", "nmpol")):
             _notify_scanner(state.scanner, review)  # MutatingPolicies report through scans of what they admitted
         kind = review.kind.kind

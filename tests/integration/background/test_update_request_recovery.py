@@ -1,5 +1,5 @@
 """Generate work survives `stockade serve` being killed: admission records Kyverno's UpdateRequests before it answers,
-and a restarted (or another) replica completes them.
+and a restarted (or another) replica completes them, for ClusterPolicy rules and GeneratingPolicies alike.
 
 A batch of Namespaces is admitted, the server is killed with SIGKILL as soon as the last admission returns, and
 started again: every Namespace must get its generated ConfigMap, and no UpdateRequest is left behind."""
@@ -49,6 +49,33 @@ spec:
       data:
         data: {{owner: "{{{{ request.object.metadata.name }}}}"}}
 """
+
+
+def generating_policy(suffix: str) -> str:
+    """The same work as a GeneratingPolicy: Kyverno records it as ``cel-generate`` UpdateRequests."""
+    configmap = (
+        '[{"kind": dyn("ConfigMap"), "apiVersion": dyn("v1"), '
+        '"metadata": dyn({"name": "defaults", "namespace": string(object.metadata.name)}), '
+        '"data": dyn({"owner": string(object.metadata.name)})}]'
+    )
+    return f"""\
+apiVersion: policies.kyverno.io/v1beta1
+kind: GeneratingPolicy
+metadata: {{name: ur-defaults-{suffix}}}
+spec:
+  evaluation:
+    synchronize: {{enabled: false}}
+    skipBackgroundRequests: false
+  matchConstraints:
+    resourceRules:
+    - {{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [namespaces]}}
+    objectSelector: {{matchLabels: {{stockade-ur/batch: "{suffix}"}}}}
+  generate:
+  - expression: 'generator.Apply(object.metadata.name, {configmap})'
+"""
+
+
+POLICIES = {"ClusterPolicy": policy, "GeneratingPolicy": generating_policy}
 
 
 def eventually(probe: Callable[[], T | None], what: str, timeout: float = 120.0, details: Callable[[], str] = lambda: "") -> T:
@@ -175,15 +202,16 @@ def warm_up(cluster: ClusterData, base: str, labels: dict[str, str], created: li
         attempt += 1
 
 
+@pytest.mark.parametrize("kind", sorted(POLICIES))
 def test_killed_server_completes_admitted_generate_work_after_restart(
-    control_plane: ControlPlane, cluster: ClusterData, update_request_crd: None, suffix: str, tmp_path: Path, batch_namespaces: list[str]
+    control_plane: ControlPlane, cluster: ClusterData, update_request_crd: None, suffix: str, tmp_path: Path, batch_namespaces: list[str], kind: str
 ) -> None:
     system = f"ur-sys-{suffix}"
     control_plane.ensure_namespace(system)
     batch_namespaces.append(system)
     policy_dir = tmp_path / "policies"
     policy_dir.mkdir()
-    (policy_dir / "policy.yaml").write_text(policy(suffix))
+    (policy_dir / "policy.yaml").write_text(POLICIES[kind](suffix))
     port = free_port()
     labels = {"stockade-ur/batch": suffix}
     first = Server(control_plane, policy_dir, tmp_path, system, port, "first", ("--no-leader-election",))

@@ -105,7 +105,7 @@ class FakeCluster:
 
     def _locate(self, path: str) -> tuple[ApiResource, str, str]:
         for resource in self.resources:
-            for namespace in {"", *(k[2] for k in self.objects), "default", "ns1", "ns2"}:
+            for namespace in {"", *(k[2] for k in self.objects), *(k[3] for k in self.objects if k[1] == "Namespace"), "default", "ns1", "ns2"}:
                 base = collection_path(resource, namespace)
                 if path == base:
                     return resource, namespace, ""
@@ -124,6 +124,9 @@ class FakeCluster:
         resource, namespace, name = self._locate(path)
         if method == "POST":
             metadata = body.get("metadata") or {}
+            if not metadata.get("name") and metadata.get("generateName"):  # the API server's generated names
+                body = {**body, "metadata": {**metadata, "name": f"{metadata['generateName']}{next(self._rv)}"}}
+                metadata = body["metadata"]
             if self.get_object(api_version_of(resource), resource.kind, str(metadata.get("namespace") or namespace), str(metadata.get("name"))):
                 raise AlreadyExists("exists", method=method, path=path)
             return self.add(body)
