@@ -75,7 +75,7 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -430,6 +430,21 @@ def generating_policies(snapshot: Any) -> list[CelPolicy]:
     return [CelPolicy(document.data, document.origin) for document in accepted_documents(snapshot, _is_generating_policy)]
 
 
+def gpols_of_scope(gpols: list[CelPolicy], scope: Any) -> list[CelPolicy]:
+    """The GeneratingPolicies a webhook path serves: those its ``gpol``/``ngpol`` path names (a namespaced one in the
+    request's namespace is found by name, as Kyverno's handler does), all of them for the catch-all, none for the
+    other webhooks."""
+    from stockade.webhook.admission import SCOPE_ALL
+
+    family = getattr(scope, "family", SCOPE_ALL)
+    if scope is None or family == SCOPE_ALL:
+        return gpols
+    if family not in ("gpol", "ngpol"):
+        return []
+    names = set(getattr(scope, "names", ()) or ())
+    return [p for p in gpols if p.is_namespaced == (family == "ngpol") and p.name in names]
+
+
 def _is_generating_policy(data: dict[str, Any]) -> bool:
     return str(data.get("kind")) in GENERATING_POLICY_KINDS and str(data.get("apiVersion", "")).startswith("policies.kyverno.io/")
 
@@ -661,40 +676,56 @@ class GenerateController:
         self.controller.enqueue(POLICIES_KEY)
 
     # -- input -----------------------------------------------------------------------------------------------------
-    def submit(self, review: Any) -> Callable[[], None] | None:
+    def submit(self, review: Any, *, served: Collection[KyvernoPolicy] | None = None, scope: Any = None) -> Callable[[], None] | None:
         """Take on an allowed, non-dryRun admission (a ``stockade.webhook.admission.AdmissionRequest``); never blocks.
         A subresource request (Pod/eviction, Pod/exec, Pod/binding) triggers generate and mutate-existing rules matched by the
         parent's kind and the subresource; its object (an Eviction, PodExecOptions) is the trigger.
 
-        With ``update_requests`` set, generate and mutate-existing work of ClusterPolicies/Policies is recorded as
-        UpdateRequests: the returned function writes them (blocking, bounded by short timeouts) and must have
-        returned before the review is answered; None when nothing needs recording."""
+        The webhook that admitted the review says whose work it is, as each of Kyverno's webhooks hands on the work of
+        its own policies (a review several of them receive is recorded once per policy): ``served``, the
+        ClusterPolicies/Policies it serves, and ``scope`` (a ``stockade.webhook.admission.PolicyScope``), which
+        GeneratingPolicies; None for either: all of them.
+
+        With ``update_requests`` set, the work is recorded as UpdateRequests: the returned function writes them
+        (blocking, bounded by short timeouts) and must have returned before the review is answered; None when nothing
+        needs recording."""
         if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE", "CONNECT"):
             return None
         snapshot = self.store.snapshot
         if snapshot is None:
             return None
+        policies = [p for p in snapshot.policies if p.has_generate() or any(r.has_mutate_existing() for r in p.rules)]
+        if policies and served is not None:
+            keys = {p.key for p in served}
+            policies = [p for p in policies if p.key in keys]
+        gpols = gpols_of_scope(generating_policies(snapshot), scope)
+        if not policies and not gpols:
+            return None
+        # this webhook's work: its policies' generate and mutate-existing rules and its GeneratingPolicies
+        generate_keys = frozenset(p.key for p in policies if p.has_generate())
+        mutate_rules = frozenset((p.key, r.name) for p in _mutate_existing_policies(policies) for r in p.rules if r.has_mutate_existing())
+        gpol_keys = frozenset(policy_key(p) for p in gpols)
+
+        def scoped(event: TriggerEvent, request_name: str = "") -> TriggerEvent:
+            return dataclasses.replace(event, generate_policies=generate_keys, mutate_rules=mutate_rules, generating_policies=gpol_keys, request_name=request_name)
+
         if review.sub_resource:
             # CONNECT (pods/exec, pods/attach ...) only ever reaches us as a subresource request
-            if not (_mutate_existing_policies(snapshot.policies) or any(p.has_generate() for p in snapshot.policies) or generating_policies(snapshot)):
-                return None
             gvk = self._subresource_kind(review)
             if gvk is not None:
                 event = TriggerEvent(review.operation, review.object, review.old_object, review.user_info, gvk, subresource=True)
-                self.submit_event(dataclasses.replace(event, request_name=str(getattr(review, "name", "") or "")))
+                self.submit_event(scoped(event, str(getattr(review, "name", "") or "")))
             return None
         if review.operation == "CONNECT":
             return None
-        if not (any(p.has_generate() for p in snapshot.policies) or generating_policies(snapshot) or _mutate_existing_policies(snapshot.policies)):
-            return None
-        event = TriggerEvent(review.operation, review.object, review.old_object, review.user_info, review.kind)
+        event = scoped(TriggerEvent(review.operation, review.object, review.old_object, review.user_info, review.kind))
         writer = self.update_requests
         if writer is None:
             self.submit_event(event)
             return None
         background = self.is_background_request(review.user_info.username)
-        gpols = [p for p in generating_policies(snapshot) if not (background and p.skips_background_requests)]
-        return self._recorded(writer, writer.plan(snapshot.policies, review, gpols), event)
+        gpols = [p for p in gpols if not (background and p.skips_background_requests)]
+        return self._recorded(writer, writer.plan(policies, review, gpols), event)
 
     def _recorded(self, writer: Any, requests: list[dict[str, Any]] | None, event: TriggerEvent) -> Callable[[], None] | None:
         """The function that stores ``requests`` (the caller runs it before answering), falling back to doing the

@@ -227,7 +227,10 @@ def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> C
             except Exception:
                 log.exception("looking up the roles of %s failed", review.user_info.username)
         if state.generator is not None and phase in ("validate", "mutate") and decision.allowed and not review.dry_run:
-            record = state.generator.submit(background_review) if phase == "validate" else _submit_mutating(state.generator, route, background_review)
+            if phase == "validate":  # the work of this webhook's own policies (Kyverno's handlers are per webhook)
+                record = state.generator.submit(background_review, served=evaluator.policies_for(failure), scope=route.scope)
+            else:
+                record = _submit_mutating(state.generator, route, background_review)
             if callable(record):  # generate/mutate-existing work is stored (UpdateRequests) before we answer
                 try:
                     await asyncio.to_thread(record)
