@@ -676,15 +676,15 @@ class GenerateController:
         self.controller.enqueue(POLICIES_KEY)
 
     # -- input -----------------------------------------------------------------------------------------------------
-    def submit(self, review: Any, *, served: Collection[KyvernoPolicy] | None = None, scope: Any = None) -> Callable[[], None] | None:
+    def submit(self, review: Any, *, served: Collection[KyvernoPolicy] | None = None, route: Any = None) -> Callable[[], None] | None:
         """Take on an allowed, non-dryRun admission (a ``stockade.webhook.admission.AdmissionRequest``); never blocks.
         A subresource request (Pod/eviction, Pod/exec, Pod/binding) triggers generate and mutate-existing rules matched by the
         parent's kind and the subresource; its object (an Eviction, PodExecOptions) is the trigger.
 
         The webhook that admitted the review says whose work it is, as each of Kyverno's webhooks hands on the work of
         its own policies (a review several of them receive is recorded once per policy): ``served``, the
-        ClusterPolicies/Policies it serves, and ``scope`` (a ``stockade.webhook.admission.PolicyScope``), which
-        GeneratingPolicies; None for either: all of them.
+        ClusterPolicies/Policies it serves, and ``route`` (a ``stockade.webhook.admission.Route``), whose scope says
+        which GeneratingPolicies; None for either: all of them.
 
         With ``update_requests`` set, the work is recorded as UpdateRequests: the returned function writes them
         (blocking, bounded by short timeouts) and must have returned before the review is answered; None when nothing
@@ -698,7 +698,7 @@ class GenerateController:
         if policies and served is not None:
             keys = {p.key for p in served}
             policies = [p for p in policies if p.key in keys]
-        gpols = gpols_of_scope(generating_policies(snapshot), scope)
+        gpols = gpols_of_scope(generating_policies(snapshot), getattr(route, "scope", None))
         if not policies and not gpols:
             return None
         # this webhook's work: its policies' generate and mutate-existing rules and its GeneratingPolicies

@@ -103,34 +103,36 @@ class WebhookRegistration:
 
 
 class DeduplicatingSubmitter:
-    """The same review can reach the generator through /validate/fail and /validate/ignore; act on it once."""
+    """The API server may call one webhook more than once for one request (retries, reinvocation); each webhook's
+    work is taken on once per request.  Different webhooks receiving the same request hand on different work (each
+    its own policies'), so the key is the request's uid and the webhook's route."""
 
     def __init__(self, target: Any, memory: int = 4096) -> None:
         self.target = target
-        self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._seen: collections.OrderedDict[tuple[str, Any], None] = collections.OrderedDict()
         self._memory = memory
         self._lock = threading.Lock()
 
-    def submit(self, review: Any) -> Any:
-        """The target's answer: a function that records the work durably, to run before the review is answered."""
-        with self._lock:
-            if review.uid in self._seen:
-                return None
-            self._seen[review.uid] = None
-            if len(self._seen) > self._memory:
-                self._seen.popitem(last=False)
-        return self.target.submit(review)
-
-    def submit_mutating(self, review: Any, policies: tuple[str, ...] | None, namespaced: bool | None) -> None:
-        """A MutatingPolicy webhook's admitted review (mutateExisting triggers), once per review and webhook."""
-        key = f"{review.uid}/mutating/{namespaced}/{','.join(policies) if policies is not None else '*'}"
+    def _first(self, key: tuple[str, Any]) -> bool:
         with self._lock:
             if key in self._seen:
-                return
+                return False
             self._seen[key] = None
             if len(self._seen) > self._memory:
                 self._seen.popitem(last=False)
-        self.target.submit_mutating(review, policies, namespaced)
+        return True
+
+    def submit(self, review: Any, *, served: Any = None, route: Any = None) -> Any:
+        """The target's answer: a function that records the work durably, to run before the review is answered."""
+        if not self._first((str(review.uid), route)):
+            return None
+        return self.target.submit(review, served=served, route=route)
+
+    def submit_mutating(self, review: Any, policies: tuple[str, ...] | None, namespaced: bool | None) -> Any:
+        """A MutatingPolicy webhook's admitted review (mutateExisting triggers), once per review and webhook."""
+        if not self._first((str(review.uid), ("mutating", namespaced, policies))):
+            return None
+        return self.target.submit_mutating(review, policies, namespaced)
 
 
 @dataclass

@@ -228,7 +228,7 @@ def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> C
                 log.exception("looking up the roles of %s failed", review.user_info.username)
         if state.generator is not None and phase in ("validate", "mutate") and decision.allowed and not review.dry_run:
             if phase == "validate":  # the work of this webhook's own policies (Kyverno's handlers are per webhook)
-                record = state.generator.submit(background_review, served=evaluator.policies_for(failure), scope=route.scope)
+                record = state.generator.submit(background_review, served=evaluator.policies_for(failure), route=route)
             else:
                 record = _submit_mutating(state.generator, route, background_review)
             if callable(record):  # generate/mutate-existing work is stored (UpdateRequests) before we answer

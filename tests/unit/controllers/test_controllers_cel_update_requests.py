@@ -325,7 +325,7 @@ def test_each_webhook_records_the_work_of_its_own_policies_once() -> None:
     """A Namespace CREATE reaches the ClusterPolicy webhook and each GeneratingPolicy's webhook; as with Kyverno's
     per-webhook handlers, each records only its own policies' work, so no request is recorded twice."""
     from stockade.policy.model import KyvernoPolicy
-    from stockade.webhook.admission import SCOPE_KYVERNO, PolicyScope
+    from stockade.webhook.admission import SCOPE_KYVERNO, PolicyScope, Route
     from tests.unit.controllers.test_controllers_update_requests import generate_policy
 
     cluster_policy = generate_policy()
@@ -333,15 +333,15 @@ def test_each_webhook_records_the_work_of_its_own_policies_once() -> None:
     generator.store.snapshot.policies = [cluster_policy]
     generator.update_requests = UpdateRequestWriter(None, NAMESPACE, cluster=cluster)  # type: ignore[arg-type]
     cm = configmap()
-    cluster_route = generator.submit(review("CREATE", cm), served=[cluster_policy], scope=PolicyScope(SCOPE_KYVERNO))
+    cluster_route = generator.submit(review("CREATE", cm), served=[cluster_policy], route=Route("validate", None, PolicyScope(SCOPE_KYVERNO)))
     assert cluster_route is None  # the ClusterPolicy generates from Namespaces only: nothing to record for a ConfigMap
-    gen_route = generator.submit(review("CREATE", cm), served=[], scope=PolicyScope("gpol", ("gen",)))
+    gen_route = generator.submit(review("CREATE", cm), served=[], route=Route("validate", None, PolicyScope("gpol", ("gen",))))
     assert callable(gen_route)
     gen_route()
     assert [r["spec"]["policy"] for r in cluster.update_requests()] == ["gen"]
     # a ValidatingPolicy's webhook serves no GeneratingPolicy, and an unknown policy name selects none
-    assert generator.submit(review("CREATE", cm), served=[], scope=PolicyScope("vpol", ("gen",))) is None
-    assert generator.submit(review("CREATE", cm), served=[], scope=PolicyScope("gpol", ("nope",))) is None
+    assert generator.submit(review("CREATE", cm), served=[], route=Route("validate", None, PolicyScope("vpol", ("gen",)))) is None
+    assert generator.submit(review("CREATE", cm), served=[], route=Route("validate", None, PolicyScope("gpol", ("nope",)))) is None
     # the ClusterPolicy webhook of the other failure policy serves none of them
     ignored = KyvernoPolicy({**cluster_policy.raw, "spec": {**cluster_policy.raw["spec"], "failurePolicy": "Ignore"}})
     namespace_review = AdmissionRequest(
@@ -350,8 +350,8 @@ def test_each_webhook_records_the_work_of_its_own_policies_once() -> None:
         old_object={}, user_info=RequestInfo(username="alice"), dry_run=False,
     )
     generator.store.snapshot.policies = [ignored]
-    assert generator.submit(namespace_review, served=[], scope=PolicyScope(SCOPE_KYVERNO)) is None
-    record = generator.submit(namespace_review, served=[ignored], scope=PolicyScope(SCOPE_KYVERNO))
+    assert generator.submit(namespace_review, served=[], route=Route("validate", None, PolicyScope(SCOPE_KYVERNO))) is None
+    record = generator.submit(namespace_review, served=[ignored], route=Route("validate", None, PolicyScope(SCOPE_KYVERNO)))
     assert callable(record)
     record()
     assert sorted(r["spec"]["requestType"] for r in cluster.update_requests()) == ["cel-generate", "generate"]

@@ -114,9 +114,16 @@ def test_leader_only_components_follow_leadership_and_the_others_run_everywhere(
     assert log[-2:] == ["stop ttl", "stop generate"]
 
 
-def test_generator_sees_each_review_once() -> None:
-    seen: list[str] = []
-    submitter = DeduplicatingSubmitter(SimpleNamespace(submit=lambda review: seen.append(review.uid)), memory=2)
+def test_generator_sees_each_review_once_per_webhook() -> None:
+    """A webhook called twice for one request hands its work on once; another webhook's call for the same request
+    carries other policies' work and is handed on too."""
+    seen: list[tuple[str, Any]] = []
+    submitter = DeduplicatingSubmitter(SimpleNamespace(submit=lambda review, served, route: seen.append((review.uid, route))), memory=2)
     for uid in ["a", "a", "b", "a", "c", "a"]:
-        submitter.submit(SimpleNamespace(uid=uid))
-    assert seen == ["a", "b", "c", "a"]  # "a" was forgotten once two newer reviews came in
+        submitter.submit(SimpleNamespace(uid=uid), route="validate-fail")
+    assert [uid for uid, _ in seen] == ["a", "b", "c", "a"]  # "a" was forgotten once two newer reviews came in
+    seen.clear()
+    submitter.submit(SimpleNamespace(uid="d"), route="validate-fail")
+    submitter.submit(SimpleNamespace(uid="d"), route="gpol/gen")
+    submitter.submit(SimpleNamespace(uid="d"), route="gpol/gen")
+    assert seen == [("d", "validate-fail"), ("d", "gpol/gen")]

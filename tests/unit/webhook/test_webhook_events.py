@@ -200,9 +200,9 @@ class Recorder:
     def record_success(self, request: Any, decision: Any) -> None:
         self.successes.append((request, decision))
 
-    def submit(self, request: Any, *, served: Any = None, scope: Any = None) -> None:
+    def submit(self, request: Any, *, served: Any = None, route: Any = None) -> None:
         self.generated.append(request)
-        self.scopes.append((sorted(p.key for p in served or ()), scope))
+        self.scopes.append((sorted(p.key for p in served or ()), route))
 
 
 def test_server_hooks_events_on_denial_and_generator_on_allowed(policy_dir: Path, tmp_path: Path) -> None:
@@ -228,8 +228,8 @@ def test_server_hooks_events_on_denial_and_generator_on_allowed(policy_dir: Path
     assert allowed["request"]["uid"] in [request.uid for request, _ in hooks.successes]
     assert [request.uid for request in hooks.generated] == [allowed["request"]["uid"]]
     # the /validate/fail webhook hands on the work of the policies it serves (those with failurePolicy Fail)
-    [(served, scope)] = hooks.scopes
-    assert served and scope.family == "kyverno"
+    [(served, route)] = hooks.scopes
+    assert served and route.scope.family == "kyverno" and route.failure == "Fail"
 
 
 def test_reporting_component_follows_kyvernos_event_sources_or_stockade_style() -> None:
