@@ -24,7 +24,8 @@ from stockade.celpolicy.providers import ProviderError
 from stockade.controllers.egress import EgressBlocked, EgressPolicy, open_url
 from stockade.controllers.webhookconfig import ApiResource
 from stockade.engine.contextloader import ContextLoadError, ContextProviders
-from stockade.kube.errors import Forbidden, KubeError, NotFound, Unauthorized, Unreachable, as_kube_error, from_response
+from stockade.kube.client import KubeClient
+from stockade.kube.errors import Forbidden, KubeError, NotFound, Unauthorized, Unreachable
 
 log = logging.getLogger("stockade.clusterdata")
 
@@ -103,12 +104,12 @@ class ClusterData:
         impersonate: str = "",
     ) -> None:
         self.api_client = api_client
-        # a user every request is made as (Impersonate-User): how a component that Kyverno runs under its own
-        # service account (cleanup controller, the admission controller's global context) gets that account's RBAC
-        self.impersonate = impersonate
+        # every call goes through it; ``impersonate`` is a user every request is made as (Impersonate-User): how a
+        # component that Kyverno runs under its own service account (cleanup controller, the admission controller's
+        # global context) gets that account's RBAC
+        self.client = KubeClient(api_client, timeout=request_timeout, impersonate=impersonate)
         self.ttl = ttl_seconds
         self.discovery_ttl = discovery_ttl_seconds
-        self.request_timeout = request_timeout
         self._cache: dict[str, tuple[float, Any]] = {}
         self._lock = threading.Lock()
         self._resources: list[ApiResource] | None = list(resources) if resources is not None else None
@@ -116,6 +117,14 @@ class ClusterData:
         self._discovered_at = time.monotonic() if resources is not None else 0.0
         self._pinned_resources = resources is not None
         self.global_context: ClusterGlobalContext | None = None  # globalReference entries; set to share one
+
+    @property
+    def impersonate(self) -> str:
+        return self.client.impersonate
+
+    @impersonate.setter
+    def impersonate(self, user: str) -> None:
+        self.client.impersonate = user
 
     # -- raw REST ----------------------------------------------------------------------------------------------------
     def request(
@@ -128,29 +137,8 @@ class ClusterData:
         content_type: str = "application/json",
     ) -> Any:
         """One REST call; returns the decoded JSON body, raises the `KubeError` subclass of a non-2xx answer
-        (`Unreachable` when there was no answer)."""
-        headers = {"Accept": "application/json"}
-        if self.impersonate:
-            headers["Impersonate-User"] = self.impersonate
-        if body is not None:
-            headers["Content-Type"] = content_type  # the client serialises dict bodies for JSON and YAML types
-        method_, url, headers, serialized, _ = self.api_client.param_serialize(
-            method, path, query_params=list((query or {}).items()), header_params=headers, body=body, auth_settings=["BearerToken"]
-        )
-        try:
-            response = self.api_client.call_api(method_, url, header_params=headers, body=serialized, _request_timeout=self.request_timeout)
-        except Exception as exc:  # ApiException, connection refused, TLS, timeouts
-            raise (as_kube_error(exc, method=method, path=path) or Unreachable(str(exc), method=method, path=path)) from None
-        raw = response.read() if hasattr(response, "read") else response.data
-        status = int(getattr(response, "status", 200) or 200)
-        if not 200 <= status < 300:
-            raise from_response(status, raw, getattr(response, "headers", None), reason=str(getattr(response, "reason", "") or ""), method=method, path=path)
-        if not raw:
-            return {}
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+        (`Unreachable` when there was no answer).  See `stockade.kube.client.KubeClient.request`."""
+        return self.client.request(method, path, body, query=query, content_type=content_type)
 
     def get(self, path: str, *, query: dict[str, str] | None = None, cached: bool = True) -> Any:
         """A GET, answered from the cache when it is younger than the TTL."""

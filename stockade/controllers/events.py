@@ -32,7 +32,8 @@ from typing import Any
 
 from stockade.engine.kyvernoconfig import KyvernoConfig
 from stockade.engine.response import ERROR, FAIL, PASS, SKIP, EngineResponse
-from stockade.kube.errors import NotFound, translated
+from stockade.kube.client import MERGE_PATCH, KubeClient
+from stockade.kube.errors import NotFound
 from stockade.policy.model import kyverno_reference_api_version
 from stockade.webhook.admission import (
     AdmissionDecision,
@@ -396,6 +397,11 @@ class _Written:
     written_at: float
 
 
+def events_path(namespace: str) -> str:
+    """The REST path of the core/v1 Events of ``namespace``."""
+    return f"/api/v1/namespaces/{namespace}/events"
+
+
 def _timestamp(moment: dt.datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -410,16 +416,12 @@ class EventRecorder:
         *,
         capacity: int = 1000,
         instance: str = "",
-        core_api: Any = None,
+        client: KubeClient | None = None,
         clock: Callable[[], float] = time.monotonic,
         start: bool = True,
         kyverno_config: Callable[[], KyvernoConfig] | None = None,
     ) -> None:
-        if core_api is None:
-            from kubernetes import client
-
-            core_api = client.CoreV1Api(api_client)
-        self.core = core_api
+        self.client = client if client is not None else KubeClient(api_client, timeout=None)
         if components not in EVENT_COMPONENT_STYLES:
             raise ValueError(f"unknown event component style {components!r}; known: {', '.join(EVENT_COMPONENT_STYLES)}")
         self.components = components
@@ -524,8 +526,7 @@ class EventRecorder:
             count = previous.count + pending.count
             body = {"count": count, "lastTimestamp": _timestamp(pending.last_seen)}
             try:
-                with translated(method="PATCH", path=f"events/{spec.namespace}/{previous.name}"):
-                    self.core.patch_namespaced_event(previous.name, spec.namespace, body, _content_type="application/merge-patch+json")
+                self.client.request("PATCH", f"{events_path(spec.namespace)}/{previous.name}", body, content_type=MERGE_PATCH)
                 self._written[spec.key] = _Written(previous.name, count, previous.first_timestamp, self.clock())
                 self.updated += 1
                 return
@@ -557,7 +558,7 @@ class EventRecorder:
         }
         if spec.related:
             body["related"] = spec.related_dict
-        self.core.create_namespaced_event(spec.namespace, body)
+        self.client.request("POST", events_path(spec.namespace), body)
         self.created += 1
         if len(self._written) > 10 * self.capacity:
             self._written.clear()

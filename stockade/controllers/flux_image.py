@@ -14,7 +14,6 @@ repository's tags). `run_once` reconciles what is due in one pass over a listing
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 
@@ -23,6 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from stockade.kube.client import JSON_PATCH, MERGE_PATCH, KubeClient
+from stockade.kube.errors import Conflict, Invalid, KubeError, NotFound
 from stockade.controllers.events import ACTION_NONE, SOURCE_IMAGE_REFLECTOR, EventRecorder, EventSpec, object_reference
 from stockade.reflector import models
 from stockade.reflector.imagepolicy import ImagePolicyReconciler
@@ -50,46 +51,33 @@ class ClusterObjects:
     """Reads and status writes of Flux image objects, Secrets and ServiceAccounts, as plain JSON dicts."""
 
     def __init__(self, api_client: Any) -> None:
-        from kubernetes import client
-
-        self.custom = client.CustomObjectsApi(api_client)
-        self.core = client.CoreV1Api(api_client)
+        self.client = KubeClient(api_client, timeout=REQUEST_TIMEOUT_SECONDS)
 
     @staticmethod
-    def _json(response: Any) -> dict[str, Any]:
-        data = json.loads(response.data)
+    def _object(data: Any) -> dict[str, Any]:
         return data if isinstance(data, dict) else {}
 
-    def list(self, plural: str, version: str = VERSION, group: str = GROUP) -> list[dict[str, Any]]:
-        response = self.custom.list_cluster_custom_object(
-            group, version, plural, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS
-        )
-        return [item for item in self._json(response).get("items") or [] if isinstance(item, dict)]
-
-    def get(self, plural: str, key: ObjectKey, version: str = VERSION, group: str = GROUP) -> dict[str, Any] | None:
-        from stockade.kube.errors import NotFound, translated
-
+    def _get(self, path: str) -> dict[str, Any] | None:
         try:
-            with translated(method="GET", path=f"{plural}/{key.namespace}/{key.name}"):
-                return self._json(self.custom.get_namespaced_custom_object(
-                    group, version, key.namespace, plural, key.name,
-                    _preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS))
+            return self._object(self.client.request("GET", path))
         except NotFound:
             return None
 
+    def list(self, plural: str, version: str = VERSION, group: str = GROUP) -> list[dict[str, Any]]:
+        listing = self._object(self.client.request("GET", f"/apis/{group}/{version}/{plural}"))
+        return [item for item in listing.get("items") or [] if isinstance(item, dict)]
+
+    def get(self, plural: str, key: ObjectKey, version: str = VERSION, group: str = GROUP) -> dict[str, Any] | None:
+        return self._get(_object_path(group, version, plural, key))
+
     def write_status(self, plural: str, obj: Mapping[str, Any], version: str = VERSION, group: str = GROUP) -> None:
         """Merge-patch `status` (the status subresource ignores everything else)."""
-        key = object_key(obj)
-        self.custom.patch_namespaced_custom_object_status(
-            group, version, key.namespace, plural, key.name, {"status": obj.get("status") or {}},
-            _request_timeout=REQUEST_TIMEOUT_SECONDS,
-        )
+        path = _object_path(group, version, plural, object_key(obj)) + "/status"
+        self.client.request("PATCH", path, {"status": obj.get("status") or {}}, content_type=MERGE_PATCH)
 
     def set_finalizer(self, plural: str, obj: Mapping[str, Any], present: bool, version: str = VERSION, group: str = GROUP) -> None:
         """Add or remove Flux's finalizer with a JSON patch guarded by the object's resourceVersion, so other
         finalizers are never lost; a conflict raises FinalizerConflict (the watch brings the new version)."""
-        from stockade.kube.errors import Conflict, Invalid, NotFound, from_response, translated
-
         metadata = obj.get("metadata") or {}
         finalizers = list(metadata.get("finalizers") or [])
         guard = {"op": "test", "path": "/metadata/resourceVersion", "value": metadata.get("resourceVersion")}
@@ -104,19 +92,8 @@ class ClusterObjects:
                 return
             change = {"op": "remove", "path": f"/metadata/finalizers/{finalizers.index(FINALIZER)}"}
         key = object_key(obj)
-        path = f"/apis/{group}/{version}/namespaces/{key.namespace}/{plural}/{key.name}"
-        api = self.custom.api_client
-        method, url, headers, body, _ = api.param_serialize(
-            "PATCH", path, header_params={"Content-Type": "application/json-patch+json", "Accept": "application/json"},
-            body=[guard, change], auth_settings=["BearerToken"])
         try:
-            with translated(method="PATCH", path=path):
-                response = api.call_api(method, url, header_params=headers, body=body, _request_timeout=REQUEST_TIMEOUT_SECONDS)
-                raw = getattr(response, "response", response)
-                status = int(getattr(raw, "status", 200) or 200)
-                data = raw.data
-                if not 200 <= status < 300:
-                    raise from_response(status, data, getattr(raw, "headers", None), method="PATCH", path=path)
+            self.client.request("PATCH", _object_path(group, version, plural, key), [guard, change], content_type=JSON_PATCH)
         except NotFound:
             if present:
                 raise
@@ -124,37 +101,23 @@ class ClusterObjects:
             raise FinalizerConflict(f"{plural} {key}: changed meanwhile ({exc})") from None
 
     def secret(self, namespace: str, name: str) -> dict[str, Any] | None:
-        from stockade.kube.errors import NotFound, translated
-
-        try:
-            with translated(method="GET", path=f"secrets/{namespace}/{name}"):
-                return self._json(self.core.read_namespaced_secret(
-                    name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS))
-        except NotFound:
-            return None
+        return self._get(f"/api/v1/namespaces/{namespace}/secrets/{name}")
 
     def service_account(self, namespace: str, name: str) -> dict[str, Any] | None:
-        from stockade.kube.errors import NotFound, translated
-
-        try:
-            with translated(method="GET", path=f"serviceaccounts/{namespace}/{name}"):
-                return self._json(self.core.read_namespaced_service_account(
-                    name, namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS))
-        except NotFound:
-            return None
+        return self._get(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}")
 
     def namespace_labels(self, namespace: str) -> Mapping[str, str]:
-        from stockade.kube.errors import KubeError, translated
-
         try:
-            with translated(method="GET", path=f"namespaces/{namespace}"):
-                found = self._json(self.core.read_namespace(
-                    namespace, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_SECONDS))
+            found = self._object(self.client.request("GET", f"/api/v1/namespaces/{namespace}"))
         except KubeError:
             return {"kubernetes.io/metadata.name": namespace}
         labels = dict((found.get("metadata") or {}).get("labels") or {})
         labels.setdefault("kubernetes.io/metadata.name", namespace)
         return labels
+
+
+def _object_path(group: str, version: str, plural: str, key: ObjectKey) -> str:
+    return f"/apis/{group}/{version}/namespaces/{key.namespace}/{plural}/{key.name}"
 
 
 @dataclass

@@ -18,13 +18,12 @@ remove the cluster's webhook configurations only when it is the last one (otherw
 the cluster unprotected); each replica renews a Lease of its own, labelled ``app.kubernetes.io/part-of=stockade``,
 and ``others_alive()`` looks for fresh Leases of other holders.
 
-The ``kubernetes`` client is synchronous: everything here runs in daemon threads and callbacks are called from
-them, never from an asyncio loop.
+The API calls (`stockade.kube.client.KubeClient`) are synchronous: everything here runs in daemon threads and
+callbacks are called from them, never from an asyncio loop.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -37,8 +36,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from stockade.controllers.kubetyped import request_body
-from stockade.kube.errors import AlreadyExists, Conflict, Invalid, NotFound, translated
+from stockade.kube.client import KubeClient
+from stockade.kube.errors import AlreadyExists, Conflict, Invalid, NotFound
 
 log = logging.getLogger("stockade.controllers.leader")
 
@@ -100,47 +99,37 @@ class LeaseTiming:
 
 
 class _LeaseApi:
-    """Lease reads and writes as plain JSON dicts (the generated models round-trip ``MicroTime`` lossily)."""
+    """Lease reads and writes as plain JSON dicts (``MicroTime`` fields stay the strings the server wrote)."""
 
     def __init__(self, api_client: Any, namespace: str, request_timeout: float) -> None:
-        from kubernetes import client
-
-        self.api = client.CoordinationV1Api(api_client)
+        self.client = KubeClient(api_client, timeout=request_timeout)
         self.namespace = namespace
-        self.timeout = request_timeout
+        self.path = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
     @staticmethod
-    def _json(response: Any) -> dict[str, Any]:
-        data = json.loads(response.data)
+    def _object(data: Any) -> dict[str, Any]:
         return data if isinstance(data, dict) else {}
 
     def get(self, name: str) -> dict[str, Any] | None:
         try:
-            with translated(method="GET", path=f"leases/{self.namespace}/{name}"):
-                return self._json(self.api.read_namespaced_lease(name, self.namespace, _preload_content=False, _request_timeout=self.timeout))
+            return self._object(self.client.request("GET", f"{self.path}/{name}"))
         except NotFound:
             return None
 
     def create(self, body: dict[str, Any]) -> dict[str, Any]:
-        with translated(method="POST", path=f"leases/{self.namespace}"):
-            return self._json(self.api.create_namespaced_lease(self.namespace, request_body(body), _preload_content=False, _request_timeout=self.timeout))
+        return self._object(self.client.request("POST", self.path, body))
 
     def replace(self, body: dict[str, Any]) -> dict[str, Any]:
-        name = body["metadata"]["name"]
-        with translated(method="PUT", path=f"leases/{self.namespace}/{name}"):
-            return self._json(self.api.replace_namespaced_lease(name, self.namespace, request_body(body), _preload_content=False, _request_timeout=self.timeout))
+        return self._object(self.client.request("PUT", f"{self.path}/{body['metadata']['name']}", body))
 
     def delete(self, name: str) -> None:
         try:
-            with translated(method="DELETE", path=f"leases/{self.namespace}/{name}"):
-                self.api.delete_namespaced_lease(name, self.namespace, _request_timeout=self.timeout)
+            self.client.request("DELETE", f"{self.path}/{name}")
         except NotFound:
             pass
 
     def list(self, label_selector: str) -> list[dict[str, Any]]:
-        with translated(method="GET", path=f"leases/{self.namespace}"):
-            response = self.api.list_namespaced_lease(self.namespace, label_selector=label_selector, _preload_content=False, _request_timeout=self.timeout)
-        return list(self._json(response).get("items") or [])
+        return list(self._object(self.client.request("GET", self.path, query={"labelSelector": label_selector})).get("items") or [])
 
 
 def _is_conflict(exc: Exception) -> bool:

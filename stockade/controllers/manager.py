@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from stockade.controllers.webhookconfig import STOCKADE_NAMING, WebhookNaming
-from stockade.kube.errors import Forbidden, NotFound, translated
+from stockade.kube.client import KubeClient
+from stockade.kube.errors import Forbidden, NotFound
 
 log = logging.getLogger("stockade.controllers.manager")
 
@@ -246,11 +247,8 @@ class ClusterServices:
     def check_namespace(self) -> None:
         """Leases live in our namespace: without it membership cannot work, and a stopping replica could not tell
         whether it is the last one."""
-        from kubernetes import client
-
         try:
-            with translated(method="GET", path=f"namespaces/{self.options.namespace}"):
-                client.CoreV1Api(self.api_client).read_namespace(self.options.namespace)
+            KubeClient(self.api_client, timeout=None).request("GET", f"/api/v1/namespaces/{self.options.namespace}")
         except NotFound:
             raise RuntimeError(
                 f"namespace {self.options.namespace} does not exist: create it (the chart does) or pass --no-leader-election"

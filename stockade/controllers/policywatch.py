@@ -33,8 +33,9 @@ from collections.abc import Callable
 from typing import Any
 
 from stockade.celpolicy.autogen import autogen_configs
+from stockade.kube.client import MERGE_PATCH, KubeClient
 from stockade.kube.controller import Controller, FunctionReconciler, Result
-from stockade.kube.errors import Backoff, KubeError, NotFound, translated
+from stockade.kube.errors import Backoff, KubeError, NotFound
 from stockade.kube.informer import Informer, ListWatch, RawListWatch
 from stockade.kube.workqueue import DefaultRateLimiter, ItemExponentialBackoff, WorkQueue
 from stockade.policy.loader import Document
@@ -149,6 +150,7 @@ class ClusterPolicySource:
         self.reporting_permissions = reporting_permissions
         # every installed kind keeps one watch connection open: a client of our own, with a pool that fits them
         self.api_client = _dedicated_client(api_client, len(self.kinds) + 4) if api_client is not None else None
+        self.client = KubeClient(self.api_client, timeout=None)  # discovery; status writes carry their own timeout
         self.write_status = write_status
         self.watch_timeout = watch_timeout
         self.rediscover_interval = rediscover_interval
@@ -311,21 +313,14 @@ class ClusterPolicySource:
                 self._synced_event.set()
 
     # -- discovery and informers -------------------------------------------------------------------------------------------
-    def _custom_objects(self) -> Any:
-        from kubernetes import client
-
-        return client.CustomObjectsApi(self.api_client)
-
     def served_version(self, watched: WatchedKind) -> str | None:
         """The most preferred version under which the API server serves this kind, None when no CRD provides it."""
-        api = self._custom_objects()
         for version in watched.versions:
             try:
-                with translated(method="GET", path=f"/apis/{watched.group}/{version}"):
-                    listing = api.get_api_resources(watched.group, version)
+                listing = self.client.request("GET", f"/apis/{watched.group}/{version}")
             except NotFound:
                 continue
-            if any(resource.name == watched.plural for resource in listing.resources or []):
+            if any(isinstance(resource, dict) and resource.get("name") == watched.plural for resource in listing.get("resources") or []):
                 return version
         return None
 
@@ -458,8 +453,7 @@ class ClusterPolicySource:
             if patch is None:
                 continue
             try:
-                with translated(method="PATCH", path=f"{watched.label} {key[1]}/{key[2]}/status"):
-                    updated = self._patch_status(watched, version, key[1], key[2], patch)
+                updated = self._patch_status(watched, version, key[1], key[2], patch)
             except NotFound:
                 continue
             except KubeError as exc:
@@ -472,11 +466,9 @@ class ClusterPolicySource:
         return failures
 
     def _patch_status(self, watched: WatchedKind, version: str, namespace: str, name: str, patch: dict[str, Any]) -> Any:
-        api = self._custom_objects()
-        body = {"status": patch}
-        if watched.namespaced:
-            return api.patch_namespaced_custom_object_status(watched.group, version, namespace, watched.plural, name, body, _request_timeout=30)
-        return api.patch_cluster_custom_object_status(watched.group, version, watched.plural, name, body, _request_timeout=30)
+        base = f"/apis/{watched.group}/{version}"
+        path = f"{base}/namespaces/{namespace}/{watched.plural}/{name}" if watched.namespaced else f"{base}/{watched.plural}/{name}"
+        return self.client.request("PATCH", f"{path}/status", {"status": patch}, content_type=MERGE_PATCH, timeout=30)
 
 
 def _dedicated_client(api_client: Any, connections: int) -> Any:

@@ -1,6 +1,7 @@
 """Talking to the Kubernetes API: discovery, webhook configuration create/update/delete, namespace labels.
 
-Uses the official ``kubernetes`` client (synchronous; callers in the event loop go through ``asyncio.to_thread``).
+Raw REST through `stockade.kube.client.KubeClient` over the official client's connection (synchronous; callers in
+the event loop go through ``asyncio.to_thread``).
 Everything the server writes carries its naming's managed-by label (``webhook.stockade.io/managed-by=stockade`` by
 default) so cleanup can find leftovers even after a crash.
 """
@@ -14,7 +15,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from stockade.controllers.webhookconfig import STOCKADE_NAMING, ApiResource, Resolver, WebhookNaming
-from stockade.kube.errors import NotFound, as_kube_error, translated
+from stockade.kube.client import KubeClient
+from stockade.kube.errors import NotFound, as_kube_error
 
 log = logging.getLogger("stockade.controllers")
 
@@ -36,16 +38,8 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
 
 
 def get_json(api_client: Any, path: str, timeout: float = 10) -> dict[str, Any]:
-    """A raw GET through the client's auth and TLS settings (discovery documents have no generated model)."""
-    import json
-
-    method, url, headers, body, _ = api_client.param_serialize(
-        "GET", path, header_params={"Accept": "application/json"}, auth_settings=["BearerToken"]
-    )
-    response = api_client.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout)
-    if response.status != 200:
-        raise RuntimeError(f"GET {path}: HTTP {response.status}")
-    data = json.loads(response.read())
+    """A GET of a discovery document; its `KubeError` propagates."""
+    data = KubeClient(api_client, timeout=timeout).request("GET", path)
     return data if isinstance(data, dict) else {}
 
 
@@ -84,13 +78,16 @@ def discovery_resolver(api_client: Any) -> Resolver:
     return static_resolver([*resources, *subresources])
 
 
+WEBHOOKS_PATH = "/apis/admissionregistration.k8s.io/v1"
+MUTATING = "mutatingwebhookconfigurations"
+VALIDATING = "validatingwebhookconfigurations"
+
+
 class WebhookRegistrar:
     """Creates or replaces our webhook configurations and removes them again."""
 
     def __init__(self, api_client: Any, naming: WebhookNaming = STOCKADE_NAMING) -> None:
-        from kubernetes import client
-
-        self.api = client.AdmissionregistrationV1Api(api_client)
+        self.client = KubeClient(api_client, timeout=None)
         self.naming = naming
 
     def apply(
@@ -107,75 +104,44 @@ class WebhookRegistrar:
         if policy_validation is not None:
             self.apply_validating(policy_validation)
         for body in extra_mutating:
-            self._upsert(
-                body,
-                self.api.read_mutating_webhook_configuration,
-                self.api.create_mutating_webhook_configuration,
-                self.api.replace_mutating_webhook_configuration,
-                self.api.delete_mutating_webhook_configuration,
-            )
-        for body, read, create, replace, delete in (
-            (
-                mutating,
-                self.api.read_mutating_webhook_configuration,
-                self.api.create_mutating_webhook_configuration,
-                self.api.replace_mutating_webhook_configuration,
-                self.api.delete_mutating_webhook_configuration,
-            ),
-            (
-                validating,
-                self.api.read_validating_webhook_configuration,
-                self.api.create_validating_webhook_configuration,
-                self.api.replace_validating_webhook_configuration,
-                self.api.delete_validating_webhook_configuration,
-            ),
-        ):
-            self._upsert(body, read, create, replace, delete, keep_empty=self.naming.keep_empty)
+            self._upsert(MUTATING, body)
+        self._upsert(MUTATING, mutating, keep_empty=self.naming.keep_empty)
+        self._upsert(VALIDATING, validating, keep_empty=self.naming.keep_empty)
 
     def apply_validating(self, body: dict[str, Any]) -> None:
         """Upsert one ValidatingWebhookConfiguration (deleted when it has no webhooks)."""
-        self._upsert(
-            body,
-            self.api.read_validating_webhook_configuration,
-            self.api.create_validating_webhook_configuration,
-            self.api.replace_validating_webhook_configuration,
-            self.api.delete_validating_webhook_configuration,
-        )
+        self._upsert(VALIDATING, body)
 
-    @staticmethod
-    def _upsert(body: dict[str, Any], read: Any, create: Any, replace: Any, delete: Any, *, keep_empty: bool = False) -> None:
+    def _upsert(self, plural: str, body: dict[str, Any], *, keep_empty: bool = False) -> None:
         name = body["metadata"]["name"]
+        path = f"{WEBHOOKS_PATH}/{plural}/{name}"
         try:
-            with translated(method="GET", path=name):
-                existing = read(name)
+            existing = self.client.request("GET", path)
         except NotFound:
             existing = None
         if not body["webhooks"] and not keep_empty:
             if existing is not None:
-                delete(name)
+                self.client.request("DELETE", path)
             return
         if existing is None:
-            create(body)
+            self.client.request("POST", f"{WEBHOOKS_PATH}/{plural}", body)
         else:
-            body = {**body, "metadata": {**body["metadata"], "resourceVersion": existing.metadata.resource_version}}
-            replace(name, body)
+            body = {**body, "metadata": {**body["metadata"], "resourceVersion": (existing.get("metadata") or {}).get("resourceVersion")}}
+            self.client.request("PUT", path, body)
         log.info("webhook configuration %s registered", name)
 
     def remove_all(self) -> int:
         """Delete every configuration carrying our label; returns how many were removed."""
         selector = self.naming.selector
         removed = 0
-        for listing, delete in (
-            (self.api.list_mutating_webhook_configuration, self.api.delete_mutating_webhook_configuration),
-            (self.api.list_validating_webhook_configuration, self.api.delete_validating_webhook_configuration),
-        ):
-            for item in listing(label_selector=selector).items:
-                name = item.metadata.name if item.metadata is not None else None
+        for plural in (MUTATING, VALIDATING):
+            listing = self.client.request("GET", f"{WEBHOOKS_PATH}/{plural}", query={"labelSelector": selector})
+            for item in listing.get("items") or []:
+                name = (item.get("metadata") or {}).get("name")
                 if not name:
                     continue
                 try:
-                    with translated(method="DELETE", path=name):
-                        delete(name)
+                    self.client.request("DELETE", f"{WEBHOOKS_PATH}/{plural}/{name}")
                     removed += 1
                 except NotFound:
                     pass
@@ -186,9 +152,7 @@ class NamespaceLabelCache:
     """Namespace labels for ``namespaceSelector`` matching, cached briefly so admission stays fast."""
 
     def __init__(self, api_client: Any, ttl_seconds: float = 30.0) -> None:
-        from kubernetes import client
-
-        self.core = client.CoreV1Api(api_client)
+        self.client = KubeClient(api_client, timeout=2)
         self.ttl = ttl_seconds
         self._cache: dict[str, tuple[float, dict[str, str]]] = {}
         self._lock = threading.Lock()
@@ -206,8 +170,8 @@ class NamespaceLabelCache:
             if cached and now - cached[0] < self.ttl:
                 return cached[1]
         try:
-            metadata = self.core.read_namespace(namespace, _request_timeout=2).metadata
-            labels = dict((metadata.labels if metadata is not None else None) or {})
+            found = self.client.request("GET", f"/api/v1/namespaces/{namespace}")
+            labels = dict((found.get("metadata") or {}).get("labels") or {})
         except Exception as exc:  # unknown namespace or API hiccup: evaluate with the name label only
             if isinstance(as_kube_error(exc), NotFound):  # e.g. a namespaced object created with its namespace: routine, not an error
                 log.debug("namespace %s not found; matching with its name label only", namespace)

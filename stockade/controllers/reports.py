@@ -23,7 +23,8 @@ from typing import Any
 
 from stockade.engine.response import STATUSES, EngineResponse, RuleResponse, report_result
 from stockade.policy.model import RULE_TYPE_GENERATION, RULE_TYPE_IMAGE_VERIFY, RULE_TYPE_MUTATION, RULE_TYPE_VALIDATION, KyvernoPolicy
-from stockade.kube.errors import AlreadyExists, Conflict, KubeError, NotFound, translated
+from stockade.kube.client import KubeClient
+from stockade.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
 
 log = logging.getLogger("stockade.reports")
 
@@ -296,14 +297,12 @@ STORED_LOOKUP_PAUSE_SECONDS = 0.2
 
 
 class ReportWriter:
-    """Background upserts of reports through the kubernetes client."""
+    """Background upserts of reports through `stockade.kube.client.KubeClient`."""
 
     def __init__(
         self, api_client: Any, capacity: int = 1000, report_api: ReportApi = POLICY_REPORTS, reporting: ReportingConfig = ReportingConfig()
     ) -> None:
-        from kubernetes import client
-
-        self.api = client.CustomObjectsApi(api_client)
+        self.client = KubeClient(api_client, timeout=None)
         self.report_api = report_api
         self.reporting = reporting
         self.api_client = api_client
@@ -477,14 +476,9 @@ class ReportWriter:
         name = report["metadata"]["name"]
         namespace = report["metadata"].get("namespace")
         plural = self.report_api.plural_for(namespace)
-        group, version = self.report_api.group, self.report_api.version
         if report["results"]:
             try:
-                with translated(method="POST", path=f"{plural}/{name}"):
-                    if namespace:
-                        self.api.create_namespaced_custom_object(group, version, namespace, plural, report)
-                    else:
-                        self.api.create_cluster_custom_object(group, version, plural, report)
+                self.client.request("POST", self._path(plural, namespace), report)
                 self.written += 1
                 return
             except NotFound:
@@ -493,11 +487,7 @@ class ReportWriter:
             except (AlreadyExists, Conflict):
                 pass  # merged into the existing report below
         try:
-            with translated(method="GET", path=f"{plural}/{name}"):
-                if namespace:
-                    current = self.api.get_namespaced_custom_object(group, version, namespace, plural, name)
-                else:
-                    current = self.api.get_cluster_custom_object(group, version, plural, name)
+            current = self.client.request("GET", self._path(plural, namespace, name))
         except NotFound:
             return  # nothing to clear (or the CRD is missing)
         if not isinstance(current, dict):
@@ -508,21 +498,18 @@ class ReportWriter:
             return
         if _without_timestamps(report["results"]) == _without_timestamps(current.get("results") or []):
             return  # the same verdicts: rewriting only the times would bump the report's generation for nothing
-        with translated(method="PUT", path=f"{plural}/{name}"):
-            if namespace:
-                self.api.replace_namespaced_custom_object(group, version, namespace, plural, name, report)
-            else:
-                self.api.replace_cluster_custom_object(group, version, plural, name, report)
+        self.client.request("PUT", self._path(plural, namespace, name), report)
         self.written += 1
 
+    def _path(self, plural: str, namespace: str | None, name: str = "") -> str:
+        """The REST path of a report collection (of every namespace when ``namespace`` is empty) or of one report."""
+        base = f"/apis/{self.report_api.group}/{self.report_api.version}"
+        collection = f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
+        return f"{collection}/{name}" if name else collection
+
     def _delete(self, namespace: str | None, plural: str, name: str) -> None:
-        group, version = self.report_api.group, self.report_api.version
         try:
-            with translated(method="DELETE", path=f"{plural}/{name}"):
-                if namespace:
-                    self.api.delete_namespaced_custom_object(group, version, namespace, plural, name)
-                else:
-                    self.api.delete_cluster_custom_object(group, version, plural, name)
+            self.client.request("DELETE", self._path(plural, namespace, name))
             self.deleted += 1
         except NotFound:
             pass
@@ -532,11 +519,9 @@ class ReportWriter:
         empty are deleted.  Returns how many reports changed."""
         selector = OWNED_SELECTOR
         changed = 0
-        group, version = self.report_api.group, self.report_api.version
         for plural in (self.report_api.plural, self.report_api.cluster_plural):
             try:
-                with translated(method="GET", path=plural):
-                    listing = self.api.list_cluster_custom_object(group, version, plural, label_selector=selector)  # every namespace
+                listing = self.client.request("GET", self._path(plural, None), query={"labelSelector": selector})  # every namespace
             except NotFound:
                 continue
             for current in (listing.get("items") if isinstance(listing, dict) else None) or []:
@@ -547,16 +532,12 @@ class ReportWriter:
                 metadata = current.get("metadata") or {}
                 namespace = metadata.get("namespace")
                 try:
-                    with translated(method="PUT", path=f"{plural}/{metadata['name']}"):
-                        if not kept:
-                            self._delete(namespace, plural, metadata["name"])
-                        else:
-                            current["results"] = kept
-                            current["summary"] = summarise(kept)
-                            if namespace:
-                                self.api.replace_namespaced_custom_object(group, version, namespace, plural, metadata["name"], current)
-                            else:
-                                self.api.replace_cluster_custom_object(group, version, plural, metadata["name"], current)
+                    if not kept:
+                        self._delete(namespace, plural, metadata["name"])
+                    else:
+                        current["results"] = kept
+                        current["summary"] = summarise(kept)
+                        self.client.request("PUT", self._path(plural, namespace, metadata["name"]), current)
                     changed += 1
                 except (NotFound, Conflict):  # gone or changed meanwhile: the next scan prunes again
                     pass

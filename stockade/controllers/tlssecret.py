@@ -11,19 +11,18 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from stockade.controllers.kubetyped import request_body
-from stockade.kube.errors import AlreadyExists, Conflict, NotFound, translated
+from stockade.kube.client import KubeClient
+from stockade.kube.errors import AlreadyExists, Conflict, NotFound
 from stockade.controllers.webhookconfig import MANAGED_BY_LABEL, MANAGED_BY_VALUE
 from stockade.webhook.certs import KeyPair, StoreConflict
 
 
 class SecretStore:
     def __init__(self, api_client: Any, namespace: str, name: str) -> None:
-        from kubernetes import client
-
-        self.core = client.CoreV1Api(api_client)
+        self.client = KubeClient(api_client, timeout=None)
         self.namespace = namespace
         self.name = name
+        self.path = f"{secrets_path(namespace)}/{name}"
         self._resource_version: str | None = None
         # what others (Helm, the chart) put on the Secret survives our writes: labels, annotations, type
         self._labels: dict[str, str] = {}
@@ -36,17 +35,16 @@ class SecretStore:
 
     def load(self) -> dict[str, bytes]:
         try:
-            with translated(method="GET", path=f"secrets/{self.namespace}/{self.name}"):
-                secret = self.core.read_namespaced_secret(self.name, self.namespace)
+            secret = self.client.request("GET", self.path)
         except NotFound:
             self._resource_version = None
             return {}
-        metadata = secret.metadata
-        self._resource_version = metadata.resource_version if metadata is not None else None
-        self._labels = dict((metadata.labels if metadata is not None else None) or {})
-        self._annotations = dict((metadata.annotations if metadata is not None else None) or {})
-        self._type = secret.type or "Opaque"
-        return {key: base64.b64decode(value) for key, value in (secret.data or {}).items()}
+        metadata = secret.get("metadata") or {}
+        self._resource_version = metadata.get("resourceVersion")
+        self._labels = dict(metadata.get("labels") or {})
+        self._annotations = dict(metadata.get("annotations") or {})
+        self._type = secret.get("type") or "Opaque"
+        return {key: base64.b64decode(value) for key, value in (secret.get("data") or {}).items()}
 
     def save(self, items: dict[str, bytes]) -> None:
         metadata: dict[str, Any] = {
@@ -64,19 +62,22 @@ class SecretStore:
             "data": {key: base64.b64encode(value).decode() for key, value in items.items()},
         }
         try:
-            with translated(method="PUT", path=f"secrets/{self.namespace}/{self.name}"):
-                self._write(metadata, body)
+            self._write(metadata, body)
         except (Conflict, AlreadyExists) as exc:
             raise StoreConflict(f"secret {self.namespace}/{self.name} changed concurrently") from exc
 
     def _write(self, metadata: dict[str, Any], body: dict[str, Any]) -> None:
         if self._resource_version is None:
-            created = self.core.create_namespaced_secret(self.namespace, request_body(body))
-            self._resource_version = created.metadata.resource_version if created.metadata is not None else None
+            written = self.client.request("POST", secrets_path(self.namespace), body)
         else:
             metadata["resourceVersion"] = self._resource_version
-            replaced = self.core.replace_namespaced_secret(self.name, self.namespace, request_body(body))
-            self._resource_version = replaced.metadata.resource_version if replaced.metadata is not None else None
+            written = self.client.request("PUT", self.path, body)
+        self._resource_version = (written.get("metadata") or {}).get("resourceVersion")
+
+
+def secrets_path(namespace: str) -> str:
+    """The REST path of the Secrets of ``namespace``."""
+    return f"/api/v1/namespaces/{namespace}/secrets"
 
 
 def kyverno_tls_secret_names(namespace: str, service: str) -> tuple[str, str]:
@@ -90,9 +91,7 @@ class KyvernoTlsSecrets:
     (``<service>.<namespace>.svc.kyverno-tls-ca`` and ``...-tls-pair``), for tools and tests that read them there."""
 
     def __init__(self, api_client: Any, namespace: str, service: str) -> None:
-        from kubernetes import client
-
-        self.core = client.CoreV1Api(api_client)
+        self.client = KubeClient(api_client, timeout=None)
         self.namespace = namespace
         self.service = service
 
@@ -110,7 +109,6 @@ class KyvernoTlsSecrets:
             "data": {"tls.crt": base64.b64encode(pair.cert_pem).decode(), "tls.key": base64.b64encode(pair.key_pem).decode()},
         }
         try:
-            with translated(method="POST", path=f"secrets/{self.namespace}/{name}"):
-                self.core.create_namespaced_secret(self.namespace, request_body(body))
+            self.client.request("POST", secrets_path(self.namespace), body)
         except AlreadyExists:
-            self.core.replace_namespaced_secret(name, self.namespace, request_body(body))
+            self.client.request("PUT", f"{secrets_path(self.namespace)}/{name}", body)

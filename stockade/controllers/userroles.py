@@ -20,23 +20,26 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from stockade.engine.match import RequestInfo
+from stockade.kube.client import KubeClient
 
 log = logging.getLogger("stockade.userroles")
 
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+RBAC_PATH = "/apis/rbac.authorization.k8s.io/v1"
 
 
 def _get(obj: Any, *names: str) -> Any:
-    """Field access that works for kubernetes client models and plain dicts (tests, raw API responses)."""
+    """``obj[names[0]][names[1]]...``, None where a level is missing or not an object."""
     for name in names:
-        if obj is None:
+        if not isinstance(obj, dict):
             return None
-        obj = obj.get(name) if isinstance(obj, dict) else getattr(obj, _snake(name), None)
+        obj = obj.get(name)
     return obj
 
 
-def _snake(name: str) -> str:
-    return "".join("_" + c.lower() if c.isupper() else c for c in name)
+def _binding_essentials(binding: Any) -> dict[str, Any]:
+    """What ``roles_for`` reads of a binding; the rest (managedFields, annotations ...) is not kept in the cache."""
+    return {"metadata": {"namespace": _get(binding, "metadata", "namespace")}, "subjects": _get(binding, "subjects"), "roleRef": _get(binding, "roleRef")}
 
 
 def subjects_match(subjects: Iterable[Any] | None, user: RequestInfo, binding_namespace: str) -> bool:
@@ -84,14 +87,10 @@ class RoleResolver:
         api_client: Any,
         ttl_seconds: float = 10.0,
         *,
-        rbac_api: Any = None,
+        client: KubeClient | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if rbac_api is None:
-            from kubernetes import client
-
-            rbac_api = client.RbacAuthorizationV1Api(api_client)
-        self.rbac = rbac_api
+        self.client = client if client is not None else KubeClient(api_client, timeout=5)
         self.ttl = ttl_seconds
         self.clock = clock
         self._bindings: tuple[list[Any], list[Any]] | None = None
@@ -108,8 +107,8 @@ class RoleResolver:
         with self._refresh_lock:
             if not self.needs_fetch():
                 return  # another thread refreshed while this one waited
-            role_bindings = list(self.rbac.list_role_binding_for_all_namespaces(_request_timeout=5).items or [])
-            cluster_role_bindings = list(self.rbac.list_cluster_role_binding(_request_timeout=5).items or [])
+            role_bindings = [_binding_essentials(b) for b in self.client.request("GET", f"{RBAC_PATH}/rolebindings").get("items") or []]
+            cluster_role_bindings = [_binding_essentials(b) for b in self.client.request("GET", f"{RBAC_PATH}/clusterrolebindings").get("items") or []]
             with self._lock:
                 self._bindings = (role_bindings, cluster_role_bindings)
                 self._fetched_at = self.clock()

@@ -13,8 +13,8 @@ Handlers run on the informer's own thread, one event at a time, in the order the
 raises is logged and does not stop the informer.  They should be quick: the usual handler just puts a key on a
 `stockade.kube.workqueue.WorkQueue`.
 
-`RawListWatch` lists and watches through the official client's raw REST layer (``param_serialize``/``call_api``),
-objects as plain dicts, the way ``stockade.controllers.clusterdata`` talks to the API server.  Anything with the
+`RawListWatch` lists and watches through `stockade.kube.client.KubeClient` (raw REST over the official client's
+connection), objects as plain dicts, the way every controller talks to the API server.  Anything with the
 same two methods (`ListWatch`) can stand in for it, which is how tests inject failures.
 """
 
@@ -29,7 +29,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from stockade.kube.errors import Backoff, Gone, KubeError, from_response, from_status, translated
+from stockade.kube.client import KubeClient
+from stockade.kube.errors import Backoff, Gone, KubeError, from_status, translated
 
 log = logging.getLogger("stockade.kube.informer")
 
@@ -331,6 +332,7 @@ class RawListWatch:
         metadata_only: bool = False,
     ) -> None:
         self.api_client = api_client
+        self.client = KubeClient(api_client, timeout=request_timeout)
         self.path = path
         # objects as PartialObjectMetadata (apiVersion, kind, metadata only): for watching big or numerous objects
         # when only their names, labels and annotations matter
@@ -355,21 +357,8 @@ class RawListWatch:
         return f"application/json;as={kind};g=meta.k8s.io;v=v1"
 
     def _call(self, query: list[tuple[str, str]], timeout: Any, watch: bool = False) -> Any:
-        """The GET; its urllib3 response (not yet read) on 2xx, a `KubeError` otherwise."""
-        method, url, headers, body, _ = self.api_client.param_serialize(
-            "GET", self.path, query_params=query, header_params={"Accept": self._accept(watch)}, auth_settings=["BearerToken"]
-        )
-        with translated(method="GET", path=self.path):
-            response = self.api_client.call_api(method, url, header_params=headers, body=body, _request_timeout=timeout)
-        raw = getattr(response, "response", response)
-        status = int(getattr(raw, "status", 200) or 200)
-        if not 200 <= status < 300:
-            try:
-                data = raw.data
-            finally:
-                raw.release_conn()
-            raise from_response(status, data, getattr(raw, "headers", None), reason=str(getattr(raw, "reason", "") or ""), method="GET", path=self.path)
-        return raw
+        """The GET; its transport response (not yet read) on 2xx, a `KubeError` otherwise."""
+        return self.client.open(self.path, query=query, accept=self._accept(watch), timeout=timeout)
 
     def list(self) -> tuple[list[Obj], str]:
         items: list[Obj] = []

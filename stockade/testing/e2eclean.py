@@ -36,7 +36,8 @@ from stockade.controllers.policywatch import ADMISSION_POLICY_WATCHES, WATCHED_K
 from stockade.controllers.registration import discover_resources
 from stockade.controllers.webhookconfig import WEBHOOK_NAMINGS
 from stockade.errors import StockadeError
-from stockade.kube.errors import KubeError, MethodNotAllowed, NotFound, from_response, translated
+from stockade.kube.client import KubeClient
+from stockade.kube.errors import KubeError, MethodNotAllowed, NotFound
 from stockade.kube.informer import collection_path
 
 GroupResource = tuple[str, str]
@@ -183,22 +184,13 @@ class ClusterCleaner:
 
     def __init__(self, api_client: Any, policy_documents: Callable[[], int | None] = lambda: None, wait_seconds: float = 120.0) -> None:
         self.api_client = api_client
+        self.client = KubeClient(api_client, timeout=30)
         self.policy_documents = policy_documents  # the webhook's cached document count (None: not known)
         self.wait_seconds = wait_seconds
         self._unlistable: set[GroupResource] = set()
 
     def _request(self, method: str, path: str, query: list[tuple[str, str]] | None = None, accept: str = "application/json", body: Any = None) -> Any:
-        call_method, url, headers, serialized, _ = self.api_client.param_serialize(
-            method, path, query_params=query or [], header_params={"Accept": accept, "Content-Type": "application/json"}, body=body, auth_settings=["BearerToken"]
-        )
-        with translated(method=method, path=path):
-            response = self.api_client.call_api(call_method, url, header_params=headers, body=serialized, _request_timeout=30)
-        raw = getattr(response, "response", response)
-        data = raw.data if hasattr(raw, "data") else response.read()
-        status = int(getattr(raw, "status", 200) or 200)
-        if not 200 <= status < 300:
-            raise from_response(status, data, getattr(raw, "headers", None), reason=str(getattr(raw, "reason", "") or ""), method=method, path=path)
-        return json.loads(data or b"{}")
+        return self.client.request(method, path, body, query=query, accept=accept)
 
     def objects(self) -> list[ClusterObject]:
         seen: set[GroupResource] = set()

@@ -16,6 +16,7 @@ from stockade.images.reference import ImageReference
 from stockade.reflector.models import ObjectKey, condition, object_key
 from stockade.reflector.repository import RegistryAccess
 from stockade.reflector.store import TagStore
+from tests.unit.kubefake import FakeKube
 
 
 class FakeObjects:
@@ -141,16 +142,6 @@ def test_policy_selector_matches_labels_and_expressions() -> None:
         _matches({"matchExpressions": [{"key": "x", "operator": "Like"}]}, labels)
 
 
-class RecordingCoreApi:
-    """The Event writes of an EventRecorder."""
-
-    def __init__(self) -> None:
-        self.created: list[dict[str, Any]] = []
-
-    def create_namespaced_event(self, namespace: str, body: dict[str, Any]) -> None:
-        self.created.append(body)
-
-
 @pytest.mark.parametrize("style, component", [("flux", "image-reflector-controller"), ("stockade", "stockade"),
                                               ("kyverno", "image-reflector-controller")])
 def test_reflector_events_name_flux_component_under_flux_style(tmp_path: Path, style: str, component: str) -> None:
@@ -158,15 +149,16 @@ def test_reflector_events_name_flux_component_under_flux_style(tmp_path: Path, s
     `--event-components stockade` reports them as "stockade" like every other Event."""
     from stockade.controllers.events import EventRecorder
 
-    objects, registry, core = FakeObjects(), Registry(), RecordingCoreApi()
+    objects, registry, kube = FakeObjects(), Registry(), FakeKube()
     objects.items["imagerepositories"] = [{"apiVersion": "image.toolkit.fluxcd.io/v1", "kind": "ImageRepository",
                                            "metadata": meta("app"), "spec": {"image": "ghcr.io/o/app", "interval": "1m"}}]
-    recorder = EventRecorder(None, style, core_api=core, start=False, instance="pod-1")
+    recorder = EventRecorder(None, style, client=kube, start=False, instance="pod-1")
     controller = ImageReflectorController(objects, TagStore(tmp_path), client_factory=registry.factory, recorder=recorder)  # type: ignore[arg-type]
     assert controller.run_once() == 1
     recorder.close()
-    assert core.created, "a first successful scan is a Normal Event in Flux"
-    for body in core.created:
+    created = [call.body for call in kube.sent("POST", "/api/v1/namespaces/")]
+    assert created, "a first successful scan is a Normal Event in Flux"
+    for body in created:
         assert body["source"] == {"component": component} and body["reportingComponent"] == component
         assert body["reportingInstance"] == f"{component}-pod-1"
         assert body["involvedObject"]["kind"] == "ImageRepository"

@@ -10,6 +10,7 @@ import pytest
 from stockade.controllers.reports import PROCESS_BACKGROUND, build_report, merge_into, report_policy_name, stale_results_removed, summarise
 from stockade.engine.response import EngineResponse, RuleResponse
 from stockade.policy.model import KyvernoPolicy
+from tests.unit.kubefake import Call, FakeKube
 
 NOW = dt.datetime(2024, 1, 1, tzinfo=dt.timezone.utc)
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u1"}}
@@ -63,21 +64,7 @@ def test_prune_helpers_and_policy_names() -> None:
     assert report_policy_name(_policy("x", "Policy", "team")) == "team/x"
 
 
-class _ListingApi:
-    """CustomObjectsApi stand-in: answers the prune listing and records deletions."""
-
-    def __init__(self) -> None:
-        self.selectors: list[str] = []
-        self.deleted: list[tuple[str, str]] = []
-
-    def list_cluster_custom_object(self, group: str, version: str, plural: str, label_selector: str = "") -> dict:
-        self.selectors.append(label_selector)
-        if plural != "policyreports":
-            return {"items": []}
-        return {"items": [{"metadata": {"name": "u1", "namespace": "ns"}, "results": [_result("gone", "fail")]}]}
-
-    def delete_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str) -> None:
-        self.deleted.append((namespace, name))
+REPORTS = "/apis/wgpolicyk8s.io/v1alpha2"
 
 
 def test_prune_covers_reports_labelled_as_kyverno_writes_them_and_older_stockade_ones() -> None:
@@ -85,33 +72,19 @@ def test_prune_covers_reports_labelled_as_kyverno_writes_them_and_older_stockade
     from stockade.controllers.reports import ReportWriter
 
     writer = ReportWriter(None)
-    api = _ListingApi()
-    writer.api = api
+    stale = {"metadata": {"name": "u1", "namespace": "ns"}, "results": [_result("gone", "fail")]}
+    kube = FakeKube({f"{REPORTS}/namespaces/ns/policyreports/u1": stale})
+    kube.on("GET", f"{REPORTS}/policyreports", {"items": [stale]})  # every namespace
+    kube.on("GET", f"{REPORTS}/clusterpolicyreports", {"items": []})
+    writer.client = kube  # type: ignore[assignment]
     try:
         assert writer.prune(frozenset({"a"})) == 1
     finally:
         writer.close()
-    assert set(api.selectors) == {"app.kubernetes.io/managed-by in (kyverno,stockade)"}
-    assert api.deleted == [("ns", "u1")]
-
-
-class _StoredReportApi:
-    """CustomObjectsApi stand-in holding one existing report: creation conflicts, replacements are recorded."""
-
-    def __init__(self, current: dict) -> None:
-        self.current = current
-        self.replaced: list[dict] = []
-
-    def create_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, body: dict) -> None:
-        from kubernetes.client.exceptions import ApiException
-
-        raise ApiException(status=409)
-
-    def get_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str) -> dict:
-        return self.current
-
-    def replace_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str, body: dict) -> None:
-        self.replaced.append(body)
+    assert [call.path for call in kube.sent("GET")] == [f"{REPORTS}/policyreports", f"{REPORTS}/clusterpolicyreports"]
+    assert {call.query["labelSelector"] for call in kube.sent("GET")} == {"app.kubernetes.io/managed-by in (kyverno,stockade)"}
+    assert [call.path for call in kube.sent("DELETE")] == [f"{REPORTS}/namespaces/ns/policyreports/u1"]
+    assert kube.objects == {}
 
 
 def test_a_rewrite_with_the_same_verdicts_at_a_later_time_is_not_written() -> None:
@@ -126,14 +99,17 @@ def test_a_rewrite_with_the_same_verdicts_at_a_later_time_is_not_written() -> No
 
     stored = report_at(NOW)
     stored["metadata"]["resourceVersion"] = "7"
-    api = _StoredReportApi(stored)
+    path = f"{REPORTS}/namespaces/ns/policyreports/{stored['metadata']['name']}"
+    kube = FakeKube({path: stored})  # the create answers AlreadyExists
     writer = ReportWriter(None)
-    writer.api = api
+    writer.client = kube  # type: ignore[assignment]
     try:
         writer._upsert(report_at(NOW + dt.timedelta(minutes=5)))
-        assert api.replaced == []
+        assert kube.sent("PUT") == [] and len(kube.sent("POST")) == 1
         writer._upsert(report_at(NOW + dt.timedelta(minutes=5), "fail"))
-        assert [r["result"] for r in api.replaced[0]["results"]] == ["fail"]
+        (replaced,) = kube.sent("PUT")
+        assert replaced.path == path and [r["result"] for r in replaced.body["results"]] == ["fail"]
+        assert replaced.body["metadata"]["resourceVersion"] == "7"
     finally:
         writer.close()
 
@@ -157,13 +133,18 @@ def test_background_reports_wait_for_the_writer_and_admission_reports_never_do()
     from stockade.controllers.reports import ReportWriter
 
     class SlowApi:
+        """Report creations wait at a gate."""
+
         def __init__(self) -> None:
             self.created: list[str] = []
             self.gate = threading.Event()
+            self.kube = FakeKube()
+            self.kube.on("POST", f"{REPORTS}/namespaces/ns/policyreports", self.create)
 
-        def create_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, body: dict[str, Any]) -> None:
+        def create(self, call: Call) -> dict[str, Any]:
             self.gate.wait(5)
-            self.created.append(body["metadata"]["name"])
+            self.created.append(call.body["metadata"]["name"])
+            return dict(call.body)
 
     def pod(index: int) -> dict[str, Any]:
         return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{index}", "namespace": "ns", "uid": f"u{index}"}}
@@ -173,7 +154,7 @@ def test_background_reports_wait_for_the_writer_and_admission_reports_never_do()
 
     writer = ReportWriter(None, capacity=2)
     api = SlowApi()
-    writer.api = api  # type: ignore[assignment]
+    writer.client = api.kube  # type: ignore[assignment]
     try:
         for index in range(6):  # admission: the writer is stuck, the queue holds 2 and the rest are dropped at once
             started = time.monotonic()

@@ -18,21 +18,21 @@ from stockade.controllers.events import (
 )
 from stockade.engine.kyvernoconfig import parse_kyverno_config
 from stockade.engine.response import EngineResponse, RuleResponse
+from stockade.kube.client import MERGE_PATCH
 from stockade.policy.model import KyvernoPolicy
 from stockade.webhook.admission import AdmissionDecision, parse_review, resource_label
 from stockade.webhook.certs import CertificateManager
+from tests.unit.kubefake import FakeKube
 
 
-class FakeCoreApi:
-    def __init__(self) -> None:
-        self.created: list[tuple[str, dict[str, Any]]] = []
-        self.patched: list[tuple[str, str, dict[str, Any]]] = []
-
-    def create_namespaced_event(self, namespace: str, body: dict[str, Any]) -> None:
-        self.created.append((namespace, body))
-
-    def patch_namespaced_event(self, name: str, namespace: str, body: dict[str, Any], **_: Any) -> None:
-        self.patched.append((name, namespace, body))
+def created(kube: FakeKube) -> list[tuple[str, dict[str, Any]]]:
+    """(namespace, body) of every Event created, in order, read from the REST path each was POSTed to."""
+    events = []
+    for call in kube.sent("POST"):
+        prefix, namespace, collection = call.path.rsplit("/", 2)
+        assert (prefix, collection) == ("/api/v1/namespaces", "events"), call.path
+        events.append((namespace, call.body))
+    return events
 
 
 def policy(kind: str = "ClusterPolicy", namespace: str = "") -> KyvernoPolicy:
@@ -157,31 +157,33 @@ def test_exception_skips_give_policy_skipped_events_on_exception_and_policy() ->
 
 
 def test_repeats_are_folded_into_one_event_with_a_count_then_patched() -> None:
-    core = FakeCoreApi()
-    recorder = EventRecorder(None, "kyverno", core_api=core, start=False)
+    kube = FakeKube()
+    recorder = EventRecorder(None, "kyverno", client=kube, start=False)
     for _ in range(50):
         recorder.record_denial(admission(), denial(policy()))
     recorder.record_denial(admission(), denial(policy(), message="another reason"))
     recorder.close()
-    assert len(core.created) == 2
-    namespace, body = core.created[0]
+    assert len(created(kube)) == 2
+    namespace, body = created(kube)[0]
     assert namespace == "default" and body["count"] == 50 and body["type"] == "Warning" and body["reason"] == "PolicyViolation"
     assert body["involvedObject"]["name"] == "require-team" and body["source"] == {"component": "kyverno-admission"}
     assert body["reportingComponent"] == "kyverno-admission" and body["related"]["name"] == "web"
     assert body["action"] == "Resource Blocked"
-    assert core.created[1][1]["count"] == 1
+    assert created(kube)[1][1]["count"] == 1
     # a later repeat updates the same Event instead of creating another
-    again = EventRecorder(None, core_api=core, start=False)
+    again = EventRecorder(None, client=kube, start=False)
     again._written = recorder._written
     again.record_denial(admission(), denial(policy()))
     again.close()
-    assert len(core.created) == 2
-    (name, patch_namespace, patch), = core.patched
-    assert name == body["metadata"]["name"] and patch_namespace == "default" and patch["count"] == 51
+    assert len(created(kube)) == 2
+    (patch,) = kube.sent("PATCH")
+    assert patch.path == f"/api/v1/namespaces/default/events/{body['metadata']['name']}" and patch.content_type == MERGE_PATCH
+    assert patch.body["count"] == 51
+    assert kube.objects[patch.path]["count"] == 51 and kube.objects[patch.path]["reason"] == "PolicyViolation"
 
 
 def test_a_full_queue_drops_instead_of_blocking() -> None:
-    recorder = EventRecorder(None, core_api=FakeCoreApi(), capacity=2, start=False)
+    recorder = EventRecorder(None, client=FakeKube(), capacity=2, start=False)
     for index in range(5):
         recorder.record_denial(admission(), denial(policy(), message=f"reason {index}"))
     assert recorder.dropped == 3
@@ -237,20 +239,20 @@ def test_reporting_component_follows_kyvernos_event_sources_or_stockade_style() 
     reportingInstance "<controller>-<host>"; --event-components stockade reports everything as "stockade"."""
     from stockade.controllers.events import SOURCE_MUTATE, EventSpec
 
-    core = FakeCoreApi()
-    recorder = EventRecorder(None, "kyverno", core_api=core, start=False, instance="host-1")
+    kube = FakeKube()
+    recorder = EventRecorder(None, "kyverno", client=kube, start=False, instance="host-1")
     recorder.record_denial(admission(), denial(policy()))
     recorder.submit(EventSpec("default", (("kind", "ClusterPolicy"), ("name", "p")), "PolicyApplied", "m", "Normal", "Resource Mutated", SOURCE_MUTATE))
     recorder.close()
-    assert [(body["reportingComponent"], body["reportingInstance"]) for _, body in core.created] == [
+    assert [(body["reportingComponent"], body["reportingInstance"]) for _, body in created(kube)] == [
         ("kyverno-admission", "kyverno-admission-host-1"),
         ("kyverno-mutate", "kyverno-mutate-host-1"),
     ]
-    plain = FakeCoreApi()
-    stockade_style = EventRecorder(None, core_api=plain, start=False)  # the default
+    plain = FakeKube()
+    stockade_style = EventRecorder(None, client=plain, start=False)  # the default
     stockade_style.record_denial(admission(), denial(policy()))
     stockade_style.close()
-    assert plain.created[0][1]["reportingComponent"] == "stockade"
+    assert created(plain)[0][1]["reportingComponent"] == "stockade"
 
 
 def test_mutating_policy_success_event_is_resource_mutated_on_the_policy() -> None:
@@ -276,13 +278,13 @@ def test_background_scan_violations_are_kyverno_scan_events_on_resource_and_poli
     passing and skipped rules give none (e2e events/message-exceeds-1024-characters, background-only/no-admission-event)."""
     scanned = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "badpod01", "namespace": "default", "uid": "pod-uid"}}
     rules = [RuleResponse("restricted", "Validation", "fail", "It violates PodSecurity"), RuleResponse("other", "Validation", "pass", "ok")]
-    core = FakeCoreApi()
-    recorder = EventRecorder(None, "kyverno", core_api=core, start=False)
+    kube = FakeKube()
+    recorder = EventRecorder(None, "kyverno", client=kube, start=False)
     recorder.record_scan(scanned, [EngineResponse(policy(), scanned, scanned, rules)])
     recorder.record_scan(scanned, [EngineResponse(policy(), scanned, scanned, [RuleResponse("check-team", "Validation", "pass", "ok")])])
     recorder.close()
-    assert len(core.created) == 2
-    (resource_namespace, on_resource), (policy_namespace, on_policy) = core.created
+    assert len(created(kube)) == 2
+    (resource_namespace, on_resource), (policy_namespace, on_policy) = created(kube)
     assert resource_namespace == "default" and on_resource["involvedObject"] == {"apiVersion": "v1", "kind": "Pod", "name": "badpod01", "namespace": "default", "uid": "pod-uid"}
     assert on_resource["message"] == "policy require-team/restricted fail: It violates PodSecurity"
     assert (on_resource["reason"], on_resource["type"], on_resource["action"], on_resource["reportingComponent"]) == ("PolicyViolation", "Warning", ACTION_PASSED, "kyverno-scan")
@@ -299,8 +301,8 @@ def test_controller_success_events_follow_generate_success_events_and_actions() 
     the_policy = policy()
     generated = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "zk", "namespace": "test-ns"}}]
     config: list[Any] = [parse_kyverno_config({})]
-    core = FakeCoreApi()
-    recorder = EventRecorder(None, "kyverno", core_api=core, start=False, kyverno_config=lambda: config[0])
+    kube = FakeKube()
+    recorder = EventRecorder(None, "kyverno", client=kube, start=False, kyverno_config=lambda: config[0])
     for spec in generate_events(the_policy, "r", generated):
         recorder.submit_success(spec)
     config[0] = parse_kyverno_config({"generateSuccessEvents": "true", "successEventActions": "Resource Generated"})
@@ -310,7 +312,7 @@ def test_controller_success_events_follow_generate_success_events_and_actions() 
     for spec in generate_events(the_policy, "other", generated):
         recorder.submit_success(spec)
     recorder.close()
-    actions = [(body["action"], body["reportingComponent"], body["involvedObject"]["kind"]) for _, body in core.created]
+    actions = [(body["action"], body["reportingComponent"], body["involvedObject"]["kind"]) for _, body in created(kube)]
     assert actions == [("Resource Generated", "kyverno-generate", "ClusterPolicy"), ("None", "kyverno-generate", "ConfigMap")]
 
 
@@ -319,8 +321,8 @@ def test_the_same_violation_from_admission_and_from_a_scan_are_two_events() -> N
     the same violation are not folded into one (e2e events/clusterpolicy/message-exceeds-1024-characters)."""
     from stockade.controllers.events import SOURCE_SCAN
 
-    core = FakeCoreApi()
-    recorder = EventRecorder(None, "kyverno", core_api=core, start=False)
+    kube = FakeKube()
+    recorder = EventRecorder(None, "kyverno", client=kube, start=False)
     rule = RuleResponse("check-team", "Validation", "fail", "label 'team' is required", failure_action="Audit")
     decision = AdmissionDecision(True, responses=[EngineResponse(policy(), {}, {}, [rule])])
     request = admission()
@@ -328,6 +330,6 @@ def test_the_same_violation_from_admission_and_from_a_scan_are_two_events() -> N
     scanned = request.subject
     recorder.record_scan(scanned, [EngineResponse(policy(), scanned, scanned, [rule])])
     recorder.close()
-    on_resource = [body for _, body in core.created if body["involvedObject"]["kind"] == "Pod"]
+    on_resource = [body for _, body in created(kube) if body["involvedObject"]["kind"] == "Pod"]
     assert sorted(body["reportingComponent"] for body in on_resource) == ["kyverno-admission", f"kyverno-{SOURCE_SCAN}"]
     assert all(body["count"] == 1 for body in on_resource)

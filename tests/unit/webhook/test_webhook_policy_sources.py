@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from kubernetes.client.exceptions import ApiException
 
 from stockade.kube.errors import Gone, NotFound
 from stockade.controllers.policywatch import WATCHED_KINDS, ClusterDocument, ClusterPolicySource, WatchedKind, rule_count, status_patch
 from stockade.policy.loader import Document
 from stockade.webhook.admission import parse_review
 from stockade.webhook.policystore import DirectorySource, PolicyStore, document_problem, policy_identity
+from tests.unit.kubefake import FakeKube
 
 CLUSTER_POLICY = {
     "apiVersion": "kyverno.io/v1",
@@ -423,18 +423,14 @@ def test_status_of_a_policy_changed_since_the_snapshot_is_left_for_the_next_one(
 # -- the watch loop ---------------------------------------------------------------------------------------------------------
 
 
-class FakeResources:
-    def __init__(self, names: list[str]) -> None:
-        self.resources = [type("Resource", (), {"name": name})() for name in names]
+def discovery(*plurals: str) -> dict[str, Any]:
+    """The discovery document of a group version serving ``plurals``."""
+    return {"kind": "APIResourceList", "groupVersion": "kyverno.io/v1", "resources": [{"name": plural, "namespaced": False} for plural in plurals]}
 
 
-class FakeCustomObjects:
-    """Serves ClusterPolicy under v1 only; every other kind is missing."""
-
-    def get_api_resources(self, group: str, version: str) -> FakeResources:
-        if (group, version) == ("kyverno.io", "v1"):
-            return FakeResources(["clusterpolicies"])
-        raise ApiException(status=404, reason="Not Found")
+def serving_cluster_policies_only() -> FakeKube:
+    """Serves ClusterPolicy under kyverno.io/v1 only; every other group version is missing (GET answers NotFound)."""
+    return FakeKube({"/apis/kyverno.io/v1": discovery("clusterpolicies")})
 
 
 class BlockingWatch:
@@ -471,9 +467,8 @@ class ScriptedListWatch:
 
 
 def test_missing_kinds_are_skipped_and_gone_watches_relist(monkeypatch: pytest.MonkeyPatch) -> None:
-    api = FakeCustomObjects()
     source = ClusterPolicySource(api_client=None, kinds=(CLUSTER_POLICY_KIND, VALIDATING_KIND), write_status=False, rediscover_interval=3600)
-    monkeypatch.setattr(source, "_custom_objects", lambda: api)
+    monkeypatch.setattr(source, "client", serving_cluster_policies_only())
     scripted = ScriptedListWatch([CLUSTER_POLICY])
     asked: list[tuple[str, str]] = []
 
@@ -499,11 +494,8 @@ def test_missing_kinds_are_skipped_and_gone_watches_relist(monkeypatch: pytest.M
 def test_a_kind_whose_crd_goes_away_loses_its_policies(monkeypatch: pytest.MonkeyPatch) -> None:
     served = {"clusterpolicies"}
 
-    class Discovery:
-        def get_api_resources(self, group: str, version: str) -> FakeResources:
-            if (group, version) == ("kyverno.io", "v1"):
-                return FakeResources(sorted(served))
-            raise ApiException(status=404, reason="Not Found")
+    kube = FakeKube()
+    kube.on("GET", "/apis/kyverno.io/v1", lambda _call: discovery(*sorted(served)))
 
     class VanishingListWatch(ScriptedListWatch):
         def watch(self, resource_version: str, timeout_seconds: int) -> BlockingWatch:
@@ -513,7 +505,7 @@ def test_a_kind_whose_crd_goes_away_loses_its_policies(monkeypatch: pytest.Monke
             raise NotFound("the server could not find the requested resource", method="WATCH")
 
     source = ClusterPolicySource(api_client=None, kinds=(CLUSTER_POLICY_KIND,), write_status=False, rediscover_interval=3600)
-    monkeypatch.setattr(source, "_custom_objects", lambda: Discovery())
+    monkeypatch.setattr(source, "client", kube)
     scripted = VanishingListWatch([CLUSTER_POLICY])
     monkeypatch.setattr(source, "list_watch", lambda watched, version: scripted)
     source.start()

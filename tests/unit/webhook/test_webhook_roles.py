@@ -9,6 +9,7 @@ from stockade.engine.engine import Engine
 from stockade.engine.match import RequestInfo
 from stockade.policy.model import KyvernoPolicy
 from stockade.webhook.admission import AdmissionEvaluator, parse_review
+from tests.unit.kubefake import FakeKube
 
 
 def binding(namespace: str, kind: str, role: str, *subjects: dict[str, str]) -> dict[str, Any]:
@@ -42,17 +43,14 @@ def test_roles_follow_kyverno_binding_rules() -> None:
     assert roles_for(RequestInfo(username="nobody"), "team-a", ROLE_BINDINGS, CLUSTER_ROLE_BINDINGS) == ((), ())
 
 
-class FakeRbac:
-    def __init__(self) -> None:
-        self.calls = 0
-        self.role_bindings = list(ROLE_BINDINGS)
+ROLE_BINDINGS_PATH = "/apis/rbac.authorization.k8s.io/v1/rolebindings"  # every namespace
 
-    def list_role_binding_for_all_namespaces(self, **_: Any) -> Any:
-        self.calls += 1
-        return type("L", (), {"items": list(self.role_bindings)})()
 
-    def list_cluster_role_binding(self, **_: Any) -> Any:
-        return type("L", (), {"items": CLUSTER_ROLE_BINDINGS})()
+def fake_rbac() -> FakeKube:
+    kube = FakeKube()
+    kube.on("GET", ROLE_BINDINGS_PATH, {"kind": "RoleBindingList", "items": ROLE_BINDINGS})
+    kube.on("GET", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {"kind": "ClusterRoleBindingList", "items": CLUSTER_ROLE_BINDINGS})
+    return kube
 
 
 class ManualClock:
@@ -64,17 +62,17 @@ class ManualClock:
 
 
 def test_resolver_caches_bindings_for_its_ttl() -> None:
-    rbac, clock = FakeRbac(), ManualClock()
-    resolver = RoleResolver(None, ttl_seconds=10, rbac_api=rbac, clock=clock)
+    kube, clock = fake_rbac(), ManualClock()
+    resolver = RoleResolver(None, ttl_seconds=10, client=kube, clock=clock)
     assert resolver.needs_fetch("team-a")
-    assert resolver(ALICE, "team-a")[0] == ("team-a:editor", "team-b:viewer")
-    rbac.role_bindings = []  # revoked, but still cached
+    assert resolver(ALICE, "team-a") == (("team-a:editor", "team-b:viewer"), ("admin", "cluster-viewer"))
+    kube.on("GET", ROLE_BINDINGS_PATH, {"kind": "RoleBindingList", "items": []})  # revoked, but still cached
     clock.now = 5
     assert not resolver.needs_fetch("team-a")
-    assert resolver(ALICE, "team-a")[0] == ("team-a:editor", "team-b:viewer") and rbac.calls == 1
+    assert resolver(ALICE, "team-a")[0] == ("team-a:editor", "team-b:viewer") and len(kube.sent("GET", ROLE_BINDINGS_PATH)) == 1
     clock.now = 11
     assert resolver.needs_fetch("team-a")
-    assert resolver(ALICE, "team-a")[0] == () and rbac.calls == 2
+    assert resolver(ALICE, "team-a")[0] == () and len(kube.sent("GET", ROLE_BINDINGS_PATH)) == 2
 
 
 POLICIES = [

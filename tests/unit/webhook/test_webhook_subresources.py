@@ -200,14 +200,10 @@ def test_served_kinds_fetches_one_group_version_once() -> None:
 
 
 def test_missing_namespace_is_a_debug_line_without_the_http_dump(caplog: pytest.LogCaptureFixture) -> None:
-    from kubernetes.client.exceptions import ApiException
-
-    class Core:
-        def read_namespace(self, name: str, **_: Any) -> Any:
-            raise ApiException(status=404, reason="Not Found")
+    from tests.unit.kubefake import FakeKube
 
     cache = NamespaceLabelCache(None)
-    cache.core = Core()  # type: ignore[assignment]
+    cache.client = FakeKube()  # type: ignore[assignment]  # holds no Namespace: GET answers NotFound
     with caplog.at_level(logging.DEBUG, logger="stockade.controllers"):
         assert cache("gone") == {"kubernetes.io/metadata.name": "gone"}
     assert [(r.levelno, r.getMessage()) for r in caplog.records] == [(logging.DEBUG, "namespace gone not found; matching with its name label only")]
