@@ -12,13 +12,17 @@ Namespace gets one generated ConfigMap.  Then the engine starts, with the polici
 install on a running cluster):
 
 - Stockade: ``stockade serve --from-cluster --register-webhooks`` (background scans and generate, one process tree);
-- Kyverno: ``background-controller`` and ``reports-controller`` out of cluster (bench/build-kyverno.sh builds them).
+- Kyverno: its admission controller (``kyverno``, run as compare_kyverno.py runs it: URL webhooks to 127.0.0.1),
+  ``background-controller`` and ``reports-controller``, out of cluster (bench/build-kyverno.sh builds them); Stockade's
+  ``serve`` answers admission too, so both sets do the same jobs.  The peak of the two controllers alone (the
+  comparison of earlier runs) stays a row of its own.
 
 Measured, per engine:
 
 - **reports**: seconds from the start until every Pod has a PolicyReport with a result for each of the 17 policies
   and every Namespace has its generated ConfigMap;
-- **peak RSS** of the engine's processes (sampled every 0.5 s over the whole run) and CPU seconds until complete;
+- **peak RSS** of the engine's processes (sampled every 0.5 s over the whole run), each process's RSS/PSS at that
+  peak (Stockade: serve, the forkserver, its evaluation workers), and CPU seconds until complete;
 - **idle API requests per minute**: the audit log's requests by the engine over ``--idle-seconds`` after a settle
   period, by verb (a ``list`` at idle is a periodic relist);
 - **one policy change**: the message of ``disallow-host-path`` changes; seconds until every failing result carries
