@@ -12,13 +12,17 @@ Namespace gets one generated ConfigMap.  Then the engine starts, with the polici
 install on a running cluster):
 
 - Stockade: ``stockade serve --from-cluster --register-webhooks`` (background scans and generate, one process tree);
-- Kyverno: ``background-controller`` and ``reports-controller`` out of cluster (bench/build-kyverno.sh builds them).
+- Kyverno: its admission controller (``kyverno``, run as compare_kyverno.py runs it: URL webhooks to 127.0.0.1),
+  ``background-controller`` and ``reports-controller``, out of cluster (bench/build-kyverno.sh builds them); Stockade's
+  ``serve`` answers admission too, so both sets do the same jobs.  The peak of the two controllers alone (the
+  comparison of earlier runs) stays a row of its own.
 
 Measured, per engine:
 
 - **reports**: seconds from the start until every Pod has a PolicyReport with a result for each of the 17 policies
   and every Namespace has its generated ConfigMap;
-- **peak RSS** of the engine's processes (sampled every 0.5 s over the whole run) and CPU seconds until complete;
+- **peak RSS** of the engine's processes (sampled every 0.5 s over the whole run), each process's RSS/PSS at that
+  peak (Stockade: serve, the forkserver, its evaluation workers), and CPU seconds until complete;
 - **idle API requests per minute**: the audit log's requests by the engine over ``--idle-seconds`` after a settle
   period, by verb (a ``list`` at idle is a periodic relist);
 - **one policy change**: the message of ``disallow-host-path`` changes; seconds until every failing result carries
@@ -58,6 +62,7 @@ import yaml  # noqa: E402
 from bench_admission import cpu_snapshot, descendants, free_port  # noqa: E402
 from bench_engine import generate_pods  # noqa: E402
 from compare_kyverno import BenchError, install_kyverno_prerequisites, kubectl, wait_crds_established  # noqa: E402
+from compare_kyverno import start_kyverno as start_kyverno_admission  # noqa: E402
 
 from stockade.testing.apiserver import ControlPlane, find_binary  # noqa: E402
 
@@ -286,12 +291,40 @@ class Engine:
     name: str
     processes: list[subprocess.Popen[bytes]]
     logs: list[Path]
+    roles: list[str] = field(default_factory=list)  # a name per process in ``processes`` (Kyverno's binaries)
 
     def pids(self) -> list[int]:
         found: list[int] = []
         for process in self.processes:
             if process.poll() is None:
                 found += [process.pid, *descendants(process.pid)]
+        return found
+
+    def roled_pids(self) -> list[tuple[str, int]]:
+        """(role, pid) for every live process of the engine: a named top process, or below Stockade's server the
+        multiprocessing forkserver, the evaluation workers it forks, and the resource tracker."""
+        found: list[tuple[str, int]] = []
+        for index, process in enumerate(self.processes):
+            if process.poll() is not None:
+                continue
+            found.append((self.roles[index] if index < len(self.roles) else self.name, process.pid))
+            forkservers: set[int] = set()
+            for pid in descendants(process.pid):  # parents come before their children
+                try:
+                    command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                if parent in forkservers:
+                    role = "worker"
+                elif "forkserver" in command:
+                    role = "forkserver"
+                    forkservers.add(pid)
+                elif "resource_tracker" in command:
+                    role = "resource_tracker"
+                else:
+                    role = "other"
+                found.append((role, pid))
         return found
 
     def cpu_seconds(self) -> float:
@@ -314,32 +347,44 @@ class Engine:
                 process.wait(timeout=10)
 
 
-def memory_bytes(pids: list[int]) -> tuple[int, int]:
-    """(RSS, PSS) summed over the engine's processes.  RSS counts a page once per process that maps it, so forked
-    workers sharing their parent's pages are counted several times; PSS divides each shared page among its users
-    (the memory the processes cost together).  For one Go process the two are about equal."""
+def process_memory(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) of one process in bytes (0, 0 once it is gone).  RSS counts a page once per process that maps it,
+    so forked workers sharing their parent's pages are counted several times; PSS divides each shared page among its
+    users (the memory the processes cost together).  For one Go process the two are about equal."""
     rss = pss = 0
-    for pid in pids:
-        try:
-            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Rss:"):
-                    rss += int(line.split()[1]) * 1024
-                elif line.startswith("Pss:"):
-                    pss += int(line.split()[1]) * 1024
-        except (OSError, ValueError):
-            pass
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Rss:"):
+                rss = int(line.split()[1]) * 1024
+            elif line.startswith("Pss:"):
+                pss = int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
     return rss, pss
 
 
+# Kyverno's controllers without its admission controller: the comparison set of the earlier runs, still reported
+WITHOUT_ADMISSION = ("background-controller", "reports-controller")
+
+
 class PeakRss(threading.Thread):
+    """Samples the engine's memory every 0.5 s: the peak of the sum over its processes (RSS and PSS), the peak of
+    Kyverno's two background controllers alone, and the per-process figures at the moment of the RSS peak."""
+
     def __init__(self, engine: Engine) -> None:
         super().__init__(daemon=True)
         self.engine, self.peak, self.peak_pss, self.stopped = engine, 0, 0, threading.Event()
+        self.peak_without_admission = 0
+        self.at_peak: list[tuple[str, int, int]] = []  # (role, RSS, PSS) of every process at the RSS peak
 
     def run(self) -> None:
         while not self.stopped.wait(0.5):
-            rss, pss = memory_bytes(self.engine.pids())
-            self.peak, self.peak_pss = max(self.peak, rss), max(self.peak_pss, pss)
+            sample = [(role, *process_memory(pid)) for role, pid in self.engine.roled_pids()]
+            rss, pss = sum(item[1] for item in sample), sum(item[2] for item in sample)
+            if rss > self.peak:
+                self.peak, self.at_peak = rss, sample
+            self.peak_pss = max(self.peak_pss, pss)
+            self.peak_without_admission = max(self.peak_without_admission, sum(item[1] for item in sample if item[0] in WITHOUT_ADMISSION))
 
 
 def start_stockade(plane: ControlPlane, scratch: Path) -> Engine:
@@ -366,8 +411,17 @@ def kyverno_binary(name: str) -> str:
 
 
 def start_kyverno(plane: ControlPlane, scratch: Path) -> Engine:
-    processes, logs = [], []
-    for name in ("background-controller", "reports-controller"):
+    """Kyverno's admission controller (as compare_kyverno.py runs it: URL webhooks to 127.0.0.1, its own
+    certificates; Stockade's ``serve`` answers admission too, so both sets do the same jobs) and its background and
+    reports controllers, all out of cluster."""
+    processes, logs, roles = [], [], []
+    os.environ.setdefault("STOCKADE_KYVERNO", kyverno_binary("kyverno"))
+    cores = ",".join(str(core) for core in sorted(os.sched_getaffinity(0)))
+    admission = start_kyverno_admission(plane, scratch, cores)
+    processes.append(admission.process)
+    logs.append(admission.log)
+    roles.append("admission-controller")
+    for name in WITHOUT_ADMISSION:
         env = {
             **os.environ,
             "KYVERNO_NAMESPACE": "kyverno",
@@ -384,7 +438,8 @@ def start_kyverno(plane: ControlPlane, scratch: Path) -> Engine:
         with log.open("wb") as out:
             processes.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True))
         logs.append(log)
-    return Engine("kyverno", processes, logs)
+        roles.append(name)
+    return Engine("kyverno", processes, logs, roles)
 
 
 # --- the audit log ----------------------------------------------------------------------------------------------------
@@ -427,6 +482,8 @@ class Result:
     cpu_seconds_to_reports: float = 0.0
     peak_rss_mib: float = 0.0
     peak_pss_mib: float = 0.0
+    peak_rss_without_admission_mib: float = 0.0  # Kyverno's background + reports controllers alone
+    at_peak: list[tuple[str, float, float]] = field(default_factory=list)  # (process, RSS MiB, PSS MiB) at the RSS peak
     requests_to_reports: int = 0
     idle_requests_per_minute: float = 0.0
     idle_requests: dict[str, int] = field(default_factory=dict)
@@ -475,6 +532,8 @@ def run_engine(name: str, args: argparse.Namespace, scratch: Path) -> Result:
         result.reports_seconds = wait_until(complete, args.timeout, f"{name}: reports and generated objects")
         result.cpu_seconds_to_reports = engine.cpu_seconds()
         wall_done = time.time()
+        if name == "stockade" and os.environ.get("STOCKADE_HEAP_REPORT"):  # serve appends a heap report (heapreport.py)
+            os.kill(engine.processes[0].pid, signal.SIGUSR2)
 
         time.sleep(args.settle_seconds)
         idle_from = time.time()
@@ -495,10 +554,14 @@ def run_engine(name: str, args: argparse.Namespace, scratch: Path) -> Result:
 
         result.change_seconds = wait_until(changed, args.timeout, f"{name}: the policy change", interval=2.0)
         result.change_cpu_seconds = engine.cpu_seconds() - cpu_before
+        if name == "stockade" and os.environ.get("STOCKADE_HEAP_REPORT"):
+            os.kill(engine.processes[0].pid, signal.SIGUSR2)
         wall_changed = time.time()
         sampler.stopped.set()
         result.peak_rss_mib = sampler.peak / 2**20
         result.peak_pss_mib = sampler.peak_pss / 2**20
+        result.peak_rss_without_admission_mib = sampler.peak_without_admission / 2**20
+        result.at_peak = [(role, rss / 2**20, pss / 2**20) for role, rss, pss in sampler.at_peak]
 
         time.sleep(2)  # the audit log is written asynchronously
         requests = engine_requests(plane.audit_log)
@@ -523,6 +586,7 @@ def table(results: list[Result]) -> str:
         ("API requests until complete", "requests_to_reports", "{:d}"),
         ("peak RSS (MiB)", "peak_rss_mib", "{:.0f}"),
         ("peak PSS (MiB)", "peak_pss_mib", "{:.0f}"),
+        ("peak RSS beside Kyverno's background + reports controllers only (MiB)", "peak_rss_without_admission_mib", "{:.0f}"),
         ("API requests/min at idle", "idle_requests_per_minute", "{:.1f}"),
         ("one policy change: seconds", "change_seconds", "{:.1f}"),
         ("one policy change: CPU seconds", "change_cpu_seconds", "{:.1f}"),
@@ -531,12 +595,16 @@ def table(results: list[Result]) -> str:
     header = "| measure | " + " | ".join(result.engine for result in results) + (" | ratio |" if len(results) == 2 else " |")
     lines = [header, "|---" * (len(results) + 1 + (len(results) == 2)) + "|"]
     for label, attribute, style in rows:
-        values = [getattr(result, attribute) for result in results]
+        # an engine without a separate admission process (Stockade) shows its whole peak on the two-controller row
+        values = [getattr(result, attribute) or (result.peak_rss_mib if attribute == "peak_rss_without_admission_mib" else 0) for result in results]
         cells = [style.format(value) for value in values]
         ratio = f" | {values[0] / values[1]:.2f}" if len(values) == 2 and values[1] else (" | -" if len(values) == 2 else "")
         lines.append(f"| {label} | " + " | ".join(cells) + ratio + " |")
     for result in results:
         lines.append(f"\n{result.engine} at idle: {result.idle_requests or 'no requests'}")
+    for result in results:
+        processes = ", ".join(f"{role} {rss:.0f}/{pss:.0f}" for role, rss, pss in result.at_peak)
+        lines.append(f"{result.engine} at the RSS peak, RSS/PSS MiB per process: {processes}")
     return "\n".join(lines)
 
 

@@ -158,6 +158,11 @@ class _StartupInputError(_StartupError):
 async def _serve(policies: list[str], **options: Any) -> int:
     import tempfile
 
+    if os.environ.get("STOCKADE_HEAP_REPORT"):  # a benchmark's diagnosis aid (stockade/cli/heapreport.py)
+        from stockade.cli.heapreport import install
+
+        install(asyncio.get_running_loop())
+
     from stockade.policy.loader import LoadError
     from stockade.webhook.certs import CertificateFileError, CertificateManager, KeyAlgorithm, ensure_private_directory
     from stockade.webhook.httplimits import HttpLimits

@@ -19,7 +19,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -557,7 +557,7 @@ class BackgroundScanner:
         )
         return summary
 
-    def _targets(self, policies: list[KyvernoPolicy], cel_policies: list[Any], summary: ScanSummary) -> list[tuple[list[dict[str, Any]], list[KyvernoPolicy], list[Any]]]:
+    def _targets(self, policies: list[KyvernoPolicy], cel_policies: list[Any], summary: ScanSummary) -> list[tuple[Iterator[dict[str, Any]], list[KyvernoPolicy], list[Any]]]:
         """Objects to scan grouped by listed resource, each with the policies that may match it."""
         from stockade.controllers.webhookconfig import cel_resource_rules, rule_kinds
 
@@ -603,15 +603,18 @@ class BackgroundScanner:
         for resource, kyverno_policies, cel_for_kind, namespaces in by_resource.values():
             # one cluster-wide listing unless every interested policy is namespaced
             listing_namespaces = [""] if "" in namespaces or not resource.namespaced else sorted(namespaces)
-            objects: list[dict[str, Any]] = []
-            for namespace in listing_namespaces:
-                try:
-                    objects.extend(self.cluster.list_resource(resource, namespace, cached=False))
-                except KubeError as exc:
-                    summary.errors.append(f"listing {resource.resource}: {exc}")
-            targets.append((objects, kyverno_policies, cel_for_kind))
+            targets.append((self._listed(resource, listing_namespaces, summary), kyverno_policies, cel_for_kind))
         self.watch_unadmitted(list(unadmitted))
         return targets
+
+    def _listed(self, resource: Any, namespaces: list[str], summary: ScanSummary) -> Iterator[dict[str, Any]]:
+        """The objects of ``resource`` in ``namespaces``, read a page at a time as the scan evaluates them (a
+        cluster's Pods are never all in memory at once); a failed listing is noted in ``summary``."""
+        for namespace in namespaces:
+            try:
+                yield from self.cluster.iter_resource(resource, namespace)
+            except KubeError as exc:
+                summary.errors.append(f"listing {resource.resource}: {exc}")
 
     def _evaluate(
         self,

@@ -17,7 +17,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from stockade.celpolicy.providers import ProviderError
@@ -35,6 +35,7 @@ DISCOVERY_MISS_RETRY_SECONDS = 15.0
 SERVICE_CALL_TIMEOUT_SECONDS = 10.0
 # Kyverno's maxAPICallResponseLength default: a service answer is read up to this size, never further
 MAX_SERVICE_RESPONSE_BYTES = 2 * 1000 * 1000
+LIST_PAGE_SIZE = 250  # objects per request of a paged scan listing (`ClusterData.iter_resource`)
 
 
 # The former name of the API failure raised here; every failure is a `stockade.kube.errors.KubeError` subclass
@@ -255,6 +256,21 @@ class ClusterData:
         items = listing.get("items") or [] if isinstance(listing, dict) else []
         api_version = api_version_of(resource)
         return [{**item, "apiVersion": api_version, "kind": resource.kind} for item in items if isinstance(item, dict)]
+
+    def iter_resource(self, resource: ApiResource, namespace: str = "", *, page_size: int = LIST_PAGE_SIZE) -> Iterator[dict[str, Any]]:
+        """The objects of a resource (in one namespace, or everywhere), fresh from the API server a page at a time
+        while the caller consumes them, each carrying its apiVersion and kind: a scan over every Pod of a large
+        cluster holds one page of them, not the whole listing."""
+        if self.impersonate:  # the paged lister sends no Impersonate-User header
+            yield from self.list_resource(resource, namespace, cached=False)
+            return
+        from stockade.kube.informer import RawListWatch
+
+        api_version = api_version_of(resource)
+        lister = RawListWatch(self.api_client, collection_path(resource, namespace), page_size=page_size, request_timeout=self.request_timeout)
+        for item in lister.objects():
+            item["apiVersion"], item["kind"] = api_version, resource.kind
+            yield item
 
     def get_object(self, api_version: str, kind: str, namespace: str, name: str, *, cached: bool = True) -> dict[str, Any] | None:
         resource = self.resolve_kind(api_version, kind)

@@ -317,6 +317,9 @@ class _RawWatch:
         self._response.close()
 
 
+LIST_RESTARTS = 3  # times `RawListWatch.objects` lists again after its continue token expired, before giving up
+
+
 class RawListWatch:
     """Lists (paginated) and watches one collection through the official client's raw REST calls."""
 
@@ -360,8 +363,9 @@ class RawListWatch:
         """The GET; its transport response (not yet read) on 2xx, a `KubeError` otherwise."""
         return self.client.open(self.path, query=query, accept=self._accept(watch), timeout=timeout)
 
-    def list(self) -> tuple[list[Obj], str]:
-        items: list[Obj] = []
+    def pages(self) -> Iterator[tuple[list[Obj], str]]:
+        """The collection a page at a time (``page_size`` objects per request), each page with the resourceVersion
+        of its listing: a caller that handles each page before asking for the next holds one page, not all."""
         token = ""
         while True:
             extra = {"limit": str(self.page_size)} if self.page_size > 0 else {}
@@ -375,6 +379,7 @@ class RawListWatch:
             kind = str(page.get("kind") or "")
             item_kind = kind[: -len("List")] if kind.endswith("List") else kind
             api_version = str(page.get("apiVersion") or "")
+            items: list[Obj] = []
             for item in page.get("items") or []:
                 if isinstance(item, dict):
                     item.setdefault("apiVersion", api_version)
@@ -382,8 +387,39 @@ class RawListWatch:
                     items.append(item)
             metadata = page.get("metadata") or {}
             token = str(metadata.get("continue") or "")
+            yield items, str(metadata.get("resourceVersion") or "")
             if not token:
-                return items, str(metadata.get("resourceVersion") or "")
+                return
+
+    def list(self) -> tuple[list[Obj], str]:
+        items: list[Obj] = []
+        version = ""
+        for page, version in self.pages():
+            items.extend(page)
+        return items, version
+
+    def objects(self) -> Iterator[Obj]:
+        """Every object of the collection, fetched a page at a time while the caller consumes them.  When the
+        listing's continue token expires before the last page (410 Gone: the caller took longer than the API server
+        keeps the listing's version), the listing starts again and objects already yielded (by uid) are skipped."""
+        seen: set[str] = set()
+        restarts = 0
+        while True:
+            try:
+                for page, _version in self.pages():
+                    for item in page:
+                        uid = str((item.get("metadata") or {}).get("uid") or "")
+                        if uid and uid in seen:
+                            continue
+                        if uid:
+                            seen.add(uid)
+                        yield item
+                return
+            except Gone:
+                restarts += 1
+                if not seen or restarts > LIST_RESTARTS:
+                    raise
+                log.info("listing %s expired after %d objects; listing again from the start", self.path, len(seen))
 
     def watch(self, resource_version: str, timeout_seconds: int) -> WatchEvents:
         extra = {

@@ -97,6 +97,9 @@ class FakeCluster:
             and selector_matches(label_selector, (o.get("metadata") or {}).get("labels") or {})
         ]
 
+    def iter_resource(self, resource: ApiResource, namespace: str = "", *, page_size: int = 250) -> Iterator[dict[str, Any]]:
+        yield from self.list_resource(resource, namespace)
+
     def list_objects(self, api_version: str, kind: str, namespace: str = "", *, label_selector: str = "", cached: bool = True) -> list[dict[str, Any]]:
         resource = self.resolve_kind(api_version, kind)
         if resource is None:
