@@ -109,6 +109,7 @@ class ClusterData:
         # component that Kyverno runs under its own service account (cleanup controller, the admission controller's
         # global context) gets that account's RBAC
         self.client = KubeClient(api_client, timeout=request_timeout, impersonate=impersonate)
+        self.request_timeout = request_timeout  # also the page reads of iter_resource
         self.ttl = ttl_seconds
         self.discovery_ttl = discovery_ttl_seconds
         self._cache: dict[str, tuple[float, Any]] = {}
