@@ -16,7 +16,7 @@ from typing import Any
 
 from stockade.controllers.webhookconfig import STOCKADE_NAMING, ApiResource, Resolver, WebhookNaming
 from stockade.kube.client import KubeClient
-from stockade.kube.errors import NotFound, as_kube_error
+from stockade.kube.errors import KubeError, NotFound, as_kube_error
 
 log = logging.getLogger("stockade.controllers")
 
@@ -79,6 +79,8 @@ def discovery_resolver(api_client: Any) -> Resolver:
 
 
 WEBHOOKS_PATH = "/apis/admissionregistration.k8s.io/v1"
+# how long a registration waits for the API server's cache to hold its write (see WebhookRegistrar._await_served)
+AWAIT_SERVED_SECONDS = 3.0
 MUTATING = "mutatingwebhookconfigurations"
 VALIDATING = "validatingwebhookconfigurations"
 
@@ -123,12 +125,26 @@ class WebhookRegistrar:
             if existing is not None:
                 self.client.request("DELETE", path)
             return
+        before = str(((existing or {}).get("metadata") or {}).get("resourceVersion") or "")
         if existing is None:
-            self.client.request("POST", f"{WEBHOOKS_PATH}/{plural}", body)
+            stored = self.client.request("POST", f"{WEBHOOKS_PATH}/{plural}", body)
         else:
-            body = {**body, "metadata": {**body["metadata"], "resourceVersion": (existing.get("metadata") or {}).get("resourceVersion")}}
-            self.client.request("PUT", path, body)
+            body = {**body, "metadata": {**body["metadata"], "resourceVersion": before}}
+            stored = self.client.request("PUT", path, body)
+        after = str(((stored if isinstance(stored, dict) else {}).get("metadata") or {}).get("resourceVersion") or "")
+        if after and after != before:
+            self._await_served(path, after)
         log.info("webhook configuration %s registered", name)
+
+    def _await_served(self, path: str, resource_version: str) -> None:
+        """Wait (bounded) until the API server's watch cache holds our write.  The API server calls webhooks as its
+        own informer of webhook configurations knows them, and that informer is fed from the same cache: a policy
+        reported Ready only after this is enforced by the request that follows, not a moment later.  A read at a
+        resourceVersion is answered from the cache once it has caught up with that version."""
+        try:
+            self.client.request("GET", path, query={"resourceVersion": resource_version}, timeout=AWAIT_SERVED_SECONDS)
+        except KubeError as exc:  # an old server, a slow cache: registration stands, only the wait is cut short
+            log.debug("waiting for %s at resourceVersion %s: %s", path, resource_version, exc)
 
     def remove_all(self) -> int:
         """Delete every configuration carrying our label; returns how many were removed."""

@@ -164,3 +164,37 @@ def test_apply_creates_then_replaces_and_remove_all_deletes(fake_api: tuple[Fake
     fake.objects["validatingwebhookconfigurations"]["someone-else"] = {"metadata": {"name": "someone-else", "labels": {}}, "webhooks": []}
     assert registrar.remove_all() == 1
     assert list(fake.objects["validatingwebhookconfigurations"]) == ["someone-else"]
+
+
+def test_a_changed_configuration_is_awaited_in_the_api_servers_cache() -> None:
+    """After a write that changed a webhook configuration, the registrar reads it back at the written
+    resourceVersion (answered from the API server's cache once that cache holds the write, the cache the server's
+    own webhook informer is fed from); an unchanged write and a failed wait do not hold registration up."""
+    import itertools
+
+    from stockade.controllers.registration import WEBHOOKS_PATH, WebhookRegistrar
+    from stockade.kube.errors import ServerError
+    from tests.unit.kubefake import FakeKube
+
+    versions = itertools.count(1)
+
+    class VersionedKube(FakeKube):
+        def _store(self, call: Any) -> Any:
+            if call.method in ("POST", "PUT") and call.body.get("webhooks") != (self.objects.get(call.path) or {}).get("webhooks"):
+                call.body["metadata"]["resourceVersion"] = str(next(versions))
+            return super()._store(call)
+
+    kube = VersionedKube()
+    registrar = WebhookRegistrar(None)
+    registrar.client = kube  # type: ignore[assignment]
+    hooks = [{"name": "validate.example.io", "clientConfig": {"url": "https://127.0.0.1:1/validate"}}]
+    body = {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "cfg"}, "webhooks": hooks}
+    path = f"{WEBHOOKS_PATH}/validatingwebhookconfigurations/cfg"
+    registrar.apply_validating(body)
+    [awaited] = [c for c in kube.sent("GET", path) if c.query]
+    assert awaited.query == {"resourceVersion": "1"} and awaited.timeout == 3.0
+    registrar.apply_validating(body)  # unchanged: the PUT keeps its version, nothing to wait for
+    assert [c.query for c in kube.sent("GET", path) if c.query] == [{"resourceVersion": "1"}]
+    kube.on("GET", path, lambda call: ServerError("Timeout: Too large resource version", method="GET", path=path) if call.query else kube.objects[path])
+    registrar.apply_validating({**body, "webhooks": [{**hooks[0], "name": "validate2.example.io"}]})
+    assert kube.objects[path]["webhooks"][0]["name"] == "validate2.example.io"
