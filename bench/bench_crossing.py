@@ -49,8 +49,8 @@ spec:
 """
 
 
-async def run(policy_path: str, bodies: list[bytes], concurrency: int, rounds: int) -> list[tuple[float, float, float]]:
-    """(server ms, worker ms, wall ms) per review for each round."""
+async def run(policy_path: str, bodies: list[bytes], concurrency: int, rounds: int) -> list[tuple[float, ...]]:
+    """(server ms, worker ms, wall ms, server system ms, worker system ms, context switches) per review for each round."""
     from stockade.webhook.admission import parse_review
     from stockade.webhook.isolation import EvaluationPool, IsolatedEvaluations, read_review_body
     from stockade.webhook.policystore import PolicyStore
@@ -80,7 +80,9 @@ async def run(policy_path: str, bodies: list[bytes], concurrency: int, rounds: i
             after = counter_snapshot(os.getpid())
             if round_number:
                 server, worker = (sum(a[:2]) - sum(b[:2]) for b, a in zip(before, after))
-                results.append((server / len(bodies) * 1000, worker / len(bodies) * 1000, elapsed / len(bodies) * 1000))
+                server_system, worker_system = (a[1] - b[1] for b, a in zip(before, after))
+                switches = sum(a[2] - b[2] for b, a in zip(before, after))
+                results.append(tuple(value / len(bodies) * 1000 for value in (server, worker, elapsed, server_system, worker_system)) + (switches / len(bodies),))
         print(f"  ({denied} of {len(bodies)} denied per round)")
     finally:
         await pool.close(0)
@@ -110,8 +112,9 @@ def main() -> None:
         for label, path in ((Path(args.policies).name, args.policies), ("one trivial rule", str(trivial))):
             print(f"{label}: {args.reviews} reviews x {args.rounds} rounds, {args.concurrency} in flight")
             rounds = asyncio.run(run(path, bodies, args.concurrency, args.rounds))
-            server, worker, wall = (statistics.median(values) for values in zip(*rounds))
+            server, worker, wall, server_system, worker_system, switches = (statistics.median(values) for values in zip(*rounds))
             print(f"  cpu per review: server {server:.3f} ms, worker {worker:.3f} ms, total {server + worker:.3f} ms; wall {wall:.3f} ms ({1000 / wall:.0f} reviews/s)")
+            print(f"  of which system: server {server_system:.3f} ms, worker {worker_system:.3f} ms; context switches per review (both sides) {switches:.2f}")
 
 
 if __name__ == "__main__":
