@@ -154,7 +154,7 @@ def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> C
         route = fixed or parse_route(http_request.path)
         if route is None:
             return web.json_response({"error": f"no webhook at {http_request.path[:200]}"}, status=404)
-        phase = route.phase
+        phase, failure = route.phase, route.failure
         read = await _read_review(http_request, state, path)
         if isinstance(read, web.Response):
             return read
