@@ -156,8 +156,22 @@ async def drive(port: int, context: ssl.SSLContext, bodies: list[bytes], connect
 
 def process_cpu_seconds(pid: int) -> float:
     """User + system CPU time of one process, from /proc (Linux)."""
+    return sum(process_counters(pid)[:2])
+
+
+def process_counters(pid: int) -> tuple[float, float, int]:
+    """(user CPU seconds, system CPU seconds, context switches of all its threads) of one process, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    switches = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                    switches += int(line.split()[1])
+        except OSError:  # the thread exited meanwhile
+            pass
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks, int(fields[12]) / ticks, switches
 
 
 def descendants(pid: int) -> list[int]:
@@ -180,13 +194,20 @@ def descendants(pid: int) -> list[int]:
 
 def cpu_snapshot(pid: int) -> tuple[float, float]:
     """(server process, its descendants) CPU seconds so far."""
-    below = 0.0
+    server, below = counter_snapshot(pid)
+    return sum(server[:2]), sum(below[:2])
+
+
+def counter_snapshot(pid: int) -> tuple[tuple[float, float, int], tuple[float, float, int]]:
+    """(server process, its descendants summed) as (user CPU seconds, system CPU seconds, context switches) so far."""
+    below = (0.0, 0.0, 0)
     for child in descendants(pid):
         try:
-            below += process_cpu_seconds(child)
+            counters = process_counters(child)
         except OSError:  # exited meanwhile
-            pass
-    return process_cpu_seconds(pid), below
+            continue
+        below = (below[0] + counters[0], below[1] + counters[1], below[2] + counters[2])
+    return process_counters(pid), below
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -221,11 +242,11 @@ def main() -> None:
             context = ssl.create_default_context(cafile=str(cert_dir / "ca.crt"))
             asyncio.run(wait_ready(port, context, process))
             asyncio.run(drive(port, context, bodies[: args.warmup], args.connections, args.max_seconds, args.endpoint))
-            cpu_before = cpu_snapshot(process.pid)  # taskset execs the server in place: same pid
+            cpu_before = counter_snapshot(process.pid)  # taskset execs the server in place: same pid
             latencies, denied, errors, elapsed = asyncio.run(
                 drive(port, context, bodies[args.warmup :], args.connections, args.max_seconds, args.endpoint)
             )
-            cpu_after = cpu_snapshot(process.pid)
+            cpu_after = counter_snapshot(process.pid)
         finally:
             process.send_signal(signal.SIGTERM)
             process.wait(timeout=30)
@@ -238,8 +259,14 @@ def main() -> None:
         f"latency: p50 {percentile(latencies, 0.50) * 1000:.2f} ms, p99 {percentile(latencies, 0.99) * 1000:.2f} ms, "
         f"mean {statistics.fmean(latencies) * 1000:.2f} ms"
     )
-    server_ms, workers_ms = ((after - before) / max(1, count) * 1000 for before, after in zip(cpu_before, cpu_after))
+    per_request = [[(after - before) / max(1, count) for before, after in zip(role_before, role_after)] for role_before, role_after in zip(cpu_before, cpu_after)]
+    (server_user, server_system, server_switches), (workers_user, workers_system, workers_switches) = per_request
+    server_ms, workers_ms = (server_user + server_system) * 1000, (workers_user + workers_system) * 1000
     print(f"cpu per request: server {server_ms:.3f} ms, evaluation workers {workers_ms:.3f} ms, total {server_ms + workers_ms:.3f} ms")
+    print(
+        f"  of which system: server {server_system * 1000:.3f} ms, workers {workers_system * 1000:.3f} ms; "
+        f"context switches per request: server {server_switches:.2f}, workers {workers_switches:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,12 +1,18 @@
 """Where `stockade serve` spends its time under open-loop load: py-spy samples of the server and its workers.
 
 Usage: .venv/bin/python bench/profile_admission.py [--rate 500] [--seconds 15] [--policies bench/policies/pss-restricted.yaml]
-       [--top 25] [--server-cores 0] [--client-cores 1]
+       [--top 25] [--server-cores 0] [--client-cores 1] [--gil]
 Needs py-spy (``pip install py-spy``; it reads the target's memory, so root or ptrace permission).  Starts the
 server pinned to the server cores, records it and every child with ``py-spy record --subprocesses --format raw``
 while this process drives it at a fixed rate from the client cores, then prints, per process role (server, worker),
 the functions with the most samples on their own (self) and in their call stack (inclusive), as shares of that
 role's samples.  Idle samples (py-spy's default excludes them) are not counted.
+
+``--gil`` samples only the thread holding the GIL (py-spy ``--gil``).  Without it, threads parked in C waits (the
+thread pool's queue, ``Event.wait``, a worker idle on its pipe) were seen counted as busy on this machine, and a
+thread the kernel preempted inside a syscall (the pipe write that wakes a worker on the same core) is charged for
+the time the other process ran.  With it, the shares are those of Python work; C code that releases the GIL (TLS
+record encryption in ``ssl``) drops out, so compare with ``perf record -e cpu-clock -p PID`` for native time.
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ def main() -> None:
     parser.add_argument("--client-cores", default="1")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--raw", type=Path, help="only summarize this earlier py-spy raw file")
+    parser.add_argument("--gil", action="store_true", help="sample only threads holding the GIL (see the module docstring)")
     args = parser.parse_args()
     if args.raw:
         summarize(args.raw, args.top)
@@ -90,7 +97,7 @@ def main() -> None:
         asyncio.run(open_loop(server, bodies, 200, 3, 64))  # warm-up
         recorder = subprocess.Popen(
             [py_spy, "record", "--pid", str(server.process.pid), "--subprocesses", "--format", "raw", "--rate", "250",
-             "--duration", str(int(args.seconds) + 1), "--output", str(raw)],
+             "--duration", str(int(args.seconds) + 1), "--output", str(raw), *(["--gil"] if args.gil else [])],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )
         latencies, errors, _, elapsed = asyncio.run(open_loop(server, bodies, args.rate, args.seconds, 64))

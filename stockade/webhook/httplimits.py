@@ -157,6 +157,12 @@ class _GuardedConnection(asyncio.Protocol):
         self._handler: Any = None
         self._phase = "headers"
         self._request: web.BaseRequest | None = None
+        # The phase deadline is kept lazily: ``_due`` is when the current phase runs out (None: no deadline), and
+        # one timer fires at ``_timer_at`` <= ``_due``; a later deadline leaves that timer in place and it re-arms
+        # itself when it finds time left.  Every request moves the deadline twice (headers, body) and ends it once:
+        # this costs a timer per timeout period per connection instead of two timers per request.
+        self._due: float | None = None
+        self._timer_at = 0.0
         self._deadline: asyncio.TimerHandle | None = None
         self._write_deadline: asyncio.TimerHandle | None = None
 
@@ -184,6 +190,7 @@ class _GuardedConnection(asyncio.Protocol):
             if timer is not None:
                 timer.cancel()
         self._deadline = self._write_deadline = None
+        self._due = None
         self._request = None
         self._guard._release(self)
 
@@ -226,15 +233,29 @@ class _GuardedConnection(asyncio.Protocol):
         """Idle until the next request's first byte: aiohttp's keep-alive timeout bounds that pause."""
         self._request = None
         self._phase = "idle"
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        self._due = None  # a pending timer finds no deadline and lapses
 
     def _arm(self, phase: str, seconds: float) -> None:
         self._phase = phase
+        due = self._due = self._loop.time() + seconds
         if self._deadline is not None:
+            if self._timer_at <= due:
+                return  # the timer fires first and waits again for what is left
             self._deadline.cancel()
-        self._deadline = self._loop.call_later(seconds, self._expired, phase)
+        self._timer_at = due
+        self._deadline = self._loop.call_at(due, self._phase_timer)
+
+    def _phase_timer(self) -> None:
+        self._deadline = None
+        due = self._due
+        if due is None:
+            return
+        if due > self._loop.time():
+            self._timer_at = due
+            self._deadline = self._loop.call_at(due, self._phase_timer)
+            return
+        self._due = None
+        self._expired(self._phase)
 
     def _expired(self, phase: str) -> None:
         if phase == "response":

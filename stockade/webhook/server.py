@@ -146,7 +146,9 @@ async def _read_review(http_request: web.Request, state: ServerState, path: str)
 
 def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> Callable[[web.Request], Awaitable[web.Response]]:
     """The admission endpoint for ``fixed`` (or, for dynamic paths, the route the request path names); ``path``
-    is the bounded label metrics and spans use."""
+    is the bounded label metrics and spans use.  A review goes through stages: decode (``_read_review``), filter
+    (Kyverno's resourceFilters), evaluate (``_evaluate``, with the observers that see the decision inside its span),
+    record (reports and Events), background work, then metrics and the answer."""
 
     async def handle(http_request: web.Request) -> web.Response:
         started = time.perf_counter()
@@ -162,62 +164,18 @@ def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> C
         if snapshot is None:
             return web.json_response({"error": "policies are not loaded yet"}, status=503)
         arrived = time.monotonic()  # policy timeouts count from here
-        labels = state.store.namespace_labels
-        if state.evaluations is not None:
-            pass  # workers look namespace labels and roles up themselves, inside the review's budget
-        elif labels_namespace(review) and labels is not None and getattr(labels, "needs_fetch", lambda _ns: False)(review.namespace):
-            await asyncio.to_thread(labels, review.namespace)  # warm the cache off the event loop
         evaluator = snapshot.evaluator.scoped(route.scope)
-        kinds = evaluator.kind_resolver
-        if state.evaluations is None and kind_lookup_pending(review, kinds):
-            await asyncio.to_thread(top_level_kind, review, kinds)  # a discovery lookup, off the event loop
+        in_process = state.evaluations is None  # workers look namespace labels, kinds and roles up themselves, inside the review's budget
+        if in_process:
+            await _warm_lookups(state, review, evaluator)
         if state.kyverno_config is not None and await _skipped_by_configuration(state.kyverno_config(), review, evaluator.role_resolver):
-            return web.Response(body=_dumps(review_response(review, AdmissionDecision(True))), content_type="application/json")
-        roles = evaluator.role_resolver
-        if state.evaluations is None and roles is not None and evaluator.needs_roles and getattr(roles, "needs_fetch", lambda _ns: False)(review.namespace):
-            await asyncio.to_thread(roles, review.user_info, review.namespace)  # list bindings off the event loop
+            return _answer(_dumps(review_response(review, AdmissionDecision(True))))
+        if in_process:
+            await _warm_roles(review, evaluator)
         engine_started = time.perf_counter()
-        span = contextlib.nullcontext() if state.tracing is None else state.tracing.request_span(
-            f"admission {path}",
-            {
-                "admission.uid": review.uid,
-                "admission.operation": review.operation,
-                "resource.kind": review.kind.kind,
-                "resource.namespace": review.namespace,
-                "resource.name": review.name,
-            },
-            http_request.headers,
-        )
-        with span as active:
-            answer_bytes: bytes | None = None
-            try:
-                evaluate = evaluator.mutate if phase == "mutate" else evaluator.validate
-                if state.evaluations is not None:
-                    decision, answer_bytes = await state.evaluations.decide(snapshot, review, body, phase, failure, arrived, route.scope)
-                elif evaluator.needs_network:
-                    decision = await asyncio.to_thread(evaluate, review, failure, arrived)  # registry calls must not stall other reviews
-                else:
-                    decision = evaluate(review, failure, arrived)
-            except Exception as exc:  # an engine bug must not take the webhook down; failurePolicy decides
-                log.exception("evaluation failed for %s", review.uid)
-                decision = failure_decision(review, failure, str(exc))
-            if active is not None and active.is_recording():
-                active.set_attribute("admission.allowed", decision.allowed)
-                active.set_attribute("admission.policies", sorted({r.policy_name for r in decision.responses}))
-                state.tracing.record_evaluation(active, decision.responses, answer_bytes, decision.patch)
-            if state.decision_log is not None:
-                context = active.get_span_context() if active is not None else None
-                state.decision_log.record(review, decision, f"{context.trace_id:032x}" if context is not None and context.is_valid else "")
-            if not decision.allowed:
-                log_denial(review, decision)
-            log_unmatched(review, decision)
+        decision, answer_bytes = await _evaluate(state, path, http_request, snapshot, evaluator, route, review, body, arrived)
         engine_seconds = time.perf_counter() - engine_started
-        if state.reports is not None and decision.allowed and decision.responses and not review.dry_run and review.operation in ("CREATE", "UPDATE"):
-            reported = decision.responses if phase == "validate" else mutation_report_responses(decision.responses) if phase == "mutate" else []
-            if reported:
-                state.reports.submit(review.object, reported)
-        if state.events is not None and not review.dry_run:  # sideEffects: NoneOnDryRun
-            (state.events.record_denial if not decision.allowed else state.events.record_success)(review, decision)
+        _record_outcome(state, phase, review, decision)
         background_review = review
         if state.generator is not None and decision.allowed and not review.dry_run and evaluator.needs_roles and evaluator.role_resolver is not None:
             # background work is matched like the admission was: exclude/match by the requester's (Cluster)Roles needs
@@ -241,11 +199,83 @@ def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> C
         kind = review.kind.kind
         state.metrics.observe_rules(decision.responses, kind, review.operation, engine_seconds)
         state.metrics.observe_request(path, kind, review.namespace, review.operation, decision.allowed, time.perf_counter() - started)
-        if answer_bytes is None:
-            answer_bytes = _dumps(review_response(review, decision))
-        return web.Response(body=answer_bytes, content_type="application/json")
+        return _answer(answer_bytes if answer_bytes is not None else _dumps(review_response(review, decision)))
 
     return handle
+
+
+def _answer(body: bytes) -> web.Response:
+    return web.Response(body=body, content_type="application/json")
+
+
+async def _warm_lookups(state: ServerState, review: AdmissionRequest, evaluator: Any) -> None:
+    """In-process evaluation only: namespace labels and the kind's discovery entry are fetched off the event loop
+    before the (synchronous) evaluation needs them."""
+    labels = state.store.namespace_labels
+    if labels_namespace(review) and labels is not None and getattr(labels, "needs_fetch", lambda _ns: False)(review.namespace):
+        await asyncio.to_thread(labels, review.namespace)  # warm the cache off the event loop
+    if kind_lookup_pending(review, evaluator.kind_resolver):
+        await asyncio.to_thread(top_level_kind, review, evaluator.kind_resolver)  # a discovery lookup, off the event loop
+
+
+async def _warm_roles(review: AdmissionRequest, evaluator: Any) -> None:
+    """In-process evaluation only: the requester's (Cluster)Roles, listed off the event loop when policies need them."""
+    roles = evaluator.role_resolver
+    if roles is not None and evaluator.needs_roles and getattr(roles, "needs_fetch", lambda _ns: False)(review.namespace):
+        await asyncio.to_thread(roles, review.user_info, review.namespace)  # list bindings off the event loop
+
+
+async def _evaluate(
+    state: ServerState, path: str, http_request: web.Request, snapshot: Any, evaluator: Any, route: Route, review: AdmissionRequest, body: bytes, arrived: float
+) -> tuple[AdmissionDecision, bytes | None]:
+    """The decision, and the serialized answer when a worker made it; the observers that need the request span
+    (trace attributes, decision log, denial and debug lines) see the decision inside it."""
+    phase, failure = route.phase, route.failure
+    span = contextlib.nullcontext() if state.tracing is None else state.tracing.request_span(
+        f"admission {path}",
+        {
+            "admission.uid": review.uid,
+            "admission.operation": review.operation,
+            "resource.kind": review.kind.kind,
+            "resource.namespace": review.namespace,
+            "resource.name": review.name,
+        },
+        http_request.headers,
+    )
+    with span as active:
+        answer_bytes: bytes | None = None
+        try:
+            evaluate = evaluator.mutate if phase == "mutate" else evaluator.validate
+            if state.evaluations is not None:
+                decision, answer_bytes = await state.evaluations.decide(snapshot, review, body, phase, failure, arrived, route.scope)
+            elif evaluator.needs_network:
+                decision = await asyncio.to_thread(evaluate, review, failure, arrived)  # registry calls must not stall other reviews
+            else:
+                decision = evaluate(review, failure, arrived)
+        except Exception as exc:  # an engine bug must not take the webhook down; failurePolicy decides
+            log.exception("evaluation failed for %s", review.uid)
+            decision = failure_decision(review, failure, str(exc))
+        if active is not None and active.is_recording():
+            active.set_attribute("admission.allowed", decision.allowed)
+            active.set_attribute("admission.policies", sorted({r.policy_name for r in decision.responses}))
+            state.tracing.record_evaluation(active, decision.responses, answer_bytes, decision.patch)
+        if state.decision_log is not None:
+            context = active.get_span_context() if active is not None else None
+            state.decision_log.record(review, decision, f"{context.trace_id:032x}" if context is not None and context.is_valid else "")
+        if not decision.allowed:
+            log_denial(review, decision)
+        log_unmatched(review, decision)
+    return decision, answer_bytes
+
+
+def _record_outcome(state: ServerState, phase: str, review: AdmissionRequest, decision: AdmissionDecision) -> None:
+    """PolicyReport results of an admitted CREATE/UPDATE and the admission Events (none on dry runs)."""
+    if state.reports is not None and decision.allowed and decision.responses and not review.dry_run and review.operation in ("CREATE", "UPDATE"):
+        reported = decision.responses if phase == "validate" else mutation_report_responses(decision.responses) if phase == "mutate" else []
+        if reported:
+            state.reports.submit(review.object, reported)
+    if state.events is not None and not review.dry_run:  # sideEffects: NoneOnDryRun
+        (state.events.record_denial if not decision.allowed else state.events.record_success)(review, decision)
 
 
 async def _skipped_by_configuration(config: Any, review: AdmissionRequest, role_resolver: Any) -> bool:

@@ -43,6 +43,24 @@ def test_block_message_matches_kyverno_layout_and_wraps_long_messages() -> None:
     )
 
 
+def test_block_message_is_the_same_whether_rendered_anew_or_reused_and_long_maps_are_not_held() -> None:
+    from stockade.webhook.admission import BLOCK_YAML_CACHED_CHARS, _cached_block_yaml
+
+    blocked = {"zeta": {"b": "needs: a colon", "a": "it's quoted"}, "alpha": {"r": "plain"}}
+    expected = (
+        "\n\nresource Pod/default/web was blocked due to the following policies \n\n"
+        "alpha:\n  r: plain\nzeta:\n  a: it's quoted\n  b: 'needs: a colon'\n"
+    )
+    assert block_message("Pod/default/web", blocked) == expected
+    assert block_message("Pod/default/web", {"alpha": {"r": "plain"}, "zeta": {"a": "it's quoted", "b": "needs: a colon"}}) == expected
+    assert block_message("Pod/other/db", blocked) == expected.replace("Pod/default/web", "Pod/other/db")
+    held = _cached_block_yaml.cache_info().currsize
+    huge = "x " * BLOCK_YAML_CACHED_CHARS
+    text = block_message("Pod/default/web", {"p": {"r": huge}})
+    assert _cached_block_yaml.cache_info().currsize == held
+    assert yaml.safe_load(text.split("policies \n\n", 1)[1]) == {"p": {"r": huge}}
+
+
 def test_only_enforce_failures_and_fail_policy_errors_block() -> None:
     responses = [
         EngineResponse(policy("enforced"), {}, {}, [rule("a", "fail"), rule("b", "pass")]),

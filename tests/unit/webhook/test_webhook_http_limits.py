@@ -126,6 +126,28 @@ def test_body_drip_is_dropped_after_the_body_timeout(make_server: Callable[..., 
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
+def test_each_phase_keeps_its_own_deadline_on_a_reused_connection(make_server: Callable[..., RunningServer]) -> None:
+    """The phase deadline is one lazily re-armed timer per connection: a body deadline later than the header one
+    is waited out (not cut at the header deadline), and a header deadline earlier than the previous request's body
+    deadline still holds."""
+    body_timeout = 1.5
+    running = make_server(header_timeout=0.3, body_timeout=body_timeout)
+    with tls_connect(running) as sock:
+        sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+        started = time.monotonic()
+        assert closed_by_server(sock, drip=b" ", interval=0.05)  # headers done in time; the body never ends
+        assert time.monotonic() - started >= body_timeout - 0.2
+    running = make_server(header_timeout=SHORT, body_timeout=LONG)
+    with tls_connect(running) as sock:
+        body = json.dumps(review(pod(labels={"team": "a"}))).encode()
+        sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body))
+        time.sleep(SHORT + 0.3)  # the body comes after the header deadline: the timer now waits for the body deadline
+        sock.sendall(body)
+        assert response_status(sock)[0] == 200
+        sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\n")  # the next request's headers drip: the header deadline, not the body one
+        assert closed_by_server(sock, drip=b"X")
+
+
 def test_client_leaving_mid_body_is_a_quiet_disconnect(make_server: Callable[..., RunningServer], caplog: pytest.LogCaptureFixture) -> None:
     running = make_server()
     with caplog.at_level(logging.DEBUG):

@@ -283,3 +283,33 @@ def test_rule_properties_survive_the_worker_boundary() -> None:
     wire = json.loads(json.dumps(summarize([response])))
     rebuilt = rebuild_responses(wire, {}, pod)
     assert rebuilt[0].rules[0].properties == {"objName": "bar", "operation": "CREATE"}
+
+
+def test_rebuilt_rule_responses_carry_every_summarized_field_and_defaults_for_the_rest() -> None:
+    """The parent rebuilds RuleResponses positionally (the cheap way, once per rule of every review): each field
+    the worker summarizes comes back in its own place, every other field gets its declared default."""
+    import dataclasses
+
+    from stockade.engine.response import EngineResponse, ImageCheck, RuleResponse
+    from stockade.webhook.isolation import rebuild_responses, summarize
+
+    carried = {
+        "name": "check-owner",
+        "rule_type": "Validation",
+        "status": "fail",
+        "message": "owner label missing",
+        "exceptions": ["ops/allow-web"],
+        "properties": {"objName": "bar"},
+        "failure_action": "Enforce",
+        "started_ns": 1_700_000_000_000_000_001,
+        "duration_ns": 4321,
+        "image_checks": [ImageCheck("ghcr.io/a/b:1", "sha256:00", "registry", "pass", 5, 6, [["GET", "https://ghcr.io/v2/", 200, 7, 8]])],
+    }
+    original = RuleResponse(**carried)  # type: ignore[arg-type]
+    wire = json.loads(json.dumps(summarize([EngineResponse(None, {}, {}, [original])])))
+    (rebuilt,) = rebuild_responses(wire, {}, {})
+    (rule,) = rebuilt.rules
+    defaults = RuleResponse("n", "t", "s")
+    for declared in dataclasses.fields(RuleResponse):
+        expected = carried[declared.name] if declared.name in carried else getattr(defaults, declared.name)
+        assert getattr(rule, declared.name) == expected, declared.name
