@@ -418,6 +418,10 @@ def evaluation_store_options(settings: EvaluationSettings, api_client: Any = Non
     return options
 
 
+# what evaluation_store_options imports for a cluster (the kubernetes package through registration's client loader)
+CLUSTER_WORKER_MODULES = ("kubernetes", "stockade.controllers.clusterdata", "stockade.controllers.registration", "stockade.controllers.userroles")
+
+
 def _start_evaluation_pool(settings: EvaluationSettings, options: dict[str, Any]) -> Any:
     from functools import partial
 
@@ -426,7 +430,10 @@ def _start_evaluation_pool(settings: EvaluationSettings, options: dict[str, Any]
     workers = options["workers"] or usable_cores()
     memory = options["worker_memory"] * 1024 * 1024 if options["worker_memory"] else default_worker_memory(workers)
     logging.getLogger("stockade.serve").info("%d evaluation workers, %d MiB data each", workers, memory // (1024 * 1024))
-    return EvaluationPool(workers, partial(evaluation_store_options, settings), memory)
+    # a worker in a cluster builds its client and lookups (evaluation_store_options) right after it is forked: those
+    # modules come from the forkserver, shared, rather than imported again in every worker
+    preload = CLUSTER_WORKER_MODULES if settings.cluster else ()
+    return EvaluationPool(workers, partial(evaluation_store_options, settings), memory, preload=preload)
 
 
 def _cluster_services(api_client: Any, certs: Any, store: Any, cluster_source: Any, options: dict[str, Any], namespace: str) -> Any:

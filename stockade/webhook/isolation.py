@@ -43,7 +43,7 @@ import struct
 import sys
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
 from typing import Any, cast
@@ -623,7 +623,9 @@ class EvaluationPool:
     """``size`` worker processes, each evaluating one review at a time with up to PIPELINE_DEPTH - 1 more sent ahead
     while every worker is busy; see the module docstring."""
 
-    def __init__(self, size: int, setup: WorkerSetup | None = None, memory_bytes: int | None = None, start_method: str = "forkserver") -> None:
+    def __init__(
+        self, size: int, setup: WorkerSetup | None = None, memory_bytes: int | None = None, start_method: str = "forkserver", preload: Sequence[str] = ()
+    ) -> None:
         self.size = size
         self.setup = setup
         self.memory_bytes = memory_bytes
@@ -634,7 +636,9 @@ class EvaluationPool:
         self.context = _process_context(start_method)
         if start_method == "forkserver":
             # workers fork from a server that has the engine imported already: a replacement is ready in milliseconds
-            self.context.set_forkserver_preload(["stockade.webhook.isolation", "stockade.webhook.policystore", "stockade.celpolicy"])
+            # (``preload``: what ``setup`` imports besides, e.g. the cluster client; imported once there, its pages
+            # are shared by every worker instead of private to each)
+            self.context.set_forkserver_preload(["stockade.webhook.isolation", "stockade.webhook.policystore", "stockade.celpolicy", *preload])
         self._generation = 0
         self._keys: tuple[bytes, ...] = ()
         self._held: dict[bytes, Document] = {}  # the current generation's documents by content key
