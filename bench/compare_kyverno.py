@@ -1,6 +1,6 @@
 """Admission latency and throughput, Stockade beside Kyverno 1.19.1's admission controller, in one run.
 
-Usage: .venv/bin/python bench/compare_kyverno.py [--rates 100,500] [--max-rates 1000,1500,2000,3000]
+Usage: .venv/bin/python bench/compare_kyverno.py [--rates 100,300,600] [--max-rates 750,1000,1500,2000,3000] [--closed 8]
        [--seconds 10] [--server-cores 0] [--client-cores 1] [--sets pss,pss-podsecurity] [--workers 1]
        [--scaling] [--e2e-seconds 10] [--json OUT]
 Starts a local control plane (etcd + kube-apiserver, stockade/testing/apiserver.py) with Kyverno's CRDs, the
@@ -311,6 +311,45 @@ async def open_loop(server: Server, bodies: list[bytes], rate: float, seconds: f
     return latencies, errors, denied, elapsed
 
 
+async def closed_loop(server: Server, bodies: list[bytes], seconds: float, connections: int) -> tuple[list[float], int, int, float]:
+    """``connections`` clients, each sending its next review as soon as the answer to the last one arrived: the
+    server's throughput at saturation (latency from each send)."""
+    import aiohttp
+
+    latencies: list[float] = []
+    errors = 0
+    denied = 0
+    connector = aiohttp.TCPConnector(limit=connections, ssl=server.context())
+    timeout = aiohttp.ClientTimeout(total=10)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        started = time.perf_counter()
+        stop_at = started + seconds
+
+        async def client(offset: int) -> None:
+            nonlocal errors, denied
+            index = offset
+            while time.perf_counter() < stop_at:
+                body = bodies[index % len(bodies)]
+                index += connections
+                sent = time.perf_counter()
+                try:
+                    async with session.post(server.url + "/validate/fail", data=body, headers={"Content-Type": "application/json"}) as response:
+                        payload = await response.read()
+                        if response.status != 200:
+                            errors += 1
+                            continue
+                except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+                    errors += 1
+                    continue
+                latencies.append(time.perf_counter() - sent)
+                if b'"allowed":false' in payload.replace(b" ", b""):
+                    denied += 1
+
+        await asyncio.gather(*(client(offset) for offset in range(connections)))
+        elapsed = time.perf_counter() - started
+    return latencies, errors, denied, elapsed
+
+
 def runqueue_wait_seconds(pid: int) -> float:
     """Time the server's threads (and its descendants') spent runnable but not running: CPU contention, from
     /proc/<pid>/task/<tid>/schedstat (field 2, ns); on a shared machine this is the part of latency others cause."""
@@ -328,10 +367,12 @@ def runqueue_wait_seconds(pid: int) -> float:
     return total / 1e9
 
 
-def measure(server: Server, policy_set: str, bodies: list[bytes], rate: float, seconds: float, connections: int) -> StepResult:
+def measure(server: Server, policy_set: str, bodies: list[bytes], rate: float, seconds: float, connections: int, closed: bool = False) -> StepResult:
+    """One step: open loop at ``rate``, or (``closed``) ``connections`` clients back to back (offered 0)."""
     before = sum(cpu_snapshot(server.process.pid))
     waited_before = runqueue_wait_seconds(server.process.pid)
-    latencies, errors, denied, elapsed = asyncio.run(open_loop(server, bodies, rate, seconds, connections))
+    driver = closed_loop(server, bodies, seconds, connections) if closed else open_loop(server, bodies, rate, seconds, connections)
+    latencies, errors, denied, elapsed = asyncio.run(driver)
     after = sum(cpu_snapshot(server.process.pid))
     waited = runqueue_wait_seconds(server.process.pid) - waited_before
     count = len(latencies)
@@ -369,6 +410,11 @@ def sweep(server: Server, policy_set: str, bodies: list[bytes], args: argparse.N
         for rate in sorted((r for r in args.down_rates if r < top and r not in args.rates), reverse=True):
             if step(rate, note or "max sweep").sustained():
                 break
+    if args.closed > 0:
+        closed = measure(server, policy_set, bodies, 0, args.seconds, args.closed, closed=True)
+        closed.note = note or f"closed {args.closed}"
+        results.append(closed)
+        print(format_row(closed), flush=True)
     return results
 
 
@@ -385,6 +431,35 @@ def format_row(result: StepResult) -> str:
         f"{result.p50_ms:>8.2f} {result.p95_ms:>8.2f} {result.p99_ms:>8.2f} {result.errors:>6} {result.denied:>6} "
         f"{result.cpu_s_per_1000:>8.3f} {result.runqueue_wait_ms_per_review:>8.2f}  {'yes' if result.sustained() else 'no'}"
     )
+
+
+def cores_of(result: StepResult) -> int:
+    return len([core for core in result.cores.split(",") if core.strip()]) or 1
+
+
+def print_ratio_table(results: list[StepResult]) -> None:
+    """Issue 26's table per policy set: p99 and CPU per 1,000 reviews of both servers at each open-loop rate both
+    were offered, and the closed loop's throughput per core; ratios Stockade / Kyverno (goals: p99 <= 0.25,
+    throughput per core >= 4)."""
+    plain = [r for r in results if not r.note.startswith("scaling")]
+    for policy_set in sorted({r.policy_set for r in plain}):
+        rows = [r for r in plain if r.policy_set == policy_set]
+        ours = {r.offered: r for r in rows if r.server.startswith("stockade")}
+        theirs = {r.offered: r for r in rows if r.server == "kyverno"}
+        print(f"\n{policy_set}: stockade / kyverno")
+        print("| load | Stockade p99 | Kyverno p99 | ratio | Stockade CPU s/1k | Kyverno CPU s/1k | Kyverno sustained |")
+        print("|---|---|---|---|---|---|---|")
+        for rate in sorted(set(ours) & set(theirs)):
+            a, b = ours[rate], theirs[rate]
+            if rate == 0:
+                per_core_a, per_core_b = a.achieved / cores_of(a), b.achieved / cores_of(b)
+                load = f"closed, {a.note.split()[-1]} connections: {a.achieved:,.0f} vs {b.achieved:,.0f} req/s ({per_core_a / per_core_b:.2f}x per core)"
+            else:
+                load = f"open {rate:.0f}/s"
+            print(
+                f"| {load} | {a.p99_ms:.2f} ms | {b.p99_ms:.2f} ms | {a.p99_ms / b.p99_ms:.3f} | {a.cpu_s_per_1000:.2f} | "
+                f"{b.cpu_s_per_1000:.2f} | {'yes' if b.sustained() else 'no'} |"
+            )
 
 
 def print_summary(results: list[StepResult]) -> None:
@@ -495,11 +570,12 @@ def print_e2e(name: str, latencies: list[float], denied: int, errors: int, secon
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--rates", type=lambda text: [float(v) for v in text.split(",") if v], default=[100.0, 500.0])
+    parser.add_argument("--rates", type=lambda text: [float(v) for v in text.split(",") if v], default=[100.0, 300.0, 600.0])
     parser.add_argument("--max-rates", type=lambda text: [float(v) for v in text.split(",") if v], default=[750.0, 1000.0, 1500.0, 2000.0, 3000.0])
     parser.add_argument("--down-rates", type=lambda text: [float(v) for v in text.split(",") if v], default=[50.0, 100.0, 200.0, 300.0])
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--connections", type=int, default=64)
+    parser.add_argument("--closed", type=int, default=8, help="clients of the closed-loop step (0: none)")
     parser.add_argument("--server-cores", default="0")
     parser.add_argument("--client-cores", default="1")
     parser.add_argument("--sets", default="pss,pss-podsecurity,mix17")
@@ -570,6 +646,8 @@ def main() -> None:
             server.stop()
         plane.stop()
     print_summary(results)
+    print_ratio_table(results)
+    print(f"load average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     if args.json:
         args.json.write_text(json.dumps({"steps": [r.__dict__ for r in results], "e2e": e2e_rows}, indent=2))
 
