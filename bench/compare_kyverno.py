@@ -52,7 +52,10 @@ POLICY_SETS: dict[str, list[Path]] = {
     "pss": [HERE / "policies" / "pss-restricted.yaml"],
     "pss-podsecurity": [HERE / "policies" / "pss-podsecurity.yaml"],
     "mix17": [HERE / "policies" / "mix17"],
+    "vpol": [HERE / "policies" / "vpol-restricted.yaml"],
 }
+# a CEL policy's reviews go to its own webhook (Kyverno's path layout, which Stockade serves too)
+POLICY_SET_PATHS: dict[str, str] = {"vpol": "/vpol/vpol-restricted"}
 BENCH_NAMESPACE = "bench"
 MAX_TOLERATED_P99_S = 1.0
 
@@ -92,6 +95,8 @@ class Server:
     ca_file: Path
     cores: str
     log: Path
+    # the webhook path reviews are posted to: the ClusterPolicy webhook, or a CEL policy's own (set per policy set)
+    path: str = "/validate/fail"
 
     @property
     def url(self) -> str:
@@ -246,9 +251,13 @@ def policy_documents(policy_files: list[Path]) -> str:
 
 
 def apply_policies_to_kyverno(plane: ControlPlane, policy_files: list[Path]) -> None:
-    kubectl(plane, "delete", "clusterpolicy", "--all", "--wait=true")
-    kubectl(plane, "apply", "-f", "-", stdin=policy_documents(policy_files))
-    kubectl(plane, "wait", "--for=condition=Ready", "clusterpolicy", "--all", "--timeout=180s")
+    """Replace Kyverno's policies with the set's; ClusterPolicies are waited for (Ready), a ValidatingPolicy set by
+    the verdict check that follows (it posts until Kyverno's answers match Stockade's)."""
+    kubectl(plane, "delete", "clusterpolicy,validatingpolicy", "--all", "--wait=true")
+    documents = policy_documents(policy_files)
+    kubectl(plane, "apply", "-f", "-", stdin=documents)
+    if "kind: ClusterPolicy" in documents:
+        kubectl(plane, "wait", "--for=condition=Ready", "clusterpolicy", "--all", "--timeout=180s")
 
 
 async def expect_verdicts(server: Server, bodies: list[bytes], expected: list[bool] | None, timeout: float = 120) -> list[bool]:
@@ -261,7 +270,7 @@ async def expect_verdicts(server: Server, bodies: list[bytes], expected: list[bo
         while True:
             verdicts = []
             for body in bodies:
-                async with session.post(server.url + "/validate/fail", data=body, headers={"Content-Type": "application/json"}) as response:
+                async with session.post(server.url + server.path, data=body, headers={"Content-Type": "application/json"}) as response:
                     payload = await response.read()
                     if response.status != 200:
                         raise BenchError(f"{server.name} answered HTTP {response.status}: {payload[:300]!r}")
@@ -286,7 +295,7 @@ async def open_loop(server: Server, bodies: list[bytes], rate: float, seconds: f
         async def one(body: bytes, scheduled: float) -> None:
             nonlocal errors, denied
             try:
-                async with session.post(server.url + "/validate/fail", data=body, headers={"Content-Type": "application/json"}) as response:
+                async with session.post(server.url + server.path, data=body, headers={"Content-Type": "application/json"}) as response:
                     payload = await response.read()
                     if response.status != 200:
                         errors += 1
@@ -333,7 +342,7 @@ async def closed_loop(server: Server, bodies: list[bytes], seconds: float, conne
                 index += connections
                 sent = time.perf_counter()
                 try:
-                    async with session.post(server.url + "/validate/fail", data=body, headers={"Content-Type": "application/json"}) as response:
+                    async with session.post(server.url + server.path, data=body, headers={"Content-Type": "application/json"}) as response:
                         payload = await response.read()
                         if response.status != 200:
                             errors += 1
@@ -495,7 +504,7 @@ def register_webhook(plane: ControlPlane, server: Server) -> None:
         "webhooks": [
             {
                 "name": "validate.stockade.bench",
-                "clientConfig": {"url": server.url + "/validate/fail", "caBundle": ca_bundle},
+                "clientConfig": {"url": server.url + server.path, "caBundle": ca_bundle},
                 "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}],
                 "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": BENCH_NAMESPACE}},
                 "failurePolicy": "Fail",
@@ -605,6 +614,7 @@ def main() -> None:
         for policy_set in [name.strip() for name in args.sets.split(",") if name.strip()]:
             files = POLICY_SETS[policy_set]
             stockade = start_stockade(files, scratch, args.server_cores, args.workers, tag=f"-{policy_set}")
+            stockade.path = POLICY_SET_PATHS.get(policy_set, "/validate/fail")
             servers.append(stockade)
             expected = asyncio.run(expect_verdicts(stockade, check_bodies, None))
             if args.e2e_seconds > 0:
@@ -616,6 +626,7 @@ def main() -> None:
             if kyverno is None:
                 kyverno = start_kyverno(plane, scratch, args.server_cores)
                 servers.append(kyverno)
+            kyverno.path = POLICY_SET_PATHS.get(policy_set, "/validate/fail")
             apply_policies_to_kyverno(plane, files)
             verdicts = asyncio.run(expect_verdicts(kyverno, check_bodies, expected))
             disagreements = sum(1 for ours, theirs in zip(expected, verdicts) if ours != theirs)
