@@ -434,15 +434,15 @@ def gpols_of_scope(gpols: list[CelPolicy], scope: Any) -> list[CelPolicy]:
     """The GeneratingPolicies a webhook path serves: those its ``gpol``/``ngpol`` path names (a namespaced one in the
     request's namespace is found by name, as Kyverno's handler does), all of them for the catch-all, none for the
     other webhooks."""
-    from stockade.webhook.admission import SCOPE_ALL
+    from stockade.webhook.admission import CEL_ROUTES, SCOPE_ALL
 
     family = getattr(scope, "family", SCOPE_ALL)
     if scope is None or family == SCOPE_ALL:
         return gpols
-    if family not in ("gpol", "ngpol"):
-        return []
+    # the kind a CEL webhook path serves, as PolicyScope.select picks the policies of the other CEL kinds
+    kind = CEL_ROUTES.get(family, ("", ""))[0]
     names = set(getattr(scope, "names", ()) or ())
-    return [p for p in gpols if p.is_namespaced == (family == "ngpol") and p.name in names]
+    return [p for p in gpols if p.kind == kind and p.name in names]
 
 
 def _is_generating_policy(data: dict[str, Any]) -> bool:
@@ -703,7 +703,7 @@ class GenerateController:
             return None
         # this webhook's work: its policies' generate and mutate-existing rules and its GeneratingPolicies
         generate_keys = frozenset(p.key for p in policies if p.has_generate())
-        mutate_rules = frozenset((p.key, r.name) for p in _mutate_existing_policies(policies) for r in p.rules if r.has_mutate_existing())
+        mutate_rules = frozenset((p.key, r.name) for p in policies for r in p.rules if r.has_mutate_existing())
         gpol_keys = frozenset(policy_key(p) for p in gpols)
 
         def scoped(event: TriggerEvent, request_name: str = "") -> TriggerEvent:
