@@ -280,83 +280,73 @@ async def expect_verdicts(server: Server, bodies: list[bytes], expected: list[bo
             await asyncio.sleep(1)
 
 
-async def open_loop(server: Server, bodies: list[bytes], rate: float, seconds: float, connections: int) -> tuple[list[float], int, int, float]:
-    """Send at ``rate``/s on a fixed schedule regardless of answers; latency counts from the scheduled send time."""
+@dataclass
+class Tally:
+    """What one load step's reviews came back with: latencies (seconds), failed posts, denials."""
+
+    latencies: list[float] = field(default_factory=list)
+    errors: int = 0
+    denied: int = 0
+
+    async def post(self, session: Any, server: Server, body: bytes, since: float) -> None:
+        """POST one review; its latency counts from ``since`` (the scheduled or the actual send time)."""
+        import aiohttp
+
+        try:
+            async with session.post(server.url + server.path, data=body, headers={"Content-Type": "application/json"}) as response:
+                payload = await response.read()
+                if response.status != 200:
+                    self.errors += 1
+                    return
+        except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
+            self.errors += 1
+            return
+        self.latencies.append(time.perf_counter() - since)
+        if b'"allowed":false' in payload.replace(b" ", b""):
+            self.denied += 1
+
+
+def session_for(server: Server, connections: int) -> Any:
     import aiohttp
 
-    total = int(rate * seconds)
-    latencies: list[float] = []
-    errors = 0
-    denied = 0
-    connector = aiohttp.TCPConnector(limit=connections, ssl=server.context())
-    timeout = aiohttp.ClientTimeout(total=10)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=connections, ssl=server.context()), timeout=aiohttp.ClientTimeout(total=10))
 
-        async def one(body: bytes, scheduled: float) -> None:
-            nonlocal errors, denied
-            try:
-                async with session.post(server.url + server.path, data=body, headers={"Content-Type": "application/json"}) as response:
-                    payload = await response.read()
-                    if response.status != 200:
-                        errors += 1
-                        return
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                errors += 1
-                return
-            latencies.append(time.perf_counter() - scheduled)
-            if b'"allowed":false' in payload.replace(b" ", b""):
-                denied += 1
 
+async def open_loop(server: Server, bodies: list[bytes], rate: float, seconds: float, connections: int) -> tuple[list[float], int, int, float]:
+    """Send at ``rate``/s on a fixed schedule regardless of answers; latency counts from the scheduled send time."""
+    tally = Tally()
+    async with session_for(server, connections) as session:
         tasks: list[asyncio.Task[None]] = []
         started = time.perf_counter()
-        for index in range(total):
+        for index in range(int(rate * seconds)):
             scheduled = started + index / rate
             delay = scheduled - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(one(bodies[index % len(bodies)], scheduled)))
+            tasks.append(asyncio.create_task(tally.post(session, server, bodies[index % len(bodies)], scheduled)))
         await asyncio.gather(*tasks)
         elapsed = time.perf_counter() - started
-    return latencies, errors, denied, elapsed
+    return tally.latencies, tally.errors, tally.denied, elapsed
 
 
 async def closed_loop(server: Server, bodies: list[bytes], seconds: float, connections: int) -> tuple[list[float], int, int, float]:
     """``connections`` clients, each sending its next review as soon as the answer to the last one arrived: the
     server's throughput at saturation (latency from each send)."""
-    import aiohttp
-
-    latencies: list[float] = []
-    errors = 0
-    denied = 0
-    connector = aiohttp.TCPConnector(limit=connections, ssl=server.context())
-    timeout = aiohttp.ClientTimeout(total=10)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+    tally = Tally()
+    async with session_for(server, connections) as session:
         started = time.perf_counter()
         stop_at = started + seconds
 
         async def client(offset: int) -> None:
-            nonlocal errors, denied
             index = offset
             while time.perf_counter() < stop_at:
                 body = bodies[index % len(bodies)]
                 index += connections
-                sent = time.perf_counter()
-                try:
-                    async with session.post(server.url + server.path, data=body, headers={"Content-Type": "application/json"}) as response:
-                        payload = await response.read()
-                        if response.status != 200:
-                            errors += 1
-                            continue
-                except (aiohttp.ClientError, asyncio.TimeoutError, OSError):
-                    errors += 1
-                    continue
-                latencies.append(time.perf_counter() - sent)
-                if b'"allowed":false' in payload.replace(b" ", b""):
-                    denied += 1
+                await tally.post(session, server, body, time.perf_counter())
 
         await asyncio.gather(*(client(offset) for offset in range(connections)))
         elapsed = time.perf_counter() - started
-    return latencies, errors, denied, elapsed
+    return tally.latencies, tally.errors, tally.denied, elapsed
 
 
 def runqueue_wait_seconds(pid: int) -> float:
