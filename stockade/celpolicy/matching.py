@@ -54,14 +54,26 @@ def _selector(selector: Any, labels: dict[str, Any]) -> bool:
     return selector_matches(selector, labels)
 
 
+def _rules(constraints: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    return [rule for rule in constraints.get(key) or [] if isinstance(rule, dict)]
+
+
+def resource_rules_match(constraints: dict[str, Any], request: AdmissionInput, ignore_operations: bool = False, *, exclude_by_operation: bool = False) -> bool:
+    """The resource-rule part of ``constraints``: some ``resourceRules`` entry lists the request (no entries: any
+    request) and no ``excludeResourceRules`` entry does.  ``ignore_operations``: the rules match whatever operations
+    they list; ``exclude_by_operation``: the exclusions still check theirs."""
+    rules = _rules(constraints, "resourceRules")
+    if rules and not any(rule_matches(rule, request, ignore_operations) for rule in rules):
+        return False
+    ignore_excluded = ignore_operations and not exclude_by_operation
+    return not any(rule_matches(rule, request, ignore_excluded) for rule in _rules(constraints, "excludeResourceRules"))
+
+
 def constraints_match(constraints: dict[str, Any] | None, request: AdmissionInput, ignore_operations: bool = False) -> bool:
     """Whether ``constraints`` select the request; a policy without constraints matches nothing."""
     if not constraints:
         return False
-    rules = constraints.get("resourceRules") or []
-    if rules and not any(rule_matches(rule, request, ignore_operations) for rule in rules):
-        return False
-    if any(rule_matches(rule, request, ignore_operations) for rule in constraints.get("excludeResourceRules") or []):
+    if not resource_rules_match(constraints, request, ignore_operations):
         return False
     namespace_selector = constraints.get("namespaceSelector")
     if namespace_selector and (request.namespace or request.resource == "namespaces"):

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from stockade.celpolicy.matching import rule_matches
+from stockade.celpolicy.matching import resource_rules_match
 from stockade.celpolicy.model import CelPolicy
 from stockade.celpolicy.request import AdmissionInput
 from stockade.controllers.celmutate import policy_key
@@ -329,12 +329,11 @@ def resource_rules_select(policy: CelPolicy, review: Any, *, any_operation: bool
     constraints = policy.spec.get("matchConstraints") if isinstance(policy.spec, dict) else None
     if not isinstance(constraints, dict):
         return False
-    request = _as_input(review)
-    rules = [rule for rule in constraints.get("resourceRules") or [] if isinstance(rule, dict)]
-    if not any(rule_matches(rule, request, ignore_operations=any_operation) for rule in rules):
-        return False
-    excluded = [rule for rule in constraints.get("excludeResourceRules") or [] if isinstance(rule, dict)]
-    return not any(rule_matches(rule, request) for rule in excluded)
+    if not any(isinstance(rule, dict) for rule in constraints.get("resourceRules") or []):
+        return False  # no rule, no webhook: the API server never sends such a policy a request
+    # generous, as the module says: the exclusions keep their operations, so one listing only CREATE does not drop
+    # the UPDATE a synchronized policy receives whatever operations its rules list
+    return resource_rules_match(constraints, _as_input(review), any_operation, exclude_by_operation=True)
 
 
 def gpol_context(policy: CelPolicy, review: Any) -> RuleContext | None:

@@ -153,6 +153,21 @@ def test_only_policies_whose_resource_rules_select_the_request_record() -> None:
     assert plan_update_requests(NAMESPACE, [], review("CREATE", configmap(), sub_resource="status"), [CelPolicy(gpol())]) == []
 
 
+def test_selection_skips_selectors_and_keeps_the_operations_of_exclusions() -> None:
+    """The planner shares the evaluator's resource-rule matching (`celpolicy.matching.resource_rules_match`) but reads
+    it generously: selectors are left to the replay, and an exclusion still needs its own operation when the
+    policy hears of an UPDATE whatever operations its rules list (a synchronized policy)."""
+    [unselected] = planned("CREATE", gpol(matchConstraints={"resourceRules": [CONFIGMAPS], "objectSelector": {"matchLabels": {"team": "a"}}}))
+    assert unselected["spec"]["requestType"] == CEL_GENERATE
+    creates_excluded = {"resourceRules": [{**CONFIGMAPS, "operations": ["CREATE"]}], "excludeResourceRules": [{**CONFIGMAPS, "operations": ["CREATE"]}]}
+    assert planned("CREATE", gpol(sync=True, matchConstraints=creates_excluded)) == []
+    [follows] = planned("UPDATE", gpol(sync=True, matchConstraints=creates_excluded))  # the CREATE exclusion is no UPDATE's
+    assert follows["spec"]["ruleContext"][0]["synchronize"] is True
+    updates_excluded = {**creates_excluded, "excludeResourceRules": [{**CONFIGMAPS, "operations": ["UPDATE"]}]}
+    assert planned("UPDATE", gpol(sync=True, matchConstraints=updates_excluded)) == []
+    assert planned("CREATE", gpol(matchConstraints={"resourceRules": []})) == []  # no rules: no webhook, no request
+
+
 def test_mutating_policy_request_names_the_policy_and_carries_the_admission_request() -> None:
     policies = [CelPolicy(mpol()), CelPolicy(mpol("local", namespace="ns1"))]
     requests = plan_mutating_requests(NAMESPACE, policies, review("CREATE", secret()))
