@@ -123,7 +123,7 @@ class WebhookRegistrar:
             existing = None
         if not body["webhooks"] and not keep_empty:
             if existing is not None:
-                self.client.request("DELETE", path)
+                self._delete(plural, name)
             return
         before = str(((existing or {}).get("metadata") or {}).get("resourceVersion") or "")
         if existing is None:
@@ -136,15 +136,42 @@ class WebhookRegistrar:
             self._await_served(path, after)
         log.info("webhook configuration %s registered", name)
 
-    def _await_served(self, path: str, resource_version: str) -> None:
+    def _await_served(self, path: str, resource_version: str, timeout: float = AWAIT_SERVED_SECONDS) -> None:
         """Wait (bounded) until the API server's watch cache holds our write.  The API server calls webhooks as its
         own informer of webhook configurations knows them, and that informer is fed from the same cache: a policy
         reported Ready only after this is enforced by the request that follows, not a moment later.  A read at a
-        resourceVersion is answered from the cache once it has caught up with that version."""
+        resourceVersion is answered from the cache once it has caught up with that version (NotFound, after a
+        delete, is such an answer too)."""
         try:
-            self.client.request("GET", path, query={"resourceVersion": resource_version}, timeout=AWAIT_SERVED_SECONDS)
+            self.client.request("GET", path, query={"resourceVersion": resource_version}, timeout=timeout)
+        except NotFound:
+            pass
         except KubeError as exc:  # an old server, a slow cache: registration stands, only the wait is cut short
             log.debug("waiting for %s at resourceVersion %s: %s", path, resource_version, exc)
+
+    def _delete(self, plural: str, name: str) -> bool:
+        """Delete one configuration and wait (bounded, as for a write) until the API server's cache no longer has
+        it, so a removed policy's webhook is not called a moment after its removal; False when it was gone already.
+
+        The server answers a delete of a webhook configuration with a Status, which carries no resourceVersion: a
+        list (a consistent read, at the store's current resourceVersion, hence at or after the delete) supplies
+        one, and a read at it waits for the cache."""
+        path = f"{WEBHOOKS_PATH}/{plural}/{name}"
+        try:
+            self.client.request("DELETE", path)
+        except NotFound:
+            return False
+        deadline = time.monotonic() + AWAIT_SERVED_SECONDS
+        try:
+            listing = self.client.request("GET", f"{WEBHOOKS_PATH}/{plural}", query={"fieldSelector": f"metadata.name={name}"}, timeout=AWAIT_SERVED_SECONDS)
+        except KubeError as exc:
+            log.debug("listing %s after deleting %s: %s", plural, name, exc)
+            return True
+        resource_version = str(((listing if isinstance(listing, dict) else {}).get("metadata") or {}).get("resourceVersion") or "")
+        remaining = deadline - time.monotonic()
+        if resource_version and remaining > 0:
+            self._await_served(path, resource_version, timeout=remaining)
+        return True
 
     def remove_all(self) -> int:
         """Delete every configuration carrying our label; returns how many were removed."""
@@ -154,13 +181,8 @@ class WebhookRegistrar:
             listing = self.client.request("GET", f"{WEBHOOKS_PATH}/{plural}", query={"labelSelector": selector})
             for item in listing.get("items") or []:
                 name = (item.get("metadata") or {}).get("name")
-                if not name:
-                    continue
-                try:
-                    self.client.request("DELETE", f"{WEBHOOKS_PATH}/{plural}/{name}")
+                if name and self._delete(plural, str(name)):
                     removed += 1
-                except NotFound:
-                    pass
         return removed
 
 

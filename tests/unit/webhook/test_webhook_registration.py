@@ -198,3 +198,39 @@ def test_a_changed_configuration_is_awaited_in_the_api_servers_cache() -> None:
     kube.on("GET", path, lambda call: ServerError("Timeout: Too large resource version", method="GET", path=path) if call.query else kube.objects[path])
     registrar.apply_validating({**body, "webhooks": [{**hooks[0], "name": "validate2.example.io"}]})
     assert kube.objects[path]["webhooks"][0]["name"] == "validate2.example.io"
+
+
+def test_a_deleted_configuration_is_awaited_gone_from_the_api_servers_cache() -> None:
+    """A delete (the last webhooks of a configuration removed, or ``remove_all``) is awaited like a write: the delete's
+    Status has no resourceVersion, so a list (a consistent read, at or after the delete) supplies one and the
+    configuration is read at it, where the cache answers NotFound once it holds the delete; the wait has the
+    write's bound, and a failed list leaves only the wait out."""
+    from stockade.controllers.registration import AWAIT_SERVED_SECONDS, WEBHOOKS_PATH, WebhookRegistrar
+    from stockade.kube.errors import NotFound, ServerError
+    from tests.unit.kubefake import FakeKube
+
+    collection = f"{WEBHOOKS_PATH}/validatingwebhookconfigurations"
+    path = f"{collection}/cfg"
+    stored = {"metadata": {"name": "cfg", "labels": {"webhook.stockade.io/managed-by": "stockade"}, "resourceVersion": "5"}, "webhooks": [{"name": "v.example.io"}]}
+    kube = FakeKube({path: stored})
+    kube.on("GET", collection, lambda call: {"metadata": {"resourceVersion": "9"}, "items": [stored] if path in kube.objects else []})
+    kube.on("GET", path, lambda call: NotFound("gone", method="GET", path=path) if call.query or path not in kube.objects else kube.objects[path])
+    kube.on("GET", f"{WEBHOOKS_PATH}/mutatingwebhookconfigurations", {"items": []})
+    registrar = WebhookRegistrar(None)
+    registrar.client = kube  # type: ignore[assignment]
+    registrar.apply_validating({"metadata": {"name": "cfg"}, "webhooks": []})  # no webhooks left: the configuration goes
+    assert path not in kube.objects
+    after = [(c.method, c.path, c.query) for c in kube.calls[kube.calls.index(kube.sent("DELETE", path)[0]) :]]
+    assert after == [("DELETE", path, {}), ("GET", collection, {"fieldSelector": "metadata.name=cfg"}), ("GET", path, {"resourceVersion": "9"})]
+    assert 0 < kube.sent("GET", path)[-1].timeout <= AWAIT_SERVED_SECONDS
+    # remove_all waits for each configuration it deletes
+    kube.objects[path] = stored
+    kube.calls.clear()
+    assert registrar.remove_all() == 1
+    assert [c.query for c in kube.sent("GET", path)] == [{"resourceVersion": "9"}]
+    # a list that fails cuts the wait short; the delete stands
+    kube.objects[path] = stored
+    kube.calls.clear()
+    kube.on("GET", collection, lambda call: ServerError("etcd is slow", method="GET", path=collection) if "fieldSelector" in call.query else {"items": [stored]})
+    assert registrar.remove_all() == 1
+    assert path not in kube.objects and kube.sent("GET", path) == []
