@@ -679,7 +679,8 @@ class GenerateController:
     def submit(self, review: Any, *, served: Collection[KyvernoPolicy] | None = None, route: Any = None) -> Callable[[], None] | None:
         """Take on an allowed, non-dryRun admission (a ``stockade.webhook.admission.AdmissionRequest``); never blocks.
         A subresource request (Pod/eviction, Pod/exec, Pod/binding) triggers generate and mutate-existing rules matched by the
-        parent's kind and the subresource; its object (an Eviction, PodExecOptions) is the trigger.
+        parent's kind and the subresource; its object (an Eviction, PodExecOptions) is the trigger, recorded with the
+        admission request like any other (`updaterequest.plan_subresource_requests`).
 
         The webhook that admitted the review says whose work it is, as each of Kyverno's webhooks hands on the work of
         its own policies (a review several of them receive is recorded once per policy): ``served``, the
@@ -709,23 +710,25 @@ class GenerateController:
         def scoped(event: TriggerEvent, request_name: str = "") -> TriggerEvent:
             return dataclasses.replace(event, generate_policies=generate_keys, mutate_rules=mutate_rules, generating_policies=gpol_keys, request_name=request_name)
 
+        kind: ResourceKind | None = None
         if review.sub_resource:
             # CONNECT (pods/exec, pods/attach ...) only ever reaches us as a subresource request
-            gvk = self._subresource_kind(review)
-            if gvk is not None:
-                event = TriggerEvent(review.operation, review.object, review.old_object, review.user_info, gvk, subresource=True)
-                self.submit_event(scoped(event, str(getattr(review, "name", "") or "")))
+            resource = getattr(review, "resource", None) or {}
+            kind = self.subresource_kind(str(resource.get("group") or ""), str(resource.get("version") or ""), str(resource.get("resource") or ""), review.sub_resource)
+            if kind is None:
+                return None
+            event = scoped(TriggerEvent(review.operation, review.object, review.old_object, review.user_info, kind, subresource=True), str(getattr(review, "name", "") or ""))
+        elif review.operation == "CONNECT":
             return None
-        if review.operation == "CONNECT":
-            return None
-        event = scoped(TriggerEvent(review.operation, review.object, review.old_object, review.user_info, review.kind))
+        else:
+            event = scoped(TriggerEvent(review.operation, review.object, review.old_object, review.user_info, review.kind))
         writer = self.update_requests
         if writer is None:
             self.submit_event(event)
             return None
         background = self.is_background_request(review.user_info.username)
         gpols = [p for p in gpols if not (background and p.skips_background_requests)]
-        return self._recorded(writer, writer.plan(policies, review, gpols), event)
+        return self._recorded(writer, writer.plan(policies, review, gpols, kind=kind), event)
 
     def _recorded(self, writer: Any, requests: list[dict[str, Any]] | None, event: TriggerEvent) -> Callable[[], None] | None:
         """The function that stores ``requests`` (the caller runs it before answering), falling back to doing the
@@ -760,17 +763,17 @@ class GenerateController:
             return ""
         return f"trigger {event.describe()} (uid {uid}) is not stored: {kind} {metadata.get('name')} has uid {stored_uid}"
 
-    def _subresource_kind(self, review: Any) -> ResourceKind | None:
-        """``Pod/binding`` for a pods/binding review (whose own kind is Binding), as policies match it."""
-        resource = getattr(review, "resource", None) or {}
+    def subresource_kind(self, group: str, version: str, resource: str, subresource: str) -> ResourceKind | None:
+        """``Pod/binding`` for a request of pods/binding (whose own kind is Binding), as policies match it: the kind
+        of the parent ``resource`` with ``subresource``; None when the cluster does not serve the parent."""
         try:
-            parent = self.cluster.resolve_resource(str(resource.get("group") or ""), str(resource.get("version") or ""), str(resource.get("resource") or ""))
+            parent = self.cluster.resolve_resource(group, version, resource)
         except KubeError as exc:
-            log.warning("could not resolve %s: %s", resource, exc)
+            log.warning("could not resolve %s/%s %s: %s", group, version, resource, exc)
             return None
         if parent is None:
             return None
-        return ResourceKind(parent.group, parent.version, parent.kind, review.sub_resource)
+        return ResourceKind(parent.group, parent.version, parent.kind, subresource)
 
     def submit_mutating(self, review: Any, policies: tuple[str, ...] | None, namespaced: bool | None) -> Callable[[], None] | None:
         """Take on a request a MutatingPolicy webhook admitted (``policies``: the names its path carries, None: any)

@@ -14,6 +14,12 @@ UpdateRequests in our namespace before the admission review is answered, the way
 * ``context.userInfo`` (requester and roles) and ``context.admissionRequestInfo`` (the admission request itself)
   let any replica replay the request later.
 
+A subresource request (a ``pods/eviction`` CREATE, a ``pods/exec`` CONNECT, a ``pods/binding``) is recorded the same
+way, its rules matched by the parent's kind with the subresource (``Pod/eviction``); its object is never stored, so
+the replay takes the trigger from the recorded admission request (``subResource`` and the parent ``resource`` say
+how policies match it) and never waits for it, as Kyverno's background controller does when it finds no stored
+trigger.
+
 The leader lists them when it starts leading (recovery after a crash, restart or leader change), follows a watch
 (an informer; no periodic listing), and replays each one through the generate controller's own code.  A success
 is marked ``Completed`` and deleted (Kyverno's clean-up); a failure is retried with exponential backoff, its
@@ -289,10 +295,18 @@ def generate_contexts(policy: KyvernoPolicy, review: Any) -> list[RuleContext]:
     return list(contexts.values())
 
 
-def plan_update_requests(namespace: str, policies: Iterable[KyvernoPolicy], review: Any, generating: Iterable[CelPolicy] = ()) -> list[dict[str, Any]]:
-    """The UpdateRequests an admitted (non-subresource) request needs; empty for the great majority of requests.
-    ``generating``: the (Namespaced)GeneratingPolicies that may run for it (background requests already left out)."""
-    if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE") or review.sub_resource:
+def plan_update_requests(
+    namespace: str, policies: Iterable[KyvernoPolicy], review: Any, generating: Iterable[CelPolicy] = (), *, kind: ResourceKind | None = None
+) -> list[dict[str, Any]]:
+    """The UpdateRequests an admitted request needs; empty for the great majority of requests.
+    ``generating``: the (Namespaced)GeneratingPolicies that may run for it (background requests already left out);
+    ``kind``: for a subresource request, the kind policies match it by (the parent's, with the subresource:
+    ``Pod/exec``), without which it records nothing."""
+    if getattr(review, "dry_run", False):
+        return []
+    if review.sub_resource:
+        return plan_subresource_requests(namespace, policies, review, kind, generating) if kind is not None else []
+    if review.operation not in ("CREATE", "UPDATE", "DELETE"):
         return []
     requests: list[dict[str, Any]] = []
     trigger = review.object if review.operation != "DELETE" else review.old_object
@@ -308,6 +322,35 @@ def plan_update_requests(namespace: str, policies: Iterable[KyvernoPolicy], revi
         context = gpol_context(gpol, review)
         if context is not None:
             requests.append(cel_request(namespace, CEL_GENERATE, gpol, review, [context]))
+    return requests
+
+
+def plan_subresource_requests(namespace: str, policies: Iterable[KyvernoPolicy], review: Any, kind: ResourceKind, generating: Iterable[CelPolicy] = ()) -> list[dict[str, Any]]:
+    """The UpdateRequests of a subresource request (``pods/eviction`` CREATE, ``pods/exec`` CONNECT ...), matched by
+    ``kind``; the trigger is the request's own object (an Eviction, a PodExecOptions), which is never stored, so
+    the replay takes it from the recorded admission request, as Kyverno's background controller does when it
+    finds no stored trigger.  There is no downstream to keep in step: generate runs for any operation but DELETE
+    and records nothing to synchronize or delete; mutate-existing runs for every operation."""
+    operation = str(review.operation)
+    if operation not in ("CREATE", "UPDATE", "DELETE", "CONNECT"):
+        return []
+    trigger = (review.object if operation != "DELETE" else review.old_object) or {}
+    if not trigger:
+        return []
+    spec, info = resource_spec(trigger), review.user_info
+    requests: list[dict[str, Any]] = []
+    for policy in policies:
+        if operation != "DELETE":
+            contexts = [RuleContext(rule.name, spec) for rule in policy.rules if rule.has_generate() and may_match(policy, rule, trigger, kind, info, operation)]
+            if contexts:
+                requests.append(generate_request(namespace, policy, contexts, review))
+        for rule in policy.rules:
+            if rule.has_mutate_existing() and may_match(policy, rule, trigger, kind, info, operation):
+                requests.append(mutate_request(namespace, policy, rule, trigger, review))
+    if operation != "DELETE":
+        for gpol in generating:
+            if resource_rules_select(gpol, review):
+                requests.append(cel_request(namespace, CEL_GENERATE, gpol, review, [RuleContext(policy_key(gpol), spec)]))
     return requests
 
 
@@ -445,6 +488,32 @@ def replayed_request(request: dict[str, Any]) -> tuple[str, dict[str, Any], dict
     return operation, new, old, info, gvk
 
 
+@dataclass(frozen=True)
+class RecordedSubresource:
+    """The subresource request an UpdateRequest records: the parent's resource (group, version, plural), the
+    subresource and the request's name (the parent object's; a PodExecOptions carries none)."""
+
+    group: str
+    version: str
+    resource: str
+    subresource: str
+    name: str
+
+
+def recorded_subresource(request: dict[str, Any]) -> RecordedSubresource | None:
+    """The subresource request behind an UpdateRequest, None when it records a request of a resource itself."""
+    context = (request.get("spec") or {}).get("context") or {}
+    admission = ((context.get("admissionRequestInfo") or {}).get("admissionRequest")) or {}
+    subresource = str(admission.get("subResource") or "")
+    if not subresource:
+        return None
+    resource = admission.get("resource") if isinstance(admission.get("resource"), dict) else {}
+    assert isinstance(resource, dict)
+    return RecordedSubresource(
+        str(resource.get("group") or ""), str(resource.get("version") or ""), str(resource.get("resource") or ""), subresource, str(admission.get("name") or "")
+    )
+
+
 # -- admission side ----------------------------------------------------------------------------------------------------
 class UpdateRequestWriter:
     """Creates the UpdateRequests of an admitted request, each bounded by a short timeout."""
@@ -465,11 +534,14 @@ class UpdateRequestWriter:
         """The UpdateRequest CRD was missing a moment ago: admitted work is done in memory for a while."""
         return time.monotonic() < self._unserved_until
 
-    def plan(self, policies: Iterable[KyvernoPolicy], review: Any, generating: Iterable[CelPolicy] = ()) -> list[dict[str, Any]] | None:
-        """The requests to record for an admitted request; None while paused (the caller does the work in memory)."""
+    def plan(
+        self, policies: Iterable[KyvernoPolicy], review: Any, generating: Iterable[CelPolicy] = (), *, kind: ResourceKind | None = None
+    ) -> list[dict[str, Any]] | None:
+        """The requests to record for an admitted request (``kind``: a subresource request's, see
+        `plan_update_requests`); None while paused (the caller does the work in memory)."""
         if self.paused:
             return None
-        return plan_update_requests(self.namespace, policies, review, generating)
+        return plan_update_requests(self.namespace, policies, review, generating, kind=kind)
 
     def plan_mutating(self, policies: Iterable[CelPolicy], review: Any) -> list[dict[str, Any]] | None:
         if self.paused:
@@ -607,7 +679,15 @@ class UpdateRequestController(InformerController):
             if current is None:
                 return [f"trigger {spec.get('resource')} not found"], False
             new, operation = current, "CREATE"
-        event = TriggerEvent(operation, new, old, info, gvk)
+        subresource = recorded_subresource(request)
+        if subresource is not None:
+            # the trigger is the request's own object, never stored: nothing to wait for or to find replaced
+            gvk = self.generator.subresource_kind(subresource.group, subresource.version, subresource.resource, subresource.subresource)
+            if gvk is None:
+                return [f"{subresource.resource}/{subresource.subresource} is not served"], False
+            event = TriggerEvent(operation, new, old, info, gvk, subresource=True, request_name=subresource.name)
+        else:
+            event = TriggerEvent(operation, new, old, info, gvk)
         nothing: frozenset[Any] = frozenset()
         if kind == MUTATE:
             scope = dataclasses.replace(event, generate_policies=nothing, mutate_rules=frozenset({(policy, str(spec.get("rule") or ""))}), generating_policies=nothing)
@@ -620,7 +700,7 @@ class UpdateRequestController(InformerController):
             scope = dataclasses.replace(event, cel_mutate=CelMutateTrigger(operation, new, old, user, (policy,), None))
         else:
             return [f"requestType {kind} is not handled"], True
-        if operation in ("CREATE", "UPDATE"):
+        if operation in ("CREATE", "UPDATE") and subresource is None:
             replaced = self.generator.trigger_replaced(scope)
             if replaced:
                 return [replaced], True

@@ -187,3 +187,155 @@ def test_request_name_of_a_connect_is_the_pods_though_its_object_has_none() -> N
     assert failures == []
     generated = cluster.find("ConfigMap", "ns1", "noted")
     assert generated is not None and generated["data"] == {"kind": "PodExecOptions", "pod": "web"}
+
+
+# -- recorded as UpdateRequests before the answer, replayed from the recorded admission request ---------------------
+def parsed(operation: str, obj: dict[str, Any], subresource: str, user: str = "alice") -> Any:
+    """The review as the webhook parses it (Kyverno's admission request, subresource and parent resource included)."""
+    from stockade.webhook.admission import parse_review
+
+    kind = {"group": obj["apiVersion"].rpartition("/")[0], "version": obj["apiVersion"].rpartition("/")[2], "kind": obj["kind"]}
+    request = {
+        "uid": "u1", "operation": operation, "namespace": "ns1", "name": "web", "subResource": subresource, "kind": kind,
+        "resource": {"group": "", "version": "v1", "resource": "pods"}, "object": obj, "userInfo": {"username": user, "groups": ["devs"]},
+    }
+    return parse_review({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request})
+
+
+def recording(*docs: dict[str, Any], cluster: Any = None) -> tuple[Any, GenerateController]:
+    from stockade.controllers.updaterequest import UpdateRequestWriter
+    from tests.unit.controllers.test_controllers_update_requests import NAMESPACE, UrCluster
+
+    if cluster is None:
+        cluster = UrCluster()
+        for name in ("ns1", NAMESPACE):
+            cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    generator = GenerateController(None, Store(*docs), cluster_data=cluster)
+    generator.update_requests = UpdateRequestWriter(None, NAMESPACE, cluster=cluster)
+    return cluster, generator
+
+
+def replay_all(cluster: Any, *docs: dict[str, Any]) -> list[Any]:
+    """A new leader (nothing of the admitting process's memory) replays every stored UpdateRequest once."""
+    from stockade.controllers.updaterequest import UpdateRequestController
+    from stockade.kube.informer import Informer
+    from tests.unit.controllers.test_controllers_update_requests import NAMESPACE, UrListWatch
+
+    leader = GenerateController(None, Store(*docs), cluster_data=cluster)
+    controller = UpdateRequestController(leader, NAMESPACE, cluster=cluster, max_retries=3)
+    controller.informer = Informer(UrListWatch(cluster))
+    controller.informer.apply_listing(cluster.update_requests())
+    return [controller.reconcile(f"{NAMESPACE}/{ur['metadata']['name']}") for ur in cluster.update_requests()]
+
+
+DURABLE = [
+    pytest.param("CREATE", EVICTION, "eviction", gpol(["pods/eviction"], ["*"]), "cel-generate", "Eviction", id="gpol-eviction-create"),
+    pytest.param("CONNECT", EXEC, "exec", gpol(["pods/exec"], ["CONNECT"]), "cel-generate", "PodExecOptions", id="gpol-exec-connect"),
+    pytest.param("CREATE", EVICTION, "eviction", cpol("Pod/eviction"), "generate", "Eviction", id="cpol-eviction-create"),
+    pytest.param("CONNECT", EXEC, "exec", cpol("Pod/exec"), "generate", "PodExecOptions", id="cpol-exec-connect"),
+]
+
+
+@pytest.mark.parametrize(("operation", "obj", "subresource", "policy", "request_type", "kind"), DURABLE)
+def test_a_subresource_trigger_is_recorded_before_the_answer_and_replayed_from_the_admission_request(
+    operation: str, obj: dict[str, Any], subresource: str, policy: dict[str, Any], request_type: str, kind: str
+) -> None:
+    """Kyverno's webhooks record a subresource request's work as any other, with the admission request (its
+    ``subResource`` and parent ``resource``); the background controller, finding no stored trigger, takes the
+    request's object from it (pkg/background/common GetTrigger).  Nothing waits in memory meanwhile, so the work
+    survives the admitting process: a new leader, knowing nothing of it, generates the downstream."""
+    cluster, generator = recording(policy)
+    record = generator.submit(parsed(operation, obj, subresource))
+    assert callable(record)
+    record()
+    assert generator.controller.queue.get(timeout=0) is None  # nothing held in memory
+    [stored] = cluster.update_requests()
+    spec = stored["spec"]
+    admission = spec["context"]["admissionRequestInfo"]["admissionRequest"]
+    assert (spec["requestType"], admission["operation"], admission["subResource"], admission["resource"]["resource"], admission["name"]) == (
+        request_type, operation, subresource, "pods", "web"
+    )
+    assert spec["ruleContext"][0]["trigger"]["kind"] == kind and spec["ruleContext"][0]["deleteDownstream"] is False
+    assert cluster.find("ConfigMap", "ns1", "noted") is None  # not done at admission
+    assert replay_all(cluster, policy) == [None]
+    generated = cluster.find("ConfigMap", "ns1", "noted")
+    assert generated is not None and generated["data"] == {"kind": kind}
+    assert cluster.update_requests() == []  # completed and deleted
+
+
+@pytest.mark.parametrize(
+    ("operation", "obj", "subresource", "policy"),
+    [
+        pytest.param("CREATE", EVICTION, "eviction", gpol(["pods"], ["CREATE"]), id="gpol-names-the-parent-only"),
+        pytest.param("CONNECT", EXEC, "exec", gpol(["pods/exec"], ["CREATE"]), id="gpol-names-another-operation"),
+        pytest.param("CONNECT", EXEC, "exec", cpol("Pod/eviction"), id="cpol-names-another-subresource"),
+        pytest.param("CREATE", EVICTION, "eviction", cpol("Pod"), id="cpol-names-the-parent-only"),
+    ],
+)
+def test_a_subresource_request_no_policy_names_records_nothing(operation: str, obj: dict[str, Any], subresource: str, policy: dict[str, Any]) -> None:
+    cluster, generator = recording(policy)
+    assert generator.submit(parsed(operation, obj, subresource)) is None
+    assert cluster.update_requests() == [] and generator.controller.queue.get(timeout=0) is None
+
+
+def test_request_name_of_a_replayed_connect_is_the_pods() -> None:
+    """The replay gives ``request.name`` the recorded request's name (the Pod), as the admission-time evaluation did."""
+    policy = cpol("Pod/exec")
+    policy["spec"]["rules"][0]["generate"]["data"]["data"]["pod"] = "{{request.name}}"
+    cluster, generator = recording(policy)
+    record = generator.submit(parsed("CONNECT", EXEC, "exec"))
+    assert callable(record)
+    record()
+    assert replay_all(cluster, policy) == [None]
+    generated = cluster.find("ConfigMap", "ns1", "noted")
+    assert generated is not None and generated["data"] == {"kind": "PodExecOptions", "pod": "web"}
+
+
+def test_a_binding_records_a_mutate_existing_request_replayed_on_the_bound_pod() -> None:
+    """Kyverno's Pod/binding trigger of a mutate-existing rule: one ``mutate`` request naming the Binding as its
+    resource; its replay patches the Pod the request names."""
+    policy = {
+        "apiVersion": "kyverno.io/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": "on-binding"},
+        "spec": {
+            "rules": [
+                {
+                    "name": "label-bound-pod",
+                    "match": {"any": [{"resources": {"kinds": ["Pod/binding"]}}]},
+                    "mutate": {
+                        "targets": [{"apiVersion": "v1", "kind": "Pod", "name": "{{ request.name }}", "namespace": "{{ request.namespace }}"}],
+                        "patchStrategicMerge": {"metadata": {"labels": {"node": "{{ request.object.target.name }}"}}},
+                    },
+                }
+            ]
+        },
+    }
+    cluster, generator = recording(policy)
+    cluster.add({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "ns1"}})
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "web", "namespace": "ns1"}, "target": {"kind": "Node", "name": "node-1"}}
+    record = generator.submit(parsed("CREATE", binding, "binding"))
+    assert callable(record)
+    record()
+    [stored] = cluster.update_requests()
+    assert (stored["spec"]["requestType"], stored["spec"]["rule"], stored["spec"]["resource"]["kind"]) == ("mutate", "label-bound-pod", "Binding")
+    assert ((cluster.find("Pod", "ns1", "web") or {}).get("metadata") or {}).get("labels") is None
+    assert replay_all(cluster, policy) == [None]
+    assert ((cluster.find("Pod", "ns1", "web") or {}).get("metadata") or {}).get("labels") == {"node": "node-1"}
+    assert cluster.update_requests() == []
+
+
+def test_a_failed_write_leaves_the_subresource_work_in_memory() -> None:
+    """Without the UpdateRequest resource (a 404) the work is done in memory, as for any other trigger."""
+    cluster = FakeCluster()
+    cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns1"}})
+    _, generator = recording(cpol("Pod/eviction"), cluster=cluster)
+    record = generator.submit(parsed("CREATE", EVICTION, "eviction"))
+    assert callable(record)
+    record()
+    key = generator.controller.queue.get(timeout=0)
+    assert key is not None
+    event = generator.queued_event(key)
+    assert isinstance(event, TriggerEvent) and event.subresource and event.request_name == "web"
+    assert generator.process_event(event) == []
+    assert cluster.find("ConfigMap", "ns1", "noted") is not None
