@@ -40,6 +40,9 @@ def controller(kubeconfig: str | None, store_dir: str | None, resync: float, max
     from stockade.controllers.registration import load_api_client
     from stockade.reflector.store import TagStore
 
+    from stockade.cli.allocator import tune
+
+    tune()  # before the informer and queue threads start
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     api_client = load_api_client(kubeconfig)
     elector_factory = None

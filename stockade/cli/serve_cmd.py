@@ -117,6 +117,9 @@ def serve(policies: tuple[str, ...], **options: Any) -> None:
 
         trace_ids = current_trace_ids
     configure_logging(options["log_level"], options["log_format"] == "json", LOG_FORMAT, trace_ids)
+    from stockade.cli.allocator import tune
+
+    tune()  # before any thread or worker process starts: they inherit it
     sys.exit(run_serve(list(policies), **options))
 
 

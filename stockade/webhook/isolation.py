@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import gc
 import itertools
 import json
 import logging
@@ -443,6 +444,9 @@ class PolicyUpdate:
 def worker_main(connection: Any, setup: WorkerSetup | None, memory_bytes: int | None) -> None:
     """Entry point of a worker process."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole group; the server decides when we go
+    # What the forkserver holds (the engine, the cluster client) stays shared: a collection walking those objects
+    # would write to their pages and copy each into this process.
+    gc.freeze()
     if memory_bytes:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_DATA, (memory_bytes, memory_bytes))
