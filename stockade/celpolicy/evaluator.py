@@ -227,6 +227,15 @@ class CelPolicyEvaluator:
         return self._run_validations(policy, spec, scope)
 
     def _run_validations(self, policy: CelPolicy, spec: dict[str, Any], scope: Scope) -> _Outcome:
+        validations = spec.get("validations")
+        failed = chained_verdict(scope, spec.get("variables"), validations)
+        if failed is not None and isinstance(validations, list):
+            if failed == len(validations):
+                return _Outcome("pass", "success")
+            validation = validations[failed]
+            if validation.get("messageExpression"):
+                scope.bind_variables(spec.get("variables"))  # the message may read variables
+            return _Outcome("fail", validation_message(scope, validation, failed))
         scope.bind_variables(spec.get("variables"))
         for index, validation in enumerate(spec.get("validations") or []):
             expression = str(validation.get("expression", ""))
@@ -767,6 +776,22 @@ def _set_namespace(metadata: dict[str, Any], namespace: str) -> None:
 
 
 __all__ = ["CelPolicyEvaluator", "GeneratedPlacement", "PolicyCompileError"]
+
+
+def chained_verdict(scope: Scope, variables: Any, validations: Any) -> int | None:
+    """The index of the first false validation from the policy's chained program (see
+    :mod:`stockade.celpolicy.chain`), ``len(validations)`` when all hold; None when the policy is not chained or the
+    program failed, and the validations must be evaluated one by one (which reports any error)."""
+    if not isinstance(validations, list) or not (variables is None or isinstance(variables, list)):
+        return None
+    chain = scope.compiler.validation_chain(scope.policy_key, variables, validations)
+    if chain is None:
+        return None
+    try:
+        failed = chain.first_failure(scope.activation)
+    except CelError:
+        return None
+    return len(validations) if failed is None else failed
 
 
 def validation_message(scope: Any, validation: dict[str, Any], index: int) -> str:
