@@ -185,7 +185,13 @@ def _build(compiler: PolicyCompiler, policy_key: str, variables: Sequence[Any], 
                 for index, (expression, used) in enumerate(zip(checks, check_references))]
     body = f"math.least([{', '.join(elements)}, {count}])"
     for level in sorted(by_level, reverse=True):
-        values = ", ".join(source_of(expressions[names.index(name)], references[name]) for name in by_level[level])
+        # ``dyn`` as ``variables`` is in the one-by-one path: expressions type-check the same against the value
+        # (an inlined optional or type value keeps its static type there, and here).
+        values = ", ".join(
+            source_of(expressions[names.index(name)], references[name]) if name in inline
+            else f"dyn({source_of(expressions[names.index(name)], references[name])})"
+            for name in by_level[level]
+        )
         body = bind_once(f"{_LEVEL_PREFIX}{level}", f"[{values}]", body)
     label = f"<validations of {policy_key}>"
     try:
