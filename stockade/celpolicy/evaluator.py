@@ -311,6 +311,13 @@ class CelPolicyEvaluator:
 
     def _k8s_validations(self, scope: Scope, variables: Any, validations: Any, ignore: bool, default_message: str, deny_errors: bool = False) -> _Outcome:
         """Kubernetes validator semantics: first denial wins; errors obey the failure policy."""
+        failed = chained_verdict(scope, variables, validations)
+        if failed is not None and isinstance(validations, list):
+            if failed == len(validations):
+                return _Outcome("pass", "")
+            if validations[failed].get("messageExpression"):
+                scope.bind_variables(variables)  # the message may read variables
+            return _Outcome("fail", _k8s_failure_message(scope, validations[failed], failed, default_message))
         scope.bind_variables(variables)
         for index, validation in enumerate(validations or []):
             expression = str(validation.get("expression", ""))
@@ -325,19 +332,7 @@ class CelPolicyEvaluator:
                 return _Outcome("fail" if deny_errors else "error", message)
             if ok:
                 continue
-            message = ""
-            if validation.get("messageExpression"):
-                try:
-                    value = scope.evaluate(f"spec.validations[{index}].messageExpression", str(validation["messageExpression"]))
-                    if isinstance(value, str) and value.strip():
-                        message = value
-                except CelError:
-                    message = ""
-            if not message:
-                message = str(validation.get("message") or default_message or "")
-            if not message:
-                message = f"failed expression: {expression}"
-            return _Outcome("fail", message)
+            return _Outcome("fail", _k8s_failure_message(scope, validation, index, default_message))
         return _Outcome("pass", "")
 
     # -- validate.cel in ClusterPolicy/Policy ----------------------------------------------------------------------
@@ -776,6 +771,19 @@ def _set_namespace(metadata: dict[str, Any], namespace: str) -> None:
 
 
 __all__ = ["CelPolicyEvaluator", "GeneratedPlacement", "PolicyCompileError"]
+
+
+def _k8s_failure_message(scope: Scope, validation: dict[str, Any], index: int, default_message: str) -> str:
+    """Kubernetes' message for a false validation: a non-blank messageExpression result, else message, else the
+    rule's default, else the expression."""
+    if validation.get("messageExpression"):
+        try:
+            value = scope.evaluate(f"spec.validations[{index}].messageExpression", str(validation["messageExpression"]))
+            if isinstance(value, str) and value.strip():
+                return value
+        except CelError:
+            pass
+    return str(validation.get("message") or default_message or "") or f"failed expression: {validation.get('expression', '')}"
 
 
 def chained_verdict(scope: Scope, variables: Any, validations: Any) -> int | None:

@@ -211,3 +211,51 @@ def test_chain_is_built_once_per_policy() -> None:
     first = compiler.validation_chain(subject.key, spec["variables"], spec["validations"])
     assert first is not None
     assert compiler.validation_chain(subject.key, spec["variables"], spec["validations"]) is first
+
+
+def admission_policy(variables: list[dict[str, str]], validations: list[dict[str, str]], failure: str = "Fail") -> CelPolicy:
+    return CelPolicy(
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": "vap-chain"},
+            "spec": {
+                "failurePolicy": failure,
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+                "variables": variables,
+                "validations": validations,
+            },
+        }
+    )
+
+
+def admission_outcome(subject: CelPolicy) -> tuple[tuple[str, str], bool]:
+    compiler = PolicyCompiler()
+    response = CelPolicyEvaluator(compiler=compiler).validate_admission(subject, [], AdmissionInput(POD, operation="CREATE"))
+    assert len(response.rules) == 1
+    chained = compiler.validation_chain(subject.key, subject.spec["variables"], subject.spec["validations"]) is not None
+    return (response.rules[0].status, response.rules[0].message), chained
+
+
+def test_admission_policy_message_expression_reads_variables() -> None:
+    subject = admission_policy([CONTAINERS], [
+        {"expression": "variables.containers.size() > 0"},
+        {"expression": "variables.containers.size() < 2", "messageExpression": "string(variables.containers.size()) + ' containers'"},
+    ])
+    assert admission_outcome(subject) == (("fail", "3 containers"), True)
+
+
+def test_admission_policy_blank_message_expression_falls_back_to_the_expression() -> None:
+    # Kubernetes: a messageExpression that yields a blank string is ignored; without a message the failed
+    # expression is named.
+    subject = admission_policy([CONTAINERS], [{"expression": "variables.containers.size() < 2", "messageExpression": "' '"}])
+    assert admission_outcome(subject) == (("fail", "failed expression: variables.containers.size() < 2"), True)
+
+
+def test_admission_policy_ignore_skips_a_validation_whose_variable_fails() -> None:
+    # failurePolicy Ignore: a validation that errors is skipped; the next one decides.
+    subject = admission_policy([{"name": "bad", "expression": "object.spec.nothing.here"}], [
+        {"expression": "variables.bad == 1", "message": "bad"},
+        {"expression": "object.spec.replicas > 5", "message": "few replicas"},
+    ], failure="Ignore")
+    assert admission_outcome(subject) == (("fail", "few replicas"), True)
