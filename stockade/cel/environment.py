@@ -331,6 +331,7 @@ class CelEnvironment:
         self._time_limit = time_limit_seconds
         self._env = _native_env(self.variables, self.libraries)
         self._cache: dict[str, CelProgram] = {}
+        self._prepared_cache: dict[str, CelProgram] = {}
         self._optional_wrapping = "ext.optional" in self.libraries
 
     def compile(self, expression: str) -> CelProgram:
@@ -354,6 +355,26 @@ class CelEnvironment:
         compiled = CelProgram(expression, program, self._time_limit, optional)
         if len(self._cache) < 10_000:
             self._cache[expression] = compiled
+        return compiled
+
+    def prepare(self, expression: str) -> str:
+        """The source :meth:`compile` hands the backend for ``expression`` (see :func:`prepare_source`)."""
+        return prepare_source(expression, self.libraries)
+
+    def compile_prepared(self, source: str, expression: str) -> CelProgram:
+        """Compile ``source`` exactly as given: text built from :meth:`prepare` output, which must not be rewritten
+        again.  ``expression`` names the program in errors and ``repr``; no optional wrapping (a caller building
+        such text decides its result type)."""
+        cached = self._prepared_cache.get(source)
+        if cached is not None:
+            return cached
+        try:
+            program = self._env.compile(source)
+        except Exception as error:  # noqa: BLE001 - backend raises bare RuntimeError
+            raise _compile_error(expression, source, str(error)) from error
+        compiled = CelProgram(expression, program, self._time_limit)
+        if len(self._prepared_cache) < 10_000:
+            self._prepared_cache[source] = compiled
         return compiled
 
     def evaluate(self, expression: str, values: Mapping[str, Any]) -> Any:

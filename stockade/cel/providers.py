@@ -290,3 +290,11 @@ def provider_implementations(
 
 
 PROVIDER_KEYS: tuple[str, ...] = tuple(_PROVIDER_FUNCTIONS) + ("authorizer",)
+
+
+# The identifiers through which an expression reaches a provider (a namespace such as ``resource`` of
+# ``resource.Get``, or a global function name): an expression mentioning none of them makes no provider call.
+PROVIDER_IDENTIFIERS: frozenset[str] = frozenset(
+    {name.split(".")[0] for entries in _PROVIDER_FUNCTIONS.values() for name, _, _, member, _ in entries if not member}
+    | {"authorizer"}
+)

@@ -227,6 +227,15 @@ class CelPolicyEvaluator:
         return self._run_validations(policy, spec, scope)
 
     def _run_validations(self, policy: CelPolicy, spec: dict[str, Any], scope: Scope) -> _Outcome:
+        validations = spec.get("validations")
+        failed = chained_verdict(scope, spec.get("variables"), validations)
+        if failed is not None and isinstance(validations, list):
+            if failed == len(validations):
+                return _Outcome("pass", "success")
+            validation = validations[failed]
+            if validation.get("messageExpression"):
+                scope.bind_variables(spec.get("variables"))  # the message may read variables
+            return _Outcome("fail", validation_message(scope, validation, failed))
         scope.bind_variables(spec.get("variables"))
         for index, validation in enumerate(spec.get("validations") or []):
             expression = str(validation.get("expression", ""))
@@ -302,6 +311,13 @@ class CelPolicyEvaluator:
 
     def _k8s_validations(self, scope: Scope, variables: Any, validations: Any, ignore: bool, default_message: str, deny_errors: bool = False) -> _Outcome:
         """Kubernetes validator semantics: first denial wins; errors obey the failure policy."""
+        failed = chained_verdict(scope, variables, validations)
+        if failed is not None and isinstance(validations, list):
+            if failed == len(validations):
+                return _Outcome("pass", "")
+            if validations[failed].get("messageExpression"):
+                scope.bind_variables(variables)  # the message may read variables
+            return _Outcome("fail", _k8s_failure_message(scope, validations[failed], failed, default_message))
         scope.bind_variables(variables)
         for index, validation in enumerate(validations or []):
             expression = str(validation.get("expression", ""))
@@ -316,19 +332,7 @@ class CelPolicyEvaluator:
                 return _Outcome("fail" if deny_errors else "error", message)
             if ok:
                 continue
-            message = ""
-            if validation.get("messageExpression"):
-                try:
-                    value = scope.evaluate(f"spec.validations[{index}].messageExpression", str(validation["messageExpression"]))
-                    if isinstance(value, str) and value.strip():
-                        message = value
-                except CelError:
-                    message = ""
-            if not message:
-                message = str(validation.get("message") or default_message or "")
-            if not message:
-                message = f"failed expression: {expression}"
-            return _Outcome("fail", message)
+            return _Outcome("fail", _k8s_failure_message(scope, validation, index, default_message))
         return _Outcome("pass", "")
 
     # -- validate.cel in ClusterPolicy/Policy ----------------------------------------------------------------------
@@ -767,6 +771,35 @@ def _set_namespace(metadata: dict[str, Any], namespace: str) -> None:
 
 
 __all__ = ["CelPolicyEvaluator", "GeneratedPlacement", "PolicyCompileError"]
+
+
+def _k8s_failure_message(scope: Scope, validation: dict[str, Any], index: int, default_message: str) -> str:
+    """Kubernetes' message for a false validation: a non-blank messageExpression result, else message, else the
+    rule's default, else the expression."""
+    if validation.get("messageExpression"):
+        try:
+            value = scope.evaluate(f"spec.validations[{index}].messageExpression", str(validation["messageExpression"]))
+            if isinstance(value, str) and value.strip():
+                return value
+        except CelError:
+            pass
+    return str(validation.get("message") or default_message or "") or f"failed expression: {validation.get('expression', '')}"
+
+
+def chained_verdict(scope: Scope, variables: Any, validations: Any) -> int | None:
+    """The index of the first false validation from the policy's chained program (see
+    :mod:`stockade.celpolicy.chain`), ``len(validations)`` when all hold; None when the policy is not chained or the
+    program failed, and the validations must be evaluated one by one (which reports any error)."""
+    if not isinstance(validations, list) or not (variables is None or isinstance(variables, list)):
+        return None
+    chain = scope.compiler.validation_chain(scope.policy_key, variables, validations)
+    if chain is None:
+        return None
+    try:
+        failed = chain.first_failure(scope.activation)
+    except CelError:
+        return None
+    return len(validations) if failed is None else failed
 
 
 def validation_message(scope: Any, validation: dict[str, Any], index: int) -> str:

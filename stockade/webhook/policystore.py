@@ -552,6 +552,7 @@ def _cel_policy_problem(data: dict[str, Any], compiler: Any) -> str | None:
     mode = (spec.get("evaluation") or {}).get("mode") if isinstance(spec.get("evaluation"), dict) else None
     if mode not in (None, "", "Kubernetes"):
         return None  # HTTP/Envoy payload policies use other variables and never reach the admission webhook
+    keeps_programs = compiler is not None
     compiler = compiler or PolicyCompiler()
     identity = policy_identity(data)
     key = f"{identity[1]}/{identity[2]}/{identity[3]}"
@@ -577,7 +578,14 @@ def _cel_policy_problem(data: dict[str, Any], compiler: Any) -> str | None:
                     compiler.compile(key, field_path, value)
                 except PolicyCompileError as exc:
                     return f"{field_path}: {exc.error.message} (expression {value!r})"
+    if keeps_programs and identity[1] in _CHAINED_KINDS:
+        # the validations as one program (stockade.celpolicy.chain), built now rather than on the first review
+        compiler.validation_chain(key, spec.get("variables"), spec.get("validations"))
     return None
+
+
+# Kinds served here whose validations the evaluator chains.
+_CHAINED_KINDS = frozenset({"ValidatingPolicy", "NamespacedValidatingPolicy"})
 
 
 __all__ = [
