@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stockade.engine.context import ContextError
+from stockade.engine.context import ContextError, EngineContext
 from stockade.engine.contextloader import ContextLoader, ContextLoadError, ContextProviders
 from stockade.engine.exceptions import exception_keys, matching_exceptions
 from stockade.engine.handlers.generate import ResourceLookup
@@ -70,6 +70,17 @@ class Request:
     # More fields of an AdmissionReview request (name, uid, kind, resource, subResource, dryRun), which Kyverno's
     # admission context carries under ``request``; empty offline and in background scans, where there is no request
     admission: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    """A request made ready for evaluation by several policies (``Engine.prepare``)."""
+
+    request: Request
+    new_resource: dict[str, Any]
+    old_resource: dict[str, Any]
+    gvk: ResourceKind
+    json_context: EngineContext
 
 
 _MAX_KINDS_PER_POLICY = 256
@@ -181,6 +192,11 @@ class Engine:
 
     # -- policy context -------------------------------------------------------------------------------------------
     def policy_context(self, policy: KyvernoPolicy, request: Request) -> PolicyContext:
+        return self.bind(policy, self.prepare(request))
+
+    def prepare(self, request: Request) -> PreparedRequest:
+        """What every policy's evaluation of ``request`` shares: the resources as the engine sees them and one JSON
+        context, built once per request as Kyverno's admission handlers do, not once per policy."""
         new_resource = {} if request.operation == "DELETE" else request.resource
         old_resource = request.old_resource
         if request.operation == "DELETE" and not old_resource:
@@ -205,17 +221,23 @@ class Engine:
             # values may rewrite the object under review (e.g. request.object.metadata.name)
             new_resource = request_data.get("object") or {} if request.operation != "DELETE" else {}
             old_resource = request_data.get("oldObject") or old_resource
-        loader = ContextLoader(self.providers, policy.name, policy.namespace)
+        return PreparedRequest(request, new_resource, old_resource, gvk, ctx)
+
+    def bind(self, policy: KyvernoPolicy, prepared: PreparedRequest) -> PolicyContext:
+        """A policy's context over a prepared request.  Contexts bound to one PreparedRequest share its JSON context:
+        evaluate them one after another (every phase checkpoints the context and restores it when done), never
+        interleaved, and never after a mutation changed the resource (mutation rebuilds per policy)."""
+        request = prepared.request
         return PolicyContext(
             policy=policy,
-            new_resource=new_resource,
-            old_resource=old_resource,
+            new_resource=prepared.new_resource,
+            old_resource=prepared.old_resource,
             operation=request.operation,
-            json_context=ctx,
-            gvk=gvk,
+            json_context=prepared.json_context,
+            gvk=prepared.gvk,
             request_info=request.info,
             namespace_labels=request.namespace_labels,
-            context_loader=loader,
+            context_loader=ContextLoader(self.providers, policy.name, policy.namespace),
             exceptions=self.exceptions,
         )
 

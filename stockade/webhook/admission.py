@@ -822,9 +822,11 @@ class AdmissionEvaluator:
         request = self.with_roles(request)
         # The object arriving here already went through the mutating webhook, so only validation runs.
         engine_request = self.engine_request(request)
+        # one JSON context for every policy of this review (each evaluation restores it when done)
+        prepared = self.engine.prepare(engine_request)
         # verifyImages results are trusted only when this process verified them; the cache makes this a lookup
         records = {
-            policy.key: self.engine.verify_images(self.engine.policy_context(policy, engine_request))[1]
+            policy.key: self.engine.verify_images(self.engine.bind(policy, prepared))[1]
             for policy in verifying
             if not self._expired(policy, started)
         }
@@ -833,7 +835,7 @@ class AdmissionEvaluator:
             if self._expired(policy, started):
                 responses.append(timed_out_response(policy, None, request.subject, self._budget(policy), "Validation"))
                 continue
-            response = self.engine.validate(self.engine.policy_context(policy, engine_request), records.get(policy.key))
+            response = self.engine.validate(self.engine.bind(policy, prepared), records.get(policy.key))
             if self._expired(policy, started):
                 responses.append(timed_out_response(policy, response, request.subject, self._budget(policy), "Validation"))
                 continue
