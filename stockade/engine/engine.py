@@ -119,28 +119,25 @@ def rules_for_kind(policy: KyvernoPolicy, gvk: ResourceKind) -> list[Rule]:
 
 
 # The rule's own failureAction and the policy's are cached apart, each keyed by its own document: YAML aliases can make
-# two policies share one rule dict while their validationFailureAction differs.
-_RULE_ACTIONS: IdentityMemo[dict[str, Any], str | None] = IdentityMemo(50_000)
-_POLICY_ACTIONS: IdentityMemo[dict[str, Any], str] = IdentityMemo(4096)
+# two policies share one rule dict while their validationFailureAction differs.  Each entry: (the action, whether
+# the document has overrides that need the request to decide).
+_RULE_ACTIONS: IdentityMemo[dict[str, Any], tuple[str | None, bool]] = IdentityMemo(50_000)
+_POLICY_ACTIONS: IdentityMemo[dict[str, Any], tuple[str, bool]] = IdentityMemo(4096)
 
 
 def _normalized_action(action: object) -> str:
     return "Enforce" if str(action).lower() == "enforce" else "Audit"
 
 
-def _rule_own_action(rule_raw: dict[str, Any]) -> str | None:
-    action = (rule_raw.get("validate") or {}).get("failureAction")
-    return _normalized_action(action) if action else None
+def _rule_own_action(rule_raw: dict[str, Any]) -> tuple[str | None, bool]:
+    validate = rule_raw.get("validate") or {}
+    action = validate.get("failureAction")
+    return (_normalized_action(action) if action else None), bool(validate.get("failureActionOverrides"))
 
 
-def _policy_action(policy_raw: dict[str, Any]) -> str:
-    return _normalized_action(KyvernoPolicy(policy_raw).validation_failure_action)
-
-
-def _static_failure_action(policy: KyvernoPolicy, rule: Rule) -> str:
-    """A rule's failure action when its policy has no per-namespace overrides: the rule's own ``failureAction``,
-    else the policy's; each worked out once per document (held by identity, like the other per-rule caches)."""
-    return _RULE_ACTIONS.get(rule.raw, _rule_own_action) or _POLICY_ACTIONS.get(policy.raw, _policy_action)
+def _policy_action(policy_raw: dict[str, Any]) -> tuple[str, bool]:
+    policy = KyvernoPolicy(policy_raw)
+    return _normalized_action(policy.validation_failure_action), bool(policy.validation_failure_action_overrides)
 
 
 def _matching_override(overrides: Any, pctx: PolicyContext) -> str:
@@ -266,6 +263,7 @@ class Engine:
         resource = pctx.new_resource
         response = EngineResponse(pctx.policy, pctx.new_resource or pctx.old_resource, resource, namespace_labels=pctx.namespace_labels)
         applied = 0
+        apply_one = pctx.policy.apply_rules == "One"
         ctx.checkpoint()
         try:
             for rule in rules_for_kind(pctx.policy, pctx.gvk):
@@ -293,7 +291,7 @@ class Engine:
                     response.rules.append(single)
                     if single.status in (PASS, FAIL):
                         applied += 1
-                if pctx.policy.apply_rules == "One" and applied > 0:
+                if apply_one and applied > 0:
                     break
         finally:
             ctx.reset()
@@ -303,16 +301,21 @@ class Engine:
     def _invoke(
         self, pctx: PolicyContext, rule: Rule, rule_type: str, resource: dict[str, Any], handler: PhaseHandler
     ) -> HandlerResult:
-        try:
-            pctx.context_loader.load(rule.context, pctx.json_context, rule.name, is_delete=pctx.is_delete)
-        except (ContextLoadError, JMESPathError, ContextError, SubstitutionError) as exc:
-            return resource, rule_error(rule.name, rule_type, "failed to load context", exc)
-        try:
-            ok, message = evaluate_conditions(rule.preconditions, pctx.json_context, is_delete=pctx.is_delete)
-        except ConditionEvaluationError as exc:
-            return resource, rule_error(rule.name, rule_type, "failed to evaluate preconditions", exc, precondition_error=True)
-        if not ok:
-            return resource, rule_skip(rule.name, rule_type, "; ".join(m for m in ("preconditions not met", message) if m))
+        raw = rule.raw
+        loader = pctx.context_loader
+        if raw.get("context") or loader.has_values:
+            try:
+                loader.load(rule.context, pctx.json_context, rule.name, is_delete=pctx.is_delete)
+            except (ContextLoadError, JMESPathError, ContextError, SubstitutionError) as exc:
+                return resource, rule_error(rule.name, rule_type, "failed to load context", exc)
+        preconditions = raw.get("preconditions")
+        if preconditions is not None:
+            try:
+                ok, message = evaluate_conditions(preconditions, pctx.json_context, is_delete=pctx.is_delete)
+            except ConditionEvaluationError as exc:
+                return resource, rule_error(rule.name, rule_type, "failed to evaluate preconditions", exc, precondition_error=True)
+            if not ok:
+                return resource, rule_skip(rule.name, rule_type, "; ".join(m for m in ("preconditions not met", message) if m))
         exceptions = matching_exceptions(pctx, rule.name)
         if exceptions:
             if (rule.validate or {}).get("podSecurity") is None:
@@ -327,7 +330,7 @@ class Engine:
             extra = [control for e in exceptions for control in e.pod_security]
             return resource, validate_pod_security_rule(pctx, rule, extra, exception_keys(exceptions))
         resource, outcome = handler(pctx, rule, resource)
-        report_properties = rule.raw.get("reportProperties")
+        report_properties = raw.get("reportProperties")
         if outcome is not None and isinstance(report_properties, dict) and report_properties:
             add_report_properties(pctx, report_properties, outcome if isinstance(outcome, list) else [outcome])
         return resource, outcome
@@ -337,11 +340,13 @@ class Engine:
         """Kyverno's per-rule action: the rule's first matching ``failureActionOverrides`` entry, else its
         ``failureAction``, else the policy's first matching ``validationFailureActionOverrides`` entry, else its
         ``validationFailureAction``."""
+        own_action, rule_has_overrides = _RULE_ACTIONS.get(rule.raw, _rule_own_action)
+        policy_action, policy_has_overrides = _POLICY_ACTIONS.get(pctx.policy.raw, _policy_action)
+        if not rule_has_overrides and not policy_has_overrides:
+            return own_action or policy_action
         validate = rule.validate or {}
         rule_overrides = validate.get("failureActionOverrides")
         policy_overrides = pctx.policy.validation_failure_action_overrides
-        if not rule_overrides and not policy_overrides:
-            return _static_failure_action(pctx.policy, rule)
         action = (
             _matching_override(rule_overrides, pctx)
             or validate.get("failureAction")
