@@ -71,18 +71,20 @@ class Validator:
         pctx = self.pctx
         name = self.rule.name
         if self.nesting > 0:
-            try:
-                pctx.context_loader.load(
-                    self.context_entries, pctx.json_context, name, foreach_index=self.foreach_index, is_delete=pctx.is_delete
-                )
-            except (ContextLoadError, JMESPathError, ContextError, SubstitutionError) as exc:
-                return rule_error(name, VALIDATION, "failed to load context", exc)
-            try:
-                ok, message = evaluate_conditions(self.conditions, pctx.json_context, is_delete=pctx.is_delete)
-            except ConditionEvaluationError as exc:
-                return rule_error(name, VALIDATION, "failed to evaluate preconditions", exc, precondition_error=True)
-            if not ok:
-                return rule_skip(name, VALIDATION, "; ".join(m for m in ("preconditions not met", message) if m))
+            if self.context_entries or pctx.context_loader.has_values:
+                try:
+                    pctx.context_loader.load(
+                        self.context_entries, pctx.json_context, name, foreach_index=self.foreach_index, is_delete=pctx.is_delete
+                    )
+                except (ContextLoadError, JMESPathError, ContextError, SubstitutionError) as exc:
+                    return rule_error(name, VALIDATION, "failed to load context", exc)
+            if self.conditions is not None:
+                try:
+                    ok, message = evaluate_conditions(self.conditions, pctx.json_context, is_delete=pctx.is_delete)
+                except ConditionEvaluationError as exc:
+                    return rule_error(name, VALIDATION, "failed to evaluate preconditions", exc, precondition_error=True)
+                if not ok:
+                    return rule_skip(name, VALIDATION, "; ".join(m for m in ("preconditions not met", message) if m))
         if self.block.get("deny") is not None:
             return self._validate_deny()
         if self.block.get("pattern") is not None or self.block.get("anyPattern") is not None:
