@@ -186,6 +186,7 @@ class Engine:
         self.registry_mutation = registry_mutation
         # Looked up per rule, so handlers registered after construction (stockade.celpolicy's) are found.
         self.handlers = handlers or DEFAULT_HANDLERS
+        self._validate_handler: tuple[ContextProviders, ResourceLookup | None, PhaseHandler] | None = None
 
     # -- policy context -------------------------------------------------------------------------------------------
     def policy_context(self, policy: KyvernoPolicy, request: Request) -> PolicyContext:
@@ -400,14 +401,26 @@ class Engine:
         return response, shared
 
     def validate(self, pctx: PolicyContext, verification_record: VerificationRecord | None = None) -> EngineResponse:
-        def wants(rule: Rule) -> bool:
-            return rule.has_validate() or rule.has_verify_images()
+        if verification_record is None:
+            handler = self._plain_validate_handler()
+        else:
+            handler = self._dispatch(validate_type, self._services(verification_record))
+        return self._run_rules(pctx, RULE_TYPE_VALIDATION, _wants_validation, handler)
 
-        handler = self._dispatch(validate_type, self._services(verification_record))
-        return self._run_rules(pctx, RULE_TYPE_VALIDATION, wants, handler)
+    def _plain_validate_handler(self) -> PhaseHandler:
+        """The validate phase's handler without a verification record, built once for the engine's services (the
+        admission path asks for it for every policy of every review)."""
+        cached = self._validate_handler
+        if cached is None or cached[0] is not self.providers or cached[1] is not self.resource_lookup:
+            cached = self._validate_handler = (self.providers, self.resource_lookup, self._dispatch(validate_type, self._services()))
+        return cached[2]
 
     def generate(self, pctx: PolicyContext) -> EngineResponse:
         return self._run_rules(pctx, RULE_TYPE_GENERATION, Rule.has_generate, self._dispatch(lambda rule: GENERATE, self._services()))
+
+
+def _wants_validation(rule: Rule) -> bool:
+    return rule.has_validate() or rule.has_verify_images()
 
 
 _PHASE_OF_TYPE = {MUTATE: RULE_TYPE_MUTATION, MUTATE_EXISTING: RULE_TYPE_MUTATION, GENERATE: RULE_TYPE_GENERATION}

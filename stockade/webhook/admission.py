@@ -547,6 +547,7 @@ class AdmissionEvaluator:
             ]
         self._timeouts: IdentityMemo[Any, float] = IdentityMemo(_MAX_TIMEOUTS)
         self._in_play: dict[tuple[str, str | None], list[Any]] = {}
+        self._validating: dict[str | None, list[KyvernoPolicy]] = {}
         self._scoped: dict[PolicyScope, AdmissionEvaluator] = {}
         # roles cost API lookups: resolved only when some loaded policy can look at them
         self.needs_roles = any(uses_roles(p) for p in self.policies)
@@ -692,10 +693,18 @@ class AdmissionEvaluator:
             kyverno = [p for p in self.policies_for(failure) if p.has_mutate()]
             chosen: list[Any] = kyverno + mutating + [p for p in verifying if p not in kyverno] if (kyverno or mutating or verifying) else []
         else:
-            ids = {id(p) for p in verifying}
-            chosen = [p for p in self.policies_for(failure) if p.has_validate() or id(p) in ids] + self.cel_policies_for(failure)
+            chosen = self._validating_policies(failure) + self.cel_policies_for(failure)
         self._in_play[(phase, failure)] = chosen
         return chosen
+
+    def _validating_policies(self, failure: str | None) -> list[KyvernoPolicy]:
+        """The ClusterPolicies/Policies a validating call of this webhook variant evaluates (validate rules, or
+        verifyImages results to check), worked out once per evaluator."""
+        cached = self._validating.get(failure)
+        if cached is None:
+            verifying = {id(p) for p in self._verifying(failure)}
+            cached = self._validating[failure] = [p for p in self.policies_for(failure) if p.has_validate() or id(p) in verifying]
+        return cached
 
     def budget(self, policies: Iterable[Any]) -> float:
         """The smallest time budget among ``policies`` (the default when there are none)."""
@@ -814,8 +823,8 @@ class AdmissionEvaluator:
         """Deny on Enforce failures (and errors of Fail policies, timeouts included); report everything else as
         warnings.  ``started`` is when the request arrived; each policy's timeout counts from it."""
         verifying = self._verifying(failure)
-        verifying_ids = {id(p) for p in verifying}
-        policies = [p for p in self.policies_for(failure) if p.has_validate() or id(p) in verifying_ids]
+        verifying_ids = {id(p) for p in verifying} if verifying else set()
+        policies = self._validating_policies(failure)
         if not policies and not self.cel_policies_for(failure):
             return AdmissionDecision(allowed=True)
         started = self.clock() if started is None else started
