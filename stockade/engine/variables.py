@@ -173,13 +173,15 @@ def substitute_all(
 
     All strings of the document share one growth budget (``MAX_SUBSTITUTION_GROWTH``).
     """
+    if isinstance(document, str):
+        if "{{" not in document:
+            return document
+        return substitute_string(document, ctx, path, is_delete=is_delete, budget=budget)
+    if isinstance(document, (dict, list)) and not has_variables(document):
+        return document  # the usual case for policy documents: nothing to substitute, nothing copied
     if budget is None:
         budget = _GrowthBudget()
-    if isinstance(document, str):
-        return substitute_string(document, ctx, path, is_delete=is_delete, budget=budget)
     if isinstance(document, dict):
-        if not has_variables(document):
-            return document
         result: dict[str, Any] = {}
         for key, value in document.items():
             new_key = key
@@ -188,8 +190,6 @@ def substitute_all(
             result[new_key] = substitute_all(value, ctx, (*path, key), is_delete=is_delete, budget=budget)
         return result
     if isinstance(document, list):
-        if not has_variables(document):
-            return document
         return [
             substitute_all(item, ctx, (*path, index), is_delete=is_delete, budget=budget)
             for index, item in enumerate(document)
