@@ -262,10 +262,16 @@ def resource_label(resource: dict[str, Any], request: AdmissionRequest) -> str:
 def _denying_rules(responses: Iterable[EngineResponse]) -> Iterable[tuple[EngineResponse, RuleResponse]]:
     """Each rule that denies the request (Enforce failures, errors under Fail) with its policy's response."""
     for response in responses:
-        policy_failure = failure_policy(response.policy) if hasattr(response.policy, "spec") else FAILURE_POLICY_FAIL
+        policy_failure = ""  # worked out at the first error: most responses have none
         for rule in response.rules:
-            if (rule.status == FAIL and rule.failure_action == "Enforce") or (rule.status == ERROR and policy_failure == FAILURE_POLICY_FAIL):
-                yield response, rule
+            if rule.status == FAIL:
+                if rule.failure_action == "Enforce":
+                    yield response, rule
+            elif rule.status == ERROR:
+                if not policy_failure:
+                    policy_failure = failure_policy(response.policy) if hasattr(response.policy, "spec") else FAILURE_POLICY_FAIL
+                if policy_failure == FAILURE_POLICY_FAIL:
+                    yield response, rule
 
 
 def blocking_rules(responses: Iterable[EngineResponse]) -> dict[str, dict[str, str]]:
