@@ -30,7 +30,7 @@ from stockade.engine.handlers.registry import (
     validate_type,
 )
 from stockade.engine.handlers.verify_images import VerificationCache, VerificationRecord, verify_and_patch
-from stockade.engine.match import RequestInfo, ResourceKind, match_reasons, rejected_by_kind, selector_matches
+from stockade.engine.match import RequestInfo, ResourceKind, match_reasons, rejected_by_kind, selector_matches, selects_on_kinds_only
 from stockade.engine.policycontext import PolicyContext, build_json_context
 from stockade.engine.preconditions import ConditionEvaluationError, evaluate_conditions
 from stockade.engine.response import FAIL, PASS, EngineResponse, RuleResponse, rule_error, rule_skip
@@ -84,7 +84,7 @@ class PreparedRequest:
 
 
 _MAX_KINDS_PER_POLICY = 256
-_RULES_BY_KIND: IdentityMemo[list[Rule], dict[ResourceKind, list[Rule]]] = IdentityMemo(4096)
+_RULES_BY_KIND: IdentityMemo[list[Rule], dict[ResourceKind, list[tuple[Rule, bool]]]] = IdentityMemo(4096)
 
 
 def add_report_properties(pctx: PolicyContext, report_properties: dict[str, Any], responses: list[RuleResponse]) -> None:
@@ -100,22 +100,31 @@ def add_report_properties(pctx: PolicyContext, report_properties: dict[str, Any]
             response.properties = {**response.properties, str(key): text}
 
 
-def _kind_table(rules: list[Rule]) -> dict[ResourceKind, list[Rule]]:
+# A rule that can apply to a kind, and whether its kinds are all it selects on (then it matches every resource of
+# that kind, unless its policy is namespaced: the namespaces must agree)
+_KindRule = tuple[Rule, bool]
+
+
+def _kind_table(rules: list[Rule]) -> dict[ResourceKind, list[_KindRule]]:
     """An empty per-kind table for one policy's rule list; ``rules_for_kind`` fills it kind by kind."""
     return {}
 
 
-def rules_for_kind(policy: KyvernoPolicy, gvk: ResourceKind) -> list[Rule]:
-    """The policy's rules minus those whose match blocks name kinds that exclude ``gvk`` (they could never apply),
-    computed once per policy and kind: autogen triples a Pod policy's rules and a Pod review needs only a third."""
+def _kind_rules(policy: KyvernoPolicy, gvk: ResourceKind) -> list[_KindRule]:
     rules = policy.rules
     by_kind = _RULES_BY_KIND.get(rules, _kind_table)
     chosen = by_kind.get(gvk)
     if chosen is None:
         if len(by_kind) >= _MAX_KINDS_PER_POLICY:
             by_kind.clear()
-        chosen = by_kind[gvk] = [rule for rule in rules if not rejected_by_kind(rule.raw, gvk)]
+        chosen = by_kind[gvk] = [(rule, selects_on_kinds_only(rule.raw)) for rule in rules if not rejected_by_kind(rule.raw, gvk)]
     return chosen
+
+
+def rules_for_kind(policy: KyvernoPolicy, gvk: ResourceKind) -> list[Rule]:
+    """The policy's rules minus those whose match blocks name kinds that exclude ``gvk`` (they could never apply),
+    computed once per policy and kind: autogen triples a Pod policy's rules and a Pod review needs only a third."""
+    return [rule for rule, _ in _kind_rules(policy, gvk)]
 
 
 # The rule's own failureAction and the policy's are cached apart, each keyed by its own document: YAML aliases can make
@@ -265,15 +274,18 @@ class Engine:
         response = EngineResponse(pctx.policy, pctx.new_resource or pctx.old_resource, resource, namespace_labels=pctx.namespace_labels)
         applied = 0
         apply_one = pctx.policy.apply_rules == "One"
+        namespaced = bool(pctx.policy.namespace)
         ctx.checkpoint()
         try:
-            for rule in rules_for_kind(pctx.policy, pctx.gvk):
+            for rule, kinds_only in _kind_rules(pctx.policy, pctx.gvk):
                 if not wants(rule):
                     continue
-                mismatch = self._mismatch_reasons(pctx, rule, resource)
-                if mismatch:
-                    response.unmatched.append((rule.name, mismatch))
-                    continue
+                # a rule selecting on kinds alone, listed for this kind, matches any resource (match_reasons' answer)
+                if not kinds_only or namespaced or not (resource or pctx.old_resource):
+                    mismatch = self._mismatch_reasons(pctx, rule, resource)
+                    if mismatch:
+                        response.unmatched.append((rule.name, mismatch))
+                        continue
                 ctx.checkpoint()
                 rule_started, clock_started = time.time_ns(), time.perf_counter_ns()
                 before = resource

@@ -325,6 +325,12 @@ class _KindGate:
 _KIND_GATES: IdentityMemo[dict[str, Any], _KindGate] = IdentityMemo(50_000)
 
 
+def selects_on_kinds_only(rule: dict[str, Any]) -> bool:
+    """Whether a rule's match block selects on kinds and nothing else (no exclude either): for a kind it does not
+    reject, ``match_reasons`` is then empty for any non-empty resource outside a namespaced policy."""
+    return _KIND_GATES.get(rule, _KindGate).kinds_only
+
+
 def _selects_on_kinds_only(resource_filter: dict[str, Any]) -> bool:
     """A filter whose only criterion is ``resources.kinds`` (every other field absent or empty)."""
     if any(resource_filter.get(key) for key in _USER_FIELDS):
