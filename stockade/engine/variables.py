@@ -83,6 +83,9 @@ def substitute_string(
     """Substitute every variable of one string; may return a non-string when the string is a single variable."""
     if "{{" not in text:
         return text
+    tokens = _tokens(text)
+    if tokens and tokens[0] == text:
+        return _resolve(text, ctx, path, is_delete)  # the string is one variable: its value, with its JSON type
     if budget is None:
         budget = _GrowthBudget()
     size_limit = len(text) + budget.remaining

@@ -230,24 +230,26 @@ class Validator:
         saved_element = pctx.element
         ctx.checkpoint()
         apply_count = 0
+        element_scope = foreach.get("elementScope")
+        # one validator for every element: only the element's index differs
+        nested = Validator(
+            pctx,
+            self.rule,
+            _foreach_block(foreach),
+            nesting=self.nesting + 1,
+            context_entries=foreach.get("context"),
+            conditions=foreach.get("preconditions"),
+        )
         try:
             for index, element in enumerate(elements):
                 if element is None:
                     continue
                 ctx.restore()
                 try:
-                    add_element(pctx, element, index, self.nesting, foreach.get("elementScope"))
+                    add_element(pctx, element, index, self.nesting, element_scope)
                 except ValueError as exc:
                     return rule_error(self.rule.name, VALIDATION, "failed to process foreach", exc), apply_count
-                nested = Validator(
-                    pctx,
-                    self.rule,
-                    _foreach_block(foreach),
-                    nesting=self.nesting + 1,
-                    context_entries=foreach.get("context"),
-                    conditions=foreach.get("preconditions"),
-                    foreach_index=index,
-                )
+                nested.foreach_index = index
                 response = nested.validate()
                 pctx.element = saved_element
                 if response is None or response.status == SKIP:
