@@ -141,20 +141,41 @@ class _UnknownNode(_Node):
         return path, _Failure(f"failed at '{path}', pattern contains unknown type")
 
 
+# Leaf verdicts kept per leaf: at most this many values, strings up to this length (resource values repeat across
+# reviews -- false, 0, "RuntimeDefault" -- and a verdict is a pure function of the value's type and content)
+_MAX_LEAF_VERDICTS = 64
+_MAX_CACHED_TEXT = 64
+
+
 class _LeafNode(_Node):
     """A scalar pattern: the value must match it (each item of a list value must)."""
 
-    __slots__ = ()
+    __slots__ = ("verdicts",)
+
+    def __init__(self, pattern: Any) -> None:
+        super().__init__(pattern)
+        self.verdicts: dict[tuple[type, Any], bool] = {}
+
+    def matches(self, value: Any) -> bool:
+        kind = value.__class__
+        if kind is bool or kind is int or value is None or (kind is str and len(value) <= _MAX_CACHED_TEXT):
+            key = (kind, value)  # the type is part of the key: True == 1 in Python, not in patterns
+            verdict = self.verdicts.get(key)
+            if verdict is None:
+                verdict = match_value(value, self.pattern)
+                if len(self.verdicts) < _MAX_LEAF_VERDICTS:
+                    self.verdicts[key] = verdict
+            return verdict
+        return match_value(value, self.pattern)
 
     def walk(self, state: _Walk, resource: Any, path: str) -> _Result:
-        pattern = self.pattern
         if isinstance(resource, list):
             for item in resource:
-                if not match_value(item, pattern):
-                    return path, _mismatch(resource, pattern, path)
+                if not self.matches(item):
+                    return path, _mismatch(resource, self.pattern, path)
             return None
-        if not match_value(resource, pattern):
-            return path, _mismatch(resource, pattern, path)
+        if not self.matches(resource):
+            return path, _mismatch(resource, self.pattern, path)
         return None
 
 
