@@ -254,7 +254,11 @@ class _MapNode(_Node):
             skipped: list[_Failure] = []
             applied = 0
             for key, anchor, segment, child, star in node.anchored:
-                result = state.handle(key, anchor, segment, child, star, resource, path)
+                if anchor is not None and anchor.modifier == EQUALITY:  # inlined: the commonest anchor
+                    name = anchor.key
+                    result = child.walk(state, resource[name], path + segment) if name in resource else None
+                else:
+                    result = state.handle(key, anchor, segment, child, star, resource, path)
                 if result is not None:
                     if _is_skip(result[1]):
                         skipped.append(result[1])
