@@ -24,7 +24,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from bench_engine import generate_pods  # noqa: E402
+from bench_engine import generate_pods, review_for  # noqa: E402
 
 
 class SpanSink:
@@ -72,27 +71,6 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def review_for(pod: dict[str, Any]) -> bytes:
-    metadata = pod.get("metadata") or {}
-    return json.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": str(uuid.uuid4()),
-                "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "namespace": metadata.get("namespace", "default"),
-                "name": metadata.get("name", ""),
-                "operation": "CREATE",
-                "userInfo": {"username": "bench", "groups": ["system:authenticated"]},
-                "object": pod,
-                "dryRun": False,
-            },
-        }
-    ).encode()
 
 
 def start_server(policies: str, port: int, cert_dir: Path, workers: int, tracing: list[str] | None = None) -> subprocess.Popen[bytes]:

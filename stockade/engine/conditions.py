@@ -370,6 +370,8 @@ def _candidates(value: Any, allow_scalar: bool) -> list[str] | None:
 
 
 def _any_set(keys: list[str], value: Any, negate: bool) -> bool:
+    if not keys:
+        return False  # no key can be (or miss being) in any value, whatever the value holds
     available = _candidates(value, allow_scalar=True)
     if available is None:
         text: str = value

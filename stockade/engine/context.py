@@ -110,7 +110,14 @@ class EngineContext:
         self._registered += 1
 
     def _load_deferred_for(self, expression: str) -> None:
+        for name in self._deferred:
+            if name in expression:
+                break
+        else:
+            return  # the usual case (``images`` registered, not used): a name's matcher needs the name verbatim
         for name, entry in list(self._deferred.items()):
+            if name not in expression:
+                continue
             if self._loading_below is not None and entry.order >= self._loading_below:
                 continue
             if self._deferred.get(name) is not entry or not entry.matcher.search(expression):

@@ -80,6 +80,11 @@ class ContextLoader:
         self.policy_name = policy_name
         self.policy_namespace = policy_namespace
 
+    @property
+    def has_values(self) -> bool:
+        """Whether user-supplied rule or foreach values may set variables (``load`` does work even without entries)."""
+        return self.providers.rule_values is not None or self.providers.foreach_values is not None
+
     def initialise(self, rule_name: str, ctx: EngineContext, foreach_index: int | None = None) -> set[str]:
         """Apply rule values (and the current foreach element's values); return the names they provide."""
         provided: set[str] = set()

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from stockade.engine.context import ContextError
+from stockade.engine.context import ContextError, EngineContext
 from stockade.engine.contextloader import ContextLoader, ContextLoadError, ContextProviders
 from stockade.engine.exceptions import exception_keys, matching_exceptions
 from stockade.engine.handlers.generate import ResourceLookup
@@ -30,7 +30,7 @@ from stockade.engine.handlers.registry import (
     validate_type,
 )
 from stockade.engine.handlers.verify_images import VerificationCache, VerificationRecord, verify_and_patch
-from stockade.engine.match import RequestInfo, ResourceKind, match_reasons, rejected_by_kind, selector_matches
+from stockade.engine.match import RequestInfo, ResourceKind, match_reasons, rejected_by_kind, selector_matches, selects_on_kinds_only
 from stockade.engine.policycontext import PolicyContext, build_json_context
 from stockade.engine.preconditions import ConditionEvaluationError, evaluate_conditions
 from stockade.engine.response import FAIL, PASS, EngineResponse, RuleResponse, rule_error, rule_skip
@@ -72,8 +72,19 @@ class Request:
     admission: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PreparedRequest:
+    """A request made ready for evaluation by several policies (``Engine.prepare``)."""
+
+    request: Request
+    new_resource: dict[str, Any]
+    old_resource: dict[str, Any]
+    gvk: ResourceKind
+    json_context: EngineContext
+
+
 _MAX_KINDS_PER_POLICY = 256
-_RULES_BY_KIND: IdentityMemo[list[Rule], dict[ResourceKind, list[Rule]]] = IdentityMemo(4096)
+_RULES_BY_KIND: IdentityMemo[list[Rule], dict[ResourceKind, list[tuple[Rule, bool]]]] = IdentityMemo(4096)
 
 
 def add_report_properties(pctx: PolicyContext, report_properties: dict[str, Any], responses: list[RuleResponse]) -> None:
@@ -89,47 +100,53 @@ def add_report_properties(pctx: PolicyContext, report_properties: dict[str, Any]
             response.properties = {**response.properties, str(key): text}
 
 
-def _kind_table(rules: list[Rule]) -> dict[ResourceKind, list[Rule]]:
+# A rule that can apply to a kind, and whether its kinds are all it selects on (then it matches every resource of
+# that kind, unless its policy is namespaced: the namespaces must agree)
+_KindRule = tuple[Rule, bool]
+
+
+def _kind_table(rules: list[Rule]) -> dict[ResourceKind, list[_KindRule]]:
     """An empty per-kind table for one policy's rule list; ``rules_for_kind`` fills it kind by kind."""
     return {}
 
 
-def rules_for_kind(policy: KyvernoPolicy, gvk: ResourceKind) -> list[Rule]:
-    """The policy's rules minus those whose match blocks name kinds that exclude ``gvk`` (they could never apply),
-    computed once per policy and kind: autogen triples a Pod policy's rules and a Pod review needs only a third."""
+def _kind_rules(policy: KyvernoPolicy, gvk: ResourceKind) -> list[_KindRule]:
     rules = policy.rules
     by_kind = _RULES_BY_KIND.get(rules, _kind_table)
     chosen = by_kind.get(gvk)
     if chosen is None:
         if len(by_kind) >= _MAX_KINDS_PER_POLICY:
             by_kind.clear()
-        chosen = by_kind[gvk] = [rule for rule in rules if not rejected_by_kind(rule.raw, gvk)]
+        chosen = by_kind[gvk] = [(rule, selects_on_kinds_only(rule.raw)) for rule in rules if not rejected_by_kind(rule.raw, gvk)]
     return chosen
 
 
+def rules_for_kind(policy: KyvernoPolicy, gvk: ResourceKind) -> list[Rule]:
+    """The policy's rules minus those whose match blocks name kinds that exclude ``gvk`` (they could never apply),
+    computed once per policy and kind: autogen triples a Pod policy's rules and a Pod review needs only a third."""
+    return [rule for rule, _ in _kind_rules(policy, gvk)]
+
+
 # The rule's own failureAction and the policy's are cached apart, each keyed by its own document: YAML aliases can make
-# two policies share one rule dict while their validationFailureAction differs.
-_RULE_ACTIONS: IdentityMemo[dict[str, Any], str | None] = IdentityMemo(50_000)
-_POLICY_ACTIONS: IdentityMemo[dict[str, Any], str] = IdentityMemo(4096)
+# two policies share one rule dict while their validationFailureAction differs.  Each entry: (the action, whether
+# the document has overrides that need the request to decide).
+_RULE_ACTIONS: IdentityMemo[dict[str, Any], tuple[str | None, bool]] = IdentityMemo(50_000)
+_POLICY_ACTIONS: IdentityMemo[dict[str, Any], tuple[str, bool]] = IdentityMemo(4096)
 
 
 def _normalized_action(action: object) -> str:
     return "Enforce" if str(action).lower() == "enforce" else "Audit"
 
 
-def _rule_own_action(rule_raw: dict[str, Any]) -> str | None:
-    action = (rule_raw.get("validate") or {}).get("failureAction")
-    return _normalized_action(action) if action else None
+def _rule_own_action(rule_raw: dict[str, Any]) -> tuple[str | None, bool]:
+    validate = rule_raw.get("validate") or {}
+    action = validate.get("failureAction")
+    return (_normalized_action(action) if action else None), bool(validate.get("failureActionOverrides"))
 
 
-def _policy_action(policy_raw: dict[str, Any]) -> str:
-    return _normalized_action(KyvernoPolicy(policy_raw).validation_failure_action)
-
-
-def _static_failure_action(policy: KyvernoPolicy, rule: Rule) -> str:
-    """A rule's failure action when its policy has no per-namespace overrides: the rule's own ``failureAction``,
-    else the policy's; each worked out once per document (held by identity, like the other per-rule caches)."""
-    return _RULE_ACTIONS.get(rule.raw, _rule_own_action) or _POLICY_ACTIONS.get(policy.raw, _policy_action)
+def _policy_action(policy_raw: dict[str, Any]) -> tuple[str, bool]:
+    policy = KyvernoPolicy(policy_raw)
+    return _normalized_action(policy.validation_failure_action), bool(policy.validation_failure_action_overrides)
 
 
 def _matching_override(overrides: Any, pctx: PolicyContext) -> str:
@@ -178,9 +195,15 @@ class Engine:
         self.registry_mutation = registry_mutation
         # Looked up per rule, so handlers registered after construction (stockade.celpolicy's) are found.
         self.handlers = handlers or DEFAULT_HANDLERS
+        self._validate_handler: tuple[ContextProviders, ResourceLookup | None, PhaseHandler] | None = None
 
     # -- policy context -------------------------------------------------------------------------------------------
     def policy_context(self, policy: KyvernoPolicy, request: Request) -> PolicyContext:
+        return self.bind(policy, self.prepare(request))
+
+    def prepare(self, request: Request) -> PreparedRequest:
+        """What every policy's evaluation of ``request`` shares: the resources as the engine sees them and one JSON
+        context, built once per request as Kyverno's admission handlers do, not once per policy."""
         new_resource = {} if request.operation == "DELETE" else request.resource
         old_resource = request.old_resource
         if request.operation == "DELETE" and not old_resource:
@@ -205,17 +228,23 @@ class Engine:
             # values may rewrite the object under review (e.g. request.object.metadata.name)
             new_resource = request_data.get("object") or {} if request.operation != "DELETE" else {}
             old_resource = request_data.get("oldObject") or old_resource
-        loader = ContextLoader(self.providers, policy.name, policy.namespace)
+        return PreparedRequest(request, new_resource, old_resource, gvk, ctx)
+
+    def bind(self, policy: KyvernoPolicy, prepared: PreparedRequest) -> PolicyContext:
+        """A policy's context over a prepared request.  Contexts bound to one PreparedRequest share its JSON context:
+        evaluate them one after another (every phase checkpoints the context and restores it when done), never
+        interleaved, and never after a mutation changed the resource (mutation rebuilds per policy)."""
+        request = prepared.request
         return PolicyContext(
             policy=policy,
-            new_resource=new_resource,
-            old_resource=old_resource,
+            new_resource=prepared.new_resource,
+            old_resource=prepared.old_resource,
             operation=request.operation,
-            json_context=ctx,
-            gvk=gvk,
+            json_context=prepared.json_context,
+            gvk=prepared.gvk,
             request_info=request.info,
             namespace_labels=request.namespace_labels,
-            context_loader=loader,
+            context_loader=ContextLoader(self.providers, policy.name, policy.namespace),
             exceptions=self.exceptions,
         )
 
@@ -244,15 +273,19 @@ class Engine:
         resource = pctx.new_resource
         response = EngineResponse(pctx.policy, pctx.new_resource or pctx.old_resource, resource, namespace_labels=pctx.namespace_labels)
         applied = 0
+        apply_one = pctx.policy.apply_rules == "One"
+        namespaced = bool(pctx.policy.namespace)
         ctx.checkpoint()
         try:
-            for rule in rules_for_kind(pctx.policy, pctx.gvk):
+            for rule, kinds_only in _kind_rules(pctx.policy, pctx.gvk):
                 if not wants(rule):
                     continue
-                mismatch = self._mismatch_reasons(pctx, rule, resource)
-                if mismatch:
-                    response.unmatched.append((rule.name, mismatch))
-                    continue
+                # a rule selecting on kinds alone, listed for this kind, matches any resource (match_reasons' answer)
+                if not kinds_only or namespaced or not (resource or pctx.old_resource):
+                    mismatch = self._mismatch_reasons(pctx, rule, resource)
+                    if mismatch:
+                        response.unmatched.append((rule.name, mismatch))
+                        continue
                 ctx.checkpoint()
                 rule_started, clock_started = time.time_ns(), time.perf_counter_ns()
                 before = resource
@@ -271,7 +304,7 @@ class Engine:
                     response.rules.append(single)
                     if single.status in (PASS, FAIL):
                         applied += 1
-                if pctx.policy.apply_rules == "One" and applied > 0:
+                if apply_one and applied > 0:
                     break
         finally:
             ctx.reset()
@@ -281,16 +314,21 @@ class Engine:
     def _invoke(
         self, pctx: PolicyContext, rule: Rule, rule_type: str, resource: dict[str, Any], handler: PhaseHandler
     ) -> HandlerResult:
-        try:
-            pctx.context_loader.load(rule.context, pctx.json_context, rule.name, is_delete=pctx.is_delete)
-        except (ContextLoadError, JMESPathError, ContextError, SubstitutionError) as exc:
-            return resource, rule_error(rule.name, rule_type, "failed to load context", exc)
-        try:
-            ok, message = evaluate_conditions(rule.preconditions, pctx.json_context, is_delete=pctx.is_delete)
-        except ConditionEvaluationError as exc:
-            return resource, rule_error(rule.name, rule_type, "failed to evaluate preconditions", exc, precondition_error=True)
-        if not ok:
-            return resource, rule_skip(rule.name, rule_type, "; ".join(m for m in ("preconditions not met", message) if m))
+        raw = rule.raw
+        loader = pctx.context_loader
+        if raw.get("context") or loader.has_values:
+            try:
+                loader.load(rule.context, pctx.json_context, rule.name, is_delete=pctx.is_delete)
+            except (ContextLoadError, JMESPathError, ContextError, SubstitutionError) as exc:
+                return resource, rule_error(rule.name, rule_type, "failed to load context", exc)
+        preconditions = raw.get("preconditions")
+        if preconditions is not None:
+            try:
+                ok, message = evaluate_conditions(preconditions, pctx.json_context, is_delete=pctx.is_delete)
+            except ConditionEvaluationError as exc:
+                return resource, rule_error(rule.name, rule_type, "failed to evaluate preconditions", exc, precondition_error=True)
+            if not ok:
+                return resource, rule_skip(rule.name, rule_type, "; ".join(m for m in ("preconditions not met", message) if m))
         exceptions = matching_exceptions(pctx, rule.name)
         if exceptions:
             if (rule.validate or {}).get("podSecurity") is None:
@@ -305,7 +343,7 @@ class Engine:
             extra = [control for e in exceptions for control in e.pod_security]
             return resource, validate_pod_security_rule(pctx, rule, extra, exception_keys(exceptions))
         resource, outcome = handler(pctx, rule, resource)
-        report_properties = rule.raw.get("reportProperties")
+        report_properties = raw.get("reportProperties")
         if outcome is not None and isinstance(report_properties, dict) and report_properties:
             add_report_properties(pctx, report_properties, outcome if isinstance(outcome, list) else [outcome])
         return resource, outcome
@@ -315,11 +353,13 @@ class Engine:
         """Kyverno's per-rule action: the rule's first matching ``failureActionOverrides`` entry, else its
         ``failureAction``, else the policy's first matching ``validationFailureActionOverrides`` entry, else its
         ``validationFailureAction``."""
+        own_action, rule_has_overrides = _RULE_ACTIONS.get(rule.raw, _rule_own_action)
+        policy_action, policy_has_overrides = _POLICY_ACTIONS.get(pctx.policy.raw, _policy_action)
+        if not rule_has_overrides and not policy_has_overrides:
+            return own_action or policy_action
         validate = rule.validate or {}
         rule_overrides = validate.get("failureActionOverrides")
         policy_overrides = pctx.policy.validation_failure_action_overrides
-        if not rule_overrides and not policy_overrides:
-            return _static_failure_action(pctx.policy, rule)
         action = (
             _matching_override(rule_overrides, pctx)
             or validate.get("failureAction")
@@ -373,14 +413,26 @@ class Engine:
         return response, shared
 
     def validate(self, pctx: PolicyContext, verification_record: VerificationRecord | None = None) -> EngineResponse:
-        def wants(rule: Rule) -> bool:
-            return rule.has_validate() or rule.has_verify_images()
+        if verification_record is None:
+            handler = self._plain_validate_handler()
+        else:
+            handler = self._dispatch(validate_type, self._services(verification_record))
+        return self._run_rules(pctx, RULE_TYPE_VALIDATION, _wants_validation, handler)
 
-        handler = self._dispatch(validate_type, self._services(verification_record))
-        return self._run_rules(pctx, RULE_TYPE_VALIDATION, wants, handler)
+    def _plain_validate_handler(self) -> PhaseHandler:
+        """The validate phase's handler without a verification record, built once for the engine's services (the
+        admission path asks for it for every policy of every review)."""
+        cached = self._validate_handler
+        if cached is None or cached[0] is not self.providers or cached[1] is not self.resource_lookup:
+            cached = self._validate_handler = (self.providers, self.resource_lookup, self._dispatch(validate_type, self._services()))
+        return cached[2]
 
     def generate(self, pctx: PolicyContext) -> EngineResponse:
         return self._run_rules(pctx, RULE_TYPE_GENERATION, Rule.has_generate, self._dispatch(lambda rule: GENERATE, self._services()))
+
+
+def _wants_validation(rule: Rule) -> bool:
+    return rule.has_validate() or rule.has_verify_images()
 
 
 _PHASE_OF_TYPE = {MUTATE: RULE_TYPE_MUTATION, MUTATE_EXISTING: RULE_TYPE_MUTATION, GENERATE: RULE_TYPE_GENERATION}

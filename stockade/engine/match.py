@@ -258,9 +258,10 @@ def match_reasons(
     metadata = resource.get("metadata") or {}
     if policy_namespace and policy_namespace != str(metadata.get("namespace") or ""):
         return ["policy and resource namespaces mismatch"]
-    if rejected_by_kind(rule, gvk):
+    gate = _KIND_GATES.get(rule, _KindGate)
+    if gate.rejects(gvk):
         return ["no resource matched"]
-    if _KIND_GATES.get(rule, _build_kind_gate)[1]:
+    if gate.kinds_only:
         return []  # the kinds matched and nothing else is selected on
     args = (resource, gvk, namespace_labels or {}, operation)
     reasons: list[str] = []
@@ -284,22 +285,50 @@ def match_reasons(
     return reasons
 
 
-_KindGate = tuple[tuple[tuple[str, ...], ...] | None, bool]
+_MAX_KIND_VERDICTS = 64  # kinds one rule keeps verdicts for (a cluster has a few hundred; Pod reviews dominate)
+
+
+class _KindGate:
+    """What a rule's match block says about kinds alone, worked out once per rule object (``_KIND_GATES``):
+
+    ``kinds``: the kinds lists of the match filters when every filter names kinds, so a kind mismatch alone rejects,
+    else None; ``kinds_only``: kinds are all the rule selects on, so passing the gate means the rule matches;
+    ``verdicts``: whether a kind is rejected, per kind met so far (this check runs for every rule on every request,
+    and rules are immutable once loaded)."""
+
+    __slots__ = ("kinds", "kinds_only", "any_mode", "verdicts")
+
+    def __init__(self, rule: dict[str, Any]) -> None:
+        match = rule.get("match") or {}
+        mode, filters = _filters(match)
+        kinds = tuple(tuple((f.get("resources") or {}).get("kinds") or ()) for f in filters)
+        self.kinds = kinds if kinds and all(kinds) else None
+        self.kinds_only = self.kinds is not None and not rule.get("exclude") and all(_selects_on_kinds_only(f) for f in filters)
+        self.any_mode = bool(match.get("any"))
+        self.verdicts: dict[ResourceKind, bool] = {}
+
+    def rejects(self, gvk: ResourceKind) -> bool:
+        verdict = self.verdicts.get(gvk)
+        if verdict is None:
+            verdict = self._rejects(gvk)
+            if len(self.verdicts) < _MAX_KIND_VERDICTS:
+                self.verdicts[gvk] = verdict
+        return verdict
+
+    def _rejects(self, gvk: ResourceKind) -> bool:
+        if self.kinds is None:
+            return False
+        results = (check_kind(list(kinds), gvk) for kinds in self.kinds)
+        return not any(results) if self.any_mode else not all(results)
+
+
 _KIND_GATES: IdentityMemo[dict[str, Any], _KindGate] = IdentityMemo(50_000)
 
 
-def _build_kind_gate(rule: dict[str, Any]) -> _KindGate:
-    """(kinds lists of the match filters when every filter names kinds, so a kind mismatch alone rejects, else None;
-    whether kinds are all the rule selects on, so passing the gate means the rule matches).
-
-    Cached per rule object in ``_KIND_GATES`` (callers ask it directly: this check runs for every rule on every
-    request, and rules are immutable once loaded).
-    """
-    mode, filters = _filters(rule.get("match") or {})
-    kinds = tuple(tuple((f.get("resources") or {}).get("kinds") or ()) for f in filters)
-    gate = kinds if kinds and all(kinds) else None
-    kinds_only = gate is not None and not rule.get("exclude") and all(_selects_on_kinds_only(f) for f in filters)
-    return gate, kinds_only
+def selects_on_kinds_only(rule: dict[str, Any]) -> bool:
+    """Whether a rule's match block selects on kinds and nothing else (no exclude either): for a kind it does not
+    reject, ``match_reasons`` is then empty for any non-empty resource outside a namespaced policy."""
+    return _KIND_GATES.get(rule, _KindGate).kinds_only
 
 
 def _selects_on_kinds_only(resource_filter: dict[str, Any]) -> bool:
@@ -314,12 +343,7 @@ def _selects_on_kinds_only(resource_filter: dict[str, Any]) -> bool:
 
 def rejected_by_kind(rule: dict[str, Any], gvk: ResourceKind) -> bool:
     """Whether the kinds named in the rule's match block alone rule ``gvk`` out."""
-    gate = _KIND_GATES.get(rule, _build_kind_gate)[0]
-    if gate is None:
-        return False
-    mode = "any" if (rule.get("match") or {}).get("any") else "every"
-    results = (check_kind(list(kinds), gvk) for kinds in gate)
-    return not any(results) if mode == "any" else not all(results)
+    return _KIND_GATES.get(rule, _KindGate).rejects(gvk)
 
 
 def _is_excluded_by(resource_filter: dict[str, Any], args: tuple[Any, ...], info: RequestInfo) -> bool:

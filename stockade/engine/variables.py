@@ -83,6 +83,9 @@ def substitute_string(
     """Substitute every variable of one string; may return a non-string when the string is a single variable."""
     if "{{" not in text:
         return text
+    tokens = _tokens(text)
+    if tokens and tokens[0] == text:
+        return _resolve(text, ctx, path, is_delete)  # the string is one variable: its value, with its JSON type
     if budget is None:
         budget = _GrowthBudget()
     size_limit = len(text) + budget.remaining
@@ -173,13 +176,15 @@ def substitute_all(
 
     All strings of the document share one growth budget (``MAX_SUBSTITUTION_GROWTH``).
     """
+    if isinstance(document, str):
+        if "{{" not in document:
+            return document
+        return substitute_string(document, ctx, path, is_delete=is_delete, budget=budget)
+    if isinstance(document, (dict, list)) and not has_variables(document):
+        return document  # the usual case for policy documents: nothing to substitute, nothing copied
     if budget is None:
         budget = _GrowthBudget()
-    if isinstance(document, str):
-        return substitute_string(document, ctx, path, is_delete=is_delete, budget=budget)
     if isinstance(document, dict):
-        if not has_variables(document):
-            return document
         result: dict[str, Any] = {}
         for key, value in document.items():
             new_key = key
@@ -188,8 +193,6 @@ def substitute_all(
             result[new_key] = substitute_all(value, ctx, (*path, key), is_delete=is_delete, budget=budget)
         return result
     if isinstance(document, list):
-        if not has_variables(document):
-            return document
         return [
             substitute_all(item, ctx, (*path, index), is_delete=is_delete, budget=budget)
             for index, item in enumerate(document)

@@ -192,13 +192,23 @@ class KyvernoPolicy(ObjectView):
     source: str = ""
     _rules: list[Rule] | None = field(default=None, repr=False)
 
-    @property
+    # kind, name, namespace and key are cached: the admission path asks for them many times per policy and review,
+    # and a policy document never changes once loaded (a changed policy is a new document and a new view)
+    @cached_property
+    def kind(self) -> str:
+        return str(self.raw.get("kind", ""))
+
+    @cached_property
+    def name(self) -> str:
+        return str(self.metadata.get("name", ""))
+
+    @cached_property
     def namespace(self) -> str:
         if self.kind == "Policy":
             return str(self.metadata.get("namespace") or "default")
         return ""
 
-    @property
+    @cached_property
     def key(self) -> str:
         """``ns/name`` for a Policy, ``name`` for a ClusterPolicy, as PolicyExceptions and reports refer to them."""
         return f"{self.namespace}/{self.name}" if self.namespace else self.name

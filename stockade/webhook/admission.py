@@ -262,10 +262,16 @@ def resource_label(resource: dict[str, Any], request: AdmissionRequest) -> str:
 def _denying_rules(responses: Iterable[EngineResponse]) -> Iterable[tuple[EngineResponse, RuleResponse]]:
     """Each rule that denies the request (Enforce failures, errors under Fail) with its policy's response."""
     for response in responses:
-        policy_failure = failure_policy(response.policy) if hasattr(response.policy, "spec") else FAILURE_POLICY_FAIL
+        policy_failure = ""  # worked out at the first error: most responses have none
         for rule in response.rules:
-            if (rule.status == FAIL and rule.failure_action == "Enforce") or (rule.status == ERROR and policy_failure == FAILURE_POLICY_FAIL):
-                yield response, rule
+            if rule.status == FAIL:
+                if rule.failure_action == "Enforce":
+                    yield response, rule
+            elif rule.status == ERROR:
+                if not policy_failure:
+                    policy_failure = failure_policy(response.policy) if hasattr(response.policy, "spec") else FAILURE_POLICY_FAIL
+                if policy_failure == FAILURE_POLICY_FAIL:
+                    yield response, rule
 
 
 def blocking_rules(responses: Iterable[EngineResponse]) -> dict[str, dict[str, str]]:
@@ -547,6 +553,7 @@ class AdmissionEvaluator:
             ]
         self._timeouts: IdentityMemo[Any, float] = IdentityMemo(_MAX_TIMEOUTS)
         self._in_play: dict[tuple[str, str | None], list[Any]] = {}
+        self._validating: dict[str | None, list[KyvernoPolicy]] = {}
         self._scoped: dict[PolicyScope, AdmissionEvaluator] = {}
         # roles cost API lookups: resolved only when some loaded policy can look at them
         self.needs_roles = any(uses_roles(p) for p in self.policies)
@@ -692,10 +699,18 @@ class AdmissionEvaluator:
             kyverno = [p for p in self.policies_for(failure) if p.has_mutate()]
             chosen: list[Any] = kyverno + mutating + [p for p in verifying if p not in kyverno] if (kyverno or mutating or verifying) else []
         else:
-            ids = {id(p) for p in verifying}
-            chosen = [p for p in self.policies_for(failure) if p.has_validate() or id(p) in ids] + self.cel_policies_for(failure)
+            chosen = self._validating_policies(failure) + self.cel_policies_for(failure)
         self._in_play[(phase, failure)] = chosen
         return chosen
+
+    def _validating_policies(self, failure: str | None) -> list[KyvernoPolicy]:
+        """The ClusterPolicies/Policies a validating call of this webhook variant evaluates (validate rules, or
+        verifyImages results to check), worked out once per evaluator."""
+        cached = self._validating.get(failure)
+        if cached is None:
+            verifying = {id(p) for p in self._verifying(failure)}
+            cached = self._validating[failure] = [p for p in self.policies_for(failure) if p.has_validate() or id(p) in verifying]
+        return cached
 
     def budget(self, policies: Iterable[Any]) -> float:
         """The smallest time budget among ``policies`` (the default when there are none)."""
@@ -814,17 +829,19 @@ class AdmissionEvaluator:
         """Deny on Enforce failures (and errors of Fail policies, timeouts included); report everything else as
         warnings.  ``started`` is when the request arrived; each policy's timeout counts from it."""
         verifying = self._verifying(failure)
-        verifying_ids = {id(p) for p in verifying}
-        policies = [p for p in self.policies_for(failure) if p.has_validate() or id(p) in verifying_ids]
+        verifying_ids = {id(p) for p in verifying} if verifying else set()
+        policies = self._validating_policies(failure)
         if not policies and not self.cel_policies_for(failure):
             return AdmissionDecision(allowed=True)
         started = self.clock() if started is None else started
         request = self.with_roles(request)
         # The object arriving here already went through the mutating webhook, so only validation runs.
         engine_request = self.engine_request(request)
+        # one JSON context for every policy of this review (each evaluation restores it when done)
+        prepared = self.engine.prepare(engine_request)
         # verifyImages results are trusted only when this process verified them; the cache makes this a lookup
         records = {
-            policy.key: self.engine.verify_images(self.engine.policy_context(policy, engine_request))[1]
+            policy.key: self.engine.verify_images(self.engine.bind(policy, prepared))[1]
             for policy in verifying
             if not self._expired(policy, started)
         }
@@ -833,7 +850,7 @@ class AdmissionEvaluator:
             if self._expired(policy, started):
                 responses.append(timed_out_response(policy, None, request.subject, self._budget(policy), "Validation"))
                 continue
-            response = self.engine.validate(self.engine.policy_context(policy, engine_request), records.get(policy.key))
+            response = self.engine.validate(self.engine.bind(policy, prepared), records.get(policy.key))
             if self._expired(policy, started):
                 responses.append(timed_out_response(policy, response, request.subject, self._budget(policy), "Validation"))
                 continue

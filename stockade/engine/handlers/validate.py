@@ -71,18 +71,20 @@ class Validator:
         pctx = self.pctx
         name = self.rule.name
         if self.nesting > 0:
-            try:
-                pctx.context_loader.load(
-                    self.context_entries, pctx.json_context, name, foreach_index=self.foreach_index, is_delete=pctx.is_delete
-                )
-            except (ContextLoadError, JMESPathError, ContextError, SubstitutionError) as exc:
-                return rule_error(name, VALIDATION, "failed to load context", exc)
-            try:
-                ok, message = evaluate_conditions(self.conditions, pctx.json_context, is_delete=pctx.is_delete)
-            except ConditionEvaluationError as exc:
-                return rule_error(name, VALIDATION, "failed to evaluate preconditions", exc, precondition_error=True)
-            if not ok:
-                return rule_skip(name, VALIDATION, "; ".join(m for m in ("preconditions not met", message) if m))
+            if self.context_entries or pctx.context_loader.has_values:
+                try:
+                    pctx.context_loader.load(
+                        self.context_entries, pctx.json_context, name, foreach_index=self.foreach_index, is_delete=pctx.is_delete
+                    )
+                except (ContextLoadError, JMESPathError, ContextError, SubstitutionError) as exc:
+                    return rule_error(name, VALIDATION, "failed to load context", exc)
+            if self.conditions is not None:
+                try:
+                    ok, message = evaluate_conditions(self.conditions, pctx.json_context, is_delete=pctx.is_delete)
+                except ConditionEvaluationError as exc:
+                    return rule_error(name, VALIDATION, "failed to evaluate preconditions", exc, precondition_error=True)
+                if not ok:
+                    return rule_skip(name, VALIDATION, "; ".join(m for m in ("preconditions not met", message) if m))
         if self.block.get("deny") is not None:
             return self._validate_deny()
         if self.block.get("pattern") is not None or self.block.get("anyPattern") is not None:
@@ -228,24 +230,26 @@ class Validator:
         saved_element = pctx.element
         ctx.checkpoint()
         apply_count = 0
+        element_scope = foreach.get("elementScope")
+        # one validator for every element: only the element's index differs
+        nested = Validator(
+            pctx,
+            self.rule,
+            _foreach_block(foreach),
+            nesting=self.nesting + 1,
+            context_entries=foreach.get("context"),
+            conditions=foreach.get("preconditions"),
+        )
         try:
             for index, element in enumerate(elements):
                 if element is None:
                     continue
                 ctx.restore()
                 try:
-                    add_element(pctx, element, index, self.nesting, foreach.get("elementScope"))
+                    add_element(pctx, element, index, self.nesting, element_scope)
                 except ValueError as exc:
                     return rule_error(self.rule.name, VALIDATION, "failed to process foreach", exc), apply_count
-                nested = Validator(
-                    pctx,
-                    self.rule,
-                    _foreach_block(foreach),
-                    nesting=self.nesting + 1,
-                    context_entries=foreach.get("context"),
-                    conditions=foreach.get("preconditions"),
-                    foreach_index=index,
-                )
+                nested.foreach_index = index
                 response = nested.validate()
                 pctx.element = saved_element
                 if response is None or response.status == SKIP:

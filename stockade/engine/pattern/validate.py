@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from stockade.engine.pattern.anchors import (
+    ADD_IF_NOT_PRESENT,
     CONDITION,
     EQUALITY,
     EXISTENCE,
@@ -110,33 +111,120 @@ _VISITED_FIRST = (CONDITION, EXISTENCE, EQUALITY, NEGATION)
 _TRACKED = (CONDITION, EXISTENCE, NEGATION)
 
 
-class _MapPlan:
-    """How ``_Walk.map`` visits one pattern map, worked out once per map (keys parsed as anchors, the visiting order
-    Kyverno uses, the anchors whose presence is tracked) instead of on every resource it is matched against."""
+def _compile(pattern: Any) -> _Node:
+    """The pattern as a tree of nodes that walk resources; each pattern map, list and leaf compiled once."""
+    if isinstance(pattern, dict):
+        return _MapNode(pattern)
+    if isinstance(pattern, list):
+        return _ListNode(pattern)
+    if isinstance(pattern, _SCALARS):
+        return _LeafNode(pattern)
+    return _UnknownNode(pattern)
+
+
+class _Node:
+    """One pattern value, ready to be matched against a resource value (Kyverno's ``validateResourceElement``)."""
+
+    __slots__ = ("pattern",)
+
+    def __init__(self, pattern: Any) -> None:
+        self.pattern = pattern
+
+    def walk(self, state: _Walk, resource: Any, path: str) -> _Result:
+        raise NotImplementedError
+
+
+class _UnknownNode(_Node):
+    __slots__ = ()
+
+    def walk(self, state: _Walk, resource: Any, path: str) -> _Result:
+        return path, _Failure(f"failed at '{path}', pattern contains unknown type")
+
+
+# Leaf verdicts kept per leaf: at most this many values, strings up to this length (resource values repeat across
+# reviews -- false, 0, "RuntimeDefault" -- and a verdict is a pure function of the value's type and content)
+_MAX_LEAF_VERDICTS = 64
+_MAX_CACHED_TEXT = 64
+
+
+class _LeafNode(_Node):
+    """A scalar pattern: the value must match it (each item of a list value must)."""
+
+    __slots__ = ("verdicts",)
+
+    def __init__(self, pattern: Any) -> None:
+        super().__init__(pattern)
+        self.verdicts: dict[tuple[type, Any], bool] = {}
+
+    def matches(self, value: Any) -> bool:
+        kind = value.__class__
+        if kind is bool or kind is int or value is None or (kind is str and len(value) <= _MAX_CACHED_TEXT):
+            key = (kind, value)  # the type is part of the key: True == 1 in Python, not in patterns
+            verdict = self.verdicts.get(key)
+            if verdict is None:
+                verdict = match_value(value, self.pattern)
+                if len(self.verdicts) < _MAX_LEAF_VERDICTS:
+                    self.verdicts[key] = verdict
+            return verdict
+        return match_value(value, self.pattern)
+
+    def walk(self, state: _Walk, resource: Any, path: str) -> _Result:
+        if isinstance(resource, list):
+            for item in resource:
+                if not self.matches(item):
+                    return path, _mismatch(resource, self.pattern, path)
+            return None
+        if not self.matches(resource):
+            return path, _mismatch(resource, self.pattern, path)
+        return None
+
+
+def _mismatch(resource: Any, pattern: Any, path: str) -> _Failure:
+    return _Failure(
+        f"resource value '{go_sprint(resource)}' does not match "
+        f"'{go_sprint(pattern, numbers_are_floats=True)}' at path {path}"
+    )
+
+
+# An entry of a map node: (pattern key, its anchor when validation treats it as one, else None, the path segment it
+# adds ("name/"), the compiled value, whether the value is the "*" string).  "+(key)" only means something to
+# mutation: validation looks the literal key up, like Kyverno.
+_Entry = tuple[str, Optional[Anchor], str, "_Node", bool]
+
+
+class _MapNode(_Node):
+    """A pattern map with what walking it needs worked out once: keys parsed as anchors, the visiting order Kyverno
+    uses (anchors first in sorted order, then plain keys in sorted order with global anchors and anchor-bearing
+    subtrees moved to the front), the anchors whose presence is tracked, and every value compiled."""
 
     __slots__ = ("anchored", "plain", "tracked", "has_metadata")
 
     def __init__(self, pattern: dict[str, Any]) -> None:
-        anchored: list[tuple[str, Anchor]] = []
-        plain: list[tuple[str, Anchor | None]] = []
+        super().__init__(pattern)
+        anchored: list[_Entry] = []
+        plain: list[_Entry] = []
         tracked: list[tuple[str, str]] = []
-        for key in pattern:
+        for key, value in pattern.items():
             anchor = parse_anchor(key)
+            walked_as = anchor if anchor is not None and anchor.modifier != ADD_IF_NOT_PRESENT else None
+            segment = (walked_as.key if walked_as is not None else key) + "/"
+            entry: _Entry = (key, walked_as, segment, _compile(value), isinstance(value, str) and value == "*")
             if anchor is not None and anchor.modifier in _TRACKED:
                 tracked.append((key, anchor.key))
             if anchor is not None and anchor.modifier in _VISITED_FIRST:
-                anchored.append((key, anchor))
+                anchored.append(entry)
             else:
-                plain.append((key, anchor))
+                plain.append(entry)
         anchored.sort(key=lambda entry: entry[0])
         if len(plain) > 1:
-            front: list[tuple[str, Anchor | None]] = []
-            back: list[tuple[str, Anchor | None]] = []
-            for key, anchor in sorted(plain, key=lambda entry: entry[0]):
-                if (anchor is not None and anchor.modifier == GLOBAL) or _has_nested_anchors(pattern[key]):
-                    front.append((key, anchor))
+            front: list[_Entry] = []
+            back: list[_Entry] = []
+            for entry in sorted(plain, key=lambda entry: entry[0]):
+                anchor = entry[1]
+                if (anchor is not None and anchor.modifier == GLOBAL) or _has_nested_anchors(pattern[entry[0]]):
+                    front.append(entry)
                 else:
-                    back.append((key, anchor))
+                    back.append(entry)
             front.reverse()  # Kyverno pushes each of them to the front of a list
             plain = front + back
         self.anchored = tuple(anchored)
@@ -145,83 +233,32 @@ class _MapPlan:
         metadata = tagged_entry("metadata", pattern)[1]
         self.has_metadata = isinstance(metadata, dict)
 
+    def walk(self, state: _Walk, resource: Any, path: str) -> _Result:
+        if not isinstance(resource, dict):
+            return path, _Failure(
+                f"pattern and resource have different structures. Path: {path}. "
+                f"Expected {go_type_name(self.pattern)}, found {go_type_name(resource)}"
+            )
+        if self.tracked:
+            seen = state.anchor_seen
+            for key, name in self.tracked:
+                if not seen.get(key):
+                    seen[key] = name in resource
+        node = self
+        if self.has_metadata:
+            expanded = expand_metadata_wildcards(self.pattern, resource)
+            if expanded is not self.pattern:
+                node = _MapNode(expanded)  # resolved against this resource: not kept
 
-# Plans of a policy's pattern maps, by identity: policy patterns never change once loaded.
-_PLANS: IdentityMemo[dict[str, Any], _MapPlan] = IdentityMemo(20_000)
-
-
-class _Walk:
-    """State of one ``validate_pattern`` call: which tracked anchor keys were ever found in the resource."""
-
-    __slots__ = ("anchor_seen", "cache_plans")
-
-    def __init__(self, cache_plans: bool) -> None:
-        self.anchor_seen: dict[str, bool] = {}
-        self.cache_plans = cache_plans
-
-    def note_anchors(self, plan: _MapPlan, resource: dict[str, Any]) -> None:
-        seen = self.anchor_seen
-        for key, name in plan.tracked:
-            if not seen.get(key):
-                seen[key] = name in resource
-
-    def keys_are_missing(self) -> bool:
-        for key, found in self.anchor_seen.items():
-            if not found:
-                anchor = parse_anchor(key)
-                if anchor is not None and anchor.modifier != NEGATION:
-                    return True
-        return False
-
-    # -- element dispatch ---------------------------------------------------------------------------------
-
-    def element(self, resource: Any, pattern: Any, path: str) -> _Result:
-        if isinstance(pattern, dict):
-            if not isinstance(resource, dict):
-                return path, _Failure(
-                    f"pattern and resource have different structures. Path: {path}. "
-                    f"Expected {go_type_name(pattern)}, found {go_type_name(resource)}"
-                )
-            plan = _PLANS.get(pattern, _MapPlan) if self.cache_plans else _MapPlan(pattern)
-            self.note_anchors(plan, resource)
-            return self.map(resource, pattern, plan, path)
-        if isinstance(pattern, list):
-            if not isinstance(resource, list):
-                return path, _Failure(
-                    f"validation rule failed at path {path}, resource does not satisfy the expected overlay pattern"
-                )
-            return self.array(resource, pattern, path)
-        if isinstance(pattern, _SCALARS):
-            if isinstance(resource, list):
-                for item in resource:
-                    if not match_value(item, pattern):
-                        return path, self._mismatch(resource, pattern, path)
-                return None
-            if not match_value(resource, pattern):
-                return path, self._mismatch(resource, pattern, path)
-            return None
-        return path, _Failure(f"failed at '{path}', pattern contains unknown type")
-
-    @staticmethod
-    def _mismatch(resource: Any, pattern: Any, path: str) -> _Failure:
-        return _Failure(
-            f"resource value '{go_sprint(resource)}' does not match "
-            f"'{go_sprint(pattern, numbers_are_floats=True)}' at path {path}"
-        )
-
-    # -- maps ---------------------------------------------------------------------------------------------
-
-    def map(self, resource: dict[str, Any], pattern: dict[str, Any], plan: _MapPlan, path: str) -> _Result:
-        if plan.has_metadata:
-            expanded = expand_metadata_wildcards(pattern, resource)
-            if expanded is not pattern:
-                pattern, plan = expanded, _MapPlan(expanded)  # resolved against this resource: not cached
-
-        if plan.anchored:
+        if node.anchored:
             skipped: list[_Failure] = []
             applied = 0
-            for key, anchor in plan.anchored:
-                result = self.handle(key, anchor, pattern[key], resource, path)
+            for key, anchor, segment, child, star in node.anchored:
+                if anchor is not None and anchor.modifier == EQUALITY:  # inlined: the commonest anchor
+                    name = anchor.key
+                    result = child.walk(state, resource[name], path + segment) if name in resource else None
+                else:
+                    result = state.handle(key, anchor, segment, child, star, resource, path)
                 if result is not None:
                     if _is_skip(result[1]):
                         skipped.append(result[1])
@@ -233,37 +270,127 @@ class _Walk:
             if skipped and (applied == 0 or _has_direct_skip(skipped)):
                 return path, _combined_skip(skipped)
 
-        for key, plain_anchor in plan.plain:
-            result = self.handle(key, plain_anchor, pattern[key], resource, path)
+        for key, anchor, segment, child, star in node.plain:
+            if anchor is None:  # inlined: most keys are plain
+                value = resource.get(key)
+                if star:
+                    if value is not None:
+                        continue
+                    return path, _Failure(f"{path}/{key} not found")
+                result = child.walk(state, value, path + segment)
+            else:
+                result = state.handle(key, anchor, segment, child, star, resource, path)
             if result is not None:
                 return result
         return None
 
-    def handle(self, key: str, anchor: Anchor | None, pattern: Any, resource: dict[str, Any], path: str) -> _Result:
+
+class _ListNode(_Node):
+    """A pattern list: the first entry, when a map or scalar, applies to every item; otherwise entries pair with
+    the resource's items by position."""
+
+    __slots__ = ("items", "first_kind")
+
+    def __init__(self, pattern: list[Any]) -> None:
+        super().__init__(pattern)
+        self.items = tuple(_compile(item) for item in pattern)
+        first = pattern[0] if pattern else None
+        self.first_kind = "" if not pattern else "map" if isinstance(first, dict) else "scalar" if isinstance(first, _SCALARS) else "items"
+
+    def walk(self, state: _Walk, resource: Any, path: str) -> _Result:
+        if not isinstance(resource, list):
+            return path, _Failure(
+                f"validation rule failed at path {path}, resource does not satisfy the expected overlay pattern"
+            )
+        kind = self.first_kind
+        if kind == "map":
+            return _each_item(state, resource, self.items[0], path)
+        if kind == "scalar":
+            return self.items[0].walk(state, resource, path)
+        if not kind:
+            return path, _Failure("pattern Array empty")
+        if len(resource) < len(self.items):
+            return "", _Failure(
+                "validate Array failed, array length mismatch, "
+                f"resource Array len is {len(resource)} and pattern Array len is {len(self.items)}"
+            )
+        skipped: list[_Failure] = []
+        applied = 0
+        for index, item in enumerate(self.items):
+            result = item.walk(state, resource[index], f"{path}{index}/")
+            if result is not None:
+                if _is_skip(result[1]):
+                    skipped.append(result[1])
+                    continue
+                return result
+            applied += 1
+        if applied == 0 and skipped:
+            return path, _combined_skip(skipped)
+        return None
+
+
+def _each_item(state: _Walk, resource: list[Any], node: _Node, path: str) -> _Result:
+    """A map pattern against every item of a list (items a conditional anchor skips do not count as applied)."""
+    skipped: list[_Failure] = []
+    applied = 0
+    for index, item in enumerate(resource):
+        result = node.walk(state, item, f"{path}{index}/")
+        if result is not None:
+            if _is_skip(result[1]):
+                skipped.append(result[1])
+                continue
+            return result
+        applied += 1
+    if applied == 0 and skipped:
+        return path, _combined_skip(skipped)
+    return None
+
+
+# Compiled trees of a policy's patterns, by identity of the pattern: policy patterns never change once loaded.
+_TREES: IdentityMemo[Any, _Node] = IdentityMemo(20_000)
+
+
+class _Walk:
+    """State of one ``validate_pattern`` call: which tracked anchor keys were ever found in the resource."""
+
+    __slots__ = ("anchor_seen",)
+
+    def __init__(self) -> None:
+        self.anchor_seen: dict[str, bool] = {}
+
+    def keys_are_missing(self) -> bool:
+        for key, found in self.anchor_seen.items():
+            if not found:
+                anchor = parse_anchor(key)
+                if anchor is not None and anchor.modifier != NEGATION:
+                    return True
+        return False
+
+    def handle(self, key: str, anchor: Anchor | None, segment: str, node: _Node, star: bool, resource: dict[str, Any], path: str) -> _Result:
         if anchor is not None:
             modifier = anchor.modifier
             name = anchor.key
-            current = path + name + "/"
+            current = path + segment
             if modifier == CONDITION:
                 if name not in resource:
                     return current, _Failure(
                         f"{_CONDITIONAL_PREFIX}: conditional anchor key doesn't exist in the resource", _CONDITIONAL
                     )
-                result = self.element(resource[name], pattern, current)
+                result = node.walk(self, resource[name], current)
                 if result is not None:
                     return result[0], _Failure(f"{_CONDITIONAL_PREFIX}: {result[1].message}", _CONDITIONAL)
                 return None
             if modifier == GLOBAL:
                 if name not in resource:
                     return None
-                result = self.element(resource[name], pattern, current)
+                result = node.walk(self, resource[name], current)
                 if result is not None:
                     return result[0], _Failure(f"{_GLOBAL_PREFIX}: {result[1].message}", _GLOBAL)
                 return None
             if modifier == EQUALITY:
                 if name not in resource:
                     return None
-                return self.element(resource[name], pattern, current)
+                return node.walk(self, resource[name], current)
             if modifier == NEGATION:
                 if name in resource:
                     return current, _Failure(f"{_NEGATION_PREFIX}: {current} is not allowed", _NEGATION)
@@ -271,92 +398,48 @@ class _Walk:
             if modifier == EXISTENCE:
                 if name not in resource:
                     return None
-                return self.existence(resource[name], pattern, current)
-            # "+(key)" only means something to mutation; validation looks the literal key up, like Kyverno.
-        current = path + key + "/"
+                return self.existence(resource[name], node, current)
         value = resource.get(key)
-        if pattern == "*" and isinstance(pattern, str):
+        if star:
             if value is not None:
                 return None
             return path, _Failure(f"{path}/{key} not found")
-        return self.element(value, pattern, current)
+        return node.walk(self, value, path + segment)
 
-    def existence(self, value: Any, pattern: Any, path: str) -> _Result:
+    def existence(self, value: Any, node: _Node, path: str) -> _Result:
+        pattern = node.pattern
         if not isinstance(value, list):
             return path, _Failure(
                 f"invalid resource type {go_type_name(value)}: "
                 "Existence ^ () anchor can be used only on list/array type resource"
             )
-        if not isinstance(pattern, list):
+        if not isinstance(node, _ListNode):
             return path, _Failure(
                 f"invalid pattern type {go_type_name(pattern, numbers_are_floats=True)}: "
                 "Pattern has to be of list to compare against resource"
             )
-        for pattern_item in pattern:
-            if not isinstance(pattern_item, dict):
+        for item_node in node.items:
+            if not isinstance(item_node, _MapNode):
                 return path, _Failure(
                     f"invalid pattern type {go_type_name(pattern)}: "
                     "Pattern has to be of type map to compare against items in resource"
                 )
             for index, item in enumerate(value):
-                if self.element(item, pattern_item, f"{path}{index}/") is None:
+                if item_node.walk(self, item, f"{path}{index}/") is None:
                     break
             else:
                 return path, _Failure(f"existence anchor validation failed at path {path}")
-        return None
-
-    # -- arrays -------------------------------------------------------------------------------------------
-
-    def array(self, resource: list[Any], pattern: list[Any], path: str) -> _Result:
-        if not pattern:
-            return path, _Failure("pattern Array empty")
-        first = pattern[0]
-        if isinstance(first, dict):
-            return self.array_of_maps(resource, first, path)
-        if isinstance(first, _SCALARS):
-            return self.element(resource, first, path)
-        if len(resource) < len(pattern):
-            return "", _Failure(
-                "validate Array failed, array length mismatch, "
-                f"resource Array len is {len(resource)} and pattern Array len is {len(pattern)}"
-            )
-        skipped: list[_Failure] = []
-        applied = 0
-        for index, pattern_item in enumerate(pattern):
-            result = self.element(resource[index], pattern_item, f"{path}{index}/")
-            if result is not None:
-                if _is_skip(result[1]):
-                    skipped.append(result[1])
-                    continue
-                return result
-            applied += 1
-        if applied == 0 and skipped:
-            return path, _combined_skip(skipped)
-        return None
-
-    def array_of_maps(self, resource: list[Any], pattern: dict[str, Any], path: str) -> _Result:
-        skipped: list[_Failure] = []
-        applied = 0
-        for index, item in enumerate(resource):
-            result = self.element(item, pattern, f"{path}{index}/")
-            if result is not None:
-                if _is_skip(result[1]):
-                    skipped.append(result[1])
-                    continue
-                return result
-            applied += 1
-        if applied == 0 and skipped:
-            return path, _combined_skip(skipped)
         return None
 
 
 def validate_pattern(resource: Any, pattern: Any, *, policy_owned: bool = False) -> PatternFailure | None:
     """Match a whole resource against a ``validate.pattern`` (or one ``anyPattern`` entry); None means it matched.
 
-    ``policy_owned``: the pattern is the policy's own object (no variables were substituted into it), so the plans
-    of its maps are cached; a substituted copy is new on every review and may carry request data, so it is not."""
-    walk = _Walk(policy_owned)
-    result = walk.element(resource, pattern, "/")
+    ``policy_owned``: the pattern is the policy's own object (no variables were substituted into it), so its
+    compiled tree is kept; a substituted copy is new on every review and may carry request data, so it is not."""
+    tree = _TREES.get(pattern, _compile) if policy_owned and isinstance(pattern, (dict, list)) else _compile(pattern)
+    walk = _Walk()
+    result = tree.walk(walk, resource, "/")
     if result is None:
         return None
     path, failure = result

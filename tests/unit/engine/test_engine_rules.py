@@ -244,21 +244,21 @@ def test_a_rule_dict_shared_by_two_policies_takes_each_policys_failure_action() 
 
 
 def test_patterns_with_request_data_substituted_are_not_kept_between_reviews() -> None:
-    """Plans of a policy's own pattern maps are cached; a pattern that had request data substituted into it is new
-    on every review and must not be held (memory stays bounded by the policies, not by the traffic)."""
+    """A policy's own patterns are compiled once and kept; a pattern that had request data substituted into it is
+    new on every review and must not be held (memory stays bounded by the policies, not by the traffic)."""
     from stockade.engine.pattern import validate as pattern_walk
 
     rule = {"name": "own-name", "match": MATCH_POD, "validate": {"pattern": {"metadata": {"labels": {"copy": "{{ request.object.metadata.name }}"}}}}}
     policy = cpol(rule)
-    before = len(pattern_walk._PLANS)
+    before = len(pattern_walk._TREES)
     for index in range(50):
         name = f"web-{index}"
         assert validate(policy, pod(name=name, labels={"copy": name}))[0][1] == "pass"
-    assert len(pattern_walk._PLANS) == before
+    assert len(pattern_walk._TREES) == before
     static = cpol({"name": "static", "match": MATCH_POD, "validate": {"pattern": {"metadata": {"labels": {"app": "?*"}}}}})
     for _ in range(3):
         assert validate(static, pod(labels={"app": "web"}))[0][1] == "pass"
-    assert len(pattern_walk._PLANS) == before + 3  # pattern, metadata and labels maps, once
+    assert len(pattern_walk._TREES) == before + 1  # the pattern, once
 
 
 def test_a_policy_view_with_some_rules_runs_only_those_and_leaves_the_policy_alone() -> None:

@@ -324,3 +324,26 @@ def test_pattern_is_not_modified() -> None:
     snapshot = repr(pattern)
     validate_pattern(pod(NGINX_PINNED), pattern)
     assert repr(pattern) == snapshot
+
+
+# -- compiled patterns reused across resources -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "leaf, values",
+    [
+        # Kyverno decodes into interface{}: a bool never satisfies a number pattern, nor a number a bool pattern,
+        # although Python has True == 1 and False == 0
+        (1, [(True, False), (1, True), (1.0, True), ("1", True), (True, False)]),
+        (False, [(0, False), (False, True), ("false", False), (0, False), (False, True)]),
+        ("true", [(True, True), ("true", True), (1, False), (True, True)]),
+        (None, [(0, True), ("", True), (False, True), ("x", False), (None, True), (1, False)]),
+    ],
+)
+def test_a_policy_owned_pattern_gives_each_value_its_own_verdict_across_resources(leaf: Any, values: list[tuple[Any, bool]]) -> None:
+    """One policy pattern, compiled once, is walked for every review: a value seen earlier must not decide the
+    verdict for another value that Python considers equal."""
+    pattern = {"spec": {"value": leaf}}
+    for value, matches in values:
+        failure = validate_pattern({"spec": {"value": value}}, pattern, policy_owned=True)
+        assert (failure is None) is matches, (leaf, value)
