@@ -10,8 +10,9 @@ routine (one per container that does not match a condition), and tuples keep tha
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from stockade.engine.pattern.anchors import (
     ADD_IF_NOT_PRESENT,
@@ -314,26 +315,20 @@ class _ListNode(_Node):
                 "validate Array failed, array length mismatch, "
                 f"resource Array len is {len(resource)} and pattern Array len is {len(self.items)}"
             )
-        skipped: list[_Failure] = []
-        applied = 0
-        for index, item in enumerate(self.items):
-            result = item.walk(state, resource[index], f"{path}{index}/")
-            if result is not None:
-                if _is_skip(result[1]):
-                    skipped.append(result[1])
-                    continue
-                return result
-            applied += 1
-        if applied == 0 and skipped:
-            return path, _combined_skip(skipped)
-        return None
+        return _walk_items(state, zip(self.items, resource), path)
 
 
 def _each_item(state: _Walk, resource: list[Any], node: _Node, path: str) -> _Result:
-    """A map pattern against every item of a list (items a conditional anchor skips do not count as applied)."""
+    """A map pattern against every item of a list."""
+    return _walk_items(state, zip(itertools.repeat(node), resource), path)
+
+
+def _walk_items(state: _Walk, pairs: Iterable[tuple[_Node, Any]], path: str) -> _Result:
+    """Pattern nodes against list items in order: the first failure, else a combined skip when a conditional anchor
+    skipped every item (skipped items do not count as applied), else None."""
     skipped: list[_Failure] = []
     applied = 0
-    for index, item in enumerate(resource):
+    for index, (node, item) in enumerate(pairs):
         result = node.walk(state, item, f"{path}{index}/")
         if result is not None:
             if _is_skip(result[1]):
