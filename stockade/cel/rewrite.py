@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 _TOKEN_RE = re.compile(
     r"""
@@ -53,6 +53,39 @@ def uses_identifier(expression: str, name: str) -> bool:
         if token.kind == "ident" and token.text == name and (index == 0 or tokens[index - 1].text != "."):
             return True
     return False
+
+
+def replace_variable_references(expression: str, replacements: Mapping[str, str], *, keep_comments: bool = True) -> tuple[str, list[str]]:
+    """``expression`` with each ``variables.NAME`` whose NAME ``replacements`` maps replaced by its text, and the names
+    replaced, in order of first use.  A member ``x.variables.NAME`` is not a reference; without ``keep_comments``
+    comments are dropped (a trailing one would swallow text appended after the source)."""
+    tokens = tokenize(expression)
+    significant = [index for index, token in enumerate(tokens) if token.kind not in ("space", "comment")]
+    replaced: dict[int, tuple[int, str]] = {}  # token index of ``variables`` -> (token index of NAME, replacement)
+    used: list[str] = []
+    for position, index in enumerate(significant[:-2]):
+        token = tokens[index]
+        if token.kind != "ident" or token.text != "variables":
+            continue
+        if position > 0 and tokens[significant[position - 1]].text == ".":
+            continue
+        dot, selected = tokens[significant[position + 1]], tokens[significant[position + 2]]
+        if dot.text == "." and selected.kind == "ident" and selected.text in replacements:
+            replaced[index] = (significant[position + 2], replacements[selected.text])
+            if selected.text not in used:
+                used.append(selected.text)
+    if not used:
+        return (expression if keep_comments else "".join(t.text for t in tokens if t.kind != "comment")), used
+    parts: list[str] = []
+    index = 0
+    while index < len(tokens):
+        if index in replaced:
+            index, text = replaced[index]
+            parts.append(text)
+        elif keep_comments or tokens[index].kind != "comment":
+            parts.append(tokens[index].text)
+        index += 1
+    return "".join(parts), used
 
 
 def rewrite_struct_literals(expression: str) -> str:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 from stockade.cel import CelActivation, CelCompileError, CelError, CelProgram
 from stockade.cel.providers import PROVIDER_IDENTIFIERS
-from stockade.cel.rewrite import Token, bind_once, tokenize
+from stockade.cel.rewrite import Token, bind_once, replace_variable_references, tokenize
 
 if TYPE_CHECKING:
     from stockade.celpolicy.compiler import PolicyCompiler
@@ -91,26 +91,7 @@ def _references(expression: str, declared: Sequence[str]) -> list[str]:
 
 def _substitute(source: str, replacements: dict[str, str]) -> str:
     """``source`` without comments and with each ``variables.NAME`` named in ``replacements`` replaced."""
-    tokens = tokenize(source)
-    significant = [index for index, token in enumerate(tokens) if token.kind not in ("space", "comment")]
-    replaced: dict[int, tuple[int, str]] = {}  # token index of ``variables`` -> (index of NAME, replacement)
-    for position, index in enumerate(significant[:-2]):
-        token = tokens[index]
-        if (token.kind == "ident" and token.text == "variables"
-                and not (position > 0 and tokens[significant[position - 1]].text == ".")
-                and tokens[significant[position + 1]].text == "."
-                and tokens[significant[position + 2]].text in replacements):
-            replaced[index] = (significant[position + 2], replacements[tokens[significant[position + 2]].text])
-    parts: list[str] = []
-    index = 0
-    while index < len(tokens):
-        if index in replaced:
-            index, text = replaced[index]
-            parts.append(text)
-        elif tokens[index].kind != "comment":  # a trailing comment would swallow the text after the source
-            parts.append(tokens[index].text)
-        index += 1
-    return "".join(parts)
+    return replace_variable_references(source, replacements, keep_comments=False)[0]
 
 
 def build_chain(

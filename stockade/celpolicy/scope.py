@@ -6,7 +6,7 @@ import re
 from typing import Any, Mapping
 
 from stockade.cel import CelActivation, CelCostLimitError, CelError, CelEvalError
-from stockade.cel.rewrite import bind_once, tokenize
+from stockade.cel.rewrite import bind_once, replace_variable_references
 from stockade.celpolicy.compiler import PolicyCompiler
 from stockade.errors import StockadeError
 
@@ -31,36 +31,11 @@ _INLINE_PREFIX = "__stk_var_"
 def _inline_references(expression: str, inline: Mapping[str, str], depth: int = 0) -> str:
     """``expression`` with each ``variables.NAME`` of an inlined variable replaced by that variable's expression,
     bound once with :func:`stockade.cel.rewrite.bind_once` (its own inlined references resolved first)."""
-    tokens = tokenize(expression)
-    significant = [index for index, token in enumerate(tokens) if token.kind not in ("space", "comment")]
-    replace: dict[int, tuple[int, str]] = {}
-    used: list[str] = []
-    for position, index in enumerate(significant[:-2]):
-        token = tokens[index]
-        if token.kind != "ident" or token.text != "variables":
-            continue
-        if position > 0 and tokens[significant[position - 1]].text == ".":
-            continue
-        dot, selected = tokens[significant[position + 1]], tokens[significant[position + 2]]
-        if dot.text == "." and selected.kind == "ident" and selected.text in inline:
-            replace[index] = (significant[position + 2], _INLINE_PREFIX + selected.text)
-            if selected.text not in used:
-                used.append(selected.text)
+    body, used = replace_variable_references(expression, {name: _INLINE_PREFIX + name for name in inline})
     if not used:
         return expression
     if depth > len(inline):
         raise CelEvalError("variables refer to each other in a cycle", expression)
-    parts: list[str] = []
-    index = 0
-    while index < len(tokens):
-        if index in replace:
-            last, text = replace[index]
-            parts.append(text)
-            index = last + 1
-            continue
-        parts.append(tokens[index].text)
-        index += 1
-    body = "".join(parts)
     for name in reversed(used):
         body = bind_once(f"{_INLINE_PREFIX}{name}", _inline_references(inline[name], inline, depth + 1), body)
     return body

@@ -31,3 +31,17 @@ def test_null_safety_rewrite_evaluates_receivers_once_and_leaves_plain_code_alon
     assert "type(" not in rewrite_null_safety("optional.of(1).orValue(2)")
     # strings are never rewritten
     assert rewrite_null_safety("'a.?b' + 'x.orValue(1)'") == "'a.?b' + 'x.orValue(1)'"
+
+
+def test_variable_references_are_replaced_only_where_they_are_references() -> None:
+    from stockade.cel.rewrite import replace_variable_references
+
+    source = "variables.a + x.variables.a + variables.b + variables . a + 'variables.a' // variables.a"
+    replaced, used = replace_variable_references(source, {"a": "A"})
+    # a member named variables, a name not mapped, a string literal and a comment are left alone
+    assert replaced == "A + x.variables.a + variables.b + A + 'variables.a' // variables.a"
+    assert used == ["a"]
+    without_comments, _ = replace_variable_references("variables.a // note", {"a": "A"}, keep_comments=False)
+    assert without_comments.strip() == "A"
+    assert replace_variable_references("1 + 2 // c", {"a": "A"}, keep_comments=False) == ("1 + 2 ", [])
+    assert replace_variable_references("variables.b", {"a": "A"}) == ("variables.b", [])
