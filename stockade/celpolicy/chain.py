@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from stockade.cel import CelActivation, CelCompileError, CelError, CelProgram
 from stockade.cel.providers import PROVIDER_IDENTIFIERS
 from stockade.cel.rewrite import Token, bind_once, replace_variable_references, tokenize
+from stockade.errors import StockadeError
 
 if TYPE_CHECKING:
     from stockade.celpolicy.compiler import PolicyCompiler
@@ -58,7 +59,7 @@ class ValidationChain:
         return None if result >= self.count else result
 
 
-class _Ineligible(Exception):
+class _Ineligible(StockadeError):
     """The policy cannot be chained; the one-expression path evaluates it."""
 
 
