@@ -4,7 +4,9 @@ controller does for its CELMutate update requests.
 What triggers it:
 
 * an admitted request the policy's ``matchConstraints`` and ``matchConditions`` select (the MutatingPolicy's own
-  webhook reports it, with the policy names its path carries; admission-disabled policies are never triggered so);
+  webhook reports it, with the policy names its path carries; admission-disabled policies are never triggered so),
+  a subresource request (``pods/exec`` CONNECT, ``pods/eviction`` CREATE) included when its rules name the
+  subresource: its object (never stored) is the trigger as the request carried it;
 * a policy appearing or changing (leader): without a target expression, every target that exists is mutated on
   behalf of itself; with one, every existing trigger resolves its targets.
 
@@ -15,8 +17,9 @@ trigger (a DELETE trigger is its deleted object).  Each target then passes ``tar
 mutations run with ``object`` = the target and ``request`` = the trigger's request.  A target whose result equals
 it is left alone; otherwise it is written back with a PUT (recomputed on a conflict).
 
-Requests by the configured background user (Kyverno's background controller service account) trigger only policies
-that set ``spec.evaluation.skipBackgroundRequests: false``.
+Requests by the background controller (the configured background user, Kyverno's background controller service
+account, or the user our controllers write as: the generate controller's test) trigger only policies that set
+``spec.evaluation.skipBackgroundRequests: false``.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ UpdateRequests in our namespace before the admission review is answered, the way
   let any replica replay the request later.
 
 A subresource request (a ``pods/eviction`` CREATE, a ``pods/exec`` CONNECT, a ``pods/binding``) is recorded the same
-way, its rules matched by the parent's kind with the subresource (``Pod/eviction``); its object is never stored, so
+way, its rules matched by the parent's kind with the subresource (``Pod/eviction``), a CEL policy's by its resource
+rules naming ``pods/eviction`` (a MutatingPolicy's ``cel-mutate`` request included); its object is never stored, so
 the replay takes the trigger from the recorded admission request (``subResource`` and the parent ``resource`` say
 how policies match it) and never waits for it, as Kyverno's background controller does when it finds no stored
 trigger.
