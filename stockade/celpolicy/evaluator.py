@@ -429,14 +429,7 @@ class CelPolicyEvaluator:
         if not expression:
             return None
         if trigger.operation == "DELETE" and not trigger.object and trigger.old_object:
-            trigger = AdmissionInput(
-                object=trigger.old_object,
-                old_object=None,
-                operation=trigger.operation,
-                user_info=trigger.user_info,
-                namespace_object=trigger.namespace_object,
-                namespace_labels=trigger.namespace_labels,
-            )
+            trigger = dataclasses.replace(trigger, object=trigger.old_object, old_object=None)  # the request's other fields kept
         scope = self._scope(policy.key, trigger)
         scope.bind_variables(policy.spec.get("variables"))
         if check_conditions:

@@ -4,7 +4,9 @@ controller does for its CELMutate update requests.
 What triggers it:
 
 * an admitted request the policy's ``matchConstraints`` and ``matchConditions`` select (the MutatingPolicy's own
-  webhook reports it, with the policy names its path carries; admission-disabled policies are never triggered so);
+  webhook reports it, with the policy names its path carries; admission-disabled policies are never triggered so),
+  a subresource request (``pods/exec`` CONNECT, ``pods/eviction`` CREATE) included when its rules name the
+  subresource: its object (never stored) is the trigger as the request carried it;
 * a policy appearing or changing (leader): without a target expression, every target that exists is mutated on
   behalf of itself; with one, every existing trigger resolves its targets.
 
@@ -15,8 +17,9 @@ trigger (a DELETE trigger is its deleted object).  Each target then passes ``tar
 mutations run with ``object`` = the target and ``request`` = the trigger's request.  A target whose result equals
 it is left alone; otherwise it is written back with a PUT (recomputed on a conflict).
 
-Requests by the configured background user (Kyverno's background controller service account) trigger only policies
-that set ``spec.evaluation.skipBackgroundRequests: false``.
+Requests by the background controller (the configured background user, Kyverno's background controller service
+account, or the user our controllers write as: the generate controller's test) trigger only policies that set
+``spec.evaluation.skipBackgroundRequests: false``.
 """
 
 from __future__ import annotations
@@ -99,6 +102,11 @@ class CelMutateTrigger:
     user_info: dict[str, Any] = field(default_factory=dict)
     policies: tuple[str, ...] | None = None
     namespaced: bool | None = None  # the webhook's family: cluster-wide or namespaced policies (None: both)
+    # a subresource request (``pods/exec`` CONNECT, ``pods/eviction`` CREATE): the subresource, the parent resource's
+    # (group, version, request kind, plural) it is matched by, and the request's name (a PodExecOptions has none)
+    subresource: str = ""
+    parent: tuple[str, str, str, str] | None = None
+    request_name: str = ""
 
     @property
     def subject(self) -> dict[str, Any]:
@@ -107,7 +115,9 @@ class CelMutateTrigger:
     def describe(self) -> str:
         metadata = self.subject.get("metadata") or {}
         namespace = metadata.get("namespace") or ""
-        return f"{self.subject.get('kind', '')}/{namespace + '/' if namespace else ''}{metadata.get('name', '')}"
+        name = metadata.get("name") or self.request_name
+        what = f"{self.subject.get('kind', '')}/{namespace + '/' if namespace else ''}{name}"
+        return f"{what} ({self.subresource})" if self.subresource else what
 
 
 class TriggerNotStored(StockadeError):
@@ -127,11 +137,21 @@ class CelMutateExisting:
     """Resolves and writes the targets of mutateExisting MutatingPolicies (the generate worker queues the work)."""
 
     def __init__(
-        self, cluster: ClusterData, snapshot: Callable[[], Any], *, background_username: str = "", events: Any = None, reports: Any = None
+        self,
+        cluster: ClusterData,
+        snapshot: Callable[[], Any],
+        *,
+        background_username: str = "",
+        is_background: Callable[[str], bool] | None = None,
+        events: Any = None,
+        reports: Any = None,
     ) -> None:
         self.cluster = cluster
         self.snapshot = snapshot
         self.background_username = background_username
+        # whether a user name is the background controller's (the generate controller's own test, so generate and
+        # mutateExisting agree on it); without one, the configured background user alone
+        self._is_background = is_background
         self.events = events
         # a ReportWriter: each evaluated target's result goes into its own report (Kyverno's mutateExisting reports)
         self.reports = reports
@@ -154,7 +174,10 @@ class CelMutateExisting:
         return CelPolicyEvaluator(providers={"resource": ClusterCelResources(self.cluster)}, exceptions=exceptions)
 
     def is_background_request(self, user_info: dict[str, Any]) -> bool:
-        return bool(self.background_username) and str(user_info.get("username") or "") == self.background_username
+        username = str(user_info.get("username") or "")
+        if self._is_background is not None:
+            return self._is_background(username)
+        return bool(self.background_username) and username == self.background_username
 
     # -- admission triggers ----------------------------------------------------------------------------------------
     def wanted(self, trigger: CelMutateTrigger) -> list[CelPolicy]:
@@ -181,7 +204,15 @@ class CelMutateExisting:
         if not policies:
             return []
         evaluator = self.evaluator()
-        request = self._request(trigger.operation, trigger.object or None, trigger.old_object or None, trigger.user_info)
+        request = self._request(
+            trigger.operation,
+            trigger.object or None,
+            trigger.old_object or None,
+            trigger.user_info,
+            subresource=trigger.subresource,
+            parent=trigger.parent,
+            request_name=trigger.request_name,
+        )
         failures: list[str] = []
         for policy in policies:
             try:
@@ -194,7 +225,17 @@ class CelMutateExisting:
                 failures.append(f"{policy.key} on {trigger.describe()}: {type(exc).__name__}: {exc}")
         return failures
 
-    def _request(self, operation: str, obj: dict[str, Any] | None, old: dict[str, Any] | None, user_info: dict[str, Any]) -> AdmissionInput:
+    def _request(
+        self,
+        operation: str,
+        obj: dict[str, Any] | None,
+        old: dict[str, Any] | None,
+        user_info: dict[str, Any],
+        *,
+        subresource: str = "",
+        parent: tuple[str, str, str, str] | None = None,
+        request_name: str = "",
+    ) -> AdmissionInput:
         subject = obj or old or {}
         namespace = str((subject.get("metadata") or {}).get("namespace") or "")
         namespace_object = None
@@ -203,7 +244,16 @@ class CelMutateExisting:
                 namespace_object = self.cluster.get_object("v1", "Namespace", "", namespace, cached=False)
             except KubeError as exc:
                 log.warning("could not read namespace %s: %s", namespace, exc)
-        return AdmissionInput(object=obj, old_object=old, operation=operation, user_info=dict(user_info), namespace_object=namespace_object)
+        return AdmissionInput(
+            object=obj,
+            old_object=old,
+            operation=operation,
+            user_info=dict(user_info),
+            namespace_object=namespace_object,
+            subresource=subresource,
+            parent=parent,
+            request_name=request_name,
+        )
 
     # -- policy events ---------------------------------------------------------------------------------------------
     def reconcile(self) -> None:
@@ -238,7 +288,9 @@ class CelMutateExisting:
     # -- targets ---------------------------------------------------------------------------------------------------
     def _apply(self, evaluator: Any, policy: CelPolicy, trigger: AdmissionInput, *, refetch: bool) -> list[str]:
         if target_expression(policy):
-            if refetch and trigger.operation != "DELETE":
+            # the expression reads the trigger as stored now; a subresource request's object (an Eviction, a
+            # PodExecOptions) is never stored, so it reads the object the request carried
+            if refetch and trigger.operation != "DELETE" and not trigger.subresource:
                 trigger = self._stored(trigger)
             try:
                 targets = evaluator.expression_targets(policy, trigger) or []

@@ -635,7 +635,9 @@ class GenerateController:
         # mutate.targets share this queue, retries and leader-only policy reconciliation
         self.mutate_existing = MutateExisting(self.cluster, self._engine, events=events, reports=reports)
         # MutatingPolicy mutateExisting: admission triggers arrive through submit_mutating, policy events here too
-        self.cel_mutate = CelMutateExisting(self.cluster, lambda: self.store.snapshot, background_username=background_username, events=events, reports=reports)
+        self.cel_mutate = CelMutateExisting(
+            self.cluster, lambda: self.store.snapshot, background_username=background_username, is_background=self.is_background_request, events=events, reports=reports
+        )
         from stockade.controllers.admissionpolicygen import AdmissionPolicyGenerator
 
         # ValidatingAdmissionPolicy / MutatingAdmissionPolicy generation follows the same leader-only policy changes
@@ -777,16 +779,25 @@ class GenerateController:
 
     def submit_mutating(self, review: Any, policies: tuple[str, ...] | None, namespaced: bool | None) -> Callable[[], None] | None:
         """Take on a request a MutatingPolicy webhook admitted (``policies``: the names its path carries, None: any)
-        for the mutateExisting policies it triggers; dryRun requests and subresources have no side effects.  With
-        ``update_requests`` set the work is recorded as ``cel-mutate`` UpdateRequests, as ``submit`` does."""
-        if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE") or review.sub_resource:
+        for the mutateExisting policies it triggers; dryRun requests have no side effects.  A subresource request
+        (a ``pods/exec`` CONNECT, a ``pods/eviction`` CREATE) triggers the policies whose matchConstraints name the
+        subresource, its object (never stored) taken as the request carried it, as Kyverno's mpol webhook and
+        background processor do.  With ``update_requests`` set the work is recorded as ``cel-mutate``
+        UpdateRequests, as ``submit`` does."""
+        from stockade.controllers.updaterequest import admission_request, cel_mutate_trigger
+
+        if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE", "CONNECT"):
             return None
+        if review.operation == "CONNECT" and not review.sub_resource:
+            return None  # CONNECT only ever reaches us as a subresource request
         if not mutating_policies(self.store.snapshot):
             return None
         info = review.user_info
-        user = {"username": info.username, "uid": info.uid, "groups": list(info.groups), "extra": dict(info.extra)}
-        trigger = CelMutateTrigger(review.operation, review.object, review.old_object, user, policies, namespaced)
-        event = TriggerEvent(review.operation, review.object, review.old_object, info, review.kind, cel_mutate=trigger)
+        # one reading of the request for now and for the replay of its UpdateRequest
+        trigger = cel_mutate_trigger(admission_request(review), info, policies, namespaced)
+        event = TriggerEvent(
+            review.operation, review.object, review.old_object, info, review.kind, cel_mutate=trigger, subresource=bool(review.sub_resource), request_name=trigger.request_name
+        )
         writer = self.update_requests
         if writer is None:
             self.submit_event(event)

@@ -15,7 +15,8 @@ UpdateRequests in our namespace before the admission review is answered, the way
   let any replica replay the request later.
 
 A subresource request (a ``pods/eviction`` CREATE, a ``pods/exec`` CONNECT, a ``pods/binding``) is recorded the same
-way, its rules matched by the parent's kind with the subresource (``Pod/eviction``); its object is never stored, so
+way, its rules matched by the parent's kind with the subresource (``Pod/eviction``), a CEL policy's by its resource
+rules naming ``pods/eviction`` (a MutatingPolicy's ``cel-mutate`` request included); its object is never stored, so
 the replay takes the trigger from the recorded admission request (``subResource`` and the parent ``resource`` say
 how policies match it) and never waits for it, as Kyverno's background controller does when it finds no stored
 trigger.
@@ -43,7 +44,7 @@ from typing import Any
 from stockade.celpolicy.matching import resource_rules_match
 from stockade.celpolicy.model import CelPolicy
 from stockade.celpolicy.request import AdmissionInput
-from stockade.controllers.celmutate import policy_key
+from stockade.controllers.celmutate import CelMutateTrigger, policy_key
 from stockade.controllers.clusterdata import ClusterData
 from stockade.controllers.downstreamwatch import WATCH_BACKOFF, WATCH_TIMEOUT_SECONDS, KindListWatch
 from stockade.kube.controller import InformerController, Result
@@ -400,10 +401,40 @@ def gpol_context(policy: CelPolicy, review: Any) -> RuleContext | None:
 
 def plan_mutating_requests(namespace: str, policies: Iterable[CelPolicy], review: Any) -> list[dict[str, Any]]:
     """The ``cel-mutate`` UpdateRequests of a request a MutatingPolicy webhook admitted: ``policies`` are the
-    mutateExisting policies its path names (admission-enabled, background requests already left out)."""
-    if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE") or review.sub_resource:
+    mutateExisting policies its path names (admission-enabled, background requests already left out).  As Kyverno's
+    mpol webhook, any request the policy's resource rules select records one, a subresource request (a ``pods/exec``
+    CONNECT, a ``pods/eviction`` CREATE) included: rules naming ``pods/exec`` select it, rules naming ``pods`` do not;
+    a dry run records nothing."""
+    if getattr(review, "dry_run", False) or review.operation not in ("CREATE", "UPDATE", "DELETE", "CONNECT"):
         return []
     return [cel_request(namespace, CEL_MUTATE, policy, review) for policy in policies if resource_rules_select(policy, review)]
+
+
+def cel_mutate_trigger(admission: dict[str, Any], info: RequestInfo, policies: tuple[str, ...] | None, namespaced: bool | None) -> CelMutateTrigger:
+    """The MutatingPolicy trigger an admission request makes, read from the request in the form an UpdateRequest
+    records it (`admission_request`), so the admitting webhook and a later replay see the same request: its
+    objects, requester and, for a subresource request, the subresource, the parent resource it is matched by and
+    the request's name (the object of a subresource request is never stored: the replay takes it from here)."""
+    new, old = admission.get("object"), admission.get("oldObject")
+    subresource = str(admission.get("subResource") or "")
+    parent: tuple[str, str, str, str] | None = None
+    if subresource:
+        resource = admission.get("resource") if isinstance(admission.get("resource"), dict) else {}
+        kind = admission.get("kind") if isinstance(admission.get("kind"), dict) else {}
+        assert isinstance(resource, dict) and isinstance(kind, dict)
+        parent = (str(resource.get("group") or ""), str(resource.get("version") or ""), str(kind.get("kind") or ""), str(resource.get("resource") or ""))
+    user = {"username": info.username, "uid": info.uid, "groups": list(info.groups), "extra": dict(info.extra)}
+    return CelMutateTrigger(
+        str(admission.get("operation") or "CREATE"),
+        new if isinstance(new, dict) else {},
+        old if isinstance(old, dict) else {},
+        user,
+        policies,
+        namespaced,
+        subresource=subresource,
+        parent=parent,
+        request_name=str(admission.get("name") or ""),
+    )
 
 
 def cel_request(namespace: str, request_type: str, policy: CelPolicy, review: Any, contexts: list[RuleContext] | None = None) -> dict[str, Any]:
@@ -464,11 +495,19 @@ def with_status(request: dict[str, Any], result: Outcome, generated: list[dict[s
     return body
 
 
+def recorded_admission(request: dict[str, Any]) -> dict[str, Any]:
+    """The admission request an UpdateRequest records (``spec.context.admissionRequestInfo.admissionRequest``);
+    empty for a request without one (a policy's own)."""
+    context = (request.get("spec") or {}).get("context") or {}
+    admission = ((context.get("admissionRequestInfo") or {}).get("admissionRequest")) or {}
+    return admission if isinstance(admission, dict) else {}
+
+
 def replayed_request(request: dict[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any], RequestInfo, ResourceKind | None]:
     """(operation, object, oldObject, requester, kind) of the admission request an UpdateRequest records."""
     spec = request.get("spec") or {}
     context = spec.get("context") or {}
-    admission = ((context.get("admissionRequestInfo") or {}).get("admissionRequest")) or {}
+    admission = recorded_admission(request)
     user = context.get("userInfo") or {}
     who = user.get("userInfo") or admission.get("userInfo") or {}
     info = RequestInfo(
@@ -502,8 +541,7 @@ class RecordedSubresource:
 
 def recorded_subresource(request: dict[str, Any]) -> RecordedSubresource | None:
     """The subresource request behind an UpdateRequest, None when it records a request of a resource itself."""
-    context = (request.get("spec") or {}).get("context") or {}
-    admission = ((context.get("admissionRequestInfo") or {}).get("admissionRequest")) or {}
+    admission = recorded_admission(request)
     subresource = str(admission.get("subResource") or "")
     if not subresource:
         return None
@@ -665,7 +703,6 @@ class UpdateRequestController(InformerController):
 
     def _replay(self, request: dict[str, Any]) -> tuple[list[str], bool]:
         """Run the recorded work; (failure messages, whether they are final)."""
-        from stockade.controllers.celmutate import CelMutateTrigger
         from stockade.controllers.generate import TriggerEvent, TriggerPending
 
         spec = request.get("spec") or {}
@@ -696,8 +733,8 @@ class UpdateRequestController(InformerController):
         elif kind == CEL_GENERATE:
             scope = dataclasses.replace(event, generate_policies=nothing, mutate_rules=nothing, generating_policies=frozenset({policy}))
         elif kind == CEL_MUTATE:
-            user = {"username": info.username, "uid": info.uid, "groups": list(info.groups), "extra": dict(info.extra)}
-            scope = dataclasses.replace(event, cel_mutate=CelMutateTrigger(operation, new, old, user, (policy,), None))
+            # the trigger as the admitting webhook saw it (a subresource request's object, subresource and name included)
+            scope = dataclasses.replace(event, cel_mutate=cel_mutate_trigger(recorded_admission(request), info, (policy,), None))
         else:
             return [f"requestType {kind} is not handled"], True
         if operation in ("CREATE", "UPDATE") and subresource is None:

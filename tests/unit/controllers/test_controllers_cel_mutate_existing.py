@@ -208,17 +208,14 @@ def test_the_generate_worker_queues_mutating_webhook_reviews_and_retries_unstore
     generator = GenerateController(None, store, cluster_data=cluster)  # type: ignore[arg-type]
     secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "ns1"}}
 
-    @dataclass
-    class Review:
-        operation: str = "CREATE"
-        object: dict[str, Any] = field(default_factory=lambda: dict(secret))
-        old_object: dict[str, Any] = field(default_factory=dict)
-        user_info: RequestInfo = field(default_factory=lambda: RequestInfo(username="alice"))
-        kind: Any = None
-        dry_run: bool = False
-        sub_resource: str = ""
+    from stockade.engine.match import ResourceKind
+    from stockade.webhook.admission import AdmissionRequest
 
-    generator.submit_mutating(Review(), ("m",), False)
+    review = AdmissionRequest(
+        uid="r1", operation="CREATE", kind=ResourceKind("", "v1", "Secret"), resource={"group": "", "version": "v1", "resource": "secrets"},
+        sub_resource="", namespace="ns1", name="s", object=dict(secret), old_object={}, user_info=RequestInfo(username="alice"), dry_run=False,
+    )
+    generator.submit_mutating(review, ("m",), False)
     queue = generator.controller.queue
     key = queue.get(timeout=0)
     assert key is not None

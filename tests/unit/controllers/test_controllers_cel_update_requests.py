@@ -10,11 +10,14 @@ what exists.  Admission stores the requests before it answers and falls back to 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from stockade.celpolicy.model import CelPolicy
-from stockade.controllers.generate import GenerateController
+from stockade.controllers.generate import GenerateController, TriggerEvent
 from stockade.controllers.updaterequest import (
     CEL_GENERATE,
     CEL_MUTATE,
@@ -370,3 +373,180 @@ def test_each_webhook_records_the_work_of_its_own_policies_once() -> None:
     assert callable(record)
     record()
     assert sorted(r["spec"]["requestType"] for r in cluster.update_requests()) == ["cel-generate", "generate"]
+
+
+# -- subresource requests (a pods/exec CONNECT, a pods/eviction CREATE) -----------------------------------------------
+# Kyverno's mpol webhook records a cel-mutate request for every mutateExisting policy whose matchConstraints select
+# the request, subresource requests included (MatchedMutateExistingPolicies matches the request's resource and
+# subResource); its background processor replays it from the recorded admission request: ``request`` is that
+# request (``request.name`` the Pod's, ``request.subResource`` the subresource) and the trigger is the object it
+# carried, never a stored one (an Eviction or a PodExecOptions cannot be read back).
+TOUCHED = "Object{metadata: Object.metadata{labels: Object.metadata.labels{via: request.subResource, by: request.userInfo.username}}}"
+THE_REQUESTS_POD = 'resource.Get("v1", "pods", request.namespace, request.name)'
+
+
+def subresource_mpol(
+    name: str = "on-sub", *, resources: tuple[str, ...] = ("pods/exec",), operations: tuple[str, ...] = ("CONNECT",), targets: dict[str, Any] | None = None, **spec: Any
+) -> dict[str, Any]:
+    return mpol(
+        name,
+        matchConstraints={"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": list(operations), "resources": list(resources)}]},
+        targetMatchConstraints=targets if targets is not None else {"expression": THE_REQUESTS_POD},
+        mutations=[{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": TOUCHED}}],
+        **spec,
+    )
+
+
+def pod(name: str = "web", namespace: str = "ns1") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace, "uid": f"{name}-uid"}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}
+
+
+def exec_review(user: str = "alice", *, dry_run: bool = False) -> AdmissionRequest:
+    from tests.unit.controllers.test_controllers_subresource_generate import EXEC, parsed
+
+    return dataclasses.replace(parsed("CONNECT", EXEC, "exec", user), dry_run=dry_run)
+
+
+def eviction_review(user: str = "alice") -> AdmissionRequest:
+    from tests.unit.controllers.test_controllers_subresource_generate import EVICTION, parsed
+
+    return parsed("CREATE", EVICTION, "eviction", user)
+
+
+def pod_labels(cluster: FakeCluster, name: str = "web") -> dict[str, str]:
+    return dict((((cluster.find("Pod", "ns1", name) or {}).get("metadata") or {}).get("labels")) or {})
+
+
+def recorded_mutating(*docs: dict[str, Any], background_user: str = "") -> tuple[UrCluster, GenerateController, UpdateRequestController]:
+    cluster, generator, controller = setup(*docs, background_user=background_user)
+    generator.update_requests = UpdateRequestWriter(None, NAMESPACE, cluster=cluster)  # type: ignore[arg-type]
+    cluster.add(pod())
+    return cluster, generator, controller
+
+
+def submitted(generator: GenerateController, admitted: AdmissionRequest) -> None:
+    record = generator.submit_mutating(admitted, None, None)
+    if record is not None:
+        record()
+
+
+SUBRESOURCE_CASES = [
+    pytest.param(exec_review, subresource_mpol(), "exec", "PodExecOptions", {"via": "exec", "by": "alice"}, id="exec-connect-target-expression"),
+    pytest.param(
+        eviction_review,
+        subresource_mpol(resources=("pods/eviction",), operations=("CREATE",), targets={"resourceRules": [{**CONFIGMAPS, "resources": ["pods"]}]}),
+        "eviction",
+        "Eviction",
+        {"via": "eviction", "by": "alice"},
+        id="eviction-create-target-rules",
+    ),
+]
+
+
+@pytest.mark.parametrize(("make_review", "policy", "subresource", "kind", "expected"), SUBRESOURCE_CASES)
+def test_a_subresource_request_records_cel_mutate_work_replayed_from_the_admission_request(
+    make_review: Any, policy: dict[str, Any], subresource: str, kind: str, expected: dict[str, str]
+) -> None:
+    cluster, generator, _ = recorded_mutating(policy)
+    submitted(generator, make_review())
+    assert queued_keys(generator) == []  # nothing held in memory: the request is the record
+    [stored] = cluster.update_requests()
+    spec = stored["spec"]
+    admission = spec["context"]["admissionRequestInfo"]["admissionRequest"]
+    assert (spec["requestType"], spec["policy"], "ruleContext" in spec) == (CEL_MUTATE, "on-sub", False)
+    assert (admission["subResource"], admission["resource"]["resource"], admission["name"], admission["object"]["kind"]) == (subresource, "pods", "web", kind)
+    assert pod_labels(cluster) == {}  # not done at admission
+    # a new leader, knowing nothing of the admission, replays it at once (no stored trigger to wait for) and mutates
+    # the Pod the request names
+    leader = UpdateRequestController(GenerateController(None, Store(policy), cluster_data=cluster), NAMESPACE, cluster=cluster, max_retries=3)
+    leader.informer = Informer(UrListWatch(cluster))
+    leader.informer.apply_listing(cluster.update_requests())
+    assert leader.reconcile(f"{NAMESPACE}/{stored['metadata']['name']}") is None
+    assert cluster.status_writes == [{"state": COMPLETED}] and cluster.update_requests() == []
+    assert pod_labels(cluster) == expected
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        pytest.param(subresource_mpol(resources=("pods",), operations=("CREATE", "UPDATE", "CONNECT")), id="names-the-parent-only"),
+        pytest.param(subresource_mpol(resources=("pods/eviction",), operations=("CREATE", "CONNECT")), id="names-another-subresource"),
+        pytest.param(subresource_mpol(operations=("CREATE",)), id="names-another-operation"),
+    ],
+)
+def test_a_subresource_request_the_policy_does_not_name_records_nothing(policy: dict[str, Any]) -> None:
+    cluster, generator, _ = recorded_mutating(policy)
+    assert generator.submit_mutating(exec_review(), None, None) is None
+    assert cluster.update_requests() == [] and queued_keys(generator) == []
+
+
+def test_subresource_wildcards_select_the_request() -> None:
+    policies = [CelPolicy(subresource_mpol("any-of-pods", resources=("pods/*",))), CelPolicy(subresource_mpol("all", resources=("*/*",)))]
+    assert [r["spec"]["policy"] for r in plan_mutating_requests(NAMESPACE, policies, exec_review())] == ["any-of-pods", "all"]
+
+
+def test_a_dry_run_subresource_request_records_nothing() -> None:
+    cluster, generator, _ = recorded_mutating(subresource_mpol())
+    assert generator.submit_mutating(exec_review(dry_run=True), None, None) is None
+    assert plan_mutating_requests(NAMESPACE, [CelPolicy(subresource_mpol())], exec_review(dry_run=True)) == []
+    assert cluster.update_requests() == [] and queued_keys(generator) == []
+
+
+def test_an_admission_disabled_policy_records_nothing_for_a_subresource_request() -> None:
+    disabled = subresource_mpol("off", evaluation={"admission": {"enabled": False}, "mutateExisting": {"enabled": True}})
+    cluster, generator, _ = recorded_mutating(disabled, subresource_mpol())
+    submitted(generator, exec_review())
+    assert [r["spec"]["policy"] for r in cluster.update_requests()] == ["on-sub"]
+
+
+@pytest.mark.parametrize(("skip", "recorded"), [(None, []), (True, []), (False, ["on-sub"])])
+def test_background_account_subresource_requests_follow_skip_background_requests(skip: bool | None, recorded: list[str]) -> None:
+    """Kyverno's mpol handler drops the background account's requests (filterBackgroundPolicies) unless the policy
+    sets ``skipBackgroundRequests: false``; so does its mutate-existing request creation."""
+    evaluation: dict[str, Any] = {"mutateExisting": {"enabled": True}}
+    if skip is not None:
+        evaluation["skipBackgroundRequests"] = skip
+    cluster, generator, _ = recorded_mutating(subresource_mpol(evaluation=evaluation), background_user=BACKGROUND_USER)
+    submitted(generator, exec_review(BACKGROUND_USER))
+    assert [r["spec"]["policy"] for r in cluster.update_requests()] == recorded
+    submitted(generator, exec_review("alice"))  # anyone else's request records whatever the setting
+    assert len(cluster.update_requests()) == len(recorded) + 1
+
+
+class SelfReviewingCluster(UrCluster):
+    """Answers a SelfSubjectReview with the user this controller writes as."""
+
+    OWN_USER = "system:serviceaccount:stockade:stockade"
+
+    def request(self, method: str, path: str, body: Any = None, *, query: dict[str, str] | None = None, content_type: str = "application/json") -> Any:
+        if method == "POST" and path.endswith("/selfsubjectreviews"):
+            return {"status": {"userInfo": {"username": self.OWN_USER}}}
+        return super().request(method, path, body, query=query, content_type=content_type)
+
+
+def test_requests_the_controller_makes_itself_are_background_requests_for_mutating_policies_too() -> None:
+    """Our controllers are Kyverno's background controller: a request made as the user they write as is a background
+    request for a MutatingPolicy as for generate (one test, ``GenerateController.is_background_request``), so a
+    mutateExisting write of ours does not trigger the policies that skip background requests."""
+    cluster = SelfReviewingCluster()
+    for name in (NAMESPACE, "ns1"):
+        cluster.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    opted_in = mpol("opted-in", evaluation={"mutateExisting": {"enabled": True}, "skipBackgroundRequests": False})
+    generator = GenerateController(None, Store(mpol(), opted_in), cluster_data=cluster)  # type: ignore[arg-type]
+    generator.update_requests = UpdateRequestWriter(None, NAMESPACE, cluster=cluster)  # type: ignore[arg-type]
+    submitted(generator, review("UPDATE", secret(), secret(), user=SelfReviewingCluster.OWN_USER))
+    assert [r["spec"]["policy"] for r in cluster.update_requests()] == ["opted-in"]
+
+
+def test_without_update_requests_a_subresource_trigger_is_mutated_in_memory_without_waiting() -> None:
+    """The in-memory path (no UpdateRequests) reads the request's object too: a target expression is resolved at
+    once rather than waiting for a PodExecOptions to be stored."""
+    cluster, generator, _ = setup(subresource_mpol())
+    cluster.add(pod())
+    assert generator.submit_mutating(exec_review(), ("on-sub",), False) is None
+    key = generator.controller.queue.get(timeout=0)
+    assert key is not None
+    event = generator.queued_event(key)
+    assert isinstance(event, TriggerEvent) and event.cel_mutate is not None and event.cel_mutate.request_name == "web"
+    assert generator.process_event(event) == []
+    assert pod_labels(cluster) == {"via": "exec", "by": "alice"}
