@@ -270,6 +270,10 @@ async def _serve(policies: list[str], **options: Any) -> int:
     state.evaluations = IsolatedEvaluations(pool)
     if api_client is not None:
         _attach_cluster_workers(state, services, api_client, store, options)
+        if state.generator is not None:
+            # whether a request is the background controller's own is asked on the event loop for every admitted
+            # request: learn our own user (one SelfSubjectReview) now, off the loop, rather than on the first one
+            await asyncio.to_thread(state.generator.target.own_username)
     if options["tracing_endpoint"]:
         from stockade.webhook.tracing import Tracing, TracingConfigurationError, TracingSettings, parse_headers
 
