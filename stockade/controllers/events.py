@@ -20,6 +20,7 @@ the apiserver exactly that.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 import os
 import queue
@@ -111,6 +112,12 @@ class EventSpec:
     def key(self) -> tuple[Any, ...]:
         # the source too: the same violation reported by admission and by a scan are two Events, as in Kyverno
         return (self.namespace, self.regarding, self.reason, self.type, self.message, self.related, self.source)
+
+    @property
+    def digest(self) -> bytes:
+        """A fixed-size stand-in for ``key`` where Events are remembered after they are written: a scan of a large
+        cluster writes thousands, and their messages and references would otherwise stay in memory."""
+        return hashlib.blake2b(repr(self.key).encode(), digest_size=16).digest()
 
     @property
     def regarding_dict(self) -> dict[str, str]:
@@ -389,7 +396,7 @@ class _Pending:
     last_seen: dt.datetime = field(default_factory=lambda: dt.datetime.now(dt.timezone.utc))
 
 
-@dataclass
+@dataclass(slots=True)
 class _Written:
     name: str
     count: int
@@ -434,7 +441,7 @@ class EventRecorder:
         self.updated = 0
         self.failed = 0
         self._pending: dict[tuple[Any, ...], _Pending] = {}
-        self._written: dict[tuple[Any, ...], _Written] = {}
+        self._written: dict[bytes, _Written] = {}  # by EventSpec.digest
         self._lock = threading.Lock()
         self._queue: queue.Queue[tuple[Any, ...] | None] = queue.Queue(maxsize=capacity + 1)
         self._thread: threading.Thread | None = None
@@ -521,13 +528,13 @@ class EventRecorder:
 
     def _write(self, pending: _Pending) -> None:
         spec = pending.spec
-        previous = self._written.get(spec.key)
+        previous = self._written.get(spec.digest)
         if previous is not None and self.clock() - previous.written_at < AGGREGATION_WINDOW_SECONDS:
             count = previous.count + pending.count
             body = {"count": count, "lastTimestamp": _timestamp(pending.last_seen)}
             try:
                 self.client.request("PATCH", f"{events_path(spec.namespace)}/{previous.name}", body, content_type=MERGE_PATCH)
-                self._written[spec.key] = _Written(previous.name, count, previous.first_timestamp, self.clock())
+                self._written[spec.digest] = _Written(previous.name, count, previous.first_timestamp, self.clock())
                 self.updated += 1
                 return
             except NotFound:  # gone (expired): write a fresh one below
@@ -562,4 +569,4 @@ class EventRecorder:
         self.created += 1
         if len(self._written) > 10 * self.capacity:
             self._written.clear()
-        self._written[spec.key] = _Written(name, pending.count, first, self.clock())
+        self._written[spec.digest] = _Written(name, pending.count, first, self.clock())

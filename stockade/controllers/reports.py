@@ -25,6 +25,7 @@ from stockade.engine.response import STATUSES, EngineResponse, RuleResponse, rep
 from stockade.policy.model import RULE_TYPE_GENERATION, RULE_TYPE_IMAGE_VERIFY, RULE_TYPE_MUTATION, RULE_TYPE_VALIDATION, KyvernoPolicy
 from stockade.kube.client import KubeClient
 from stockade.kube.errors import AlreadyExists, Conflict, KubeError, NotFound
+from stockade.kube.informer import RawListWatch
 
 log = logging.getLogger("stockade.reports")
 
@@ -61,6 +62,10 @@ MANAGED_BY = {MANAGED_BY_KEY: "kyverno"}
 OWNED_SELECTOR = f"{MANAGED_BY_KEY} in (kyverno,stockade)"
 CRD_RETRY_SECONDS = 300.0
 WAIT_SECONDS = 120.0  # how long a background scan waits for room in the queue before a report is dropped
+# reports a background scan (or another waiting submitter) may have queued and not yet written: the scan blocks
+# beyond it, so it holds this many built reports at most, not the whole queue's capacity
+WAITING_BACKLOG = 64
+PRUNE_PAGE_SIZE = 100  # reports read per request when pruning (each holds one result per policy)
 PROCESS_ADMISSION = "admission review"
 PROCESS_BACKGROUND = "background scan"
 
@@ -278,6 +283,7 @@ class ReportUpdate:
     report: dict[str, Any]
     replace: frozenset[str] | None = None
     live: frozenset[str] | None = None
+    waited: bool = False  # holds one of the writer's waiting-backlog slots until taken from the queue
 
 
 @dataclass
@@ -290,6 +296,7 @@ class PendingReport:
     process: str
     attempts: int = 0
     existing: bool = False
+    waited: bool = False
 
 
 STORED_LOOKUP_ATTEMPTS = 15  # the object is stored moments after the admission answer
@@ -300,7 +307,12 @@ class ReportWriter:
     """Background upserts of reports through `stockade.kube.client.KubeClient`."""
 
     def __init__(
-        self, api_client: Any, capacity: int = 1000, report_api: ReportApi = POLICY_REPORTS, reporting: ReportingConfig = ReportingConfig()
+        self,
+        api_client: Any,
+        capacity: int = 1000,
+        report_api: ReportApi = POLICY_REPORTS,
+        reporting: ReportingConfig = ReportingConfig(),
+        waiting_backlog: int = WAITING_BACKLOG,
     ) -> None:
         self.client = KubeClient(api_client, timeout=None)
         self.report_api = report_api
@@ -308,6 +320,8 @@ class ReportWriter:
         self.api_client = api_client
         self._lookup: Any = None  # a ClusterData for reading stored objects, made on first use (writer thread only)
         self.queue: queue.Queue[ReportUpdate | PendingReport | None] = queue.Queue(maxsize=capacity)
+        # waiting submitters share fewer places than the queue has: admission keeps the rest for its bursts
+        self._waiting_slots = threading.BoundedSemaphore(max(1, min(waiting_backlog, capacity)))
         # pending objects waiting for their uid: (when to look again, tie-break, item); only the writer thread uses it
         self._waiting: list[tuple[float, int, PendingReport]] = []
         self._waiting_count = 0  # read by flush() from other threads
@@ -343,29 +357,62 @@ class ReportWriter:
         admission never does, so a slow API server cannot delay an answer."""
         if self.crd_missing(str((resource.get("metadata") or {}).get("namespace") or "")):
             return
+        if wait:
+            deadline = time.monotonic() + WAIT_SECONDS
+            if not self._waiting_slots.acquire(timeout=WAIT_SECONDS):
+                self._dropped()
+                return
+            queued = False
+            try:
+                queued = self._build_and_queue(resource, responses, process, replace_policies, live_policies, existing, deadline)
+            finally:
+                if not queued:  # the slot goes with a queued update, else back now
+                    self._waiting_slots.release()
+            return
+        self._build_and_queue(resource, responses, process, replace_policies, live_policies, existing, None)
+
+    def _build_and_queue(
+        self,
+        resource: dict[str, Any],
+        responses: list[EngineResponse],
+        process: str,
+        replace_policies: set[str] | frozenset[str] | None,
+        live_policies: set[str] | frozenset[str] | None,
+        existing: bool,
+        deadline: float | None,
+    ) -> bool:
+        """Build the update and queue it; True when queued.  ``deadline`` (monotonic) set: the caller holds a
+        waiting slot, which travels with the update, and blocks until then for room in the queue."""
+        waited = deadline is not None
         update: ReportUpdate | PendingReport
         if not str((resource.get("metadata") or {}).get("uid") or "") and (resource.get("metadata") or {}).get("name") and responses:
-            update = PendingReport(resource, list(responses), process, existing=existing)
+            update = PendingReport(resource, list(responses), process, existing=existing, waited=waited)
         else:
             report = build_report(
                 resource, responses, process=process, allow_empty=replace_policies is not None, api=self.report_api, reporting=self.reporting, existing=existing
             )
             if report is None:
-                return
+                return False
             update = ReportUpdate(
                 report,
                 frozenset(replace_policies) if replace_policies is not None else None,
                 frozenset(live_policies) if live_policies is not None else None,
+                waited=waited,
             )
         try:
-            if wait:
-                self.queue.put(update, timeout=WAIT_SECONDS)
+            if deadline is not None:
+                self.queue.put(update, timeout=max(0.0, deadline - time.monotonic()))
             else:
                 self.queue.put_nowait(update)
         except queue.Full:
-            self.dropped += 1
-            if self.dropped == 1 or self.dropped % 1000 == 0:
-                log.warning("report queue full: %d reports dropped so far (the next scan writes them)", self.dropped)
+            self._dropped()
+            return False
+        return True
+
+    def _dropped(self) -> None:
+        self.dropped += 1
+        if self.dropped == 1 or self.dropped % 1000 == 0:
+            log.warning("report queue full: %d reports dropped so far (the next scan writes them)", self.dropped)
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until everything queued so far is written (or given up); False when ``timeout`` ran out first."""
@@ -394,6 +441,9 @@ class ReportWriter:
                 self._try_pending(pending, sequence)
                 sequence += 1
                 continue
+            if update is not None and update.waited:  # taken off the queue: a waiting submitter may queue another
+                update.waited = False
+                self._waiting_slots.release()
             try:
                 if update is None:
                     return
@@ -517,31 +567,35 @@ class ReportWriter:
     def prune(self, live_policies: set[str] | frozenset[str]) -> int:
         """Drop results of policies that no longer exist from every report we manage (synchronously); reports left
         empty are deleted.  Returns how many reports changed."""
-        selector = OWNED_SELECTOR
         changed = 0
         for plural in (self.report_api.plural, self.report_api.cluster_plural):
+            # every namespace, a page at a time: a large cluster's reports together are far bigger than one page
+            listing = RawListWatch(self.api_client, self._path(plural, None), label_selector=OWNED_SELECTOR, page_size=PRUNE_PAGE_SIZE, client=self.client)
             try:
-                listing = self.client.request("GET", self._path(plural, None), query={"labelSelector": selector})  # every namespace
+                for current in listing.objects():
+                    changed += self._prune_one(plural, current, live_policies)
             except NotFound:
                 continue
-            for current in (listing.get("items") if isinstance(listing, dict) else None) or []:
-                results = current.get("results") or []
-                kept = stale_results_removed(results, live_policies)
-                if len(kept) == len(results):
-                    continue
-                metadata = current.get("metadata") or {}
-                namespace = metadata.get("namespace")
-                try:
-                    if not kept:
-                        self._delete(namespace, plural, metadata["name"])
-                    else:
-                        current["results"] = kept
-                        current["summary"] = summarise(kept)
-                        self.client.request("PUT", self._path(plural, namespace, metadata["name"]), current)
-                    changed += 1
-                except (NotFound, Conflict):  # gone or changed meanwhile: the next scan prunes again
-                    pass
         return changed
+
+    def _prune_one(self, plural: str, current: dict[str, Any], live_policies: set[str] | frozenset[str]) -> int:
+        """Drop the stale results of one listed report; 1 when it changed."""
+        results = current.get("results") or []
+        kept = stale_results_removed(results, live_policies)
+        if len(kept) == len(results):
+            return 0
+        metadata = current.get("metadata") or {}
+        namespace = metadata.get("namespace")
+        try:
+            if not kept:
+                self._delete(namespace, plural, metadata["name"])
+            else:
+                current["results"] = kept
+                current["summary"] = summarise(kept)
+                self.client.request("PUT", self._path(plural, namespace, metadata["name"]), current)
+        except (NotFound, Conflict):  # gone or changed meanwhile: the next scan prunes again
+            return 0
+        return 1
 
 
 def stale_results_removed(results: list[dict[str, Any]], live_policies: set[str] | frozenset[str]) -> list[dict[str, Any]]:

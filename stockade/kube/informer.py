@@ -333,9 +333,11 @@ class RawListWatch:
         page_size: int = 500,
         request_timeout: float = 60.0,
         metadata_only: bool = False,
+        client: KubeClient | None = None,
     ) -> None:
         self.api_client = api_client
-        self.client = KubeClient(api_client, timeout=request_timeout)
+        # ``client``: list through this one instead (a writer's own client, with its user and test double)
+        self.client = client if client is not None else KubeClient(api_client, timeout=request_timeout)
         self.path = path
         # objects as PartialObjectMetadata (apiVersion, kind, metadata only): for watching big or numerous objects
         # when only their names, labels and annotations matter
@@ -371,11 +373,9 @@ class RawListWatch:
             extra = {"limit": str(self.page_size)} if self.page_size > 0 else {}
             if token:
                 extra["continue"] = token
-            raw = self._call(self._query(extra), self.request_timeout)
-            try:
-                page = json.loads(raw.data)
-            finally:
-                raw.release_conn()
+            page = self.client.request("GET", self.path, query=self._query(extra), accept=self._accept(False), timeout=self.request_timeout)
+            if not isinstance(page, dict):
+                raise ValueError(f"listing {self.path}: not a list: {str(page)[:200]}")
             kind = str(page.get("kind") or "")
             item_kind = kind[: -len("List")] if kind.endswith("List") else kind
             api_version = str(page.get("apiVersion") or "")

@@ -87,6 +87,34 @@ def test_prune_covers_reports_labelled_as_kyverno_writes_them_and_older_stockade
     assert kube.objects == {}
 
 
+def test_prune_reads_the_reports_a_page_at_a_time() -> None:
+    """A large cluster's reports are listed in pages (limit and continue), and every page's stale results go."""
+    from stockade.controllers.reports import PRUNE_PAGE_SIZE, ReportWriter
+
+    def report(name: str, *results: dict) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": "ns", "uid": name}, "results": list(results)}
+
+    pages = {
+        "": {"items": [report("u1", _result("gone", "fail")), report("u2", _result("a", "pass"))], "metadata": {"continue": "t1"}},
+        "t1": {"items": [report("u3", _result("a", "fail"), _result("gone", "pass"))], "metadata": {"continue": ""}},
+    }
+    kube = FakeKube({f"{REPORTS}/namespaces/ns/policyreports/{name}": report(name) for name in ("u1", "u2", "u3")})
+    kube.on("GET", f"{REPORTS}/policyreports", lambda call: pages[call.query.get("continue", "")])
+    kube.on("GET", f"{REPORTS}/clusterpolicyreports", {"items": []})
+    writer = ReportWriter(None)
+    writer.client = kube  # type: ignore[assignment]
+    try:
+        assert writer.prune(frozenset({"a"})) == 2
+    finally:
+        writer.close()
+    listings = kube.sent("GET", f"{REPORTS}/policyreports")
+    assert [call.query.get("continue", "") for call in listings] == ["", "t1"]
+    assert {call.query["limit"] for call in listings} == {str(PRUNE_PAGE_SIZE)}
+    assert [call.path for call in kube.sent("DELETE")] == [f"{REPORTS}/namespaces/ns/policyreports/u1"]
+    (put,) = kube.sent("PUT")
+    assert put.path == f"{REPORTS}/namespaces/ns/policyreports/u3" and [r["policy"] for r in put.body["results"]] == ["a"]
+
+
 def test_a_rewrite_with_the_same_verdicts_at_a_later_time_is_not_written() -> None:
     """Kyverno e2e reports/background/mutate-existing asserts the report's generation is 1: re-evaluating a resource
     with unchanged verdicts must not rewrite the report only because the timestamps moved."""
@@ -174,6 +202,60 @@ def test_background_reports_wait_for_the_writer_and_admission_reports_never_do()
         assert sorted(api.created) == sorted(f"u{index}" for index in range(10, 30))
     finally:
         api.gate.set()
+        writer.close()
+
+
+def test_a_scan_holds_only_the_waiting_backlog_and_leaves_the_rest_of_the_queue_to_admission() -> None:
+    """A scan that outruns the writer blocks once ``waiting_backlog`` of its reports are queued (it does not fill
+    the queue with built reports); admission reports still find room beside them, and every scan report is
+    written once the writer moves on."""
+    import threading
+    import time
+
+    from stockade.controllers.reports import ReportWriter
+
+    gate = threading.Event()
+    created: list[str] = []
+
+    def create(call: Call) -> dict[str, Any]:
+        gate.wait(10)
+        created.append(call.body["metadata"]["name"])
+        return dict(call.body)
+
+    def pod(index: int) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"p{index}", "namespace": "ns", "uid": f"u{index}"}}
+
+    def responses(obj: dict[str, Any]) -> list[EngineResponse]:
+        return [EngineResponse(_policy("a"), obj, obj, rules=[RuleResponse("r", "Validation", "fail")])]
+
+    kube = FakeKube()
+    kube.on("POST", f"{REPORTS}/namespaces/ns/policyreports", create)
+    writer = ReportWriter(None, capacity=100, waiting_backlog=3)
+    writer.client = kube  # type: ignore[assignment]
+    submitted: list[int] = []
+
+    def scan() -> None:
+        for index in range(10):
+            writer.submit(pod(index), responses(pod(index)), process=PROCESS_BACKGROUND, replace_policies={"a"}, wait=True)
+            submitted.append(index)
+
+    scanner = threading.Thread(target=scan, daemon=True)
+    try:
+        scanner.start()
+        deadline = time.monotonic() + 5
+        while len(submitted) < 4 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.3)  # the scan is blocked now: one report at the writer, three queued
+        assert len(submitted) == 4 and writer.queue.qsize() == 3
+        for index in range(100, 110):  # admission: never blocked, queued beside the scan's backlog
+            writer.submit(pod(index), responses(pod(index)))
+        assert writer.dropped == 0 and writer.queue.qsize() == 13
+        gate.set()
+        scanner.join(10)
+        assert writer.flush(10)
+        assert sorted(created) == sorted(f"u{index}" for index in [*range(10), *range(100, 110)])
+    finally:
+        gate.set()
         writer.close()
 
 

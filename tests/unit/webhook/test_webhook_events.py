@@ -182,6 +182,27 @@ def test_repeats_are_folded_into_one_event_with_a_count_then_patched() -> None:
     assert kube.objects[patch.path]["count"] == 51 and kube.objects[patch.path]["reason"] == "PolicyViolation"
 
 
+def test_written_events_are_told_apart_by_every_part_of_their_identity() -> None:
+    """Written Events are remembered by a digest of their identity: messages that differ only in their last
+    character stay two Events, and a repeat of either one after the other still updates its own Event."""
+    kube = FakeKube()
+    recorder = EventRecorder(None, "kyverno", client=kube, start=False)
+    long_reason = "x" * 900
+    recorder.record_denial(admission(), denial(policy(), message=long_reason + "a"))
+    recorder.record_denial(admission(), denial(policy(), message=long_reason + "b"))
+    recorder.close()
+    (_, first), (_, second) = created(kube)
+    assert first["message"].endswith("a") and second["message"].endswith("b")
+    again = EventRecorder(None, "kyverno", client=kube, start=False)
+    again._written = recorder._written
+    again.record_denial(admission(), denial(policy(), message=long_reason + "b"))
+    again.record_denial(admission(), denial(policy(), message=long_reason + "a"))
+    again.close()
+    assert len(created(kube)) == 2
+    patched = [call.path.rsplit("/", 1)[1] for call in kube.sent("PATCH")]
+    assert patched == [second["metadata"]["name"], first["metadata"]["name"]]
+
+
 def test_a_full_queue_drops_instead_of_blocking() -> None:
     recorder = EventRecorder(None, client=FakeKube(), capacity=2, start=False)
     for index in range(5):
