@@ -756,6 +756,7 @@ def main() -> None:
     parser.add_argument("--memory-reviews", type=int, default=0, help="memory step: RSS/PSS per process before, during and after this many varied reviews (0: none)")
     parser.add_argument("--memory-connections", type=int, default=8, help="clients of the memory step's closed loop")
     parser.add_argument("--memory-checkpoint", type=int, default=10_000, help="sample the totals every this many reviews")
+    parser.add_argument("--no-kyverno", action="store_true", help="Stockade alone (e.g. a second --workers count beside an earlier run)")
     parser.add_argument("--memory-only", action="store_true", help="only the memory step (no latency/throughput sweep)")
     args = parser.parse_args()
 
@@ -789,30 +790,32 @@ def main() -> None:
                 latencies, denied, errors = asyncio.run(create_through_apiserver(plane, pods, args.e2e_seconds, 8))
                 e2e_rows.append({"set": policy_set, **print_e2e(stockade.name, latencies, denied, errors, args.e2e_seconds)})
                 kubectl(plane, "delete", "validatingwebhookconfiguration", "bench-stockade")
-            kyverno = next((server for server in servers if server.name == "kyverno"), None)
-            if kyverno is None:
-                kyverno = start_kyverno(plane, scratch, args.server_cores)
-                servers.append(kyverno)
-            kyverno.path = POLICY_SET_PATHS.get(policy_set, "/validate/fail")
-            apply_policies_to_kyverno(plane, files)
-            verdicts = asyncio.run(expect_verdicts(kyverno, check_bodies, expected))
-            disagreements = sum(1 for ours, theirs in zip(expected, verdicts) if ours != theirs)
-            print(f"{policy_set}: verdicts on {len(check_bodies)} reviews, {expected.count(False)} denied, {disagreements} disagreements", flush=True)
-            if args.memory_reviews > 0:
-                memory_results.append(memory_step(kyverno, policy_set, pods, args.memory_reviews, args.memory_connections, args.memory_checkpoint))
-            if args.e2e_seconds > 0:
-                deadline = time.monotonic() + 60
-                while not kyverno_webhooks(plane) and time.monotonic() < deadline:
-                    time.sleep(1)
-                latencies, denied, errors = asyncio.run(create_through_apiserver(plane, pods, args.e2e_seconds, 8))
-                e2e_rows.append({"set": policy_set, **print_e2e("kyverno", latencies, denied, errors, args.e2e_seconds)})
+            kyverno: Server | None = None
+            if not args.no_kyverno:
+                kyverno = next((server for server in servers if server.name == "kyverno"), None)
+                if kyverno is None:
+                    kyverno = start_kyverno(plane, scratch, args.server_cores)
+                    servers.append(kyverno)
+                kyverno.path = POLICY_SET_PATHS.get(policy_set, "/validate/fail")
+                apply_policies_to_kyverno(plane, files)
+                verdicts = asyncio.run(expect_verdicts(kyverno, check_bodies, expected))
+                disagreements = sum(1 for ours, theirs in zip(expected, verdicts) if ours != theirs)
+                print(f"{policy_set}: verdicts on {len(check_bodies)} reviews, {expected.count(False)} denied, {disagreements} disagreements", flush=True)
+                if args.memory_reviews > 0:
+                    memory_results.append(memory_step(kyverno, policy_set, pods, args.memory_reviews, args.memory_connections, args.memory_checkpoint))
+                if args.e2e_seconds > 0:
+                    deadline = time.monotonic() + 60
+                    while not kyverno_webhooks(plane) and time.monotonic() < deadline:
+                        time.sleep(1)
+                    latencies, denied, errors = asyncio.run(create_through_apiserver(plane, pods, args.e2e_seconds, 8))
+                    e2e_rows.append({"set": policy_set, **print_e2e("kyverno", latencies, denied, errors, args.e2e_seconds)})
             if not args.memory_only:
                 print(format_header(), flush=True)
-                for server in (stockade, kyverno):
+                for server in [stockade, *([kyverno] if kyverno is not None else [])]:
                     results.extend(sweep(server, policy_set, bodies, args))
             stockade.stop()
             servers.remove(stockade)
-            if args.memory_reviews > 0:  # each set's memory from a fresh Kyverno too
+            if args.memory_reviews > 0 and kyverno is not None:  # each set's memory from a fresh Kyverno too
                 kyverno.stop()
                 servers.remove(kyverno)
         if args.scaling:
