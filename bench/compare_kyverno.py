@@ -445,10 +445,10 @@ class VariedReviews(Sequence[bytes]):
     Pod name and a label value, so no two bodies are alike and anything keyed on a review's content meets new keys."""
 
     def __init__(self, pods: list[dict[str, Any]], count: int) -> None:
-        self.pods, self.count = pods, count
+        self.pods, self.total = pods, count
 
     def __len__(self) -> int:
-        return self.count
+        return self.total
 
     @overload
     def __getitem__(self, index: int) -> bytes: ...
@@ -458,7 +458,7 @@ class VariedReviews(Sequence[bytes]):
 
     def __getitem__(self, index: int | slice) -> bytes | Sequence[bytes]:
         if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(self.count))]
+            return [self[i] for i in range(*index.indices(self.total))]
         pod = self.pods[index % len(self.pods)]
         metadata = pod["metadata"]
         labels = {**metadata.get("labels", {}), "revision": str(index)}
