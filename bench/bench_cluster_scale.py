@@ -507,7 +507,7 @@ def run_engine(name: str, args: argparse.Namespace, scratch: Path) -> Result:
         result.peak_rss_mib = sampler.peak / 2**20
         result.peak_pss_mib = sampler.peak_pss / 2**20
         result.peak_rss_without_admission_mib = sampler.peak_group / 2**20
-        result.at_peak = [(role, rss / 2**20, pss / 2**20) for role, _, rss, pss in sampler.at_peak]
+        result.at_peak = [(role, rss / 2**20, pss / 2**20) for role, _, rss, pss, _ in sampler.at_peak]
 
         time.sleep(2)  # the audit log is written asynchronously
         requests = engine_requests(plane.audit_log)

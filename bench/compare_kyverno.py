@@ -20,7 +20,8 @@ server, forkserver, evaluation workers and resource tracker, Kyverno's one proce
 each a different Pod (own name, uid and label value), sampling every 0.5 s and every ``--memory-checkpoint`` reviews,
 records the memory after the last answer, and prints both servers' tables side by side with the ratios of the
 totals and the growth per 10,000 reviews; Kyverno is restarted for each set so each starts fresh.  RSS over-counts
-pages a forked tree shares, PSS divides them (bench/procmem.py).  ``--workers 0`` leaves Stockade's worker count
+pages a forked tree shares, PSS divides them, anonymous PSS is the heap part, which unrelated processes mapping the
+same files do not change (bench/procmem.py).  ``--workers 0`` leaves Stockade's worker count
 to ``serve`` (one per core it is pinned to).
 """
 
@@ -465,10 +466,15 @@ class VariedReviews(Sequence[bytes]):
         return review_for({**pod, "metadata": {**metadata, "name": f"{metadata['name']}-{index}", "uid": str(uuid.uuid4()), "labels": labels}})
 
 
+def totals(sample: Sample) -> tuple[int, int, int]:
+    """A sample's total RSS, PSS and anonymous PSS over the processes."""
+    return sum(item[2] for item in sample), sum(item[3] for item in sample), sum(item[4] for item in sample)
+
+
 @dataclass
 class MemoryResult:
-    """One server's memory over ``reviews`` closed-loop reviews: every process's (role, pid, RSS, PSS) when ready and
-    after the last answer, the peaks sampled in between, and the totals every ``checkpoint`` reviews."""
+    """One server's memory over ``reviews`` closed-loop reviews: every process's (role, pid, RSS, PSS, anonymous PSS)
+    when ready and after the last answer, the peaks sampled in between, and the totals every ``checkpoint`` reviews."""
 
     server: str
     policy_set: str
@@ -478,17 +484,16 @@ class MemoryResult:
     seconds: float
     start: Sample
     end: Sample
-    peak_rss: int
-    peak_pss: int
-    per_process_peak: dict[int, tuple[str, int, int]]
-    checkpoints: list[tuple[int, int, int]] = field(default_factory=list)  # (reviews answered, total RSS, total PSS)
+    peak: tuple[int, int, int]  # total RSS, PSS, anonymous PSS: each its own peak
+    per_process_peak: dict[int, tuple[str, int, int, int]]
+    checkpoints: list[tuple[int, int, int, int]] = field(default_factory=list)  # (reviews answered, total RSS, PSS, anonymous PSS)
 
-    def growth_per_10k(self, skip: float = 0.2) -> tuple[float, float]:
-        """Least-squares slope of total RSS and PSS (MiB per 10,000 reviews) over the checkpoints past the first
-        ``skip`` of the run (the warm-up, when caches and allocator arenas fill)."""
+    def growth_per_10k(self, skip: float = 0.2) -> tuple[float, float, float]:
+        """Least-squares slope of total RSS, PSS and anonymous PSS (MiB per 10,000 reviews) over the checkpoints past
+        the first ``skip`` of the run (the warm-up, when caches and allocator arenas fill)."""
         points = [c for c in self.checkpoints if c[0] >= skip * self.reviews]
         if len(points) < 2:
-            return float("nan"), float("nan")
+            return float("nan"), float("nan"), float("nan")
         mean_x = sum(c[0] for c in points) / len(points)
         spread = sum((c[0] - mean_x) ** 2 for c in points)
 
@@ -496,7 +501,7 @@ class MemoryResult:
             mean_y = sum(c[column] for c in points) / len(points)
             return sum((c[0] - mean_x) * (c[column] - mean_y) for c in points) / spread * 10_000 / MIB
 
-        return slope(1), slope(2)
+        return slope(1), slope(2), slope(3)
 
 
 def server_processes(server: Server) -> list[tuple[str, int]]:
@@ -508,12 +513,12 @@ def memory_step(server: Server, policy_set: str, pods: list[dict[str, Any]], rev
     answers), then memory after the last answer."""
     sampler = PeakRss(lambda: server_processes(server), interval=0.5)
     start = sampler.take()
-    checkpoints = [(0, sum(item[2] for item in start), sum(item[3] for item in start))]
+    checkpoints = [(0, *totals(start))]
 
     def at(count: int) -> None:
-        sample = sampler.take()
-        checkpoints.append((count, sum(item[2] for item in sample), sum(item[3] for item in sample)))
-        print(f"  {server.name} {policy_set}: {count:>7,} reviews, RSS {checkpoints[-1][1] / MIB:7.1f} MiB, PSS {checkpoints[-1][2] / MIB:7.1f} MiB", flush=True)
+        checkpoints.append((count, *totals(sampler.take())))
+        rss, pss, anon = (value / MIB for value in checkpoints[-1][1:])
+        print(f"  {server.name} {policy_set}: {count:>7,} reviews, RSS {rss:7.1f} MiB, PSS {pss:7.1f} MiB, anon PSS {anon:7.1f} MiB", flush=True)
 
     sampler.start()
     try:
@@ -523,22 +528,27 @@ def memory_step(server: Server, policy_set: str, pods: list[dict[str, Any]], rev
         sampler.stopped.set()
         sampler.join()
     end = sampler.take()
-    if not checkpoints or checkpoints[-1][0] != len(latencies) + errors:
-        checkpoints.append((len(latencies) + errors, sum(item[2] for item in end), sum(item[3] for item in end)))
+    answered = len(latencies) + errors
+    if checkpoints[-1][0] != answered:
+        checkpoints.append((answered, *totals(end)))
     return MemoryResult(
-        server=server.name, policy_set=policy_set, reviews=len(latencies) + errors, errors=errors, denied=denied, seconds=elapsed,
-        start=start, end=end, peak_rss=sampler.peak, peak_pss=sampler.peak_pss, per_process_peak=dict(sampler.per_process), checkpoints=checkpoints,
+        server=server.name, policy_set=policy_set, reviews=answered, errors=errors, denied=denied, seconds=elapsed, start=start, end=end,
+        peak=(sampler.peak, sampler.peak_pss, sampler.peak_anon), per_process_peak=dict(sampler.per_process), checkpoints=checkpoints,
     )
 
 
+MEMORY_COLUMNS = ("RSS", "PSS", "anon")
+
+
 def memory_rows(result: MemoryResult) -> list[tuple[str, tuple[float | None, ...]]]:
-    """(process, (start RSS, start PSS, peak RSS, peak PSS, after RSS, after PSS) in MiB) per process, then the
-    total; workers are numbered in pid order (a replaced worker is a row of its own, with no figure after)."""
-    start = {pid: (rss, pss) for _, pid, rss, pss in result.start}
-    end = {pid: (rss, pss) for _, pid, rss, pss in result.end}
-    roles = {pid: role for role, pid, _, _ in [*result.start, *result.end]}
-    roles.update({pid: role for pid, (role, _, _) in result.per_process_peak.items()})
+    """(process, (RSS, PSS, anonymous PSS when ready, the same at their peaks, the same after) in MiB) per process,
+    then the total; workers are numbered in pid order (a replaced worker is a row of its own, with no figure after)."""
+    start = {pid: tuple(figures) for _, pid, *figures in result.start}
+    end = {pid: tuple(figures) for _, pid, *figures in result.end}
+    roles = {pid: role for role, pid, *_ in [*result.start, *result.end]}
+    roles.update({pid: peak[0] for pid, peak in result.per_process_peak.items()})
     order = {"serve": 0, "kyverno": 0, "forkserver": 1, "worker": 2, "resource_tracker": 3}
+    absent = (None,) * len(MEMORY_COLUMNS)
     rows: list[tuple[str, tuple[float | None, ...]]] = []
     workers = 0
     for pid in sorted(roles, key=lambda pid: (order.get(roles[pid], 4), pid)):
@@ -546,25 +556,22 @@ def memory_rows(result: MemoryResult) -> list[tuple[str, tuple[float | None, ...
         if role == "worker":
             workers += 1
             role = f"worker-{workers}"
-        peak = result.per_process_peak.get(pid, (role, 0, 0))
-        figures = (*start.get(pid, (None, None)), peak[1], peak[2], *end.get(pid, (None, None)))
+        peak = result.per_process_peak.get(pid, (role, 0, 0, 0))[1:]
+        figures = (*start.get(pid, absent), *peak, *end.get(pid, absent))
         rows.append((role, tuple(None if value is None else value / MIB for value in figures)))
-    totals = (
-        sum(item[2] for item in result.start), sum(item[3] for item in result.start), result.peak_rss, result.peak_pss,
-        sum(item[2] for item in result.end), sum(item[3] for item in result.end),
-    )
-    rows.append(("total", tuple(value / MIB for value in totals)))
+    rows.append(("total", tuple(value / MIB for value in (*totals(result.start), *result.peak, *totals(result.end)))))
     return rows
 
 
 def print_memory_table(results: list[MemoryResult]) -> None:
-    """Per policy set: every process's RSS and PSS (MiB) when ready, at its peak and after the reviews, the totals,
-    the ratios Stockade / Kyverno of the totals, and the growth per 10,000 reviews."""
+    """Per policy set: every process's RSS, PSS and anonymous PSS (MiB) when ready, at its peak and after the reviews,
+    the totals, the ratios Stockade / Kyverno of the totals, and the growth per 10,000 reviews."""
     for policy_set in sorted({r.policy_set for r in results}):
         rows = [r for r in results if r.policy_set == policy_set]
-        print(f"\nmemory, {policy_set}: MiB when ready, peak during and after the reviews (closed loop, varied Pods)")
-        print("| server | process | start RSS | start PSS | peak RSS | peak PSS | after RSS | after PSS |")
-        print("|---|---|---|---|---|---|---|---|")
+        print(f"\nmemory, {policy_set}: MiB when ready, at the peak during the reviews and after them (closed loop, varied Pods)")
+        heads = " | ".join(f"{when} {column}" for when in ("start", "peak", "after") for column in MEMORY_COLUMNS)
+        print(f"| server | process | {heads} |")
+        print("|---|---|" + "---|" * 3 * len(MEMORY_COLUMNS))
         for result in rows:
             for role, figures in memory_rows(result):
                 cells = " | ".join("-" if value is None else f"{value:.1f}" for value in figures)
@@ -578,13 +585,14 @@ def print_memory_table(results: list[MemoryResult]) -> None:
             ratios = " | ".join(f"{x / y:.2f}" if x is not None and y else "-" for x, y in zip(a, b))
             print(f"| {ours.server} / kyverno | ratio of totals | {ratios} |")
         for result in rows:
-            rss, pss = result.growth_per_10k()
-            series = ", ".join(f"{count // 1000}k {total_rss / MIB:.0f}/{total_pss / MIB:.0f}" for count, total_rss, total_pss in result.checkpoints)
+            rss, pss, anon = result.growth_per_10k()
+            series = ", ".join(f"{c[0] / 1000:g}k {c[1] / MIB:.0f}/{c[2] / MIB:.0f}/{c[3] / MIB:.0f}" for c in result.checkpoints)
             print(
                 f"  {result.server:<13} {result.reviews:,} reviews in {result.seconds:.0f} s ({result.reviews / max(result.seconds, 1e-9):.0f}/s), "
-                f"errors {result.errors}, denied {result.denied}; growth per 10k reviews past the first fifth: RSS {rss:+.2f} MiB, PSS {pss:+.2f} MiB"
+                f"errors {result.errors}, denied {result.denied}; growth per 10k reviews past the first fifth: "
+                f"RSS {rss:+.2f} MiB, PSS {pss:+.2f} MiB, anon PSS {anon:+.2f} MiB"
             )
-            print(f"    total RSS/PSS MiB by reviews: {series}")
+            print(f"    total RSS/PSS/anon MiB by reviews: {series}")
 
 
 def format_header() -> str:

@@ -18,18 +18,20 @@ from bench_admission import descendants
 MIB = float(2**20)
 
 
-def process_memory(pid: int) -> tuple[int, int]:
-    """(RSS, PSS) of one process in bytes; (0, 0) once it is gone."""
-    rss = pss = 0
+def process_memory(pid: int) -> tuple[int, int, int]:
+    """(RSS, PSS, anonymous PSS) of one process in bytes; zeros once it is gone.  Anonymous pages (heap, stacks) are
+    shared only by fork, so within one tree; the file pages in PSS (the interpreter, shared libraries, a Go binary's
+    text) are divided with every process on the machine mapping the same file, unrelated ones included, so the
+    anonymous part is the one that does not move with what else runs."""
+    figures = {"Rss:": 0, "Pss:": 0, "Pss_Anon:": 0}
     try:
         for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Rss:"):
-                rss = int(line.split()[1]) * 1024
-            elif line.startswith("Pss:"):
-                pss = int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return rss, pss
+            name, _, rest = line.partition(" ")
+            if name in figures:
+                figures[name] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0, 0, 0
+    return figures["Rss:"], figures["Pss:"], figures["Pss_Anon:"]
 
 
 def roled_pids(top: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -61,8 +63,8 @@ def roled_pids(top: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
     return found
 
 
-# one sample: (role, pid, RSS, PSS) per process
-Sample = list[tuple[str, int, int, int]]
+# one sample: (role, pid, RSS, PSS, anonymous PSS) per process
+Sample = list[tuple[str, int, int, int, int]]
 
 
 def sample_memory(processes: list[tuple[str, int]]) -> Sample:
@@ -71,7 +73,7 @@ def sample_memory(processes: list[tuple[str, int]]) -> Sample:
 
 class PeakRss(threading.Thread):
     """Samples a process tree's memory every ``interval`` seconds until ``stopped`` is set: the peak of the sum over
-    its processes (RSS and PSS, each its own peak), each process's own peaks, the per-process figures at the moment
+    its processes (RSS, PSS and anonymous PSS, each its own peak), each process's own peaks, the per-process figures at the moment
     of the RSS peak, and the peak of the sum over the processes whose role is in ``group``."""
 
     def __init__(self, processes: Callable[[], list[tuple[str, int]]], interval: float = 0.5, group: Iterable[str] = ()) -> None:
@@ -79,10 +81,10 @@ class PeakRss(threading.Thread):
         self.processes, self.interval, self.group = processes, interval, frozenset(group)
         self.stopped = threading.Event()
         self.lock = threading.Lock()  # take() runs in the thread and may run in the caller too
-        self.peak = self.peak_pss = self.peak_group = 0
+        self.peak = self.peak_pss = self.peak_anon = self.peak_group = 0
         self.samples = 0
         self.at_peak: Sample = []  # every process at the RSS peak
-        self.per_process: dict[int, tuple[str, int, int]] = {}  # pid -> (role, peak RSS, peak PSS)
+        self.per_process: dict[int, tuple[str, int, int, int]] = {}  # pid -> (role, peak RSS, peak PSS, peak anonymous PSS)
 
     def take(self) -> Sample:
         """One sample now, folded into the peaks (the thread calls it; a caller may too, e.g. right before stopping)."""
@@ -94,14 +96,14 @@ class PeakRss(threading.Thread):
 
     def fold(self, sample: Sample) -> None:
         self.samples += 1
-        rss, pss = sum(item[2] for item in sample), sum(item[3] for item in sample)
+        rss, pss, anon = sum(item[2] for item in sample), sum(item[3] for item in sample), sum(item[4] for item in sample)
         if rss > self.peak:
             self.peak, self.at_peak = rss, sample
-        self.peak_pss = max(self.peak_pss, pss)
+        self.peak_pss, self.peak_anon = max(self.peak_pss, pss), max(self.peak_anon, anon)
         self.peak_group = max(self.peak_group, sum(item[2] for item in sample if item[0] in self.group))
-        for role, pid, rss_now, pss_now in sample:
-            _, peak_rss, peak_pss = self.per_process.get(pid, (role, 0, 0))
-            self.per_process[pid] = (role, max(peak_rss, rss_now), max(peak_pss, pss_now))
+        for role, pid, rss_now, pss_now, anon_now in sample:
+            _, peak_rss, peak_pss, peak_anon = self.per_process.get(pid, (role, 0, 0, 0))
+            self.per_process[pid] = (role, max(peak_rss, rss_now), max(peak_pss, pss_now), max(peak_anon, anon_now))
 
     def run(self) -> None:
         while not self.stopped.wait(self.interval):
