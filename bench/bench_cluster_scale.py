@@ -61,6 +61,7 @@ sys.path.insert(0, str(HERE))
 import yaml  # noqa: E402
 from bench_admission import cpu_snapshot, descendants, free_port  # noqa: E402
 from bench_engine import generate_pods  # noqa: E402
+from procmem import PeakRss, roled_pids  # noqa: E402
 from compare_kyverno import BenchError, install_kyverno_prerequisites, kubectl, wait_crds_established  # noqa: E402
 from compare_kyverno import start_kyverno as start_kyverno_admission  # noqa: E402
 
@@ -301,31 +302,12 @@ class Engine:
         return found
 
     def roled_pids(self) -> list[tuple[str, int]]:
-        """(role, pid) for every live process of the engine: a named top process, or below Stockade's server the
-        multiprocessing forkserver, the evaluation workers it forks, and the resource tracker."""
-        found: list[tuple[str, int]] = []
-        for index, process in enumerate(self.processes):
-            if process.poll() is not None:
-                continue
-            found.append((self.roles[index] if index < len(self.roles) else self.name, process.pid))
-            forkservers: set[int] = set()
-            for pid in descendants(process.pid):  # parents come before their children
-                try:
-                    command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                    parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-                except (OSError, ValueError, IndexError):
-                    continue
-                if parent in forkservers:
-                    role = "worker"
-                elif "forkserver" in command:
-                    role = "forkserver"
-                    forkservers.add(pid)
-                elif "resource_tracker" in command:
-                    role = "resource_tracker"
-                else:
-                    role = "other"
-                found.append((role, pid))
-        return found
+        """(role, pid) for every live process of the engine: a named top process and what runs below it (procmem)."""
+        return roled_pids(
+            (self.roles[index] if index < len(self.roles) else self.name, process.pid)
+            for index, process in enumerate(self.processes)
+            if process.poll() is None
+        )
 
     def cpu_seconds(self) -> float:
         return sum(sum(cpu_snapshot(process.pid)) for process in self.processes if process.poll() is None)
@@ -347,44 +329,8 @@ class Engine:
                 process.wait(timeout=10)
 
 
-def process_memory(pid: int) -> tuple[int, int]:
-    """(RSS, PSS) of one process in bytes (0, 0 once it is gone).  RSS counts a page once per process that maps it,
-    so forked workers sharing their parent's pages are counted several times; PSS divides each shared page among its
-    users (the memory the processes cost together).  For one Go process the two are about equal."""
-    rss = pss = 0
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Rss:"):
-                rss = int(line.split()[1]) * 1024
-            elif line.startswith("Pss:"):
-                pss = int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return rss, pss
-
-
 # Kyverno's controllers without its admission controller: the comparison set of the earlier runs, still reported
 WITHOUT_ADMISSION = ("background-controller", "reports-controller")
-
-
-class PeakRss(threading.Thread):
-    """Samples the engine's memory every 0.5 s: the peak of the sum over its processes (RSS and PSS), the peak of
-    Kyverno's two background controllers alone, and the per-process figures at the moment of the RSS peak."""
-
-    def __init__(self, engine: Engine) -> None:
-        super().__init__(daemon=True)
-        self.engine, self.peak, self.peak_pss, self.stopped = engine, 0, 0, threading.Event()
-        self.peak_without_admission = 0
-        self.at_peak: list[tuple[str, int, int]] = []  # (role, RSS, PSS) of every process at the RSS peak
-
-    def run(self) -> None:
-        while not self.stopped.wait(0.5):
-            sample = [(role, *process_memory(pid)) for role, pid in self.engine.roled_pids()]
-            rss, pss = sum(item[1] for item in sample), sum(item[2] for item in sample)
-            if rss > self.peak:
-                self.peak, self.at_peak = rss, sample
-            self.peak_pss = max(self.peak_pss, pss)
-            self.peak_without_admission = max(self.peak_without_admission, sum(item[1] for item in sample if item[0] in WITHOUT_ADMISSION))
 
 
 def start_stockade(plane: ControlPlane, scratch: Path) -> Engine:
@@ -517,7 +463,7 @@ def run_engine(name: str, args: argparse.Namespace, scratch: Path) -> Result:
         policies = pss_policy_names()
 
         engine = start_kyverno(plane, scratch) if name == "kyverno" else start_stockade(plane, scratch)
-        sampler = PeakRss(engine)
+        sampler = PeakRss(engine.roled_pids, group=WITHOUT_ADMISSION)
         sampler.start()
         wall_start, start = time.time(), time.monotonic()
 
@@ -560,8 +506,8 @@ def run_engine(name: str, args: argparse.Namespace, scratch: Path) -> Result:
         sampler.stopped.set()
         result.peak_rss_mib = sampler.peak / 2**20
         result.peak_pss_mib = sampler.peak_pss / 2**20
-        result.peak_rss_without_admission_mib = sampler.peak_without_admission / 2**20
-        result.at_peak = [(role, rss / 2**20, pss / 2**20) for role, rss, pss in sampler.at_peak]
+        result.peak_rss_without_admission_mib = sampler.peak_group / 2**20
+        result.at_peak = [(role, rss / 2**20, pss / 2**20) for role, _, rss, pss, _ in sampler.at_peak]
 
         time.sleep(2)  # the audit log is written asynchronously
         requests = engine_requests(plane.audit_log)

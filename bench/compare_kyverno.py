@@ -2,7 +2,7 @@
 
 Usage: .venv/bin/python bench/compare_kyverno.py [--rates 100,300,600] [--max-rates 750,1000,1500,2000,3000] [--closed 8]
        [--seconds 10] [--server-cores 0] [--client-cores 1] [--sets pss,pss-podsecurity] [--workers 1]
-       [--scaling] [--e2e-seconds 10] [--json OUT]
+       [--scaling] [--e2e-seconds 10] [--memory-reviews 100000 [--memory-only]] [--json OUT]
 Starts a local control plane (etcd + kube-apiserver, stockade/testing/apiserver.py) with Kyverno's CRDs, the
 ``kyverno`` namespace and ConfigMap; runs Kyverno's admission controller out of cluster (``--serverIP=127.0.0.1``,
 URL webhooks, kubeconfig) and ``stockade serve`` with the same policy files, each pinned (taskset) to the same
@@ -15,6 +15,14 @@ omission).  CPU per 1,000 reviews is read from /proc for the server and all its 
 registered as the only validating webhook.  ``--scaling`` measures Stockade with ``--workers 1`` on one core
 against ``--workers 2`` on two.  Binaries: ``$STOCKADE_KYVERNO`` or ``.cache/bin/kyverno`` (bench/build-kyverno.sh),
 Kyverno's CRDs from ``$STOCKADE_KYVERNO_SRC`` or ``.cache/kyverno-src/v1.19.1``.
+``--memory-reviews N`` first records each server's memory once it is ready (RSS and PSS of every process: Stockade's
+server, forkserver, evaluation workers and resource tracker, Kyverno's one process), drives N reviews closed loop,
+each a different Pod (own name, uid and label value), sampling every 0.5 s and every ``--memory-checkpoint`` reviews,
+records the memory after the last answer, and prints both servers' tables side by side with the ratios of the
+totals and the growth per 10,000 reviews; Kyverno is restarted for each set so each starts fresh.  RSS over-counts
+pages a forked tree shares, PSS divides them, anonymous PSS is the heap part, which unrelated processes mapping the
+same files do not change (bench/procmem.py).  ``--workers 0`` leaves Stockade's worker count
+to ``serve`` (one per core it is pinned to).
 """
 
 from __future__ import annotations
@@ -33,10 +41,11 @@ import sys
 import tempfile
 import time
 import urllib.error
+import uuid
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence, overload
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -44,6 +53,7 @@ sys.path.insert(0, str(HERE))
 
 from bench_admission import cpu_snapshot, descendants, free_port, percentile, review_for  # noqa: E402
 from bench_engine import generate_pods  # noqa: E402
+from procmem import MIB, PeakRss, Sample, roled_pids, sample_memory  # noqa: E402
 
 from stockade.testing.apiserver import ControlPlane, find_binary  # noqa: E402
 from stockade.testing.e2ecluster import KYVERNO_CONFIG_DATA  # noqa: E402
@@ -229,7 +239,7 @@ def start_stockade(policy_files: list[Path], scratch: Path, cores: str, workers:
     argv = [
         sys.executable, "-m", "stockade", "serve", *map(str, policy_files),
         "--host", "127.0.0.1", "--port", str(port), "--cert-dir", str(cert_dir),
-        "--log-level", "warning", "--workers", str(workers),
+        "--log-level", "warning", *(["--workers", str(workers)] if workers > 0 else []),
     ]
     env = {**os.environ, "PYTHONPATH": str(HERE.parent) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     with log.open("wb") as out:
@@ -239,6 +249,8 @@ def start_stockade(policy_files: list[Path], scratch: Path, cores: str, workers:
     while not server.ca_file.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
     wait_healthy(server, "/health/readiness")
+    if workers <= 0:  # serve's default: one per usable core (the cores it is pinned to)
+        server.name = f"stockade(w{sum(1 for role, _ in server_processes(server) if role == 'worker')})"
     return server
 
 
@@ -329,20 +341,29 @@ async def open_loop(server: Server, bodies: list[bytes], rate: float, seconds: f
     return tally.latencies, tally.errors, tally.denied, elapsed
 
 
-async def closed_loop(server: Server, bodies: list[bytes], seconds: float, connections: int) -> tuple[list[float], int, int, float]:
+async def closed_loop(
+    server: Server, bodies: Sequence[bytes], seconds: float, connections: int, limit: int | None = None,
+    every: tuple[int, Callable[[int], None]] | None = None,
+) -> tuple[list[float], int, int, float]:
     """``connections`` clients, each sending its next review as soon as the answer to the last one arrived: the
-    server's throughput at saturation (latency from each send)."""
+    server's throughput at saturation (latency from each send).  With ``limit``, the loop ends after that many reviews
+    (or ``seconds``, whichever comes first); ``every`` = (n, callback) calls back with the count after each n answers."""
     tally = Tally()
     async with session_for(server, connections) as session:
         started = time.perf_counter()
         stop_at = started + seconds
+        done = 0
 
         async def client(offset: int) -> None:
+            nonlocal done
             index = offset
-            while time.perf_counter() < stop_at:
+            while time.perf_counter() < stop_at and (limit is None or index < limit):
                 body = bodies[index % len(bodies)]
                 index += connections
                 await tally.post(session, server, body, time.perf_counter())
+                done += 1
+                if every is not None and done % every[0] == 0:
+                    every[1](done)
 
         await asyncio.gather(*(client(offset) for offset in range(connections)))
         elapsed = time.perf_counter() - started
@@ -415,6 +436,163 @@ def sweep(server: Server, policy_set: str, bodies: list[bytes], args: argparse.N
         results.append(closed)
         print(format_row(closed), flush=True)
     return results
+
+
+# --- memory after many reviews -----------------------------------------------------------------------------------
+
+
+class VariedReviews(Sequence[bytes]):
+    """``count`` Pod CREATE reviews built when asked for: the generated Pods in turn, each review with its own uid,
+    Pod name and a label value, so no two bodies are alike and anything keyed on a review's content meets new keys."""
+
+    def __init__(self, pods: list[dict[str, Any]], count: int) -> None:
+        self.pods, self.total = pods, count
+
+    def __len__(self) -> int:
+        return self.total
+
+    @overload
+    def __getitem__(self, index: int) -> bytes: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[bytes]: ...
+
+    def __getitem__(self, index: int | slice) -> bytes | Sequence[bytes]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(self.total))]
+        pod = self.pods[index % len(self.pods)]
+        metadata = pod["metadata"]
+        labels = {**metadata.get("labels", {}), "revision": str(index)}
+        return review_for({**pod, "metadata": {**metadata, "name": f"{metadata['name']}-{index}", "uid": str(uuid.uuid4()), "labels": labels}})
+
+
+def totals(sample: Sample) -> tuple[int, int, int]:
+    """A sample's total RSS, PSS and anonymous PSS over the processes."""
+    return sum(item[2] for item in sample), sum(item[3] for item in sample), sum(item[4] for item in sample)
+
+
+@dataclass
+class MemoryResult:
+    """One server's memory over ``reviews`` closed-loop reviews: every process's (role, pid, RSS, PSS, anonymous PSS)
+    when ready and after the last answer, the peaks sampled in between, and the totals every ``checkpoint`` reviews."""
+
+    server: str
+    policy_set: str
+    reviews: int
+    errors: int
+    denied: int
+    seconds: float
+    start: Sample
+    end: Sample
+    peak: tuple[int, int, int]  # total RSS, PSS, anonymous PSS: each its own peak
+    per_process_peak: dict[int, tuple[str, int, int, int]]
+    checkpoints: list[tuple[int, int, int, int]] = field(default_factory=list)  # (reviews answered, total RSS, PSS, anonymous PSS)
+
+    def growth_per_10k(self, skip: float = 0.2) -> tuple[float, float, float]:
+        """Least-squares slope of total RSS, PSS and anonymous PSS (MiB per 10,000 reviews) over the checkpoints past
+        the first ``skip`` of the run (the warm-up, when caches and allocator arenas fill)."""
+        points = [c for c in self.checkpoints if c[0] >= skip * self.reviews]
+        if len(points) < 2:
+            return float("nan"), float("nan"), float("nan")
+        mean_x = sum(c[0] for c in points) / len(points)
+        spread = sum((c[0] - mean_x) ** 2 for c in points)
+
+        def slope(column: int) -> float:
+            mean_y = sum(c[column] for c in points) / len(points)
+            return sum((c[0] - mean_x) * (c[column] - mean_y) for c in points) / spread * 10_000 / MIB
+
+        return slope(1), slope(2), slope(3)
+
+
+def server_processes(server: Server) -> list[tuple[str, int]]:
+    return roled_pids([("kyverno" if server.name == "kyverno" else "serve", server.process.pid)])
+
+
+def memory_step(server: Server, policy_set: str, pods: list[dict[str, Any]], reviews: int, connections: int, checkpoint: int) -> MemoryResult:
+    """Memory when ready, then ``reviews`` varied reviews closed loop (sampled every 0.5 s and every ``checkpoint``
+    answers), then memory after the last answer."""
+    sampler = PeakRss(lambda: server_processes(server), interval=0.5)
+    start = sampler.take()
+    checkpoints = [(0, *totals(start))]
+
+    def at(count: int) -> None:
+        checkpoints.append((count, *totals(sampler.take())))
+        rss, pss, anon = (value / MIB for value in checkpoints[-1][1:])
+        print(f"  {server.name} {policy_set}: {count:>7,} reviews, RSS {rss:7.1f} MiB, PSS {pss:7.1f} MiB, anon PSS {anon:7.1f} MiB", flush=True)
+
+    sampler.start()
+    try:
+        driver = closed_loop(server, VariedReviews(pods, reviews), 24 * 3600, connections, limit=reviews, every=(checkpoint, at))
+        latencies, errors, denied, elapsed = asyncio.run(driver)
+    finally:
+        sampler.stopped.set()
+        sampler.join()
+    end = sampler.take()
+    answered = len(latencies) + errors
+    if checkpoints[-1][0] != answered:
+        checkpoints.append((answered, *totals(end)))
+    return MemoryResult(
+        server=server.name, policy_set=policy_set, reviews=answered, errors=errors, denied=denied, seconds=elapsed, start=start, end=end,
+        peak=(sampler.peak, sampler.peak_pss, sampler.peak_anon), per_process_peak=dict(sampler.per_process), checkpoints=checkpoints,
+    )
+
+
+MEMORY_COLUMNS = ("RSS", "PSS", "anon")
+
+
+def memory_rows(result: MemoryResult) -> list[tuple[str, tuple[float | None, ...]]]:
+    """(process, (RSS, PSS, anonymous PSS when ready, the same at their peaks, the same after) in MiB) per process,
+    then the total; workers are numbered in pid order (a replaced worker is a row of its own, with no figure after)."""
+    start = {pid: tuple(figures) for _, pid, *figures in result.start}
+    end = {pid: tuple(figures) for _, pid, *figures in result.end}
+    roles = {pid: role for role, pid, *_ in [*result.start, *result.end]}
+    roles.update({pid: peak[0] for pid, peak in result.per_process_peak.items()})
+    order = {"serve": 0, "kyverno": 0, "forkserver": 1, "worker": 2, "resource_tracker": 3}
+    absent = (None,) * len(MEMORY_COLUMNS)
+    rows: list[tuple[str, tuple[float | None, ...]]] = []
+    workers = 0
+    for pid in sorted(roles, key=lambda pid: (order.get(roles[pid], 4), pid)):
+        role = roles[pid]
+        if role == "worker":
+            workers += 1
+            role = f"worker-{workers}"
+        peak = result.per_process_peak.get(pid, (role, 0, 0, 0))[1:]
+        figures = (*start.get(pid, absent), *peak, *end.get(pid, absent))
+        rows.append((role, tuple(None if value is None else value / MIB for value in figures)))
+    rows.append(("total", tuple(value / MIB for value in (*totals(result.start), *result.peak, *totals(result.end)))))
+    return rows
+
+
+def print_memory_table(results: list[MemoryResult]) -> None:
+    """Per policy set: every process's RSS, PSS and anonymous PSS (MiB) when ready, at its peak and after the reviews,
+    the totals, the ratios Stockade / Kyverno of the totals, and the growth per 10,000 reviews."""
+    for policy_set in sorted({r.policy_set for r in results}):
+        rows = [r for r in results if r.policy_set == policy_set]
+        print(f"\nmemory, {policy_set}: MiB when ready, at the peak during the reviews and after them (closed loop, varied Pods)")
+        heads = " | ".join(f"{when} {column}" for when in ("start", "peak", "after") for column in MEMORY_COLUMNS)
+        print(f"| server | process | {heads} |")
+        print("|---|---|" + "---|" * 3 * len(MEMORY_COLUMNS))
+        for result in rows:
+            for role, figures in memory_rows(result):
+                cells = " | ".join("-" if value is None else f"{value:.1f}" for value in figures)
+                label = f"**{role}**" if role == "total" else role
+                print(f"| {result.server} | {label} | {cells} |")
+        theirs = next((r for r in rows if r.server == "kyverno"), None)
+        for ours in (r for r in rows if r.server.startswith("stockade")):
+            if theirs is None:
+                break
+            a, b = memory_rows(ours)[-1][1], memory_rows(theirs)[-1][1]
+            ratios = " | ".join(f"{x / y:.2f}" if x is not None and y else "-" for x, y in zip(a, b))
+            print(f"| {ours.server} / kyverno | ratio of totals | {ratios} |")
+        for result in rows:
+            rss, pss, anon = result.growth_per_10k()
+            series = ", ".join(f"{c[0] / 1000:g}k {c[1] / MIB:.0f}/{c[2] / MIB:.0f}/{c[3] / MIB:.0f}" for c in result.checkpoints)
+            print(
+                f"  {result.server:<13} {result.reviews:,} reviews in {result.seconds:.0f} s ({result.reviews / max(result.seconds, 1e-9):.0f}/s), "
+                f"errors {result.errors}, denied {result.denied}; growth per 10k reviews past the first fifth: "
+                f"RSS {rss:+.2f} MiB, PSS {pss:+.2f} MiB, anon PSS {anon:+.2f} MiB"
+            )
+            print(f"    total RSS/PSS/anon MiB by reviews: {series}")
 
 
 def format_header() -> str:
@@ -578,11 +756,16 @@ def main() -> None:
     parser.add_argument("--server-cores", default="0")
     parser.add_argument("--client-cores", default="1")
     parser.add_argument("--sets", default="pss,pss-podsecurity,mix17")
-    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--workers", type=int, default=1, help="Stockade's evaluation workers (0: serve's default, one per server core)")
     parser.add_argument("--scaling", action="store_true", help="also Stockade --workers 1 on one core vs 2 on two")
     parser.add_argument("--e2e-seconds", type=float, default=0.0)
     parser.add_argument("--pods", type=int, default=3000)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--memory-reviews", type=int, default=0, help="memory step: RSS/PSS per process before, during and after this many varied reviews (0: none)")
+    parser.add_argument("--memory-connections", type=int, default=8, help="clients of the memory step's closed loop")
+    parser.add_argument("--memory-checkpoint", type=int, default=10_000, help="sample the totals every this many reviews")
+    parser.add_argument("--no-kyverno", action="store_true", help="Stockade alone (e.g. a second --workers count beside an earlier run)")
+    parser.add_argument("--memory-only", action="store_true", help="only the memory step (no latency/throughput sweep)")
     args = parser.parse_args()
 
     if shutil.which("taskset"):
@@ -593,6 +776,7 @@ def main() -> None:
     bodies = [review_for(pod) for pod in pods]
     check_bodies = bodies[:30]
     results: list[StepResult] = []
+    memory_results: list[MemoryResult] = []
     e2e_rows: list[dict[str, Any]] = []
     plane = ControlPlane()
     scratch = Path(tempfile.mkdtemp(prefix="stockade-compare-"))
@@ -607,31 +791,41 @@ def main() -> None:
             stockade.path = POLICY_SET_PATHS.get(policy_set, "/validate/fail")
             servers.append(stockade)
             expected = asyncio.run(expect_verdicts(stockade, check_bodies, None))
+            if args.memory_reviews > 0:
+                memory_results.append(memory_step(stockade, policy_set, pods, args.memory_reviews, args.memory_connections, args.memory_checkpoint))
             if args.e2e_seconds > 0:
                 register_webhook(plane, stockade)
                 latencies, denied, errors = asyncio.run(create_through_apiserver(plane, pods, args.e2e_seconds, 8))
                 e2e_rows.append({"set": policy_set, **print_e2e(stockade.name, latencies, denied, errors, args.e2e_seconds)})
                 kubectl(plane, "delete", "validatingwebhookconfiguration", "bench-stockade")
-            kyverno = next((server for server in servers if server.name == "kyverno"), None)
-            if kyverno is None:
-                kyverno = start_kyverno(plane, scratch, args.server_cores)
-                servers.append(kyverno)
-            kyverno.path = POLICY_SET_PATHS.get(policy_set, "/validate/fail")
-            apply_policies_to_kyverno(plane, files)
-            verdicts = asyncio.run(expect_verdicts(kyverno, check_bodies, expected))
-            disagreements = sum(1 for ours, theirs in zip(expected, verdicts) if ours != theirs)
-            print(f"{policy_set}: verdicts on {len(check_bodies)} reviews, {expected.count(False)} denied, {disagreements} disagreements", flush=True)
-            if args.e2e_seconds > 0:
-                deadline = time.monotonic() + 60
-                while not kyverno_webhooks(plane) and time.monotonic() < deadline:
-                    time.sleep(1)
-                latencies, denied, errors = asyncio.run(create_through_apiserver(plane, pods, args.e2e_seconds, 8))
-                e2e_rows.append({"set": policy_set, **print_e2e("kyverno", latencies, denied, errors, args.e2e_seconds)})
-            print(format_header(), flush=True)
-            for server in (stockade, kyverno):
-                results.extend(sweep(server, policy_set, bodies, args))
+            kyverno: Server | None = None
+            if not args.no_kyverno:
+                kyverno = next((server for server in servers if server.name == "kyverno"), None)
+                if kyverno is None:
+                    kyverno = start_kyverno(plane, scratch, args.server_cores)
+                    servers.append(kyverno)
+                kyverno.path = POLICY_SET_PATHS.get(policy_set, "/validate/fail")
+                apply_policies_to_kyverno(plane, files)
+                verdicts = asyncio.run(expect_verdicts(kyverno, check_bodies, expected))
+                disagreements = sum(1 for ours, theirs in zip(expected, verdicts) if ours != theirs)
+                print(f"{policy_set}: verdicts on {len(check_bodies)} reviews, {expected.count(False)} denied, {disagreements} disagreements", flush=True)
+                if args.memory_reviews > 0:
+                    memory_results.append(memory_step(kyverno, policy_set, pods, args.memory_reviews, args.memory_connections, args.memory_checkpoint))
+                if args.e2e_seconds > 0:
+                    deadline = time.monotonic() + 60
+                    while not kyverno_webhooks(plane) and time.monotonic() < deadline:
+                        time.sleep(1)
+                    latencies, denied, errors = asyncio.run(create_through_apiserver(plane, pods, args.e2e_seconds, 8))
+                    e2e_rows.append({"set": policy_set, **print_e2e("kyverno", latencies, denied, errors, args.e2e_seconds)})
+            if not args.memory_only:
+                print(format_header(), flush=True)
+                for server in [stockade, *([kyverno] if kyverno is not None else [])]:
+                    results.extend(sweep(server, policy_set, bodies, args))
             stockade.stop()
             servers.remove(stockade)
+            if args.memory_reviews > 0 and kyverno is not None:  # each set's memory from a fresh Kyverno too
+                kyverno.stop()
+                servers.remove(kyverno)
         if args.scaling:
             print("stockade --workers scaling (pss):", flush=True)
             print(format_header(), flush=True)
@@ -646,11 +840,15 @@ def main() -> None:
         for server in servers:
             server.stop()
         plane.stop()
-    print_summary(results)
-    print_ratio_table(results)
+    if results:
+        print_summary(results)
+        print_ratio_table(results)
+    if memory_results:
+        print_memory_table(memory_results)
     print(f"load average at the end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     if args.json:
-        args.json.write_text(json.dumps({"steps": [r.__dict__ for r in results], "e2e": e2e_rows}, indent=2))
+        memory = [{**r.__dict__, "rows": memory_rows(r), "growth_per_10k_mib": r.growth_per_10k()} for r in memory_results]
+        args.json.write_text(json.dumps({"steps": [r.__dict__ for r in results], "e2e": e2e_rows, "memory": memory}, indent=2))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,110 @@
+"""Memory of a server's process tree, for the benches that compare it (bench_cluster_scale, compare_kyverno).
+
+RSS counts a page once for every process that maps it, so the RSS of a forked tree (Stockade's server, its
+multiprocessing forkserver and the evaluation workers forked from that) over-counts the pages they share.  PSS
+(``/proc/PID/smaps_rollup``) divides each shared page among the processes mapping it; the sum of PSS over a tree
+is what the tree costs together, and close to what a container's memory cgroup is charged for it.  For one Go
+process the two are about equal.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Callable, Iterable
+
+from bench_admission import descendants
+
+MIB = float(2**20)
+
+
+def process_memory(pid: int) -> tuple[int, int, int]:
+    """(RSS, PSS, anonymous PSS) of one process in bytes; zeros once it is gone.  Anonymous pages (heap, stacks) are
+    shared only by fork, so within one tree; the file pages in PSS (the interpreter, shared libraries, a Go binary's
+    text) are divided with every process on the machine mapping the same file, unrelated ones included, so the
+    anonymous part is the one that does not move with what else runs."""
+    figures = {"Rss:": 0, "Pss:": 0, "Pss_Anon:": 0}
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            name, _, rest = line.partition(" ")
+            if name in figures:
+                figures[name] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return 0, 0, 0
+    return figures["Rss:"], figures["Pss:"], figures["Pss_Anon:"]
+
+
+def roled_pids(top: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+    """(role, pid) for every live process below the named top processes, each top process first: below Stockade's
+    server, the multiprocessing forkserver, the evaluation workers it forks (``worker``) and the resource tracker;
+    anything else is ``other``."""
+    found: list[tuple[str, int]] = []
+    for name, top_pid in top:
+        if not Path(f"/proc/{top_pid}").exists():
+            continue
+        found.append((name, top_pid))
+        forkservers: set[int] = set()
+        for pid in descendants(top_pid):  # parents come before their children
+            try:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if parent in forkservers:
+                role = "worker"
+            elif "forkserver" in command:
+                role = "forkserver"
+                forkservers.add(pid)
+            elif "resource_tracker" in command:
+                role = "resource_tracker"
+            else:
+                role = "other"
+            found.append((role, pid))
+    return found
+
+
+# one sample: (role, pid, RSS, PSS, anonymous PSS) per process
+Sample = list[tuple[str, int, int, int, int]]
+
+
+def sample_memory(processes: list[tuple[str, int]]) -> Sample:
+    return [(role, pid, *process_memory(pid)) for role, pid in processes]
+
+
+class PeakRss(threading.Thread):
+    """Samples a process tree's memory every ``interval`` seconds until ``stopped`` is set: the peak of the sum over
+    its processes (RSS, PSS and anonymous PSS, each its own peak), each process's own peaks, the per-process figures at the moment
+    of the RSS peak, and the peak of the sum over the processes whose role is in ``group``."""
+
+    def __init__(self, processes: Callable[[], list[tuple[str, int]]], interval: float = 0.5, group: Iterable[str] = ()) -> None:
+        super().__init__(daemon=True)
+        self.processes, self.interval, self.group = processes, interval, frozenset(group)
+        self.stopped = threading.Event()
+        self.lock = threading.Lock()  # take() runs in the thread and may run in the caller too
+        self.peak = self.peak_pss = self.peak_anon = self.peak_group = 0
+        self.samples = 0
+        self.at_peak: Sample = []  # every process at the RSS peak
+        self.per_process: dict[int, tuple[str, int, int, int]] = {}  # pid -> (role, peak RSS, peak PSS, peak anonymous PSS)
+
+    def take(self) -> Sample:
+        """One sample now, folded into the peaks (the thread calls it; a caller may too, e.g. right before stopping)."""
+        sample = sample_memory(self.processes())
+        sample = [item for item in sample if item[2] > 0]  # gone between the listing and the read
+        with self.lock:
+            self.fold(sample)
+        return sample
+
+    def fold(self, sample: Sample) -> None:
+        self.samples += 1
+        rss, pss, anon = sum(item[2] for item in sample), sum(item[3] for item in sample), sum(item[4] for item in sample)
+        if rss > self.peak:
+            self.peak, self.at_peak = rss, sample
+        self.peak_pss, self.peak_anon = max(self.peak_pss, pss), max(self.peak_anon, anon)
+        self.peak_group = max(self.peak_group, sum(item[2] for item in sample if item[0] in self.group))
+        for role, pid, rss_now, pss_now, anon_now in sample:
+            _, peak_rss, peak_pss, peak_anon = self.per_process.get(pid, (role, 0, 0, 0))
+            self.per_process[pid] = (role, max(peak_rss, rss_now), max(peak_pss, pss_now), max(peak_anon, anon_now))
+
+    def run(self) -> None:
+        while not self.stopped.wait(self.interval):
+            self.take()
