@@ -61,7 +61,7 @@ sys.path.insert(0, str(HERE))
 import yaml  # noqa: E402
 from bench_admission import cpu_snapshot, descendants, free_port  # noqa: E402
 from bench_engine import generate_pods  # noqa: E402
-from procmem import PeakRss, roled_pids  # noqa: E402
+from procmem import MemoryCgroup, PeakRss, roled_pids  # noqa: E402
 from compare_kyverno import BenchError, install_kyverno_prerequisites, kubectl, wait_crds_established  # noqa: E402
 from compare_kyverno import start_kyverno as start_kyverno_admission  # noqa: E402
 
@@ -293,6 +293,7 @@ class Engine:
     processes: list[subprocess.Popen[bytes]]
     logs: list[Path]
     roles: list[str] = field(default_factory=list)  # a name per process in ``processes`` (Kyverno's binaries)
+    cgroup: MemoryCgroup | None = None  # the memory cgroup all of the engine's processes run in, when one can be made
 
     def pids(self) -> list[int]:
         found: list[int] = []
@@ -333,7 +334,7 @@ class Engine:
 WITHOUT_ADMISSION = ("background-controller", "reports-controller")
 
 
-def start_stockade(plane: ControlPlane, scratch: Path) -> Engine:
+def start_stockade(plane: ControlPlane, scratch: Path, cgroup: MemoryCgroup | None = None) -> Engine:
     port = free_port()
     log = scratch / "stockade.log"
     argv = [
@@ -344,8 +345,8 @@ def start_stockade(plane: ControlPlane, scratch: Path) -> Engine:
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     with log.open("wb") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=ROOT)
-    return Engine("stockade", [process], [log])
+        process = subprocess.Popen(cgroup.wrap(argv) if cgroup else argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=ROOT)
+    return Engine("stockade", [process], [log], cgroup=cgroup)
 
 
 def kyverno_binary(name: str) -> str:
@@ -356,14 +357,14 @@ def kyverno_binary(name: str) -> str:
     return str(path)
 
 
-def start_kyverno(plane: ControlPlane, scratch: Path) -> Engine:
+def start_kyverno(plane: ControlPlane, scratch: Path, cgroup: MemoryCgroup | None = None) -> Engine:
     """Kyverno's admission controller (as compare_kyverno.py runs it: URL webhooks to 127.0.0.1, its own
     certificates; Stockade's ``serve`` answers admission too, so both sets do the same jobs) and its background and
     reports controllers, all out of cluster."""
     processes, logs, roles = [], [], []
     os.environ.setdefault("STOCKADE_KYVERNO", kyverno_binary("kyverno"))
     cores = ",".join(str(core) for core in sorted(os.sched_getaffinity(0)))
-    admission = start_kyverno_admission(plane, scratch, cores)
+    admission = start_kyverno_admission(plane, scratch, cores, wrap=cgroup.wrap if cgroup else None)
     processes.append(admission.process)
     logs.append(admission.log)
     roles.append("admission-controller")
@@ -382,10 +383,10 @@ def start_kyverno(plane: ControlPlane, scratch: Path) -> Engine:
             argv.append("--controllerRuntimeMetricsAddress=0")
         log = scratch / f"{name}.log"
         with log.open("wb") as out:
-            processes.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+            processes.append(subprocess.Popen(cgroup.wrap(argv) if cgroup else argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True))
         logs.append(log)
         roles.append(name)
-    return Engine("kyverno", processes, logs, roles)
+    return Engine("kyverno", processes, logs, roles, cgroup=cgroup)
 
 
 # --- the audit log ----------------------------------------------------------------------------------------------------
@@ -429,6 +430,8 @@ class Result:
     peak_rss_mib: float = 0.0
     peak_pss_mib: float = 0.0
     peak_rss_without_admission_mib: float = 0.0  # Kyverno's background + reports controllers alone
+    peak_cgroup_anon_mib: float = 0.0  # the peak anonymous memory charged to the engine's cgroup (each page once)
+    cgroup_peak_mib: float = 0.0  # the kernel's peak charge of that cgroup, page cache included
     at_peak: list[tuple[str, float, float]] = field(default_factory=list)  # (process, RSS MiB, PSS MiB) at the RSS peak
     requests_to_reports: int = 0
     idle_requests_per_minute: float = 0.0
@@ -462,8 +465,11 @@ def run_engine(name: str, args: argparse.Namespace, scratch: Path) -> Result:
         apply_policies(plane, args.generate_policies)
         policies = pss_policy_names()
 
-        engine = start_kyverno(plane, scratch) if name == "kyverno" else start_stockade(plane, scratch)
-        sampler = PeakRss(engine.roled_pids, group=WITHOUT_ADMISSION)
+        cgroup = MemoryCgroup.create(f"bench-{name}")
+        if cgroup is None:
+            print(f"{name}: no memory cgroup could be made here: the cgroup rows stay empty", flush=True)
+        engine = start_kyverno(plane, scratch, cgroup) if name == "kyverno" else start_stockade(plane, scratch, cgroup)
+        sampler = PeakRss(engine.roled_pids, group=WITHOUT_ADMISSION, cgroup=cgroup)
         sampler.start()
         wall_start, start = time.time(), time.monotonic()
 
@@ -507,6 +513,8 @@ def run_engine(name: str, args: argparse.Namespace, scratch: Path) -> Result:
         result.peak_rss_mib = sampler.peak / 2**20
         result.peak_pss_mib = sampler.peak_pss / 2**20
         result.peak_rss_without_admission_mib = sampler.peak_group / 2**20
+        result.peak_cgroup_anon_mib = sampler.peak_cgroup_anon / 2**20
+        result.cgroup_peak_mib = engine.cgroup.peak() / 2**20 if engine.cgroup is not None else 0.0
         result.at_peak = [(role, rss / 2**20, pss / 2**20) for role, _, rss, pss, _ in sampler.at_peak]
 
         time.sleep(2)  # the audit log is written asynchronously
@@ -522,6 +530,8 @@ def run_engine(name: str, args: argparse.Namespace, scratch: Path) -> Result:
             sampler.stopped.set()
         if engine is not None:
             engine.stop()
+            if engine.cgroup is not None:
+                engine.cgroup.remove()
         plane.stop()
 
 
@@ -532,6 +542,8 @@ def table(results: list[Result]) -> str:
         ("API requests until complete", "requests_to_reports", "{:d}"),
         ("peak RSS (MiB)", "peak_rss_mib", "{:.0f}"),
         ("peak PSS (MiB)", "peak_pss_mib", "{:.0f}"),
+        ("peak anonymous memory of the engine's cgroup, each page once (MiB)", "peak_cgroup_anon_mib", "{:.0f}"),
+        ("the cgroup's peak charge, page cache included (MiB)", "cgroup_peak_mib", "{:.0f}"),
         ("peak RSS beside Kyverno's background + reports controllers only (MiB)", "peak_rss_without_admission_mib", "{:.0f}"),
         ("API requests/min at idle", "idle_requests_per_minute", "{:.1f}"),
         ("one policy change: seconds", "change_seconds", "{:.1f}"),

@@ -46,7 +46,7 @@ def generate_pods(count: int, seed: int = 7) -> list[dict[str, Any]]:
             "seccompProfile": {"type": "RuntimeDefault"},
             "capabilities": {"drop": ["ALL"]},
         }
-        containers = [
+        containers: list[dict[str, Any]] = [
             {"name": f"c{i}", "image": f"registry.example.com/team/app{i}:1.{index % 50}.0", "securityContext": dict(secure), "ports": [{"containerPort": 8080 + i}]}
             for i in range(rng.randint(1, 3))
         ]

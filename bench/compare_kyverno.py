@@ -51,8 +51,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from bench_admission import cpu_snapshot, descendants, free_port, percentile, review_for  # noqa: E402
-from bench_engine import generate_pods  # noqa: E402
+from bench_admission import cpu_snapshot, descendants, free_port, percentile  # noqa: E402
+from bench_engine import generate_pods, review_for  # noqa: E402
 from procmem import MIB, PeakRss, Sample, roled_pids, sample_memory  # noqa: E402
 
 from stockade.testing.apiserver import ControlPlane, find_binary  # noqa: E402
@@ -194,7 +194,8 @@ def wait_healthy(server: Server, path: str, timeout: float = 180) -> None:
     raise BenchError(f"{server.name} not healthy after {timeout:.0f}s; see {server.log}")
 
 
-def start_kyverno(plane: ControlPlane, scratch: Path, cores: str) -> Server:
+def start_kyverno(plane: ControlPlane, scratch: Path, cores: str, wrap: Callable[[list[str]], list[str]] | None = None) -> Server:
+    """``wrap``: how to start the command (e.g. inside a memory cgroup, procmem.MemoryCgroup.wrap)."""
     binary = find_binary("kyverno", "STOCKADE_KYVERNO")
     port = free_port()
     log = scratch / "kyverno.log"
@@ -226,7 +227,8 @@ def start_kyverno(plane: ControlPlane, scratch: Path, cores: str) -> Server:
         "--v=1",
     ]
     with log.open("wb") as out:
-        process = subprocess.Popen(pinned(cores, argv), stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        command = pinned(cores, argv)
+        process = subprocess.Popen(wrap(command) if wrap is not None else command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     server = Server("kyverno", process, port, Path("/nonexistent"), cores, log)
     wait_healthy(server, "/health/liveness")
     return server

@@ -9,7 +9,9 @@ process the two are about equal.
 
 from __future__ import annotations
 
+import os
 import threading
+import time
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -76,9 +78,10 @@ class PeakRss(threading.Thread):
     its processes (RSS, PSS and anonymous PSS, each its own peak), each process's own peaks, the per-process figures at the moment
     of the RSS peak, and the peak of the sum over the processes whose role is in ``group``."""
 
-    def __init__(self, processes: Callable[[], list[tuple[str, int]]], interval: float = 0.5, group: Iterable[str] = ()) -> None:
+    def __init__(self, processes: Callable[[], list[tuple[str, int]]], interval: float = 0.5, group: Iterable[str] = (), cgroup: "MemoryCgroup | None" = None) -> None:
         super().__init__(daemon=True)
-        self.processes, self.interval, self.group = processes, interval, frozenset(group)
+        self.processes, self.interval, self.group, self.cgroup = processes, interval, frozenset(group), cgroup
+        self.peak_cgroup_anon = 0  # the peak of the engine's memory cgroup's anonymous charge (MemoryCgroup)
         self.stopped = threading.Event()
         self.lock = threading.Lock()  # take() runs in the thread and may run in the caller too
         self.peak = self.peak_pss = self.peak_anon = self.peak_group = 0
@@ -90,8 +93,10 @@ class PeakRss(threading.Thread):
         """One sample now, folded into the peaks (the thread calls it; a caller may too, e.g. right before stopping)."""
         sample = sample_memory(self.processes())
         sample = [item for item in sample if item[2] > 0]  # gone between the listing and the read
+        charged = self.cgroup.anonymous() if self.cgroup is not None else 0
         with self.lock:
             self.fold(sample)
+            self.peak_cgroup_anon = max(self.peak_cgroup_anon, charged)
         return sample
 
     def fold(self, sample: Sample) -> None:
@@ -108,3 +113,79 @@ class PeakRss(threading.Thread):
     def run(self) -> None:
         while not self.stopped.wait(self.interval):
             self.take()
+
+
+class MemoryCgroup:
+    """A memory cgroup holding one engine's processes, so its memory is read the way the kernel charges a container:
+    each page once, however many processes of the engine map it.  ``anonymous`` is the heap, stacks and copy-on-write
+    pages of the whole tree (the part a container limit is mostly spent on); ``peak`` is the kernel's own high-water
+    mark, page cache charged to the group included (files first read by the engine).
+
+    Created under the benchmark's own memory cgroup (cgroup v1's memory controller, or cgroup v2 with the memory
+    controller enabled for children); ``create`` returns None where neither is writable, and the benches then say so."""
+
+    def __init__(self, path: Path, version: int) -> None:
+        self.path, self.version = path, version
+
+    @classmethod
+    def create(cls, name: str) -> "MemoryCgroup | None":
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, relative = line.split(":", 2)
+            if "memory" in controllers.split(","):
+                candidates = [(Path("/sys/fs/cgroup/memory") / relative.lstrip("/"), 1)]
+                break
+        else:
+            own = Path("/proc/self/cgroup").read_text().splitlines()
+            relative = next((line.split(":", 2)[2] for line in own if line.startswith("0::")), "/")
+            candidates = [(Path("/sys/fs/cgroup") / relative.lstrip("/"), 2)]
+        for parent, version in candidates:
+            path = parent / f"{name}-{os.getpid()}"
+            try:
+                path.mkdir()
+            except OSError:
+                continue
+            group = cls(path, version)
+            if (path / "cgroup.procs").exists() and group.anonymous() >= 0:
+                return group
+            group.remove()
+        return None
+
+    def wrap(self, argv: list[str]) -> list[str]:
+        """``argv`` started inside the group: a shell joins it and execs the command (same pid, so children the
+        command forks later are in the group too)."""
+        return ["sh", "-c", f'echo $$ > "{self.path}/cgroup.procs" && exec "$@"', "sh", *argv]
+
+    def _stat(self) -> dict[str, int]:
+        figures: dict[str, int] = {}
+        for line in (self.path / "memory.stat").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if value.strip().isdigit():
+                figures[key] = int(value)
+        return figures
+
+    def anonymous(self) -> int:
+        """Anonymous memory charged to the group now, in bytes (-1 when unreadable)."""
+        try:
+            stat = self._stat()
+        except OSError:
+            return -1
+        return stat.get("total_rss", 0) if self.version == 1 else stat.get("anon", 0)
+
+    def peak(self) -> int:
+        """The kernel's peak charge of the group in bytes (page cache included); 0 when unreadable."""
+        name = "memory.max_usage_in_bytes" if self.version == 1 else "memory.peak"
+        try:
+            return int((self.path / name).read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return 0
+
+    def remove(self) -> None:
+        """Remove the group once its processes are gone (a few tries: the last exit is noticed asynchronously)."""
+        for _ in range(50):
+            try:
+                self.path.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.1)
