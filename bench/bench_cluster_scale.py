@@ -21,8 +21,13 @@ Measured, per engine:
 
 - **reports**: seconds from the start until every Pod has a PolicyReport with a result for each of the 17 policies
   and every Namespace has its generated ConfigMap;
-- **peak RSS** of the engine's processes (sampled every 0.5 s over the whole run), each process's RSS/PSS at that
-  peak (Stockade: serve, the forkserver, its evaluation workers), and CPU seconds until complete;
+- **peak memory** of the engine's processes (sampled every 0.5 s over the whole run), four ways, as each answers a
+  different question: RSS summed (counts a page shared by forked processes once per process), PSS summed (divides
+  shared pages, also with unrelated processes mapping the same files), the distinct physical pages the processes map
+  (from ``/proc/PID/pagemap``: anonymous and file pages, each once: what the engine holds in RAM), and the
+  anonymous memory charged to the memory cgroup the engine runs in (heap and stacks only, each page once; a Go
+  binary's text is file-backed and not in it); each process's RSS/PSS at the RSS peak (Stockade: serve, the
+  forkserver, its evaluation workers), and CPU seconds until complete;
 - **idle API requests per minute**: the audit log's requests by the engine over ``--idle-seconds`` after a settle
   period, by verb (a ``list`` at idle is a periodic relist);
 - **one policy change**: the message of ``disallow-host-path`` changes; seconds until every failing result carries
@@ -430,6 +435,7 @@ class Result:
     peak_rss_mib: float = 0.0
     peak_pss_mib: float = 0.0
     peak_rss_without_admission_mib: float = 0.0  # Kyverno's background + reports controllers alone
+    peak_unique_mib: float = 0.0  # the peak of the distinct physical pages the engine's processes map, file and anonymous
     peak_cgroup_anon_mib: float = 0.0  # the peak anonymous memory charged to the engine's cgroup (each page once)
     cgroup_peak_mib: float = 0.0  # the kernel's peak charge of that cgroup, page cache included
     at_peak: list[tuple[str, float, float]] = field(default_factory=list)  # (process, RSS MiB, PSS MiB) at the RSS peak
@@ -513,6 +519,7 @@ def run_engine(name: str, args: argparse.Namespace, scratch: Path) -> Result:
         result.peak_rss_mib = sampler.peak / 2**20
         result.peak_pss_mib = sampler.peak_pss / 2**20
         result.peak_rss_without_admission_mib = sampler.peak_group / 2**20
+        result.peak_unique_mib = sampler.peak_unique / 2**20
         result.peak_cgroup_anon_mib = sampler.peak_cgroup_anon / 2**20
         result.cgroup_peak_mib = engine.cgroup.peak() / 2**20 if engine.cgroup is not None else 0.0
         result.at_peak = [(role, rss / 2**20, pss / 2**20) for role, _, rss, pss, _ in sampler.at_peak]
@@ -542,6 +549,7 @@ def table(results: list[Result]) -> str:
         ("API requests until complete", "requests_to_reports", "{:d}"),
         ("peak RSS (MiB)", "peak_rss_mib", "{:.0f}"),
         ("peak PSS (MiB)", "peak_pss_mib", "{:.0f}"),
+        ("peak resident memory, each physical page once: anonymous and file pages (MiB)", "peak_unique_mib", "{:.0f}"),
         ("peak anonymous memory of the engine's cgroup, each page once (MiB)", "peak_cgroup_anon_mib", "{:.0f}"),
         ("the cgroup's peak charge, page cache included (MiB)", "cgroup_peak_mib", "{:.0f}"),
         ("peak RSS beside Kyverno's background + reports controllers only (MiB)", "peak_rss_without_admission_mib", "{:.0f}"),

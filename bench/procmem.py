@@ -10,6 +10,7 @@ process the two are about equal.
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import time
 from pathlib import Path
@@ -82,6 +83,7 @@ class PeakRss(threading.Thread):
         super().__init__(daemon=True)
         self.processes, self.interval, self.group, self.cgroup = processes, interval, frozenset(group), cgroup
         self.peak_cgroup_anon = 0  # the peak of the engine's memory cgroup's anonymous charge (MemoryCgroup)
+        self.peak_unique = 0  # the peak of the distinct physical pages the tree maps (unique_resident_bytes)
         self.stopped = threading.Event()
         self.lock = threading.Lock()  # take() runs in the thread and may run in the caller too
         self.peak = self.peak_pss = self.peak_anon = self.peak_group = 0
@@ -94,9 +96,11 @@ class PeakRss(threading.Thread):
         sample = sample_memory(self.processes())
         sample = [item for item in sample if item[2] > 0]  # gone between the listing and the read
         charged = self.cgroup.anonymous() if self.cgroup is not None else 0
+        unique = unique_resident_bytes(item[1] for item in sample)
         with self.lock:
             self.fold(sample)
             self.peak_cgroup_anon = max(self.peak_cgroup_anon, charged)
+            self.peak_unique = max(self.peak_unique, unique)
         return sample
 
     def fold(self, sample: Sample) -> None:
@@ -189,3 +193,47 @@ class MemoryCgroup:
                 return
             except OSError:
                 time.sleep(0.1)
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_PRESENT = 1 << 63
+_PFN_MASK = (1 << 55) - 1
+
+
+def unique_resident_bytes(pids: Iterable[int]) -> int:
+    """Bytes of the distinct physical pages the processes map (anonymous and file pages alike), each page once
+    however many of them map it: what the tree holds in RAM, without RSS's double counting of forked processes'
+    shared pages and without PSS's division of a file's pages with unrelated processes.  Reads ``/proc/PID/pagemap``
+    (page frame numbers need root; 0 without them) for the mappings smaps shows resident."""
+    frames: set[int] = set()
+    for pid in pids:
+        try:
+            ranges = _resident_ranges(pid)
+            with open(f"/proc/{pid}/pagemap", "rb") as pagemap:
+                for start, end in ranges:
+                    pagemap.seek(start // _PAGE * 8)
+                    data = pagemap.read((end - start) // _PAGE * 8)
+                    for (entry,) in struct.iter_unpack("<Q", data):
+                        if entry & _PRESENT:
+                            frames.add(entry & _PFN_MASK)
+        except (OSError, ValueError):
+            continue
+    frames.discard(0)  # without CAP_SYS_ADMIN every frame number reads as 0
+    return len(frames) * _PAGE
+
+
+def _resident_ranges(pid: int) -> list[tuple[int, int]]:
+    """Address ranges of the process's mappings with resident pages (from smaps)."""
+    ranges: list[tuple[int, int]] = []
+    current: tuple[int, int] | None = None
+    for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+        head = line.split(" ", 1)[0]
+        if "-" in head and not head.endswith(":"):
+            low, _, high = head.partition("-")
+            try:
+                current = (int(low, 16), int(high, 16))
+            except ValueError:
+                current = None
+        elif head == "Rss:" and current is not None and line.split()[1] != "0":
+            ranges.append(current)
+    return ranges
