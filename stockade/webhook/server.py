@@ -247,7 +247,7 @@ async def _evaluate(
         try:
             evaluate = evaluator.mutate if phase == "mutate" else evaluator.validate
             if state.evaluations is not None:
-                decision, answer_bytes = await state.evaluations.decide(snapshot, review, body, phase, failure, arrived, route.scope)
+                decision, answer_bytes = await state.evaluations.decide(snapshot, review, body, phase, failure, arrived, route.scope, evaluator)
             elif evaluator.needs_network:
                 decision = await asyncio.to_thread(evaluate, review, failure, arrived)  # registry calls must not stall other reviews
             else:
