@@ -1,19 +1,21 @@
 """Instructions the `stockade serve` process executes per admission review, counted by callgrind.
 
 Usage: .venv/bin/python bench/bench_server_instructions.py [--requests 1500] [--warmup 300] [--connections 8]
-       [--policies bench/policies/pss-restricted.yaml] [--endpoint /validate/fail] [--top 25] [--keep DIR]
+       [--policies bench/policies/pss-restricted.yaml] [--endpoint /validate/fail] [--top 12] [--keep DIR]
 Needs valgrind.  CPU time per review (bench_admission) moves with whatever else runs on a shared machine; an
 instruction count does not.  The server runs under ``valgrind --tool=callgrind`` (its evaluation workers, started by
 exec, run natively and are not counted), is warmed up, its counters are zeroed (``callgrind_control -z``), this
 process sends ``--requests`` Pod CREATE reviews over HTTPS keep-alive, and the counters are dumped.  Prints the
-instructions per review of the server process and the C functions with the most inclusive instructions (Python code
-shows up as the interpreter's eval loop; use bench/profile_admission.py --gil for Python-level shares).
+instructions per review of the server process and how they split over the libraries that ran them (Python code is
+the interpreter's share; bench/profile_admission.py --gil gives Python-level shares).  Kernel work (syscalls, page
+faults) is not counted: compare the system time of bench/bench_admission.py for that.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import re
 import shutil
 import signal
@@ -49,6 +51,38 @@ def total_instructions(dump: Path) -> int:
     raise SystemExit(f"no totals in {dump}")
 
 
+def self_cost_by_object(dump: Path) -> collections.Counter[str]:
+    """Instructions executed in each shared object's own code, from a callgrind dump: cost lines count towards
+    the current ``ob=``; the line after a ``calls=`` line is the callee's inclusive cost and is skipped."""
+    names: dict[str, str] = {}
+    costs: collections.Counter[str] = collections.Counter()
+    current = "?"
+    after_call = False
+    for line in dump.read_text(errors="replace").splitlines():
+        if line.startswith("ob="):
+            match = re.match(r"\((\d+)\)(?: (.*))?", line[3:])
+            if match is None:
+                current = line[3:]
+            else:
+                if match.group(2) is not None:
+                    names[match.group(1)] = match.group(2)
+                current = names.get(match.group(1), line[3:])
+        elif line.startswith("cob="):
+            match = re.match(r"\((\d+)\) (.*)", line[4:])
+            if match is not None:
+                names[match.group(1)] = match.group(2)
+        elif line.startswith("calls="):
+            after_call = True
+        elif line[:1].isdigit() or line[:1] in "+-*":
+            if after_call:
+                after_call = False
+                continue
+            fields = line.split()
+            if len(fields) >= 2:
+                costs[current.rsplit("/", 1)[-1]] += int(fields[1])
+    return costs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--requests", type=int, default=1500)
@@ -56,7 +90,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--policies", default=str(HERE / "policies" / "pss-restricted.yaml"))
     parser.add_argument("--endpoint", default="/validate/fail")
-    parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--keep", type=Path, help="write the callgrind dump into this directory")
     args = parser.parse_args()
     for tool in ("valgrind", "callgrind_control"):
@@ -98,15 +132,10 @@ def main() -> None:
         print(f"policies: {args.policies}")
         print(f"requests: {count} over {args.connections} keep-alive connections ({denied} denied, {errors} errors)")
         print(f"server instructions per review: {instructions / max(1, count) / 1e6:.3f} M ({instructions} in total)")
-        annotate = shutil.which("callgrind_annotate")
-        if annotate and args.top:
-            report = subprocess.run([annotate, "--inclusive=yes", f"--threshold=100", str(dump)], capture_output=True, text=True).stdout
-            rows = [line for line in report.splitlines() if re.match(r"^\s*[\d,]+ \(", line)]
-            print(f"top {args.top} functions by inclusive instructions per review:")
-            for line in rows[: args.top]:
-                figure, _, rest = line.strip().partition(" ")
-                print(f"  {int(figure.replace(',', '')) / max(1, count) / 1e3:9.1f} k  {rest.strip()[:150]}")
-
+        if args.top:
+            print(f"instructions per review executed in each library (self cost; the interpreter's share is Python code):")
+            for library, cost in self_cost_by_object(dump).most_common(args.top):
+                print(f"  {cost / max(1, count) / 1e3:9.1f} k  {library}")
 
 if __name__ == "__main__":
     main()
