@@ -11,10 +11,12 @@ aiohttp bounds only the idle time between keep-alive requests.  The rest is done
   response the client does not read (writing paused) gets the body timeout too;
 * ``read_body`` reads a request body without ever holding more than the size limit and refuses compressed bodies;
   a client that goes away mid-body (or is cut off by a deadline) ends its request quietly: ``ClientDisconnected``,
-  answered by the middleware with nothing logged above debug, instead of aiohttp's ERROR traceback.
+  answered by the guard with nothing logged above debug, instead of aiohttp's ERROR traceback.
 
-The connection learns that a request's headers were parsed from ``ConnectionGuard.middleware`` (aiohttp calls the
-application, and so the middleware, exactly then), which finds the connection by ``request.protocol``.
+The connection learns that a request's headers were parsed from the request handler ``ConnectionGuard.install``
+puts around the application (aiohttp calls it exactly then), which finds the connection by ``request.protocol``.
+Wrapping the handler rather than adding a middleware keeps aiohttp's middleware chain (two coroutine layers per
+request) out of the way, and sees every request, those no route matches included.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import logging
 import socket
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -76,27 +78,31 @@ async def read_body(request: web.BaseRequest, limit: int) -> bytes:
 
     Compressed bodies are refused before a byte is read: a small gzip body can inflate a thousandfold, and the
     apiserver never compresses admission reviews."""
-    encodings = [c for c in _codings(request, hdrs.CONTENT_ENCODING) if c not in IDENTITY_CODINGS]
-    if encodings:
-        raise BodyRefused(415, f"Content-Encoding {', '.join(encodings)} is not accepted: send the body uncompressed")
-    transfer = [c for c in _codings(request, hdrs.TRANSFER_ENCODING) if c not in IDENTITY_CODINGS | {"chunked"}]
-    if transfer:
-        raise BodyRefused(415, f"Transfer-Encoding {', '.join(transfer)} is not accepted")
+    headers = request.headers
+    if hdrs.CONTENT_ENCODING in headers:  # the apiserver sends neither header: the usual review skips both parses
+        encodings = [c for c in _codings(request, hdrs.CONTENT_ENCODING) if c not in IDENTITY_CODINGS]
+        if encodings:
+            raise BodyRefused(415, f"Content-Encoding {', '.join(encodings)} is not accepted: send the body uncompressed")
+    if hdrs.TRANSFER_ENCODING in headers:
+        transfer = [c for c in _codings(request, hdrs.TRANSFER_ENCODING) if c not in IDENTITY_CODINGS | {"chunked"}]
+        if transfer:
+            raise BodyRefused(415, f"Transfer-Encoding {', '.join(transfer)} is not accepted")
     declared = request.content_length
     if declared is not None and declared > limit:
         raise BodyRefused(413, f"request body of {declared} bytes is over the {limit}-byte limit")
     body = bytearray()
     try:
-        while chunk := await request.content.readany():
+        chunk = await request.content.readany()
+        if declared is not None and len(chunk) == declared:
+            return chunk  # the whole body at once (a Content-Length body never runs past its length): no copy
+        while chunk:
             if len(body) + len(chunk) > limit:
                 raise BodyRefused(413, f"request body is over the {limit}-byte limit")
             body += chunk
+            chunk = await request.content.readany()
     except ConnectionResetError as lost:  # aiohttp's "Connection lost": the client left, or a deadline cut it off
         raise ClientDisconnected(f"connection closed after {len(body)} body bytes") from lost
     return bytes(body)
-
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class ConnectionGuard:
@@ -106,6 +112,9 @@ class ConnectionGuard:
         self.limits = limits
         self.connections: set[_GuardedConnection] = set()
         self._by_handler: dict[Any, _GuardedConnection] = {}
+        self._servers: list[web.Server] = []  # request handlers the guard is installed around
+        # what the event loop reads into for every connection (``_GuardedConnection.get_buffer``): one loop, one buffer
+        self.read_buffer = memoryview(bytearray(READ_BUFFER_BYTES))
         self.refused = 0
         self._refusal_logged = 0.0
 
@@ -127,27 +136,45 @@ class ConnectionGuard:
     def _release(self, connection: _GuardedConnection) -> None:
         self.connections.discard(connection)
 
-    @web.middleware
-    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Runs once aiohttp has parsed a request's headers: switches its connection to the body deadline."""
-        connection = self._by_handler.get(request.protocol)
-        if connection is not None:
-            connection.request_started(request)
-        try:
-            return await handler(request)
-        except ClientDisconnected as gone:
-            # a normal end of a connection, not a server error: the answer below is never delivered
-            log.debug("%s %s from %s: %s", request.method, request.path, request.remote, gone)
-            answer = web.Response(status=400, text="client disconnected")
-            answer.force_close()
-            return answer
-        finally:
+    def install(self, server: web.Server) -> None:
+        """Put the guard around ``server``'s request handler (an AppRunner's ``server`` after ``setup()``, before
+        its sites start: a connection takes the handler when it opens).  Installing twice changes nothing."""
+        if any(installed is server for installed in self._servers):
+            return
+        self._servers.append(server)
+        handler = server.request_handler
+        connections = self._by_handler
+
+        async def guarded(request: web.BaseRequest) -> web.StreamResponse:
+            """Runs once aiohttp has parsed a request's headers: switches its connection to the body deadline."""
+            connection = connections.get(request.protocol)
             if connection is not None:
-                connection.request_finished()
+                connection.request_started(request)
+            try:
+                return await handler(request)
+            except ClientDisconnected as gone:
+                # a normal end of a connection, not a server error: the answer below is never delivered
+                log.debug("%s %s from %s: %s", request.method, request.path, request.remote, gone)
+                answer = web.Response(status=400, text="client disconnected")
+                answer.force_close()
+                return answer
+            finally:
+                if connection is not None:
+                    connection.request_finished()
+
+        server.request_handler = guarded
 
 
-class _GuardedConnection(asyncio.Protocol):
-    """One client connection (after its TLS handshake): aiohttp's RequestHandler under phase deadlines."""
+READ_BUFFER_BYTES = 64 * 1024
+
+
+class _GuardedConnection(asyncio.BufferedProtocol):
+    """One client connection (after its TLS handshake): aiohttp's RequestHandler under phase deadlines.
+
+    A buffered protocol: the event loop decrypts (or receives) into the guard's one read buffer and the bytes read are
+    handed on at once.  As a plain Protocol, uvloop's TLS asked OpenSSL for up to 256 KiB into a new bytes object on
+    every read; at the server's fixed mmap threshold (stockade.cli.allocator) that was an mmap, an mremap and a
+    munmap per request."""
 
     def __init__(self, guard: ConnectionGuard, handler_factory: Callable[[], Any]) -> None:
         self._guard = guard
@@ -200,6 +227,13 @@ class _GuardedConnection(asyncio.Protocol):
         self.release()
 
     # -- bytes -----------------------------------------------------------------------------------------------------
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._guard.read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        # the buffer is shared by every connection of the event loop: its bytes are copied out before anything else runs
+        self.data_received(bytes(self._guard.read_buffer[:nbytes]))
+
     def data_received(self, data: bytes) -> None:
         if self._handler is None:
             return

@@ -390,7 +390,7 @@ def review_frame(
 ) -> bytes:
     encoded = encode_scope(scope)  # bounded by the request line limit: the names come from the path
     header = _REVIEW.pack(request_id, PHASES.index(phase), FAILURE_POLICIES.index(failure), arrived, generation, len(encoded))
-    return frame(MESSAGE_REVIEW, header, encoded, body)
+    return b"".join((_FRAME.pack(len(header) + len(encoded) + len(body), MESSAGE_REVIEW), header, encoded, body))  # ``frame``, unrolled
 
 
 def result_frame(
@@ -690,6 +690,8 @@ class EvaluationPool:
 
     def _flush_pending(self) -> None:
         """Write the pending publication, if any, to every worker (on the event loop)."""
+        if self._pending is None:  # every review calls this; a publication sets it before its snapshot is installed
+            return
         with self._pending_lock:
             pending, self._pending = self._pending, None
         if pending is None:
@@ -917,10 +919,20 @@ class IsolatedEvaluations:
             self._snapshot = snapshot
 
     async def decide(
-        self, snapshot: Any, review: AdmissionRequest, body: bytes, phase: str, failure: str | None, arrived: float, scope: PolicyScope = PolicyScope()
+        self,
+        snapshot: Any,
+        review: AdmissionRequest,
+        body: bytes,
+        phase: str,
+        failure: str | None,
+        arrived: float,
+        scope: PolicyScope = PolicyScope(),
+        evaluator: AdmissionEvaluator | None = None,
     ) -> tuple[AdmissionDecision, bytes | None]:
-        """(decision, serialized answer or None when the caller must serialize ``decision`` itself)."""
-        evaluator: AdmissionEvaluator = snapshot.evaluator.scoped(scope)
+        """(decision, serialized answer or None when the caller must serialize ``decision`` itself); ``evaluator``:
+        the snapshot's view for ``scope`` when the caller already has it."""
+        if evaluator is None:
+            evaluator = snapshot.evaluator.scoped(scope)
         self._for_snapshot(snapshot)
         cached = self._in_play.get((phase, failure, scope))
         if cached is None:

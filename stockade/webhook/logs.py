@@ -69,6 +69,8 @@ def _clip(text: str) -> str:
 def log_denial(review: AdmissionRequest, decision: AdmissionDecision) -> None:
     """One info line per failing rule of a denied request (policy, rule, resource, reason); info, not warning:
     denials are the policy working, not the server failing."""
+    if not log.isEnabledFor(logging.INFO):  # the labels and clipped reasons below cost more than the check
+        return
     subject = resource_label(review.object or review.old_object or {}, review)
     logged = False
     for response in decision.responses:

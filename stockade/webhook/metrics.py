@@ -87,16 +87,12 @@ class RuleResultsCollector:
         self.series: dict[tuple[str, ...], _RuleSeries] = {}
         self._lock = lock  # shared with WebhookMetrics: new series and removals vs. a scrape in another thread
 
-    def observe(self, labels: tuple[str, ...], bucket: int, seconds: float) -> None:
-        """Called on the event loop only; a new series is added under the lock so a scrape never sees the dict
-        change size while it copies it."""
-        series = self.series.get(labels)
-        if series is None:
-            with self._lock:
-                series = self.series[labels] = _RuleSeries()
-        series.count += 1
-        series.total += seconds
-        series.buckets[bucket] += 1
+    def add(self, labels: tuple[str, ...]) -> _RuleSeries:
+        """A new series (observations happen on the event loop only, in ``WebhookMetrics.observe_rules``); added
+        under the lock so a scrape never sees the dict change size while it copies it."""
+        with self._lock:
+            series = self.series[labels] = _RuleSeries()
+        return series
 
     @staticmethod
     def _families() -> tuple[CounterMetricFamily, HistogramMetricFamily]:
@@ -193,18 +189,24 @@ class WebhookMetrics:
         kind = self._kind(kind)
         operation = operation if operation in OPERATIONS else OTHER
         review_bucket = bisect.bisect_left(LATENCY_BUCKETS, seconds)  # the first bound >= seconds, as Histogram.observe
-        observe = self.rule_results.observe
+        collector = self.rule_results
+        series_of = collector.series.get  # RuleResultsCollector.observe, inlined: a review updates a series per rule
         for response in responses:
             policy = response.policy
             policy_type = "namespaced" if isinstance(policy, KyvernoPolicy) and policy.namespace else "cluster"
             policy_name = response.policy_name
             for rule in response.rules:
                 labels = (policy_name, policy_type, rule.failure_action.lower(), rule.name, rule.rule_type, rule.status, kind, operation, "admission_request")
+                series = series_of(labels) or collector.add(labels)
                 if rule.duration_ns:
                     rule_seconds = rule.duration_ns / 1e9
-                    observe(labels, bisect.bisect_left(LATENCY_BUCKETS, rule_seconds), rule_seconds)
+                    series.count += 1
+                    series.total += rule_seconds
+                    series.buckets[bisect.bisect_left(LATENCY_BUCKETS, rule_seconds)] += 1
                 else:
-                    observe(labels, review_bucket, seconds)
+                    series.count += 1
+                    series.total += seconds
+                    series.buckets[review_bucket] += 1
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -366,3 +366,64 @@ def test_refused_body_is_reported_as_json_with_the_reason(make_server: Callable[
         status, rest = response_status(sock)
     assert status == 415
     assert json.loads(rest)["error"] == "request body refused"
+
+
+def read_answer(sock: ssl.SSLSocket) -> tuple[int, dict[str, object]]:
+    """Status and JSON body of one response (Content-Length framed, as the server answers reviews)."""
+    status, rest = response_status(sock)
+    data = rest
+    sock.settimeout(10)
+    while True:
+        try:
+            return status, json.loads(data)
+        except ValueError:
+            chunk = sock.recv(65536)
+            assert chunk, f"connection closed mid-body: {data[:200]!r}"
+            data += chunk
+
+
+def test_interleaved_bodies_larger_than_the_read_buffer_arrive_intact(make_server: Callable[..., RunningServer]) -> None:
+    """The event loop reads every connection into one shared buffer: two reviews of several hundred KiB (many TLS
+    records, more than the buffer holds) sent piece by piece, alternating between two connections, are each
+    answered for their own request, with the verdict their own labels call for."""
+    running = make_server()
+    admitted = review(pod(name="a", labels={"team": "a", "filler": "x" * 60}))
+    denied = review(pod(name="b", labels={"other": "y"}))
+    for index, item in enumerate((admitted, denied)):
+        item["request"]["object"]["metadata"]["annotations"] = {"bulk": "".join(random.choice("abcdef") for _ in range(300_000 + index))}
+    requests = []
+    for item in (admitted, denied):
+        body = json.dumps(item).encode()
+        requests.append(b"POST /validate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    with tls_connect(running) as first, tls_connect(running) as second:
+        pieces = 0
+        for offset in range(0, max(map(len, requests)), 40_000):
+            for sock, request in zip((first, second), requests):
+                if offset < len(request):
+                    sock.sendall(request[offset : offset + 40_000])
+                    pieces += 1
+            time.sleep(0.01)  # let the server read each piece on its own
+        assert pieces > 2 * 300_000 // 40_000
+        answers = [read_answer(sock) for sock in (first, second)]
+    for (status, answer), sent, allowed in zip(answers, (admitted, denied), (True, False)):
+        assert status == 200
+        response = answer["response"]
+        assert isinstance(response, dict)
+        assert response["uid"] == sent["request"]["uid"]
+        assert response["allowed"] is allowed
+
+
+def test_a_path_without_a_route_keeps_the_phase_deadlines(make_server: Callable[..., RunningServer]) -> None:
+    """The guard sits around the whole application, so a request no route matches (404) still ends its body phase:
+    the connection goes idle, and the next request's headers are held to the header deadline again."""
+    running = make_server(header_timeout=SHORT, body_timeout=LONG)
+    with tls_connect(running) as sock:
+        sock.sendall(b"POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+        assert response_status(sock)[0] == 404
+        time.sleep(SHORT + 0.2)  # longer than the header deadline, far shorter than idle: the connection stays
+        sock.sendall(b"GET /health/liveness HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert response_status(sock)[0] == 200
+        sock.sendall(b"POST /validate HTTP/1.1\r\nHost: x\r\n")  # headers that never end: cut at the header deadline
+        started = time.monotonic()
+        assert closed_by_server(sock, drip=b"X")
+        assert time.monotonic() - started < LONG / 2
