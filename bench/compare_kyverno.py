@@ -687,6 +687,25 @@ def register_webhook(plane: ControlPlane, server: Server) -> None:
     kubectl(plane, "apply", "-f", "-", stdin=json.dumps(config))
 
 
+def clear_kyverno_webhooks(plane: ControlPlane, timeout: float = 120) -> None:
+    """Remove Kyverno's policies and wait until none of its validating webhooks selects Pods: a Kyverno still holding
+    the previous set would be called beside Stockade in Stockade's e2e step and add its own latency to Stockade's."""
+    kubectl(plane, "delete", "clusterpolicy,validatingpolicy", "--all", "--wait=true")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        listing = json.loads(kubectl(plane, "get", "validatingwebhookconfigurations", "-o", "json"))
+        selecting = [
+            item["metadata"]["name"]
+            for item in listing.get("items") or []
+            if "kyverno" in item["metadata"]["name"]
+            and any("pods" in (rule.get("resources") or []) or "*" in (rule.get("resources") or []) for webhook in item.get("webhooks") or [] for rule in webhook.get("rules") or [])
+        ]
+        if not selecting:
+            return
+        time.sleep(1)
+    raise BenchError(f"Kyverno's webhooks still select Pods after {timeout:.0f}s: {selecting}")
+
+
 def kyverno_webhooks(plane: ControlPlane) -> list[str]:
     out = kubectl(plane, "get", "validatingwebhookconfigurations", "-o", "name")
     return [line for line in out.split() if "kyverno" in line]
@@ -796,6 +815,8 @@ def main() -> None:
             if args.memory_reviews > 0:
                 memory_results.append(memory_step(stockade, policy_set, pods, args.memory_reviews, args.memory_connections, args.memory_checkpoint))
             if args.e2e_seconds > 0:
+                if any(server.name == "kyverno" for server in servers):
+                    clear_kyverno_webhooks(plane)  # Stockade alone in the API server's path
                 register_webhook(plane, stockade)
                 latencies, denied, errors = asyncio.run(create_through_apiserver(plane, pods, args.e2e_seconds, 8))
                 e2e_rows.append({"set": policy_set, **print_e2e(stockade.name, latencies, denied, errors, args.e2e_seconds)})
