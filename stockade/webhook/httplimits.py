@@ -11,12 +11,10 @@ aiohttp bounds only the idle time between keep-alive requests.  The rest is done
   response the client does not read (writing paused) gets the body timeout too;
 * ``read_body`` reads a request body without ever holding more than the size limit and refuses compressed bodies;
   a client that goes away mid-body (or is cut off by a deadline) ends its request quietly: ``ClientDisconnected``,
-  answered by the guard with nothing logged above debug, instead of aiohttp's ERROR traceback.
+  answered by the middleware with nothing logged above debug, instead of aiohttp's ERROR traceback.
 
-The connection learns that a request's headers were parsed from the request handler ``ConnectionGuard.install``
-puts around the application (aiohttp calls it exactly then), which finds the connection by ``request.protocol``.
-Wrapping the handler rather than adding a middleware keeps aiohttp's middleware chain (two coroutine layers per
-request) out of the way, and sees every request, those no route matches included.
+The connection learns that a request's headers were parsed from ``ConnectionGuard.middleware`` (aiohttp calls the
+application, and so the middleware, exactly then), which finds the connection by ``request.protocol``.
 """
 
 from __future__ import annotations
@@ -26,7 +24,7 @@ import logging
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -105,6 +103,9 @@ async def read_body(request: web.BaseRequest, limit: int) -> bytes:
     return bytes(body)
 
 
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
 class ConnectionGuard:
     """Open connections of one server (all its listeners) and the limits they live under."""
 
@@ -112,9 +113,6 @@ class ConnectionGuard:
         self.limits = limits
         self.connections: set[_GuardedConnection] = set()
         self._by_handler: dict[Any, _GuardedConnection] = {}
-        self._servers: list[web.Server] = []  # request handlers the guard is installed around
-        # what the event loop reads into for every connection (``_GuardedConnection.get_buffer``): one loop, one buffer
-        self.read_buffer = memoryview(bytearray(READ_BUFFER_BYTES))
         self.refused = 0
         self._refusal_logged = 0.0
 
@@ -136,45 +134,27 @@ class ConnectionGuard:
     def _release(self, connection: _GuardedConnection) -> None:
         self.connections.discard(connection)
 
-    def install(self, server: web.Server) -> None:
-        """Put the guard around ``server``'s request handler (an AppRunner's ``server`` after ``setup()``, before
-        its sites start: a connection takes the handler when it opens).  Installing twice changes nothing."""
-        if any(installed is server for installed in self._servers):
-            return
-        self._servers.append(server)
-        handler = server.request_handler
-        connections = self._by_handler
-
-        async def guarded(request: web.BaseRequest) -> web.StreamResponse:
-            """Runs once aiohttp has parsed a request's headers: switches its connection to the body deadline."""
-            connection = connections.get(request.protocol)
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Runs once aiohttp has parsed a request's headers: switches its connection to the body deadline."""
+        connection = self._by_handler.get(request.protocol)
+        if connection is not None:
+            connection.request_started(request)
+        try:
+            return await handler(request)
+        except ClientDisconnected as gone:
+            # a normal end of a connection, not a server error: the answer below is never delivered
+            log.debug("%s %s from %s: %s", request.method, request.path, request.remote, gone)
+            answer = web.Response(status=400, text="client disconnected")
+            answer.force_close()
+            return answer
+        finally:
             if connection is not None:
-                connection.request_started(request)
-            try:
-                return await handler(request)
-            except ClientDisconnected as gone:
-                # a normal end of a connection, not a server error: the answer below is never delivered
-                log.debug("%s %s from %s: %s", request.method, request.path, request.remote, gone)
-                answer = web.Response(status=400, text="client disconnected")
-                answer.force_close()
-                return answer
-            finally:
-                if connection is not None:
-                    connection.request_finished()
-
-        server.request_handler = guarded
+                connection.request_finished()
 
 
-READ_BUFFER_BYTES = 64 * 1024
-
-
-class _GuardedConnection(asyncio.BufferedProtocol):
-    """One client connection (after its TLS handshake): aiohttp's RequestHandler under phase deadlines.
-
-    A buffered protocol: the event loop decrypts (or receives) into the guard's one read buffer and the bytes read are
-    handed on at once.  As a plain Protocol, uvloop's TLS asked OpenSSL for up to 256 KiB into a new bytes object on
-    every read; at the server's fixed mmap threshold (stockade.cli.allocator) that was an mmap, an mremap and a
-    munmap per request."""
+class _GuardedConnection(asyncio.Protocol):
+    """One client connection (after its TLS handshake): aiohttp's RequestHandler under phase deadlines."""
 
     def __init__(self, guard: ConnectionGuard, handler_factory: Callable[[], Any]) -> None:
         self._guard = guard
@@ -227,13 +207,6 @@ class _GuardedConnection(asyncio.BufferedProtocol):
         self.release()
 
     # -- bytes -----------------------------------------------------------------------------------------------------
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self._guard.read_buffer
-
-    def buffer_updated(self, nbytes: int) -> None:
-        # the buffer is shared by every connection of the event loop: its bytes are copied out before anything else runs
-        self.data_received(bytes(self._guard.read_buffer[:nbytes]))
-
     def data_received(self, data: bytes) -> None:
         if self._handler is None:
             return

@@ -470,23 +470,20 @@ class WebhookServer:
         else:
             metrics.retain([*self.state.store.snapshot.policies, *self.state.store.snapshot.cel_policies])
         app = build_app(self.state)
+        app.middlewares.append(self.guard.middleware)
         # auto_decompress=False: compressed bodies are refused (415), and are never inflated on the way there either
         protocol_options: dict[str, Any] = {"keepalive_timeout": self.config.limits.idle_timeout, "auto_decompress": False}
         self.runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0, **protocol_options)
         await self.runner.setup()
-        assert self.runner.server is not None
-        self.guard.install(self.runner.server)
         site = GuardedSite(self.runner, self.config.host, self.config.port, self.guard, ssl_context=context, reuse_port=self.config.reuse_port)
         await site.start()
         self.port = site.port
         if self.config.metrics_port is not None:
             # plain HTTP for scrapers, and nothing but /metrics on it: admission stays TLS-only
-            metrics_app = web.Application()
+            metrics_app = web.Application(middlewares=[self.guard.middleware])
             metrics_app.router.add_get("/metrics", metrics_handler(self.state))
             self.metrics_runner = web.AppRunner(metrics_app, access_log=None, handle_signals=False, **protocol_options)
             await self.metrics_runner.setup()
-            assert self.metrics_runner.server is not None
-            self.guard.install(self.metrics_runner.server)
             metrics_site = GuardedSite(self.metrics_runner, self.config.host, self.config.metrics_port, self.guard)
             await metrics_site.start()
             self.metrics_port = metrics_site.port
