@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 from pathlib import Path
+from typing import Callable
 
 from stockade.controllers.clusterdata import ClusterData
 from stockade.kube.errors import KubeError
@@ -57,71 +58,102 @@ def noted(cluster: ClusterData, namespace: str, pod: str) -> bool:
     return cluster.get_object("v1", "ConfigMap", namespace, f"evicted-{pod}", cached=False) is not None
 
 
-def test_killed_server_completes_the_generate_work_of_evictions_after_restart(
-    control_plane: ControlPlane, cluster: ClusterData, update_request_crd: None, suffix: str, tmp_path: Path, batch_namespaces: list[str]
-) -> None:
-    system, workload = f"ur-sys-{suffix}", f"ur-evict-{suffix}"
-    for namespace in (system, workload):
+def evict_kill_restart(
+    control_plane: ControlPlane,
+    cluster: ClusterData,
+    tmp_path: Path,
+    batch_namespaces: list[str],
+    names: tuple[str, str],
+    policy_text: str,
+    *,
+    prepare: Callable[[str], None],
+    done: Callable[[str], bool],
+    request_type: str,
+    batch: int,
+    evictors: int,
+    at_kill: Callable[[list[str]], None] = lambda _pods: None,
+) -> list[str]:
+    """The scenario both tests share: serve ``policy_text``, warm the path up, evict a batch of prepared Pods, SIGKILL
+    the server as the last eviction returns, check what was recorded, start a second server and wait until ``done``
+    holds for every Pod and no UpdateRequest is left.  Returns the batch's Pod names."""
+    system, workload = names
+    for namespace in names:
         control_plane.ensure_namespace(namespace)
         batch_namespaces.append(namespace)
     policy_dir = tmp_path / "policies"
     policy_dir.mkdir()
-    (policy_dir / "policy.yaml").write_text(policy(suffix, workload))
+    (policy_dir / "policy.yaml").write_text(policy_text)
     port = free_port()
     first = Server(control_plane, policy_dir, tmp_path, system, port, "first", ("--no-leader-election",))
     second: Server | None = None
     try:
         eventually(lambda: own_webhooks(cluster, port), "webhook registration", details=first.log)
-        # the path works before the crash: evict warm-up Pods until one gets its ConfigMap (the API server calls a
-        # newly registered webhook only once its own watch of webhook configurations has it)
+        # the path works before the crash: evict warm-up Pods until one is done (the API server calls a newly
+        # registered webhook only once its own watch of webhook configurations has it)
         attempts = itertools.count()
 
         def warmed() -> bool:
             name = f"warm-{next(attempts)}"
-            create_pod(cluster, workload, name)
+            prepare(name)
             evict(cluster, workload, name)
             try:
-                eventually(lambda: noted(cluster, workload, name), "warm-up ConfigMap", timeout=10)
+                eventually(lambda: done(name), "warm-up eviction done", timeout=10)
                 return True
             except AssertionError:
                 return False
 
-        eventually(warmed, "a warm-up eviction's ConfigMap", details=first.log)
+        eventually(warmed, "a warm-up eviction's work", details=first.log)
 
-        pods = [f"pod-{index:02d}" for index in range(BATCH)]
+        pods = [f"pod-{index:02d}" for index in range(batch)]
         for name in pods:
-            create_pod(cluster, workload, name)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=10) as pool:
+            prepare(name)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=evictors) as pool:
             list(pool.map(lambda name: evict(cluster, workload, name), pods))
         first.kill()
-        missing_at_kill = [name for name in pods if not noted(cluster, workload, name)]
+        missing_at_kill = [name for name in pods if not done(name)]
         recorded = update_requests(cluster, system)
-        print(f"at SIGKILL: {len(missing_at_kill)} of {BATCH} evicted Pods without their ConfigMap, {len(recorded)} UpdateRequests stored")
+        print(f"at SIGKILL: {len(missing_at_kill)} of {batch} evicted Pods not done, {len(recorded)} UpdateRequests stored")
         for request in recorded:
             admission = request["spec"]["context"]["admissionRequestInfo"]["admissionRequest"]
-            assert (admission["subResource"], admission["object"]["kind"]) == ("eviction", "Eviction")
+            assert (request["spec"]["requestType"], admission["subResource"], admission["object"]["kind"]) == (request_type, "eviction", "Eviction")
+        at_kill(pods)
+
+        second = Server(control_plane, policy_dir, tmp_path, system, port, "second", ("--no-leader-election",))
+        eventually(
+            lambda: all(done(name) for name in pods),
+            f"the work of all {batch} evicted Pods",
+            details=lambda: f"not done: {[n for n in pods if not done(n)]}\n{second.log() if second else ''}",
+        )
+        eventually(lambda: not update_requests(cluster, system), "completed UpdateRequests deleted", details=lambda: str([(u["metadata"]["name"], u.get("status")) for u in update_requests(cluster, system)]))
+        print(f"after restart: {batch} of {batch} evicted Pods done")
+        return pods
+    finally:
+        if first.process.poll() is None:
+            first.kill()
+        if second is not None:
+            second.stop()
+
+
+def test_killed_server_completes_the_generate_work_of_evictions_after_restart(
+    control_plane: ControlPlane, cluster: ClusterData, update_request_crd: None, suffix: str, tmp_path: Path, batch_namespaces: list[str]
+) -> None:
+    workload = f"ur-evict-{suffix}"
+
+    def gone(pods: list[str]) -> None:
         for name in pods:  # the Pods are gone: only the recorded admission requests can bring their ConfigMaps
             try:
                 assert cluster.get_object("v1", "Pod", workload, name, cached=False) is None
             except KubeError:
                 pass
 
-        second = Server(control_plane, policy_dir, tmp_path, system, port, "second", ("--no-leader-election",))
-        eventually(
-            lambda: all(noted(cluster, workload, name) for name in pods),
-            f"a ConfigMap for each of the {BATCH} evicted Pods",
-            details=lambda: f"missing: {[n for n in pods if not noted(cluster, workload, n)]}\n{second.log() if second else ''}",
-        )
-        for name in pods:
-            generated = cluster.get_object("v1", "ConfigMap", workload, f"evicted-{name}", cached=False) or {}
-            assert generated.get("data") == {"pod": name, "kind": "Eviction"}
-        eventually(lambda: not update_requests(cluster, system), "completed UpdateRequests deleted", details=lambda: str([(u["metadata"]["name"], u.get("status")) for u in update_requests(cluster, system)]))
-        print(f"after restart: {BATCH} of {BATCH} evicted Pods have their ConfigMap")
-    finally:
-        if first.process.poll() is None:
-            first.kill()
-        if second is not None:
-            second.stop()
+    pods = evict_kill_restart(
+        control_plane, cluster, tmp_path, batch_namespaces, (f"ur-sys-{suffix}", workload), policy(suffix, workload),
+        prepare=lambda name: create_pod(cluster, workload, name), done=lambda name: noted(cluster, workload, name),
+        request_type="generate", batch=BATCH, evictors=10, at_kill=gone,
+    )
+    for name in pods:
+        generated = cluster.get_object("v1", "ConfigMap", workload, f"evicted-{name}", cached=False) or {}
+        assert generated.get("data") == {"pod": name, "kind": "Eviction"}
 
 
 # -- a MutatingPolicy with mutateExisting triggered by the same evictions ----------------------------------------------
@@ -172,55 +204,9 @@ def test_killed_server_completes_the_mutate_existing_work_of_evictions_after_res
 ) -> None:
     """Kyverno's mpol webhook records a ``cel-mutate`` request for an eviction its policy's matchConstraints name;
     the restarted server replays each from the recorded admission request (the Eviction and the Pod's name)."""
-    system, workload = f"ur-msys-{suffix}", f"ur-mevict-{suffix}"
-    for namespace in (system, workload):
-        control_plane.ensure_namespace(namespace)
-        batch_namespaces.append(namespace)
-    policy_dir = tmp_path / "policies"
-    policy_dir.mkdir()
-    (policy_dir / "policy.yaml").write_text(mutating_policy(suffix, workload))
-    port = free_port()
-    first = Server(control_plane, policy_dir, tmp_path, system, port, "first", ("--no-leader-election",))
-    second: Server | None = None
-    try:
-        eventually(lambda: own_webhooks(cluster, port), "webhook registration", details=first.log)
-        attempts = itertools.count()
-
-        def warmed() -> bool:
-            name = f"warm-{next(attempts)}"
-            pod_with_note(cluster, workload, name)
-            evict(cluster, workload, name)
-            try:
-                eventually(lambda: labelled(cluster, workload, name), "warm-up label", timeout=10)
-                return True
-            except AssertionError:
-                return False
-
-        eventually(warmed, "a warm-up eviction's label", details=first.log)
-
-        pods = [f"pod-{index:02d}" for index in range(MPOL_BATCH)]
-        for name in pods:
-            pod_with_note(cluster, workload, name)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=6) as pool:
-            list(pool.map(lambda name: evict(cluster, workload, name), pods))
-        first.kill()
-        missing_at_kill = [name for name in pods if not labelled(cluster, workload, name)]
-        recorded = update_requests(cluster, system)
-        print(f"at SIGKILL: {len(missing_at_kill)} of {MPOL_BATCH} notes of evicted Pods unlabelled, {len(recorded)} UpdateRequests stored")
-        for request in recorded:
-            admission = request["spec"]["context"]["admissionRequestInfo"]["admissionRequest"]
-            assert (request["spec"]["requestType"], admission["subResource"], admission["object"]["kind"]) == ("cel-mutate", "eviction", "Eviction")
-
-        second = Server(control_plane, policy_dir, tmp_path, system, port, "second", ("--no-leader-election",))
-        eventually(
-            lambda: all(labelled(cluster, workload, name) for name in pods),
-            f"the notes of all {MPOL_BATCH} evicted Pods labelled",
-            details=lambda: f"unlabelled: {[n for n in pods if not labelled(cluster, workload, n)]}\n{second.log() if second else ''}",
-        )
-        eventually(lambda: not update_requests(cluster, system), "completed UpdateRequests deleted", details=lambda: str([(u["metadata"]["name"], u.get("status")) for u in update_requests(cluster, system)]))
-        print(f"after restart: {MPOL_BATCH} of {MPOL_BATCH} notes labelled")
-    finally:
-        if first.process.poll() is None:
-            first.kill()
-        if second is not None:
-            second.stop()
+    workload = f"ur-mevict-{suffix}"
+    evict_kill_restart(
+        control_plane, cluster, tmp_path, batch_namespaces, (f"ur-msys-{suffix}", workload), mutating_policy(suffix, workload),
+        prepare=lambda name: pod_with_note(cluster, workload, name), done=lambda name: labelled(cluster, workload, name),
+        request_type="cel-mutate", batch=MPOL_BATCH, evictors=6,
+    )
