@@ -207,29 +207,31 @@ def test_a_subresource_target_is_read_as_its_parent_and_written_through_the_subr
     assert labels(cluster, "ns1", "secret-a") == {"foo": "trigger"}
 
 
+# Kyverno's Pod/binding trigger of a mutate-existing rule: the Pod the binding request names is labelled with its node
+BINDING_POLICY: dict[str, Any] = {
+    "apiVersion": "kyverno.io/v1",
+    "kind": "ClusterPolicy",
+    "metadata": {"name": "on-binding"},
+    "spec": {
+        "rules": [
+            {
+                "name": "label-bound-pod",
+                "match": {"any": [{"resources": {"kinds": ["Pod/binding"]}}]},
+                "mutate": {
+                    "targets": [{"apiVersion": "v1", "kind": "Pod", "name": "{{ request.name }}", "namespace": "{{ request.namespace }}"}],
+                    "patchStrategicMerge": {"metadata": {"labels": {"node": "{{ request.object.target.name }}"}}},
+                },
+            }
+        ]
+    },
+}
+
+
 def test_a_subresource_request_triggers_mutate_existing_rules_by_its_parent_kind() -> None:
     """Kyverno's Pod/binding trigger: the scheduler's binding request (a Binding object) mutates the bound Pod."""
     from stockade.engine.match import RequestInfo
 
-    binding_policy = KyvernoPolicy(
-        {
-            "apiVersion": "kyverno.io/v1",
-            "kind": "ClusterPolicy",
-            "metadata": {"name": "on-binding"},
-            "spec": {
-                "rules": [
-                    {
-                        "name": "label-bound-pod",
-                        "match": {"any": [{"resources": {"kinds": ["Pod/binding"]}}]},
-                        "mutate": {
-                            "targets": [{"apiVersion": "v1", "kind": "Pod", "name": "{{ request.name }}", "namespace": "{{ request.namespace }}"}],
-                            "patchStrategicMerge": {"metadata": {"labels": {"node": "{{ request.object.target.name }}"}}},
-                        },
-                    }
-                ]
-            },
-        }
-    )
+    binding_policy = KyvernoPolicy(BINDING_POLICY)
     cluster = FakeCluster()
     cluster.add({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "ns1"}})
     controller = GenerateController(None, Store(binding_policy), cluster_data=cluster)  # type: ignore[arg-type]

@@ -19,6 +19,7 @@ from stockade.engine.match import RequestInfo
 from stockade.policy.loader import Document
 from stockade.policy.model import KyvernoPolicy
 from tests.unit.controllers.fakecluster import FakeCluster
+from tests.unit.controllers.test_controllers_mutate_existing import BINDING_POLICY
 
 CONFIGMAP = (
     '[{"kind": dyn("ConfigMap"), "apiVersion": dyn("v1"), '
@@ -294,23 +295,7 @@ def test_request_name_of_a_replayed_connect_is_the_pods() -> None:
 def test_a_binding_records_a_mutate_existing_request_replayed_on_the_bound_pod() -> None:
     """Kyverno's Pod/binding trigger of a mutate-existing rule: one ``mutate`` request naming the Binding as its
     resource; its replay patches the Pod the request names."""
-    policy = {
-        "apiVersion": "kyverno.io/v1",
-        "kind": "ClusterPolicy",
-        "metadata": {"name": "on-binding"},
-        "spec": {
-            "rules": [
-                {
-                    "name": "label-bound-pod",
-                    "match": {"any": [{"resources": {"kinds": ["Pod/binding"]}}]},
-                    "mutate": {
-                        "targets": [{"apiVersion": "v1", "kind": "Pod", "name": "{{ request.name }}", "namespace": "{{ request.namespace }}"}],
-                        "patchStrategicMerge": {"metadata": {"labels": {"node": "{{ request.object.target.name }}"}}},
-                    },
-                }
-            ]
-        },
-    }
+    policy = BINDING_POLICY
     cluster, generator = recording(policy)
     cluster.add({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "ns1"}})
     binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "web", "namespace": "ns1"}, "target": {"kind": "Node", "name": "node-1"}}
