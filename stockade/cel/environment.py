@@ -13,9 +13,7 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Mapping
 
-from cel_expr_python import cel
 from google.protobuf import wrappers_pb2
-from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_optional, ext_strings
 
 from stockade.cel.errors import CelCompileError, CelCostLimitError, CelError, CelEvalError
 from stockade.cel.functions import ANY_KINDS, Library
@@ -30,33 +28,77 @@ from stockade.cel.values import PLAIN_SCALARS, to_backend
 # generous because Python-implemented library functions are slower than Go's.
 DEFAULT_EVAL_TIME_LIMIT_SECONDS = 1.0
 
-_EXTENSIONS: dict[str, Callable[[], Any]] = {
-    "ext.strings": ext_strings.ExtStrings,
-    "ext.optional": ext_optional.ExtOptional,
-    "ext.math": ext_math.ExtMath,
-    "ext.encoders": ext_encoders.ExtEncoders,
-    "ext.bindings": ext_bindings.ExtBindings,
-}
+# cel-cpp's own extensions, by the library name policies use
+_EXTENSIONS: tuple[str, ...] = ("ext.strings", "ext.optional", "ext.math", "ext.encoders", "ext.bindings")
 
 DEFAULT_LIBRARIES: tuple[str, ...] = (*_EXTENSIONS, *LIBRARY_BUILDERS, "providers")
 # ImageValidatingPolicy expressions also see Kyverno's image-verification functions (verifyImageSignatures, ...)
 IMAGE_VALIDATING_LIBRARIES: tuple[str, ...] = (*DEFAULT_LIBRARIES, IMAGE_VERIFY_LIBRARY)
 
-_SCALAR_TYPES: dict[str, Any] = {
-    "string": cel.Type.STRING,
-    "int": cel.Type.INT,
-    "uint": cel.Type.UINT,
-    "double": cel.Type.DOUBLE,
-    "bool": cel.Type.BOOL,
-    "bytes": cel.Type.BYTES,
-    "null": cel.Type.NULL,
-    "dyn": cel.Type.DYN,
-    "opaque": cel.Type.DYN,  # see stockade.cel.functions
-    "timestamp": cel.Type.TIMESTAMP,
-    "duration": cel.Type.DURATION,
-    "list": cel.Type.List(cel.Type.DYN),
-    "map": cel.Type.Map(cel.Type.DYN, cel.Type.DYN),
-}
+
+class _Backend:
+    """cel-expr-python, loaded the first time an expression is compiled or an activation built.  Its native
+    libraries keep about 30 MiB resident in every process that imports them; a server, worker or CLI run whose
+    policies hold no CEL never needs them (`backend_loaded` tells whether this process has them)."""
+
+    def __init__(self) -> None:
+        from cel_expr_python import cel
+        from cel_expr_python.ext import ext_bindings, ext_encoders, ext_math, ext_optional, ext_strings
+
+        self.cel: Any = cel
+        kind = cel.Type
+        self.extensions: dict[str, Callable[[], Any]] = {
+            "ext.strings": ext_strings.ExtStrings,
+            "ext.optional": ext_optional.ExtOptional,
+            "ext.math": ext_math.ExtMath,
+            "ext.encoders": ext_encoders.ExtEncoders,
+            "ext.bindings": ext_bindings.ExtBindings,
+        }
+        self.scalar_types: dict[str, Any] = {
+            "string": kind.STRING,
+            "int": kind.INT,
+            "uint": kind.UINT,
+            "double": kind.DOUBLE,
+            "bool": kind.BOOL,
+            "bytes": kind.BYTES,
+            "null": kind.NULL,
+            "dyn": kind.DYN,
+            "opaque": kind.DYN,  # see stockade.cel.functions
+            "timestamp": kind.TIMESTAMP,
+            "duration": kind.DURATION,
+            "list": kind.List(kind.DYN),
+            "map": kind.Map(kind.DYN, kind.DYN),
+        }
+        # results that are already plain Python (checked per evaluation, so kept as one tuple)
+        self.plain_kinds = (kind.BOOL, kind.STRING, kind.INT, kind.DOUBLE)
+        # Activations are portable across cel-expr-python environments (variables are looked up by name), so a
+        # single bare environment creates them all.
+        self.activation_env = cel.NewEnv(variables={})
+
+
+_BACKEND: _Backend | None = None
+_BACKEND_LOCK = threading.Lock()
+
+
+def _backend() -> _Backend:
+    global _BACKEND
+    loaded = _BACKEND
+    if loaded is not None:
+        return loaded
+    with _BACKEND_LOCK:
+        if _BACKEND is None:
+            _BACKEND = _Backend()
+        return _BACKEND
+
+
+def native_module() -> Any:
+    """cel-expr-python's ``cel`` module, loaded on first use (for the schema checker's typed declarations)."""
+    return _backend().cel
+
+
+def backend_loaded() -> bool:
+    """Whether this process has loaded the CEL backend (compiled an expression or built an activation)."""
+    return _BACKEND is not None
 
 # Results the backend converts without help (no duration/timestamp can hide inside them).
 _SCALAR_RESULTS = frozenset({"string", "int", "uint", "double", "bool", "bytes", "null"})
@@ -66,7 +108,7 @@ _POSITION_RE = re.compile(r"<input>:(\d+):(\d+):\s*(.*)")
 
 def _cel_type(name: str) -> Any:
     try:
-        return _SCALAR_TYPES[name]
+        return _backend().scalar_types[name]
     except KeyError:
         raise ValueError(f"unknown CEL type name {name!r}") from None
 
@@ -94,6 +136,7 @@ def _returning_backend_values(impl: Callable[..., Any] | None) -> Callable[..., 
 
 
 def _to_extension(library: Library) -> Any:
+    cel = _backend().cel
     declarations = []
     for function in library.functions:
         overloads = []
@@ -117,11 +160,16 @@ _ENV_CACHE: dict[tuple[frozenset[str], tuple[str, ...]], Any] = {}
 _ENV_LOCK = threading.Lock()
 
 
+def _known_library(name: str) -> bool:
+    return name in _EXTENSIONS or name in LIBRARY_BUILDERS or name in OPTIONAL_LIBRARY_BUILDERS or name in PROVIDER_LIBRARY_VARIANTS
+
+
 def _extensions(libraries: tuple[str, ...]) -> list[Any]:
+    native = _backend().extensions
     extensions = []
     for name in libraries:
-        if name in _EXTENSIONS:
-            extensions.append(_EXTENSIONS[name]())
+        if name in native:
+            extensions.append(native[name]())
         elif name in LIBRARY_BUILDERS:
             extensions.append(_to_extension(LIBRARY_BUILDERS[name]()))
         elif name in OPTIONAL_LIBRARY_BUILDERS:
@@ -140,6 +188,7 @@ def _native_env(variables: frozenset[str], libraries: tuple[str, ...]) -> Any:
         cached = _ENV_CACHE.get(key)
         if cached is not None:
             return cached
+        cel = _backend().cel
         env = cel.NewEnv(variables={name: cel.Type.DYN for name in variables}, extensions=_extensions(libraries))
         _ENV_CACHE[key] = env
         return env
@@ -148,7 +197,7 @@ def _native_env(variables: frozenset[str], libraries: tuple[str, ...]) -> Any:
 def native_env_with_types(pool: Any, variables: Mapping[str, Any], libraries: tuple[str, ...]) -> Any:
     """A checking environment whose variables have declared types (messages of ``pool``); not cached: schema
     checks run when a policy is stored, not per request."""
-    return cel.NewEnv(pool, variables=dict(variables), extensions=_extensions(libraries))
+    return _backend().cel.NewEnv(pool, variables=dict(variables), extensions=_extensions(libraries))
 
 
 def prepare_source(expression: str, libraries: tuple[str, ...]) -> str:
@@ -158,11 +207,6 @@ def prepare_source(expression: str, libraries: tuple[str, ...]) -> str:
     if {"ext.optional", "compat"} <= set(libraries):
         source = rewrite_null_safety(source)
     return rewrite_bindings(source, bindings="ext.bindings" in libraries, optionals="ext.optional" in libraries)
-
-
-# Activations are portable across cel-expr-python environments (variables are looked up by name), so a single
-# bare environment creates them all.
-_ACTIVATION_ENV = cel.NewEnv(variables={})
 
 
 def _compile_error(expression: str, source: str, message: str) -> CelCompileError:
@@ -226,6 +270,8 @@ class CelActivation:
         unknown = set(self.providers) - set(PROVIDER_KEYS)
         if unknown:
             raise ValueError(f"unknown CEL providers {sorted(unknown)}; known: {list(PROVIDER_KEYS)}")
+        backend = _backend()
+        cel = backend.cel
         functions = [
             cel.Function(name, [_cel_type(param) for param in params], member, impl, _cel_type(result))
             for name, params, result, member, impl in provider_implementations(self.providers)
@@ -238,12 +284,12 @@ class CelActivation:
                 )
             )
         try:
-            self._native = _ACTIVATION_ENV.Activation(self.values, functions)
+            self._native = backend.activation_env.Activation(self.values, functions)
         except Exception:  # noqa: BLE001 - backend raises bare RuntimeError/TypeError
             # Values holding durations/timestamps (rare: they come from CEL results) need converting first; doing
             # it only on refusal keeps the common activation free of a walk over the whole object.
             try:
-                self._native = _ACTIVATION_ENV.Activation(to_backend(self.values), functions)
+                self._native = backend.activation_env.Activation(to_backend(self.values), functions)
             except Exception as error:  # noqa: BLE001 - backend raises bare RuntimeError/TypeError
                 raise CelEvalError(f"cannot convert activation values to CEL: {error}") from error
 
@@ -271,7 +317,7 @@ def _to_python(value: Any, expression: str, reusable: bool = False) -> Any:
     if reusable:
         if type_name == "UINT":
             return wrappers_pb2.UInt64Value(value=plain)
-        if isinstance(plain, cel.Type):
+        if isinstance(plain, _backend().cel.Type):
             raise CelEvalError("a type value cannot be kept for later expressions", expression)
         return to_backend(plain)
     return plain
@@ -280,7 +326,7 @@ def _to_python(value: Any, expression: str, reusable: bool = False) -> Any:
 class CelProgram:
     """A compiled expression; immutable and safe to share between threads."""
 
-    __slots__ = ("expression", "_program", "_time_limit", "optional", "type_valued")
+    __slots__ = ("expression", "_program", "_time_limit", "optional", "type_valued", "_plain_kinds")
 
     def __init__(self, expression: str, program: Any, time_limit: float | None, optional: bool = False) -> None:
         self.expression = expression
@@ -291,6 +337,7 @@ class CelProgram:
         # the expression instead.
         self.optional = optional
         self.type_valued = program.return_type().name().startswith("TYPE")
+        self._plain_kinds = _backend().plain_kinds
 
     def evaluate(self, activation: CelActivation, *, reusable: bool = False) -> Any:
         """Evaluate against ``activation`` and return plain Python; raise :class:`CelEvalError` on failure.
@@ -308,7 +355,7 @@ class CelProgram:
             raise _runtime_error(str(error), self.expression) from error
         if self._time_limit is not None and time.perf_counter() - started > self._time_limit:
             raise CelCostLimitError(COST_LIMIT_MESSAGE, self.expression)
-        if kind == cel.Type.BOOL or kind == cel.Type.STRING or kind == cel.Type.INT or kind == cel.Type.DOUBLE:
+        if kind in self._plain_kinds:
             return result.value()
         return _to_python(result, self.expression, reusable)
 
@@ -328,11 +375,21 @@ class CelEnvironment:
     ) -> None:
         self.variables = frozenset(variables)
         self.libraries = tuple(libraries)
+        unknown = [name for name in self.libraries if not _known_library(name)]
+        if unknown:  # refused here, not at the first compile, which may come much later
+            raise ValueError(f"unknown CEL library {unknown[0]!r}; known: {sorted(DEFAULT_LIBRARIES)}")
         self._time_limit = time_limit_seconds
-        self._env = _native_env(self.variables, self.libraries)
+        self._native_env: Any = None  # built by the first compile (see _Backend)
         self._cache: dict[str, CelProgram] = {}
         self._prepared_cache: dict[str, CelProgram] = {}
         self._optional_wrapping = "ext.optional" in self.libraries
+
+    @property
+    def _env(self) -> Any:
+        env = self._native_env
+        if env is None:
+            env = self._native_env = _native_env(self.variables, self.libraries)
+        return env
 
     def compile(self, expression: str) -> CelProgram:
         """Parse and type-check ``expression``; raise :class:`CelCompileError` naming the position on failure."""

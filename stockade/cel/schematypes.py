@@ -19,10 +19,9 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from cel_expr_python import cel
 from google.protobuf import descriptor_pb2, descriptor_pool, duration_pb2, struct_pb2, timestamp_pb2
 
-from stockade.cel.environment import native_env_with_types, prepare_source
+from stockade.cel.environment import native_env_with_types, native_module, prepare_source
 
 PACKAGE = "stockade.schema"
 MAX_MESSAGES = 4000
@@ -213,6 +212,7 @@ def type_check(
 ) -> str:
     """cel-go's issue text for ``expression`` ("ERROR: <input>:L:C: message\\n | source\\n | ...^"), or "" when it
     type-checks.  ``typed`` names message types for some variables; ``untyped`` ones are dyn."""
+    cel = native_module()
     variables: dict[str, Any] = {name: cel.Type.DYN for name in untyped}
     variables.update({name: cel.Type(type_name) for name, type_name in typed.items()})
     with _CHECK_LOCK:

@@ -1,0 +1,80 @@
+"""cel-expr-python's native libraries keep about 30 MiB resident per process, and `stockade serve` runs several
+processes (the server, the forkserver, each evaluation worker).  A policy set without CEL must never load them;
+the first CEL expression must.  Each check runs in a fresh interpreter: this one has long loaded the backend."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+PATTERN_POLICIES = ROOT / "bench" / "policies" / "pss-restricted.yaml"
+
+_SCRIPT = """
+import json, sys
+from stockade.webhook.policystore import PolicyStore
+from stockade.webhook.isolation import _evaluate_in_worker
+import stockade.celpolicy, stockade.cli.main, stockade.cli.serve_cmd
+from stockade.cel.environment import backend_loaded
+snapshot = PolicyStore([sys.argv[1]], log_rejections=False).load()
+assert not snapshot.errors, snapshot.errors
+review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+    "uid": "u1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+    "resource": {"group": "", "version": "v1", "resource": "pods"}, "operation": "CREATE",
+    "namespace": "default", "name": "p", "userInfo": {"username": "someone"},
+    "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+               "spec": {"containers": [{"name": "c", "image": "nginx", "securityContext": {"privileged": True}}]}}}}
+answer, allowed, _, _, error = _evaluate_in_worker(snapshot.evaluator, json.dumps(review).encode(), "validate", "Fail", 0.0)
+print(json.dumps({"allowed": allowed, "error": error, "module": "cel_expr_python.cel" in sys.modules, "backend": backend_loaded()}))
+"""
+
+
+def _run(policy: Path) -> dict[str, object]:
+    done = subprocess.run([sys.executable, "-c", _SCRIPT, str(policy)], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert isinstance(result, dict)
+    return result
+
+
+def test_a_pattern_policy_set_evaluates_without_loading_the_cel_backend() -> None:
+    result = _run(PATTERN_POLICIES)
+    assert result["error"] == ""
+    assert result["allowed"] is False  # the privileged container is denied: the policies did run
+    assert result["module"] is False and result["backend"] is False
+
+
+def test_the_first_cel_policy_loads_the_backend(tmp_path: Path) -> None:
+    policy = {
+        "apiVersion": "kyverno.io/v1",
+        "kind": "ClusterPolicy",
+        "metadata": {"name": "no-privileged-cel"},
+        "spec": {
+            "validationFailureAction": "Enforce",
+            "rules": [
+                {
+                    "name": "privileged",
+                    "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                    "validate": {
+                        "cel": {
+                            "expressions": [
+                                {
+                                    "expression": "object.spec.containers.all(c, !has(c.securityContext) || !has(c.securityContext.privileged) || !c.securityContext.privileged)",
+                                    "message": "privileged containers are not allowed",
+                                }
+                            ]
+                        }
+                    },
+                }
+            ],
+        },
+    }
+    path = tmp_path / "policy.yaml"
+    path.write_text(json.dumps(policy))
+    result = _run(path)
+    assert result["error"] == ""
+    assert result["allowed"] is False
+    assert result["module"] is True and result["backend"] is True
