@@ -103,12 +103,12 @@ def sign(
     """Sign IMAGES (tags are resolved to digests; the signature is bound to the digest)."""
     from stockade.images.keys import (
         KeyFileError,
-        KeyFormatError,
         generate_key_pair,
         is_encrypted_private_key,
         load_cosign_private_key,
         write_key_pair,
     )
+    from stockade.images.pem import KeyFormatError
 
     if generate:
         directory = Path(output_dir)
@@ -181,7 +181,8 @@ def verify(
     from stockade.images.verifier_api import SignatureOptions, VerificationFailure, VerificationUnavailable
     from stockade.images.verify import CosignVerifier
 
-    from stockade.images.keys import KeyFormatError, KeyResolver
+    from stockade.images.keys import KeyResolver
+    from stockade.images.pem import KeyFormatError
 
     key_text = key_ref
     if "://" not in key_ref:

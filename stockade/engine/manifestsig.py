@@ -23,7 +23,7 @@ import yaml
 from stockade import yamlsafe
 from stockade.engine.wildcard import match as wildcard_match
 from stockade.errors import StockadeError
-from stockade.images.keys import KeyFormatError, load_public_key, split_pem, verify_signature
+from stockade.images.pem import KeyFormatError, split_pem
 from stockade.images.verifier_api import VerificationFailure
 
 DEFAULT_DOMAIN = "cosign.sigstore.dev"
@@ -145,6 +145,9 @@ def ignore_patterns(resource: dict[str, Any], ignore_fields: list[dict[str, Any]
 
 def verify_with_key(resource: dict[str, Any], content: SignedContent, public_keys: str, algorithm: str, ignored: list[str]) -> tuple[bool, str]:
     """(verified, reason) for one attestor entry's key(s)."""
+    # the cryptography backend only where a manifest is verified by key, not in every process that evaluates policies
+    from stockade.images.keys import load_public_key, verify_signature
+
     try:
         keys = [load_public_key(pem) for pem in split_pem(public_keys)]
     except KeyFormatError as exc:

@@ -8,11 +8,9 @@ key. We read and write exactly that so keys move freely between `cosign` and `st
 from __future__ import annotations
 
 import base64
-import binascii
 import hashlib
 import json
 import os
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Union
@@ -22,6 +20,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, padding, rsa
 
+from stockade.images.pem import KeyFormatError, pem_blocks, split_pem
 from stockade.images.verifier_api import InvalidAttestor, VerificationFailure, VerificationUnavailable
 from stockade.errors import StockadeError
 
@@ -29,7 +28,6 @@ PublicKey = Union[ec.EllipticCurvePublicKey, rsa.RSAPublicKey, ed25519.Ed25519Pu
 PrivateKey = Union[ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey, ed25519.Ed25519PrivateKey]
 
 ENCRYPTED_KEY_PEM_TYPES = ("ENCRYPTED SIGSTORE PRIVATE KEY", "ENCRYPTED COSIGN PRIVATE KEY")
-_PEM_BLOCK_RE = re.compile(r"-----BEGIN ([A-Z0-9 ]+)-----\s*(.*?)\s*-----END \1-----", re.S)
 _HASHES: dict[str, Callable[[], hashes.HashAlgorithm]] = {
     "sha224": hashes.SHA224,
     "sha256": hashes.SHA256,
@@ -37,35 +35,6 @@ _HASHES: dict[str, Callable[[], hashes.HashAlgorithm]] = {
     "sha512": hashes.SHA512,
 }
 _SCRYPT_N, _SCRYPT_R, _SCRYPT_P = 32768, 8, 1
-
-
-class KeyFormatError(StockadeError, ValueError):
-    """A key or key file that cannot be used (bad PEM, wrong password, unsupported algorithm)."""
-
-
-# -- PEM ----------------------------------------------------------------------------------------------------------
-def split_pem(text: str) -> list[str]:
-    """Every PEM block in `text` (policies may list several public keys in one string)."""
-    return [match.group(0) for match in _PEM_BLOCK_RE.finditer(text)]
-
-
-def pem_blocks(text: str | bytes) -> list[tuple[str, bytes]]:
-    """(type, DER bytes) for each PEM block; KeyFormatError for an empty, truncated or undecodable one."""
-    if isinstance(text, bytes):
-        text = text.decode("utf-8", "replace")
-    if not text.strip():
-        raise KeyFormatError("empty, expected a PEM block")
-    blocks: list[tuple[str, bytes]] = []
-    for match in _PEM_BLOCK_RE.finditer(text):
-        try:
-            blocks.append((match.group(1), base64.b64decode("".join(match.group(2).split()), validate=True)))
-        except (ValueError, binascii.Error):
-            raise KeyFormatError(f"{match.group(1)} PEM block is not valid base64 (truncated or corrupted?)") from None
-    if not blocks:
-        if "-----BEGIN " in text:
-            raise KeyFormatError("PEM block has no matching END line (truncated?)")
-        raise KeyFormatError("no PEM block found")
-    return blocks
 
 
 def policy_certificates(pem: str, field_name: str) -> list[x509.Certificate]:

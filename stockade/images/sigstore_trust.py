@@ -22,7 +22,8 @@ from typing import Any, Mapping
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from stockade.images.keys import KeyFormatError, PublicKey, load_public_key, split_pem, verify_signature
+from stockade.images.keys import PublicKey, load_public_key, verify_signature
+from stockade.images.pem import KeyFormatError, split_pem
 from stockade.images.verifier_api import InvalidAttestor, VerificationFailure
 
 TRUSTED_ROOT_MEDIA_TYPE_PREFIX = "application/vnd.dev.sigstore.trustedroot+json"

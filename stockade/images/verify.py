@@ -33,7 +33,8 @@ from stockade.images.cosign import (
     SignatureLayer,
     fetch_layers,
 )
-from stockade.images.keys import KeyFormatError, KeyResolver, PublicKey, policy_certificates, verify_signature
+from stockade.images.keys import KeyResolver, PublicKey, policy_certificates, verify_signature
+from stockade.images.pem import KeyFormatError
 from stockade.images.reference import ImageReference, InvalidReferenceError, parse_reference
 from stockade.images.registry import RegistryClient, RegistryContentError, RegistryError
 from stockade.images.sigstore_trust import (

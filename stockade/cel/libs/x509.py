@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import base64
-from typing import Any
-
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
+from typing import TYPE_CHECKING, Any
 
 from stockade.cel.functions import Library
+
+if TYPE_CHECKING:
+    from cryptography import x509
+
+# cryptography is imported where a certificate is decoded: its native library stays out of the processes whose
+# policies never call x509.decode.
 
 
 def _b64(data: bytes) -> str:
@@ -17,6 +19,8 @@ def _b64(data: bytes) -> str:
 
 
 def _name(name: x509.Name) -> dict[str, Any]:
+    from cryptography import x509
+
     def values(oid: x509.ObjectIdentifier) -> list[str] | None:
         found = [str(attribute.value) for attribute in name.get_attributes_for_oid(oid)]
         return found or None
@@ -37,6 +41,8 @@ def _name(name: x509.Name) -> dict[str, Any]:
 
 
 def _public_key(key: Any) -> dict[str, Any]:
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
     if not isinstance(key, rsa.RSAPublicKey):
         raise ValueError("certificate should use rsa algorithm")
     numbers = key.public_numbers()
@@ -44,6 +50,8 @@ def _public_key(key: Any) -> dict[str, Any]:
 
 
 def _sans(extensions: x509.Extensions) -> tuple[list[str] | None, list[str] | None, list[str] | None]:
+    from cryptography import x509
+
     try:
         names = extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
@@ -55,6 +63,9 @@ def _sans(extensions: x509.Extensions) -> tuple[list[str] | None, list[str] | No
 
 
 def _decode(pem: str) -> dict[str, Any]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
     data = pem.encode()
     if b"-----BEGIN CERTIFICATE-----" in data:
         certificate = x509.load_pem_x509_certificate(data)

@@ -11,7 +11,7 @@ from typing import Any
 from stockade.engine.manifestsig import DEFAULT_DOMAIN, ManifestSignatureMissing, SignedContent, ignore_patterns, read_signed_content, verify_with_key
 from stockade.engine.policycontext import PolicyContext
 from stockade.engine.response import ERROR, FAIL, PASS, RuleResponse
-from stockade.images.keys import split_pem
+from stockade.images.pem import split_pem
 from stockade.policy.model import RULE_TYPE_VALIDATION, Rule
 from stockade.errors import StockadeError
 
