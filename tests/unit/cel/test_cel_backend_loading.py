@@ -22,7 +22,11 @@ import stockade.celpolicy  # what serve's forkserver imports for its workers
 if sys.argv[2] == "cli":
     import stockade.cli.main, stockade.cli.serve_cmd
 from stockade.cel.environment import backend_loaded
-snapshot = PolicyStore([sys.argv[1]], log_rejections=False).load()
+options = {}
+if sys.argv[2] == "serve-options":  # what a worker of `stockade serve` builds (no cluster), image verifier included
+    from stockade.cli.serve_cmd import EvaluationSettings, evaluation_store_options
+    options = evaluation_store_options(EvaluationSettings(None, False, (), None, 10.0, ()))
+snapshot = PolicyStore([sys.argv[1]], log_rejections=False, **options).load()
 assert not snapshot.errors, snapshot.errors
 review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
     "uid": "u1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
@@ -49,6 +53,12 @@ def test_a_worker_evaluates_a_pattern_policy_set_without_either_native_library()
     assert result["allowed"] is False  # the privileged container is denied: the policies did run
     assert result["module"] is False and result["backend"] is False
     assert result["cryptography"] is False
+
+
+def test_a_serve_worker_builds_its_image_verifier_without_loading_cryptography() -> None:
+    result = _run(PATTERN_POLICIES, "serve-options")
+    assert result["allowed"] is False and result["error"] == ""
+    assert result["cryptography"] is False and result["module"] is False
 
 
 def test_the_cli_and_server_modules_do_not_load_the_cel_backend() -> None:
