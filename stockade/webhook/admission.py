@@ -27,6 +27,7 @@ from stockade.engine.response import ERROR, FAIL, PASS, SKIP, EngineResponse, Ru
 from stockade.identitymemo import IdentityMemo
 from stockade.policy.model import RULE_TYPE_MUTATION, KyvernoPolicy
 from stockade.errors import StockadeError
+from stockade.webhook.enforceset import override_namespace, request_blocked, split_responses, unsuccessful_rules
 
 _YamlDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: ~10x faster on denial-heavy traffic
 
@@ -859,13 +860,20 @@ class AdmissionEvaluator:
             if response.rules:
                 responses.append(response)
         cel_responses, cel_warnings = self._validate_cel(request, failure, engine_request.namespace_labels, started)
-        blocked = blocking_rules(responses)
+        # Kyverno answers from the rules whose action here is Enforce; the Audit ones it evaluates after answering
+        namespace, labels = override_namespace(request.kind.kind, request.operation, request.namespace, request.old_object, engine_request.namespace_labels)
+        synchronous, deferred = split_responses(responses, namespace, labels)
+        # the catch-all webhook fails closed when any of its synchronous policies is Fail, as Kyverno's handler does
+        fail_closed = failure == FAILURE_POLICY_FAIL if failure is not None else any(failure_policy(r.policy) == FAILURE_POLICY_FAIL for r in synchronous)
+        blocked = request_blocked(synchronous, fail_closed)
         cel_denied = cel_denial(cel_responses)
         if blocked or cel_denied:
-            messages = [block_message(resource_label(request.subject, request), blocked)] if blocked else []
+            messages = [block_message(resource_label(request.subject, request), unsuccessful_rules(synchronous))] if blocked else []
             message = "; ".join(messages + ([cel_denied] if cel_denied else []))
-            return AdmissionDecision(False, message, responses=responses + cel_responses)
-        return AdmissionDecision(True, warnings=warning_messages(responses) + cel_warnings, responses=responses + cel_responses)
+            return AdmissionDecision(False, message, responses=synchronous + cel_responses)
+        # warnings: what went wrong among the synchronous rules, and the Audit rules of spec.emitWarning policies
+        warned = synchronous + [r for r in deferred if getattr(r.policy, "emit_warning", False)]
+        return AdmissionDecision(True, warnings=warning_messages(warned) + cel_warnings, responses=responses + cel_responses)
 
 
 def apply_verify_images_actions(policy: KyvernoPolicy, response: EngineResponse) -> None:
