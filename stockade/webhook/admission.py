@@ -256,7 +256,8 @@ def resource_label(resource: dict[str, Any], request: AdmissionRequest) -> str:
     metadata = resource.get("metadata") or {}
     kind = resource.get("kind") or request.kind.kind
     namespace = subject_namespace(resource, request)
-    name = metadata.get("name") or request.name or metadata.get("generateName") or ""
+    # the object's own name: empty for a generateName object being created and for CONNECT options, as in Kyverno
+    name = metadata.get("name") or ""
     return f"{kind}/{namespace}/{name}"
 
 
@@ -311,8 +312,32 @@ def block_message(resource: str, blocked: dict[str, dict[str, str]]) -> str:
     return f"\n\nresource {resource} was blocked due to the following policies \n\n{body}"
 
 
+class _BlockDumper(_YamlDumper):  # type: ignore[misc,valid-type]
+    """Chooses scalar styles as Kyverno's YAML encoder (go-yaml v3) does; see ``_represent_message``."""
+
+
+def _represent_message(dumper: Any, value: str) -> Any:
+    """go-yaml v3's choice of style: a literal block for text with line breaks, double quotes for text that would
+    read back as another type (``true``, ``10``), else plain when the emitter allows it (PyYAML's default)."""
+    if "\n" in value:
+        style: str | None = "|"
+    elif dumper.resolve(yaml.ScalarNode, value, (True, False)) != _STR_TAG:
+        style = '"'
+    else:
+        style = None
+    return dumper.represent_scalar(_STR_TAG, value, style=style)
+
+
+_STR_TAG = "tag:yaml.org,2002:str"
+_BlockDumper.add_representer(str, _represent_message)
+
+
 def _block_yaml(blocked: dict[str, dict[str, str]]) -> str:
-    return yaml.dump(blocked, Dumper=_YamlDumper, default_flow_style=False, sort_keys=True, width=80, allow_unicode=True)
+    # go-yaml v3's encoder, which Kyverno's block message uses, never folds long lines (its width is unlimited)
+    return yaml.dump(blocked, Dumper=_BlockDumper, default_flow_style=False, sort_keys=True, width=_UNLIMITED_WIDTH, allow_unicode=True)
+
+
+_UNLIMITED_WIDTH = 2**31 - 1
 
 
 @functools.lru_cache(maxsize=BLOCK_YAML_CACHE_ENTRIES)

@@ -17,6 +17,8 @@ rule failureActionOverrides                 replace the policy's overrides      
 Namespace's own request                     override applies once it exists (UPDATE warns)    always warned → same
 UPDATE of an object already violating       skipped (allowExistingViolations, default true)   same (engine)
 DELETE                                      old object validated; denial names it             same
+object without a name (generateName)        denial names "Pod/default/"                      generateName → same
+long or multi-line rule messages            go-yaml v3: never folded, line breaks as |-      folded at 80 → same
 """
 
 from __future__ import annotations
@@ -275,3 +277,11 @@ spec:
     assert denied.allowed is False and "resource Pod/default/locked was blocked" in denied.message and "protected" in denied.message
     allowed = AdmissionEvaluator(Engine(), [the_policy]).validate(parse_review(review({}, "DELETE", pod("free"))), "Fail")
     assert allowed.allowed is True
+
+
+def test_a_denial_names_the_object_by_its_own_name_only() -> None:
+    """Kyverno prints ``Kind/namespace/name`` from the object itself: a generateName Pod has no name yet."""
+    unnamed = pod()
+    unnamed["metadata"] = {"generateName": "web-", "namespace": "default"}
+    decision = decide([policy("needs-team", {"check-team": NEEDS_TEAM}, validationFailureAction="Enforce")], unnamed)
+    assert decision.allowed is False and "resource Pod/default/ was blocked due to the following policies" in decision.message
