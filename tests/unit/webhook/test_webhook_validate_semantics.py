@@ -19,6 +19,7 @@ UPDATE of an object already violating       skipped (allowExistingViolations, de
 DELETE                                      old object validated; denial names it             same
 object without a name (generateName)        denial names "Pod/default/"                      generateName → same
 long or multi-line rule messages            go-yaml v3: never folded, line breaks as |-      folded at 80 → same
+whole review out of time (worker deadline)  cannot be caused by Audit-only policies           all in play → same
 """
 
 from __future__ import annotations
@@ -285,3 +286,16 @@ def test_a_denial_names_the_object_by_its_own_name_only() -> None:
     unnamed["metadata"] = {"generateName": "web-", "namespace": "default"}
     decision = decide([policy("needs-team", {"check-team": NEEDS_TEAM}, validationFailureAction="Enforce")], unnamed)
     assert decision.allowed is False and "resource Pod/default/ was blocked due to the following policies" in decision.message
+
+
+def test_a_review_out_of_time_is_decided_by_the_policies_with_something_to_enforce() -> None:
+    """When the whole evaluation overruns, only policies Kyverno would have evaluated before answering count."""
+    from stockade.webhook.isolation import deadline_decision
+
+    enforce = policy("needs-team", {"check-team": NEEDS_TEAM}, validationFailureAction="Enforce")
+    audit = policy("latest", {"no-latest": NO_LATEST}, validationFailureAction="Audit")
+    request = parse_review(review(pod()))
+    assert deadline_decision(request, [audit], 1.0).allowed is True
+    assert deadline_decision(request, [audit], 1.0).warnings == []
+    denied = deadline_decision(request, [audit, enforce], 1.0)
+    assert denied.allowed is False and "needs-team" in denied.message and "latest" not in denied.message
