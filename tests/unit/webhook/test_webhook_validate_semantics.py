@@ -20,6 +20,7 @@ DELETE                                      old object validated; denial names i
 object without a name (generateName)        denial names "Pod/default/"                      generateName → same
 long or multi-line rule messages            go-yaml v3: never folded, line breaks as |-      folded at 80 → same
 whole review out of time (worker deadline)  cannot be caused by Audit-only policies           all in play → same
+CONNECT (pods/exec) denial                  names PodExecOptions/<ns>/; writes no Events      pod name, Events → same
 """
 
 from __future__ import annotations
@@ -299,3 +300,34 @@ def test_a_review_out_of_time_is_decided_by_the_policies_with_something_to_enfor
     assert deadline_decision(request, [audit], 1.0).warnings == []
     denied = deadline_decision(request, [audit, enforce], 1.0)
     assert denied.allowed is False and "needs-team" in denied.message and "latest" not in denied.message
+
+
+def test_a_denied_connect_names_its_options_object_and_writes_no_events() -> None:
+    """A CONNECT (pods/exec) carries a PodExecOptions without a name: Kyverno's denial names it
+    ``PodExecOptions/<ns>/`` and, the resource having no name, it writes no Events."""
+    no_exec = KyvernoPolicy(
+        yaml.safe_load("""
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: no-exec}
+spec:
+  validationFailureAction: Enforce
+  rules:
+  - name: deny-exec
+    match: {any: [{resources: {kinds: [Pod/exec]}}]}
+    validate: {message: no exec, deny: {}}
+""")
+    )
+    body = review({"apiVersion": "v1", "kind": "PodExecOptions", "command": ["sh"], "container": "c"}, "CONNECT")
+    body["request"].update(
+        kind={"group": "", "version": "v1", "kind": "PodExecOptions"},
+        resource={"group": "", "version": "v1", "resource": "pods"},
+        subResource="exec",
+        namespace="default",
+        name="web",
+    )
+    request = parse_review(body)
+    evaluator = AdmissionEvaluator(Engine(), [no_exec], kind_resolver=lambda group, version, plural: "Pod" if plural == "pods" else None)
+    decision = evaluator.validate(request, "Fail")
+    assert decision.allowed is False and "resource PodExecOptions/default/ was blocked" in decision.message
+    assert admission_events(request, decision) == []
