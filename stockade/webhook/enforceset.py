@@ -90,9 +90,9 @@ def unsuccessful_rules(responses: Iterable[EngineResponse]) -> dict[str, dict[st
     synchronous result that went wrong, not only the ones that caused the denial)."""
     listed: dict[str, dict[str, str]] = {}
     for response in responses:
-        for rule in response.rules:
-            if rule.status not in (PASS, SKIP):
-                listed.setdefault(response.policy_name, {})[rule.name] = rule.message
+        reasons = {rule.name: rule.message for rule in response.rules if rule.status not in (PASS, SKIP)}
+        if reasons:
+            listed[response.policy_name] = reasons  # keyed by name alone: a later namespaced namesake replaces it
     return listed
 
 

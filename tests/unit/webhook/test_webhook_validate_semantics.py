@@ -331,3 +331,14 @@ spec:
     decision = evaluator.validate(request, "Fail")
     assert decision.allowed is False and "resource PodExecOptions/default/ was blocked" in decision.message
     assert admission_events(request, decision) == []
+
+
+def test_a_denial_keys_policies_by_name_so_a_later_namesake_replaces_an_earlier_one() -> None:
+    """Kyverno's denial map is keyed by policy name alone: a Policy named like a ClusterPolicy (evaluated after it)
+    takes its entry."""
+    cluster = policy("needs-team", {"cluster-rule": NEEDS_TEAM}, validationFailureAction="Enforce")
+    namespaced_raw = {**cluster.raw, "kind": "Policy", "metadata": {"name": "needs-team", "namespace": "default"}}
+    namespaced_raw["spec"] = {**cluster.raw["spec"], "rules": [{**cluster.raw["spec"]["rules"][0], "name": "namespaced-rule"}]}
+    decision = decide([cluster, KyvernoPolicy(namespaced_raw)])
+    body = yaml.safe_load(decision.message.split("policies \n\n", 1)[1])
+    assert decision.allowed is False and body == {"needs-team": {"namespaced-rule": body["needs-team"]["namespaced-rule"]}}
