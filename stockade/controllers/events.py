@@ -269,9 +269,9 @@ def admission_events(request: AdmissionRequest, decision: AdmissionDecision, con
     metadata = subject.get("metadata") or {}
     kind = str(subject.get("kind") or request.kind.kind)
     namespace = subject_namespace(subject, request)
-    name = str(metadata.get("name") or request.name or "")
+    name = str(metadata.get("name") or "")
     if not name:
-        return []  # Kyverno writes nothing for objects without a name yet (generateName)
+        return []  # Kyverno writes nothing for objects without a name of their own (generateName, CONNECT options)
     label = f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
     key = f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
     resource = object_reference({**subject, "kind": kind, "metadata": {**metadata, "name": name, "namespace": namespace}})

@@ -170,6 +170,30 @@ def _matching_override(overrides: Any, pctx: PolicyContext) -> str:
     return ""
 
 
+def admission_failure_action(policy: KyvernoPolicy, rule: Rule, namespace: str | None, namespace_labels: dict[str, str]) -> str:
+    """The action Kyverno's admission policy cache files a validate rule under for a request in ``namespace`` (None:
+    cluster-scoped, or a namespace that does not exist yet): Enforce rules are evaluated before the answer and may
+    deny it, Audit rules only after it.  This differs from the action of a rule's result (``_failure_action``): the
+    rule's ``failureActionOverrides`` replace the policy's overrides instead of falling back to them, either
+    overrides list outranks the rule's own ``failureAction``, and an override matches by its namespaces or by its
+    namespaceSelector (either one; an override naming neither matches every request)."""
+    validate = rule.validate or {}
+    overrides = validate.get("failureActionOverrides") or policy.validation_failure_action_overrides
+    for override in overrides if isinstance(overrides, list) else []:
+        if not isinstance(override, dict):
+            continue
+        namespaces = override.get("namespaces") or []
+        selector = override.get("namespaceSelector")
+        matched = (
+            (not namespaces and selector is None)
+            or (namespace is not None and any(wildcard_match(str(pattern), namespace) for pattern in namespaces))
+            or (namespace is not None and isinstance(selector, dict) and selector_matches(selector, namespace_labels))
+        )
+        if matched:
+            return _normalized_action(override.get("action"))
+    return _normalized_action(validate.get("failureAction") or policy.validation_failure_action)
+
+
 class Engine:
     """Evaluates Kyverno ClusterPolicy/Policy rules. Stateless apart from configuration; safe to reuse."""
 

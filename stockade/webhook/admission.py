@@ -27,6 +27,7 @@ from stockade.engine.response import ERROR, FAIL, PASS, SKIP, EngineResponse, Ru
 from stockade.identitymemo import IdentityMemo
 from stockade.policy.model import RULE_TYPE_MUTATION, KyvernoPolicy
 from stockade.errors import StockadeError
+from stockade.webhook.enforceset import override_namespace, request_blocked, split_responses, unsuccessful_rules
 
 _YamlDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: ~10x faster on denial-heavy traffic
 
@@ -255,7 +256,8 @@ def resource_label(resource: dict[str, Any], request: AdmissionRequest) -> str:
     metadata = resource.get("metadata") or {}
     kind = resource.get("kind") or request.kind.kind
     namespace = subject_namespace(resource, request)
-    name = metadata.get("name") or request.name or metadata.get("generateName") or ""
+    # the object's own name: empty for a generateName object being created and for CONNECT options, as in Kyverno
+    name = metadata.get("name") or ""
     return f"{kind}/{namespace}/{name}"
 
 
@@ -310,8 +312,32 @@ def block_message(resource: str, blocked: dict[str, dict[str, str]]) -> str:
     return f"\n\nresource {resource} was blocked due to the following policies \n\n{body}"
 
 
+class _BlockDumper(_YamlDumper):  # type: ignore[misc,valid-type]
+    """Chooses scalar styles as Kyverno's YAML encoder (go-yaml v3) does; see ``_represent_message``."""
+
+
+def _represent_message(dumper: Any, value: str) -> Any:
+    """go-yaml v3's choice of style: a literal block for text with line breaks, double quotes for text that would
+    read back as another type (``true``, ``10``), else plain when the emitter allows it (PyYAML's default)."""
+    if "\n" in value:
+        style: str | None = "|"
+    elif dumper.resolve(yaml.ScalarNode, value, (True, False)) != _STR_TAG:
+        style = '"'
+    else:
+        style = None
+    return dumper.represent_scalar(_STR_TAG, value, style=style)
+
+
+_STR_TAG = "tag:yaml.org,2002:str"
+_BlockDumper.add_representer(str, _represent_message)
+
+
 def _block_yaml(blocked: dict[str, dict[str, str]]) -> str:
-    return yaml.dump(blocked, Dumper=_YamlDumper, default_flow_style=False, sort_keys=True, width=80, allow_unicode=True)
+    # go-yaml v3's encoder, which Kyverno's block message uses, never folds long lines (its width is unlimited)
+    return yaml.dump(blocked, Dumper=_BlockDumper, default_flow_style=False, sort_keys=True, width=_UNLIMITED_WIDTH, allow_unicode=True)
+
+
+_UNLIMITED_WIDTH = 2**31 - 1
 
 
 @functools.lru_cache(maxsize=BLOCK_YAML_CACHE_ENTRIES)
@@ -859,13 +885,20 @@ class AdmissionEvaluator:
             if response.rules:
                 responses.append(response)
         cel_responses, cel_warnings = self._validate_cel(request, failure, engine_request.namespace_labels, started)
-        blocked = blocking_rules(responses)
+        # Kyverno answers from the rules whose action here is Enforce; the Audit ones it evaluates after answering
+        namespace, labels = override_namespace(request.kind.kind, request.operation, request.namespace, request.old_object, engine_request.namespace_labels)
+        synchronous, deferred = split_responses(responses, namespace, labels)
+        # the catch-all webhook fails closed when any of its synchronous policies is Fail, as Kyverno's handler does
+        fail_closed = failure == FAILURE_POLICY_FAIL if failure is not None else any(failure_policy(r.policy) == FAILURE_POLICY_FAIL for r in synchronous)
+        blocked = request_blocked(synchronous, fail_closed)
         cel_denied = cel_denial(cel_responses)
         if blocked or cel_denied:
-            messages = [block_message(resource_label(request.subject, request), blocked)] if blocked else []
+            messages = [block_message(resource_label(request.subject, request), unsuccessful_rules(synchronous))] if blocked else []
             message = "; ".join(messages + ([cel_denied] if cel_denied else []))
-            return AdmissionDecision(False, message, responses=responses + cel_responses)
-        return AdmissionDecision(True, warnings=warning_messages(responses) + cel_warnings, responses=responses + cel_responses)
+            return AdmissionDecision(False, message, responses=synchronous + cel_responses)
+        # warnings: what went wrong among the synchronous rules, and the Audit rules of spec.emitWarning policies
+        warned = synchronous + [r for r in deferred if getattr(r.policy, "emit_warning", False)]
+        return AdmissionDecision(True, warnings=warning_messages(warned) + cel_warnings, responses=responses + cel_responses)
 
 
 def apply_verify_images_actions(policy: KyvernoPolicy, response: EngineResponse) -> None:

@@ -70,6 +70,7 @@ from stockade.webhook.admission import (
     timed_out_response,
 )
 from stockade.errors import StockadeError
+from stockade.webhook.enforceset import override_namespace, split_responses
 
 log = logging.getLogger("stockade.webhook")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # the server's and its workers' log lines
@@ -245,6 +246,11 @@ def deadline_decision(review: AdmissionRequest, policies: list[Any], budget: flo
     timed out; the request is denied when one of them has failurePolicy Fail, otherwise admitted with warnings."""
     rule_type = "Mutation" if phase == "mutate" else "Validation"
     responses = [timed_out_response(p, None, review.subject, budget, rule_type) for p in policies]
+    if phase == "validate":
+        # Kyverno evaluates Audit rules after answering, so a policy with nothing to enforce here cannot time the
+        # answer out (namespace labels are not at hand: a namespaceSelector override is taken as not matching)
+        namespace, labels = override_namespace(review.kind.kind, review.operation, review.namespace, review.old_object, {})
+        responses, _ = split_responses(responses, namespace, labels)
     blocked = blocking_rules(responses)
     if blocked:
         return AdmissionDecision(False, block_message(resource_label(review.subject, review), blocked), responses=responses)

@@ -50,7 +50,7 @@ def test_namespace_selector_uses_live_namespace_labels(serve: Serve, kube: Kube)
     assert status == 201, body
 
 
-def test_audit_failure_is_admitted_with_warning(serve: Serve, kube: Kube) -> None:
+def test_audit_failure_of_an_emit_warning_policy_is_admitted_with_warning(serve: Serve, kube: Kube) -> None:
     status, body, warnings = kube.request("POST", "/api/v1/namespaces/default/pods", pod(unique("latest"), {"team": "a"}, "nginx:latest"))
     assert status == 201, body
     assert any("policy disallow-latest.no-latest:" in w and "the latest tag is not allowed" in w for w in warnings), warnings

@@ -31,16 +31,33 @@ def rule(name: str, status: str, action: str = "Enforce", message: str = "msg") 
     return RuleResponse(name, "Validation", status, message, failure_action=action)
 
 
-def test_block_message_matches_kyverno_layout_and_wraps_long_messages() -> None:
-    # the same text Kyverno prints for this policy (YAML folded near 80 columns, single-quoted)
+def test_block_message_matches_kyverno_layout_and_never_folds_long_messages() -> None:
+    """Kyverno v1.19 encodes the map with go-yaml v3 (indent 2, width unlimited): a long message stays on one line,
+    so a client searching the denial for a phrase finds it whatever the length."""
     long = "validation error: The label `app.kubernetes.io/name` is required. Rule autogen-check-for-labels failed at path /spec/template/metadata/labels/app.kubernetes.io/name/"
     text = block_message("Deployment/default/inflate", {"require-labels": {"autogen-check-for-labels": long}})
     assert text == (
         "\n\nresource Deployment/default/inflate was blocked due to the following policies \n\n"
         "require-labels:\n"
-        "  autogen-check-for-labels: 'validation error: The label `app.kubernetes.io/name`\n"
-        "    is required. Rule autogen-check-for-labels failed at path /spec/template/metadata/labels/app.kubernetes.io/name/'\n"
+        f"  autogen-check-for-labels: '{long}'\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("message", "rendered"),
+    [
+        ("first line\nsecond line", "  r: |-\n    first line\n    second line\n"),  # go-yaml: literal block for line breaks
+        ("ends with a break\n", "  r: |\n    ends with a break\n"),
+        ("true", '  r: "true"\n'),  # text that would read back as a bool or a number is double-quoted
+        ("10", '  r: "10"\n'),
+        ("needs: a colon", "  r: 'needs: a colon'\n"),
+        ("plain words", "  r: plain words\n"),
+    ],
+)
+def test_block_message_scalar_styles_follow_go_yaml(message: str, rendered: str) -> None:
+    text = block_message("Pod/default/web", {"p": {"r": message}})
+    assert text.split("policies \n\n", 1)[1] == "p:\n" + rendered
+    assert yaml.safe_load(text.split("policies \n\n", 1)[1]) == {"p": {"r": message}}
 
 
 def test_block_message_is_the_same_whether_rendered_anew_or_reused_and_long_maps_are_not_held() -> None:
