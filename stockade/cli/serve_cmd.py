@@ -509,6 +509,9 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
             api_client, store, is_leader=services.is_leader, events=state.events, reports=state.reports,
             background_username=str(options.get("background_service_account") or ""),
         )
+        # mutate.targets rules skip the background controller's own requests as generate rules do (one test of who
+        # that is: the generate controller's)
+        generator.mutate_existing.is_background = generator.is_background_request
         services.background.append(generator)
         state.generator = DeduplicatingSubmitter(generator)
         if options["update_requests"]:
