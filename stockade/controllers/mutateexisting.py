@@ -13,6 +13,8 @@ API server, the way Kyverno's background mutate-existing controller does:
   or its spec changes, every such rule of it is applied to the triggers that exist already, evaluated with no
   operation (Kyverno's policy controller builds that context without one, so a rule whose match lists
   ``operations`` never applies there and ``request.operation`` is empty);
+* every result of a trigger's evaluation goes into the trigger's report (passes with the patched target, skips,
+  errors), before the writes, as Kyverno's background controller reports them;
 * each written target produces Kyverno's ``PolicyApplied`` "resource mutated" Event on the policy (a success Event:
   only when the ConfigMap's ``generateSuccessEvents`` allows it) and each failed write a ``PolicyError`` "policy
   <name>/<rule> error: …" Event, both naming the target as the related object; a rule that fails or errors before
@@ -29,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stockade.controllers.clusterdata import ClusterData, describe_object, object_identity, object_path
-from stockade.controllers.reports import resource_reference, submit_rule_result
+from stockade.controllers.reports import resource_reference, submit_rule_results
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind
 from stockade.engine.response import ERROR, FAIL, PASS, WARN, EngineResponse, RuleResponse
@@ -166,6 +168,8 @@ class MutateExisting:
                 conflicted = {}
                 return
             conflicted = {}
+            if pending is None:
+                self._report(policy, trigger, response)
             for result in response.rules:
                 target = result.patched_target
                 if pending is not None and (target is None or object_identity(target) not in pending):
@@ -236,18 +240,21 @@ class MutateExisting:
         self.stats.mutated += 1
         log.info("mutated %s (policy %s, rule %s)", describe_object(target), policy.key, result.name)
         self._event(policy, result.name, target, "")
-        self._report(policy, result.name, trigger, target)
         return None
 
-    def _report(self, policy: KyvernoPolicy, rule: str, trigger: dict[str, Any], target: dict[str, Any]) -> None:
-        """The trigger's report says which target the rule mutated, as Kyverno's background controller reports it."""
-        if self.reports is None or not (trigger.get("metadata") or {}).get("uid"):
+    def _report(self, policy: KyvernoPolicy, trigger: dict[str, Any], response: EngineResponse) -> None:
+        """The trigger's report gets every result of the evaluation, as Kyverno's background controller reports it
+        before writing: a patched target ("mutated <Kind>/<name> ...", the target in ``patched-target``), a target
+        whose preconditions failed (skip), a rule that erred (a named target missing).  The report's filters
+        (``--enableReporting``, allowed results) apply as for any report."""
+        if self.reports is None or not (trigger.get("metadata") or {}).get("uid") or not response.rules:
             return
-        metadata = target.get("metadata") or {}
-        kind, name, namespace = str(target.get("kind") or ""), str(metadata.get("name") or ""), str(metadata.get("namespace") or "")
-        message = f"mutated {kind}/{name}" + (f" in namespace {namespace}" if namespace else "")
-        result = RuleResponse(rule, RULE_TYPE_MUTATION, PASS, message, properties={"patched-target": resource_reference(target)})
-        submit_rule_result(self.reports, policy, trigger, result, existing=True)
+        results = EngineResponse(policy, trigger, trigger)
+        for result in response.rules:
+            target = result.patched_target
+            properties = {**result.properties, "patched-target": resource_reference(target)} if target is not None else dict(result.properties)
+            results.rules.append(RuleResponse(result.name, RULE_TYPE_MUTATION, result.status, result.message, properties=properties, exceptions=list(result.exceptions)))
+        submit_rule_results(self.reports, trigger, results, existing=True)
 
     def _event(self, policy: KyvernoPolicy, rule: str, target: dict[str, Any], error: str) -> None:
         """Kyverno's mutate-existing Event on the policy about one target: PolicyError when writing it failed, else

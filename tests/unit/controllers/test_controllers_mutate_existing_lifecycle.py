@@ -13,6 +13,7 @@ event/events.go + controller.go) against Stockade:
 | rule error/fail/warn before any target | error, UR failed; Event needs a target: none | `MutateExisting._write` returns a failure, no Event | different: PolicyError without target; warn ignored |
 | target written | PolicyApplied "resource mutated" (success Event: generateSuccessEvents), related = target kind/ns/name | `MutateExisting._event` via `submit_success` | different: always written, no related |
 | target write failed | PolicyError "policy p/r error: ...", related = target | `_event` via `submit` | different: no related |
+| trigger evaluated | every rule result (pass with patched-target, skip, error) in the trigger's report, before writing | `MutateExisting._report`, one submission | different: only written targets, one submission each |
 | policy created / spec changed (any field) | every rule with mutateExistingOnPolicyUpdate applied to existing triggers | `MutateExisting.reconcile` compares the whole spec | different: only new/changed rules |
 | policy-update pass | background context without operation: rules listing `operations` never match, request.operation "" | `apply_to_existing` evaluates with operation "" | different: evaluated as CREATE |
 | per-target context, preconditions, foreach, `target.*` | per target | `mutate_existing._mutate_target` | same |
@@ -178,3 +179,46 @@ def test_the_policy_update_pass_has_no_operation() -> None:
     trigger(cluster)
     controller.reconcile_policies()
     assert labels(cluster, "ns1", "secret-a") == {"op": "x"}
+
+
+# -- reports ---------------------------------------------------------------------------------------------------------------
+
+
+class Reports:
+    """A ReportWriter stand-in: each submission as (trigger, [(rule, status, message, properties)])."""
+
+    def __init__(self) -> None:
+        self.submissions: list[tuple[str, list[tuple[str, str, str, dict[str, str]]]]] = []
+
+    def submit(self, trigger: dict[str, Any], responses: list[Any], **options: Any) -> None:
+        assert options.get("existing") is True
+        results = [(r.name, r.status, r.message, r.properties) for response in responses for r in response.rules]
+        self.submissions.append((trigger["metadata"]["name"], results))
+
+
+def test_the_triggers_report_gets_every_result_in_one_submission_before_the_writes() -> None:
+    """Kyverno reports the whole evaluation of the trigger (a skipped target, a rule error) in one report, pass
+    results included even when the write then fails."""
+    only_b = rule("only-b", target={"apiVersion": "v1", "kind": "Secret", "name": "secret-*", "namespace": "ns1", "preconditions": {"all": [{"key": "{{ target.metadata.name }}", "operator": "Equals", "value": "secret-b"}]}})
+    missing = rule("missing", target={"apiVersion": "v1", "kind": "Secret", "name": "gone", "namespace": "ns1"})
+    cluster, controller, _ = setup(cluster_policy(only_b, missing))
+    cluster.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "secret-b", "namespace": "ns1"}})
+    reports = Reports()
+    controller.mutate_existing.reports = reports
+    original_request = cluster.request
+
+    def forbidden(method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
+        if method == "PUT":
+            from stockade.kube.errors import from_response
+
+            raise from_response(403, "forbidden", method=method, path=path)
+        return original_request(method, path, body, **kwargs)
+
+    cluster.request = forbidden  # type: ignore[method-assign]
+    assert len(controller.process_event(TriggerEvent("CREATE", trigger(cluster)))) == 2  # the write and the missing target
+    [(name, results)] = reports.submissions
+    assert name == "trigger"
+    assert sorted((r[0], r[1]) for r in results) == [("missing", "error"), ("only-b", "pass"), ("only-b", "skip")]
+    [passed] = [r for r in results if r[1] == "pass"]
+    assert passed[2] == "mutated Secret/secret-b in namespace ns1"
+    assert passed[3] == {"patched-target": "/v1, Kind=Secret Name=secret-b Namespace=ns1"}
