@@ -326,9 +326,16 @@ class CelMutateExisting:
             failures.extend(self._mutate(evaluator, policy, target, trigger))
         return failures
 
-    def _report(self, policy: CelPolicy, target: dict[str, Any], rule: Any) -> None:
-        """The target's result in the target's report, whether it changed or already was as the policy wants it (as
-        Kyverno's processor audits every evaluated target)."""
+    def _audit(self, policy: CelPolicy, target: dict[str, Any], response: Any, rule: Any) -> None:
+        """Kyverno's audit of an evaluated target, whether it changed or already was as the policy wants it: the
+        result in the target's report, and the Events its admission webhook would write for it (a PolicyApplied
+        "<Kind> <ns>/<name> is successfully mutated" when the ConfigMap enables success Events)."""
+        if self.events is not None:
+            from stockade.controllers.events import audit_events
+
+            config = self.kyverno_config() if self.kyverno_config is not None else None
+            for spec in audit_events(target, [response], config):
+                self.events.submit(spec)
         if self.reports is None or not (target.get("metadata") or {}).get("uid"):
             return
         submit_rule_result(self.reports, policy, target, rule, process=PROCESS_BACKGROUND, existing=True)
@@ -423,7 +430,7 @@ class CelMutateExisting:
             patched = rule.patched_target
             if patched is None or _same(patched, current):
                 self.stats.unchanged += 1
-                self._report(policy, current, rule)
+                self._audit(policy, current, response, rule)
                 return []
             resource = self.cluster.resolve_kind(str(current.get("apiVersion") or ""), str(current.get("kind") or ""))
             if resource is None:
@@ -437,7 +444,7 @@ class CelMutateExisting:
             self.cluster.request("PUT", f"{path}/{subresource}" if subresource else path, body)
             self.stats.mutated += 1
             log.info("mutated %s (policy %s)", _describe(current), policy.key)
-            self._report(policy, current, rule)
+            self._audit(policy, current, response, rule)
             return []
 
         try:

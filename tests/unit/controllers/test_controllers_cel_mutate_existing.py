@@ -303,3 +303,42 @@ def test_targets_named_by_the_configmaps_resource_filters_are_left_alone() -> No
     assert configmap is not None
     assert ctl.process_trigger(CelMutateTrigger("UPDATE", configmap, configmap, {"username": "alice"}, ("m",), False)) == []
     assert labels(cluster, "ns2", "other") == {"foo": "bar"} and labels(cluster, "ns2") == {}
+
+
+def test_every_evaluated_target_is_audited_with_kyvernos_admission_events() -> None:
+    """Kyverno's processor audits each target it evaluated, changed or already as wanted, with the Events its
+    webhook writes (GenerateEvents, not blocked): a clean result is a PolicyApplied success Event, written only when
+    the ConfigMap's generateSuccessEvents is on."""
+    from stockade.engine.kyvernoconfig import parse_kyverno_config
+
+    class Events:
+        def __init__(self) -> None:
+            self.specs: list[Any] = []
+
+        def submit(self, spec: Any) -> None:
+            self.specs.append(spec)
+
+    cluster = FakeCluster()
+    seed(cluster)
+    ctl = controller(cluster, mpol(matchConstraints={"resourceRules": [{**CONFIGMAPS, "resourceNames": ["cm"]}]}))
+    events = Events()
+    ctl.events = events
+    enabled = parse_kyverno_config({"generateSuccessEvents": "true"})
+    ctl.kyverno_config = lambda: enabled
+    ctl.reconcile()
+    assert labels(cluster, "ns1") == {"foo": "bar"} and labels(cluster, "ns2") == {"foo": "bar"}
+    applied = sorted((e.reason, e.message, e.type, dict(e.regarding)["kind"], e.source) for e in events.specs)
+    assert applied == [
+        ("PolicyApplied", "ConfigMap ns1/cm is successfully mutated", "Normal", "MutatingPolicy", "admission"),
+        ("PolicyApplied", "ConfigMap ns2/cm is successfully mutated", "Normal", "MutatingPolicy", "admission"),
+    ]
+    # already as wanted: evaluated and audited again, not written
+    events.specs.clear()
+    assert ctl.apply_policy(ctl.policies()[0]) == []
+    assert len(events.specs) == 2 and ctl.stats.unchanged == 2
+    # success Events off (Kyverno's default): nothing
+    events.specs.clear()
+    disabled = parse_kyverno_config({})
+    ctl.kyverno_config = lambda: disabled
+    assert ctl.apply_policy(ctl.policies()[0]) == []
+    assert events.specs == []
