@@ -18,6 +18,18 @@ event/events.go + controller.go) against Stockade:
 | policy-update pass | background context without operation: rules listing `operations` never match, request.operation "" | `apply_to_existing` evaluates with operation "" | different: evaluated as CREATE |
 | per-target context, preconditions, foreach, `target.*` | per target | `mutate_existing._mutate_target` | same |
 | namespaced Policy | targets only in its namespace | `_find_targets` | same |
+
+MutatingPolicy ``mutateExisting`` (webhooks/resource/mpol, background/mpol/processor.go, policy/mpol.go), tested in
+test_controllers_cel_mutate_existing.py:
+
+| event | Kyverno | Stockade | before |
+|---|---|---|---|
+| admitted request, admission enabled, not dry run | cel-mutate UR per matching policy | `celmutate.CelMutateExisting.wanted`, `updaterequest.plan_mutating_requests` | same |
+| background SA request | skipped unless skipBackgroundRequests: false | `wanted` | same |
+| policy created / spec changed | bare UR (all targets) or, with a target expression, one UR per trigger (UPDATE) | `CelMutateExisting.reconcile` / `apply_policy` | same |
+| target named by the ConfigMap's resourceFilters | skipped (ToFilter) | `CelMutateExisting.filtered` | different: mutated |
+| target evaluated (written or unchanged) | audit: report + GenerateEvents(not blocked) | `CelMutateExisting._audit` with `events.audit_events` | different: report only |
+| unchanged target / target gone (NotFound) | no write / not a failure | `_mutate` | same |
 """
 
 from __future__ import annotations
