@@ -509,6 +509,11 @@ def _attach_cluster_workers(state: Any, services: Any, api_client: Any, store: A
             api_client, store, is_leader=services.is_leader, events=state.events, reports=state.reports,
             background_username=str(options.get("background_service_account") or ""),
         )
+        # mutate.targets rules skip the background controller's own requests as generate rules do (one test of who
+        # that is: the generate controller's)
+        generator.mutate_existing.is_background = generator.is_background_request
+        # MutatingPolicy targets named by the ConfigMap's resourceFilters are left alone, as Kyverno's processor does
+        generator.cel_mutate.kyverno_config = state.kyverno_config
         services.background.append(generator)
         state.generator = DeduplicatingSubmitter(generator)
         if options["update_requests"]:

@@ -15,7 +15,8 @@ else its ``matchConstraints``, listed per resource (``resourceNames``, ``namespa
 a namespaced policy's own namespace only); or the objects ``targetMatchConstraints.expression`` returns for the
 trigger (a DELETE trigger is its deleted object).  Each target then passes ``targetMatchConditions`` and the
 mutations run with ``object`` = the target and ``request`` = the trigger's request.  A target whose result equals
-it is left alone; otherwise it is written back with a PUT (recomputed on a conflict).
+it is left alone; otherwise it is written back with a PUT (recomputed on a conflict).  A target the Kyverno
+ConfigMap's ``resourceFilters`` name is skipped, as Kyverno's background processor skips it.
 
 Requests by the background controller (the configured background user, Kyverno's background controller service
 account, or the user our controllers write as: the generate controller's test) trigger only policies that set
@@ -34,7 +35,8 @@ from stockade.celpolicy.model import CelPolicy
 from stockade.celpolicy.request import AdmissionInput
 from stockade.controllers.clusterdata import ClusterCelResources, ClusterData, api_version_of, object_path
 from stockade.controllers.reports import PROCESS_BACKGROUND, submit_rule_result
-from stockade.engine.match import selector_matches
+from stockade.engine.kyvernoconfig import KyvernoConfig
+from stockade.engine.match import ResourceKind, selector_matches
 from stockade.engine.response import ERROR, PASS
 from stockade.errors import StockadeError
 from stockade.kube.errors import KubeError, NotFound, retry_on_conflict
@@ -145,9 +147,12 @@ class CelMutateExisting:
         is_background: Callable[[str], bool] | None = None,
         events: Any = None,
         reports: Any = None,
+        kyverno_config: Callable[[], KyvernoConfig] | None = None,
     ) -> None:
         self.cluster = cluster
         self.snapshot = snapshot
+        # Kyverno's ConfigMap as it is now: its resourceFilters keep targets out (None: Kyverno's defaults, no filter)
+        self.kyverno_config = kyverno_config
         self.background_username = background_username
         # whether a user name is the background controller's (the generate controller's own test, so generate and
         # mutateExisting agree on it); without one, the configured background user alone
@@ -282,10 +287,26 @@ class CelMutateExisting:
                     failures.append(f"{policy.key} on {_describe(trigger)}: {type(exc).__name__}: {exc}")
             return failures
         for target in self.list_matching(policy, target_constraints(policy)):
+            if self.filtered(policy, target):
+                continue
             failures.extend(self._mutate(evaluator, policy, target, AdmissionInput(object=target, operation="UPDATE")))
         return failures
 
     # -- targets ---------------------------------------------------------------------------------------------------
+    def filtered(self, policy: CelPolicy, target: dict[str, Any]) -> bool:
+        """Whether the ConfigMap's ``resourceFilters`` name the target (by its kind, the subresource it is written
+        through, namespace and name): Kyverno's background processor leaves such a target alone, so e.g. the
+        default filters keep objects in ``kube-system`` and ``kyverno`` out of a policy's reach."""
+        if self.kyverno_config is None:
+            return False
+        api_version = str(target.get("apiVersion") or "")
+        group, _, version = api_version.rpartition("/")
+        metadata = target.get("metadata") or {}
+        resource = self.cluster.resolve_kind(api_version, str(target.get("kind") or ""))
+        subresource = target_subresource(policy, resource) if resource is not None else ""
+        gvk = ResourceKind(group, version, str(target.get("kind") or ""), subresource)
+        return self.kyverno_config().is_filtered(gvk, str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+
     def _apply(self, evaluator: Any, policy: CelPolicy, trigger: AdmissionInput, *, refetch: bool) -> list[str]:
         if target_expression(policy):
             # the expression reads the trigger as stored now; a subresource request's object (an Eviction, a
@@ -300,12 +321,21 @@ class CelMutateExisting:
             targets = self.list_matching(policy, target_constraints(policy))
         failures: list[str] = []
         for target in targets:
+            if self.filtered(policy, target):
+                continue
             failures.extend(self._mutate(evaluator, policy, target, trigger))
         return failures
 
-    def _report(self, policy: CelPolicy, target: dict[str, Any], rule: Any) -> None:
-        """The target's result in the target's report, whether it changed or already was as the policy wants it (as
-        Kyverno's processor audits every evaluated target)."""
+    def _audit(self, policy: CelPolicy, target: dict[str, Any], response: Any, rule: Any) -> None:
+        """Kyverno's audit of an evaluated target, whether it changed or already was as the policy wants it: the
+        result in the target's report, and the Events its admission webhook would write for it (a PolicyApplied
+        "<Kind> <ns>/<name> is successfully mutated" when the ConfigMap enables success Events)."""
+        if self.events is not None:
+            from stockade.controllers.events import audit_events
+
+            config = self.kyverno_config() if self.kyverno_config is not None else None
+            for spec in audit_events(target, [response], config):
+                self.events.submit(spec)
         if self.reports is None or not (target.get("metadata") or {}).get("uid"):
             return
         submit_rule_result(self.reports, policy, target, rule, process=PROCESS_BACKGROUND, existing=True)
@@ -400,7 +430,7 @@ class CelMutateExisting:
             patched = rule.patched_target
             if patched is None or _same(patched, current):
                 self.stats.unchanged += 1
-                self._report(policy, current, rule)
+                self._audit(policy, current, response, rule)
                 return []
             resource = self.cluster.resolve_kind(str(current.get("apiVersion") or ""), str(current.get("kind") or ""))
             if resource is None:
@@ -414,7 +444,7 @@ class CelMutateExisting:
             self.cluster.request("PUT", f"{path}/{subresource}" if subresource else path, body)
             self.stats.mutated += 1
             log.info("mutated %s (policy %s)", _describe(current), policy.key)
-            self._report(policy, current, rule)
+            self._audit(policy, current, response, rule)
             return []
 
         try:

@@ -279,24 +279,49 @@ def admission_events(request: AdmissionRequest, decision: AdmissionDecision, con
     responses = [r for r in decision.responses if _is_enforce_policy(r)] if blocked else list(decision.responses)
     events: list[EventSpec] = []
     for response in responses:
-        if not response.rules:
-            continue
-        if any(rule.status in (FAIL, ERROR) for rule in response.rules):
-            for rule in response.rules:
-                if rule.status in (FAIL, ERROR):
-                    events.append(_policy_violation(response, rule, label, resource, blocked, SOURCE_ADMISSION))
-                if not blocked:
-                    events.append(_resource_violation(response, rule, namespace, resource, SOURCE_ADMISSION))
-        elif any(rule.status == SKIP for rule in response.rules):
-            if not blocked:
-                for rule in response.rules:
-                    if rule.status == SKIP and rule.exceptions:
-                        events.extend(_exception_events(response, rule.name, rule.exceptions, key, resource))
-        elif config is not None and config.generate_success_events:
-            applied = _applied_event(response, label, resource)
-            if config.emits_success_event(applied.action):
-                events.append(applied)
+        events.extend(_response_events(response, label, key, namespace, resource, blocked, config))
     return events
+
+
+def _response_events(
+    response: EngineResponse, label: str, key: str, namespace: str, resource: Reference, blocked: bool, config: KyvernoConfig | None
+) -> list[EventSpec]:
+    """Kyverno's ``GenerateEvents`` for one policy's response on one resource (admission and its audit paths)."""
+    events: list[EventSpec] = []
+    if not response.rules:
+        return events
+    if any(rule.status in (FAIL, ERROR) for rule in response.rules):
+        for rule in response.rules:
+            if rule.status in (FAIL, ERROR):
+                events.append(_policy_violation(response, rule, label, resource, blocked, SOURCE_ADMISSION))
+            if not blocked:
+                events.append(_resource_violation(response, rule, namespace, resource, SOURCE_ADMISSION))
+    elif any(rule.status == SKIP for rule in response.rules):
+        if not blocked:
+            for rule in response.rules:
+                if rule.status == SKIP and rule.exceptions:
+                    events.extend(_exception_events(response, rule.name, rule.exceptions, key, resource))
+    elif config is not None and config.generate_success_events:
+        applied = _applied_event(response, label, resource)
+        if config.emits_success_event(applied.action):
+            events.append(applied)
+    return events
+
+
+def audit_events(obj: dict[str, Any], responses: list[EngineResponse], config: KyvernoConfig | None = None) -> list[EventSpec]:
+    """The Events of an evaluation outside admission that Kyverno reports as its webhook would for an admitted
+    request (``GenerateEvents(responses, false)``): the MutatingPolicy background processor's audit of each target
+    it evaluated.  PolicyApplied only when ``config`` enables success Events."""
+    metadata = obj.get("metadata") or {}
+    kind = str(obj.get("kind") or "")
+    namespace = str(metadata.get("namespace") or "")
+    name = str(metadata.get("name") or "")
+    if not name:
+        return []
+    label = f"{kind} {namespace}/{name}" if namespace else f"{kind} {name}"
+    key = f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
+    resource = object_reference(obj)
+    return [spec for response in responses for spec in _response_events(response, label, key, namespace, resource, False, config)]
 
 
 def scan_events(obj: dict[str, Any], responses: list[EngineResponse], config: KyvernoConfig | None = None) -> list[EventSpec]:

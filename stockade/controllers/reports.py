@@ -176,10 +176,16 @@ def submit_rule_result(
     background, so like scans they wait for room in the queue rather than drop the result."""
     response = EngineResponse(policy, trigger, trigger)
     response.rules.append(rule)
+    submit_rule_results(reports, trigger, response, process=process, existing=existing)
+
+
+def submit_rule_results(reports: Any, trigger: dict[str, Any], response: EngineResponse, process: str = PROCESS_ADMISSION, existing: bool = False) -> None:
+    """`submit_rule_result` for several results of one policy at once (so they land in the report together, not
+    each replacing the policy's previous ones)."""
     try:
         reports.submit(trigger, [response], process=process, wait=True, existing=existing)
     except Exception as exc:
-        log.warning("reporting %s on %s/%s failed: %s", getattr(policy, "key", ""), trigger.get("kind", ""), (trigger.get("metadata") or {}).get("name", ""), exc)
+        log.warning("reporting %s on %s/%s failed: %s", getattr(response.policy, "key", ""), trigger.get("kind", ""), (trigger.get("metadata") or {}).get("name", ""), exc)
 
 
 def result_properties(rule: RuleResponse, process: str) -> dict[str, str]:

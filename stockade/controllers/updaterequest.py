@@ -6,7 +6,8 @@ UpdateRequests in our namespace before the admission review is answered, the way
 * ``requestType: generate``: one per policy, ``ruleContext`` naming each rule with its trigger and whether the
   request removes that rule's downstream (``deleteDownstream``: the trigger went away or stopped matching, or a
   clone source was deleted);
-* ``requestType: mutate``: one per policy and rule, ``resource`` naming the trigger;
+* ``requestType: mutate``: one per policy and rule, ``resource`` naming the trigger (a DELETE only for the rules
+  whose match names the DELETE operation, as Kyverno's webhook records them: `mutateexisting.rules_for_trigger`);
 * ``requestType: cel-generate``: one per (Namespaced)GeneratingPolicy whose resource rules select the request, its one
   ``ruleContext`` named after the policy (Kyverno's gpol webhook);
 * ``requestType: cel-mutate``: one per (Namespaced)MutatingPolicy with ``mutateExisting`` whose resource rules select
@@ -45,6 +46,7 @@ from stockade.celpolicy.matching import resource_rules_match
 from stockade.celpolicy.model import CelPolicy
 from stockade.celpolicy.request import AdmissionInput
 from stockade.controllers.celmutate import CelMutateTrigger, policy_key
+from stockade.controllers.mutateexisting import rules_for_trigger
 from stockade.controllers.clusterdata import ClusterData
 from stockade.controllers.downstreamwatch import WATCH_BACKOFF, WATCH_TIMEOUT_SECONDS, KindListWatch
 from stockade.kube.controller import InformerController, Result
@@ -316,8 +318,8 @@ def plan_update_requests(
             contexts = generate_contexts(policy, review)
             if contexts:
                 requests.append(generate_request(namespace, policy, contexts, review))
-        for rule in policy.rules:
-            if rule.has_mutate_existing() and may_match(policy, rule, trigger or {}, review.kind, review.user_info, review.operation):
+        for rule in rules_for_trigger(policy, str(review.operation), False):
+            if may_match(policy, rule, trigger or {}, review.kind, review.user_info, review.operation):
                 requests.append(mutate_request(namespace, policy, rule, trigger or {}, review))
     for gpol in generating:
         context = gpol_context(gpol, review)
@@ -345,8 +347,8 @@ def plan_subresource_requests(namespace: str, policies: Iterable[KyvernoPolicy],
             contexts = [RuleContext(rule.name, spec) for rule in policy.rules if rule.has_generate() and may_match(policy, rule, trigger, kind, info, operation)]
             if contexts:
                 requests.append(generate_request(namespace, policy, contexts, review))
-        for rule in policy.rules:
-            if rule.has_mutate_existing() and may_match(policy, rule, trigger, kind, info, operation):
+        for rule in rules_for_trigger(policy, operation, False):
+            if may_match(policy, rule, trigger, kind, info, operation):
                 requests.append(mutate_request(namespace, policy, rule, trigger, review))
     if operation != "DELETE":
         for gpol in generating:

@@ -17,7 +17,9 @@ from stockade.engine.policycontext import PolicyContext
 from stockade.engine.preconditions import ConditionEvaluationError, evaluate_conditions
 from stockade.engine.response import ERROR, PASS, SKIP, RuleResponse
 from stockade.engine.variables import SubstitutionError, substitute_all
+from stockade.engine.wildcard import contains_wildcard
 from stockade.engine.wildcard import match as wildcard_match
+from stockade.errors import StockadeError
 from stockade.jmespath import JMESPathError
 from stockade.policy.model import RULE_TYPE_MUTATION, Rule
 
@@ -38,28 +40,39 @@ def _resolve_selector(pctx: PolicyContext, index: int, spec: dict[str, Any]) -> 
     return resolved
 
 
+class TargetNotFound(StockadeError):
+    """A target named exactly (namespace and name, no wildcard) does not exist: Kyverno reads such a target with a
+    GET, whose NotFound makes the rule an error (so the trigger's work is retried), not a rule without targets."""
+
+
 def _find_targets(pctx: PolicyContext, selector: dict[str, Any], lookup: ResourceLookup) -> list[dict[str, Any]]:
-    """Objects of the selector's apiVersion/kind whose name and namespace match its (wildcard) patterns."""
+    """The targets of one resolved selector, found as Kyverno's GetResources finds them: a namespace and a name
+    without wildcards read that one object (its label selector unused); otherwise the objects of the
+    apiVersion/kind whose namespace and name match the (wildcard) patterns and whose labels match the selector.
+    ``uid`` selects nothing, as in Kyverno."""
     namespace_pattern = str(selector.get("namespace") or "")
     if pctx.policy.namespace:
         namespace_pattern = pctx.policy.namespace  # a namespaced Policy may only reach into its own namespace
     name_pattern = str(selector.get("name") or "")
-    uid = str(selector.get("uid") or "")
-    exact_namespace = namespace_pattern if namespace_pattern and not any(c in namespace_pattern for c in "*?") else ""
-    found = []
+    api_version = str(selector.get("apiVersion") or "")
     kind = str(selector.get("kind") or "").partition("/")[0]  # a subresource target (Node/status) is read as its parent
-    for candidate in lookup(str(selector.get("apiVersion") or ""), kind, exact_namespace, None):
+    if namespace_pattern and name_pattern and not contains_wildcard(namespace_pattern) and not contains_wildcard(name_pattern):
+        found = lookup(api_version, kind, namespace_pattern, name_pattern)
+        if not found:
+            raise TargetNotFound(f"{api_version}/{kind} {namespace_pattern}/{name_pattern} not found")
+        return found
+    exact_namespace = namespace_pattern if namespace_pattern and not contains_wildcard(namespace_pattern) else ""
+    matching = []
+    for candidate in lookup(api_version, kind, exact_namespace, None):
         metadata = candidate.get("metadata") or {}
         if namespace_pattern and not wildcard_match(namespace_pattern, str(metadata.get("namespace") or "")):
             continue
         if name_pattern and not wildcard_match(name_pattern, str(metadata.get("name") or "")):
             continue
-        if uid and str(metadata.get("uid") or "") != uid:
-            continue
         if selector.get("selector") is not None and not selector_matches(selector["selector"], metadata.get("labels") or {}):
             continue
-        found.append(candidate)
-    return found
+        matching.append(candidate)
+    return matching
 
 
 def _mutate_target(pctx: PolicyContext, rule: Rule, spec: dict[str, Any], target: dict[str, Any]) -> RuleResponse:
@@ -101,7 +114,12 @@ def mutate_existing_rule(pctx: PolicyContext, rule: Rule, lookup: ResourceLookup
             responses.append(RuleResponse(rule.name, RULE_TYPE_MUTATION, ERROR, str(exc)))
             continue
         subresource = str(selector.get("kind") or "").partition("/")[2]
-        for target in _find_targets(pctx, selector, lookup):
+        try:
+            targets = _find_targets(pctx, selector, lookup)
+        except TargetNotFound as exc:
+            responses.append(RuleResponse(rule.name, RULE_TYPE_MUTATION, ERROR, f"failed to load target[{index}]: {exc}"))
+            continue
+        for target in targets:
             ctx.checkpoint()
             try:
                 pctx_resource = pctx.new_resource

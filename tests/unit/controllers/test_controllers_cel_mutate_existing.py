@@ -280,3 +280,65 @@ def test_every_evaluated_target_gets_its_result_in_its_own_report() -> None:
     assert reports.submitted[0][3] == {"process": PROCESS_BACKGROUND, "wait": True, "existing": True}
     assert ctl.process_trigger(namespace_update(cluster)) == []  # already labelled: still reported
     assert [(ns, name, statuses) for ns, name, statuses, _ in reports.submitted][1:] == [("ns1", "cm", ["pass"])]
+
+
+def test_targets_named_by_the_configmaps_resource_filters_are_left_alone() -> None:
+    """Kyverno's CELMutate processor skips a target its ConfigMap's ``resourceFilters`` name (``ToFilter`` on the
+    target's kind, namespace and name), whether the policy event or an admitted trigger reached it."""
+    from stockade.engine.kyvernoconfig import parse_kyverno_config
+
+    cluster = FakeCluster()
+    seed(cluster)
+    every_configmap = mpol(matchConstraints={"resourceRules": [CONFIGMAPS]})
+    ctl = controller(cluster, every_configmap)
+    config = parse_kyverno_config({"resourceFilters": "[ConfigMap,ns2,*][Secret,*,*]"})
+    ctl.kyverno_config = lambda: config
+    ctl.reconcile()
+    assert labels(cluster, "ns1") == {"foo": "bar"}
+    assert labels(cluster, "ns2") == {}
+    by_name = parse_kyverno_config({"resourceFilters": "[ConfigMap,*,cm]"})
+    ctl.kyverno_config = lambda: by_name
+    cluster.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "other", "namespace": "ns2"}})
+    configmap = cluster.find("ConfigMap", "ns2", "other")
+    assert configmap is not None
+    assert ctl.process_trigger(CelMutateTrigger("UPDATE", configmap, configmap, {"username": "alice"}, ("m",), False)) == []
+    assert labels(cluster, "ns2", "other") == {"foo": "bar"} and labels(cluster, "ns2") == {}
+
+
+def test_every_evaluated_target_is_audited_with_kyvernos_admission_events() -> None:
+    """Kyverno's processor audits each target it evaluated, changed or already as wanted, with the Events its
+    webhook writes (GenerateEvents, not blocked): a clean result is a PolicyApplied success Event, written only when
+    the ConfigMap's generateSuccessEvents is on."""
+    from stockade.engine.kyvernoconfig import parse_kyverno_config
+
+    class Events:
+        def __init__(self) -> None:
+            self.specs: list[Any] = []
+
+        def submit(self, spec: Any) -> None:
+            self.specs.append(spec)
+
+    cluster = FakeCluster()
+    seed(cluster)
+    ctl = controller(cluster, mpol(matchConstraints={"resourceRules": [{**CONFIGMAPS, "resourceNames": ["cm"]}]}))
+    events = Events()
+    ctl.events = events
+    enabled = parse_kyverno_config({"generateSuccessEvents": "true"})
+    ctl.kyverno_config = lambda: enabled
+    ctl.reconcile()
+    assert labels(cluster, "ns1") == {"foo": "bar"} and labels(cluster, "ns2") == {"foo": "bar"}
+    applied = sorted((e.reason, e.message, e.type, dict(e.regarding)["kind"], e.source) for e in events.specs)
+    assert applied == [
+        ("PolicyApplied", "ConfigMap ns1/cm is successfully mutated", "Normal", "MutatingPolicy", "admission"),
+        ("PolicyApplied", "ConfigMap ns2/cm is successfully mutated", "Normal", "MutatingPolicy", "admission"),
+    ]
+    # already as wanted: evaluated and audited again, not written
+    events.specs.clear()
+    assert ctl.apply_policy(ctl.policies()[0]) == []
+    assert len(events.specs) == 2 and ctl.stats.unchanged == 2
+    # success Events off (Kyverno's default): nothing
+    events.specs.clear()
+    disabled = parse_kyverno_config({})
+    ctl.kyverno_config = lambda: disabled
+    assert ctl.apply_policy(ctl.policies()[0]) == []
+    assert events.specs == []

@@ -57,11 +57,19 @@ class Store:
 
 
 class Events:
-    def __init__(self) -> None:
+    """The recorder's two doors: ``submit`` for every Event, ``submit_success`` for PolicyApplied ones, which the real
+    recorder writes only when the Kyverno ConfigMap's ``generateSuccessEvents`` is on (``successes_enabled`` here)."""
+
+    def __init__(self, successes_enabled: bool = True) -> None:
         self.specs: list[Any] = []
+        self.successes_enabled = successes_enabled
 
     def submit(self, spec: Any) -> None:
         self.specs.append(spec)
+
+    def submit_success(self, spec: Any) -> None:
+        if self.successes_enabled:
+            self.specs.append(spec)
 
 
 def setup(*policies: KyvernoPolicy) -> tuple[FakeCluster, GenerateController, Events]:
@@ -100,6 +108,11 @@ def test_create_trigger_patches_matching_targets_with_events() -> None:
     assert controller.mutate_existing.stats.mutated == 2
     assert [(e.reason, e.message, e.type, e.namespace) for e in events.specs] == [("PolicyApplied", "resource mutated", "Normal", "default")] * 2
     assert dict(events.specs[0].regarding)["kind"] == "ClusterPolicy"
+    # the target is the related object, by kind, namespace and name (Kyverno's ResourceSpec of it)
+    assert sorted(tuple(sorted(dict(e.related).items())) for e in events.specs) == [
+        (("kind", "Secret"), ("name", "secret-a"), ("namespace", "ns1")),
+        (("kind", "Secret"), ("name", "secret-b"), ("namespace", "ns1")),
+    ]
 
 
 def test_delete_trigger_uses_the_deleted_object_as_request_object() -> None:

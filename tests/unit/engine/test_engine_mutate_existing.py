@@ -86,3 +86,26 @@ def test_without_a_lookup_the_rule_reports_an_error() -> None:
     engine = Engine()
     response = engine.mutate(engine.policy_context(policy({"apiVersion": "v1", "kind": "Secret"}), Request(resource=TRIGGER)), include_existing=True)
     assert [r.status for r in response.rules] == ["error"]
+
+
+def test_a_target_named_exactly_is_read_as_one_object_as_kyvernos_get() -> None:
+    """Kyverno's GetResources: a namespace and a name without wildcards are one GET, so the label selector does not
+    filter it and a missing object is an error of the rule (not a rule without targets); ``uid`` filters nothing."""
+    unselected = run(policy({"apiVersion": "v1", "kind": "Secret", "name": "db", "namespace": "staging", "selector": {"matchLabels": {"tier": "fast"}}}))
+    assert [(r.status, r.patched_target["metadata"]["name"]) for r in unselected.rules] == [("pass", "db")]
+    by_uid = run(policy({"apiVersion": "v1", "kind": "Secret", "name": "db", "namespace": "staging", "uid": "some-other-uid"}))
+    assert [r.status for r in by_uid.rules] == ["pass"]
+    missing = run(policy({"apiVersion": "v1", "kind": "Secret", "name": "gone", "namespace": "staging"}))
+    assert [r.status for r in missing.rules] == ["error"]
+    assert "target[0]" in missing.rules[0].message and "not found" in missing.rules[0].message
+
+
+def test_wildcards_or_a_missing_namespace_list_and_find_nothing_without_error() -> None:
+    for target in (
+        {"apiVersion": "v1", "kind": "Secret", "name": "gone*", "namespace": "staging"},
+        {"apiVersion": "v1", "kind": "Secret", "name": "gone", "namespace": "stag*"},
+        {"apiVersion": "v1", "kind": "Secret", "name": "gone"},
+    ):
+        assert run(policy(target)).rules == []
+    # listing applies the label selector
+    assert run(policy({"apiVersion": "v1", "kind": "Secret", "name": "d*", "namespace": "staging", "selector": {"matchLabels": {"tier": "fast"}}})).rules == []
