@@ -147,15 +147,16 @@ async def _read_review(http_request: Request, state: ServerState, path: str) -> 
 def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> Callable[[Request], Awaitable[Response]]:
     """The admission endpoint for ``fixed`` (or, for dynamic paths, the route the request path names); ``path``
     is the bounded label metrics and spans use.  A review goes through stages: decode (``_read_review``), filter
-    (Kyverno's resourceFilters), evaluate (``_evaluate``, with the observers that see the decision inside its span),
-    record (reports and Events), background work, then metrics and the answer."""
+    (``_filtered``: Kyverno's resourceFilters), evaluate (``_evaluate``, with the observers that see the decision
+    inside its span), record (``_record_outcome``: reports and Events), background work (``_background_work``),
+    then metrics and the answer."""
 
     async def handle(http_request: Request) -> Response:
         started = time.perf_counter()
         route = fixed or parse_route(http_request.path)
         if route is None:
             return json_response({"error": f"no webhook at {http_request.path[:200]}"}, status=404)
-        phase, failure = route.phase, route.failure
+        phase = route.phase
         read = await _read_review(http_request, state, path)
         if isinstance(read, Response):
             return read
@@ -165,43 +166,60 @@ def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> C
             return json_response({"error": "policies are not loaded yet"}, status=503)
         arrived = time.monotonic()  # policy timeouts count from here
         evaluator = snapshot.evaluator.scoped(route.scope)
-        in_process = state.evaluations is None  # workers look namespace labels, kinds and roles up themselves, inside the review's budget
-        if in_process:
-            await _warm_lookups(state, review, evaluator)
-        if state.kyverno_config is not None and await _skipped_by_configuration(state.kyverno_config(), review, evaluator.role_resolver):
+        if await _filtered(state, review, evaluator):
             return _answer(_dumps(review_response(review, AdmissionDecision(True))))
-        if in_process:
-            await _warm_roles(review, evaluator)
         engine_started = time.perf_counter()
         decision, answer_bytes = await _evaluate(state, path, http_request, snapshot, evaluator, route, review, body, arrived)
         engine_seconds = time.perf_counter() - engine_started
         _record_outcome(state, phase, review, decision)
-        background_review = review
-        if state.generator is not None and decision.allowed and not review.dry_run and evaluator.needs_roles and evaluator.role_resolver is not None:
-            # background work is matched like the admission was: exclude/match by the requester's (Cluster)Roles needs
-            # them recorded (a trigger DELETE by a cluster-admin the rule excludes must not clean up)
-            try:
-                background_review = await asyncio.to_thread(evaluator.with_roles, review)
-            except Exception:
-                log.exception("looking up the roles of %s failed", review.user_info.username)
-        if state.generator is not None and phase in ("validate", "mutate") and decision.allowed and not review.dry_run:
-            if phase == "validate":  # the work of this webhook's own policies (Kyverno's handlers are per webhook)
-                record = state.generator.submit(background_review, served=evaluator.policies_for(failure), route=route)
-            else:
-                record = _submit_mutating(state.generator, route, background_review)
-            if callable(record):  # generate/mutate-existing work is stored (UpdateRequests) before we answer
-                try:
-                    await asyncio.to_thread(record)
-                except Exception:
-                    log.exception("recording background work for %s failed", review.uid)
-        if state.scanner is not None and decision.allowed and not review.dry_run and (phase == "validate" or route.scope.family in ("mpol", "nmpol")):
-            _notify_scanner(state.scanner, review)  # MutatingPolicies report through scans of what they admitted
+        if decision.allowed and not review.dry_run:
+            await _background_work(state, route, review, evaluator)
         kind = review.kind.kind
         state.metrics.observe_rules(decision.responses, kind, review.operation, engine_seconds)
         state.metrics.observe_request(path, kind, review.namespace, review.operation, decision.allowed, time.perf_counter() - started)
         return _answer(answer_bytes if answer_bytes is not None else _dumps(review_response(review, decision)))
 
     return handle
+
+
+async def _filtered(state: ServerState, review: AdmissionRequest, evaluator: Any) -> bool:
+    """Filter: True when Kyverno's resourceFilters or excluded requesters admit the request before any policy runs.
+    In-process evaluation also fetches here, off the event loop, what the (synchronous) evaluation will look up;
+    workers look namespace labels, kinds and roles up themselves, inside the review's budget."""
+    in_process = state.evaluations is None
+    if in_process:
+        await _warm_lookups(state, review, evaluator)
+    if state.kyverno_config is not None and await _skipped_by_configuration(state.kyverno_config(), review, evaluator.role_resolver):
+        return True
+    if in_process:
+        await _warm_roles(review, evaluator)
+    return False
+
+
+async def _background_work(state: ServerState, route: Route, review: AdmissionRequest, evaluator: Any) -> None:
+    """What an allowed, non-dry-run review starts: generate/mutate-existing work (stored before the answer) and the
+    background rescan of the admitted object."""
+    phase = route.phase
+    if state.generator is not None and phase in ("validate", "mutate"):
+        background_review = review
+        if evaluator.needs_roles and evaluator.role_resolver is not None:
+            # background work is matched like the admission was: exclude/match by the requester's (Cluster)Roles needs
+            # them recorded (a trigger DELETE by a cluster-admin the rule excludes must not clean up)
+            try:
+                background_review = await asyncio.to_thread(evaluator.with_roles, review)
+            except Exception:
+                log.exception("looking up the roles of %s failed", review.user_info.username)
+        if phase == "validate":  # the work of this webhook's own policies (Kyverno's handlers are per webhook)
+            record = state.generator.submit(background_review, served=evaluator.policies_for(route.failure), route=route)
+        else:
+            record = _submit_mutating(state.generator, route, background_review)
+        if callable(record):  # generate/mutate-existing work is stored (UpdateRequests) before we answer
+            try:
+                await asyncio.to_thread(record)
+            except Exception:
+                log.exception("recording background work for %s failed", review.uid)
+    if state.scanner is not None and (phase == "validate" or route.scope.family in ("mpol", "nmpol")):
+        _notify_scanner(state.scanner, review)  # MutatingPolicies report through scans of what they admitted
 
 
 def _answer(body: bytes) -> Response:
