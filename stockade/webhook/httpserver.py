@@ -40,6 +40,7 @@ from urllib.parse import unquote
 
 import httptools
 
+from stockade.errors import StockadeError
 from stockade.webhook.httplimits import BodyRefused, ConnectionGuard, body_over_limit, body_refusal
 
 log = logging.getLogger("stockade.webhook.http")
@@ -172,7 +173,7 @@ def _date() -> bytes:
 _STATUS_LINES = {status.value: f"{status.value} {status.phrase}".encode() for status in http.HTTPStatus}
 
 
-class _BadRequest(Exception):
+class _BadRequest(StockadeError):
     """Raised inside a parser callback: the request is malformed or over a size limit (answered 400, then closed)."""
 
 
