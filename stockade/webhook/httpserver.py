@@ -269,14 +269,25 @@ class HttpConnection(asyncio.Protocol):
         if drained is not None and not drained.done():
             drained.set_result(None)
 
-    def release(self) -> None:
-        """Stop the clocks and give the connection's slot back (idempotent)."""
+    def _stop_clocks(self) -> None:
         for timer in (self._deadline, self._write_deadline):
             if timer is not None:
                 timer.cancel()
         self._deadline = self._write_deadline = None
         self._due = None
+
+    def release(self) -> None:
+        """Stop the clocks and give the connection's slot back (idempotent)."""
+        self._stop_clocks()
         self._server.guard.release(self)
+
+    def _close(self) -> None:
+        """Close after what was written is sent; the slot is given back when the transport reports the connection
+        lost, so a server that stops waits for the socket to be really closed."""
+        self._failed = self._closing = True
+        self._stop_clocks()
+        if self._transport is not None:
+            self._transport.close()
 
     def abort(self) -> None:
         if self._transport is not None:
@@ -286,9 +297,8 @@ class HttpConnection(asyncio.Protocol):
     def shutdown(self) -> None:
         """Close now unless a request is being handled; then after its answer (which says ``Connection: close``)."""
         self._closing = True
-        if self._task is None and self._transport is not None:
-            self._transport.close()
-            self.release()
+        if self._task is None:
+            self._close()
 
     # -- parsing ---------------------------------------------------------------------------------------------------
     def _bad_request(self, error: Exception) -> None:
@@ -421,10 +431,8 @@ class HttpConnection(asyncio.Protocol):
                 keep_alive = request.keep_alive and not response.close and not self._closing
                 transport.write(_encode(request, response, keep_alive))
                 if not keep_alive:
-                    self._failed = True
                     self._queue.clear()
-                    transport.close()
-                    self.release()
+                    self._close()
                     return
                 if self._drained is not None:  # the client does not read: wait (under the response deadline)
                     await self._drained
@@ -452,8 +460,7 @@ class HttpConnection(asyncio.Protocol):
         if transport is None or transport.is_closing():
             return
         if self._closing:
-            transport.close()
-            self.release()
+            self._close()
             return
         if self._current is not None:  # a pipelined request's headers are in: its body's clock starts now
             self._arm(_BODY, self._limits.body_timeout)
@@ -493,9 +500,8 @@ class HttpConnection(asyncio.Protocol):
         if phase == "response":
             self._write_deadline = None
         elif phase == _IDLE:  # the keep-alive pause ran out: an ordinary close
-            if self._transport is not None:
-                self._transport.close()
-            self.release()
+            self._deadline = None
+            self._close()
             return
         else:
             self._deadline = None
@@ -652,3 +658,4 @@ class HttpServer:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
+        await asyncio.sleep(0)  # aborted transports report their loss (and close their sockets) on the next turn
