@@ -47,6 +47,7 @@ log = logging.getLogger("stockade.webhook.http")
 
 MAX_LINE_BYTES = 8190  # request target, and each header name and value
 MAX_HEADERS = 128
+CLOSE_GRACE_SECONDS = 1.0  # how long a server that stops waits for a closing connection (TLS close_notify)
 
 
 class Request:
@@ -640,15 +641,25 @@ class HttpServer:
 
     async def shutdown(self, timeout: float) -> None:
         """Stop accepting, close idle connections, let requests being handled finish for up to ``timeout`` seconds
-        (their answers close the connection), then cut off what is left."""
+        (their answers close the connection), then cut off what is left.  A closing connection gets
+        ``CLOSE_GRACE_SECONDS`` (a TLS close waits for the client's close_notify) before it is cut off."""
         for listener in self.listeners:
             await listener.stop()
         self.listeners.clear()
         connections = [c for c in list(self.guard.connections) if isinstance(c, HttpConnection)]
         for connection in connections:
             connection.shutdown()
-        give_up = asyncio.get_running_loop().time() + timeout
-        while any(c in self.guard.connections for c in connections) and asyncio.get_running_loop().time() < give_up:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while True:
+            remaining = [c for c in connections if c in self.guard.connections]
+            elapsed = loop.time() - started
+            if not remaining or elapsed >= timeout:
+                break
+            if elapsed >= CLOSE_GRACE_SECONDS:
+                for connection in remaining:
+                    if connection._task is None:  # nothing being answered: only the close is pending
+                        connection.abort()
             await asyncio.sleep(0.05)
         for connection in connections:
             if connection in self.guard.connections:
