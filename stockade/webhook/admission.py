@@ -1,6 +1,6 @@
 """AdmissionReview v1 in, AdmissionReview v1 out: the HTTP-free core of the webhook.
 
-Kept apart from aiohttp so the decision logic (which rules block, which warn, what patch goes back) is testable
+Kept apart from the HTTP layer so the decision logic (which rules block, which warn, what patch goes back) is testable
 with plain dictionaries and reusable by the benchmark.
 """
 

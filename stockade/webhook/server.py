@@ -1,4 +1,4 @@
-"""The HTTPS admission webhook: aiohttp routes around AdmissionEvaluator.
+"""The HTTPS admission webhook: routes of our HTTP/1.1 layer (stockade.webhook.httpserver) around AdmissionEvaluator.
 
 Endpoints follow Kyverno's layout (``/validate``, ``/validate/fail``, ``/validate/ignore``, the same for
 ``/mutate``, and ``/policyvalidate`` for policy documents themselves), plus ``/health/liveness``,
@@ -18,8 +18,6 @@ import time
 from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, cast
-
-from aiohttp import web
 
 from stockade.webhook.admission import (
     mutation_report_responses,
@@ -45,7 +43,8 @@ from stockade.webhook.certs import CertificateFileError, CertificateManager
 from stockade.webhook.logs import log_denial, log_unmatched
 from stockade.webhook.configfilter import configuration_skip_reason, needs_io
 from stockade.webhook.isolation import failure_decision, read_review_body
-from stockade.webhook.httplimits import BodyRefused, ConnectionGuard, GuardedSite, HttpLimits, read_body
+from stockade.webhook.httplimits import ConnectionGuard, HttpLimits
+from stockade.webhook.httpserver import HttpServer, Listener, Request, Response, Router, json_response
 from stockade.webhook.metrics import WebhookMetrics
 from stockade.lint.kyverno_warnings import kind_deprecation
 from stockade.policy.model import KYVERNO_GROUP
@@ -70,6 +69,7 @@ MAX_BODY_BYTES = 8 * 1024 * 1024  # the apiserver caps objects at ~3 MiB; a revi
 # (``parse_route``).  Metrics label requests by these bounded prefixes, never by the full path.
 WEBHOOK_PATHS: tuple[str, ...] = ("/validate", "/validate/fail", "/validate/ignore", "/mutate", "/mutate/fail", "/mutate/ignore")
 POLICY_VALIDATION_PATH = "/policyvalidate"
+SHUTDOWN_TIMEOUT_SECONDS = 5.0  # how long requests being handled may take to finish when the server stops
 
 
 @dataclass
@@ -120,23 +120,23 @@ def _submit_mutating(generator: Any, route: Route, review: AdmissionRequest) -> 
     return None
 
 
-def _bad_request(reason: str) -> web.Response:
-    return web.json_response({"error": "invalid AdmissionReview", "reason": reason}, status=400)
+def _bad_request(reason: str) -> Response:
+    return json_response({"error": "invalid AdmissionReview", "reason": reason}, status=400)
 
 
-async def _read_review(http_request: web.Request, state: ServerState, path: str) -> tuple[AdmissionRequest, bytes] | web.Response:
-    """The request's AdmissionReview and raw body, or the 400 answer that names what is wrong with it (counted as a
-    bad request).  JSON nested too deeply for orjson is decoded on a large-stack thread (up to MAX_JSON_DEPTH)."""
-    if http_request.content_type not in ("application/json", ""):
+async def _read_review(http_request: Request, state: ServerState, path: str) -> tuple[AdmissionRequest, bytes] | Response:
+    """Decode: the request's AdmissionReview and raw body, or the 400/413/415 answer that names what is wrong with it
+    (counted as a bad request).  JSON nested too deeply for orjson is decoded on a large-stack thread (up to
+    MAX_JSON_DEPTH)."""
+    content_type = http_request.content_type
+    if content_type not in ("application/json", ""):
         state.metrics.bad_requests.labels(path).inc()
-        return _bad_request(f"content type must be application/json, got {http_request.content_type}")
-    try:
-        body = await read_body(http_request, MAX_BODY_BYTES)
-    except BodyRefused as refused:
+        return _bad_request(f"content type must be application/json, got {content_type}")
+    refused = http_request.refused
+    if refused is not None:  # the connection did not read the body (compressed, or over MAX_BODY_BYTES)
         state.metrics.bad_requests.labels(path).inc()
-        answer = web.json_response({"error": "request body refused", "reason": refused.reason}, status=refused.status)
-        answer.force_close()  # the unread rest of the body would otherwise be drained
-        return answer
+        return json_response({"error": "request body refused", "reason": refused.reason}, status=refused.status, close=True)
+    body = http_request.body
     try:
         return parse_review(await read_review_body(body)), body
     except (InvalidAdmissionReview, ValueError, TypeError) as exc:
@@ -144,58 +144,36 @@ async def _read_review(http_request: web.Request, state: ServerState, path: str)
         return _bad_request(str(exc) if isinstance(exc, InvalidAdmissionReview) else f"body is not valid JSON: {exc}")
 
 
-def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> Callable[[web.Request], Awaitable[web.Response]]:
+def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> Callable[[Request], Awaitable[Response]]:
     """The admission endpoint for ``fixed`` (or, for dynamic paths, the route the request path names); ``path``
     is the bounded label metrics and spans use.  A review goes through stages: decode (``_read_review``), filter
-    (Kyverno's resourceFilters), evaluate (``_evaluate``, with the observers that see the decision inside its span),
-    record (reports and Events), background work, then metrics and the answer."""
+    (``_filtered``: Kyverno's resourceFilters), evaluate (``_evaluate``, with the observers that see the decision
+    inside its span), record (``_record_outcome``: reports and Events), background work (``_background_work``),
+    then metrics and the answer."""
 
-    async def handle(http_request: web.Request) -> web.Response:
+    async def handle(http_request: Request) -> Response:
         started = time.perf_counter()
         route = fixed or parse_route(http_request.path)
         if route is None:
-            return web.json_response({"error": f"no webhook at {http_request.path[:200]}"}, status=404)
-        phase, failure = route.phase, route.failure
+            return json_response({"error": f"no webhook at {http_request.path[:200]}"}, status=404)
+        phase = route.phase
         read = await _read_review(http_request, state, path)
-        if isinstance(read, web.Response):
+        if isinstance(read, Response):
             return read
         review, body = read
         snapshot = state.store.snapshot
         if snapshot is None:
-            return web.json_response({"error": "policies are not loaded yet"}, status=503)
+            return json_response({"error": "policies are not loaded yet"}, status=503)
         arrived = time.monotonic()  # policy timeouts count from here
         evaluator = snapshot.evaluator.scoped(route.scope)
-        in_process = state.evaluations is None  # workers look namespace labels, kinds and roles up themselves, inside the review's budget
-        if in_process:
-            await _warm_lookups(state, review, evaluator)
-        if state.kyverno_config is not None and await _skipped_by_configuration(state.kyverno_config(), review, evaluator.role_resolver):
+        if await _filtered(state, review, evaluator):
             return _answer(_dumps(review_response(review, AdmissionDecision(True))))
-        if in_process:
-            await _warm_roles(review, evaluator)
         engine_started = time.perf_counter()
         decision, answer_bytes = await _evaluate(state, path, http_request, snapshot, evaluator, route, review, body, arrived)
         engine_seconds = time.perf_counter() - engine_started
         _record_outcome(state, phase, review, decision)
-        background_review = review
-        if state.generator is not None and decision.allowed and not review.dry_run and evaluator.needs_roles and evaluator.role_resolver is not None:
-            # background work is matched like the admission was: exclude/match by the requester's (Cluster)Roles needs
-            # them recorded (a trigger DELETE by a cluster-admin the rule excludes must not clean up)
-            try:
-                background_review = await asyncio.to_thread(evaluator.with_roles, review)
-            except Exception:
-                log.exception("looking up the roles of %s failed", review.user_info.username)
-        if state.generator is not None and phase in ("validate", "mutate") and decision.allowed and not review.dry_run:
-            if phase == "validate":  # the work of this webhook's own policies (Kyverno's handlers are per webhook)
-                record = state.generator.submit(background_review, served=evaluator.policies_for(failure), route=route)
-            else:
-                record = _submit_mutating(state.generator, route, background_review)
-            if callable(record):  # generate/mutate-existing work is stored (UpdateRequests) before we answer
-                try:
-                    await asyncio.to_thread(record)
-                except Exception:
-                    log.exception("recording background work for %s failed", review.uid)
-        if state.scanner is not None and decision.allowed and not review.dry_run and (phase == "validate" or route.scope.family in ("mpol", "nmpol")):
-            _notify_scanner(state.scanner, review)  # MutatingPolicies report through scans of what they admitted
+        if decision.allowed and not review.dry_run:
+            await _background_work(state, route, review, evaluator)
         kind = review.kind.kind
         state.metrics.observe_rules(decision.responses, kind, review.operation, engine_seconds)
         state.metrics.observe_request(path, kind, review.namespace, review.operation, decision.allowed, time.perf_counter() - started)
@@ -204,8 +182,48 @@ def make_handler(state: ServerState, path: str, fixed: Route | None = None) -> C
     return handle
 
 
-def _answer(body: bytes) -> web.Response:
-    return web.Response(body=body, content_type="application/json")
+async def _filtered(state: ServerState, review: AdmissionRequest, evaluator: Any) -> bool:
+    """Filter: True when Kyverno's resourceFilters or excluded requesters admit the request before any policy runs.
+    In-process evaluation also fetches here, off the event loop, what the (synchronous) evaluation will look up;
+    workers look namespace labels, kinds and roles up themselves, inside the review's budget."""
+    in_process = state.evaluations is None
+    if in_process:
+        await _warm_lookups(state, review, evaluator)
+    if state.kyverno_config is not None and await _skipped_by_configuration(state.kyverno_config(), review, evaluator.role_resolver):
+        return True
+    if in_process:
+        await _warm_roles(review, evaluator)
+    return False
+
+
+async def _background_work(state: ServerState, route: Route, review: AdmissionRequest, evaluator: Any) -> None:
+    """What an allowed, non-dry-run review starts: generate/mutate-existing work (stored before the answer) and the
+    background rescan of the admitted object."""
+    phase = route.phase
+    if state.generator is not None and phase in ("validate", "mutate"):
+        background_review = review
+        if evaluator.needs_roles and evaluator.role_resolver is not None:
+            # background work is matched like the admission was: exclude/match by the requester's (Cluster)Roles needs
+            # them recorded (a trigger DELETE by a cluster-admin the rule excludes must not clean up)
+            try:
+                background_review = await asyncio.to_thread(evaluator.with_roles, review)
+            except Exception:
+                log.exception("looking up the roles of %s failed", review.user_info.username)
+        if phase == "validate":  # the work of this webhook's own policies (Kyverno's handlers are per webhook)
+            record = state.generator.submit(background_review, served=evaluator.policies_for(route.failure), route=route)
+        else:
+            record = _submit_mutating(state.generator, route, background_review)
+        if callable(record):  # generate/mutate-existing work is stored (UpdateRequests) before we answer
+            try:
+                await asyncio.to_thread(record)
+            except Exception:
+                log.exception("recording background work for %s failed", review.uid)
+    if state.scanner is not None and (phase == "validate" or route.scope.family in ("mpol", "nmpol")):
+        _notify_scanner(state.scanner, review)  # MutatingPolicies report through scans of what they admitted
+
+
+def _answer(body: bytes) -> Response:
+    return Response(200, body)
 
 
 async def _warm_lookups(state: ServerState, review: AdmissionRequest, evaluator: Any) -> None:
@@ -226,7 +244,7 @@ async def _warm_roles(review: AdmissionRequest, evaluator: Any) -> None:
 
 
 async def _evaluate(
-    state: ServerState, path: str, http_request: web.Request, snapshot: Any, evaluator: Any, route: Route, review: AdmissionRequest, body: bytes, arrived: float
+    state: ServerState, path: str, http_request: Request, snapshot: Any, evaluator: Any, route: Route, review: AdmissionRequest, body: bytes, arrived: float
 ) -> tuple[AdmissionDecision, bytes | None]:
     """The decision, and the serialized answer when a worker made it; the observers that need the request span
     (trace attributes, decision log, denial and debug lines) see the decision inside it."""
@@ -285,36 +303,36 @@ async def _skipped_by_configuration(config: Any, review: AdmissionRequest, role_
     return configuration_skip_reason(config, review, role_resolver) is not None
 
 
-def make_policy_validation_handler(state: ServerState, path: str = POLICY_VALIDATION_PATH) -> Callable[[web.Request], Awaitable[web.Response]]:
+def make_policy_validation_handler(state: ServerState, path: str = POLICY_VALIDATION_PATH) -> Callable[[Request], Awaitable[Response]]:
     """``/policyvalidate``: reject invalid policies at ``kubectl apply`` with the field and the reason."""
 
-    async def handle(http_request: web.Request) -> web.Response:
+    async def handle(http_request: Request) -> Response:
         started = time.perf_counter()
         read = await _read_review(http_request, state, path)
-        if isinstance(read, web.Response):
+        if isinstance(read, Response):
             return read
         review = read[0]
         decision = policy_validation_decision(review, state.store.exception_namespaces, state.store.allow_namespaced_http)
         if decision.allowed and state.policy_checker is not None and review.operation in ("CREATE", "UPDATE") and review.object:
             decision = await asyncio.to_thread(cluster_policy_decision, state.policy_checker, review, decision)
         state.metrics.observe_request(path, review.kind.kind, review.namespace, review.operation, decision.allowed, time.perf_counter() - started)
-        return web.Response(body=_dumps(review_response(review, decision)), content_type="application/json")
+        return Response(200, _dumps(review_response(review, decision)))
 
     return handle
 
 
-def make_admit_handler(state: ServerState, path: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+def make_admit_handler(state: ServerState, path: str) -> Callable[[Request], Awaitable[Response]]:
     """A webhook that admits every well-formed review unchanged: Kyverno's policy mutating (``/policymutate``) and
     verify (``/verifymutate``) webhooks, which its naming registers."""
 
-    async def handle(http_request: web.Request) -> web.Response:
+    async def handle(http_request: Request) -> Response:
         started = time.perf_counter()
         read = await _read_review(http_request, state, path)
-        if isinstance(read, web.Response):
+        if isinstance(read, Response):
             return read
         review = read[0]
         state.metrics.observe_request(path, review.kind.kind, review.namespace, review.operation, True, time.perf_counter() - started)
-        return web.Response(body=_dumps(review_response(review, AdmissionDecision(True))), content_type="application/json")
+        return Response(200, _dumps(review_response(review, AdmissionDecision(True))))
 
     return handle
 
@@ -386,50 +404,51 @@ def cluster_policy_decision(checker: Any, review: AdmissionRequest, static: Admi
     return AdmissionDecision(True, warnings=[*static.warnings, *warnings])
 
 
-def build_app(state: ServerState) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY_BYTES)
+def build_router(state: ServerState) -> Router:
+    """The admission listener's routes: the webhooks (POST, bodies up to MAX_BODY_BYTES), health and metrics."""
+    router = Router()
     for path in WEBHOOK_PATHS:
-        app.router.add_post(path, make_handler(state, path, parse_route(path)))
+        router.add("POST", path, make_handler(state, path, parse_route(path)), MAX_BODY_BYTES)
     for phase in ("validate", "mutate"):
         for failure in ("fail", "ignore"):
             prefix = f"/{phase}/{failure}/finegrained"
-            app.router.add_post(prefix + "/{policy:.+}", make_handler(state, prefix))
+            router.add_prefix("POST", prefix + "/", make_handler(state, prefix), MAX_BODY_BYTES)
     for prefix in CEL_ROUTES:
-        app.router.add_post(f"/{prefix}/{{policies:.+}}", make_handler(state, f"/{prefix}"))
+        router.add_prefix("POST", f"/{prefix}/", make_handler(state, f"/{prefix}"), MAX_BODY_BYTES)
     for prefix in IMAGE_ROUTES:
         for phase in ("validate", "mutate"):
-            app.router.add_post(f"/{prefix}/{phase}/{{policies:.+}}", make_handler(state, f"/{prefix}/{phase}"))
-    app.router.add_post(POLICY_VALIDATION_PATH, make_policy_validation_handler(state))
+            router.add_prefix("POST", f"/{prefix}/{phase}/", make_handler(state, f"/{prefix}/{phase}"), MAX_BODY_BYTES)
+    router.add("POST", POLICY_VALIDATION_PATH, make_policy_validation_handler(state), MAX_BODY_BYTES)
     for path in (POLICY_MUTATION_PATH, VERIFY_MUTATION_PATH):
-        app.router.add_post(path, make_admit_handler(state, path))
+        router.add("POST", path, make_admit_handler(state, path), MAX_BODY_BYTES)
 
-    async def liveness(_: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+    async def liveness(_: Request) -> Response:
+        return json_response({"status": "ok"})
 
-    async def readiness(_: web.Request) -> web.Response:
+    async def readiness(_: Request) -> Response:
         problems = [] if state.ready and not state.shutting_down else ["not ready"]
         if store_problem := state.store.readiness_problem():
             problems.append(store_problem)
         problems.extend(p for p in (check() for check in state.readiness_checks) if p)
         if problems:
-            return web.json_response({"status": "unready", "problems": problems}, status=503)
+            return json_response({"status": "unready", "problems": problems}, status=503)
         snapshot = state.store.snapshot
         # policies: the Kyverno policies served; documents: everything the store holds (policies of every kind,
         # exceptions, watched admission policies), so a caller can wait for deleted ones to leave the cache
-        return web.json_response(
+        return json_response(
             {"status": "ok", "policies": len(snapshot.policies) if snapshot else 0, "documents": len(snapshot.documents) if snapshot else 0}
         )
 
-    app.router.add_get("/health/liveness", liveness)
-    app.router.add_get("/health/readiness", readiness)
-    app.router.add_get("/metrics", metrics_handler(state))
-    return app
+    router.add("GET", "/health/liveness", liveness)
+    router.add("GET", "/health/readiness", readiness)
+    router.add("GET", "/metrics", metrics_handler(state))
+    return router
 
 
-def metrics_handler(state: ServerState) -> Callable[[web.Request], Awaitable[web.Response]]:
-    async def metrics(_: web.Request) -> web.Response:
+def metrics_handler(state: ServerState) -> Callable[[Request], Awaitable[Response]]:
+    async def metrics(_: Request) -> Response:
         # rendering every series takes a while: in a thread, so admission reviews are answered meanwhile
-        return web.Response(body=await asyncio.to_thread(state.metrics.exposition), headers={"Content-Type": state.metrics.content_type})
+        return Response(200, await asyncio.to_thread(state.metrics.exposition), state.metrics.content_type)
 
     return metrics
 
@@ -453,11 +472,10 @@ class WebhookServer:
         self.state = state
         self.certs = certs
         self.config = config
-        self.runner: web.AppRunner | None = None
-        self.metrics_runner: web.AppRunner | None = None
         self.port: int = config.port
         self.metrics_port: int | None = None
         self.guard = ConnectionGuard(config.limits)
+        self.http: HttpServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -469,24 +487,14 @@ class WebhookServer:
             self.state.store.load()
         else:
             metrics.retain([*self.state.store.snapshot.policies, *self.state.store.snapshot.cel_policies])
-        app = build_app(self.state)
-        app.middlewares.append(self.guard.middleware)
-        # auto_decompress=False: compressed bodies are refused (415), and are never inflated on the way there either
-        protocol_options: dict[str, Any] = {"keepalive_timeout": self.config.limits.idle_timeout, "auto_decompress": False}
-        self.runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=5.0, **protocol_options)
-        await self.runner.setup()
-        site = GuardedSite(self.runner, self.config.host, self.config.port, self.guard, ssl_context=context, reuse_port=self.config.reuse_port)
-        await site.start()
-        self.port = site.port
+        self.http = HttpServer(self.guard)
+        listener: Listener = self.http.listen(build_router(self.state), self.config.host, self.config.port, ssl_context=context, reuse_port=self.config.reuse_port)
+        self.port = listener.port
         if self.config.metrics_port is not None:
             # plain HTTP for scrapers, and nothing but /metrics on it: admission stays TLS-only
-            metrics_app = web.Application(middlewares=[self.guard.middleware])
-            metrics_app.router.add_get("/metrics", metrics_handler(self.state))
-            self.metrics_runner = web.AppRunner(metrics_app, access_log=None, handle_signals=False, **protocol_options)
-            await self.metrics_runner.setup()
-            metrics_site = GuardedSite(self.metrics_runner, self.config.host, self.config.metrics_port, self.guard)
-            await metrics_site.start()
-            self.metrics_port = metrics_site.port
+            metrics_router = Router()
+            metrics_router.add("GET", "/metrics", metrics_handler(self.state))
+            self.metrics_port = self.http.listen(metrics_router, self.config.host, self.config.metrics_port).port
         # policy reloads parse YAML and may re-register webhooks over the network: keep them off the event loop
         self._tasks.append(asyncio.create_task(self._every(self.config.reload_interval, self.state.store.reload_if_changed, in_thread=True)))
         self._tasks.append(asyncio.create_task(self._every(self.config.cert_check_interval, self._refresh_certs)))
@@ -523,10 +531,9 @@ class WebhookServer:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
-        for runner in (self.runner, self.metrics_runner):
-            if runner is not None:
-                await runner.cleanup()
-        self.runner = self.metrics_runner = None
+        if self.http is not None:
+            await self.http.shutdown(SHUTDOWN_TIMEOUT_SECONDS)
+            self.http = None
         if self.state.tracing is not None:
             await asyncio.to_thread(self.state.tracing.shutdown)  # flushes buffered spans
         if self.state.decision_log is not None:

@@ -80,3 +80,4 @@ class InProcessWebhook:
                 self.state.events.close()
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(timeout=10)
+            self.loop.close()  # its self-pipe sockets; left to the garbage collector they warn at a random moment

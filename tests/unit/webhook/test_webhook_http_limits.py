@@ -116,7 +116,7 @@ def test_header_drip_is_dropped_after_the_header_timeout(make_server: Callable[.
 
 
 def test_body_drip_is_dropped_after_the_body_timeout(make_server: Callable[..., RunningServer], caplog: pytest.LogCaptureFixture) -> None:
-    """Cutting the connection off mid-body is a normal disconnect: nothing logged at ERROR (no aiohttp traceback)."""
+    """Cutting the connection off mid-body is a normal disconnect: nothing logged at ERROR (no traceback)."""
     running = make_server(body_timeout=SHORT)
     with caplog.at_level(logging.DEBUG):
         with tls_connect(running) as sock:

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
+import http.server
+import json
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from aiohttp import web
 
 from stockade.controllers.registration import WebhookRegistrar, discover_resources, discovery_resolver, load_api_client
 from stockade.controllers.webhookconfig import WebhookTarget, build_configurations, static_resolver
@@ -22,51 +23,54 @@ GROUP_PATH = "/apis/admissionregistration.k8s.io/v1"
 class FakeApiServer:
     """Discovery for core/v1 and apps/v1 plus CRUD on webhook configurations; records bearer tokens seen."""
 
+    STATIC: dict[str, dict[str, Any]] = {
+        "/api": {"kind": "APIVersions", "versions": ["v1"]},
+        "/api/v1": {"resources": [
+            {"name": "pods", "kind": "Pod", "namespaced": True}, {"name": "pods/exec", "kind": "PodExecOptions", "namespaced": True},
+            {"name": "namespaces", "kind": "Namespace", "namespaced": False}]},
+        "/apis": {"groups": [{"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}]}]},
+        "/apis/apps/v1": {"resources": [{"name": "deployments", "kind": "Deployment", "namespaced": True}]},
+    }
+    NOT_FOUND = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}
+
     def __init__(self) -> None:
         self.objects: dict[str, dict[str, dict[str, Any]]] = {"mutatingwebhookconfigurations": {}, "validatingwebhookconfigurations": {}}
         self.tokens: set[str] = set()
         self.version = 0
+        self.lock = threading.Lock()
 
-    def app(self) -> web.Application:
-        app = web.Application()
-        app.router.add_get("/api", self._static({"kind": "APIVersions", "versions": ["v1"]}))
-        app.router.add_get("/api/v1", self._static({"resources": [
-            {"name": "pods", "kind": "Pod", "namespaced": True}, {"name": "pods/exec", "kind": "PodExecOptions", "namespaced": True},
-            {"name": "namespaces", "kind": "Namespace", "namespaced": False}]}))
-        app.router.add_get("/apis", self._static({"groups": [{"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}]}]}))
-        app.router.add_get("/apis/apps/v1", self._static({"resources": [{"name": "deployments", "kind": "Deployment", "namespaced": True}]}))
-        for plural in self.objects:
-            app.router.add_get(f"{GROUP_PATH}/{plural}", self._list(plural))
-            app.router.add_post(f"{GROUP_PATH}/{plural}", self._create(plural))
-            app.router.add_get(f"{GROUP_PATH}/{plural}/{{name}}", self._read(plural))
-            app.router.add_put(f"{GROUP_PATH}/{plural}/{{name}}", self._replace(plural))
-            app.router.add_delete(f"{GROUP_PATH}/{plural}/{{name}}", self._delete(plural))
-        return app
-
-    def _static(self, body: dict[str, Any]) -> Any:
-        async def handler(request: web.Request) -> web.Response:
-            return self._json(request, body)
-        return handler
-
-    def _json(self, request: web.Request, body: dict[str, Any], status: int = 200) -> web.Response:
-        self.tokens.add(request.headers.get("Authorization", ""))
-        return web.json_response(body, status=status)
-
-    def _not_found(self, request: web.Request) -> web.Response:
-        return self._json(request, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404}, 404)
-
-    def _list(self, plural: str) -> Any:
-        async def handler(request: web.Request) -> web.Response:
-            key, _, value = request.query.get("labelSelector", "").partition("=")
-            items = [o for o in self.objects[plural].values() if not key or o["metadata"].get("labels", {}).get(key) == value]
-            return self._json(request, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items})
-        return handler
-
-    def _read(self, plural: str) -> Any:
-        async def handler(request: web.Request) -> web.Response:
-            found = self.objects[plural].get(request.match_info["name"])
-            return self._json(request, found) if found else self._not_found(request)
-        return handler
+    def handle(self, method: str, target: str, token: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        """The status and JSON answer of one API request."""
+        with self.lock:
+            self.tokens.add(token)
+            url = urllib.parse.urlsplit(target)
+            if method == "GET" and url.path in self.STATIC:
+                return 200, self.STATIC[url.path]
+            if not url.path.startswith(GROUP_PATH + "/"):
+                return 404, self.NOT_FOUND
+            plural, _, name = url.path[len(GROUP_PATH) + 1:].partition("/")
+            if plural not in self.objects:
+                return 404, self.NOT_FOUND
+            stored = self.objects[plural]
+            if not name and method == "GET":
+                key, _, value = urllib.parse.parse_qs(url.query).get("labelSelector", [""])[0].partition("=")
+                items = [o for o in stored.values() if not key or o["metadata"].get("labels", {}).get(key) == value]
+                return 200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items}
+            if not name and method == "POST":
+                return 201, self._store(plural, json.loads(body))
+            current = stored.get(name)
+            if current is None:
+                return 404, self.NOT_FOUND
+            if method == "GET":
+                return 200, current
+            if method == "PUT":
+                replacement = json.loads(body)
+                assert replacement["metadata"]["resourceVersion"] == current["metadata"]["resourceVersion"]
+                return 200, self._store(plural, replacement)
+            if method == "DELETE":
+                del stored[name]
+                return 200, {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+            return 405, {"kind": "Status", "code": 405}
 
     def _store(self, plural: str, body: dict[str, Any]) -> dict[str, Any]:
         self.version += 1
@@ -74,40 +78,36 @@ class FakeApiServer:
         self.objects[plural][body["metadata"]["name"]] = body
         return body
 
-    def _create(self, plural: str) -> Any:
-        async def handler(request: web.Request) -> web.Response:
-            return self._json(request, self._store(plural, await request.json()), 201)
-        return handler
 
-    def _replace(self, plural: str) -> Any:
-        async def handler(request: web.Request) -> web.Response:
-            body = await request.json()
-            current = self.objects[plural].get(request.match_info["name"])
-            if current is None:
-                return self._not_found(request)
-            assert body["metadata"]["resourceVersion"] == current["metadata"]["resourceVersion"]
-            return self._json(request, self._store(plural, body))
-        return handler
+def _request_handler(fake: FakeApiServer) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as the API server
 
-    def _delete(self, plural: str) -> Any:
-        async def handler(request: web.Request) -> web.Response:
-            if self.objects[plural].pop(request.match_info["name"], None) is None:
-                return self._not_found(request)
-            return self._json(request, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
-        return handler
+        def _answer(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            status, answer = fake.handle(self.command, self.path, self.headers.get("Authorization", ""), body)
+            data = json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_PUT = do_DELETE = _answer
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
 
 
 @pytest.fixture()
 def fake_api(tmp_path: Path) -> Iterator[tuple[FakeApiServer, Any]]:
     fake = FakeApiServer()
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _request_handler(fake))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    runner = web.AppRunner(fake.app())
-    asyncio.run_coroutine_threadsafe(runner.setup(), loop).result(10)
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    asyncio.run_coroutine_threadsafe(site.start(), loop).result(10)
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = server.server_address[1]
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(
         f"apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'http://127.0.0.1:{port}'}}\n"
@@ -116,10 +116,9 @@ def fake_api(tmp_path: Path) -> Iterator[tuple[FakeApiServer, Any]]:
     client = load_api_client(str(kubeconfig))
     yield fake, client
     client.close()  # its connection pool's sockets
-    asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
+    server.shutdown()
+    server.server_close()
     thread.join(10)
-    loop.close()
 
 
 POLICY = KyvernoPolicy(yaml.safe_load("""
