@@ -81,6 +81,7 @@ from typing import Any
 
 from stockade.celpolicy.evaluator import GeneratedPlacement
 from stockade.celpolicy.model import CelPolicy
+from stockade.controllers.background import requester_dependency
 from stockade.controllers.celmutate import CelMutateExisting, CelMutateTrigger, TriggerNotStored, mutating_policies, policy_key
 from stockade.controllers.clusterdata import (
     ClusterCelHttp,
@@ -235,6 +236,15 @@ def clones_single(rule: Rule) -> bool:
     generate = rule.generate or {}
     specs = [generate, *[g for g in generate.get("foreach") or [] if isinstance(g, dict)]]
     return any(spec.get("clone") for spec in specs) and not any(spec.get("cloneList") for spec in specs)
+
+
+def reacts_to_policy_events(policy: KyvernoPolicy) -> bool:
+    """Kyverno's ``canBackgroundProcess``: a policy's creation, spec change and the periodic pass only reach its
+    downstream when it has generate or mutate-existing rules and needs no requester (no ``request.userInfo``-like
+    variables, no roles/subjects in match/exclude); its deletion cleans up regardless."""
+    if not any(rule.has_generate() or rule.has_mutate_existing() for rule in policy.rules):
+        return False
+    return not requester_dependency(policy)
 
 
 def skips_background_requests(rule: Rule) -> bool:
@@ -1187,21 +1197,9 @@ class GenerateController:
                 except KubeError as exc:
                     failures.append(TriggerFailure(policy.key, rule.name, event.describe(), str(exc)))
             return failures
-        # copies found by their source labels, and the rules whose clone coordinates name this object: both are
-        # brought in step (a second pass over the same copies finds nothing left to do)
+        # a clone source: only the copies that name it by their source labels follow it (Kyverno's processRequest
+        # finds targets by source labels alone; a trigger without a copy gets none from a source edit)
         self._process_copies_of(engine, by_key, old, event, failures)
-        for policy in policies:
-            for rule in generate_rules(policy).values():
-                how = cloned_from(rule, old, event.resource or None)
-                if not how or self._matches(engine, policy, rule, old, event):
-                    continue
-                try:
-                    if event.operation == "DELETE":
-                        self._delete_copies(policy, rule, old, every_target=how == "clone")
-                    else:
-                        self._apply_to_existing(policy, [rule], prune=False)
-                except KubeError as exc:
-                    failures.append(TriggerFailure(policy.key, rule.name, event.describe(), str(exc)))
         return failures
 
     def _process_copies_of(
@@ -1278,16 +1276,6 @@ class GenerateController:
             elif result.status == ERROR:
                 self._failure_event(policy, rule.name, result.message, trigger)
 
-    def _delete_copies(self, policy: KyvernoPolicy, rule: Rule, source: dict[str, Any], *, every_target: bool) -> None:
-        """The downstream objects a rule copied from a deleted source (all of a single-source clone rule; the
-        same-named ones of the source's kind for cloneList)."""
-        name = str((source.get("metadata") or {}).get("name") or "")
-        for obj in self.find_downstream(policy.name, policy.namespace, rule):
-            if obj.get("kind") != source.get("kind"):
-                continue
-            if every_target or (obj.get("metadata") or {}).get("name") == name:
-                self._delete_object(obj)
-
     # -- watched changes of GeneratingPolicy downstream objects and clone sources -------------------------------------
     def process_watched_change(self, change: WatchedChange) -> list[TriggerFailure]:
         """A synchronized GeneratingPolicy's downstream object edited or deleted is regenerated from its trigger; a
@@ -1326,18 +1314,11 @@ class GenerateController:
         return failures
 
     def _regenerate_gpol(self, policy: CelPolicy, labels: dict[str, Any], change: WatchedChange) -> list[TriggerFailure]:
-        group, version = str(labels.get(TRIGGER_GROUP_LABEL) or ""), str(labels.get(TRIGGER_VERSION_LABEL) or "")
-        kind, namespace, name = str(labels.get(TRIGGER_KIND_LABEL) or ""), str(labels.get(TRIGGER_NAMESPACE_LABEL) or ""), str(labels.get(TRIGGER_NAME_LABEL) or "")
-        if not kind or not name:
-            return []
         try:
-            trigger = self.cluster.get_object(f"{group}/{version}" if group else version, kind, namespace, name, cached=False)
-        except NotFound:
-            return []
+            trigger = self._gpol_trigger(labels)
         except KubeError as exc:
             return [TriggerFailure(policy.key, policy.name, change.describe(), str(exc))]
-        metadata = (trigger or {}).get("metadata") or {}
-        if trigger is None or metadata.get("uid") != labels.get(TRIGGER_UID_LABEL) or metadata.get("deletionTimestamp"):
+        if trigger is None:
             return []  # the trigger is gone or replaced: its own events decide
         try:
             result = self._evaluate_gpol(self._cel_evaluator(), policy, trigger, "CREATE", {}, RequestInfo())
@@ -1516,7 +1497,6 @@ class GenerateController:
     def apply_gpol_downstream(self, policy: CelPolicy, trigger: dict[str, Any], generated: Iterable[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
         """Create (or, synchronized, bring back in step) what a GeneratingPolicy produced for one trigger; returns
         the identities of the downstream objects it stands for."""
-        synchronized = evaluation_enabled(policy, "synchronize")
         server_side = bool(policy.spec.get("useServerSideApply", False))
         trigger_uid = str((trigger.get("metadata") or {}).get("uid") or "")
         written: set[tuple[str, str, str, str]] = set()
@@ -1529,7 +1509,7 @@ class GenerateController:
                 metadata.pop("ownerReferences", None)  # a cloned owner does not exist where the copy lands
             labels.update(gpol_labels(policy, trigger, source_uid))
             metadata["labels"] = labels
-            resource = self.cluster.resolve_kind(str(desired.get("apiVersion") or ""), str(desired.get("kind") or ""))
+            resource = self._remember_gpol_kind(policy, str(desired.get("apiVersion") or ""), str(desired.get("kind") or ""))
             if resource is None:
                 raise NotFound(f"kind {desired.get('apiVersion')}/{desired.get('kind')} is not served", method="GET", path=str(desired.get("kind")))
             desired["apiVersion"] = api_version_of(resource)
@@ -1537,9 +1517,6 @@ class GenerateController:
                 metadata["namespace"] = metadata.get("namespace") or "default"
             else:
                 metadata.pop("namespace", None)
-            self._gpol_kinds.setdefault(policy.key, set()).add((desired["apiVersion"], resource.kind))
-            if synchronized and self.downstream_watch is not None:
-                self.downstream_watch.ensure(desired["apiVersion"], resource.kind)
             written.add(object_identity(desired))
             # Kyverno's generator.apply brings an existing object this policy made for this trigger in step with the
             # new rendering whatever `synchronize` says (synchronize adds watching the copies and the source)
@@ -1675,40 +1652,44 @@ class GenerateController:
 
     # -- policy changes and resync ---------------------------------------------------------------------------------
     def reconcile_policies(self) -> None:
-        """React to loaded policies changing: clean up after vanished generate rules, run generateExisting for new ones."""
+        """React to loaded policies changing as Kyverno's policy controller does: a policy gone, or rules gone from a
+        policy it can process in the background, takes their synchronized downstream along (orphan aside); a new or
+        changed policy unlabels the old targets of retargeted rules (when no rule was removed), re-applies its
+        synchronized data rules to their downstream and runs every generateExisting rule over existing triggers."""
         current = {policy.key: (policy, generate_rules(policy)) for policy in self._policies()}
         snapshot = self.store.snapshot
-        existing = {policy.key for policy in (snapshot.policies if snapshot is not None else [])}
+        loaded = {policy.key: policy for policy in (snapshot.policies if snapshot is not None else [])}
         previous = self._known_rules or {}
         for key, (old_policy, old_rules) in previous.items():
+            kept = loaded.get(key)
+            if kept is not None and (kept.raw.get("spec") == old_policy.raw.get("spec") or not reacts_to_policy_events(kept)):
+                continue  # Kyverno's policy controller ignores an update of a policy it cannot process in the background
             new_rules = current.get(key, (None, {}))[1]
-            policy_kept = key in existing
             for name, rule in old_rules.items():
                 if name in new_rules or not synchronize(rule) or orphan_on_policy_delete(rule):
                     continue
-                if policy_kept and clones(rule):
+                if kept is not None and clones(rule):
                     continue  # a clone rule removed from a policy that stays leaves its copies in place, as in Kyverno
-                if not policy_kept and clones_single(rule):
+                if kept is None and clones_single(rule):
                     continue  # a deleted policy's single-object copies stay (Kyverno's cpol/pol-clone-sync-delete-policy); cloneList copies go
                 try:
                     self.delete_downstream(old_policy, rule)
                 except KubeError as exc:
                     log.warning("cleaning up downstream of removed rule %s/%s failed: %s", key, name, exc)
         for key, (policy, rules) in current.items():
-            old_rules = previous.get(key, (None, {}))[1]
-            if old_rules and set(old_rules) <= set(rules):  # no rule removed: retargeted rules orphan their old objects
+            previous_policy, old_rules = previous.get(key, (None, {}))
+            if previous_policy is not None and previous_policy.raw.get("spec") == policy.raw.get("spec"):
+                continue  # Kyverno enqueues a policy only when its spec changed
+            if not reacts_to_policy_events(policy):
+                continue
+            if previous_policy is not None and {r.name for r in previous_policy.rules} <= {r.name for r in policy.rules}:
+                # no rule removed: retargeted rules orphan their old objects
                 for name, rule in rules.items():
                     if name in old_rules and old_rules[name].raw != rule.raw:
                         kinds = retargeted_kinds(old_rules[name], rule)
                         if kinds:
                             self._unlabel_downstream(policy, old_rules[name], kinds, keep=current_targets(rule))
-            previous_policy = previous.get(key, (None, {}))[0]
-            if previous_policy is None or previous_policy.raw.get("spec") != policy.raw.get("spec"):
-                # a new or changed policy brings the data of its synchronized rules to their downstream objects
-                self._sync_data_downstream(policy, list(rules.values()))
-            wanted = [rule for name, rule in rules.items() if generate_existing(policy, rule) and (name not in old_rules or old_rules[name].raw != rule.raw)]
-            if wanted:
-                self._apply_to_existing(policy, wanted, prune=False)
+            self._policy_event(policy, list(rules.values()))
         self._known_rules = current
         self._reconcile_gpols()
         snapshot = self.store.snapshot
@@ -1730,29 +1711,42 @@ class GenerateController:
                 log.warning("cleaning up downstream of removed %s failed: %s", key, exc)
         for key, policy in current.items():
             known = self._known_gpols.get(key)
-            if known is not None and evaluation_enabled(policy, "synchronize") and known.raw.get("spec") != policy.raw.get("spec"):
-                # Kyverno regenerates a synchronized policy's downstream after a change; what it no longer produces goes
-                self._apply_gpol_to_existing(policy, prune=True, drop_stale=True)
-            elif evaluation_enabled(policy, "generateExisting") and (known is None or known.raw != policy.raw):
-                self._apply_gpol_to_existing(policy, prune=False)
+            if known is None or known.raw.get("spec") != policy.raw.get("spec"):  # Kyverno enqueues only spec changes
+                self._gpol_policy_event(policy)
         self._known_gpols = current
 
+    def _gpol_policy_event(self, policy: CelPolicy) -> None:
+        """Kyverno's policy-controller pass over a GeneratingPolicy (created, spec changed, periodic): synchronized,
+        it is re-applied to the triggers its downstream names (or, with no downstream known, only learns what it
+        produces, writing nothing: Kyverno's cache-restore pass); with generateExisting it runs over every existing
+        trigger."""
+        if evaluation_enabled(policy, "synchronize"):
+            self._sync_gpol_downstream(policy)
+        if evaluation_enabled(policy, "generateExisting"):
+            self._apply_gpol_to_existing(policy)
+
     def resync(self) -> None:
-        """Leader-only reconciliation of synchronized rules against the triggers that exist now."""
+        """Leader-only periodic pass, Kyverno's forced reconciliation: every policy goes through the policy-event pass
+        again (synchronized data rules re-applied to their downstream, generateExisting rules over existing triggers;
+        a synchronized GeneratingPolicy regenerated for the triggers its downstream names).  A synchronized rule
+        without generateExisting never gains downstream for a trigger it never saw, and nothing is deleted for a
+        trigger that vanished unseen (its DELETE admission does that)."""
         self.stats.resyncs += 1
         if self._known_rules is None:
             self.reconcile_policies()
         for policy in self._policies():
-            rules = list(generate_rules(policy).values())
-            self._sync_data_downstream(policy, rules)
-            # a catch-up for trigger events this process never saw; like Kyverno's periodic pass it never deletes
-            # downstream objects (a trigger that stopped matching keeps them)
-            caught_up = [rule for rule in rules if synchronize(rule) or generate_existing(policy, rule)]
-            if caught_up:
-                self._apply_to_existing(policy, caught_up, prune=False)
+            if reacts_to_policy_events(policy):
+                self._policy_event(policy, list(generate_rules(policy).values()))
         for gpol in self._generating():
-            if evaluation_enabled(gpol, "synchronize"):
-                self._apply_gpol_to_existing(gpol, prune=True)
+            self._gpol_policy_event(gpol)
+
+    def _policy_event(self, policy: KyvernoPolicy, rules: list[Rule]) -> None:
+        """Kyverno's ``handleGenerate`` for one policy: sync data rules re-applied to the triggers their downstream
+        names, then every generateExisting rule applied to the existing triggers (creating what is missing)."""
+        self._sync_data_downstream(policy, rules)
+        wanted = [rule for rule in rules if generate_existing(policy, rule)]
+        if wanted:
+            self._apply_to_existing(policy, wanted, prune=False)
 
     def _sync_data_downstream(self, policy: KyvernoPolicy, rules: list[Rule]) -> None:
         """Kyverno's policy-event pass over synchronized data rules: every trigger that has downstream objects of
@@ -1776,44 +1770,117 @@ class GenerateController:
                     self.stats.failures += 1
                     log.warning("synchronizing policy %s rule %s for trigger %s failed: %s", policy.key, rule.name, origin.trigger_uid, exc)
 
-    def _apply_gpol_to_existing(self, policy: CelPolicy, *, prune: bool, drop_stale: bool = False) -> None:
-        """A GeneratingPolicy over every existing trigger (as CREATE requests, like Kyverno's background pass); with
-        ``drop_stale``, downstream objects the policy no longer produces are deleted."""
+    def _apply_gpol_to_existing(self, policy: CelPolicy) -> None:
+        """generateExisting: the policy over every existing trigger (as CREATE requests, like Kyverno's background
+        pass), creating what is missing; synchronized, each trigger's downstream the policy no longer produces goes."""
         evaluator = self._cel_evaluator()
-        applied_uids: set[str] = set()
-        produced: set[tuple[str, str, str, str]] = set()
-        unsure = False
-        triggers, complete = self._list_gpol_triggers(policy)
+        synchronized = evaluation_enabled(policy, "synchronize")
+        triggers, _complete = self._list_gpol_triggers(policy)
         for trigger in triggers:
             uid = str((trigger.get("metadata") or {}).get("uid") or "")
             try:
                 result = self._evaluate_gpol(evaluator, policy, trigger, "CREATE", {}, RequestInfo())
             except Exception as exc:
                 log.warning("evaluating %s on %s failed: %s", policy.key, describe_object(trigger), exc)
-                applied_uids.add(uid)
-                unsure = True
                 continue
             if result is None:
                 continue
-            applied_uids.add(uid)
-            self._report_gpol(policy, trigger, result)
-            if result.status == ERROR:
-                unsure = True
-                log.warning("%s on %s: %s", policy.key, describe_object(trigger), result.message)
-            elif result.status == PASS:
-                try:
-                    produced |= self.apply_gpol_downstream(policy, trigger, result.generated_resources)
-                except KubeError as exc:
-                    unsure = True
-                    self.stats.failures += 1
-                    log.warning("%s on %s: %s", policy.key, describe_object(trigger), exc)
-        if prune and complete:
+            self._apply_gpol_result(policy, trigger, uid, result, synchronized)
+
+    def _apply_gpol_result(self, policy: CelPolicy, trigger: dict[str, Any], uid: str, result: Any, synchronized: bool) -> None:
+        """One trigger's result of a policy-event pass: reported; passed, its downstream written (and, synchronized,
+        what it no longer produces for that trigger deleted); failed, logged with a PolicyError Event."""
+        self._report_gpol(policy, trigger, result)
+        if result.status == ERROR:
+            log.warning("%s on %s: %s", policy.key, describe_object(trigger), result.message)
+            self._failure_event(policy, result.name, result.message, trigger)
+            return
+        if result.status != PASS:
+            return
+        try:
+            written = self.apply_gpol_downstream(policy, trigger, result.generated_resources)
+            if synchronized and uid:
+                self.delete_gpol_downstream(policy, trigger_uid=uid, keep=written)
+        except KubeError as exc:
+            self.stats.failures += 1
+            log.warning("%s on %s: %s", policy.key, describe_object(trigger), exc)
+
+    def _sync_gpol_downstream(self, policy: CelPolicy) -> None:
+        """Kyverno's ``createURForGeneratingPolicy``: each trigger named by the policy's downstream is evaluated again
+        (a CREATE of the stored trigger): still selected, its downstream is brought in step and what it no longer
+        produces deleted; no longer selected, its downstream is deleted; gone, left to its own DELETE.  With no
+        downstream known (new policy, restarted process) the pass only learns the kinds it produces."""
+        evaluator = self._cel_evaluator()
+        origins: dict[str, dict[str, Any]] = {}
+        for obj in self.find_gpol_downstream(policy):
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            if labels.get(TRIGGER_UID_LABEL):
+                origins.setdefault(str(labels[TRIGGER_UID_LABEL]), labels)
+        if not origins:
+            self._restore_gpol_kinds(policy, evaluator)
+            return
+        for uid, labels in origins.items():
             try:
-                self.delete_gpol_downstream(policy, keep_uids=applied_uids)
-                if drop_stale and not unsure:
-                    self.delete_gpol_downstream(policy, keep=produced)
+                trigger = self._gpol_trigger(labels)
             except KubeError as exc:
-                log.warning("pruning downstream of %s failed: %s", policy.key, exc)
+                log.warning("reading the trigger of %s downstream failed: %s", policy.key, exc)
+                continue
+            if trigger is None:
+                continue
+            try:
+                result = self._evaluate_gpol(evaluator, policy, trigger, "CREATE", {}, RequestInfo())
+            except Exception as exc:
+                log.warning("evaluating %s on %s failed: %s", policy.key, describe_object(trigger), exc)
+                continue
+            if result is None:
+                try:
+                    self.delete_gpol_downstream(policy, trigger_uid=uid)  # the trigger no longer matches
+                except KubeError as exc:
+                    log.warning("deleting downstream of %s for %s failed: %s", policy.key, describe_object(trigger), exc)
+                continue
+            self._apply_gpol_result(policy, trigger, uid, result, True)
+
+    def _restore_gpol_kinds(self, policy: CelPolicy, evaluator: Any) -> None:
+        """Kyverno's cache-restore pass: learn (and watch) the kinds the policy produces from its existing triggers,
+        writing nothing."""
+        triggers, _complete = self._list_gpol_triggers(policy)
+        for trigger in triggers:
+            try:
+                result = self._evaluate_gpol(evaluator, policy, trigger, "CREATE", {}, RequestInfo())
+            except Exception as exc:
+                log.warning("evaluating %s on %s failed: %s", policy.key, describe_object(trigger), exc)
+                continue
+            if result is not None and result.status == PASS:
+                for desired in result.generated_resources:
+                    self._remember_gpol_kind(policy, str(desired.get("apiVersion") or ""), str(desired.get("kind") or ""))
+
+    def _remember_gpol_kind(self, policy: CelPolicy, api_version: str, kind: str) -> Any:
+        """Record a kind the policy produces (its downstream is found by listing those kinds) and, synchronized,
+        watch it; returns the served resource (None when the kind is not served)."""
+        resource = self.cluster.resolve_kind(api_version, kind)
+        if resource is None:
+            return None
+        served_version = api_version_of(resource)
+        self._gpol_kinds.setdefault(policy.key, set()).add((served_version, resource.kind))
+        if evaluation_enabled(policy, "synchronize") and self.downstream_watch is not None:
+            self.downstream_watch.ensure(served_version, resource.kind)
+        return resource
+
+    def _gpol_trigger(self, labels: dict[str, Any]) -> dict[str, Any] | None:
+        """The stored trigger a GeneratingPolicy's downstream names by its labels; None when it is gone, replaced
+        (another uid) or being deleted."""
+        group, version = str(labels.get(TRIGGER_GROUP_LABEL) or ""), str(labels.get(TRIGGER_VERSION_LABEL) or "")
+        kind, namespace, name = str(labels.get(TRIGGER_KIND_LABEL) or ""), str(labels.get(TRIGGER_NAMESPACE_LABEL) or ""), str(labels.get(TRIGGER_NAME_LABEL) or "")
+        if not kind or not name:
+            return None
+        try:
+            trigger = self.cluster.get_object(f"{group}/{version}" if group else version, kind, namespace, name, cached=False)
+        except NotFound:
+            return None
+        metadata = (trigger or {}).get("metadata") or {}
+        if trigger is None or metadata.get("uid") != labels.get(TRIGGER_UID_LABEL) or metadata.get("deletionTimestamp"):
+            return None
+        return trigger
 
     def _list_gpol_triggers(self, policy: CelPolicy) -> tuple[list[dict[str, Any]], bool]:
         """Existing objects of the resources the policy's matchConstraints name (its namespace when namespaced)."""
