@@ -32,15 +32,18 @@ carries ``app.kubernetes.io/managed-by: kyverno``, ``generate.kyverno.io/policy-
 =============================  ==============================================================================================
 event                          what happens
 =============================  ==============================================================================================
-policy created                 generateExisting rules run on every existing trigger (create only what is missing; nosync
-                               leaves existing targets alone); sync data rules re-apply to triggers that have downstream
-policy spec changed            a removed rule, sync and not orphan: its downstream (data, clone, cloneList, foreach kinds) is
-                               deleted [deviation: a removed *clone* rule keeps its copies while the policy stays, as the
+policy created                 (only a policy Kyverno can process in the background: a generate or mutate-existing rule, no
+                               requester variables) generateExisting rules run on every existing trigger (create only what
+                               is missing; nosync leaves existing targets alone); sync data rules re-apply to triggers that
+                               have downstream
+policy spec changed            (a metadata-only change does nothing; an update leaving no background rule, or needing the
+                               requester, is ignored altogether) a removed rule, sync and not orphan: its downstream (data,
+                               clone, cloneList, foreach kinds) is deleted [deviation: a removed *clone* rule keeps its copies while the policy stays, as the
                                suite's cpol-clone-sync-delete-rule expects]; no rule removed: a rule whose target (kind,
                                name, namespace, clone source) or cloneList changed has its old downstream unlabelled (left in
                                place, no longer managed); then every sync *data* rule is re-applied to each trigger named by
                                its downstream labels (changed data, removed list elements reach them; a trigger it no longer
-                               applies to keeps them and yields a PolicyError Event); then generateExisting for changed rules
+                               applies to keeps them and yields a PolicyError Event); then every generateExisting rule
 policy deleted                 sync and not orphan: all downstream of the rule deleted, except the copies of a single
                                ``clone`` (kept, as Kyverno's suite expects; cloneList copies are deleted); orphan or
                                nosync: left in place
@@ -54,16 +57,20 @@ trigger DELETE                 the old object matches the rule (operations inclu
 downstream edited / deleted    sync: re-applied from the trigger named by its labels (reverted / re-created), unless the
                                object itself matches the rule; nosync: left alone (a later trigger UPDATE re-creates a
                                missing target, never rewrites one)
-clone source edited            sync: every copy naming it by source-uid is re-applied from its trigger
+clone source edited            sync: every copy naming it by source-uid is re-applied from its trigger (no other trigger
+                               gains a copy)
 clone source deleted           sync: the trigger's downstream of the rule's kinds is deleted (cloneList: all its copies)
 generate fails                 (clone source missing, API error, rule error, no longer applies when re-applied) a Warning
                                Event, reason PolicyError, on the policy: "policy <name>/<rule> error: <error>", related
                                to the trigger; the work is retried with backoff
-periodic resync                sync data rules re-applied as on a policy change; sync/generateExisting rules applied to
-                               existing triggers to catch up on missed events; nothing is ever deleted by it
+periodic resync                the policy-change pass again: sync data rules re-applied to their downstream's triggers,
+                               generateExisting rules applied to existing triggers; a sync rule without generateExisting
+                               never reaches a trigger it did not see; nothing is ever deleted by it
 GeneratingPolicy               same cells with spec.evaluation.synchronize / orphanDownstreamOnPolicyDelete /
-                               generateExisting; a sync policy's change re-applies it to every trigger and deletes what it
-                               no longer produces; an UPDATE whose trigger no longer matches deletes its downstream
+                               generateExisting; a sync policy's creation, spec change and periodic pass re-apply it to
+                               the triggers its downstream names (deleting what it no longer produces, all of it when the
+                               trigger no longer matches; none known: only its kinds are learnt), generateExisting runs
+                               over every existing trigger; an UPDATE whose trigger no longer matches deletes its downstream
 =============================  ==============================================================================================
 """
 
