@@ -313,38 +313,27 @@ def update_not_persisted(old: dict[str, Any], new: dict[str, Any], stored: dict[
     return content(old) != content(new)
 
 
-def should_update(desired: dict[str, Any], current: dict[str, Any], synchronized: bool) -> bool:
-    """An existing downstream object is rewritten only for synchronized rules, and only when it drifted.
+# metadata the API server sets itself: never part of what a rule renders, so never a difference
+_SERVER_SET_METADATA = frozenset({"uid", "resourceVersion", "creationTimestamp", "managedFields", "generation", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds"})
 
-    Drift means a field we set has another value (the server's defaults and other managers' additions are
-    tolerated), or a key was added to a ConfigMap/Secret's ``data``."""
+
+def should_update(desired: dict[str, Any], current: dict[str, Any], synchronized: bool) -> bool:
+    """Whether an existing downstream object is rewritten: only for synchronized rules, and whenever it differs from
+    what the rule renders.  Kyverno replaces a synchronized data target on every regeneration and a copy unless it
+    equals its source, so anything another writer added (a label, an annotation, a field) goes; a difference that is
+    only the server's defaults makes a write the server finds to be a no-op."""
     if not synchronized:
         return False
-    if not _contains(current, _comparable(desired)):
-        return True
-    for key in ("data", "binaryData", "stringData"):
-        if isinstance(desired.get(key), dict) and isinstance(current.get(key), dict) and set(current[key]) - set(desired[key]):
-            return True
-    return False
+    return _rendered_content(desired) != _rendered_content(current)
 
 
-def _comparable(desired: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in desired.items() if k not in ("status", "apiVersion", "kind")}
-    metadata = desired.get("metadata") or {}
-    kept = {k: metadata[k] for k in ("labels", "annotations") if metadata.get(k)}
-    if kept:
-        out["metadata"] = kept
-    return out
-
-
-def _contains(actual: Any, wanted: Any) -> bool:
-    if isinstance(wanted, dict):
-        return isinstance(actual, dict) and all(key in actual and _contains(actual[key], value) for key, value in wanted.items())
-    if isinstance(wanted, list):
-        return isinstance(actual, list) and len(actual) == len(wanted) and all(_contains(a, w) for a, w in zip(actual, wanted))
-    if wanted is None:
-        return actual is None
-    return actual == wanted or (isinstance(wanted, (int, float)) and not isinstance(wanted, bool) and actual == wanted)
+def _rendered_content(obj: dict[str, Any]) -> dict[str, Any]:
+    """An object as a write would set it: no status, no type fields, no server-set or empty metadata."""
+    body = {key: value for key, value in obj.items() if key not in ("status", "apiVersion", "kind", "metadata")}
+    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    assert isinstance(metadata, dict)
+    body["metadata"] = {key: value for key, value in metadata.items() if key not in _SERVER_SET_METADATA and value not in (None, {}, [], "")}
+    return body
 
 
 def data_kinds(rule: Rule) -> list[tuple[str, str]]:
