@@ -47,7 +47,8 @@ policy spec changed            (a metadata-only change does nothing; an update l
 policy deleted                 sync and not orphan: all downstream of the rule deleted, except the copies of a single
                                ``clone`` (kept, as Kyverno's suite expects; cloneList copies are deleted); orphan or
                                nosync: left in place
-trigger CREATE/UPDATE, passes  the rule applies: missing targets created (sync or not); sync: drifted targets rewritten
+trigger CREATE/UPDATE, passes  the rule applies: missing targets created (sync or not); sync: targets that differ from the
+                               rendering rewritten (what others added goes too; server-set metadata aside)
 trigger UPDATE, fails          (``no_longer_applies``: new object does not match but the old did, or new fails preconditions
                                the old passed) sync: the trigger's downstream of the rule's kinds deleted; nosync: nothing
 trigger UPDATE, never matched  nothing (neither object matched, or both failed preconditions): downstream stays, also when it

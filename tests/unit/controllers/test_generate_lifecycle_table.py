@@ -33,7 +33,9 @@ policy deleted, orphan or nosync          nothing                               
 periodic reconcile (1h)                   the policy-event pass again (data sync + genEx);   resync → _policy_event                      same (here;
                                           never creates for a sync rule without genEx,                                                   was: every
                                           never deletes                                                                                  sync rule)
-trigger CREATE/UPDATE, rule passes        UR: create missing; sync: rewrite drifted          process_event → apply_downstream            same
+trigger CREATE/UPDATE, rule passes        UR: create missing; sync: data target replaced     process_event → apply_downstream            same (was:
+                                          on every regeneration, copy unless equal to its   (should_update: differs from rendering)     additions by
+                                          source (others' additions go)                                                                  others kept)
 trigger UPDATE, new fails, old matched    sync: downstream of the trigger deleted (policy    process_event (no_longer_applies) →         same
 (or new fails preconditions old passed)   + trigger labels, rule's kinds); nosync: nothing   delete_downstream
 trigger UPDATE, neither matches           nothing                                            process_event                               same
