@@ -109,7 +109,7 @@ from stockade.controllers.mutateexisting import MutateExisting, TriggerFailure
 from stockade.controllers.reports import submit_rule_result
 from stockade.engine.engine import Engine, Request
 from stockade.engine.match import RequestInfo, ResourceKind, selector_matches
-from stockade.engine.response import ERROR, PASS, EngineResponse
+from stockade.engine.response import ERROR, PASS, SKIP, EngineResponse
 from stockade.policy.model import KyvernoPolicy, Rule
 from stockade.errors import StockadeError
 from stockade.kube.controller import Controller, FunctionReconciler, Result
@@ -289,10 +289,18 @@ def trigger_action(operation: str, rule_applies: bool, synchronized: bool, gener
 def no_longer_applies(new_result: Any, old_result: Any) -> bool:
     """Kyverno's "fail" verdict for an UPDATE of a synchronized rule's trigger, which deletes its downstream: the new
     object does not match the rule but the old one did, or the new one matches but fails the preconditions the old one
-    passed.  When neither matched (or both failed the preconditions) nothing happens: the downstream stays."""
+    passed.  When neither matched (or both failed the preconditions) nothing happens: the downstream stays, as it
+    does when a PolicyException exempts the new object (Kyverno's background check skips such a trigger)."""
     if new_result is None:
         return old_result is not None
+    if exempted(new_result):
+        return False
     return new_result.status != PASS and new_result.status != ERROR and old_result is not None and old_result.status == PASS
+
+
+def exempted(result: Any) -> bool:
+    """Whether a rule's result is a skip by PolicyExceptions: Kyverno neither generates nor cleans up for it."""
+    return result is not None and result.status == SKIP and bool(getattr(result, "exceptions", None))
 
 
 _UNSTORED_METADATA = ("resourceVersion", "managedFields", "generation")
@@ -1075,7 +1083,7 @@ class GenerateController:
                     continue
                 applies = result is not None and result.status == PASS
                 if event.operation == "DELETE":
-                    matched_before = result is not None
+                    matched_before = result is not None and not exempted(result)
                 elif event.operation == "UPDATE" and not applies and synchronize(rule) and event.old_resource and engine is not None:
                     if old_responses is None:
                         old_responses = self._old_responses(engine, policy, event)
@@ -1363,7 +1371,9 @@ class GenerateController:
                 self._failure_event(policy, result.name, result.message, trigger)
                 continue
             applies = result is not None and result.status == PASS
-            action = trigger_action(event.operation, applies, synchronized, generate_on_delete)
+            # an UPDATE deletes only when the trigger no longer matches (Kyverno: no result); a skip by a
+            # PolicyException leaves the downstream alone
+            action = trigger_action(event.operation, applies, synchronized and (event.operation != "UPDATE" or result is None), generate_on_delete)
             try:
                 if action == APPLY and result is not None:
                     written = self.apply_gpol_downstream(policy, trigger, result.generated_resources)

@@ -305,3 +305,25 @@ def test_requests_of_the_background_account_skip_generating_policies_unless_they
     assert cluster.find("ConfigMap", "ns1", "optin") is not None  # the opted-in one did not
     assert ctl.process_event(TriggerEvent("UPDATE", cm, cm, info=RequestInfo(username="alice"))) == []
     assert cluster.find("NetworkPolicy", "ns1", "default-deny") is not None
+
+
+def test_an_update_exempted_by_a_policy_exception_keeps_the_downstream() -> None:
+    """Kyverno deletes a synchronized policy's downstream on UPDATE only when the trigger no longer matches (no
+    result); a skip by a PolicyException is a result, so the downstream stays."""
+    exception = {
+        "apiVersion": "policies.kyverno.io/v1alpha1",
+        "kind": "PolicyException",
+        "metadata": {"name": "allow", "namespace": "ns1"},
+        "spec": {"policyRefs": [{"name": "gen", "kind": "GeneratingPolicy"}], "matchConditions": [{"name": "exempt", "expression": "'exempt' in object.data"}]},
+    }
+    cluster = FakeCluster()
+    ctl = controller(cluster, Store(gpol(), exception))
+    created = trigger(cluster)
+    ctl.process_event(TriggerEvent("CREATE", created))
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny") is not None
+    exempt = trigger(cluster, data={"go": "1", "exempt": "1"})
+    ctl.process_event(TriggerEvent("UPDATE", exempt, created))
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny") is not None
+    unmatched = trigger(cluster, data={})
+    ctl.process_event(TriggerEvent("UPDATE", unmatched, exempt))
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny") is None

@@ -39,6 +39,8 @@ trigger CREATE/UPDATE, rule passes        UR: create missing; sync: data target 
 trigger UPDATE, new fails, old matched    sync: downstream of the trigger deleted (policy    process_event (no_longer_applies) →         same
 (or new fails preconditions old passed)   + trigger labels, rule's kinds); nosync: nothing   delete_downstream
 trigger UPDATE, neither matches           nothing                                            process_event                               same
+trigger UPDATE/DELETE exempted by a       skip (checked before matching): no generate, no    process_event (exempted)                    same (here;
+PolicyException                           cleanup                                                                                        was: cleanup)
 trigger DELETE                            old matches (operations incl.): DELETE in          process_event (trigger_action)              same
                                           operations → generate; else sync → delete
 downstream edited/deleted (not by us)     sync: re-applied from the trigger its labels       _process_non_trigger → _regenerate_for      same
@@ -68,7 +70,9 @@ spec unchanged                            nothing                               
 policy deleted                            sync and not orphan: downstream deleted            _reconcile_gpols → delete_gpol_downstream   same
 sync turned off                           watchers removed, downstream left                  process_watched_change ignores it           same
 trigger CREATE                            generate (no stale cleanup)                        _process_gpol_event                         same
-trigger UPDATE                            generate; sync: drop stale, no match: delete       _process_gpol_event                         same
+trigger UPDATE                            generate; sync: drop stale, no match: delete;      _process_gpol_event                         same (here;
+                                          exception skip: nothing                                                                        was: deleted
+                                                                                                                                         on a skip)
 trigger DELETE                            DELETE in operations → generate; else sync →       _process_gpol_event                         same
                                           delete
 downstream edited/deleted, source edited  sync: watch → regenerate / delete copies           process_watched_change                      same
@@ -82,7 +86,7 @@ import copy
 from typing import Any
 
 from stockade.controllers.generate import GenerateController, TriggerEvent, reacts_to_policy_events
-from stockade.policy.model import KyvernoPolicy
+from stockade.policy.model import KyvernoPolicy, PolicyException
 from tests.unit.controllers.fakecluster import FakeCluster
 from tests.unit.controllers.test_controllers_generate_nontrigger import Snapshot, Store, clone_policy, data_policy
 
@@ -211,3 +215,41 @@ def test_a_changed_synchronized_data_rule_reaches_foreach_downstream_and_the_per
     controller.resync()
     assert relabelled["metadata"]["labels"] == {"x": "y"}
     assert cluster.find("ConfigMap", "ns1", "each-a") is not None  # no longer applies: kept, never deleted by a pass
+
+
+class _Evaluator:
+    def __init__(self, exceptions: list[PolicyException]) -> None:
+        self.engine = type("EngineWithExceptions", (), {"exceptions": exceptions})()
+
+
+def test_a_trigger_exempted_by_a_policy_exception_keeps_its_downstream_on_update_and_delete() -> None:
+    """Kyverno's background check skips a rule for a trigger a PolicyException exempts before it looks at matching,
+    so neither an UPDATE nor a DELETE of such a trigger cleans up after a synchronized rule."""
+    exception = PolicyException(
+        {
+            "apiVersion": "kyverno.io/v2",
+            "kind": "PolicyException",
+            "metadata": {"name": "exempt", "namespace": "default"},
+            "spec": {
+                "exceptions": [{"policyName": "p", "ruleNames": ["gen"]}],
+                "match": {"any": [{"resources": {"kinds": ["Namespace"], "selector": {"matchLabels": {"exempt": "yes"}}}}]},
+            },
+        }
+    )
+    cluster = cluster_with("ns1")
+    store = Store(data_policy())
+    store.snapshot.evaluator = _Evaluator([exception])  # type: ignore[attr-defined]
+    controller = GenerateController(None, store, cluster_data=cluster)  # type: ignore[arg-type]
+    namespace = cluster.find("Namespace", "", "ns1")
+    assert namespace is not None
+    assert controller.process_event(TriggerEvent("CREATE", namespace)) == []
+    assert cluster.find("ConfigMap", "ns1", "zk") is not None
+    exempt = cluster.add({**namespace, "metadata": {**namespace["metadata"], "labels": {"exempt": "yes"}}})
+    assert controller.process_event(TriggerEvent("UPDATE", exempt, namespace)) == []
+    assert cluster.find("ConfigMap", "ns1", "zk") is not None
+    assert controller.process_event(TriggerEvent("DELETE", {}, exempt)) == []
+    assert cluster.find("ConfigMap", "ns1", "zk") is not None
+    # without the exception the same UPDATE and DELETE would clean up
+    store.snapshot.evaluator = _Evaluator([])  # type: ignore[attr-defined]
+    assert controller.process_event(TriggerEvent("DELETE", {}, exempt)) == []
+    assert cluster.find("ConfigMap", "ns1", "zk") is None
