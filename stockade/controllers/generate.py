@@ -1059,6 +1059,11 @@ class GenerateController:
             if event.operation == "UPDATE":
                 self._await_persisted_update(event, stored)
             trigger = event.resource
+        elif event.operation == "DELETE" and policies and not ((event.old_resource.get("metadata") or {}).get("labels") or {}).get(POLICY_NAME_LABEL):
+            # Kyverno acts on a trigger's DELETE only once it is persisted: the object still stored (same uid, not
+            # terminating) means the request may yet be refused; given up after the pending attempts, nothing happens
+            if self._still_stored(event.old_resource, event.gvk):
+                raise TriggerPending(f"deleted trigger {event.describe()} is still stored")
         engine = self._engine() if policies else None
         failures: list[TriggerFailure] = []
         uid = str((trigger.get("metadata") or {}).get("uid") or "")
@@ -1399,6 +1404,20 @@ class GenerateController:
         while current is not None and update_not_persisted(event.old_resource, event.resource, current) and time.monotonic() < deadline:
             time.sleep(PENDING_BACKOFF_SECONDS)
             current = self._stored_trigger(event)
+
+    def _still_stored(self, deleted: dict[str, Any], gvk: ResourceKind | None) -> bool:
+        """Whether a deleted object is still stored as it was (same uid, no deletionTimestamp)."""
+        metadata = deleted.get("metadata") or {}
+        uid = metadata.get("uid")
+        if not uid:
+            return False
+        api_version = str(deleted.get("apiVersion") or "")
+        if gvk is not None and gvk.version:
+            api_version = f"{gvk.group}/{gvk.version}" if gvk.group else gvk.version
+        kind = str(deleted.get("kind") or (gvk.kind if gvk else ""))
+        stored = self.cluster.get_object(api_version, kind, str(metadata.get("namespace") or ""), str(metadata.get("name") or ""), cached=False)
+        stored_metadata = (stored or {}).get("metadata") or {}
+        return stored is not None and stored_metadata.get("uid") == uid and not stored_metadata.get("deletionTimestamp")
 
     def _stored_trigger(self, event: TriggerEvent) -> dict[str, Any] | None:
         """The trigger as stored, or None while/after it is not (a CREATE is validated before it is persisted)."""

@@ -43,6 +43,8 @@ trigger UPDATE/DELETE exempted by a       skip (checked before matching): no gen
 PolicyException                           cleanup                                                                                        was: cleanup)
 trigger DELETE                            old matches (operations incl.): DELETE in          process_event (trigger_action)              same
                                           operations → generate; else sync → delete
+trigger DELETE not persisted              trigger still stored (same uid, not terminating):  process_event (_still_stored →             same (here;
+                                          error, retried, nothing done                       TriggerPending, retried, given up)          was: acted)
 downstream edited/deleted (not by us)     sync: re-applied from the trigger its labels       _process_non_trigger → _regenerate_for      same
                                           name, unless it is itself a trigger; nosync: no
 clone source edited                       copies naming it by source labels regenerated      _process_copies_of                          same (here;
@@ -85,7 +87,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from stockade.controllers.generate import GenerateController, TriggerEvent, reacts_to_policy_events
+import pytest
+
+from stockade.controllers.generate import GenerateController, TriggerEvent, TriggerPending, reacts_to_policy_events
 from stockade.policy.model import KyvernoPolicy, PolicyException
 from tests.unit.controllers.fakecluster import FakeCluster
 from tests.unit.controllers.test_controllers_generate_nontrigger import Snapshot, Store, clone_policy, data_policy
@@ -247,9 +251,28 @@ def test_a_trigger_exempted_by_a_policy_exception_keeps_its_downstream_on_update
     exempt = cluster.add({**namespace, "metadata": {**namespace["metadata"], "labels": {"exempt": "yes"}}})
     assert controller.process_event(TriggerEvent("UPDATE", exempt, namespace)) == []
     assert cluster.find("ConfigMap", "ns1", "zk") is not None
+    cluster.request("DELETE", "/api/v1/namespaces/ns1")
     assert controller.process_event(TriggerEvent("DELETE", {}, exempt)) == []
     assert cluster.find("ConfigMap", "ns1", "zk") is not None
     # without the exception the same UPDATE and DELETE would clean up
     store.snapshot.evaluator = _Evaluator([])  # type: ignore[attr-defined]
     assert controller.process_event(TriggerEvent("DELETE", {}, exempt)) == []
     assert cluster.find("ConfigMap", "ns1", "zk") is None
+
+
+def test_a_trigger_delete_is_acted_on_once_persisted() -> None:
+    """Kyverno's background controller checks that a deleted trigger is gone (or terminating) before it cleans up:
+    a DELETE another admission step refused leaves the downstream in place."""
+    cluster = cluster_with("ns1")
+    controller = GenerateController(None, Store(data_policy()), cluster_data=cluster)  # type: ignore[arg-type]
+    namespace = cluster.find("Namespace", "", "ns1")
+    assert namespace is not None
+    assert controller.process_event(TriggerEvent("CREATE", namespace)) == []
+    with pytest.raises(TriggerPending):
+        controller.process_event(TriggerEvent("DELETE", {}, namespace))
+    assert cluster.find("ConfigMap", "ns1", "zk") is not None
+    terminating = cluster.add({**namespace, "metadata": {**namespace["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}})
+    assert controller.process_event(TriggerEvent("DELETE", {}, terminating)) == []
+    assert cluster.find("ConfigMap", "ns1", "zk") is None
+    downstream_of_another = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "ns1", "uid": "u-x", "labels": {"generate.kyverno.io/policy-name": "other"}}}
+    assert controller.process_event(TriggerEvent("DELETE", {}, downstream_of_another)) == []  # a downstream object: no wait
