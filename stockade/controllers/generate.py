@@ -56,7 +56,7 @@ trigger UPDATE, never matched  nothing (neither object matched, or both failed p
 trigger DELETE                 the old object matches the rule (operations included) and sync: downstream deleted by policy
                                + trigger labels (any rule of the policy, the rule's kinds); a rule matching DELETE generates
 downstream edited / deleted    sync: re-applied from the trigger named by its labels (reverted / re-created), unless the
-                               object itself matches the rule; nosync: left alone (a later trigger UPDATE re-creates a
+                               rule's match/exclude select the object for that operation (preconditions aside); nosync: left alone (a later trigger UPDATE re-creates a
                                missing target, never rewrites one)
 clone source edited            sync: every copy naming it by source-uid is re-applied from its trigger (no other trigger
                                gains a copy)
@@ -108,7 +108,7 @@ from stockade.controllers.events import generate_events, generate_failure_event
 from stockade.controllers.mutateexisting import MutateExisting, TriggerFailure
 from stockade.controllers.reports import submit_rule_result
 from stockade.engine.engine import Engine, Request
-from stockade.engine.match import RequestInfo, ResourceKind, selector_matches
+from stockade.engine.match import RequestInfo, ResourceKind, match_reasons, selector_matches
 from stockade.engine.response import ERROR, PASS, SKIP, EngineResponse
 from stockade.policy.model import KyvernoPolicy, Rule
 from stockade.errors import StockadeError
@@ -1201,7 +1201,7 @@ class GenerateController:
         if origin is not None:
             policy = by_key.get((origin.policy_namespace, origin.policy_name))
             rule = generate_rules(policy).get(origin.rule_name) if policy is not None else None
-            if policy is not None and rule is not None and synchronize(rule) and not self._matches(engine, policy, rule, old, event):
+            if policy is not None and rule is not None and synchronize(rule) and not self._matches(policy, rule, old, event):
                 try:
                     self._regenerate_for(engine, policy, rule, origin)
                 except KubeError as exc:
@@ -1238,7 +1238,7 @@ class GenerateController:
             if origin is None or policy is None or rule is None or not synchronize(rule):
                 continue
             handled.add((policy.namespace, policy.name, rule.name))
-            if self._matches(engine, policy, rule, source, event):
+            if self._matches(policy, rule, source, event):
                 continue  # the source is also the rule's trigger: its trigger handling decided
             try:
                 if event.operation == "DELETE":
@@ -1250,13 +1250,17 @@ class GenerateController:
                 failures.append(TriggerFailure(policy.key, rule.name, event.describe(), str(exc)))
         return handled
 
-    def _matches(self, engine: Engine, policy: KyvernoPolicy, rule: Rule, obj: dict[str, Any], event: TriggerEvent) -> bool:
-        """Whether the changed object is itself a trigger of the rule (its trigger handling already ran)."""
-        try:
-            response = self._evaluate(engine, policy.with_rules([rule]), obj, event.operation if event.operation != "DELETE" else "UPDATE", event.info, event.gvk)
-        except Exception:
-            return False
-        return any(result.name == rule.name and result.status in (PASS, ERROR) for result in response.rules)
+    def _matches(self, policy: KyvernoPolicy, rule: Rule, obj: dict[str, Any], event: TriggerEvent) -> bool:
+        """Kyverno's "both the source and the trigger" check: the changed object matches the rule's match/exclude
+        blocks for the request's operation (no context, no preconditions), so its trigger handling decides."""
+        metadata = obj.get("metadata") or {}
+        namespace = str(metadata.get("namespace") or "")
+        if obj.get("kind") == "Namespace":
+            namespace_labels = dict(metadata.get("labels") or {})
+        else:
+            namespace_labels = self.cluster.namespace_labels(namespace) if namespace else {}
+        gvk = event.gvk or ResourceKind.of(obj)
+        return not match_reasons(rule.raw, obj, gvk, info=event.info, namespace_labels=namespace_labels, operation=event.operation, policy_namespace=policy.namespace)
 
     def _regenerate_for(self, engine: Engine, policy: KyvernoPolicy, rule: Rule, origin: DownstreamOrigin) -> None:
         if not origin.trigger_kind or not origin.trigger_uid:

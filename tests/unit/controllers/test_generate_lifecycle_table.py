@@ -45,8 +45,10 @@ trigger DELETE                            old matches (operations incl.): DELETE
                                           operations → generate; else sync → delete
 trigger DELETE not persisted              trigger still stored (same uid, not terminating):  process_event (_still_stored →             same (here;
                                           error, retried, nothing done                       TriggerPending, retried, given up)          was: acted)
-downstream edited/deleted (not by us)     sync: re-applied from the trigger its labels       _process_non_trigger → _regenerate_for      same
-                                          name, unless it is itself a trigger; nosync: no
+downstream edited/deleted (not by us)     sync: re-applied from the trigger its labels       _process_non_trigger → _regenerate_for      same (here;
+                                          name, unless the rule's match/exclude select it    (_matches: match blocks only)               was: full
+                                          for the operation (preconditions not consulted);                                               evaluation)
+                                          nosync: nothing
 clone source edited                       copies naming it by source labels regenerated      _process_copies_of                          same (here;
                                           from their triggers; no other trigger gains one                                                was: rule
                                                                                                                                          over every
@@ -276,3 +278,43 @@ def test_a_trigger_delete_is_acted_on_once_persisted() -> None:
     assert cluster.find("ConfigMap", "ns1", "zk") is None
     downstream_of_another = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "ns1", "uid": "u-x", "labels": {"generate.kyverno.io/policy-name": "other"}}}
     assert controller.process_event(TriggerEvent("DELETE", {}, downstream_of_another)) == []  # a downstream object: no wait
+
+
+def seed_policy(operations: list[str] | None = None) -> dict[str, Any]:
+    """Triggers are ConfigMaps named ``seed`` (a precondition); the downstream is a ConfigMap too."""
+    resources: dict[str, Any] = {"kinds": ["ConfigMap"]}
+    if operations:
+        resources["operations"] = operations
+    generate = {"apiVersion": "v1", "kind": "ConfigMap", "name": "derived", "namespace": "{{request.object.metadata.namespace}}", "synchronize": True, "data": {"data": {"from": "seed"}}}
+    rule = {
+        "name": "derive",
+        "match": {"any": [{"resources": resources}]},
+        "preconditions": {"all": [{"key": "{{request.object.metadata.name}}", "operator": "Equals", "value": "seed"}]},
+        "generate": generate,
+    }
+    return {"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "seeds"}, "spec": {"rules": [rule]}}
+
+
+def test_a_downstream_object_the_rule_matches_is_left_to_its_trigger_handling() -> None:
+    """Kyverno does not restore a downstream object that the rule's match/exclude blocks select for the request's
+    operation (it is "both the source and the trigger"), whatever the preconditions say; one that is not selected
+    for that operation is restored."""
+    cluster = cluster_with("ns1")
+    controller = GenerateController(None, Store(seed_policy()), cluster_data=cluster)  # type: ignore[arg-type]
+    seed = cluster.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "seed", "namespace": "ns1"}})
+    assert controller.process_event(TriggerEvent("CREATE", seed)) == []
+    derived = cluster.find("ConfigMap", "ns1", "derived")
+    assert derived is not None
+    edited = cluster.add({**derived, "data": {"from": "me"}})
+    assert controller.process_event(TriggerEvent("UPDATE", edited, derived)) == []
+    assert (cluster.find("ConfigMap", "ns1", "derived") or {}).get("data") == {"from": "me"}
+
+    cluster = cluster_with("ns1")
+    controller = GenerateController(None, Store(seed_policy(["CREATE", "UPDATE"])), cluster_data=cluster)  # type: ignore[arg-type]
+    seed = cluster.add({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "seed", "namespace": "ns1"}})
+    assert controller.process_event(TriggerEvent("CREATE", seed)) == []
+    derived = cluster.find("ConfigMap", "ns1", "derived")
+    assert derived is not None
+    cluster.request("DELETE", "/api/v1/namespaces/ns1/configmaps/derived")
+    assert controller.process_event(TriggerEvent("DELETE", {}, derived)) == []  # DELETE is not among the operations
+    assert (cluster.find("ConfigMap", "ns1", "derived") or {}).get("data") == {"from": "seed"}
