@@ -45,8 +45,8 @@ policy spec changed            (a metadata-only change does nothing; an update l
                                its downstream labels (changed data, removed list elements reach them; a trigger it no longer
                                applies to keeps them and yields a PolicyError Event); then every generateExisting rule
 policy deleted                 sync and not orphan: all downstream of the rule deleted, except the copies of a single
-                               ``clone`` (kept, as Kyverno's suite expects; cloneList copies are deleted); orphan or
-                               nosync: left in place
+                               ``clone`` (kept: Kyverno's stated intent, kyverno/kyverno#1401, although its cleanup code
+                               would delete them too; cloneList copies are deleted); orphan or nosync: left in place
 trigger CREATE/UPDATE, passes  the rule applies: missing targets created (sync or not); sync: targets that differ from the
                                rendering rewritten (what others added goes too; server-set metadata aside)
 trigger UPDATE, fails          (``no_longer_applies``: new object does not match but the old did, or new fails preconditions
@@ -1701,7 +1701,7 @@ class GenerateController:
                 if kept is not None and clones(rule):
                     continue  # a clone rule removed from a policy that stays leaves its copies in place, as in Kyverno
                 if kept is None and clones_single(rule):
-                    continue  # a deleted policy's single-object copies stay (Kyverno's cpol/pol-clone-sync-delete-policy); cloneList copies go
+                    continue  # a deleted policy's single-object copies stay (Kyverno's stated intent, kyverno/kyverno#1401); cloneList copies go
                 try:
                     self.delete_downstream(old_policy, rule)
                 except KubeError as exc:

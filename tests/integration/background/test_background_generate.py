@@ -213,7 +213,7 @@ def test_policy_removal_deletes_synchronized_downstream_and_generate_existing(
     api_client: Any, cluster: ClusterData, namespaces: Callable[..., dict[str, Any]], policy_store: Any, suffix: str, tmp_path: Any
 ) -> None:
     """Deleting the policy deletes its synchronized data downstream; the copy of a single ``clone`` stays (Kyverno's
-    cpol-clone-sync-delete-policy), while cloneList copies would go."""
+    stated intent, kyverno/kyverno#1401), while cloneList copies would go."""
     target = f"bg-existing-{suffix}"
     source = f"bg-exist-src-{suffix}"
     namespaces(source)

@@ -26,9 +26,10 @@ rule removed, nosync or orphan            nothing                               
 rule retargeted, no rule removed          old downstream unlabelled (policy/rule labels)     _unlabel_downstream                         same
 update leaves no background rule /        whole update ignored (no cleanup, unlabel,         reconcile_policies (reacts_to_policy_      same (here;
 policy needs the requester                sync or genEx)                                     events)                                     was: acted)
-policy deleted (sync, not orphan)         UR deleting every labelled downstream              reconcile_policies → delete_downstream      same, except
-                                                                                                                                         single clone
-                                                                                                                                         (kept; doubt)
+policy deleted (sync, not orphan)         UR deleting every labelled downstream (the         reconcile_policies → delete_downstream      same, except
+                                          stated intent, kyverno#1401: single-clone copies                                               single clone
+                                          stay)                                                                                          (kept, as
+                                                                                                                                         #1401 says)
 policy deleted, orphan or nosync          nothing                                            reconcile_policies                          same
 periodic reconcile (1h)                   the policy-event pass again (data sync + genEx);   resync → _policy_event                      same (here;
                                           never creates for a sync rule without genEx,                                                   was: every
