@@ -53,8 +53,10 @@ trigger UPDATE, fails          (``no_longer_applies``: new object does not match
                                the old passed) sync: the trigger's downstream of the rule's kinds deleted; nosync: nothing
 trigger UPDATE, never matched  nothing (neither object matched, or both failed preconditions): downstream stays, also when it
                                came from an earlier match (namespace labels changed, policy changed)
-trigger DELETE                 the old object matches the rule (operations included) and sync: downstream deleted by policy
-                               + trigger labels (any rule of the policy, the rule's kinds); a rule matching DELETE generates
+trigger DELETE                 once stored (the object gone or terminating; a refused DELETE changes nothing) and the old
+                               object matches the rule (operations included), sync: downstream deleted by policy + trigger
+                               labels (any rule of the policy, the rule's kinds); a rule matching DELETE generates; a
+                               trigger a PolicyException exempts keeps its downstream (on UPDATE too)
 downstream edited / deleted    sync: re-applied from the trigger named by its labels (reverted / re-created), unless the
                                rule's match/exclude select the object for that operation (preconditions aside); nosync: left alone (a later trigger UPDATE re-creates a
                                missing target, never rewrites one)
