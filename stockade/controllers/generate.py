@@ -106,6 +106,7 @@ from stockade.controllers.clusterdata import (
     resources_for_rules,
 )
 from stockade.controllers.downstreamwatch import DownstreamWatcher
+from stockade.controllers.webhookconfig import ApiResource
 from stockade.controllers.events import generate_events, generate_failure_event
 from stockade.controllers.mutateexisting import MutateExisting, TriggerFailure
 from stockade.controllers.reports import submit_rule_result
@@ -1886,7 +1887,7 @@ class GenerateController:
                 for desired in result.generated_resources:
                     self._remember_gpol_kind(policy, str(desired.get("apiVersion") or ""), str(desired.get("kind") or ""))
 
-    def _remember_gpol_kind(self, policy: CelPolicy, api_version: str, kind: str) -> Any:
+    def _remember_gpol_kind(self, policy: CelPolicy, api_version: str, kind: str) -> ApiResource | None:
         """Record a kind the policy produces (its downstream is found by listing those kinds) and, synchronized,
         watch it; returns the served resource (None when the kind is not served)."""
         resource = self.cluster.resolve_kind(api_version, kind)
