@@ -110,6 +110,13 @@ def background_blocker(policy: KyvernoPolicy) -> str:
     """Why a policy cannot be evaluated in the background ('' when it can)."""
     if not policy.background:
         return "spec.background is false"
+    return requester_dependency(policy)
+
+
+def requester_dependency(policy: KyvernoPolicy) -> str:
+    """How a policy depends on the admission's requester, which a background pass does not have (Kyverno's
+    ``ValidateVariables`` in background mode): roles/subjects in match/exclude, or (unless it mutates existing
+    resources) a requester-only variable; '' when it does not."""
     for index, rule in enumerate(policy.rules):
         field_path = _user_match_field(rule)
         if field_path:

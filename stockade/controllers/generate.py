@@ -32,38 +32,48 @@ carries ``app.kubernetes.io/managed-by: kyverno``, ``generate.kyverno.io/policy-
 =============================  ==============================================================================================
 event                          what happens
 =============================  ==============================================================================================
-policy created                 generateExisting rules run on every existing trigger (create only what is missing; nosync
-                               leaves existing targets alone); sync data rules re-apply to triggers that have downstream
-policy spec changed            a removed rule, sync and not orphan: its downstream (data, clone, cloneList, foreach kinds) is
-                               deleted [deviation: a removed *clone* rule keeps its copies while the policy stays, as the
+policy created                 (only a policy Kyverno can process in the background: a generate or mutate-existing rule, no
+                               requester variables) generateExisting rules run on every existing trigger (create only what
+                               is missing; nosync leaves existing targets alone); sync data rules re-apply to triggers that
+                               have downstream
+policy spec changed            (a metadata-only change does nothing; an update leaving no background rule, or needing the
+                               requester, is ignored altogether) a removed rule, sync and not orphan: its downstream (data,
+                               clone, cloneList, foreach kinds) is deleted [deviation: a removed *clone* rule keeps its copies while the policy stays, as the
                                suite's cpol-clone-sync-delete-rule expects]; no rule removed: a rule whose target (kind,
                                name, namespace, clone source) or cloneList changed has its old downstream unlabelled (left in
                                place, no longer managed); then every sync *data* rule is re-applied to each trigger named by
                                its downstream labels (changed data, removed list elements reach them; a trigger it no longer
-                               applies to keeps them and yields a PolicyError Event); then generateExisting for changed rules
+                               applies to keeps them and yields a PolicyError Event); then every generateExisting rule
 policy deleted                 sync and not orphan: all downstream of the rule deleted, except the copies of a single
-                               ``clone`` (kept, as Kyverno's suite expects; cloneList copies are deleted); orphan or
-                               nosync: left in place
-trigger CREATE/UPDATE, passes  the rule applies: missing targets created (sync or not); sync: drifted targets rewritten
+                               ``clone`` (kept: Kyverno's stated intent, kyverno/kyverno#1401, although its cleanup code
+                               would delete them too; cloneList copies are deleted); orphan or nosync: left in place
+trigger CREATE/UPDATE, passes  the rule applies: missing targets created (sync or not); sync: targets that differ from the
+                               rendering rewritten (what others added goes too; server-set metadata aside)
 trigger UPDATE, fails          (``no_longer_applies``: new object does not match but the old did, or new fails preconditions
                                the old passed) sync: the trigger's downstream of the rule's kinds deleted; nosync: nothing
 trigger UPDATE, never matched  nothing (neither object matched, or both failed preconditions): downstream stays, also when it
                                came from an earlier match (namespace labels changed, policy changed)
-trigger DELETE                 the old object matches the rule (operations included) and sync: downstream deleted by policy
-                               + trigger labels (any rule of the policy, the rule's kinds); a rule matching DELETE generates
+trigger DELETE                 once stored (the object gone or terminating; a refused DELETE changes nothing) and the old
+                               object matches the rule (operations included), sync: downstream deleted by policy + trigger
+                               labels (any rule of the policy, the rule's kinds); a rule matching DELETE generates; a
+                               trigger a PolicyException exempts keeps its downstream (on UPDATE too)
 downstream edited / deleted    sync: re-applied from the trigger named by its labels (reverted / re-created), unless the
-                               object itself matches the rule; nosync: left alone (a later trigger UPDATE re-creates a
+                               rule's match/exclude select the object for that operation (preconditions aside); nosync: left alone (a later trigger UPDATE re-creates a
                                missing target, never rewrites one)
-clone source edited            sync: every copy naming it by source-uid is re-applied from its trigger
+clone source edited            sync: every copy naming it by source-uid is re-applied from its trigger (no other trigger
+                               gains a copy)
 clone source deleted           sync: the trigger's downstream of the rule's kinds is deleted (cloneList: all its copies)
 generate fails                 (clone source missing, API error, rule error, no longer applies when re-applied) a Warning
                                Event, reason PolicyError, on the policy: "policy <name>/<rule> error: <error>", related
                                to the trigger; the work is retried with backoff
-periodic resync                sync data rules re-applied as on a policy change; sync/generateExisting rules applied to
-                               existing triggers to catch up on missed events; nothing is ever deleted by it
+periodic resync                the policy-change pass again: sync data rules re-applied to their downstream's triggers,
+                               generateExisting rules applied to existing triggers; a sync rule without generateExisting
+                               never reaches a trigger it did not see; nothing is ever deleted by it
 GeneratingPolicy               same cells with spec.evaluation.synchronize / orphanDownstreamOnPolicyDelete /
-                               generateExisting; a sync policy's change re-applies it to every trigger and deletes what it
-                               no longer produces; an UPDATE whose trigger no longer matches deletes its downstream
+                               generateExisting; a sync policy's creation, spec change and periodic pass re-apply it to
+                               the triggers its downstream names (deleting what it no longer produces, all of it when the
+                               trigger no longer matches; none known: only its kinds are learnt), generateExisting runs
+                               over every existing trigger; an UPDATE whose trigger no longer matches deletes its downstream
 =============================  ==============================================================================================
 """
 
@@ -81,6 +91,7 @@ from typing import Any
 
 from stockade.celpolicy.evaluator import GeneratedPlacement
 from stockade.celpolicy.model import CelPolicy
+from stockade.controllers.background import requester_dependency
 from stockade.controllers.celmutate import CelMutateExisting, CelMutateTrigger, TriggerNotStored, mutating_policies, policy_key
 from stockade.controllers.clusterdata import (
     ClusterCelHttp,
@@ -95,12 +106,13 @@ from stockade.controllers.clusterdata import (
     resources_for_rules,
 )
 from stockade.controllers.downstreamwatch import DownstreamWatcher
+from stockade.controllers.webhookconfig import ApiResource
 from stockade.controllers.events import generate_events, generate_failure_event
 from stockade.controllers.mutateexisting import MutateExisting, TriggerFailure
 from stockade.controllers.reports import submit_rule_result
 from stockade.engine.engine import Engine, Request
-from stockade.engine.match import RequestInfo, ResourceKind, selector_matches
-from stockade.engine.response import ERROR, PASS, EngineResponse
+from stockade.engine.match import RequestInfo, ResourceKind, match_reasons, selector_matches
+from stockade.engine.response import ERROR, PASS, SKIP, EngineResponse
 from stockade.policy.model import KyvernoPolicy, Rule
 from stockade.errors import StockadeError
 from stockade.kube.controller import Controller, FunctionReconciler, Result
@@ -237,6 +249,15 @@ def clones_single(rule: Rule) -> bool:
     return any(spec.get("clone") for spec in specs) and not any(spec.get("cloneList") for spec in specs)
 
 
+def reacts_to_policy_events(policy: KyvernoPolicy) -> bool:
+    """Kyverno's ``canBackgroundProcess``: a policy's creation, spec change and the periodic pass only reach its
+    downstream when it has generate or mutate-existing rules and needs no requester (no ``request.userInfo``-like
+    variables, no roles/subjects in match/exclude); its deletion cleans up regardless."""
+    if not any(rule.has_generate() or rule.has_mutate_existing() for rule in policy.rules):
+        return False
+    return not requester_dependency(policy)
+
+
 def skips_background_requests(rule: Rule) -> bool:
     """``skipBackgroundRequests`` (default true): the rule ignores requests made by the generate controller itself."""
     return rule.raw.get("skipBackgroundRequests", True) is not False
@@ -271,10 +292,18 @@ def trigger_action(operation: str, rule_applies: bool, synchronized: bool, gener
 def no_longer_applies(new_result: Any, old_result: Any) -> bool:
     """Kyverno's "fail" verdict for an UPDATE of a synchronized rule's trigger, which deletes its downstream: the new
     object does not match the rule but the old one did, or the new one matches but fails the preconditions the old one
-    passed.  When neither matched (or both failed the preconditions) nothing happens: the downstream stays."""
+    passed.  When neither matched (or both failed the preconditions) nothing happens: the downstream stays, as it
+    does when a PolicyException exempts the new object (Kyverno's background check skips such a trigger)."""
     if new_result is None:
         return old_result is not None
+    if exempted(new_result):
+        return False
     return new_result.status != PASS and new_result.status != ERROR and old_result is not None and old_result.status == PASS
+
+
+def exempted(result: Any) -> bool:
+    """Whether a rule's result is a skip by PolicyExceptions: Kyverno neither generates nor cleans up for it."""
+    return result is not None and result.status == SKIP and bool(getattr(result, "exceptions", None))
 
 
 _UNSTORED_METADATA = ("resourceVersion", "managedFields", "generation")
@@ -296,38 +325,27 @@ def update_not_persisted(old: dict[str, Any], new: dict[str, Any], stored: dict[
     return content(old) != content(new)
 
 
-def should_update(desired: dict[str, Any], current: dict[str, Any], synchronized: bool) -> bool:
-    """An existing downstream object is rewritten only for synchronized rules, and only when it drifted.
+# metadata the API server sets itself: never part of what a rule renders, so never a difference
+_SERVER_SET_METADATA = frozenset({"uid", "resourceVersion", "creationTimestamp", "managedFields", "generation", "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds"})
 
-    Drift means a field we set has another value (the server's defaults and other managers' additions are
-    tolerated), or a key was added to a ConfigMap/Secret's ``data``."""
+
+def should_update(desired: dict[str, Any], current: dict[str, Any], synchronized: bool) -> bool:
+    """Whether an existing downstream object is rewritten: only for synchronized rules, and whenever it differs from
+    what the rule renders.  Kyverno replaces a synchronized data target on every regeneration and a copy unless it
+    equals its source, so anything another writer added (a label, an annotation, a field) goes; a difference that is
+    only the server's defaults makes a write the server finds to be a no-op."""
     if not synchronized:
         return False
-    if not _contains(current, _comparable(desired)):
-        return True
-    for key in ("data", "binaryData", "stringData"):
-        if isinstance(desired.get(key), dict) and isinstance(current.get(key), dict) and set(current[key]) - set(desired[key]):
-            return True
-    return False
+    return _rendered_content(desired) != _rendered_content(current)
 
 
-def _comparable(desired: dict[str, Any]) -> dict[str, Any]:
-    out = {k: v for k, v in desired.items() if k not in ("status", "apiVersion", "kind")}
-    metadata = desired.get("metadata") or {}
-    kept = {k: metadata[k] for k in ("labels", "annotations") if metadata.get(k)}
-    if kept:
-        out["metadata"] = kept
-    return out
-
-
-def _contains(actual: Any, wanted: Any) -> bool:
-    if isinstance(wanted, dict):
-        return isinstance(actual, dict) and all(key in actual and _contains(actual[key], value) for key, value in wanted.items())
-    if isinstance(wanted, list):
-        return isinstance(actual, list) and len(actual) == len(wanted) and all(_contains(a, w) for a, w in zip(actual, wanted))
-    if wanted is None:
-        return actual is None
-    return actual == wanted or (isinstance(wanted, (int, float)) and not isinstance(wanted, bool) and actual == wanted)
+def _rendered_content(obj: dict[str, Any]) -> dict[str, Any]:
+    """An object as a write would set it: no status, no type fields, no server-set or empty metadata."""
+    body = {key: value for key, value in obj.items() if key not in ("status", "apiVersion", "kind", "metadata")}
+    metadata = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    assert isinstance(metadata, dict)
+    body["metadata"] = {key: value for key, value in metadata.items() if key not in _SERVER_SET_METADATA and value not in (None, {}, [], "")}
+    return body
 
 
 def data_kinds(rule: Rule) -> list[tuple[str, str]]:
@@ -1044,6 +1062,11 @@ class GenerateController:
             if event.operation == "UPDATE":
                 self._await_persisted_update(event, stored)
             trigger = event.resource
+        elif event.operation == "DELETE" and policies and not ((event.old_resource.get("metadata") or {}).get("labels") or {}).get(POLICY_NAME_LABEL):
+            # Kyverno acts on a trigger's DELETE only once it is persisted: the object still stored (same uid, not
+            # terminating) means the request may yet be refused; given up after the pending attempts, nothing happens
+            if self._still_stored(event.old_resource, event.gvk):
+                raise TriggerPending(f"deleted trigger {event.describe()} is still stored")
         engine = self._engine() if policies else None
         failures: list[TriggerFailure] = []
         uid = str((trigger.get("metadata") or {}).get("uid") or "")
@@ -1068,7 +1091,7 @@ class GenerateController:
                     continue
                 applies = result is not None and result.status == PASS
                 if event.operation == "DELETE":
-                    matched_before = result is not None
+                    matched_before = result is not None and not exempted(result)
                 elif event.operation == "UPDATE" and not applies and synchronize(rule) and event.old_resource and engine is not None:
                     if old_responses is None:
                         old_responses = self._old_responses(engine, policy, event)
@@ -1181,27 +1204,15 @@ class GenerateController:
         if origin is not None:
             policy = by_key.get((origin.policy_namespace, origin.policy_name))
             rule = generate_rules(policy).get(origin.rule_name) if policy is not None else None
-            if policy is not None and rule is not None and synchronize(rule) and not self._matches(engine, policy, rule, old, event):
+            if policy is not None and rule is not None and synchronize(rule) and not self._matches(policy, rule, old, event):
                 try:
                     self._regenerate_for(engine, policy, rule, origin)
                 except KubeError as exc:
                     failures.append(TriggerFailure(policy.key, rule.name, event.describe(), str(exc)))
             return failures
-        # copies found by their source labels, and the rules whose clone coordinates name this object: both are
-        # brought in step (a second pass over the same copies finds nothing left to do)
+        # a clone source: only the copies that name it by their source labels follow it (Kyverno's processRequest
+        # finds targets by source labels alone; a trigger without a copy gets none from a source edit)
         self._process_copies_of(engine, by_key, old, event, failures)
-        for policy in policies:
-            for rule in generate_rules(policy).values():
-                how = cloned_from(rule, old, event.resource or None)
-                if not how or self._matches(engine, policy, rule, old, event):
-                    continue
-                try:
-                    if event.operation == "DELETE":
-                        self._delete_copies(policy, rule, old, every_target=how == "clone")
-                    else:
-                        self._apply_to_existing(policy, [rule], prune=False)
-                except KubeError as exc:
-                    failures.append(TriggerFailure(policy.key, rule.name, event.describe(), str(exc)))
         return failures
 
     def _process_copies_of(
@@ -1230,7 +1241,7 @@ class GenerateController:
             if origin is None or policy is None or rule is None or not synchronize(rule):
                 continue
             handled.add((policy.namespace, policy.name, rule.name))
-            if self._matches(engine, policy, rule, source, event):
+            if self._matches(policy, rule, source, event):
                 continue  # the source is also the rule's trigger: its trigger handling decided
             try:
                 if event.operation == "DELETE":
@@ -1242,13 +1253,17 @@ class GenerateController:
                 failures.append(TriggerFailure(policy.key, rule.name, event.describe(), str(exc)))
         return handled
 
-    def _matches(self, engine: Engine, policy: KyvernoPolicy, rule: Rule, obj: dict[str, Any], event: TriggerEvent) -> bool:
-        """Whether the changed object is itself a trigger of the rule (its trigger handling already ran)."""
-        try:
-            response = self._evaluate(engine, policy.with_rules([rule]), obj, event.operation if event.operation != "DELETE" else "UPDATE", event.info, event.gvk)
-        except Exception:
-            return False
-        return any(result.name == rule.name and result.status in (PASS, ERROR) for result in response.rules)
+    def _matches(self, policy: KyvernoPolicy, rule: Rule, obj: dict[str, Any], event: TriggerEvent) -> bool:
+        """Kyverno's "both the source and the trigger" check: the changed object matches the rule's match/exclude
+        blocks for the request's operation (no context, no preconditions), so its trigger handling decides."""
+        metadata = obj.get("metadata") or {}
+        namespace = str(metadata.get("namespace") or "")
+        if obj.get("kind") == "Namespace":
+            namespace_labels = dict(metadata.get("labels") or {})
+        else:
+            namespace_labels = self.cluster.namespace_labels(namespace) if namespace else {}
+        gvk = event.gvk or ResourceKind.of(obj)
+        return not match_reasons(rule.raw, obj, gvk, info=event.info, namespace_labels=namespace_labels, operation=event.operation, policy_namespace=policy.namespace)
 
     def _regenerate_for(self, engine: Engine, policy: KyvernoPolicy, rule: Rule, origin: DownstreamOrigin) -> None:
         if not origin.trigger_kind or not origin.trigger_uid:
@@ -1277,16 +1292,6 @@ class GenerateController:
                         self.events.submit_success(spec)
             elif result.status == ERROR:
                 self._failure_event(policy, rule.name, result.message, trigger)
-
-    def _delete_copies(self, policy: KyvernoPolicy, rule: Rule, source: dict[str, Any], *, every_target: bool) -> None:
-        """The downstream objects a rule copied from a deleted source (all of a single-source clone rule; the
-        same-named ones of the source's kind for cloneList)."""
-        name = str((source.get("metadata") or {}).get("name") or "")
-        for obj in self.find_downstream(policy.name, policy.namespace, rule):
-            if obj.get("kind") != source.get("kind"):
-                continue
-            if every_target or (obj.get("metadata") or {}).get("name") == name:
-                self._delete_object(obj)
 
     # -- watched changes of GeneratingPolicy downstream objects and clone sources -------------------------------------
     def process_watched_change(self, change: WatchedChange) -> list[TriggerFailure]:
@@ -1326,18 +1331,11 @@ class GenerateController:
         return failures
 
     def _regenerate_gpol(self, policy: CelPolicy, labels: dict[str, Any], change: WatchedChange) -> list[TriggerFailure]:
-        group, version = str(labels.get(TRIGGER_GROUP_LABEL) or ""), str(labels.get(TRIGGER_VERSION_LABEL) or "")
-        kind, namespace, name = str(labels.get(TRIGGER_KIND_LABEL) or ""), str(labels.get(TRIGGER_NAMESPACE_LABEL) or ""), str(labels.get(TRIGGER_NAME_LABEL) or "")
-        if not kind or not name:
-            return []
         try:
-            trigger = self.cluster.get_object(f"{group}/{version}" if group else version, kind, namespace, name, cached=False)
-        except NotFound:
-            return []
+            trigger = self._gpol_trigger(labels)
         except KubeError as exc:
             return [TriggerFailure(policy.key, policy.name, change.describe(), str(exc))]
-        metadata = (trigger or {}).get("metadata") or {}
-        if trigger is None or metadata.get("uid") != labels.get(TRIGGER_UID_LABEL) or metadata.get("deletionTimestamp"):
+        if trigger is None:
             return []  # the trigger is gone or replaced: its own events decide
         try:
             result = self._evaluate_gpol(self._cel_evaluator(), policy, trigger, "CREATE", {}, RequestInfo())
@@ -1385,7 +1383,9 @@ class GenerateController:
                 self._failure_event(policy, result.name, result.message, trigger)
                 continue
             applies = result is not None and result.status == PASS
-            action = trigger_action(event.operation, applies, synchronized, generate_on_delete)
+            # an UPDATE deletes only when the trigger no longer matches (Kyverno: no result); a skip by a
+            # PolicyException leaves the downstream alone
+            action = trigger_action(event.operation, applies, synchronized and (event.operation != "UPDATE" or result is None), generate_on_delete)
             try:
                 if action == APPLY and result is not None:
                     written = self.apply_gpol_downstream(policy, trigger, result.generated_resources)
@@ -1411,6 +1411,20 @@ class GenerateController:
         while current is not None and update_not_persisted(event.old_resource, event.resource, current) and time.monotonic() < deadline:
             time.sleep(PENDING_BACKOFF_SECONDS)
             current = self._stored_trigger(event)
+
+    def _still_stored(self, deleted: dict[str, Any], gvk: ResourceKind | None) -> bool:
+        """Whether a deleted object is still stored as it was (same uid, no deletionTimestamp)."""
+        metadata = deleted.get("metadata") or {}
+        uid = metadata.get("uid")
+        if not uid:
+            return False
+        api_version = str(deleted.get("apiVersion") or "")
+        if gvk is not None and gvk.version:
+            api_version = f"{gvk.group}/{gvk.version}" if gvk.group else gvk.version
+        kind = str(deleted.get("kind") or (gvk.kind if gvk else ""))
+        stored = self.cluster.get_object(api_version, kind, str(metadata.get("namespace") or ""), str(metadata.get("name") or ""), cached=False)
+        stored_metadata = (stored or {}).get("metadata") or {}
+        return stored is not None and stored_metadata.get("uid") == uid and not stored_metadata.get("deletionTimestamp")
 
     def _stored_trigger(self, event: TriggerEvent) -> dict[str, Any] | None:
         """The trigger as stored, or None while/after it is not (a CREATE is validated before it is persisted)."""
@@ -1516,7 +1530,6 @@ class GenerateController:
     def apply_gpol_downstream(self, policy: CelPolicy, trigger: dict[str, Any], generated: Iterable[dict[str, Any]]) -> set[tuple[str, str, str, str]]:
         """Create (or, synchronized, bring back in step) what a GeneratingPolicy produced for one trigger; returns
         the identities of the downstream objects it stands for."""
-        synchronized = evaluation_enabled(policy, "synchronize")
         server_side = bool(policy.spec.get("useServerSideApply", False))
         trigger_uid = str((trigger.get("metadata") or {}).get("uid") or "")
         written: set[tuple[str, str, str, str]] = set()
@@ -1529,7 +1542,7 @@ class GenerateController:
                 metadata.pop("ownerReferences", None)  # a cloned owner does not exist where the copy lands
             labels.update(gpol_labels(policy, trigger, source_uid))
             metadata["labels"] = labels
-            resource = self.cluster.resolve_kind(str(desired.get("apiVersion") or ""), str(desired.get("kind") or ""))
+            resource = self._remember_gpol_kind(policy, str(desired.get("apiVersion") or ""), str(desired.get("kind") or ""))
             if resource is None:
                 raise NotFound(f"kind {desired.get('apiVersion')}/{desired.get('kind')} is not served", method="GET", path=str(desired.get("kind")))
             desired["apiVersion"] = api_version_of(resource)
@@ -1537,9 +1550,6 @@ class GenerateController:
                 metadata["namespace"] = metadata.get("namespace") or "default"
             else:
                 metadata.pop("namespace", None)
-            self._gpol_kinds.setdefault(policy.key, set()).add((desired["apiVersion"], resource.kind))
-            if synchronized and self.downstream_watch is not None:
-                self.downstream_watch.ensure(desired["apiVersion"], resource.kind)
             written.add(object_identity(desired))
             # Kyverno's generator.apply brings an existing object this policy made for this trigger in step with the
             # new rendering whatever `synchronize` says (synchronize adds watching the copies and the source)
@@ -1675,40 +1685,44 @@ class GenerateController:
 
     # -- policy changes and resync ---------------------------------------------------------------------------------
     def reconcile_policies(self) -> None:
-        """React to loaded policies changing: clean up after vanished generate rules, run generateExisting for new ones."""
+        """React to loaded policies changing as Kyverno's policy controller does: a policy gone, or rules gone from a
+        policy it can process in the background, takes their synchronized downstream along (orphan aside); a new or
+        changed policy unlabels the old targets of retargeted rules (when no rule was removed), re-applies its
+        synchronized data rules to their downstream and runs every generateExisting rule over existing triggers."""
         current = {policy.key: (policy, generate_rules(policy)) for policy in self._policies()}
         snapshot = self.store.snapshot
-        existing = {policy.key for policy in (snapshot.policies if snapshot is not None else [])}
+        loaded = {policy.key: policy for policy in (snapshot.policies if snapshot is not None else [])}
         previous = self._known_rules or {}
         for key, (old_policy, old_rules) in previous.items():
+            kept = loaded.get(key)
+            if kept is not None and (kept.raw.get("spec") == old_policy.raw.get("spec") or not reacts_to_policy_events(kept)):
+                continue  # Kyverno's policy controller ignores an update of a policy it cannot process in the background
             new_rules = current.get(key, (None, {}))[1]
-            policy_kept = key in existing
             for name, rule in old_rules.items():
                 if name in new_rules or not synchronize(rule) or orphan_on_policy_delete(rule):
                     continue
-                if policy_kept and clones(rule):
+                if kept is not None and clones(rule):
                     continue  # a clone rule removed from a policy that stays leaves its copies in place, as in Kyverno
-                if not policy_kept and clones_single(rule):
-                    continue  # a deleted policy's single-object copies stay (Kyverno's cpol/pol-clone-sync-delete-policy); cloneList copies go
+                if kept is None and clones_single(rule):
+                    continue  # a deleted policy's single-object copies stay (Kyverno's stated intent, kyverno/kyverno#1401); cloneList copies go
                 try:
                     self.delete_downstream(old_policy, rule)
                 except KubeError as exc:
                     log.warning("cleaning up downstream of removed rule %s/%s failed: %s", key, name, exc)
         for key, (policy, rules) in current.items():
-            old_rules = previous.get(key, (None, {}))[1]
-            if old_rules and set(old_rules) <= set(rules):  # no rule removed: retargeted rules orphan their old objects
+            previous_policy, old_rules = previous.get(key, (None, {}))
+            if previous_policy is not None and previous_policy.raw.get("spec") == policy.raw.get("spec"):
+                continue  # Kyverno enqueues a policy only when its spec changed
+            if not reacts_to_policy_events(policy):
+                continue
+            if previous_policy is not None and {r.name for r in previous_policy.rules} <= {r.name for r in policy.rules}:
+                # no rule removed: retargeted rules orphan their old objects
                 for name, rule in rules.items():
                     if name in old_rules and old_rules[name].raw != rule.raw:
                         kinds = retargeted_kinds(old_rules[name], rule)
                         if kinds:
                             self._unlabel_downstream(policy, old_rules[name], kinds, keep=current_targets(rule))
-            previous_policy = previous.get(key, (None, {}))[0]
-            if previous_policy is None or previous_policy.raw.get("spec") != policy.raw.get("spec"):
-                # a new or changed policy brings the data of its synchronized rules to their downstream objects
-                self._sync_data_downstream(policy, list(rules.values()))
-            wanted = [rule for name, rule in rules.items() if generate_existing(policy, rule) and (name not in old_rules or old_rules[name].raw != rule.raw)]
-            if wanted:
-                self._apply_to_existing(policy, wanted, prune=False)
+            self._policy_event(policy, list(rules.values()))
         self._known_rules = current
         self._reconcile_gpols()
         snapshot = self.store.snapshot
@@ -1730,29 +1744,42 @@ class GenerateController:
                 log.warning("cleaning up downstream of removed %s failed: %s", key, exc)
         for key, policy in current.items():
             known = self._known_gpols.get(key)
-            if known is not None and evaluation_enabled(policy, "synchronize") and known.raw.get("spec") != policy.raw.get("spec"):
-                # Kyverno regenerates a synchronized policy's downstream after a change; what it no longer produces goes
-                self._apply_gpol_to_existing(policy, prune=True, drop_stale=True)
-            elif evaluation_enabled(policy, "generateExisting") and (known is None or known.raw != policy.raw):
-                self._apply_gpol_to_existing(policy, prune=False)
+            if known is None or known.raw.get("spec") != policy.raw.get("spec"):  # Kyverno enqueues only spec changes
+                self._gpol_policy_event(policy)
         self._known_gpols = current
 
+    def _gpol_policy_event(self, policy: CelPolicy) -> None:
+        """Kyverno's policy-controller pass over a GeneratingPolicy (created, spec changed, periodic): synchronized,
+        it is re-applied to the triggers its downstream names (or, with no downstream known, only learns what it
+        produces, writing nothing: Kyverno's cache-restore pass); with generateExisting it runs over every existing
+        trigger."""
+        if evaluation_enabled(policy, "synchronize"):
+            self._sync_gpol_downstream(policy)
+        if evaluation_enabled(policy, "generateExisting"):
+            self._apply_gpol_to_existing(policy)
+
     def resync(self) -> None:
-        """Leader-only reconciliation of synchronized rules against the triggers that exist now."""
+        """Leader-only periodic pass, Kyverno's forced reconciliation: every policy goes through the policy-event pass
+        again (synchronized data rules re-applied to their downstream, generateExisting rules over existing triggers;
+        a synchronized GeneratingPolicy regenerated for the triggers its downstream names).  A synchronized rule
+        without generateExisting never gains downstream for a trigger it never saw, and nothing is deleted for a
+        trigger that vanished unseen (its DELETE admission does that)."""
         self.stats.resyncs += 1
         if self._known_rules is None:
             self.reconcile_policies()
         for policy in self._policies():
-            rules = list(generate_rules(policy).values())
-            self._sync_data_downstream(policy, rules)
-            # a catch-up for trigger events this process never saw; like Kyverno's periodic pass it never deletes
-            # downstream objects (a trigger that stopped matching keeps them)
-            caught_up = [rule for rule in rules if synchronize(rule) or generate_existing(policy, rule)]
-            if caught_up:
-                self._apply_to_existing(policy, caught_up, prune=False)
+            if reacts_to_policy_events(policy):
+                self._policy_event(policy, list(generate_rules(policy).values()))
         for gpol in self._generating():
-            if evaluation_enabled(gpol, "synchronize"):
-                self._apply_gpol_to_existing(gpol, prune=True)
+            self._gpol_policy_event(gpol)
+
+    def _policy_event(self, policy: KyvernoPolicy, rules: list[Rule]) -> None:
+        """Kyverno's ``handleGenerate`` for one policy: sync data rules re-applied to the triggers their downstream
+        names, then every generateExisting rule applied to the existing triggers (creating what is missing)."""
+        self._sync_data_downstream(policy, rules)
+        wanted = [rule for rule in rules if generate_existing(policy, rule)]
+        if wanted:
+            self._apply_to_existing(policy, wanted, prune=False)
 
     def _sync_data_downstream(self, policy: KyvernoPolicy, rules: list[Rule]) -> None:
         """Kyverno's policy-event pass over synchronized data rules: every trigger that has downstream objects of
@@ -1776,44 +1803,117 @@ class GenerateController:
                     self.stats.failures += 1
                     log.warning("synchronizing policy %s rule %s for trigger %s failed: %s", policy.key, rule.name, origin.trigger_uid, exc)
 
-    def _apply_gpol_to_existing(self, policy: CelPolicy, *, prune: bool, drop_stale: bool = False) -> None:
-        """A GeneratingPolicy over every existing trigger (as CREATE requests, like Kyverno's background pass); with
-        ``drop_stale``, downstream objects the policy no longer produces are deleted."""
+    def _apply_gpol_to_existing(self, policy: CelPolicy) -> None:
+        """generateExisting: the policy over every existing trigger (as CREATE requests, like Kyverno's background
+        pass), creating what is missing; synchronized, each trigger's downstream the policy no longer produces goes."""
         evaluator = self._cel_evaluator()
-        applied_uids: set[str] = set()
-        produced: set[tuple[str, str, str, str]] = set()
-        unsure = False
-        triggers, complete = self._list_gpol_triggers(policy)
+        synchronized = evaluation_enabled(policy, "synchronize")
+        triggers, _complete = self._list_gpol_triggers(policy)
         for trigger in triggers:
             uid = str((trigger.get("metadata") or {}).get("uid") or "")
             try:
                 result = self._evaluate_gpol(evaluator, policy, trigger, "CREATE", {}, RequestInfo())
             except Exception as exc:
                 log.warning("evaluating %s on %s failed: %s", policy.key, describe_object(trigger), exc)
-                applied_uids.add(uid)
-                unsure = True
                 continue
             if result is None:
                 continue
-            applied_uids.add(uid)
-            self._report_gpol(policy, trigger, result)
-            if result.status == ERROR:
-                unsure = True
-                log.warning("%s on %s: %s", policy.key, describe_object(trigger), result.message)
-            elif result.status == PASS:
-                try:
-                    produced |= self.apply_gpol_downstream(policy, trigger, result.generated_resources)
-                except KubeError as exc:
-                    unsure = True
-                    self.stats.failures += 1
-                    log.warning("%s on %s: %s", policy.key, describe_object(trigger), exc)
-        if prune and complete:
+            self._apply_gpol_result(policy, trigger, uid, result, synchronized)
+
+    def _apply_gpol_result(self, policy: CelPolicy, trigger: dict[str, Any], uid: str, result: Any, synchronized: bool) -> None:
+        """One trigger's result of a policy-event pass: reported; passed, its downstream written (and, synchronized,
+        what it no longer produces for that trigger deleted); failed, logged with a PolicyError Event."""
+        self._report_gpol(policy, trigger, result)
+        if result.status == ERROR:
+            log.warning("%s on %s: %s", policy.key, describe_object(trigger), result.message)
+            self._failure_event(policy, result.name, result.message, trigger)
+            return
+        if result.status != PASS:
+            return
+        try:
+            written = self.apply_gpol_downstream(policy, trigger, result.generated_resources)
+            if synchronized and uid:
+                self.delete_gpol_downstream(policy, trigger_uid=uid, keep=written)
+        except KubeError as exc:
+            self.stats.failures += 1
+            log.warning("%s on %s: %s", policy.key, describe_object(trigger), exc)
+
+    def _sync_gpol_downstream(self, policy: CelPolicy) -> None:
+        """Kyverno's ``createURForGeneratingPolicy``: each trigger named by the policy's downstream is evaluated again
+        (a CREATE of the stored trigger): still selected, its downstream is brought in step and what it no longer
+        produces deleted; no longer selected, its downstream is deleted; gone, left to its own DELETE.  With no
+        downstream known (new policy, restarted process) the pass only learns the kinds it produces."""
+        evaluator = self._cel_evaluator()
+        origins: dict[str, dict[str, Any]] = {}
+        for obj in self.find_gpol_downstream(policy):
+            labels = (obj.get("metadata") or {}).get("labels") or {}
+            if labels.get(TRIGGER_UID_LABEL):
+                origins.setdefault(str(labels[TRIGGER_UID_LABEL]), labels)
+        if not origins:
+            self._restore_gpol_kinds(policy, evaluator)
+            return
+        for uid, labels in origins.items():
             try:
-                self.delete_gpol_downstream(policy, keep_uids=applied_uids)
-                if drop_stale and not unsure:
-                    self.delete_gpol_downstream(policy, keep=produced)
+                trigger = self._gpol_trigger(labels)
             except KubeError as exc:
-                log.warning("pruning downstream of %s failed: %s", policy.key, exc)
+                log.warning("reading the trigger of %s downstream failed: %s", policy.key, exc)
+                continue
+            if trigger is None:
+                continue
+            try:
+                result = self._evaluate_gpol(evaluator, policy, trigger, "CREATE", {}, RequestInfo())
+            except Exception as exc:
+                log.warning("evaluating %s on %s failed: %s", policy.key, describe_object(trigger), exc)
+                continue
+            if result is None:
+                try:
+                    self.delete_gpol_downstream(policy, trigger_uid=uid)  # the trigger no longer matches
+                except KubeError as exc:
+                    log.warning("deleting downstream of %s for %s failed: %s", policy.key, describe_object(trigger), exc)
+                continue
+            self._apply_gpol_result(policy, trigger, uid, result, True)
+
+    def _restore_gpol_kinds(self, policy: CelPolicy, evaluator: Any) -> None:
+        """Kyverno's cache-restore pass: learn (and watch) the kinds the policy produces from its existing triggers,
+        writing nothing."""
+        triggers, _complete = self._list_gpol_triggers(policy)
+        for trigger in triggers:
+            try:
+                result = self._evaluate_gpol(evaluator, policy, trigger, "CREATE", {}, RequestInfo())
+            except Exception as exc:
+                log.warning("evaluating %s on %s failed: %s", policy.key, describe_object(trigger), exc)
+                continue
+            if result is not None and result.status == PASS:
+                for desired in result.generated_resources:
+                    self._remember_gpol_kind(policy, str(desired.get("apiVersion") or ""), str(desired.get("kind") or ""))
+
+    def _remember_gpol_kind(self, policy: CelPolicy, api_version: str, kind: str) -> ApiResource | None:
+        """Record a kind the policy produces (its downstream is found by listing those kinds) and, synchronized,
+        watch it; returns the served resource (None when the kind is not served)."""
+        resource = self.cluster.resolve_kind(api_version, kind)
+        if resource is None:
+            return None
+        served_version = api_version_of(resource)
+        self._gpol_kinds.setdefault(policy.key, set()).add((served_version, resource.kind))
+        if evaluation_enabled(policy, "synchronize") and self.downstream_watch is not None:
+            self.downstream_watch.ensure(served_version, resource.kind)
+        return resource
+
+    def _gpol_trigger(self, labels: dict[str, Any]) -> dict[str, Any] | None:
+        """The stored trigger a GeneratingPolicy's downstream names by its labels; None when it is gone, replaced
+        (another uid) or being deleted."""
+        group, version = str(labels.get(TRIGGER_GROUP_LABEL) or ""), str(labels.get(TRIGGER_VERSION_LABEL) or "")
+        kind, namespace, name = str(labels.get(TRIGGER_KIND_LABEL) or ""), str(labels.get(TRIGGER_NAMESPACE_LABEL) or ""), str(labels.get(TRIGGER_NAME_LABEL) or "")
+        if not kind or not name:
+            return None
+        try:
+            trigger = self.cluster.get_object(f"{group}/{version}" if group else version, kind, namespace, name, cached=False)
+        except NotFound:
+            return None
+        metadata = (trigger or {}).get("metadata") or {}
+        if trigger is None or metadata.get("uid") != labels.get(TRIGGER_UID_LABEL) or metadata.get("deletionTimestamp"):
+            return None
+        return trigger
 
     def _list_gpol_triggers(self, policy: CelPolicy) -> tuple[list[dict[str, Any]], bool]:
         """Existing objects of the resources the policy's matchConstraints name (its namespace when namespaced)."""

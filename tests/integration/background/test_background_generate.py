@@ -152,19 +152,28 @@ def test_generate_data_clone_resync_and_trigger_deletion(
         secret = get(cluster, "v1", "Secret", target, "registry")
         assert secret is not None and base64.b64decode(secret["data"]["token"]) == b"one"
 
-        # drift: edit the ConfigMap, delete the NetworkPolicy, change the clone source → resync restores and follows
+        # drift: edit the ConfigMap, delete the NetworkPolicy, change the clone source.  The periodic pass is Kyverno's
+        # policy-event pass: it re-applies synchronized data rules to the triggers their downstream names (the edited
+        # ConfigMap), nothing else; the deleted object and the edited source are followed through their admissions
         config["data"]["level"] = "lax"
         config["data"]["extra"] = "added"
         cluster.request("PUT", f"/api/v1/namespaces/{target}/configmaps/defaults", config)
         cluster.request("DELETE", f"/apis/networking.k8s.io/v1/namespaces/{target}/networkpolicies/deny-all")
         source = get(cluster, "v1", "Secret", source_ns, "registry")
         assert source is not None
-        source["data"]["token"] = base64.b64encode(b"two").decode()
-        cluster.request("PUT", f"/api/v1/namespaces/{source_ns}/secrets/registry", source)
+        edited_source = {**source, "data": {"token": base64.b64encode(b"two").decode()}}
+        edited_source = {**cluster.request("PUT", f"/api/v1/namespaces/{source_ns}/secrets/registry", edited_source), "apiVersion": "v1", "kind": "Secret"}
 
         controller.resync()
         restored = get(cluster, "v1", "ConfigMap", target, "defaults")
         assert restored is not None and restored["data"] == {"owner": target, "level": "strict"}
+        assert get(cluster, "networking.k8s.io/v1", "NetworkPolicy", target, "deny-all") is None
+        unsynced = get(cluster, "v1", "Secret", target, "registry")
+        assert unsynced is not None and base64.b64decode(unsynced["data"]["token"]) == b"one"
+
+        controller.submit(review("DELETE", {}, netpol))
+        controller.submit(review("UPDATE", edited_source, source))
+        assert controller.wait_idle()
         assert get(cluster, "networking.k8s.io/v1", "NetworkPolicy", target, "deny-all") is not None
         synced = get(cluster, "v1", "Secret", target, "registry")
         assert synced is not None and base64.b64decode(synced["data"]["token"]) == b"two"
@@ -204,7 +213,7 @@ def test_policy_removal_deletes_synchronized_downstream_and_generate_existing(
     api_client: Any, cluster: ClusterData, namespaces: Callable[..., dict[str, Any]], policy_store: Any, suffix: str, tmp_path: Any
 ) -> None:
     """Deleting the policy deletes its synchronized data downstream; the copy of a single ``clone`` stays (Kyverno's
-    cpol-clone-sync-delete-policy), while cloneList copies would go."""
+    stated intent, kyverno/kyverno#1401), while cloneList copies would go."""
     target = f"bg-existing-{suffix}"
     source = f"bg-exist-src-{suffix}"
     namespaces(source)

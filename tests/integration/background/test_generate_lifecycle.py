@@ -627,3 +627,41 @@ spec:
         assert controller.stats.failures == 0
     finally:
         controller.stop()
+
+
+def test_others_additions_to_synchronized_downstream_are_reverted_and_a_trigger_delete_waits_until_stored(
+    api_client: Any, cluster: ClusterData, namespaces: Callable[..., dict[str, Any]], policy_store: Any, suffix: str
+) -> None:
+    """Kyverno replaces a synchronized downstream object with the rule's rendering (a label and a rule another writer
+    added go), and cleans up after a deleted trigger only once the deletion is stored (here: the namespace
+    terminating; without a namespace controller nothing else would remove the Role)."""
+    controller = GenerateController(api_client, policy_store(data_policy(suffix, items=GET_PODS)), resync_interval=0)
+    controller.start()
+    try:
+        target = f"life-p-{suffix}"
+        controller.submit(review("CREATE", namespaces(target, {"life": suffix})))
+        assert controller.wait_idle()
+        role = get(cluster, "rbac.authorization.k8s.io/v1", "Role", target, "readers")
+        assert role is not None
+        extra_rule = {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+        edited = {**role, "metadata": {**role["metadata"], "labels": {**role["metadata"]["labels"], "added": "by-user"}}, "rules": role["rules"] + [extra_rule]}
+        path = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{target}/roles/readers"
+        edited = {**cluster.request("PUT", path, edited), "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role"}
+        controller.submit(review("UPDATE", edited, role))
+        assert controller.wait_idle()
+        restored = get(cluster, "rbac.authorization.k8s.io/v1", "Role", target, "readers")
+        assert restored is not None and "added" not in restored["metadata"]["labels"]
+        assert [rule["resources"] for rule in restored["rules"]] == [["pods"]]
+
+        retries = controller.stats.retries
+        controller.submit(review("DELETE", {}, namespace(cluster, target)))  # admitted, not stored yet
+        deadline = time.monotonic() + 30
+        while controller.stats.retries == retries and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert controller.stats.retries > retries
+        assert get(cluster, "rbac.authorization.k8s.io/v1", "Role", target, "readers") is not None
+        cluster.request("DELETE", f"/api/v1/namespaces/{target}")  # now terminating
+        assert controller.wait_idle()
+        assert get(cluster, "rbac.authorization.k8s.io/v1", "Role", target, "readers") is None
+    finally:
+        controller.stop()

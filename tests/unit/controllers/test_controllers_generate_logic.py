@@ -63,17 +63,22 @@ def test_rule_flags() -> None:
     assert not generate_existing(policy({}), plain)
 
 
-def test_drift_detection_tolerates_defaults_but_not_edits() -> None:
+def test_a_synchronized_downstream_object_is_rewritten_whenever_it_differs_from_the_rendering() -> None:
+    """Kyverno replaces a synchronized target with what the rule renders: edits and additions by other writers go
+    (labels, annotations, fields, data keys); only server-set metadata is not a difference."""
     desired = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "labels": {"x": "1"}}, "data": {"a": "1"}}
-    current = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "uid": "u", "labels": {"x": "1", "other": "y"}}, "data": {"a": "1"}}
+    current = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "uid": "u", "resourceVersion": "7", "labels": {"x": "1"}, "annotations": {}}, "data": {"a": "1"}}
     assert not should_update(desired, current, True)
     assert should_update(desired, {**current, "data": {"a": "2"}}, True)
     assert should_update(desired, {**current, "data": {"a": "1", "extra": "3"}}, True)
     assert should_update(desired, {**current, "metadata": {"name": "c"}}, True)  # our labels were removed
+    assert should_update(desired, {**current, "metadata": {**current["metadata"], "labels": {"x": "1", "other": "y"}}}, True)
+    assert should_update(desired, {**current, "metadata": {**current["metadata"], "annotations": {"note": "n"}}}, True)
     assert not should_update(desired, {**current, "data": {"a": "2"}}, False)  # no synchronize: never rewritten
     netpol = {"spec": {"podSelector": {}, "policyTypes": ["Ingress"]}}
-    assert not should_update(netpol, {"spec": {"podSelector": {}, "policyTypes": ["Ingress"], "extra": 1}}, True)
+    assert should_update(netpol, {"spec": {"podSelector": {}, "policyTypes": ["Ingress"], "egress": [{}]}}, True)
     assert should_update(netpol, {"spec": {"podSelector": {}, "policyTypes": ["Egress"]}}, True)
+    assert not should_update(netpol, {"spec": {"podSelector": {}, "policyTypes": ["Ingress"]}, "status": {"x": 1}}, True)
 
 
 def test_downstream_kinds_cover_foreach_and_clone_list() -> None:

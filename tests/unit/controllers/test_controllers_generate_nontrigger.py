@@ -154,10 +154,41 @@ def test_removing_a_synchronized_rule_deletes_data_copies_but_keeps_clone_copies
     cluster, controller, _ = setup(both)
     controller.reconcile_policies()
     assert cluster.find("ConfigMap", "ns1", "zk") is not None and cluster.find("Secret", "ns1", "copy") is not None
-    controller.store.snapshot = Snapshot([KyvernoPolicy({**both, "spec": {"rules": []}})])
+    other = {**both["spec"]["rules"][0], "name": "other", "generate": {**both["spec"]["rules"][0]["generate"], "name": "other"}}
+    controller.store.snapshot = Snapshot([KyvernoPolicy({**both, "spec": {"rules": [other]}})])
     controller.reconcile_policies()
     assert cluster.find("ConfigMap", "ns1", "zk") is None  # Kyverno deletes a removed data rule's downstream
     assert cluster.find("Secret", "ns1", "copy") is not None  # and keeps a removed clone rule's copies
+
+
+def test_a_policy_left_without_background_rules_ignores_the_removal_of_its_generate_rules() -> None:
+    """Kyverno's policy controller drops the update of a policy it cannot process in the background (no generate
+    or mutate-existing rule left, or requester variables): the removed rule's downstream stays."""
+    cluster, controller, _ = setup(data_policy())
+    controller.reconcile_policies()
+    validate = {"name": "check", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"pattern": {"metadata": {"name": "?*"}}}}
+    controller.store.snapshot = Snapshot([KyvernoPolicy({**data_policy(), "spec": {"rules": [validate]}})])
+    controller.reconcile_policies()
+    assert cluster.find("ConfigMap", "ns1", "zk") is not None
+    controller.store.snapshot = Snapshot([])  # deleting the policy still cleans up what its last generate rules made
+    controller.reconcile_policies()
+    assert cluster.find("ConfigMap", "ns1", "zk") is not None  # the removed rule is no longer known: nothing to do
+
+
+def test_a_policy_needing_the_requester_ignores_the_removal_of_its_generate_rules() -> None:
+    both = data_policy()
+    both["spec"]["rules"].append({**both["spec"]["rules"][0], "name": "second", "generate": {**both["spec"]["rules"][0]["generate"], "name": "second"}})
+    cluster, controller, _ = setup(both)
+    controller.reconcile_policies()
+    assert cluster.find("ConfigMap", "ns1", "second") is not None
+    kept = {**both["spec"]["rules"][0], "generate": {**both["spec"]["rules"][0]["generate"], "data": {"data": {"by": "{{request.userInfo.username}}"}}}}
+    controller.store.snapshot = Snapshot([KyvernoPolicy({**both, "spec": {"rules": [kept]}})])
+    controller.reconcile_policies()
+    assert cluster.find("ConfigMap", "ns1", "second") is not None  # a requester variable: Kyverno ignores the update
+    assert (cluster.find("ConfigMap", "ns1", "zk") or {}).get("data") == {"ZK": "a"}  # no data sync either
+    controller.store.snapshot = Snapshot([KyvernoPolicy({**both, "spec": {"rules": [both["spec"]["rules"][0]]}})])
+    controller.reconcile_policies()
+    assert cluster.find("ConfigMap", "ns1", "second") is not None  # known rules are now those of the ignored update
 
 
 def test_copies_find_their_source_by_uid_even_when_the_clone_name_is_a_variable() -> None:
@@ -190,7 +221,7 @@ def test_a_retargeted_rule_leaves_its_old_downstream_unlabelled_and_out_of_its_c
     assert "generate.kyverno.io/rule-name" not in old["metadata"]["labels"]  # Kyverno unlabels the old target
     controller.process_event(TriggerEvent("UPDATE", namespace, namespace))
     assert cluster.find("ConfigMap", "ns1", "zk-new") is not None
-    controller.store.snapshot = Snapshot([KyvernoPolicy({**renamed, "spec": {"rules": []}})])
+    controller.store.snapshot = Snapshot([])  # the policy deleted: its rule's labelled downstream goes, the unlabelled one stays
     controller.reconcile_policies()
     assert cluster.find("ConfigMap", "ns1", "zk-new") is None and cluster.find("ConfigMap", "ns1", "zk") is not None
 

@@ -169,17 +169,47 @@ def test_policy_removal_deletes_synchronized_downstream_unless_orphaned() -> Non
         assert (cluster.find("NetworkPolicy", "ns1", "default-deny") is not None) == orphan
 
 
-def test_generate_existing_and_resync_prune() -> None:
+def test_generate_existing_and_the_periodic_pass() -> None:
+    """Kyverno's periodic pass re-applies a synchronized policy to the triggers its downstream names: one that no
+    longer matches loses its downstream; one deleted unseen keeps it (its DELETE admission would have removed it)."""
     cluster = FakeCluster()
     trigger(cluster, "a", "ns1")
+    trigger(cluster, "c", "ns3")
     trigger(cluster, "b", "ns2", data={})  # does not match
     store = Store(gpol(existing=True))
     ctl = controller(cluster, store)
     ctl.reconcile_policies()
     assert cluster.find("NetworkPolicy", "ns1", "default-deny") is not None
+    assert cluster.find("NetworkPolicy", "ns3", "default-deny") is not None
     assert cluster.find("NetworkPolicy", "ns2", "default-deny") is None
     cluster.request("DELETE", "/api/v1/namespaces/ns1/configmaps/a")  # a trigger deleted while we were not told
+    trigger(cluster, "c", "ns3", data={})  # a trigger changed unseen so that it no longer matches
     ctl.resync()
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny") is not None
+    assert cluster.find("NetworkPolicy", "ns3", "default-deny") is None
+
+
+def test_a_synchronized_policy_without_generate_existing_never_reaches_triggers_it_did_not_see() -> None:
+    """Kyverno's policy events for a synchronized GeneratingPolicy only revisit the triggers its downstream names
+    (none known: a cache-restore pass that writes nothing); existing triggers get downstream only with
+    generateExisting."""
+    cluster = FakeCluster()
+    trigger(cluster, "a", "ns1")
+    store = Store(gpol())
+    ctl = controller(cluster, store)
+    ctl.reconcile_policies()
+    ctl.resync()
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny") is None
+    changed = gpol()
+    changed["spec"]["generate"] = [{"expression": f"generator.Apply(object.metadata.namespace, {NETPOL.replace('Ingress', 'Egress')})"}]
+    store.set(changed)
+    ctl.reconcile_policies()
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny") is None
+    ctl.process_event(TriggerEvent("CREATE", trigger(cluster, "d", "ns4")))
+    assert cluster.find("NetworkPolicy", "ns4", "default-deny") is not None
+    store.set(gpol())  # a spec change: the trigger its downstream names is regenerated, the other one still not
+    ctl.reconcile_policies()
+    assert (cluster.find("NetworkPolicy", "ns4", "default-deny") or {}).get("spec", {}).get("policyTypes") == ["Ingress"]
     assert cluster.find("NetworkPolicy", "ns1", "default-deny") is None
 
 
@@ -275,3 +305,25 @@ def test_requests_of_the_background_account_skip_generating_policies_unless_they
     assert cluster.find("ConfigMap", "ns1", "optin") is not None  # the opted-in one did not
     assert ctl.process_event(TriggerEvent("UPDATE", cm, cm, info=RequestInfo(username="alice"))) == []
     assert cluster.find("NetworkPolicy", "ns1", "default-deny") is not None
+
+
+def test_an_update_exempted_by_a_policy_exception_keeps_the_downstream() -> None:
+    """Kyverno deletes a synchronized policy's downstream on UPDATE only when the trigger no longer matches (no
+    result); a skip by a PolicyException is a result, so the downstream stays."""
+    exception = {
+        "apiVersion": "policies.kyverno.io/v1alpha1",
+        "kind": "PolicyException",
+        "metadata": {"name": "allow", "namespace": "ns1"},
+        "spec": {"policyRefs": [{"name": "gen", "kind": "GeneratingPolicy"}], "matchConditions": [{"name": "exempt", "expression": "'exempt' in object.data"}]},
+    }
+    cluster = FakeCluster()
+    ctl = controller(cluster, Store(gpol(), exception))
+    created = trigger(cluster)
+    ctl.process_event(TriggerEvent("CREATE", created))
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny") is not None
+    exempt = trigger(cluster, data={"go": "1", "exempt": "1"})
+    ctl.process_event(TriggerEvent("UPDATE", exempt, created))
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny") is not None
+    unmatched = trigger(cluster, data={})
+    ctl.process_event(TriggerEvent("UPDATE", unmatched, exempt))
+    assert cluster.find("NetworkPolicy", "ns1", "default-deny") is None
