@@ -181,3 +181,16 @@ class IdleWatch:
 
     def close(self) -> None:
         self.closed.set()
+
+
+def refuse_writes(cluster: FakeCluster) -> None:
+    """Every PUT to ``cluster`` is refused with 403 Forbidden from now on (an RBAC gap on the target kind); reads and
+    other verbs go through."""
+    original_request = cluster.request
+
+    def forbidden(method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
+        if method == "PUT":
+            raise from_response(403, "forbidden", method=method, path=path)
+        return original_request(method, path, body, **kwargs)
+
+    cluster.request = forbidden  # type: ignore[method-assign]

@@ -11,7 +11,7 @@ from stockade.controllers.generate import GenerateController, TriggerEvent
 from stockade.controllers.mutateexisting import on_policy_update
 from stockade.controllers.webhookconfig import _rule_in_phase
 from stockade.policy.model import KyvernoPolicy
-from tests.unit.controllers.fakecluster import FakeCluster
+from tests.unit.controllers.fakecluster import FakeCluster, refuse_writes
 
 
 def policy(*, operations: list[str] | None = None, on_update: bool = False, preconditions: list[dict[str, Any]] | None = None) -> KyvernoPolicy:
@@ -153,16 +153,7 @@ def test_conflicting_write_is_recomputed_from_the_fresh_target() -> None:
 
 def test_unwritable_target_is_a_failure_and_an_error_event() -> None:
     cluster, controller, events = setup(policy())
-    original_request = cluster.request
-
-    def forbidden(method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
-        if method == "PUT":
-            from stockade.kube.errors import from_response
-
-            raise from_response(403, "forbidden", method=method, path=path)
-        return original_request(method, path, body, **kwargs)
-
-    cluster.request = forbidden  # type: ignore[method-assign]
+    refuse_writes(cluster)
     failures = controller.process_event(TriggerEvent("CREATE", configmap(cluster)))
     assert len(failures) == 2 and all(f.rule == "label-secrets" for f in failures)
     assert all(str(f).count("rule label-secrets on") == 1 for f in failures)  # said once, not re-wrapped

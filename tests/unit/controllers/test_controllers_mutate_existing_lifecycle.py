@@ -42,7 +42,7 @@ from stockade.controllers.mutateexisting import rules_for_trigger
 from stockade.controllers.updaterequest import plan_update_requests
 from stockade.engine.match import RequestInfo
 from stockade.policy.model import KyvernoPolicy
-from tests.unit.controllers.fakecluster import FakeCluster
+from tests.unit.controllers.fakecluster import FakeCluster, refuse_writes
 from tests.unit.controllers.test_controllers_mutate_existing import Events, Store, labels
 from tests.unit.controllers.test_controllers_update_requests import review
 
@@ -149,16 +149,7 @@ def test_success_events_follow_generate_success_events_and_errors_are_always_wri
     assert events.specs == []  # PolicyApplied is a success Event: off by default in Kyverno's ConfigMap
     cluster, controller, events = setup(cluster_policy(rule("label")), successes_enabled=False)
     cm = trigger(cluster)
-    original_request = cluster.request
-
-    def forbidden(method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
-        if method == "PUT":
-            from stockade.kube.errors import from_response
-
-            raise from_response(403, "forbidden", method=method, path=path)
-        return original_request(method, path, body, **kwargs)
-
-    cluster.request = forbidden  # type: ignore[method-assign]
+    refuse_writes(cluster)
     [failure] = controller.process_event(TriggerEvent("CREATE", cm))
     assert failure.rule == "label"
     [event] = events.specs
@@ -217,16 +208,7 @@ def test_the_triggers_report_gets_every_result_in_one_submission_before_the_writ
     cluster.add({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "secret-b", "namespace": "ns1"}})
     reports = Reports()
     controller.mutate_existing.reports = reports
-    original_request = cluster.request
-
-    def forbidden(method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
-        if method == "PUT":
-            from stockade.kube.errors import from_response
-
-            raise from_response(403, "forbidden", method=method, path=path)
-        return original_request(method, path, body, **kwargs)
-
-    cluster.request = forbidden  # type: ignore[method-assign]
+    refuse_writes(cluster)
     assert len(controller.process_event(TriggerEvent("CREATE", trigger(cluster)))) == 2  # the write and the missing target
     [(name, results)] = reports.submissions
     assert name == "trigger"
