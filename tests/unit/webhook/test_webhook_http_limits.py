@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from webhook_helpers import RunningServer, pod, review, start_server
+from webhook_helpers import RunningServer, closed_by_server, pod, review, start_server
 
 from stockade.engine.response import EngineResponse, RuleResponse
 from stockade.policy.model import KyvernoPolicy
@@ -52,23 +52,6 @@ def tls_connect(running: RunningServer) -> ssl.SSLSocket:
     context = ssl.create_default_context(cadata=running.server.certs.ca_bundle.decode())
     raw = socket.create_connection(("127.0.0.1", running.server.port), timeout=10)
     return context.wrap_socket(raw, server_hostname="127.0.0.1")
-
-
-def closed_by_server(sock: socket.socket, drip: bytes = b"", interval: float = 0.1) -> bool:
-    """Send ``drip`` every ``interval`` (nothing when empty) until the server closes; False if still open after 10s."""
-    sock.settimeout(interval)
-    give_up = time.monotonic() + 10
-    while time.monotonic() < give_up:
-        try:
-            if drip:
-                sock.sendall(drip)
-            if sock.recv(4096) == b"":
-                return True
-        except (TimeoutError, ssl.SSLWantReadError):
-            continue
-        except (ConnectionError, ssl.SSLError, OSError):
-            return True
-    return False
 
 
 def response_status(sock: ssl.SSLSocket) -> tuple[int, bytes]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import uvloop
-from webhook_helpers import RunningServer, pod, review, start_server
+from webhook_helpers import RunningServer, closed_by_server, pod, review, start_server
 
 from stockade.webhook.certs import CertificateManager
 from stockade.webhook.httplimits import ConnectionGuard, HttpLimits
@@ -52,21 +52,6 @@ def read_reply(sock: socket.socket, buffered: bytearray, head_only: bool = False
         rest += chunk
     buffered[:] = rest[length:]
     return Reply(status, headers, rest[:length], version)
-
-
-def closed(sock: socket.socket, within: float = 10.0) -> bool:
-    """True once the peer has closed (anything still sent before the close is read and dropped)."""
-    sock.settimeout(0.2)
-    give_up = time.monotonic() + within
-    while time.monotonic() < give_up:
-        try:
-            if sock.recv(65536) == b"":
-                return True
-        except (TimeoutError, ssl.SSLWantReadError):
-            continue
-        except (ConnectionError, ssl.SSLError, OSError):
-            return True
-    return False
 
 
 # -- the admission listener (TLS) --------------------------------------------------------------------------------
@@ -148,7 +133,7 @@ def test_connection_close_answers_then_closes_and_reads_nothing_after(tls: Calla
         buffered = bytearray()
         reply = read_reply(sock, buffered)
         assert reply.headers["connection"] == "close" and json.loads(reply.body)["response"]["uid"] == "first"
-        assert closed(sock)
+        assert closed_by_server(sock, interval=0.2)
         assert b"second" not in buffered
 
 
@@ -157,7 +142,7 @@ def test_http_1_0_closes_unless_asked_to_keep_alive(tls: Callable[[], ssl.SSLSoc
         sock.sendall(get("/health/liveness", version="1.0"))
         reply = read_reply(sock, bytearray())
         assert reply.version == "HTTP/1.0" and reply.status == 200
-        assert closed(sock)
+        assert closed_by_server(sock, interval=0.2)
     with tls() as sock:
         buffered = bytearray()
         sock.sendall(get("/health/liveness", version="1.0", extra="Connection: keep-alive\r\n"))
@@ -201,7 +186,7 @@ def test_malformed_requests_get_400_and_a_quiet_close(tls: Callable[[], ssl.SSLS
             assert read_reply(sock, buffered).status == 200  # what came before is answered first
             reply = read_reply(sock, buffered)
             assert reply.status == 400 and reply.headers["connection"] == "close"
-            assert closed(sock)
+            assert closed_by_server(sock, interval=0.2)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
 
 
@@ -215,7 +200,7 @@ def test_a_client_that_sends_too_many_headers_fast_is_cut_at_the_limit(tls: Call
                 sock.sendall(b"X-Filler-%d: %s\r\n" % (n, b"v" * 100))
         except (ConnectionError, ssl.SSLError):
             pass
-        assert closed(sock)
+        assert closed_by_server(sock, interval=0.2)
 
 
 # -- the layer alone, on uvloop ----------------------------------------------------------------------------------
@@ -298,13 +283,13 @@ def test_shutdown_finishes_requests_in_flight_and_closes_idle_connections(layer:
     busy.sendall(get("/slow"))
     assert running.started.wait(10)
     stopping = asyncio.run_coroutine_threadsafe(running.server.shutdown(10), running.loop)
-    assert closed(idle, within=5)  # an idle keep-alive connection is closed at once
+    assert closed_by_server(idle, interval=0.2, within=5)  # an idle keep-alive connection is closed at once
     assert not stopping.done()  # the request in flight holds the shutdown
     running.release.set()
     reply = read_reply(busy, bytearray())
     assert reply.status == 200 and json.loads(reply.body) == {"waited": "/slow"}
     assert reply.headers["connection"] == "close"
-    assert closed(busy)
+    assert closed_by_server(busy, interval=0.2)
     stopping.result(10)
     assert running.server.guard.open_connections == 0
     with pytest.raises(OSError):  # no longer listening
@@ -324,7 +309,7 @@ def test_connections_are_closed_when_shutdown_returns(loop_factory: Callable[[],
         client.sendall(get("/live"))
         assert read_reply(client, bytearray()).status == 200
     clients[1].sendall(b"GET /live HTTP/1.1\r\nHost: x\r\n")  # half a request
-    answering = threading.Thread(target=lambda: [closed(client, within=5) for client in clients], daemon=True)
+    answering = threading.Thread(target=lambda: [closed_by_server(client, interval=0.2, within=5) for client in clients], daemon=True)
     answering.start()  # the clients read (and answer the server's close_notify) meanwhile
     running.call(running.server.shutdown(5))
     running.stop_loop()

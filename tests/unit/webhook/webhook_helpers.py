@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import socket
 import ssl
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -153,3 +155,21 @@ def start_server(policy_dir: Path, certs: CertificateManager, reload_interval: f
     running = RunningServer(server, loop, thread)
     running.call(server.start())
     return running
+
+
+def closed_by_server(sock: socket.socket, drip: bytes = b"", interval: float = 0.1, within: float = 10.0) -> bool:
+    """Send ``drip`` every ``interval`` (nothing when empty) until the server closes, reading and dropping whatever
+    it still sends; False if still open after ``within`` seconds."""
+    sock.settimeout(interval)
+    give_up = time.monotonic() + within
+    while time.monotonic() < give_up:
+        try:
+            if drip:
+                sock.sendall(drip)
+            if sock.recv(65536) == b"":
+                return True
+        except (TimeoutError, ssl.SSLWantReadError):
+            continue
+        except (ConnectionError, ssl.SSLError, OSError):
+            return True
+    return False
