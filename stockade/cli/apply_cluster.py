@@ -38,7 +38,7 @@ class ClusterUnavailable(StockadeError, RuntimeError):
 def connect(kubeconfig: str | None, context: str | None) -> ClusterData:
     """Uncached reads against the cluster the kubeconfig (``--kubeconfig``, ``$KUBECONFIG``, ``~/.kube/config``) and
     ``--context`` name."""
-    from stockade.controllers.registration import load_api_client
+    from stockade.kube.connection import load_api_client
 
     try:
         client = load_api_client(kubeconfig, context)

@@ -37,7 +37,7 @@ def controller(kubeconfig: str | None, store_dir: str | None, resync: float, max
     from stockade.controllers.events import EventRecorder
     from stockade.controllers.flux_runtime import FluxImageRuntime
     from stockade.controllers.leader import LeaderElector
-    from stockade.controllers.registration import load_api_client
+    from stockade.kube.connection import load_api_client
     from stockade.reflector.store import TagStore
 
     from stockade.cli.allocator import tune

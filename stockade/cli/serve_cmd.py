@@ -196,7 +196,7 @@ async def _serve(policies: list[str], **options: Any) -> int:
     api_client = None
     cluster_client = None
     if options["register_webhooks"] or options["from_cluster"]:
-        from stockade.controllers.registration import load_api_client
+        from stockade.kube.connection import load_api_client
 
         try:
             cluster_client = load_api_client(options["kubeconfig"])
@@ -401,7 +401,8 @@ def evaluation_store_options(settings: EvaluationSettings, api_client: Any = Non
     }
     if settings.cluster:
         from stockade.controllers.clusterdata import ClusterCelHttp, ClusterCelResources, ClusterData, ClusterGlobalContext
-        from stockade.controllers.registration import NamespaceLabelCache, ServedKinds, load_api_client
+        from stockade.controllers.registration import NamespaceLabelCache, ServedKinds
+        from stockade.kube.connection import load_api_client
         from stockade.controllers.userroles import RoleResolver
         from stockade.engine.engine import Engine
 
@@ -425,8 +426,8 @@ def evaluation_store_options(settings: EvaluationSettings, api_client: Any = Non
     return options
 
 
-# what evaluation_store_options imports for a cluster (the kubernetes package through registration's client loader)
-CLUSTER_WORKER_MODULES = ("kubernetes", "stockade.controllers.clusterdata", "stockade.controllers.registration", "stockade.controllers.userroles")
+# what evaluation_store_options imports for a cluster (the connection, the cluster data readers)
+CLUSTER_WORKER_MODULES = ("stockade.kube.connection", "stockade.controllers.clusterdata", "stockade.controllers.registration", "stockade.controllers.userroles")
 
 
 def _start_evaluation_pool(settings: EvaluationSettings, options: dict[str, Any]) -> Any:
@@ -631,7 +632,8 @@ def _start_cluster_source(api_client: Any, options: dict[str, Any]) -> Any:
 @click.option("--webhook-names", type=click.Choice(["stockade", "kyverno"]), default="stockade", show_default=True, help="The naming `serve --webhook-names` used: its managed-by label finds the configurations to remove.")
 def cleanup(kubeconfig: str | None, webhook_names: str) -> None:
     """Remove the webhook configurations stockade created (e.g. after a crash left them behind)."""
-    from stockade.controllers.registration import WebhookRegistrar, load_api_client
+    from stockade.controllers.registration import WebhookRegistrar
+    from stockade.kube.connection import load_api_client
     from stockade.controllers.webhookconfig import WEBHOOK_NAMINGS
 
     try:

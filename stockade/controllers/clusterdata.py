@@ -1,8 +1,8 @@
 """Cluster-backed data for the engine: clone sources, ``configMap`` and ``apiCall`` context entries.
 
 The engine never does I/O; offline the CLI answers these lookups from test files.  In a cluster the same
-interfaces (``ResourceLookup``, ``ContextProviders``) are answered here from the API server through the kubernetes
-client's authenticated connection, with a short cache so a burst of admissions does not turn into a burst of GETs.
+interfaces (``ResourceLookup``, ``ContextProviders``) are answered here from the API server through `stockade.kube`'s
+authenticated connection, with a short cache so a burst of admissions does not turn into a burst of GETs.
 Writes used by the generate controller go through the same raw-REST client (``request``, which is
 `stockade.kube.client.KubeClient`'s), so every controller sees objects as plain dictionaries, exactly as the engine does.
 """

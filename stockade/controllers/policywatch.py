@@ -149,7 +149,7 @@ class ClusterPolicySource:
         # policy document -> the reports controller's missing permissions (serve --reports-service-account)
         self.reporting_permissions = reporting_permissions
         # every installed kind keeps one watch connection open: a client of our own, with a pool that fits them
-        self.api_client = _dedicated_client(api_client, len(self.kinds) + 4) if api_client is not None else None
+        self.api_client = _dedicated_client(api_client, len(self.kinds) + 4)
         self.client = KubeClient(self.api_client, timeout=None)  # discovery; status writes carry their own timeout
         self.write_status = write_status
         self.watch_timeout = watch_timeout
@@ -472,11 +472,8 @@ class ClusterPolicySource:
 
 
 def _dedicated_client(api_client: Any, connections: int) -> Any:
-    from kubernetes import client
-
-    configuration = copy.deepcopy(api_client.configuration)
-    configuration.connection_pool_maxsize = connections
-    return client.ApiClient(configuration)
+    """A connection of its own with ``connections`` sockets; None stays None (offline tests run without a cluster)."""
+    return api_client.with_pool_size(connections) if api_client is not None else None
 
 
 # -- desired status ---------------------------------------------------------------------------------------------------------

@@ -21,22 +21,6 @@ from stockade.kube.errors import KubeError, NotFound, as_kube_error
 log = logging.getLogger("stockade.controllers")
 
 
-def load_api_client(kubeconfig: str | None = None, context: str | None = None) -> Any:
-    """An ApiClient from a kubeconfig (explicit, $KUBECONFIG, ~/.kube/config) or the in-cluster service account."""
-    from kubernetes import client, config
-
-    # the config helpers carry no annotations: typed here
-    client_from_kubeconfig: Callable[..., client.ApiClient] = config.new_client_from_config
-    load_incluster_config: Callable[[], None] = config.load_incluster_config
-    if kubeconfig:
-        return client_from_kubeconfig(config_file=kubeconfig, context=context)
-    try:
-        load_incluster_config()
-        return client.ApiClient()
-    except config.ConfigException:
-        return client_from_kubeconfig(context=context)
-
-
 def get_json(api_client: Any, path: str, timeout: float = 10) -> dict[str, Any]:
     """A GET of a discovery document; its `KubeError` propagates."""
     data = KubeClient(api_client, timeout=timeout).request("GET", path)

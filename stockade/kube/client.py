@@ -1,14 +1,12 @@
 """The one way Stockade talks to the API server: raw REST calls, objects as plain dicts.
 
-`KubeClient` sends a request over the official client's authenticated connection (its ``ApiClient``: kubeconfig or
-in-cluster credentials, TLS, connection pool) and hands back the decoded JSON body; a non-2xx answer, or none at all,
-raises the `stockade.kube.errors.KubeError` subclass for it (``NotFound``, ``Conflict``, ``AlreadyExists``,
-``Unreachable`` ...).  The generated typed APIs and models of the ``kubernetes`` package are not used: they cost
-1.7-3x the memory per object of plain dicts and list 2.5-3x slower (``bench/bench_kube_clients.py``), and every
-controller and the engine see objects as dictionaries anyway.
+`KubeClient` sends a request over an authenticated, pooled `stockade.kube.connection.ApiConnection` (kubeconfig or
+in-cluster credentials, TLS) and hands back the decoded JSON body; a non-2xx answer, or none at all, raises the
+`stockade.kube.errors.KubeError` subclass for it (``NotFound``, ``Conflict``, ``AlreadyExists``, ``Unreachable``
+...).  Objects stay plain dicts: typed models cost 1.7-3x the memory per object and list 2.5-3x slower
+(``bench/bench_kube_clients.py``), and every controller and the engine see objects as dictionaries anyway.
 
-``timeout`` is the client's default per-request timeout in seconds (``None``: none, as the official client's own
-default); a call may pass its own.  ``impersonate`` makes every request as that user (``Impersonate-User``).
+``timeout`` is the client's default per-request timeout in seconds (``None``: none); a call may pass its own.  ``impersonate`` makes every request as that user (``Impersonate-User``).
 `KubeClient.open` is the same call without reading the body, for watch streams.
 """
 
@@ -19,6 +17,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any, Union
 
+from stockade.kube.connection import ApiConnection
 from stockade.kube.errors import Unreachable, as_kube_error, from_response
 
 JSON = "application/json"
@@ -37,9 +36,9 @@ CLIENT_TIMEOUT = _Default.TIMEOUT
 
 
 class KubeClient:
-    """Raw REST over an ``ApiClient``; see the module docstring."""
+    """Raw REST over an `ApiConnection`; see the module docstring."""
 
-    def __init__(self, api_client: Any, *, timeout: Timeout = 10.0, impersonate: str = "") -> None:
+    def __init__(self, api_client: ApiConnection, *, timeout: Timeout = 10.0, impersonate: str = "") -> None:
         self.api_client = api_client
         self.timeout = timeout
         self.impersonate = impersonate
@@ -58,10 +57,10 @@ class KubeClient:
         """One REST call; returns the decoded JSON body ({} when empty), raises the `KubeError` subclass of a non-2xx
         answer (`Unreachable` when there was no answer)."""
         response = self._send(method, path, body, query, content_type, accept, timeout)
-        raw = response.read() if hasattr(response, "read") else response.data
-        status = int(getattr(response, "status", 200) or 200)
+        raw = response.data
+        status = int(response.status)
         if not 200 <= status < 300:
-            raise from_response(status, raw, getattr(response, "headers", None), reason=str(getattr(response, "reason", "") or ""), method=method, path=path)
+            raise from_response(status, raw, response.headers, reason=str(response.reason or ""), method=method, path=path)
         if not raw:
             return {}
         try:
@@ -72,29 +71,27 @@ class KubeClient:
     def open(self, path: str, *, query: Query = None, accept: str = JSON, timeout: Timeout | _Default = CLIENT_TIMEOUT) -> Any:
         """A GET whose body is left unread: the transport's response (``.data``, ``.stream()``, ``release_conn()``)
         on 2xx, the `KubeError` subclass otherwise.  The caller releases the connection."""
-        response = self._send("GET", path, None, query, JSON, accept, timeout)
-        raw = getattr(response, "response", response)
-        status = int(getattr(raw, "status", 200) or 200)
+        raw = self._send("GET", path, None, query, JSON, accept, timeout, stream=True)
+        status = int(raw.status)
         if not 200 <= status < 300:
             try:
                 data = raw.data
             finally:
                 raw.release_conn()
-            raise from_response(status, data, getattr(raw, "headers", None), reason=str(getattr(raw, "reason", "") or ""), method="GET", path=path)
+            raise from_response(status, data, raw.headers, reason=str(raw.reason or ""), method="GET", path=path)
         return raw
 
-    def _send(self, method: str, path: str, body: Any, query: Query, content_type: str, accept: str, timeout: Timeout | _Default) -> Any:
+    def _send(self, method: str, path: str, body: Any, query: Query, content_type: str, accept: str, timeout: Timeout | _Default, stream: bool = False) -> Any:
         headers = {"Accept": accept}
         if self.impersonate:
             headers["Impersonate-User"] = self.impersonate
+        payload: bytes | None = None
         if body is not None:
-            headers["Content-Type"] = content_type  # the transport serialises dict and list bodies for JSON types
+            headers["Content-Type"] = content_type
+            payload = body if isinstance(body, bytes) else body.encode() if isinstance(body, str) else json.dumps(body).encode()
         pairs = list((query.items() if isinstance(query, Mapping) else query) or ())
-        method_, url, headers, serialized, _ = self.api_client.param_serialize(
-            method, path, query_params=pairs, header_params=headers, body=body, auth_settings=["BearerToken"]
-        )
         request_timeout = self.timeout if isinstance(timeout, _Default) else timeout
         try:
-            return self.api_client.call_api(method_, url, header_params=headers, body=serialized, _request_timeout=request_timeout)
-        except Exception as exc:  # ApiException, connection refused, TLS, timeouts
+            return self.api_client.request(method, path, query=pairs, headers=headers, body=payload, timeout=request_timeout, stream=stream)
+        except Exception as exc:  # connection refused, TLS, timeouts, a credential plugin that failed
             raise (as_kube_error(exc, method=method, path=path) or Unreachable(str(exc), method=method, path=path)) from None

@@ -1,10 +1,9 @@
 """The one place where an API server's failure becomes a Python type.
 
-Callers catch ``NotFound``, ``Conflict``, ``Gone`` ... and never look at HTTP status codes.  The official client's
-``ApiException``, a raw non-2xx answer (``stockade.controllers.clusterdata`` and the informers' raw REST calls),
+Callers catch ``NotFound``, ``Conflict``, ``Gone`` ... and never look at HTTP status codes.  A raw non-2xx answer,
 a watch stream's ``ERROR`` event (a ``Status`` object) and transport failures are all turned into a `KubeError`
-subclass here: ``from_api_exception`` for exceptions, ``from_status`` for ``Status`` bodies, ``from_response`` for
-a raw non-2xx answer, and the ``translated()`` context manager to wrap a block of client calls.
+subclass here: ``from_response`` for a raw non-2xx answer, ``from_status`` for ``Status`` bodies, ``as_kube_error``
+for exceptions, and the ``translated()`` context manager to wrap a block of client calls.
 
 The Status ``reason`` decides first, as apimachinery's ``errors.ReasonForError`` does (a 409 is ``AlreadyExists``
 or ``Conflict`` depending on it), then the HTTP code.
@@ -23,7 +22,10 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
+import urllib3.exceptions
+
 from stockade.errors import StockadeError
+from stockade.kube.config import KubeConfigError
 
 T = TypeVar("T")
 
@@ -218,46 +220,20 @@ def from_response(status: int, body: Any, headers: Any = None, *, reason: str = 
 
 
 def _is_transport_error(exc: BaseException) -> bool:
-    if isinstance(exc, (OSError, TimeoutError)):
-        return True
-    try:
-        import urllib3.exceptions
-    except ImportError:  # pragma: no cover - urllib3 comes with the kubernetes client
-        return False
-    return isinstance(exc, urllib3.exceptions.HTTPError)
-
-
-def _api_exception_class() -> type[Exception] | None:
-    try:
-        from kubernetes.client.exceptions import ApiException
-    except ImportError:  # the CLI runs without the server extra
-        return None
-    return ApiException
+    return isinstance(exc, (OSError, TimeoutError, urllib3.exceptions.HTTPError))
 
 
 def as_kube_error(exc: BaseException, *, method: str = "", path: str = "") -> KubeError | None:
-    """``exc`` as a `KubeError` if it is a failure to talk to the API server; None for anything else (a bug, a
-    parse error, ...), which callers must let through unchanged."""
+    """``exc`` as a `KubeError` if it is a failure to talk to the API server (a transport error, or a credential
+    that could not be obtained); None for anything else (a bug, a parse error, ...), which callers must let through
+    unchanged."""
     if isinstance(exc, KubeError):
         return exc
-    api_exception = _api_exception_class()
-    if api_exception is not None and isinstance(exc, api_exception):
-        status = int(getattr(exc, "status", 0) or 0)
-        reason = str(getattr(exc, "reason", "") or "")
-        if status == 0:  # the client reports TLS and request-building failures as status 0
-            return Unreachable(reason or str(exc), status=0, method=method, path=path)
-        return from_response(status, getattr(exc, "body", None), getattr(exc, "headers", None), reason=reason, method=method, path=path)
+    if isinstance(exc, KubeConfigError):
+        return Unreachable(f"no credential: {exc}", status=0, method=method, path=path)
     if _is_transport_error(exc):
         return Unreachable(f"{type(exc).__name__}: {exc}", status=0, method=method, path=path)
     return None
-
-
-def from_api_exception(exc: BaseException, *, method: str = "", path: str = "") -> KubeError:
-    """The typed error for a client exception; a ``TypeError`` if ``exc`` is not an API failure at all."""
-    error = as_kube_error(exc, method=method, path=path)
-    if error is None:
-        raise TypeError(f"not an API server failure: {type(exc).__name__}: {exc}")
-    return error
 
 
 @contextlib.contextmanager

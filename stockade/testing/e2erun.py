@@ -541,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
 def isolation(cluster: E2ECluster) -> tuple[ClusterCleaner, Baseline]:
     """The cleaner that puts the cluster back after each unit, and the state it puts it back to (taken now, right
     after the install): Kyverno's CI runs each folder on a fresh cluster."""
-    from stockade.controllers.registration import load_api_client
+    from stockade.kube.connection import load_api_client
 
     cleaner = ClusterCleaner(load_api_client(str(cluster.kubeconfig)), webhook_document_count(cluster.state_dir / "stockade.port"))
     return cleaner, cleaner.baseline()

@@ -312,7 +312,7 @@ def _suppress_lookup() -> Iterator[None]:
 
 # -- the process ------------------------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    from stockade.controllers.registration import load_api_client
+    from stockade.kube.connection import load_api_client
     from stockade.kube.informer import Informer, RawListWatch
     from stockade.testing.serviceproxy import MAX_HEADER_BYTES, ClusterRoutes, ForwardProxy
 

@@ -12,7 +12,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from stockade.controllers.registration import WebhookRegistrar, discovery_resolver, load_api_client
+from stockade.controllers.registration import WebhookRegistrar, discovery_resolver
+from stockade.kube.connection import load_api_client
 from stockade.controllers.webhookconfig import WebhookTarget, build_configurations, build_policy_validation_configuration
 from stockade.testing.apiserver import ControlPlane
 from stockade.webhook.certs import CertificateManager

@@ -15,7 +15,7 @@ import pytest
 
 from stockade.controllers.clusterdata import ClusterData
 from stockade.kube.errors import AlreadyExists, KubeError
-from stockade.controllers.registration import load_api_client
+from stockade.kube.connection import load_api_client
 from stockade.testing.apiserver import ControlPlane
 from stockade.webhook.policystore import PolicyStore
 

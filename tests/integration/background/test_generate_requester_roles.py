@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from stockade.controllers.clusterdata import ClusterData
-from stockade.controllers.registration import load_api_client
+from stockade.kube.connection import load_api_client
 from stockade.testing.apiserver import ControlPlane, free_port
 from tests.integration.background.test_update_request_recovery import Server, batch_namespaces, eventually, own_webhooks, update_request_crd
 

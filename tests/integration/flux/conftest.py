@@ -38,7 +38,7 @@ def flux_crds(control_plane: ControlPlane) -> ControlPlane:
 
 @pytest.fixture(scope="session")
 def api_client(control_plane: ControlPlane) -> Any:
-    from stockade.controllers.registration import load_api_client
+    from stockade.kube.connection import load_api_client
 
     return load_api_client(str(control_plane.kubeconfig))
 

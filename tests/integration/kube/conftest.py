@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from stockade.controllers.registration import load_api_client
+from stockade.kube.connection import load_api_client
 from stockade.testing.apiserver import ControlPlane
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from stockade.controllers.registration import load_api_client
+from stockade.kube.connection import load_api_client
 from stockade.kube.controller import Controller, FunctionReconciler, Result
 from stockade.kube.errors import AlreadyExists, Conflict, NotFound, call, retry_on_conflict
 from stockade.kube.informer import Informer, RawListWatch, WatchEvents, object_key

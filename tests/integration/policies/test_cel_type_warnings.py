@@ -11,7 +11,7 @@ import pytest
 
 from stockade.controllers.clusterdata import ClusterData
 from stockade.controllers.policychecks import ClusterPolicyChecks
-from stockade.controllers.registration import load_api_client
+from stockade.kube.connection import load_api_client
 from stockade.testing.apiserver import ControlPlane
 
 

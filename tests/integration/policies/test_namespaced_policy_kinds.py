@@ -7,7 +7,7 @@ from typing import Any
 
 from stockade.controllers.clusterdata import ClusterData
 from stockade.controllers.policychecks import ClusterPolicyChecks
-from stockade.controllers.registration import load_api_client
+from stockade.kube.connection import load_api_client
 from stockade.testing.apiserver import ControlPlane
 
 

@@ -126,7 +126,7 @@ def test_sigkill_then_cleanup_restores_cluster(serve: Serve, kube: Kube, control
 
 
 def test_replicas_share_the_ca_through_a_secret(control_plane: ControlPlane, kube: Kube) -> None:
-    from stockade.controllers.registration import load_api_client
+    from stockade.kube.connection import load_api_client
     from stockade.controllers.tlssecret import SecretStore
     from stockade.webhook.certs import CertificateManager
 
@@ -151,7 +151,7 @@ def test_replicas_share_the_ca_through_a_secret(control_plane: ControlPlane, kub
 
 def test_certificate_writes_keep_the_labels_and_annotations_of_a_precreated_secret(control_plane: ControlPlane, kube: Kube) -> None:
     """The chart creates the (empty) TLS Secret so uninstall deletes it; our writes must not strip Helm's metadata."""
-    from stockade.controllers.registration import load_api_client
+    from stockade.kube.connection import load_api_client
     from stockade.controllers.tlssecret import SecretStore
     from stockade.webhook.certs import CertificateManager
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from stockade.controllers.registration import VALIDATING, WEBHOOKS_PATH, WebhookRegistrar, load_api_client
+from stockade.controllers.registration import VALIDATING, WEBHOOKS_PATH, WebhookRegistrar
+from stockade.kube.connection import load_api_client
 from stockade.kube.client import KubeClient
 from stockade.kube.errors import KubeError
 from stockade.testing.apiserver import ControlPlane

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from stockade.controllers.registration import load_api_client
+from stockade.kube.connection import load_api_client
 from stockade.kube.client import JSON_PATCH, MERGE_PATCH, KubeClient
 from stockade.kube.errors import AlreadyExists, Conflict, NotFound, Unreachable
 
@@ -145,7 +145,6 @@ def test_a_refused_connection_is_unreachable(tmp_path: Path) -> None:
         "users:\n- name: u\n  user: {token: t}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n"
     )
     api_client = load_api_client(str(kubeconfig))
-    api_client.configuration.retries = 0
     try:
         with pytest.raises(Unreachable) as refused:
             KubeClient(api_client, timeout=2).request("GET", "/api/v1/namespaces")

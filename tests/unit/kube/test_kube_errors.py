@@ -1,5 +1,5 @@
-"""The error boundary: client exceptions, Status bodies and transport failures become typed
-KubeErrors; retry_on_conflict retries only Conflict."""
+"""The error boundary: non-2xx answers, Status bodies and transport failures become typed KubeErrors;
+retry_on_conflict retries only Conflict."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 import urllib3
-from kubernetes.client.exceptions import ApiException
 
 from stockade.kube import errors
+from stockade.kube.config import KubeConfigError
 from stockade.kube.errors import (
     AlreadyExists,
     Backoff,
@@ -26,21 +26,20 @@ from stockade.kube.errors import (
     Unauthorized,
     UnprocessableEntity,
     Unreachable,
-    from_api_exception,
+    as_kube_error,
+    from_response,
     from_status,
     retry_on_conflict,
     translated,
 )
 
 
-def api_exception(status: int, reason: str = "", message: str = "", headers: dict[str, str] | None = None, **details: Any) -> ApiException:
+def answer(status: int, reason: str = "", message: str = "", headers: dict[str, str] | None = None, **details: Any) -> KubeError:
+    """The error for an API server's non-2xx answer carrying a Status body."""
     body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message or reason, "reason": reason, "code": status}
     if details:
         body["details"] = details
-    exc = ApiException(status=status, reason="HTTP reason")
-    exc.body = json.dumps(body)
-    exc.headers = headers
-    return exc
+    return from_response(status, json.dumps(body).encode(), headers, reason="HTTP reason")
 
 
 @pytest.mark.parametrize(
@@ -62,8 +61,8 @@ def api_exception(status: int, reason: str = "", message: str = "", headers: dic
         (418, "", KubeError),
     ],
 )
-def test_api_exceptions_map_by_reason_then_code(status: int, reason: str, expected: type[KubeError]) -> None:
-    error = from_api_exception(api_exception(status, reason, "what happened"))
+def test_answers_map_by_reason_then_code(status: int, reason: str, expected: type[KubeError]) -> None:
+    error = answer(status, reason, "what happened")
     assert type(error) is expected
     assert error.status == status
     assert error.message == "what happened"
@@ -75,34 +74,32 @@ def test_already_exists_is_not_a_conflict_and_invalid_is_unprocessable_entity() 
 
 
 def test_code_decides_when_the_body_is_not_a_status() -> None:
-    exc = ApiException(status=404, reason="Not Found")
-    exc.body = "404 page not found"
-    error = from_api_exception(exc, method="GET", path="/api/v1/nothing")
+    error = from_response(404, b"404 page not found", None, reason="Not Found", method="GET", path="/api/v1/nothing")
     assert isinstance(error, NotFound)
     assert str(error) == "GET /api/v1/nothing: 404 page not found"
-    assert isinstance(from_api_exception(ApiException(status=502, reason="Bad Gateway")), ServerError)
-    assert isinstance(from_api_exception(ApiException(status=0, reason="SSLError")), Unreachable)
+    assert isinstance(from_response(502, b"", None, reason="Bad Gateway"), ServerError)
 
 
 def test_retry_after_comes_from_the_header_or_the_details() -> None:
-    assert from_api_exception(api_exception(429, "TooManyRequests", headers={"Retry-After": "3"})).retry_after == 3.0
-    assert from_api_exception(api_exception(429, "TooManyRequests", retryAfterSeconds=7)).retry_after == 7.0
-    assert from_api_exception(api_exception(429, "TooManyRequests")).retry_after is None
+    assert answer(429, "TooManyRequests", headers={"Retry-After": "3"}).retry_after == 3.0
+    assert answer(429, "TooManyRequests", retryAfterSeconds=7).retry_after == 7.0
+    assert answer(429, "TooManyRequests").retry_after is None
 
 
 def test_invalid_keeps_the_causes() -> None:
-    error = from_api_exception(api_exception(422, "Invalid", causes=[{"field": "spec.x", "message": "bad"}]))
+    error = answer(422, "Invalid", causes=[{"field": "spec.x", "message": "bad"}])
     assert isinstance(error, Invalid)
     assert error.details["causes"] == [{"field": "spec.x", "message": "bad"}]
 
 
-def test_our_raw_rest_api_error_and_transport_failures_map_too() -> None:
-    assert isinstance(from_api_exception(urllib3.exceptions.MaxRetryError(None, "/x")), Unreachable)  # type: ignore[arg-type]
-    assert isinstance(from_api_exception(ConnectionRefusedError()), Unreachable)
+def test_transport_and_credential_failures_are_unreachable_and_bugs_are_not_api_failures() -> None:
+    assert isinstance(as_kube_error(urllib3.exceptions.MaxRetryError(None, "/x")), Unreachable)  # type: ignore[arg-type]
+    assert isinstance(as_kube_error(urllib3.exceptions.SSLError("bad certificate")), Unreachable)
+    assert isinstance(as_kube_error(ConnectionRefusedError()), Unreachable)
+    assert isinstance(as_kube_error(KubeConfigError("exec plugin exited with 1", file="/k", field="users[u].user.exec")), Unreachable)
     error = NotFound("x")
-    assert from_api_exception(error) is error
-    with pytest.raises(TypeError):
-        from_api_exception(ValueError("a bug, not an API failure"))
+    assert as_kube_error(error) is error
+    assert as_kube_error(ValueError("a bug, not an API failure")) is None
 
 
 def test_watch_error_events_carry_a_status() -> None:
@@ -111,10 +108,13 @@ def test_watch_error_events_carry_a_status() -> None:
 
 
 def test_translated_rewrites_api_failures_and_leaves_bugs_alone() -> None:
-    with pytest.raises(NotFound) as caught:
+    with pytest.raises(Unreachable) as caught:
         with translated():
-            raise api_exception(404, "NotFound")
-    assert isinstance(caught.value.__cause__, ApiException)
+            raise urllib3.exceptions.NewConnectionError(None, "connection refused")  # type: ignore[arg-type]
+    assert isinstance(caught.value.__cause__, urllib3.exceptions.NewConnectionError)
+    with pytest.raises(NotFound):
+        with translated():
+            raise answer(404, "NotFound")
     with pytest.raises(KeyError):
         with translated():
             raise KeyError("bug")
@@ -127,7 +127,7 @@ def test_retry_on_conflict_retries_conflicts_with_growing_pauses() -> None:
     def update() -> str:
         calls.append(1)
         if len(calls) < 3:
-            raise api_exception(409, "Conflict", "the object has been modified")
+            raise answer(409, "Conflict", "the object has been modified")
         return "written"
 
     assert retry_on_conflict(update, attempts=5, backoff=Backoff(initial=0.01, factor=2, cap=1, jitter=0), sleep=pauses.append) == "written"
@@ -138,15 +138,15 @@ def test_retry_on_conflict_gives_up_with_the_last_conflict() -> None:
     pauses: list[float] = []
 
     def update() -> None:
-        raise api_exception(409, "Conflict")
+        raise answer(409, "Conflict")
 
     with pytest.raises(Conflict):
         retry_on_conflict(update, attempts=3, sleep=pauses.append)
     assert len(pauses) == 2
 
 
-@pytest.mark.parametrize("failure", [api_exception(409, "AlreadyExists"), api_exception(404, "NotFound"), api_exception(500, "InternalError")])
-def test_retry_on_conflict_does_not_retry_other_failures(failure: ApiException) -> None:
+@pytest.mark.parametrize("failure", [answer(409, "AlreadyExists"), answer(404, "NotFound"), answer(500, "InternalError")])
+def test_retry_on_conflict_does_not_retry_other_failures(failure: KubeError) -> None:
     calls: list[int] = []
 
     def update() -> None:

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from stockade.controllers.registration import WebhookRegistrar, discover_resources, discovery_resolver, load_api_client
+from stockade.controllers.registration import WebhookRegistrar, discover_resources, discovery_resolver
+from stockade.kube.connection import load_api_client
 from stockade.controllers.webhookconfig import WebhookTarget, build_configurations, static_resolver
 from stockade.policy.model import KyvernoPolicy
 
