@@ -11,11 +11,13 @@ its job; what is ours is the kubeconfig semantics (``config``) and the REST call
 
 from __future__ import annotations
 
+import logging
 import os
 import ssl
 import tempfile
 import threading
 import urllib.parse
+import warnings
 from collections.abc import Sequence
 from typing import Any, Union
 
@@ -24,6 +26,8 @@ import urllib3
 from stockade.kube.config import Credential, RestConfig, load_rest_config
 
 Timeout = Union[float, tuple[float, float], None]
+
+log = logging.getLogger("stockade.kube")
 
 DEFAULT_POOL_SIZE = (os.cpu_count() or 1) * 5  # connections kept per pool (the official client's default)
 USER_AGENT = "stockade"
@@ -107,9 +111,25 @@ class ApiConnection:
             if config.insecure:
                 options["cert_reqs"] = ssl.CERT_NONE
                 options["assert_hostname"] = False
+                _warn_insecure_once(config)
         if config.proxy_url:
             return urllib3.ProxyManager(config.proxy_url, **options)
         return urllib3.PoolManager(**options)
+
+
+_insecure_lock = threading.Lock()
+_insecure_servers: set[str] = set()
+
+
+def _warn_insecure_once(config: RestConfig) -> None:
+    """The kubeconfig asked for no verification: say so once per server in our log rather than letting urllib3
+    warn on every request (client-go is silent)."""
+    with _insecure_lock:
+        if config.server in _insecure_servers:
+            return
+        _insecure_servers.add(config.server)
+    warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
+    log.warning("TLS verification of %s is off (insecure-skip-tls-verify in %s)", config.server, config.source)
 
 
 def _ssl_context(config: RestConfig, cert: tuple[bytes, bytes]) -> ssl.SSLContext:
