@@ -1,6 +1,6 @@
 """Talking to the Kubernetes API: discovery, webhook configuration create/update/delete, namespace labels.
 
-Raw REST through `stockade.kube.client.KubeClient` over the official client's connection (synchronous; callers in
+Raw REST through `stockade.kube.client.KubeClient` over `stockade.kube.connection` (synchronous; callers in
 the event loop go through ``asyncio.to_thread``).
 Everything the server writes carries its naming's managed-by label (``webhook.stockade.io/managed-by=stockade`` by
 default) so cleanup can find leftovers even after a crash.

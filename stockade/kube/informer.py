@@ -13,8 +13,8 @@ Handlers run on the informer's own thread, one event at a time, in the order the
 raises is logged and does not stop the informer.  They should be quick: the usual handler just puts a key on a
 `stockade.kube.workqueue.WorkQueue`.
 
-`RawListWatch` lists and watches through `stockade.kube.client.KubeClient` (raw REST over the official client's
-connection), objects as plain dicts, the way every controller talks to the API server.  Anything with the
+`RawListWatch` lists and watches through `stockade.kube.client.KubeClient` (raw REST over
+`stockade.kube.connection`), objects as plain dicts, the way every controller talks to the API server.  Anything with the
 same two methods (`ListWatch`) can stand in for it, which is how tests inject failures.
 """
 
@@ -321,7 +321,7 @@ LIST_RESTARTS = 3  # times `RawListWatch.objects` lists again after its continue
 
 
 class RawListWatch:
-    """Lists (paginated) and watches one collection through the official client's raw REST calls."""
+    """Lists (paginated) and watches one collection through `KubeClient`'s raw REST calls."""
 
     def __init__(
         self,

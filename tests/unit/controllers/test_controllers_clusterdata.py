@@ -1,4 +1,4 @@
-"""ClusterData against a fake ApiClient: apiCall/configMap providers, clone lookups, caching and errors."""
+"""ClusterData against a fake API connection: apiCall/configMap providers, clone lookups, caching and errors."""
 
 from __future__ import annotations
 
@@ -14,13 +14,13 @@ from stockade.engine.contextloader import ContextLoadError
 
 
 class _Response:
+    """What `ApiConnection.request` returns (a urllib3 response): status, reason, headers and the read body."""
+
     def __init__(self, status: int, body: Any) -> None:
         self.status = status
         self.reason = "x"
-        self._body = json.dumps(body).encode()
-
-    def read(self) -> bytes:
-        return self._body
+        self.headers: dict[str, str] = {}
+        self.data = json.dumps(body).encode()
 
 
 class FakeApiClient:
@@ -28,11 +28,12 @@ class FakeApiClient:
         self.objects = objects
         self.calls: list[tuple[str, str]] = []
 
-    def param_serialize(self, method: str, path: str, query_params: Any = None, header_params: Any = None, body: Any = None, auth_settings: Any = None) -> tuple[Any, ...]:
-        query = "&".join(f"{k}={v}" for k, v in query_params or [])
-        return method, path + ("?" + query if query else ""), header_params, body, None
+    def request(self, method: str, path: str, *, query: Any = (), headers: Any = None, body: bytes | None = None, timeout: Any = None, stream: bool = False) -> _Response:
+        """`ApiConnection.request`: the URL (path and query) and the decoded JSON body go to `answer`."""
+        pairs = "&".join(f"{k}={v}" for k, v in query or [])
+        return self.answer(method, path + ("?" + pairs if pairs else ""), headers, json.loads(body) if body is not None else None)
 
-    def call_api(self, method: str, url: str, header_params: Any = None, body: Any = None, _request_timeout: Any = None) -> _Response:
+    def answer(self, method: str, url: str, header_params: Any = None, body: Any = None) -> _Response:
         self.calls.append((method, url))
         if url in self.objects:
             return _Response(200, self.objects[url])
@@ -169,7 +170,7 @@ def test_authorizer_checks_are_subject_access_reviews() -> None:
     bodies: list[Any] = []
 
     class Reviewer(FakeApiClient):
-        def call_api(self, method: str, url: str, header_params: Any = None, body: Any = None, _request_timeout: Any = None) -> _Response:
+        def answer(self, method: str, url: str, header_params: Any = None, body: Any = None) -> _Response:
             bodies.append(body)
             return _Response(201, answers[len(bodies) - 1])
 

@@ -77,10 +77,10 @@ def test_a_missing_entry_is_an_error_naming_it() -> None:
 
 
 class ForbiddingApiClient(FakeApiClient):
-    def call_api(self, method: str, url: str, header_params: Any = None, body: Any = None, _request_timeout: Any = None) -> _Response:
+    def answer(self, method: str, url: str, header_params: Any = None, body: Any = None) -> _Response:
         if url.startswith("/apis/apps/v1/namespaces/default/unknown"):
             return _Response(403, {"kind": "Status", "message": "unknown.apps is forbidden"})
-        return super().call_api(method, url, header_params, body, _request_timeout)
+        return super().answer(method, url, header_params, body)
 
 
 def test_an_api_call_refused_by_rbac_says_permission_denied() -> None:
@@ -119,7 +119,7 @@ class RbacApiClient(FakeApiClient):
         self.restricted, self.allowed = restricted, allowed
         self.users: list[tuple[str, str, str]] = []
 
-    def call_api(self, method: str, url: str, header_params: Any = None, body: Any = None, _request_timeout: Any = None) -> _Response:
+    def answer(self, method: str, url: str, header_params: Any = None, body: Any = None) -> _Response:
         user = (header_params or {}).get("Impersonate-User", "")
         self.users.append((method, url, user))
         if user == self.restricted and not url.startswith(self.allowed):
@@ -127,7 +127,7 @@ class RbacApiClient(FakeApiClient):
         if method == "DELETE":
             self.objects.pop(url, None)
             return _Response(200, {})
-        return super().call_api(method, url, header_params, body, _request_timeout)
+        return super().answer(method, url, header_params, body)
 
 
 ADMISSION = "system:serviceaccount:kyverno:kyverno-admission-controller"

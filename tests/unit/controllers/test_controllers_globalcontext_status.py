@@ -26,11 +26,11 @@ class PatchingClient(FakeApiClient):
         super().__init__(objects)
         self.patches: dict[str, Any] = {}
 
-    def call_api(self, method: str, url: str, header_params: Any = None, body: Any = None, _request_timeout: Any = None) -> _Response:
+    def answer(self, method: str, url: str, header_params: Any = None, body: Any = None) -> _Response:
         if method == "PATCH":
             self.patches[url] = json.loads(body) if isinstance(body, (str, bytes)) else body
             return _Response(200, {})
-        return super().call_api(method, url, header_params, body, _request_timeout)
+        return super().answer(method, url, header_params, body)
 
 
 def entry(name: str, spec: dict[str, Any], generation: int = 1) -> dict[str, Any]:

@@ -168,21 +168,17 @@ class FakeApiClient:
     def __init__(self) -> None:
         self.paths: list[str] = []
 
-    def param_serialize(self, method: str, path: str, **_: Any) -> tuple[str, str, dict[str, str], None, None]:
-        return method, path, {}, None, None
-
-    def call_api(self, method: str, url: str, **_: Any) -> Any:
+    def request(self, method: str, path: str, **_: Any) -> Any:
         import json
 
-        self.paths.append(url)
+        self.paths.append(path)
         listing = {"resources": [{"name": "deployments", "kind": "Deployment"}, {"name": "deployments/scale", "kind": "Scale"}]}
 
         class Response:
-            status = 200 if url == "/apis/apps/v1" else 404
-
-            @staticmethod
-            def read() -> bytes:
-                return json.dumps(listing).encode()
+            status = 200 if path == "/apis/apps/v1" else 404
+            reason = ""
+            headers: dict[str, str] = {}
+            data = json.dumps(listing).encode()
 
         return Response()
 
