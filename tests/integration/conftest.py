@@ -13,6 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from stockade.kube.client import KubeClient
+from stockade.kube.connection import ApiConnection, load_api_client
 from stockade.testing.apiserver import ControlPlane, ControlPlaneUnavailable
 
 WEBHOOK_CONFIGURATIONS = (
@@ -31,6 +33,18 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlP
         pytest.fail(f"{exc} (run scripts/test-setup.sh, which builds kube-apiserver with .ci/build-apiserver.sh)")
     yield plane
     plane.stop()
+
+
+@pytest.fixture(scope="session")
+def api_client(control_plane: ControlPlane) -> ApiConnection:
+    """The admin's connection to the shared API server, what controllers are built on."""
+    return load_api_client(str(control_plane.kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def kube_client(api_client: ApiConnection) -> KubeClient:
+    """Raw REST as the admin, for the tests' own reads and writes (objects as dicts, failures as typed errors)."""
+    return KubeClient(api_client)
 
 
 def _listening(port: int) -> bool:

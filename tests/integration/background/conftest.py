@@ -1,6 +1,6 @@
 """Fixtures for the background controllers against the shared real kube-apiserver.
 
-Controllers are built directly (no `stockade serve`): an ApiClient from the control plane's kubeconfig, a
+Controllers are built directly (no `stockade serve`): on the shared `api_client` (tests/integration/conftest.py), a
 PolicyStore over a temporary policy directory, and ClusterData for raw reads and writes."""
 
 from __future__ import annotations
@@ -15,14 +15,7 @@ import pytest
 
 from stockade.controllers.clusterdata import ClusterData
 from stockade.kube.errors import AlreadyExists, KubeError
-from stockade.kube.connection import load_api_client
-from stockade.testing.apiserver import ControlPlane
 from stockade.webhook.policystore import PolicyStore
-
-
-@pytest.fixture(scope="session")
-def api_client(control_plane: ControlPlane) -> Any:
-    return load_api_client(str(control_plane.kubeconfig))
 
 
 @pytest.fixture(scope="session")

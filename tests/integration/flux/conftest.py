@@ -1,5 +1,5 @@
 """Fixtures of the Flux image automation tests: the shared control plane with the image CRDs applied, Debian's
-docker-registry, a TCP relay that can simulate a registry outage, and a kubernetes client."""
+docker-registry and a TCP relay that can simulate a registry outage (`api_client` is tests/integration/conftest.py's)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
@@ -34,13 +33,6 @@ def flux_crds(control_plane: ControlPlane) -> ControlPlane:
         assert time.monotonic() < deadline, "GitRepository CRD not served"
         time.sleep(0.2)
     return control_plane
-
-
-@pytest.fixture(scope="session")
-def api_client(control_plane: ControlPlane) -> Any:
-    from stockade.kube.connection import load_api_client
-
-    return load_api_client(str(control_plane.kubeconfig))
 
 
 @pytest.fixture(scope="session")

@@ -1,30 +1,22 @@
-"""Fixtures of the controller-runtime tests: an API client and a fresh namespace per test on the shared apiserver."""
+"""Fixtures of the controller-runtime tests: a fresh namespace per test on the shared apiserver, and its ConfigMaps."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from stockade.kube.connection import load_api_client
-from stockade.testing.apiserver import ControlPlane
-
-
-@pytest.fixture(scope="session")
-def api_client(control_plane: ControlPlane) -> Any:
-    return load_api_client(str(control_plane.kubeconfig))
+from kube_objects import ConfigMaps
+from stockade.kube.client import KubeClient
+from stockade.testing.kubeobjects import temporary_namespace
 
 
 @pytest.fixture()
-def namespace(api_client: Any) -> Iterator[str]:
-    from kubernetes import client
-
-    core = client.CoreV1Api(api_client)
-    name = f"kube-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name}})
-    try:
+def namespace(kube_client: KubeClient) -> Iterator[str]:
+    with temporary_namespace(kube_client, "kube") as name:
         yield name
-    finally:
-        core.delete_namespace(name)
+
+
+@pytest.fixture()
+def configmaps(kube_client: KubeClient, namespace: str) -> ConfigMaps:
+    return ConfigMaps(kube_client, namespace)

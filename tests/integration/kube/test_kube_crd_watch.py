@@ -8,9 +8,13 @@ import time
 import uuid
 from typing import Any
 
+from kube_objects import CUSTOM_RESOURCE_DEFINITIONS
 from stockade.controllers.crdwatch import CrdWatch
 from stockade.controllers.registration import discovery_resolver
 from stockade.controllers.webhookconfig import WebhookTarget, build_configurations
+from stockade.kube.client import KubeClient
+from stockade.kube.connection import ApiConnection
+from stockade.kube.errors import NotFound
 from stockade.policy.model import KyvernoPolicy
 
 
@@ -28,7 +32,7 @@ def crd(group: str) -> dict[str, Any]:
     }
 
 
-def routed_resources(api_client: Any, policy: KyvernoPolicy) -> set[str]:
+def routed_resources(api_client: ApiConnection, policy: KyvernoPolicy) -> set[str]:
     """The resources our validating webhooks would be called for, as the webhook registration builds them now."""
     _mutating, validating = build_configurations(
         [policy], WebhookTarget(url="https://127.0.0.1:1/"), b"ca", discovery_resolver(api_client), excluded_namespaces=[], timeout_seconds=10
@@ -36,9 +40,7 @@ def routed_resources(api_client: Any, policy: KyvernoPolicy) -> set[str]:
     return {resource for webhook in validating.get("webhooks") or [] for rule in webhook.get("rules") or [] for resource in rule.get("resources") or []}
 
 
-def test_a_crd_created_after_the_policy_reaches_the_webhook_rules_and_its_deletion_removes_it(api_client: Any) -> None:
-    from kubernetes import client
-
+def test_a_crd_created_after_the_policy_reaches_the_webhook_rules_and_its_deletion_removes_it(api_client: ApiConnection, kube_client: KubeClient) -> None:
     group = f"t{uuid.uuid4().hex[:8]}.kyverno.io"
     policy = KyvernoPolicy({
         "apiVersion": "kyverno.io/v1",
@@ -59,20 +61,19 @@ def test_a_crd_created_after_the_policy_reaches_the_webhook_rules_and_its_deleti
 
     watch = CrdWatch(api_client, [rebuild])
     watch.start()
-    extensions = client.ApiextensionsV1Api(api_client)
     try:
         before = routed_resources(api_client, policy)
         assert "testresources" not in before and "deployments" in before  # accepted, but nothing to route yet
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not (watch.informer and watch.informer.has_synced()):
             time.sleep(0.1)
-        extensions.create_custom_resource_definition(crd(group))
+        kube_client.request("POST", CUSTOM_RESOURCE_DEFINITIONS, crd(group))
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and "testresources" not in (seen[-1] if seen else set()):
             changed.clear()
             changed.wait(1)
         assert seen and "testresources" in seen[-1], "the new kind never reached the webhook rules"
-        extensions.delete_custom_resource_definition(f"testresources.{group}")
+        kube_client.request("DELETE", f"{CUSTOM_RESOURCE_DEFINITIONS}/testresources.{group}")
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and "testresources" in seen[-1]:
             changed.clear()
@@ -81,6 +82,6 @@ def test_a_crd_created_after_the_policy_reaches_the_webhook_rules_and_its_deleti
     finally:
         watch.stop()
         try:
-            extensions.delete_custom_resource_definition(f"testresources.{group}")
-        except Exception:
-            pass
+            kube_client.request("DELETE", f"{CUSTOM_RESOURCE_DEFINITIONS}/testresources.{group}")
+        except NotFound:
+            pass  # deleted by the test itself

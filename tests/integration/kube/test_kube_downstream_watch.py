@@ -10,8 +10,12 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from kube_objects import CUSTOM_RESOURCE_DEFINITIONS, ConfigMaps
 from stockade.controllers.clusterdata import ClusterData
 from stockade.controllers.downstreamwatch import DownstreamWatcher
+from stockade.kube.client import KubeClient
+from stockade.kube.connection import ApiConnection
+from stockade.testing.kubeobjects import temporary_namespace
 
 WAIT = 30.0
 
@@ -40,11 +44,8 @@ class Recorder:
             return list(self.events)
 
 
-def test_changes_after_the_first_listing_reach_the_handler(api_client: Any, namespace: str) -> None:
-    from kubernetes import client
-
-    core = client.CoreV1Api(api_client)
-    core.create_namespaced_config_map(namespace, {"metadata": {"name": "before"}, "data": {"v": "0"}})
+def test_changes_after_the_first_listing_reach_the_handler(api_client: ApiConnection, namespace: str, configmaps: ConfigMaps) -> None:
+    configmaps.create({"metadata": {"name": "before"}, "data": {"v": "0"}})
     cluster = ClusterData(api_client, ttl_seconds=0.0)
     recorder = Recorder()
     watcher = DownstreamWatcher(cluster, recorder)  # MODIFIED and DELETED, every namespace
@@ -55,9 +56,9 @@ def test_changes_after_the_first_listing_reach_the_handler(api_client: Any, name
         assert wait_until(lambda: watcher.store("v1", "ConfigMap") is not None)
         store = watcher.store("v1", "ConfigMap")
         assert store is not None and store.get(f"{namespace}/before") is not None
-        core.create_namespaced_config_map(namespace, {"metadata": {"name": "after"}, "data": {"v": "0"}})
-        core.patch_namespaced_config_map("before", namespace, {"data": {"v": "1"}})
-        core.delete_namespaced_config_map("after", namespace)
+        configmaps.create({"metadata": {"name": "after"}, "data": {"v": "0"}})
+        configmaps.patch("before", {"data": {"v": "1"}})
+        configmaps.delete("after")
         assert wait_until(lambda: ("DELETED", namespace, "after") in recorder.seen())
         mine = [event for event in recorder.seen() if event[1] == namespace]
         assert mine == [("MODIFIED", namespace, "before"), ("DELETED", namespace, "after")], "no ADDED: not asked for"
@@ -65,29 +66,22 @@ def test_changes_after_the_first_listing_reach_the_handler(api_client: Any, name
         watcher.stop()
 
 
-def test_a_namespaced_watch_sees_only_its_namespace(api_client: Any, namespace: str) -> None:
-    from kubernetes import client
-
-    core = client.CoreV1Api(api_client)
-    other = f"other-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": other}})
-    recorder = Recorder()
-    watcher = DownstreamWatcher(ClusterData(api_client, ttl_seconds=0.0), recorder, event_types=("ADDED", "MODIFIED"), namespace=namespace)
-    watcher.ensure("v1", "ConfigMap")
-    try:
-        assert wait_until(lambda: watcher.store("v1", "ConfigMap") is not None)
-        core.create_namespaced_config_map(other, {"metadata": {"name": "elsewhere"}})
-        core.create_namespaced_config_map(namespace, {"metadata": {"name": "here"}})
-        assert wait_until(lambda: ("ADDED", namespace, "here") in recorder.seen())
-        assert all(event[1] == namespace for event in recorder.seen())
-    finally:
-        watcher.stop()
-        core.delete_namespace(other)
+def test_a_namespaced_watch_sees_only_its_namespace(api_client: ApiConnection, kube_client: KubeClient, namespace: str, configmaps: ConfigMaps) -> None:
+    with temporary_namespace(kube_client, "other") as other:
+        recorder = Recorder()
+        watcher = DownstreamWatcher(ClusterData(api_client, ttl_seconds=0.0), recorder, event_types=("ADDED", "MODIFIED"), namespace=namespace)
+        watcher.ensure("v1", "ConfigMap")
+        try:
+            assert wait_until(lambda: watcher.store("v1", "ConfigMap") is not None)
+            ConfigMaps(kube_client, other).create({"metadata": {"name": "elsewhere"}})
+            configmaps.create({"metadata": {"name": "here"}})
+            assert wait_until(lambda: ("ADDED", namespace, "here") in recorder.seen())
+            assert all(event[1] == namespace for event in recorder.seen())
+        finally:
+            watcher.stop()
 
 
-def test_a_kind_served_only_later_is_watched_once_its_crd_exists(api_client: Any, namespace: str) -> None:
-    from kubernetes import client
-
+def test_a_kind_served_only_later_is_watched_once_its_crd_exists(api_client: ApiConnection, kube_client: KubeClient, namespace: str) -> None:
     group = f"g{uuid.uuid4().hex[:8]}.stockade.test"
     crd = {
         "apiVersion": "apiextensions.k8s.io/v1",
@@ -105,13 +99,12 @@ def test_a_kind_served_only_later_is_watched_once_its_crd_exists(api_client: Any
     recorder = Recorder()
     watcher = DownstreamWatcher(cluster, recorder, event_types=("ADDED",))
     watcher.ensure(f"{group}/v1", "Widget")
-    extensions = client.ApiextensionsV1Api(api_client)
-    custom = client.CustomObjectsApi(api_client)
     try:
-        extensions.create_custom_resource_definition(crd)
+        kube_client.request("POST", CUSTOM_RESOURCE_DEFINITIONS, crd)
         assert wait_until(lambda: watcher.store(f"{group}/v1", "Widget") is not None, timeout=60)
-        custom.create_namespaced_custom_object(group, "v1", namespace, "widgets", {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w"}})
+        widget = {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": "w"}}
+        kube_client.request("POST", f"/apis/{group}/v1/namespaces/{namespace}/widgets", widget)
         assert wait_until(lambda: ("ADDED", namespace, "w") in recorder.seen())
     finally:
         watcher.stop()
-        extensions.delete_custom_resource_definition(f"widgets.{group}")
+        kube_client.request("DELETE", f"{CUSTOM_RESOURCE_DEFINITIONS}/widgets.{group}")

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
 
+from kube_objects import ConfigMaps
 from stockade.controllers.kyvernoconfigwatch import ConfigMapWatch, LiveKyvernoConfig
 from stockade.engine.kyvernoconfig import KyvernoConfig
+from stockade.kube.connection import ApiConnection
 
 WAIT = 30.0
 
@@ -22,10 +23,7 @@ def wait_until(condition: Callable[[], bool], timeout: float = WAIT) -> bool:
     return condition()
 
 
-def test_configmap_watch_follows_the_configmap(api_client: Any, namespace: str) -> None:
-    from kubernetes import client
-
-    api = client.CoreV1Api(api_client)
+def test_configmap_watch_follows_the_configmap(api_client: ApiConnection, namespace: str, configmaps: ConfigMaps) -> None:
     live = LiveKyvernoConfig(source=f"{namespace}/kyverno")
     changes: list[KyvernoConfig] = []
     live.listeners.append(changes.append)
@@ -34,12 +32,12 @@ def test_configmap_watch_follows_the_configmap(api_client: Any, namespace: str) 
     try:
         assert watch.wait_synced(WAIT)
         assert live() == KyvernoConfig() and changes == []  # absent: the defaults, nothing to announce
-        api.create_namespaced_config_map(namespace, {"metadata": {"name": "other"}, "data": {"excludeGroups": "ignored"}})
-        api.create_namespaced_config_map(namespace, {"metadata": {"name": "kyverno"}, "data": {"excludeGroups": "system:nodes"}})
+        configmaps.create({"metadata": {"name": "other"}, "data": {"excludeGroups": "ignored"}})
+        configmaps.create({"metadata": {"name": "kyverno"}, "data": {"excludeGroups": "system:nodes"}})
         assert wait_until(lambda: live().exclusions.groups == ("system:nodes",))
-        api.patch_namespaced_config_map("kyverno", namespace, {"data": {"excludeGroups": "system:nodes,system:masters"}})
+        configmaps.patch("kyverno", {"data": {"excludeGroups": "system:nodes,system:masters"}})
         assert wait_until(lambda: live().exclusions.groups == ("system:nodes", "system:masters"))
-        api.delete_namespaced_config_map("kyverno", namespace)
+        configmaps.delete("kyverno")
         assert wait_until(lambda: live() == KyvernoConfig())
         assert len(changes) == 3  # the other ConfigMap never counted
     finally:

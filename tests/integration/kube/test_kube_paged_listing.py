@@ -9,40 +9,36 @@ from typing import Any
 
 import pytest
 
+from kube_objects import ConfigMaps
 from stockade.controllers.clusterdata import ClusterData
 from stockade.controllers.webhookconfig import ApiResource
+from stockade.kube.connection import ApiConnection
 from stockade.kube.errors import Gone
 from stockade.kube.informer import RawListWatch
 
 CONFIGMAPS = ApiResource("", "v1", "configmaps", "ConfigMap")
 
 
-class CountingClient:
-    """The real ApiClient, counting the requests made through it."""
+class CountingConnection(ApiConnection):
+    """A real connection to the same API server, counting the HTTP requests made through it."""
 
-    def __init__(self, inner: Any) -> None:
-        self.inner = inner
+    def __init__(self, inner: ApiConnection) -> None:
+        super().__init__(inner.config)
         self.calls = 0
 
-    def param_serialize(self, *args: Any, **kwargs: Any) -> Any:
-        return self.inner.param_serialize(*args, **kwargs)
-
-    def call_api(self, *args: Any, **kwargs: Any) -> Any:
+    def request(self, *args: Any, **kwargs: Any) -> Any:
         self.calls += 1
-        return self.inner.call_api(*args, **kwargs)
+        return super().request(*args, **kwargs)
 
 
-def create_configmaps(api_client: Any, namespace: str, count: int, prefix: str = "cm") -> None:
-    from kubernetes import client
-
-    core = client.CoreV1Api(api_client)
+def create_configmaps(configmaps: ConfigMaps, count: int, prefix: str = "cm") -> None:
     for index in range(count):
-        core.create_namespaced_config_map(namespace, {"metadata": {"name": f"{prefix}-{index:02d}"}, "data": {"i": str(index)}})
+        configmaps.create({"metadata": {"name": f"{prefix}-{index:02d}"}, "data": {"i": str(index)}})
 
 
-def test_objects_are_fetched_page_by_page_as_consumed(api_client: Any, namespace: str) -> None:
-    create_configmaps(api_client, namespace, 7)
-    counting = CountingClient(api_client)
+def test_objects_are_fetched_page_by_page_as_consumed(api_client: ApiConnection, namespace: str, configmaps: ConfigMaps) -> None:
+    create_configmaps(configmaps, 7)
+    counting = CountingConnection(api_client)
     objects = ClusterData(counting).iter_resource(CONFIGMAPS, namespace, page_size=2)
     first = next(objects)
     assert counting.calls == 1  # one page read, not the whole collection
@@ -68,17 +64,17 @@ class ExpiringOnce(RawListWatch):
             yield page
 
 
-def test_an_expired_continue_token_lists_again_without_repeats(api_client: Any, namespace: str) -> None:
-    create_configmaps(api_client, namespace, 5)
+def test_an_expired_continue_token_lists_again_without_repeats(api_client: ApiConnection, namespace: str, configmaps: ConfigMaps) -> None:
+    create_configmaps(configmaps, 5)
     objects = ExpiringOnce(api_client, f"/api/v1/namespaces/{namespace}/configmaps", page_size=2).objects()
     seen = [next(objects)["metadata"]["name"], next(objects)["metadata"]["name"]]  # the first page
-    create_configmaps(api_client, namespace, 1, prefix="late")  # made after the listing began
+    create_configmaps(configmaps, 1, prefix="late")  # made after the listing began
     seen += [item["metadata"]["name"] for item in objects]
     assert len(seen) == len(set(seen))
     assert {f"cm-{i:02d}" for i in range(5)} | {"late-00"} <= set(seen)
 
 
-def test_gone_on_the_first_page_is_not_retried(api_client: Any, namespace: str) -> None:
+def test_gone_on_the_first_page_is_not_retried(api_client: ApiConnection, namespace: str) -> None:
     class GoneAtOnce(RawListWatch):
         def pages(self) -> Iterator[tuple[list[dict[str, Any]], str]]:
             raise Gone("gone", status=410)

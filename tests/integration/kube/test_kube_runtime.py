@@ -15,9 +15,11 @@ from typing import Any
 
 import pytest
 
-from stockade.kube.connection import load_api_client
+from kube_objects import ConfigMaps
+from stockade.kube.client import KubeClient
+from stockade.kube.connection import ApiConnection, load_api_client
 from stockade.kube.controller import Controller, FunctionReconciler, Result
-from stockade.kube.errors import AlreadyExists, Conflict, NotFound, call, retry_on_conflict
+from stockade.kube.errors import AlreadyExists, Conflict, NotFound, retry_on_conflict
 from stockade.kube.informer import Informer, RawListWatch, WatchEvents, object_key
 from stockade.testing.apiserver import ControlPlane
 
@@ -33,12 +35,6 @@ def wait_until(condition: Callable[[], bool], timeout: float = WAIT) -> bool:
     return condition()
 
 
-def core(api_client: Any) -> Any:
-    from kubernetes import client
-
-    return client.CoreV1Api(api_client)
-
-
 def record(informer: Informer) -> list[tuple[str, str, dict[str, str]]]:
     seen: list[tuple[str, str, dict[str, str]]] = []
     informer.add_handlers(
@@ -50,7 +46,7 @@ def record(informer: Informer) -> list[tuple[str, str, dict[str, str]]]:
 
 
 @pytest.fixture()
-def informer_for(api_client: Any) -> Iterator[Callable[..., Informer]]:
+def informer_for() -> Iterator[Callable[..., Informer]]:
     started: list[Informer] = []
 
     def make(list_watch: Any, **options: Any) -> Informer:
@@ -63,17 +59,16 @@ def informer_for(api_client: Any) -> Iterator[Callable[..., Informer]]:
         assert informer.stop(), "informer threads did not end"
 
 
-def test_informer_sees_adds_updates_and_deletes(api_client: Any, namespace: str, informer_for: Callable[..., Informer]) -> None:
-    api = core(api_client)
-    api.create_namespaced_config_map(namespace, {"metadata": {"name": "before", "labels": {"app": "x"}}, "data": {"v": "0"}})
+def test_informer_sees_adds_updates_and_deletes(api_client: ApiConnection, namespace: str, configmaps: ConfigMaps, informer_for: Callable[..., Informer]) -> None:
+    configmaps.create({"metadata": {"name": "before", "labels": {"app": "x"}}, "data": {"v": "0"}})
     informer = informer_for(RawListWatch.for_resource(api_client, "v1", "configmaps", namespace))
     seen = record(informer)
     informer.start()
     assert informer.wait_for_sync(WAIT)
     assert seen == [("add", "before", {"v": "0"})]
-    api.create_namespaced_config_map(namespace, {"metadata": {"name": "cm", "labels": {"app": "y"}}, "data": {"v": "1"}})
-    api.patch_namespaced_config_map("cm", namespace, {"data": {"v": "2"}})
-    api.delete_namespaced_config_map("before", namespace)
+    configmaps.create({"metadata": {"name": "cm", "labels": {"app": "y"}}, "data": {"v": "1"}})
+    configmaps.patch("cm", {"data": {"v": "2"}})
+    configmaps.delete("before")
     assert wait_until(lambda: len(seen) == 4)
     assert seen[1:] == [("add", "cm", {"v": "1"}), ("update", "cm", {"v": "2"}), ("delete", "before", {"v": "0"})]
     assert [obj["metadata"]["name"] for obj in informer.store.list(namespace=namespace, selector="app=y")] == ["cm"]
@@ -93,7 +88,7 @@ class UncachedControlPlane(ControlPlane):
 
 
 @pytest.fixture(scope="module")
-def uncached_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[UncachedControlPlane, Any]]:
+def uncached_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[UncachedControlPlane, ApiConnection]]:
     plane = UncachedControlPlane(workdir=tmp_path_factory.mktemp("uncached"))
     plane.start()
     try:
@@ -139,18 +134,19 @@ class GoneOnFirstWatch:
         return self.inner.watch(resource_version, timeout_seconds)
 
 
-def test_gone_during_a_watch_relists_and_loses_no_change(uncached_api: tuple[UncachedControlPlane, Any], informer_for: Callable[..., Informer]) -> None:
+def test_gone_during_a_watch_relists_and_loses_no_change(uncached_api: tuple[UncachedControlPlane, ApiConnection], informer_for: Callable[..., Informer]) -> None:
     control_plane, api_client = uncached_api
-    api = core(api_client)
     namespace = "gone"
-    api.create_namespace({"metadata": {"name": namespace}})
+    kube_client = KubeClient(api_client)
+    kube_client.request("POST", "/api/v1/namespaces", {"metadata": {"name": namespace}})
+    configmaps = ConfigMaps(kube_client, namespace)
     for name in ("keep", "change", "remove"):
-        api.create_namespaced_config_map(namespace, {"metadata": {"name": name}, "data": {"v": "0"}})
+        configmaps.create({"metadata": {"name": name}, "data": {"v": "0"}})
 
     def meanwhile() -> None:
-        api.patch_namespaced_config_map("change", namespace, {"data": {"v": "1"}})
-        api.delete_namespaced_config_map("remove", namespace)
-        api.create_namespaced_config_map(namespace, {"metadata": {"name": "new"}, "data": {"v": "1"}})
+        configmaps.patch("change", {"data": {"v": "1"}})
+        configmaps.delete("remove")
+        configmaps.create({"metadata": {"name": "new"}, "data": {"v": "1"}})
         compact_etcd(control_plane)
 
     # two items a page: the listings are paginated with continue tokens
@@ -164,50 +160,48 @@ def test_gone_during_a_watch_relists_and_loses_no_change(uncached_api: tuple[Unc
     assert sorted(seen[3:]) == [("add", "new", {"v": "1"}), ("delete", "remove", {"v": "0"}), ("update", "change", {"v": "1"})]
     assert sorted(key.split("/")[1] for key in informer.store.keys()) == ["change", "keep", "new"]
     # and the watch opened after the relist carries on
-    api.patch_namespaced_config_map("keep", namespace, {"data": {"v": "2"}})
+    configmaps.patch("keep", {"data": {"v": "2"}})
     assert wait_until(lambda: ("update", "keep", {"v": "2"}) in seen)
 
 
-def test_retry_on_conflict_survives_real_resource_version_clashes(api_client: Any, namespace: str) -> None:
-    api = core(api_client)
-    api.create_namespaced_config_map(namespace, {"metadata": {"name": "counter"}, "data": {"n": "0"}})
+def test_retry_on_conflict_survives_real_resource_version_clashes(configmaps: ConfigMaps) -> None:
+    configmaps.create({"metadata": {"name": "counter"}, "data": {"n": "0"}})
     attempts: list[str] = []
 
     def increment() -> None:
-        current = api.read_namespaced_config_map("counter", namespace)
-        attempts.append(current.metadata.resource_version)
+        current = configmaps.read("counter")
+        attempts.append(current["metadata"]["resourceVersion"])
         if len(attempts) == 1:  # someone else writes between our read and our write
-            api.patch_namespaced_config_map("counter", namespace, {"data": {"other": "yes"}})
+            configmaps.patch("counter", {"data": {"other": "yes"}})
+        data = current.get("data") or {}
         body = {
-            "metadata": {"name": "counter", "resourceVersion": current.metadata.resource_version},
-            "data": {**(current.data or {}), "n": str(int((current.data or {})["n"]) + 1)},
+            "metadata": {"name": "counter", "resourceVersion": current["metadata"]["resourceVersion"]},
+            "data": {**data, "n": str(int(data["n"]) + 1)},
         }
-        api.replace_namespaced_config_map("counter", namespace, body)
+        configmaps.replace("counter", body)
 
     retry_on_conflict(increment, attempts=5)
     assert len(attempts) == 2 and attempts[0] != attempts[1]
-    assert api.read_namespaced_config_map("counter", namespace).data == {"n": "1", "other": "yes"}
+    assert configmaps.read("counter")["data"] == {"n": "1", "other": "yes"}
 
     def always_stale() -> None:
         stale = {"metadata": {"name": "counter", "resourceVersion": attempts[0]}, "data": {}}
-        api.replace_namespaced_config_map("counter", namespace, stale)
+        configmaps.replace("counter", stale)
 
     with pytest.raises(Conflict):
         retry_on_conflict(always_stale, attempts=2)
 
 
-def test_typed_errors_from_the_real_server(api_client: Any, namespace: str) -> None:
-    api = core(api_client)
+def test_typed_errors_from_the_real_server(configmaps: ConfigMaps) -> None:
     with pytest.raises(NotFound):
-        call(api.read_namespaced_config_map, "missing", namespace)
-    api.create_namespaced_config_map(namespace, {"metadata": {"name": "twice"}})
+        configmaps.read("missing")
+    configmaps.create({"metadata": {"name": "twice"}})
     with pytest.raises(AlreadyExists):
-        call(api.create_namespaced_config_map, namespace, {"metadata": {"name": "twice"}})
+        configmaps.create({"metadata": {"name": "twice"}})
 
 
-def test_a_controller_reconciles_what_its_informer_reports(api_client: Any, namespace: str, informer_for: Callable[..., Informer]) -> None:
+def test_a_controller_reconciles_what_its_informer_reports(api_client: ApiConnection, namespace: str, configmaps: ConfigMaps, informer_for: Callable[..., Informer]) -> None:
     """A reconciler that copies ``data.want`` into an annotation, with the write retried on conflicts."""
-    api = core(api_client)
     done = threading.Event()
     informer = informer_for(RawListWatch.for_resource(api_client, "v1", "configmaps", namespace))
 
@@ -218,13 +212,13 @@ def test_a_controller_reconciles_what_its_informer_reports(api_client: Any, name
         want = (obj.get("data") or {}).get("want")
         if want is None or (obj["metadata"].get("annotations") or {}).get("seen") == want:
             return None
-        ns, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        owning, name = ConfigMaps(configmaps.client, obj["metadata"]["namespace"]), obj["metadata"]["name"]
 
         def write() -> str:
-            current = api.read_namespaced_config_map(name, ns)
-            seen = (current.data or {}).get("want", "")
-            current.metadata.annotations = {**(current.metadata.annotations or {}), "seen": seen}
-            api.replace_namespaced_config_map(name, ns, current)
+            current = owning.read(name)
+            seen = (current.get("data") or {}).get("want", "")
+            current["metadata"]["annotations"] = {**(current["metadata"].get("annotations") or {}), "seen": seen}
+            owning.replace(name, current)
             return str(seen)
 
         # the write copies what the server holds, which may already be newer than the store's copy
@@ -237,11 +231,11 @@ def test_a_controller_reconciles_what_its_informer_reports(api_client: Any, name
     informer.start()
     controller.start()
     try:
-        api.create_namespaced_config_map(namespace, {"metadata": {"name": "target"}, "data": {"want": "1"}})
+        configmaps.create({"metadata": {"name": "target"}, "data": {"want": "1"}})
         for value in ("2", "3"):
-            api.patch_namespaced_config_map("target", namespace, {"data": {"want": value}})
+            configmaps.patch("target", {"data": {"want": value}})
         assert done.wait(WAIT)
-        assert wait_until(lambda: (api.read_namespaced_config_map("target", namespace).metadata.annotations or {}).get("seen") == "3")
+        assert wait_until(lambda: (configmaps.read("target")["metadata"].get("annotations") or {}).get("seen") == "3")
         assert object_key(informer.store.list(namespace=namespace)[0]) == f"{namespace}/target"
     finally:
         controller.stop()

@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from stockade.controllers.leader import LeaderElector, LeaseTiming, ReplicaMembership, make_identity
+from stockade.kube.client import KubeClient
+from stockade.kube.connection import ApiConnection
 
 FAST = LeaseTiming(lease_duration=2.0, renew_deadline=1.5, retry_period=0.25)
 WAIT = 30.0  # generous upper bound for things that happen within a few retry periods
@@ -24,10 +26,13 @@ def wait_until(condition: Callable[[], bool], timeout: float = WAIT) -> bool:
     return condition()
 
 
-def read_lease(api_client: Any, namespace: str, name: str) -> Any:
-    from kubernetes import client
+def leases_path(namespace: str) -> str:
+    return f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
-    return client.CoordinationV1Api(api_client).read_namespaced_lease(name, namespace)
+
+def read_lease(kube_client: KubeClient, namespace: str, name: str) -> dict[str, Any]:
+    lease: dict[str, Any] = kube_client.request("GET", f"{leases_path(namespace)}/{name}")
+    return lease
 
 
 class Recorder:
@@ -46,7 +51,7 @@ class Recorder:
 
 
 @pytest.fixture()
-def electors(api_client: Any, lease_namespace: str) -> Iterator[Callable[..., LeaderElector]]:
+def electors(api_client: ApiConnection, lease_namespace: str) -> Iterator[Callable[..., LeaderElector]]:
     made: list[LeaderElector] = []
 
     def make(identity: str, recorder: Recorder | None = None, lease_name: str = "stockade-leader") -> LeaderElector:
@@ -67,7 +72,7 @@ def electors(api_client: Any, lease_namespace: str) -> Iterator[Callable[..., Le
         elector.stop(release=False)
 
 
-def test_exactly_one_of_two_electors_leads(electors: Callable[..., LeaderElector], api_client: Any, lease_namespace: str) -> None:
+def test_exactly_one_of_two_electors_leads(electors: Callable[..., LeaderElector], kube_client: KubeClient, lease_namespace: str) -> None:
     first, second = electors("replica-a"), electors("replica-b")
     first.start()
     second.start()
@@ -77,13 +82,13 @@ def test_exactly_one_of_two_electors_leads(electors: Callable[..., LeaderElector
         assert first.is_leader != second.is_leader
         time.sleep(FAST.retry_period)
     leader = first if first.is_leader else second
-    lease = read_lease(api_client, lease_namespace, "stockade-leader")
-    assert lease.spec.holder_identity == leader.identity
-    assert lease.spec.lease_duration_seconds == 2
+    lease = read_lease(kube_client, lease_namespace, "stockade-leader")
+    assert lease["spec"]["holderIdentity"] == leader.identity
+    assert lease["spec"]["leaseDurationSeconds"] == 2
     assert wait_until(lambda: (first if leader is second else second).leader_identity == leader.identity)
 
 
-def test_successor_takes_over_when_the_leader_releases(electors: Callable[..., LeaderElector], api_client: Any, lease_namespace: str) -> None:
+def test_successor_takes_over_when_the_leader_releases(electors: Callable[..., LeaderElector], api_client: ApiConnection, kube_client: KubeClient, lease_namespace: str) -> None:
     events_a, events_b = Recorder(), Recorder()
     first = electors("replica-a", events_a)
     first.start()
@@ -101,18 +106,18 @@ def test_successor_takes_over_when_the_leader_releases(electors: Callable[..., L
         assert not first.is_leader
         assert events_a.events == ["started", "stopped"]
         assert second.wait_for_leadership(WAIT)
-        lease = read_lease(api_client, lease_namespace, "stockade-leader")
-        assert lease.spec.holder_identity == "replica-b"
-        assert lease.spec.lease_transitions == 1
+        lease = read_lease(kube_client, lease_namespace, "stockade-leader")
+        assert lease["spec"]["holderIdentity"] == "replica-b"
+        assert lease["spec"]["leaseTransitions"] == 1
         assert events_b.events == ["started"]
     finally:
         second.stop()
     assert events_b.events == ["started", "stopped"]
-    released = read_lease(api_client, lease_namespace, "stockade-leader")
-    assert not released.spec.holder_identity
+    released = read_lease(kube_client, lease_namespace, "stockade-leader")
+    assert not released["spec"].get("holderIdentity")
 
 
-def test_successor_takes_over_after_the_holder_stops_renewing(electors: Callable[..., LeaderElector], api_client: Any, lease_namespace: str) -> None:
+def test_successor_takes_over_after_the_holder_stops_renewing(electors: Callable[..., LeaderElector], kube_client: KubeClient, lease_namespace: str) -> None:
     first, second = electors("replica-a"), electors("replica-b")
     first.start()
     assert first.wait_for_leadership(WAIT)
@@ -120,24 +125,21 @@ def test_successor_takes_over_after_the_holder_stops_renewing(electors: Callable
     time.sleep(4 * FAST.retry_period)
     assert not second.is_leader
     first.stop(release=False)  # a crash: the lease still names replica-a until it expires
-    assert read_lease(api_client, lease_namespace, "stockade-leader").spec.holder_identity == "replica-a"
+    assert read_lease(kube_client, lease_namespace, "stockade-leader")["spec"]["holderIdentity"] == "replica-a"
     assert second.wait_for_leadership(WAIT)
-    assert read_lease(api_client, lease_namespace, "stockade-leader").spec.holder_identity == "replica-b"
+    assert read_lease(kube_client, lease_namespace, "stockade-leader")["spec"]["holderIdentity"] == "replica-b"
 
 
-def test_leader_steps_down_when_it_cannot_renew(electors: Callable[..., LeaderElector], api_client: Any, lease_namespace: str) -> None:
+def test_leader_steps_down_when_it_cannot_renew(electors: Callable[..., LeaderElector], kube_client: KubeClient, lease_namespace: str) -> None:
     """Another writer grabbing the lease (e.g. after a network partition) makes every renewal fail."""
     events = Recorder()
     first = electors("replica-a", events)
     first.start()
     assert first.wait_for_leadership(WAIT)
-    from kubernetes import client
-
-    coordination = client.CoordinationV1Api(api_client)
-    lease = coordination.read_namespaced_lease("stockade-leader", lease_namespace)
-    lease.spec.holder_identity = "intruder"
-    lease.spec.lease_duration_seconds = 600
-    coordination.replace_namespaced_lease("stockade-leader", lease_namespace, lease)
+    lease = read_lease(kube_client, lease_namespace, "stockade-leader")
+    lease["spec"]["holderIdentity"] = "intruder"
+    lease["spec"]["leaseDurationSeconds"] = 600
+    kube_client.request("PUT", f"{leases_path(lease_namespace)}/stockade-leader", lease)
     assert wait_until(lambda: not first.is_leader)
     assert events.events == ["started", "stopped"]
 
@@ -164,7 +166,7 @@ def test_identity_is_pod_name_plus_random_suffix() -> None:
     assert first != second
 
 
-def test_membership_sees_live_peers_and_forgets_stopped_ones(api_client: Any, lease_namespace: str) -> None:
+def test_membership_sees_live_peers_and_forgets_stopped_ones(api_client: ApiConnection, kube_client: KubeClient, lease_namespace: str) -> None:
     first = ReplicaMembership(api_client, lease_namespace, identity="pod-a-1", lease_duration=3, renew_interval=0.5)
     second = ReplicaMembership(api_client, lease_namespace, identity="pod-b-1", lease_duration=3, renew_interval=0.5)
     first.start()
@@ -179,12 +181,10 @@ def test_membership_sees_live_peers_and_forgets_stopped_ones(api_client: Any, le
     finally:
         first.stop()
         second.stop()
-    from kubernetes import client
-
-    assert client.CoordinationV1Api(api_client).list_namespaced_lease(lease_namespace).items == []
+    assert kube_client.request("GET", leases_path(lease_namespace))["items"] == []
 
 
-def test_membership_of_a_crashed_replica_expires(api_client: Any, lease_namespace: str) -> None:
+def test_membership_of_a_crashed_replica_expires(api_client: ApiConnection, kube_client: KubeClient, lease_namespace: str) -> None:
     survivor = ReplicaMembership(api_client, lease_namespace, identity="pod-a-1", lease_duration=3, renew_interval=0.5)
     crashed = ReplicaMembership(api_client, lease_namespace, identity="pod-b-1", lease_duration=2, renew_interval=0.5)
     survivor.start()
@@ -193,13 +193,13 @@ def test_membership_of_a_crashed_replica_expires(api_client: Any, lease_namespac
         assert survivor.others_alive()
         crashed.stop(release=False)  # stops renewing without deleting its lease, as a killed process would
         assert wait_until(lambda: not survivor.others_alive())
-        lease = read_lease(api_client, lease_namespace, crashed.lease_name)
-        assert lease.spec.holder_identity == "pod-b-1"
+        lease = read_lease(kube_client, lease_namespace, crashed.lease_name)
+        assert lease["spec"]["holderIdentity"] == "pod-b-1"
     finally:
         survivor.stop()
 
 
-def test_membership_ignores_the_leader_lease(api_client: Any, lease_namespace: str, electors: Callable[..., LeaderElector]) -> None:
+def test_membership_ignores_the_leader_lease(api_client: ApiConnection, lease_namespace: str, electors: Callable[..., LeaderElector]) -> None:
     leader = electors("pod-b-1")
     leader.start()
     assert leader.wait_for_leadership(WAIT)
@@ -211,12 +211,12 @@ def test_membership_ignores_the_leader_lease(api_client: Any, lease_namespace: s
         member.stop()
 
 
-def test_member_lease_is_owned_by_its_pod(api_client: Any, lease_namespace: str) -> None:
+def test_member_lease_is_owned_by_its_pod(api_client: ApiConnection, kube_client: KubeClient, lease_namespace: str) -> None:
     member = ReplicaMembership(api_client, lease_namespace, identity="stockade-x-1", lease_duration=3, renew_interval=0.5, pod_name="stockade-x", pod_uid="0b7c4d55-1111-4222-8333-944445555666")
     member.start()
     try:
-        lease = read_lease(api_client, lease_namespace, member.lease_name)
-        assert [(ref.kind, ref.name, ref.uid) for ref in lease.metadata.owner_references] == [("Pod", "stockade-x", "0b7c4d55-1111-4222-8333-944445555666")]
-        assert lease.metadata.labels["app.kubernetes.io/part-of"] == "stockade"
+        lease = read_lease(kube_client, lease_namespace, member.lease_name)
+        assert [(ref["kind"], ref["name"], ref["uid"]) for ref in lease["metadata"]["ownerReferences"]] == [("Pod", "stockade-x", "0b7c4d55-1111-4222-8333-944445555666")]
+        assert lease["metadata"]["labels"]["app.kubernetes.io/part-of"] == "stockade"
     finally:
         member.stop()
