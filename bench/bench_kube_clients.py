@@ -7,8 +7,8 @@ local control plane (etcd + kube-apiserver, stockade/testing/apiserver.py), seed
 ConfigMaps (1 KiB of data each) and ``--pods`` Pods (bench_engine's realistic Pod specs), then measures each
 candidate in a fresh child process (so import and cache memory are its own):
 
-- ``stockade-raw``: what `stockade.kube` does: `RawListWatch` (paginated raw REST over the official client's
-  authenticated urllib3 transport) decoding into plain dicts, held in the informer's `Store`;
+- ``stockade-raw``: what `stockade.kube` does: `RawListWatch` (paginated raw REST over our own authenticated urllib3
+  connection, `stockade.kube.connection`) decoding into plain dicts, held in the informer's `Store`;
 - ``kubernetes-typed``: the official client's generated API (``CoreV1Api.list_namespaced_*``, ``watch.Watch``),
   objects as its model classes;
 - ``lightkube``: lightkube's ``Client.list`` / ``Client.watch`` (httpx), objects as its dataclass models;
@@ -16,8 +16,9 @@ candidate in a fresh child process (so import and cache memory are its own):
 
 Per candidate and kind: RSS after importing the library and building a client; seconds to list every object; the RSS
 the listed objects add, per object, while they are held; seconds for a watch from resourceVersion 0 to deliver every
-object as an ADDED event.  Medians over ``--rounds`` child processes.  lightkube and kr8s are not Stockade
-dependencies: they are installed into ``.cache/bench-clients`` (a venv made on first use, versions pinned below).
+object as an ADDED event.  Medians over ``--rounds`` child processes.  The official ``kubernetes`` package is the
+project's ``bench`` extra (``pip install -e '.[bench]'``), not a dependency of Stockade itself; lightkube and kr8s are
+installed into ``.cache/bench-clients`` (a venv made on first use, versions pinned below).
 Nothing here asserts a figure: it prints them.
 """
 
@@ -62,11 +63,10 @@ def child(candidate: str, kind: str, kubeconfig: str, expected: int) -> dict[str
     """Measure one candidate; prints nothing but its result."""
     base = settled_rss()
     if candidate == "stockade-raw":
-        from kubernetes import config
-
+        from stockade.kube.connection import load_api_client
         from stockade.kube.informer import RawListWatch, Store, _RawWatch
 
-        api_client = config.new_client_from_config(config_file=kubeconfig)
+        api_client = load_api_client(kubeconfig)
         list_watch = RawListWatch.for_resource(api_client, "v1", kind, NAMESPACE)
 
         def do_list() -> Any:
@@ -185,7 +185,8 @@ def ensure_venv() -> Path:
     if python.exists() and stamp.exists() and stamp.read_text() == wanted:
         return python
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(VENV)], check=True)
-    # the project's own dependencies (kubernetes, urllib3) come from its venv's site-packages via a .pth file
+    # the project's own dependencies (urllib3; kubernetes, from the bench extra) come from its venv's site-packages
+    # via a .pth file
     site = next((VENV / "lib").glob("python3*/site-packages"))
     project_site = next((Path(sys.prefix) / "lib").glob("python3*/site-packages"))
     (site / "stockade-project.pth").write_text(f"{project_site}\n{ROOT}\n")
@@ -195,14 +196,13 @@ def ensure_venv() -> Path:
 
 
 def seed(kubeconfig: Path, configmaps: int, pods: int) -> None:
-    from kubernetes import config
-
     sys.path.insert(0, str(HERE))
     from bench_engine import generate_pods
 
     from stockade.controllers.clusterdata import ClusterData
+    from stockade.kube.connection import load_api_client
 
-    cluster = ClusterData(config.new_client_from_config(config_file=str(kubeconfig)), ttl_seconds=0.0)
+    cluster = ClusterData(load_api_client(str(kubeconfig)), ttl_seconds=0.0)
     cluster.request("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
     payload = "x" * 1024
     bodies: list[tuple[str, dict[str, Any]]] = [
