@@ -80,6 +80,7 @@ DEFAULT_SERVICE = os.environ.get("STOCKADE_SERVICE", "stockade-svc")
 @click.option("--max-connections", default=1000, show_default=True, type=click.IntRange(min=1), help="Open connections per process (TLS handshakes included); further ones are closed at once.")
 @click.option("--metrics-namespace", "metrics_namespaces", multiple=True, help="Namespace reported by name in metric labels (repeatable); other namespaces are reported as \"other\".")
 @click.option("--workers", default=None, type=click.IntRange(1, 64), help="Worker processes evaluating admission reviews (default: the usable cores); a review that runs past its budget gets its failurePolicy answer and its worker is replaced.")
+@click.option("--min-workers", default=1, show_default=True, type=click.IntRange(1, 64), help="Worker processes started with the server; more, up to --workers, start when a review finds every worker busy (each holds the compiled policies: an idle webhook keeps only the workers its load needed).")
 @click.option("--worker-memory", default=None, type=click.IntRange(64, 1 << 20), help="Data-segment cap per worker in MiB (default: the container memory limit, or 512 MiB, minus the server's share, divided among the workers).")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
 @click.option("--decision-log", default="", help="Append one JSON object per admission decision (user, resource, rule results, trace id; bounded fields) to this file; rotated to FILE.1 at --decision-log-max-mib.")
@@ -437,11 +438,12 @@ def _start_evaluation_pool(settings: EvaluationSettings, options: dict[str, Any]
 
     workers = options["workers"] or usable_cores()
     memory = options["worker_memory"] * 1024 * 1024 if options["worker_memory"] else default_worker_memory(workers)
-    logging.getLogger("stockade.serve").info("%d evaluation workers, %d MiB data each", workers, memory // (1024 * 1024))
+    minimum = min(options.get("min_workers") or 1, workers)
+    logging.getLogger("stockade.serve").info("%d-%d evaluation workers, %d MiB data each", minimum, workers, memory // (1024 * 1024))
     # a worker in a cluster builds its client and lookups (evaluation_store_options) right after it is forked: those
     # modules come from the forkserver, shared, rather than imported again in every worker
     preload = CLUSTER_WORKER_MODULES if settings.cluster else ()
-    return EvaluationPool(workers, partial(evaluation_store_options, settings), memory, preload=preload)
+    return EvaluationPool(workers, partial(evaluation_store_options, settings), memory, preload=preload, min_size=minimum)
 
 
 def _cluster_services(api_client: Any, certs: Any, store: Any, cluster_source: Any, options: dict[str, Any], namespace: str) -> Any:

@@ -17,6 +17,9 @@ server keeps only HTTP, parsing of the review header and bookkeeping; evaluation
 * when a review's budget (the smallest timeout of the policies in play) runs out, the parent answers with the
   failurePolicy of those policies, SIGKILLs the worker and starts a fresh one at once;
 * a worker's data segment is capped (RLIMIT_DATA), so a runaway allocation fails or kills that worker only;
+* the pool starts ``min_size`` workers and starts another, up to ``size``, when a review finds every worker busy;
+  until it is ready, waiting reviews stay in the pool and go to whichever worker frees first.  A worker holds its own
+  compiled policies, so an idle webhook keeps only the workers its load has needed (they are not retired);
 * evaluation runs in a thread with a large stack and a raised recursion limit, so JSON nested up to
   ``MAX_JSON_DEPTH`` levels (Kubernetes' own decoder limit) is evaluated rather than refused.
 
@@ -630,13 +633,23 @@ def _process_context(start_method: str) -> ForkServerContext | SpawnContext | Fo
 
 
 class EvaluationPool:
-    """``size`` worker processes, each evaluating one review at a time with up to PIPELINE_DEPTH - 1 more sent ahead
-    while every worker is busy; see the module docstring."""
+    """Up to ``size`` worker processes (``min_size`` from the start), each evaluating one review at a time with up to
+    PIPELINE_DEPTH - 1 more sent ahead while every worker is busy; see the module docstring."""
 
     def __init__(
-        self, size: int, setup: WorkerSetup | None = None, memory_bytes: int | None = None, start_method: str = "forkserver", preload: Sequence[str] = ()
+        self,
+        size: int,
+        setup: WorkerSetup | None = None,
+        memory_bytes: int | None = None,
+        start_method: str = "forkserver",
+        preload: Sequence[str] = (),
+        min_size: int | None = None,
     ) -> None:
         self.size = size
+        # workers started with the pool; more, up to ``size``, start when a review finds every worker busy (each
+        # worker holds the compiled policies, 40-60 MiB: an idle webhook keeps only what its load has needed)
+        self.min_size = size if min_size is None else max(1, min(min_size, size))
+        self._starting = 0  # workers being started and not yet in ``_workers``
         self.setup = setup
         self.memory_bytes = memory_bytes
         self.log_level = logging.getLogger().getEffectiveLevel()  # workers log at the server's level and format
@@ -662,7 +675,7 @@ class EvaluationPool:
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
-        self._spawning: set[asyncio.Task[None]] = set()
+        self._spawning: set[asyncio.Task[Any]] = set()
         self.replaced = 0  # workers killed and started anew (budget, memory, crash)
 
     # lifecycle
@@ -672,7 +685,7 @@ class EvaluationPool:
         """Start every worker and wait until each has built the given policies."""
         self._loop = asyncio.get_running_loop()
         self._set_documents(documents, engine_settings or {}, generation, keys)
-        workers = await asyncio.gather(*(self._spawn() for _ in range(self.size)))
+        workers = await asyncio.gather(*(self._spawn() for _ in range(self.min_size)))
         await asyncio.gather(*(asyncio.wait_for(asyncio.shield(w.ready), 120) for w in workers))
 
     @property
@@ -727,17 +740,51 @@ class EvaluationPool:
             self._full_frame = frame(MESSAGE_POLICIES, pickle.dumps(update, protocol=pickle.HIGHEST_PROTOCOL))
         return self._full_frame
 
+    @property
+    def worker_count(self) -> int:
+        """Workers running or being started."""
+        return len(self._workers) + self._starting
+
+    def _starting_up(self) -> bool:
+        """A worker is on its way: reviews then wait in the pool for whichever worker frees first, rather than in a
+        busy worker's pipe behind a review that may run to its budget."""
+        return self._starting > 0 or any(not worker.ready.done() for worker in self._workers)
+
+    def _grow(self) -> None:
+        """A review found every worker busy: start one more worker if the pool is below its size."""
+        if self._closing or self.worker_count >= self.size:
+            return
+        self._starting += 1  # counted now: the review that asked waits in the pool, not in a busy worker's pipe
+        task = asyncio.create_task(self._start_worker())
+        self._spawning.add(task)
+        task.add_done_callback(self._spawned)
+
+    def _spawned(self, task: asyncio.Task[Any]) -> None:
+        self._spawning.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("starting another evaluation worker failed: %s", task.exception())
+
     async def _spawn(self) -> _Worker:
-        parent_end, child_end = self.context.Pipe(duplex=True)
-        process = self.context.Process(target=logging_worker_main, args=(self.log_level, self.log_json, child_end, self.setup, self.memory_bytes), name="stockade-evaluator", daemon=True)
-        await asyncio.to_thread(process.start)
-        child_end.close()
-        sock = socket.socket(fileno=os.dup(parent_end.fileno()))
-        parent_end.close()
-        worker = _Worker(self, process)
-        await asyncio.get_running_loop().create_unix_connection(lambda: worker, sock=sock)
-        self._flush_pending()
-        self._workers.add(worker)
+        self._starting += 1
+        return await self._start_worker()
+
+    async def _start_worker(self) -> _Worker:
+        """Start a worker already counted in ``_starting`` and send it the policies."""
+        try:
+            parent_end, child_end = self.context.Pipe(duplex=True)
+            process = self.context.Process(
+                target=logging_worker_main, args=(self.log_level, self.log_json, child_end, self.setup, self.memory_bytes), name="stockade-evaluator", daemon=True
+            )
+            await asyncio.to_thread(process.start)
+            child_end.close()
+            sock = socket.socket(fileno=os.dup(parent_end.fileno()))
+            parent_end.close()
+            worker = _Worker(self, process)
+            await asyncio.get_running_loop().create_unix_connection(lambda: worker, sock=sock)
+            self._flush_pending()
+            self._workers.add(worker)
+        finally:
+            self._starting -= 1
         worker.send(self._full_update_frame())
         return worker
 
@@ -872,10 +919,12 @@ class EvaluationPool:
         job.timer = loop.call_at(loop.time() + (deadline - time.monotonic()), self._expire, job)
         if self._idle:
             self._run(self._idle.popleft(), job)
-        elif self._queued or (worker := self._busy_worker_with_room()) is None:
-            self._queued.append(job)
         else:
-            self._run(worker, job)
+            self._grow()
+            if self._queued or self._starting_up() or (worker := self._busy_worker_with_room()) is None:
+                self._queued.append(job)
+            else:
+                self._run(worker, job)
         try:
             return await job.future
         except asyncio.CancelledError:

@@ -132,6 +132,41 @@ def test_budget_overrun_answers_failure_policy_and_replaces_the_worker(store: Po
     run(scenario())
 
 
+def test_a_pool_starts_small_and_grows_when_a_review_finds_every_worker_busy(store: PolicyStore) -> None:
+    """min_size workers start; a review that finds them all busy starts another (up to size) and waits in the pool,
+    not behind the busy worker's review, so the new worker answers it while the slow review still runs."""
+
+    async def scenario() -> None:
+        pool = EvaluationPool(2, min_size=1)
+        await pool.start(list(store.snapshot.documents))
+        evaluations = IsolatedEvaluations(pool)
+        try:
+            assert pool.worker_count == 1
+            quick_body = json.dumps(review(pod("web"))).encode()
+            for _ in range(3):  # one at a time: the one worker is idle each time, nothing grows
+                await evaluations.decide(store.snapshot, parse_review(json.loads(quick_body)), quick_body, "validate", None, time.monotonic())
+            assert pool.worker_count == 1
+            slow_body = json.dumps(review(big_pod())).encode()
+            slow = asyncio.create_task(evaluations.decide(store.snapshot, parse_review(json.loads(slow_body)), slow_body, "validate", None, time.monotonic()))
+            await asyncio.sleep(0.3)
+            decision, answer = await evaluations.decide(store.snapshot, parse_review(json.loads(quick_body)), quick_body, "validate", None, time.monotonic())
+            assert not slow.done(), "the quick review waited for the slow one"
+            assert answer is not None and b"rule check-team failed" in answer and not decision.allowed
+            assert pool.worker_count == 2
+            busy = [
+                asyncio.create_task(evaluations.decide(store.snapshot, parse_review(json.loads(quick_body)), quick_body, "validate", None, time.monotonic()))
+                for _ in range(6)
+            ]
+            await asyncio.gather(*busy)
+            assert pool.worker_count == 2  # never past size
+            decision, _ = await slow
+            assert "timed out" in decision.message
+        finally:
+            await pool.close(0)
+
+    run(scenario())
+
+
 def test_budget_overrun_under_ignore_admits_with_a_warning(tmp_path: Path) -> None:
     (tmp_path / "policies.yaml").write_text(SLOW_POLICY.format(failure="Ignore"))
     store = PolicyStore([str(tmp_path)])
