@@ -1,13 +1,16 @@
 """The least CPU a Python admission webhook can spend per review: a floor for issue 26's per-core goals.
 
-Usage: .venv/bin/python bench/bench_python_floor.py [--seconds 10] [--connections 8] [--policies bench/policies/pss-restricted.yaml]
+Usage: .venv/bin/python bench/bench_python_floor.py [--seconds 10] [--connections 8] [--rates 100,300,600]
+       [--policies bench/policies/pss-restricted.yaml]
 Starts, pinned to CPU 0, a server that does only what any webhook must: TLS (uvloop, the same `ssl` settings as
 `stockade serve`), HTTP/1.1 parsing (httptools), decoding the AdmissionReview (orjson) and answering ``allowed``
 with the request's uid; no policy, no worker, no logging, no metrics.  Then, pinned to CPU 1, the same load
 generator and Pod CREATE reviews as `bench_admission.py` drive it closed-loop, and the server's CPU time per review
 is read from /proc.  ``1 / CPU per review`` is the most reviews per second one core can answer in Python on this
 machine whatever the policy engine does; then `stockade serve` runs the same way with ``--policies`` for
-comparison.  Compare with Kyverno's closed-loop figure in `bench/compare_kyverno.py`'s output.
+comparison.  ``--rates``: open-loop steps after the closed loop, with `compare_kyverno.py`'s generator (latency from
+the scheduled send time), so the floor's p99 at each rate is the least latency that harness can show.  Compare
+with Kyverno's figures in `bench/compare_kyverno.py`'s output.
 """
 
 from __future__ import annotations
@@ -89,6 +92,14 @@ def measure(port: int, process: subprocess.Popen[bytes], client: ssl.SSLContext,
     return len(latencies) / elapsed, (after - before) * 1000 / len(latencies)
 
 
+def open_loop_steps(name: str, port: int, process: subprocess.Popen[bytes], ca_file: Path, bodies: list[bytes], rates: list[float], seconds: float, connections: int) -> list[tuple[str, float, float, float, float]]:
+    """(server, offered rate, achieved rate, p50 ms, p99 ms) per open-loop step."""
+    from compare_kyverno import Server, measure
+
+    server = Server(name=name, process=process, port=port, ca_file=ca_file, cores="0", log=Path(os.devnull))
+    return [(name, rate, step.achieved, step.p50_ms, step.p99_ms) for rate in rates for step in [measure(server, "floor", bodies, rate, seconds, connections)]]
+
+
 def _children(pid: int) -> list[int]:
     from bench_admission import descendants
 
@@ -100,6 +111,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--policies", default=str(HERE / "policies" / "pss-restricted.yaml"))
+    parser.add_argument("--rates", default="100,300,600", help="open-loop steps (reviews/s, comma-separated; empty: none)")
     parser.add_argument("--serve", nargs=3, metavar=("PORT", "CERT", "KEY"), help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.serve:
@@ -118,11 +130,14 @@ def main() -> None:
         )  # fmt: skip
         client = ssl.create_default_context(cafile=str(cert_dir / "tls.crt"))
         rows = []
+        steps: list[tuple[str, float, float, float, float]] = []
+        rates = [float(rate) for rate in options.rates.split(",") if rate.strip()]
         port = free_port()
         pin = ["taskset", "-c", "0"] if shutil.which("taskset") else []
         floor = subprocess.Popen([*pin, sys.executable, __file__, "--serve", str(port), str(cert_dir / "tls.crt"), str(cert_dir / "tls.key")])
         try:
             rows.append(("floor: TLS + HTTP + decode + answer", *measure(port, floor, client, bodies, options.connections, options.seconds)))
+            steps += open_loop_steps("floor", port, floor, cert_dir / "tls.crt", bodies, rates, options.seconds, options.connections)
         finally:
             floor.terminate()
             floor.wait(10)
@@ -135,6 +150,7 @@ def main() -> None:
                 time.sleep(0.1)
             client = ssl.create_default_context(cafile=str(serve_dir / "ca.crt"))
             rows.append((f"stockade serve --workers 1, {Path(options.policies).name}", *measure(port, server, client, bodies, options.connections, options.seconds)))
+            steps += open_loop_steps("stockade", port, server, serve_dir / "ca.crt", bodies, rates, options.seconds, options.connections)
         finally:
             server.terminate()
             server.wait(30)
@@ -143,6 +159,10 @@ def main() -> None:
     print(f"{'server':55} {'reviews/s':>10} {'CPU ms/review':>14} {'max reviews/s per core':>23}")
     for name, rate, cpu in rows:
         print(f"{name:55} {rate:10.0f} {cpu:14.3f} {1000 / cpu:23.0f}")
+    if steps:
+        print(f"open loop: {'server':10} {'offered/s':>10} {'achieved/s':>11} {'p50 ms':>8} {'p99 ms':>8}")
+        for name, offered, achieved, p50, p99 in steps:
+            print(f"           {name:10} {offered:10.0f} {achieved:11.0f} {p50:8.2f} {p99:8.2f}")
 
 
 if __name__ == "__main__":
