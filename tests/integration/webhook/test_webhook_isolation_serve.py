@@ -88,6 +88,9 @@ def review(name: str, containers: int = 1, labels: dict[str, str] | None = None)
 
 
 class Server:
+    """`stockade serve` with two workers from the start: while one runs a slow review the other answers at once
+    (growing the pool on demand is tested in tests/unit/webhook/test_webhook_isolation.py)."""
+
     def __init__(self, tmp_path: Path) -> None:
         policies = tmp_path / "policies"
         policies.mkdir()
@@ -96,7 +99,7 @@ class Server:
         self.cert_dir = tmp_path / "certs"
         self.process = subprocess.Popen(
             [sys.executable, "-c", "from stockade.cli.main import main; main()", "serve", str(policies), "--host", "127.0.0.1",
-             "--port", str(self.port), "--cert-dir", str(self.cert_dir), "--workers", "2", "--log-level", "warning"],
+             "--port", str(self.port), "--cert-dir", str(self.cert_dir), "--workers", "2", "--min-workers", "2", "--log-level", "warning"],
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
         )
         deadline = time.monotonic() + 60
