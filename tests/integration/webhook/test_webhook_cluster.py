@@ -110,6 +110,15 @@ def test_sigterm_removes_webhook_configurations(serve: Serve, kube: Kube) -> Non
 
 
 def test_sigkill_then_cleanup_restores_cluster(serve: Serve, kube: Kube, control_plane: ControlPlane) -> None:
+    # the API server loads webhook configurations through its own watch: until it calls the webhook (a Pod without
+    # the label is denied), a create would pass whether or not the server is alive
+    deadline = time.monotonic() + 30
+    while True:
+        status, body, _ = kube.request("POST", "/api/v1/namespaces/default/pods?dryRun=All", pod(unique("probe")))
+        if status != 201 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert status == 400 and "rule check-team failed" in body["message"], body
     serve.signal(signal.SIGKILL)
     assert kube.names(VALIDATING)
     status, body, _ = kube.request("POST", "/api/v1/namespaces/default/pods", pod(unique("blocked"), {"team": "a"}))
