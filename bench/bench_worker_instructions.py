@@ -211,6 +211,8 @@ def profile(name: str, bodies: list[bytes], args: argparse.Namespace) -> None:
         finally:
             finish(process, driver)
         stats = pstats.Stats(stats_file)
+        if args.keep:
+            shutil.copy(stats_file, args.keep / f"worker.{name}.prof")
         for order in ("cumulative", "tottime"):
             print(f"-- {name}: worker profile over {len(bodies) - args.warmup} reviews, top {args.profile} by {order}")
             stats.sort_stats(order).print_stats(args.profile)
