@@ -103,34 +103,51 @@ class RulePlan:
         self.static_pattern = static_pattern_key(rule)
 
 
-# A policy's plans, by identity of its rule list (a policy document never changes once loaded: a changed policy,
-# e.g. in a new snapshot, is a new document with new rules, so it never meets the plans of the old one): per kind
-# (key: the kind) and per kind and phase filter (key: (kind, filter)), at most _MAX_PLAN_LISTS_PER_POLICY lists.
-_PlanTable = dict[Any, list[RulePlan]]
-_PLANS: IdentityMemo[list[Rule], _PlanTable] = IdentityMemo(4096)
+class PolicyPlan:
+    """What the rule driver needs of one policy, worked out once: whether it stops at the first applied rule, whether
+    it is namespaced, its validationFailureAction and whether it has overrides, and its rule plans per kind and
+    phase filter (``rule_plans``).  Plans live as long as the policy object they were built from: a policy document
+    never changes once loaded, and a changed policy (e.g. in a new snapshot) is a new object with new plans."""
+
+    __slots__ = ("policy", "apply_one", "namespaced", "action", "has_overrides", "_lists")
+
+    def __init__(self, policy: KyvernoPolicy) -> None:
+        self.policy = policy
+        self.apply_one = policy.apply_rules == "One"
+        self.namespaced = bool(policy.namespace)
+        self.action, self.has_overrides = _POLICY_ACTIONS.get(policy.raw, _policy_action)
+        # keyed by the kind's fields (strings hash and compare in C; a ResourceKind's dataclass methods do not)
+        self._lists: dict[tuple[Any, ...], list[RulePlan]] = {}
+
+    def rule_plans(self, gvk: ResourceKind, wants: Callable[[Rule], bool] | None = None) -> list[RulePlan]:
+        """The plans of the policy's rules that can apply to ``gvk`` (rules whose match blocks name kinds that
+        exclude it never can: autogen triples a Pod policy's rules and a Pod review needs only a third), in order;
+        with ``wants`` only those of the rules it picks (a phase's filter: a pure function of the rule, defined
+        once, since it is part of the key)."""
+        lists = self._lists
+        key = (gvk.group, gvk.version, gvk.kind, gvk.subresource, wants)
+        chosen = lists.get(key)
+        if chosen is None:
+            if len(lists) >= _MAX_PLAN_LISTS_PER_POLICY:
+                lists.clear()
+            every_key = (gvk.group, gvk.version, gvk.kind, gvk.subresource, None)
+            every = lists.get(every_key)
+            if every is None:
+                every = lists[every_key] = [RulePlan(rule) for rule in self.policy.rules if not rejected_by_kind(rule.raw, gvk)]
+            chosen = lists[key] = every if wants is None else [plan for plan in every if wants(plan.rule)]
+        return chosen
 
 
-def _plan_table(rules: list[Rule]) -> _PlanTable:
-    """An empty plan table for one policy's rule list; ``kind_plans`` fills it kind by kind."""
-    return {}
+_POLICY_PLANS: IdentityMemo[KyvernoPolicy, PolicyPlan] = IdentityMemo(4096)
+
+
+def policy_plan(policy: KyvernoPolicy) -> PolicyPlan:
+    return _POLICY_PLANS.get(policy, PolicyPlan)
 
 
 def kind_plans(policy: KyvernoPolicy, gvk: ResourceKind, wants: Callable[[Rule], bool] | None = None) -> list[RulePlan]:
-    """The plans of the policy's rules that can apply to ``gvk`` (rules whose match blocks name kinds that exclude
-    it never can: autogen triples a Pod policy's rules and a Pod review needs only a third), in order; with
-    ``wants`` only those of the rules it picks (a phase's filter: a pure function of the rule, defined once, since
-    it is part of the key)."""
-    table = _PLANS.get(policy.rules, _plan_table)
-    key: Any = gvk if wants is None else (gvk, wants)
-    chosen = table.get(key)
-    if chosen is None:
-        if len(table) >= _MAX_PLAN_LISTS_PER_POLICY:
-            table.clear()
-        every = table.get(gvk)
-        if every is None:
-            every = table[gvk] = [RulePlan(rule) for rule in policy.rules if not rejected_by_kind(rule.raw, gvk)]
-        chosen = table[key] = every if wants is None else [plan for plan in every if wants(plan.rule)]
-    return chosen
+    """``PolicyPlan.rule_plans`` of the policy."""
+    return policy_plan(policy).rule_plans(gvk, wants)
 
 
 def rules_for_kind(policy: KyvernoPolicy, gvk: ResourceKind) -> list[Rule]:
@@ -319,12 +336,11 @@ class Engine:
     ) -> EngineResponse:
         ctx = pctx.json_context
         resource = pctx.new_resource
-        policy = pctx.policy
-        response = EngineResponse(policy, pctx.new_resource or pctx.old_resource, resource, namespace_labels=pctx.namespace_labels)
+        plan_of_policy = policy_plan(pctx.policy)
+        response = EngineResponse(pctx.policy, pctx.new_resource or pctx.old_resource, resource, namespace_labels=pctx.namespace_labels)
         applied = 0
-        apply_one = policy.apply_rules == "One"
-        namespaced = bool(policy.namespace)
-        policy_action, policy_has_overrides = _POLICY_ACTIONS.get(policy.raw, _policy_action)
+        apply_one, namespaced = plan_of_policy.apply_one, plan_of_policy.namespaced
+        policy_action, policy_has_overrides = plan_of_policy.action, plan_of_policy.has_overrides
         # a rule that checks a pattern against the resource alone skips the generic steps (context, preconditions,
         # exceptions, handler dispatch) when none of them could change its result here
         static_patterns = (
@@ -335,7 +351,7 @@ class Engine:
         )
         ctx.checkpoint()
         try:
-            for plan in kind_plans(policy, pctx.gvk, wants):
+            for plan in plan_of_policy.rule_plans(pctx.gvk, wants):
                 rule = plan.rule
                 # a rule selecting on kinds alone, listed for this kind, matches any resource (match_reasons' answer)
                 if not plan.kinds_only or namespaced or not (resource or pctx.old_resource):
