@@ -53,7 +53,7 @@ def _always_synchronous(policy: KyvernoPolicy) -> bool:
     """The policy has rules, and every one runs before the answer whatever the request (then so does a result naming
     none of them)."""
     static = _STATIC_SETS.get(policy, _static_set)
-    return bool(static) and all(static.values())
+    return static is not None and bool(static) and all(static.values())
 
 
 _ALWAYS_SYNCHRONOUS: IdentityMemo[KyvernoPolicy, bool] = IdentityMemo(4096)
