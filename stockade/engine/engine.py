@@ -17,9 +17,11 @@ from stockade.engine.exceptions import exception_keys, matching_exceptions
 from stockade.engine.handlers.generate import ResourceLookup
 from stockade.engine.jsonutil import go_string
 from stockade.engine.handlers.podsecurity import validate_pod_security_rule
+from stockade.engine.handlers.validate import static_pattern_key, validate_static_pattern_rule
 from stockade.engine.handlers.registry import (
     DEFAULT_HANDLERS,
     GENERATE,
+    VALIDATE_PATTERN,
     MUTATE,
     MUTATE_EXISTING,
     HandlerRegistry,
@@ -83,8 +85,74 @@ class PreparedRequest:
     json_context: EngineContext
 
 
-_MAX_KINDS_PER_POLICY = 256
-_RULES_BY_KIND: IdentityMemo[list[Rule], dict[ResourceKind, list[tuple[Rule, bool]]]] = IdentityMemo(4096)
+_MAX_PLAN_LISTS_PER_POLICY = 1024  # a plan list per kind, and per kind and phase filter
+
+
+class RulePlan:
+    """What the rule driver needs of one rule for one kind, worked out once (``kind_plans``) instead of on every
+    review: the rule, whether its kinds are all it selects on (then it matches every resource of that kind, unless
+    its policy is namespaced: the namespaces must agree), its own failureAction and whether it has overrides, and
+    ``static_pattern`` (``static_pattern_key``'s answer: a pattern check of the resource alone)."""
+
+    __slots__ = ("rule", "kinds_only", "own_action", "has_overrides", "static_pattern")
+
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+        self.kinds_only = selects_on_kinds_only(rule.raw)
+        self.own_action, self.has_overrides = _RULE_ACTIONS.get(rule.raw, _rule_own_action)
+        self.static_pattern = static_pattern_key(rule)
+
+
+class PolicyPlan:
+    """What the rule driver needs of one policy, worked out once: whether it stops at the first applied rule, whether
+    it is namespaced, its validationFailureAction and whether it has overrides, and its rule plans per kind and
+    phase filter (``rule_plans``).  Plans live as long as the policy object they were built from: a policy document
+    never changes once loaded, and a changed policy (e.g. in a new snapshot) is a new object with new plans."""
+
+    __slots__ = ("policy", "apply_one", "namespaced", "action", "has_overrides", "_lists")
+
+    def __init__(self, policy: KyvernoPolicy) -> None:
+        self.policy = policy
+        self.apply_one = policy.apply_rules == "One"
+        self.namespaced = bool(policy.namespace)
+        self.action, self.has_overrides = _POLICY_ACTIONS.get(policy.raw, _policy_action)
+        # keyed by the kind's fields (strings hash and compare in C; a ResourceKind's dataclass methods do not)
+        self._lists: dict[tuple[Any, ...], list[RulePlan]] = {}
+
+    def rule_plans(self, gvk: ResourceKind, wants: Callable[[Rule], bool] | None = None) -> list[RulePlan]:
+        """The plans of the policy's rules that can apply to ``gvk`` (rules whose match blocks name kinds that
+        exclude it never can: autogen triples a Pod policy's rules and a Pod review needs only a third), in order;
+        with ``wants`` only those of the rules it picks (a phase's filter: a pure function of the rule, defined
+        once, since it is part of the key)."""
+        lists = self._lists
+        key = (gvk.group, gvk.version, gvk.kind, gvk.subresource, wants)
+        chosen = lists.get(key)
+        if chosen is None:
+            if len(lists) >= _MAX_PLAN_LISTS_PER_POLICY:
+                lists.clear()
+            every_key = (gvk.group, gvk.version, gvk.kind, gvk.subresource, None)
+            every = lists.get(every_key)
+            if every is None:
+                every = lists[every_key] = [RulePlan(rule) for rule in self.policy.rules if not rejected_by_kind(rule.raw, gvk)]
+            chosen = lists[key] = every if wants is None else [plan for plan in every if wants(plan.rule)]
+        return chosen
+
+
+_POLICY_PLANS: IdentityMemo[KyvernoPolicy, PolicyPlan] = IdentityMemo(4096)
+
+
+def policy_plan(policy: KyvernoPolicy) -> PolicyPlan:
+    return _POLICY_PLANS.get(policy, PolicyPlan)
+
+
+def kind_plans(policy: KyvernoPolicy, gvk: ResourceKind, wants: Callable[[Rule], bool] | None = None) -> list[RulePlan]:
+    """``PolicyPlan.rule_plans`` of the policy."""
+    return policy_plan(policy).rule_plans(gvk, wants)
+
+
+def rules_for_kind(policy: KyvernoPolicy, gvk: ResourceKind) -> list[Rule]:
+    """The policy's rules minus those whose match blocks name kinds that exclude ``gvk`` (they could never apply)."""
+    return [plan.rule for plan in kind_plans(policy, gvk)]
 
 
 def add_report_properties(pctx: PolicyContext, report_properties: dict[str, Any], responses: list[RuleResponse]) -> None:
@@ -98,33 +166,6 @@ def add_report_properties(pctx: PolicyContext, report_properties: dict[str, Any]
         text = value if isinstance(value, str) else go_string(value)
         for response in responses:
             response.properties = {**response.properties, str(key): text}
-
-
-# A rule that can apply to a kind, and whether its kinds are all it selects on (then it matches every resource of
-# that kind, unless its policy is namespaced: the namespaces must agree)
-_KindRule = tuple[Rule, bool]
-
-
-def _kind_table(rules: list[Rule]) -> dict[ResourceKind, list[_KindRule]]:
-    """An empty per-kind table for one policy's rule list; ``rules_for_kind`` fills it kind by kind."""
-    return {}
-
-
-def _kind_rules(policy: KyvernoPolicy, gvk: ResourceKind) -> list[_KindRule]:
-    rules = policy.rules
-    by_kind = _RULES_BY_KIND.get(rules, _kind_table)
-    chosen = by_kind.get(gvk)
-    if chosen is None:
-        if len(by_kind) >= _MAX_KINDS_PER_POLICY:
-            by_kind.clear()
-        chosen = by_kind[gvk] = [(rule, selects_on_kinds_only(rule.raw)) for rule in rules if not rejected_by_kind(rule.raw, gvk)]
-    return chosen
-
-
-def rules_for_kind(policy: KyvernoPolicy, gvk: ResourceKind) -> list[Rule]:
-    """The policy's rules minus those whose match blocks name kinds that exclude ``gvk`` (they could never apply),
-    computed once per policy and kind: autogen triples a Pod policy's rules and a Pod review needs only a third."""
-    return [rule for rule, _ in _kind_rules(policy, gvk)]
 
 
 # The rule's own failureAction and the policy's are cached apart, each keyed by its own document: YAML aliases can make
@@ -295,17 +336,25 @@ class Engine:
     ) -> EngineResponse:
         ctx = pctx.json_context
         resource = pctx.new_resource
+        plan_of_policy = policy_plan(pctx.policy)
         response = EngineResponse(pctx.policy, pctx.new_resource or pctx.old_resource, resource, namespace_labels=pctx.namespace_labels)
         applied = 0
-        apply_one = pctx.policy.apply_rules == "One"
-        namespaced = bool(pctx.policy.namespace)
+        apply_one, namespaced = plan_of_policy.apply_one, plan_of_policy.namespaced
+        policy_action, policy_has_overrides = plan_of_policy.action, plan_of_policy.has_overrides
+        # a rule that checks a pattern against the resource alone skips the generic steps (context, preconditions,
+        # exceptions, handler dispatch) when none of them could change its result here
+        static_patterns = (
+            rule_type == RULE_TYPE_VALIDATION
+            and not pctx.exceptions
+            and not pctx.context_loader.has_values
+            and self.handlers.handler_or_none(VALIDATE_PATTERN) is DEFAULT_HANDLERS.handler_or_none(VALIDATE_PATTERN)
+        )
         ctx.checkpoint()
         try:
-            for rule, kinds_only in _kind_rules(pctx.policy, pctx.gvk):
-                if not wants(rule):
-                    continue
+            for plan in plan_of_policy.rule_plans(pctx.gvk, wants):
+                rule = plan.rule
                 # a rule selecting on kinds alone, listed for this kind, matches any resource (match_reasons' answer)
-                if not kinds_only or namespaced or not (resource or pctx.old_resource):
+                if not plan.kinds_only or namespaced or not (resource or pctx.old_resource):
                     mismatch = self._mismatch_reasons(pctx, rule, resource)
                     if mismatch:
                         response.unmatched.append((rule.name, mismatch))
@@ -314,7 +363,10 @@ class Engine:
                 rule_started, clock_started = time.time_ns(), time.perf_counter_ns()
                 before = resource
                 try:
-                    resource, rule_response = self._invoke(pctx, rule, rule_type, resource, handler)
+                    if static_patterns and plan.static_pattern is not None:
+                        rule_response: RuleResponse | list[RuleResponse] | None = validate_static_pattern_rule(pctx, rule, plan.static_pattern)
+                    else:
+                        resource, rule_response = self._invoke(pctx, rule, rule_type, resource, handler)
                 finally:
                     ctx.reset()  # also drops what the rule recorded in request.object: it is recorded again below
                 rule_duration = time.perf_counter_ns() - clock_started
@@ -322,8 +374,12 @@ class Engine:
                     pctx.set_resource(resource)
                 if rule_response is None:
                     continue
+                if plan.has_overrides or policy_has_overrides:
+                    action = self._failure_action(pctx, rule)
+                else:
+                    action = plan.own_action or policy_action
                 for single in rule_response if isinstance(rule_response, list) else [rule_response]:
-                    single.failure_action = self._failure_action(pctx, rule)
+                    single.failure_action = action
                     single.started_ns, single.duration_ns = rule_started, rule_duration
                     response.rules.append(single)
                     if single.status in (PASS, FAIL):
@@ -413,9 +469,7 @@ class Engine:
         """Mutate the resource under review; with ``include_existing`` also compute ``mutate.targets`` patches of
         other objects (offline runs; admission leaves those to a background worker, never to the request)."""
 
-        def wants(rule: Rule) -> bool:
-            return rule.has_mutate() and (include_existing or not rule.has_mutate_existing())
-
+        wants = _wants_any_mutation if include_existing else _wants_resource_mutation
         return self._run_rules(pctx, RULE_TYPE_MUTATION, wants, self._dispatch(mutate_type, self._services()))
 
     def verify_images(self, pctx: PolicyContext, record: VerificationRecord | None = None) -> tuple[EngineResponse, VerificationRecord]:
@@ -453,6 +507,14 @@ class Engine:
 
     def generate(self, pctx: PolicyContext) -> EngineResponse:
         return self._run_rules(pctx, RULE_TYPE_GENERATION, Rule.has_generate, self._dispatch(lambda rule: GENERATE, self._services()))
+
+
+def _wants_any_mutation(rule: Rule) -> bool:
+    return rule.has_mutate()
+
+
+def _wants_resource_mutation(rule: Rule) -> bool:
+    return rule.has_mutate() and not rule.has_mutate_existing()
 
 
 def _wants_validation(rule: Rule) -> bool:

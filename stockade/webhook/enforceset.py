@@ -49,6 +49,16 @@ def _static_set(policy: KyvernoPolicy) -> dict[str, bool] | None:
 _STATIC_SETS: IdentityMemo[KyvernoPolicy, dict[str, bool] | None] = IdentityMemo(4096)
 
 
+def _always_synchronous(policy: KyvernoPolicy) -> bool:
+    """The policy has rules, and every one runs before the answer whatever the request (then so does a result naming
+    none of them)."""
+    static = _STATIC_SETS.get(policy, _static_set)
+    return static is not None and bool(static) and all(static.values())
+
+
+_ALWAYS_SYNCHRONOUS: IdentityMemo[KyvernoPolicy, bool] = IdentityMemo(4096)
+
+
 def split_responses(
     responses: Iterable[EngineResponse], namespace: str | None, namespace_labels: dict[str, str]
 ) -> tuple[list[EngineResponse], list[EngineResponse]]:
@@ -61,6 +71,9 @@ def split_responses(
         policy = response.policy
         if not isinstance(policy, KyvernoPolicy):
             synchronous.append(response)
+            continue
+        if _ALWAYS_SYNCHRONOUS.get(policy, _always_synchronous):
+            synchronous.append(response)  # the usual Enforce policy: nothing to split
             continue
         in_set = _synchronous_rules(policy, namespace, namespace_labels)
         unnamed = any(in_set.values())

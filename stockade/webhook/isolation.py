@@ -73,6 +73,7 @@ from stockade.webhook.admission import (
     timed_out_response,
 )
 from stockade.errors import StockadeError
+from stockade.identitymemo import IdentityMemo
 from stockade.webhook.enforceset import override_namespace, split_responses
 
 log = logging.getLogger("stockade.webhook")
@@ -270,10 +271,7 @@ def summarize(responses: list[EngineResponse], with_unmatched: bool = False) -> 
     the wire: cheaper both ways than pickling tuples); ``with_unmatched`` adds why rules did not match (debug logs)."""
     return [
         [
-            str(getattr(r.policy, "key", r.policy_name)),
-            str(getattr(r.policy, "kind", "")),
-            str(getattr(r.policy, "namespace", "") or ""),
-            r.policy_name,
+            *_POLICY_HEADERS.get(r.policy, _policy_header),
             [
                 [
                     rule.name,
@@ -284,7 +282,7 @@ def summarize(responses: list[EngineResponse], with_unmatched: bool = False) -> 
                     rule.started_ns,
                     rule.duration_ns,
                     rule.exceptions,
-                    [[c.image, c.digest, c.source, c.status, c.started_ns, c.duration_ns, c.http_calls] for c in rule.image_checks],
+                    [[c.image, c.digest, c.source, c.status, c.started_ns, c.duration_ns, c.http_calls] for c in rule.image_checks] if rule.image_checks else [],
                     rule.properties,
                 ]
                 for rule in r.rules
@@ -293,6 +291,15 @@ def summarize(responses: list[EngineResponse], with_unmatched: bool = False) -> 
         ]
         for r in responses
     ]
+
+
+def _policy_header(policy: Any) -> tuple[str, str, str, str]:
+    """A summary's policy fields (key, kind, namespace, name), the same for every review of that policy."""
+    name = str(getattr(policy, "name", ""))
+    return str(getattr(policy, "key", name)), str(getattr(policy, "kind", "")), str(getattr(policy, "namespace", "") or ""), name
+
+
+_POLICY_HEADERS: IdentityMemo[Any, tuple[str, str, str, str]] = IdentityMemo(4096)
 
 
 @dataclass(frozen=True)

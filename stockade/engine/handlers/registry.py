@@ -66,6 +66,9 @@ class HandlerRegistry:
     def register(self, rule_type: str, handler: RuleHandler) -> None:
         self._handlers[rule_type] = handler
 
+    def handler_or_none(self, rule_type: str) -> RuleHandler | None:
+        return self._handlers.get(rule_type)
+
     def handler(self, rule_type: str) -> RuleHandler:
         found = self._handlers.get(rule_type)
         if found is None:

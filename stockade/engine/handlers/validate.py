@@ -10,8 +10,8 @@ from stockade.engine.handlers.existing import skip_if_pre_existing
 from stockade.engine.pattern import validate_pattern
 from stockade.engine.policycontext import PolicyContext
 from stockade.engine.preconditions import ConditionEvaluationError, evaluate_conditions
-from stockade.engine.response import ERROR, PASS, SKIP, RuleResponse, rule_error, rule_fail, rule_pass, rule_skip
-from stockade.engine.variables import SubstitutionError, substitute_all
+from stockade.engine.response import ERROR, FAIL, PASS, SKIP, RuleResponse, rule_error, rule_fail, rule_pass, rule_skip
+from stockade.engine.variables import SubstitutionError, has_variables, substitute_all
 from stockade.gofmt import go_type_name
 from stockade.identitymemo import IdentityMemo
 from stockade.jmespath import JMESPathError, UnknownKeyError
@@ -130,16 +130,21 @@ class Validator:
         return self.pctx.new_resource
 
     def _validate_patterns(self) -> RuleResponse | None:
-        name = self.rule.name
         key = "pattern" if self.block.get("pattern") is not None else "anyPattern"
         try:
             pattern = self._substituted(key)
         except SubstitutionError as exc:
-            return rule_error(name, VALIDATION, "variable substitution failed", exc)
+            return rule_error(self.rule.name, VALIDATION, "variable substitution failed", exc)
+        # nothing was substituted: the pattern is the policy's own object, so its compiled tree can be kept
+        return self.check_patterns(key, pattern, pattern is self.block[key])
+
+    def check_patterns(self, key: str, pattern: Any, policy_owned: bool) -> RuleResponse | None:
+        """The block's ``pattern`` or ``anyPattern`` (``key``), its variables already substituted, against the
+        target; None when there is no target (a DELETE outside foreach)."""
+        name = self.rule.name
         resource = self._target()
         if resource is None:
             return None
-        policy_owned = pattern is self.block[key]  # nothing was substituted: plans of its maps can be cached
         if key == "pattern":
             failure = validate_pattern(resource, pattern, policy_owned=policy_owned)
             if failure is None:
@@ -288,4 +293,34 @@ def validate_resource_rule(pctx: PolicyContext, rule: Rule) -> RuleResponse | No
     object shares is skipped (``allowExistingViolations``)."""
     validate = rule.validate or {}
     response = Validator(pctx, rule, validate).validate()
+    return skip_if_pre_existing(pctx, rule, response, lambda old: Validator(old, rule, validate).validate())
+
+
+def static_pattern_key(rule: Rule) -> str | None:
+    """``"pattern"`` or ``"anyPattern"`` when the rule is a pattern check of the resource alone, else None: a
+    validate block whose only check is that pattern (no deny, podSecurity, manifests or cel, which take precedence
+    or another handler), no variables in it, and no context entries, preconditions or reportProperties on the rule.
+    Such a rule needs nothing of the JSON context, so the rule driver runs it through
+    ``validate_static_pattern_rule``, worked out once per rule instead of on every review."""
+    raw = rule.raw
+    validate = raw.get("validate")
+    if not validate or not isinstance(validate, dict):
+        return None
+    if raw.get("context") or raw.get("preconditions") is not None or raw.get("reportProperties"):
+        return None
+    if any(validate.get(check) is not None for check in ("deny", "podSecurity", "manifests", "cel")):
+        return None
+    key = "pattern" if validate.get("pattern") is not None else "anyPattern" if validate.get("anyPattern") is not None else None
+    if key is None or has_variables(validate[key]):
+        return None
+    return key
+
+
+def validate_static_pattern_rule(pctx: PolicyContext, rule: Rule, key: str) -> RuleResponse | None:
+    """``validate_resource_rule`` for a rule ``static_pattern_key`` picked (``key`` is its answer): the same result,
+    without the generic steps that cannot change anything for it (substitution, handler dispatch)."""
+    validate = rule.raw["validate"]
+    response = Validator(pctx, rule, validate).check_patterns(key, validate[key], True)
+    if response is None or response.status != FAIL:
+        return response
     return skip_if_pre_existing(pctx, rule, response, lambda old: Validator(old, rule, validate).validate())
