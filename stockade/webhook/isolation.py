@@ -689,7 +689,7 @@ class EvaluationPool:
     async def start(
         self, documents: list[Document], engine_settings: dict[str, Any] | None = None, generation: int | None = None, keys: tuple[bytes, ...] | None = None
     ) -> None:
-        """Start every worker and wait until each has built the given policies."""
+        """Start ``min_size`` workers and wait until each has built the given policies."""
         self._loop = asyncio.get_running_loop()
         self._set_documents(documents, engine_settings or {}, generation, keys)
         workers = await asyncio.gather(*(self._spawn() for _ in range(self.min_size)))
